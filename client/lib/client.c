@@ -1,0 +1,382 @@
+/* libgraphd: sessions, framing and the foundation calls.
+ *
+ * DESIGN: no threads of its own so far. Each handle has one mutex that
+ * serialises every call on it (connect creates the handle, close destroys
+ * it). Blocking I/O with poll() timeouts; never aborts, never prints. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../common/paths.h"
+#include "../../common/uuid.h"
+#include "frame.h"
+#include "graphd.pb-c.h"
+#include "graphd/graphd.h"
+#include "version.h"
+#include "wire.h"
+
+#define DEFAULT_TIMEOUT_MS 30000
+#define CLIENT_MAX_FRAME (64u << 20)
+
+struct graphd_client {
+  pthread_mutex_t lock;
+  int fd;
+  int timeout_ms;
+  bool broken;           /* guarded by lock: stream state unknown */
+  uint64_t next_request; /* guarded by lock */
+  uint64_t session_id;
+  graphd_device_info device;
+  bool has_device;
+  char socket_path[108];
+  gd_frame_reader rd;    /* guarded by lock */
+  char err[GRAPHD_ERRMAX];
+};
+
+static graphd_status set_err(graphd_client *c, graphd_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static graphd_status set_err(graphd_client *c, graphd_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err, sizeof c->err, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits for events on c->fd until deadline. 1 ready, 0 timeout, -1 error. */
+static int wait_fd(graphd_client *c, short events, int64_t deadline) {
+  for (;;) {
+    int64_t left = deadline - now_ms();
+    if (left <= 0) return 0;
+    struct pollfd p = {.fd = c->fd, .events = events};
+    int r = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+    if (r > 0) return 1;
+    if (r == 0) continue;
+    if (errno != EINTR) return -1;
+  }
+}
+
+static graphd_status send_frame(graphd_client *c, const uint8_t *buf, size_t len,
+                                 const int *fds, int nfds, int64_t deadline) {
+  size_t off = 0;
+  while (off < len) {
+    /* The fds ride on the first sendmsg, whose data starts the frame. */
+    ssize_t n = gd_frame_sendmsg(c->fd, buf + off, len - off, off == 0 ? fds : NULL,
+                                 off == 0 ? nfds : 0, MSG_DONTWAIT);
+    if (n > 0) {
+      off += (size_t)n;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      int w = wait_fd(c, POLLOUT, deadline);
+      if (w == 0) {
+        c->broken = true;
+        return set_err(c, GRAPHD_DEADLINE_EXCEEDED, "timed out after %d ms sending to graphd",
+                       c->timeout_ms);
+      }
+      if (w > 0) continue;
+    }
+    c->broken = true;
+    return set_err(c, GRAPHD_UNAVAILABLE, "lost the connection to graphd: %s",
+                   n < 0 ? strerror(errno) : "short write");
+  }
+  return GRAPHD_OK;
+}
+
+static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline) {
+  for (;;) {
+    int r = gd_frame_reader_next(&c->rd, f);
+    if (r > 0) return GRAPHD_OK;
+    if (r < 0) {
+      c->broken = true;
+      return set_err(c, GRAPHD_DATA_LOSS, "graphd sent a frame over %u bytes",
+                     CLIENT_MAX_FRAME);
+    }
+    ssize_t n = gd_frame_reader_recv(&c->rd, c->fd);
+    if (n > 0) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      int w = wait_fd(c, POLLIN, deadline);
+      if (w == 0) {
+        c->broken = true;
+        return set_err(c, GRAPHD_DEADLINE_EXCEEDED,
+                       "graphd did not answer within %d ms", c->timeout_ms);
+      }
+      if (w > 0) continue;
+    }
+    c->broken = true;
+    return set_err(c, GRAPHD_UNAVAILABLE, "graphd closed the connection%s%s",
+                   n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+  }
+}
+
+/* One request, one reply. On GRAPHD_OK *out holds the reply (free it with
+ * graphd__wire__reply__free_unpacked); on a daemon error the message is in
+ * c->err. Caller holds c->lock. */
+static graphd_status call_locked(graphd_client *c, Graphd__Wire__Request *req, const int *fds,
+                                 int nfds, Graphd__Wire__Reply **out) {
+  if (c->broken)
+    return set_err(c, GRAPHD_UNAVAILABLE,
+                   "the session with graphd is broken by an earlier error; reconnect");
+  int64_t deadline = now_ms() + c->timeout_ms;
+  req->request_id = ++c->next_request;
+  req->nfds = (uint32_t)nfds;
+  uint8_t *buf;
+  size_t len;
+  if (gd_wire_pack_request(req, CLIENT_MAX_FRAME, &buf, &len) < 0)
+    return set_err(c, GRAPHD_INVALID_ARGUMENT, "request too large to send");
+  graphd_status st = send_frame(c, buf, len, fds, nfds, deadline);
+  free(buf);
+  if (st != GRAPHD_OK) return st;
+  for (;;) {
+    gd_frame f;
+    st = recv_frame(c, &f, deadline);
+    if (st != GRAPHD_OK) return st;
+    for (int i = 0; i < f.nfds; i++) close(f.fds[i]); /* replies carry none yet */
+    Graphd__Wire__Reply *rep = graphd__wire__reply__unpack(NULL, f.len, f.data);
+    if (!rep) {
+      c->broken = true;
+      return set_err(c, GRAPHD_DATA_LOSS, "graphd sent a malformed reply");
+    }
+    /* Request id 0 is the daemon speaking about the stream itself. */
+    if (rep->request_id != req->request_id && rep->request_id != 0) {
+      graphd__wire__reply__free_unpacked(rep, NULL);
+      continue;
+    }
+    if (rep->code != GRAPHD_OK) {
+      graphd_status code =
+          graphd_status_valid((int)rep->code) ? (graphd_status)rep->code : GRAPHD_INTERNAL;
+      set_err(c, code, "%s", rep->message && *rep->message ? rep->message
+                                                           : graphd_strerror((int)code));
+      graphd__wire__reply__free_unpacked(rep, NULL);
+      return code;
+    }
+    *out = rep;
+    c->err[0] = '\0';
+    return GRAPHD_OK;
+  }
+}
+
+void graphd_connect_options_init(graphd_connect_options *o) {
+  memset(o, 0, sizeof *o);
+  o->kind = GRAPHD_SESSION_CONTROL;
+}
+
+static void copy_device(graphd_device_info *d, const Graphd__Wire__DeviceInfo *w) {
+  memset(d, 0, sizeof *d);
+  d->ordinal = w->ordinal;
+  snprintf(d->name, sizeof d->name, "%s", w->name ? w->name : "");
+  if (w->uuid.len == 16) memcpy(d->uuid, w->uuid.data, 16);
+  snprintf(d->backend, sizeof d->backend, "%s", w->backend ? w->backend : "");
+  gd_uuid_format(d->uuid, strcmp(d->backend, "cuda") == 0 ? "GPU-" : "HOST-", d->uuid_str);
+  d->total_memory = w->total_memory;
+  d->free_memory = w->free_memory;
+  d->epoch = w->epoch;
+  d->mps_enabled = w->mps_enabled;
+  snprintf(d->state, sizeof d->state, "%s", w->state ? w->state : "");
+  if (w->counters) {
+    d->counters.sessions = w->counters->sessions;
+    d->counters.regions = w->counters->regions;
+    d->counters.region_bytes = w->counters->region_bytes;
+    d->counters.captures = w->counters->captures;
+    d->counters.replays = w->counters->replays;
+    d->counters.errors = w->counters->errors;
+  }
+}
+
+static graphd_status fail_connect(graphd_client *c, graphd_status st, char *errbuf,
+                                  size_t errlen) {
+  if (errbuf && errlen) snprintf(errbuf, errlen, "%s", c->err);
+  if (c->fd >= 0) close(c->fd);
+  gd_frame_reader_close(&c->rd);
+  pthread_mutex_destroy(&c->lock);
+  free(c);
+  return st;
+}
+
+graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client **out,
+                             char *errbuf, size_t errlen) {
+  graphd_connect_options def;
+  if (!opts) {
+    graphd_connect_options_init(&def);
+    opts = &def;
+  }
+  *out = NULL;
+  graphd_client *c = calloc(1, sizeof *c);
+  if (!c) {
+    if (errbuf && errlen) snprintf(errbuf, errlen, "out of memory");
+    return GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  pthread_mutex_init(&c->lock, NULL);
+  gd_frame_reader_init(&c->rd, CLIENT_MAX_FRAME);
+  c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
+  c->fd = -1;
+  if (opts->socket_path && *opts->socket_path) {
+    if (strlen(opts->socket_path) >= sizeof c->socket_path)
+      return fail_connect(c, set_err(c, GRAPHD_INVALID_ARGUMENT, "socket path is too long"),
+                          errbuf, errlen);
+    snprintf(c->socket_path, sizeof c->socket_path, "%s", opts->socket_path);
+  } else if (gd_default_socket_path(c->socket_path, sizeof c->socket_path) < 0) {
+    return fail_connect(c, set_err(c, GRAPHD_INVALID_ARGUMENT, "socket path is too long"),
+                        errbuf, errlen);
+  }
+  if (opts->kind != GRAPHD_SESSION_CONTROL && opts->kind != GRAPHD_SESSION_DATA)
+    return fail_connect(c, set_err(c, GRAPHD_INVALID_ARGUMENT, "unknown session kind %d",
+                                   (int)opts->kind),
+                        errbuf, errlen);
+  if (opts->client_name && strlen(opts->client_name) > GD_CLIENT_NAME_MAX)
+    return fail_connect(c, set_err(c, GRAPHD_INVALID_ARGUMENT,
+                                   "client_name is longer than %d bytes", GD_CLIENT_NAME_MAX),
+                        errbuf, errlen);
+
+  c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c->fd < 0)
+    return fail_connect(c, set_err(c, GRAPHD_INTERNAL, "socket: %s", strerror(errno)), errbuf,
+                        errlen);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  memcpy(a.sun_path, c->socket_path, strlen(c->socket_path) + 1);
+  if (connect(c->fd, (struct sockaddr *)&a, sizeof a) < 0) {
+    int e = errno;
+    graphd_status st = (e == EACCES || e == EPERM) ? GRAPHD_PERMISSION_DENIED
+                                                    : GRAPHD_UNAVAILABLE;
+    return fail_connect(c, set_err(c, st, "cannot connect to graphd at %s: %s%s", c->socket_path,
+                                   strerror(e),
+                                   (e == ENOENT || e == ECONNREFUSED)
+                                       ? " (is the daemon running?)"
+                                       : ""),
+                        errbuf, errlen);
+  }
+
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
+  req.hello = &h;
+  h.protocol_version = GD_PROTOCOL_VERSION;
+  h.client_name = (char *)(opts->client_name ? opts->client_name : "");
+  if (opts->kind == GRAPHD_SESSION_DATA) {
+    h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
+    h.device_uuid.data = (uint8_t *)opts->device_uuid;
+    h.device_uuid.len = 16;
+  } else {
+    h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL;
+  }
+  Graphd__Wire__Reply *rep = NULL;
+  graphd_status st = call_locked(c, &req, NULL, 0, &rep);
+  if (st != GRAPHD_OK) return fail_connect(c, st, errbuf, errlen);
+  if (rep->body_case != GRAPHD__WIRE__REPLY__BODY_HELLO) {
+    graphd__wire__reply__free_unpacked(rep, NULL);
+    return fail_connect(c, set_err(c, GRAPHD_DATA_LOSS, "graphd answered Hello with another message"),
+                        errbuf, errlen);
+  }
+  c->session_id = rep->hello->session_id;
+  if (rep->hello->device) {
+    copy_device(&c->device, rep->hello->device);
+    c->has_device = true;
+  }
+  graphd__wire__reply__free_unpacked(rep, NULL);
+  *out = c;
+  return GRAPHD_OK;
+}
+
+void graphd_close(graphd_client *c) {
+  if (!c) return;
+  if (c->fd >= 0) close(c->fd);
+  gd_frame_reader_close(&c->rd);
+  pthread_mutex_destroy(&c->lock);
+  free(c);
+}
+
+uint64_t graphd_session_id(const graphd_client *c) { return c->session_id; }
+
+const char *graphd_last_error(const graphd_client *c) { return c->err; }
+
+graphd_status graphd_ping(graphd_client *c, const void *payload, size_t len) {
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__Ping ping = GRAPHD__WIRE__PING__INIT;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_PING;
+  req.ping = &ping;
+  ping.payload.data = (uint8_t *)payload;
+  ping.payload.len = len;
+  pthread_mutex_lock(&c->lock);
+  Graphd__Wire__Reply *rep = NULL;
+  graphd_status st = call_locked(c, &req, NULL, 0, &rep);
+  if (st == GRAPHD_OK) {
+    if (rep->body_case != GRAPHD__WIRE__REPLY__BODY_PONG || rep->pong->payload.len != len ||
+        (len && memcmp(rep->pong->payload.data, payload, len) != 0))
+      st = set_err(c, GRAPHD_DATA_LOSS, "graphd's pong does not echo the ping payload");
+    graphd__wire__reply__free_unpacked(rep, NULL);
+  }
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__StatusRequest sreq = GRAPHD__WIRE__STATUS_REQUEST__INIT;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_STATUS;
+  req.status = &sreq;
+  *out = NULL;
+  pthread_mutex_lock(&c->lock);
+  Graphd__Wire__Reply *rep = NULL;
+  graphd_status st = call_locked(c, &req, NULL, 0, &rep);
+  if (st != GRAPHD_OK) goto exit;
+  if (rep->body_case != GRAPHD__WIRE__REPLY__BODY_STATUS) {
+    st = set_err(c, GRAPHD_DATA_LOSS, "graphd answered Status with another message");
+    goto exit;
+  }
+  Graphd__Wire__StatusReply *sr = rep->status;
+  graphd_daemon_status *s = calloc(1, sizeof *s);
+  if (!s || (sr->n_devices && !(s->devices = calloc(sr->n_devices, sizeof *s->devices)))) {
+    free(s);
+    st = set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    goto exit;
+  }
+  snprintf(s->version, sizeof s->version, "%s", sr->version ? sr->version : "");
+  s->uptime_ms = sr->uptime_ms;
+  s->pid = sr->pid;
+  s->sessions = sr->sessions;
+  s->ndevices = (uint32_t)sr->n_devices;
+  for (size_t i = 0; i < sr->n_devices; i++) copy_device(&s->devices[i], sr->devices[i]);
+  *out = s;
+exit:
+  if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+void graphd_daemon_status_free(graphd_daemon_status *s) {
+  if (!s) return;
+  free(s->devices);
+  free(s);
+}
+
+graphd_status graphd_session_device(const graphd_client *c, graphd_device_info *out) {
+  if (!c->has_device) return GRAPHD_FAILED_PRECONDITION;
+  *out = c->device;
+  return GRAPHD_OK;
+}
+
+void graphd_uuid_format(const uint8_t uuid[16], const char *prefix, char out[48]) {
+  gd_uuid_format(uuid, prefix, out);
+}
+
+graphd_status graphd_uuid_parse(const char *s, uint8_t uuid[16]) {
+  return gd_uuid_parse(s, uuid) == 0 ? GRAPHD_OK : GRAPHD_INVALID_ARGUMENT;
+}
+
+const char *graphd_version(void) { return GRAPHD_VERSION_STRING; }

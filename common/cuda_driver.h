@@ -1,0 +1,57 @@
+/* The CUDA driver, loaded at run time (DESIGN.md, Decisions 12).
+ *
+ * Nothing in graphd or libgraphd links libcuda: gd_cuda_load() dlopens
+ * libcuda.so.1 (or $GRAPHD_LIBCUDA, for tests) and resolves every entry
+ * point with cuGetProcAddress at the CUDA 13 ABI of the headers we build
+ * with. Each field has the prototype cuda.h gives its name, so calls read
+ * like plain driver calls: cu->cuInit(0).
+ *
+ * Thread-safe: the table is built once and never changes afterwards. */
+#ifndef GRAPHD_COMMON_CUDA_DRIVER_H
+#define GRAPHD_COMMON_CUDA_DRIVER_H
+
+#include <cuda.h>
+#include <stddef.h>
+
+#define GD_CUDA_MIN_DRIVER 13000
+
+/* Every driver entry point graphd uses. */
+#define GD_CUDA_FUNCS(X)                  \
+  X(cuInit)                               \
+  X(cuGetErrorName)                       \
+  X(cuGetErrorString)                     \
+  X(cuDeviceGetCount)                     \
+  X(cuDeviceGet)                          \
+  X(cuDeviceGetName)                      \
+  X(cuDeviceGetUuid)                      \
+  X(cuDeviceTotalMem)                     \
+  X(cuDeviceGetAttribute)                 \
+  X(cuDevicePrimaryCtxRetain)             \
+  X(cuDevicePrimaryCtxRelease)            \
+  X(cuCtxSetCurrent)                      \
+  X(cuCtxGetCurrent)                      \
+  X(cuCtxGetDevice)                       \
+  X(cuCtxSynchronize)                     \
+  X(cuMemGetInfo)
+
+typedef struct gd_cuda {
+  void *lib;
+  int driver_version; /* e.g. 13000 */
+#define GD_CUDA_FIELD_(name) __typeof__(&name) name;
+  GD_CUDA_FUNCS(GD_CUDA_FIELD_)
+#undef GD_CUDA_FIELD_
+} gd_cuda;
+
+/* Loads the driver once per process and returns the shared table.
+ * Returns 0; -GRAPHD_UNAVAILABLE when there is no driver (no libcuda, or
+ * cuInit finds no device); -GRAPHD_FAILED_PRECONDITION when the driver is
+ * older than CUDA 13 ("driver too old: need CUDA 13 ...") or lacks an entry
+ * point. err gets a one-line reason. A failure is remembered: later calls
+ * return the same result and message. cuInit(0) has been called on
+ * success. */
+int gd_cuda_load(const gd_cuda **out, char *err, size_t errlen);
+
+/* "CUDA_ERROR_X: description" for a CUresult, into buf. */
+const char *gd_cuda_strerror(const gd_cuda *cu, CUresult r, char *buf, size_t len);
+
+#endif

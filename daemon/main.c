@@ -1,0 +1,265 @@
+/* graphd: startup and shutdown.
+ *
+ * DESIGN: the main thread parses settings, picks the backend, enumerates
+ * devices and binds the socket, then becomes the loop thread (tag [loop]).
+ * From then on it never calls CUDA: device work belongs to the workers. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "../common/uuid.h"
+#include "backend.h"
+#include "graphd/status.h"
+#include "log.h"
+#include "options.h"
+#include "server.h"
+#include "version.h"
+#include "worker.h"
+
+#define DEFAULT_CONFIG "/etc/graphd/graphd.conf"
+#define EXIT_USAGE 2
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: graphd [options]\n"
+          "  --socket PATH         listening socket (default: $GRAPHD_SOCKET, else\n"
+          "                        /run/graphd/graphd.sock as root, else\n"
+          "                        $XDG_RUNTIME_DIR/graphd.sock)\n"
+          "  --socket-mode MODE    socket permissions, octal (default 0660)\n"
+          "  --socket-group NAME   group owning the socket\n"
+          "  --backend B           auto (default), cuda or host\n"
+          "  --host-devices N      serve N host devices (implies --backend host)\n"
+          "  --host-memory SIZE    memory per host device (default 1G)\n"
+          "  --devices LIST        serve only these GPUs: ordinals or UUIDs, comma-separated\n"
+          "  --max-frame SIZE      largest request frame accepted (default 4M)\n"
+          "  --admin-group NAME    group whose members may evict shared captures\n"
+          "                        (default graphd-admin)\n"
+          "  --ready-timeout SEC   head-of-line timeout for a client's ready flag\n"
+          "                        (default 60, 0 = never)\n"
+          "  --shutdown-grace SEC  how long shutdown waits for in-flight work (default 10)\n"
+          "  --log-level L         error, warn, info (default) or debug\n"
+          "  --config PATH         config file (default " DEFAULT_CONFIG " if present)\n"
+          "  --check-config        validate the settings, print them and exit\n"
+          "  --version             print the version and exit\n"
+          "  --help                this text\n");
+}
+
+enum { OPT_CONFIG = 1000, OPT_CHECK_CONFIG, OPT_VERSION, OPT_HELP };
+
+static const struct option long_opts[] = {
+    {"socket", required_argument, NULL, 0},
+    {"socket-mode", required_argument, NULL, 0},
+    {"socket-group", required_argument, NULL, 0},
+    {"backend", required_argument, NULL, 0},
+    {"host-devices", required_argument, NULL, 0},
+    {"host-memory", required_argument, NULL, 0},
+    {"devices", required_argument, NULL, 0},
+    {"max-frame", required_argument, NULL, 0},
+    {"admin-group", required_argument, NULL, 0},
+    {"ready-timeout", required_argument, NULL, 0},
+    {"shutdown-grace", required_argument, NULL, 0},
+    {"log-level", required_argument, NULL, 0},
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+/* Settings come from defaults, then the config file, then flags: the first
+ * pass finds --config, the second applies flags over the file. */
+static int parse_settings(int argc, char **argv, gd_options *o, int *check_only) {
+  const char *config = NULL;
+  char err[512];
+  int c, idx;
+  opterr = 0;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "", long_opts, &idx)) != -1) {
+    if (c == OPT_CONFIG) config = optarg;
+    if (c == OPT_VERSION) {
+      printf("graphd %s (protocol %u)\n", GRAPHD_VERSION_STRING, 1u);
+      exit(0);
+    }
+    if (c == OPT_HELP) {
+      usage(stdout);
+      exit(0);
+    }
+  }
+  options_defaults(o);
+  int rc = options_load_file(o, config ? config : DEFAULT_CONFIG, err, sizeof err);
+  if (rc < 0 && !(rc == -GRAPHD_NOT_FOUND && !config)) {
+    fprintf(stderr, "graphd: %s\n", err);
+    return -1;
+  }
+  opterr = 1;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "", long_opts, &idx)) != -1) {
+    if (c == 0) {
+      if (options_set(o, long_opts[idx].name, optarg, err, sizeof err) < 0) {
+        fprintf(stderr, "graphd: --%s\n", err);
+        return -1;
+      }
+    } else if (c == OPT_CHECK_CONFIG) {
+      *check_only = 1;
+    } else if (c == '?' || c == ':') {
+      usage(stderr);
+      return -1;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "graphd: unexpected argument '%s'\n", argv[optind]);
+    return -1;
+  }
+  if (o->host_devices && o->backend == GD_BACKEND_CUDA) {
+    fprintf(stderr, "graphd: --host-devices and --backend cuda contradict each other\n");
+    return -1;
+  }
+  if (o->host_devices && o->backend == GD_BACKEND_AUTO) o->backend = GD_BACKEND_HOST;
+  return 0;
+}
+
+static int open_backend(const gd_options *o, gd_backend **be) {
+  char err[512] = "";
+  int rc;
+  if (o->backend != GD_BACKEND_HOST) {
+    rc = backend_cuda_new(be, err, sizeof err);
+    if (rc == 0) return 0;
+    if (o->backend == GD_BACKEND_CUDA || rc != -GRAPHD_UNAVAILABLE) {
+      GD_LOG(GD_ERROR, "main", "cannot use CUDA: %s", err);
+      return rc;
+    }
+    GD_LOG(GD_WARN, "main", "%s; serving one host device instead (use --backend cuda to "
+           "make this fatal)", err);
+  }
+  rc = backend_host_new(o->host_devices ? o->host_devices : 1, o->host_memory, be, err,
+                        sizeof err);
+  if (rc < 0) GD_LOG(GD_ERROR, "main", "%s", err);
+  return rc;
+}
+
+/* Applies --devices: ordinals or UUIDs, in the order given. */
+static int select_devices(const gd_options *o, const gd_backend *be, int *idx, int *n) {
+  if (!o->devices[0]) {
+    for (int i = 0; i < be->ndevices; i++) idx[i] = i;
+    *n = be->ndevices;
+    return 0;
+  }
+  char list[sizeof o->devices];
+  snprintf(list, sizeof list, "%s", o->devices);
+  int k = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(list, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+    int found = -1;
+    uint8_t uuid[16];
+    char *end;
+    long ord = strtol(tok, &end, 10);
+    if (*tok && !*end) {
+      if (ord >= 0 && ord < be->ndevices) found = (int)ord;
+    } else if (gd_uuid_parse(tok, uuid) == 0) {
+      for (int i = 0; i < be->ndevices; i++)
+        if (memcmp(be->devices[i].uuid, uuid, 16) == 0) found = i;
+    }
+    if (found < 0) {
+      GD_LOG(GD_ERROR, "main", "--devices: no %s device '%s' (this node has %d)", be->name, tok,
+             be->ndevices);
+      return -GRAPHD_NOT_FOUND;
+    }
+    for (int j = 0; j < k; j++)
+      if (idx[j] == found) {
+        GD_LOG(GD_ERROR, "main", "--devices: '%s' is listed twice", tok);
+        return -GRAPHD_INVALID_ARGUMENT;
+      }
+    if (k >= be->ndevices) return -GRAPHD_INVALID_ARGUMENT;
+    idx[k++] = found;
+  }
+  if (k == 0) {
+    GD_LOG(GD_ERROR, "main", "--devices: the list is empty");
+    return -GRAPHD_INVALID_ARGUMENT;
+  }
+  *n = k;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  gd_options opt;
+  int check_only = 0;
+  int exit_code = 1;
+  gd_backend *be = NULL;
+  gd_server srv;
+  uv_loop_t loop;
+  int *idx = NULL;
+  int n = 0;
+  char err[512];
+
+  signal(SIGPIPE, SIG_IGN);
+  gd_log_init();
+  if (parse_settings(argc, argv, &opt, &check_only) < 0) return EXIT_USAGE;
+  gd_log_level = opt.log_level;
+  if (check_only) {
+    printf("graphd: configuration is valid\n");
+    options_print(&opt, STDOUT_FILENO);
+    return 0;
+  }
+  memset(&srv, 0, sizeof srv);
+  if (open_backend(&opt, &be) < 0) return 1;
+  idx = calloc((size_t)be->ndevices, sizeof *idx);
+  if (!idx || select_devices(&opt, be, idx, &n) < 0) goto exit;
+  srv.be = be;
+  srv.ndevices = n;
+  srv.facts = calloc((size_t)n, sizeof *srv.facts);
+  srv.counters = calloc((size_t)n, sizeof *srv.counters);
+  if (!srv.facts || !srv.counters) goto exit;
+  for (int i = 0; i < n; i++) {
+    const gd_device_facts *f = &be->devices[idx[i]];
+    srv.facts[i] = f;
+    GD_LOG(GD_INFO, "main", "device %d: %s, %s, %llu MiB, backend %s, MPS %s", i, f->name,
+           f->uuid_str, (unsigned long long)(f->total_memory >> 20), be->name,
+           f->mps_enabled ? "on" : "off");
+    if (strcmp(be->name, "cuda") == 0 && !f->mps_enabled)
+      GD_LOG(GD_WARN, "main",
+             "MPS is off on device %d (%s): every cross-process hand-off will cost about "
+             "300 us of GPU time-slicing; start nvidia-cuda-mps-control -d -M for speed",
+             i, f->uuid_str);
+  }
+  if (server_listen(&srv, &opt, err, sizeof err) < 0) {
+    GD_LOG(GD_ERROR, "main", "%s", err);
+    goto exit;
+  }
+  uv_loop_init(&loop);
+  gd_log_set_thread_tag("loop");
+  if (worker_pool_start(&srv.pool, &loop, be, idx, n) < 0) {
+    GD_LOG(GD_ERROR, "main", "no device could be opened; exiting");
+    worker_pool_stop(&srv.pool);
+    worker_pool_close(&srv.pool);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    server_cleanup(&srv);
+    goto exit_loop;
+  }
+  if (server_start(&srv, &loop) < 0) {
+    server_shutdown(&srv, "startup failed");
+    uv_run(&loop, UV_RUN_DEFAULT);
+    server_cleanup(&srv);
+    goto exit_loop;
+  }
+  GD_LOG(GD_INFO, "main", "graphd %s ready: %d device(s), pid %d", GRAPHD_VERSION_STRING, n,
+         (int)getpid());
+  uv_run(&loop, UV_RUN_DEFAULT);
+  server_cleanup(&srv);
+  GD_LOG(GD_INFO, "main", "stopped");
+  exit_code = 0;
+exit_loop:
+  if (uv_loop_close(&loop) != 0) GD_LOG(GD_WARN, "main", "loop closed with handles open");
+exit:
+  worker_pool_free(&srv.pool);
+  free(srv.facts);
+  free(srv.counters);
+  free(idx);
+  if (be) be->ops->destroy(be);
+  return exit_code;
+}

@@ -1,0 +1,193 @@
+/* Settings: defaults, the config file (parsed with inih) and flags share one
+ * setter, so every setting has one name, one parser and one error text. */
+#define _GNU_SOURCE
+#include "options.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/paths.h"
+#include "frame.h"
+#include "graphd/status.h"
+#include "log.h"
+
+void options_defaults(gd_options *o) {
+  memset(o, 0, sizeof *o);
+  if (gd_default_socket_path(o->socket_path, sizeof o->socket_path) < 0)
+    snprintf(o->socket_path, sizeof o->socket_path, "%s", GD_SYSTEM_SOCKET);
+  o->socket_mode = 0660;
+  o->backend = GD_BACKEND_AUTO;
+  o->host_memory = 1ull << 30;
+  o->max_frame = GD_FRAME_DEFAULT_MAX;
+  o->log_level = GD_INFO;
+  snprintf(o->admin_group, sizeof o->admin_group, "graphd-admin");
+  o->ready_timeout_s = 60;
+  o->shutdown_grace_s = 10;
+}
+
+int options_parse_size(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  if (!*s || *s == '-') return -1;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return -1;
+  unsigned shift = 0;
+  switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: return -1;
+  }
+  if (*end == 'i' || *end == 'B') end++;
+  if (*end == 'B') end++;
+  if (*end) return -1;
+  if (shift && v > (UINT64_MAX >> shift)) return -1;
+  *out = (uint64_t)v << shift;
+  return 0;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_seconds(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v) || v < 0 || v > 1e9) return -1;
+  *out = v;
+  return 0;
+}
+
+static int copy_str(char *dst, size_t cap, const char *v) {
+  size_t n = strlen(v);
+  if (n >= cap) return -1;
+  memcpy(dst, v, n + 1);
+  return 0;
+}
+
+#define BAD(...)                              \
+  do {                                        \
+    snprintf(err, errlen, __VA_ARGS__);       \
+    return -GRAPHD_INVALID_ARGUMENT;          \
+  } while (0)
+
+int options_set(gd_options *o, const char *key, const char *v, char *err, size_t errlen) {
+  long n;
+  uint64_t sz;
+  if (strcmp(key, "socket") == 0) {
+    if (!*v || copy_str(o->socket_path, sizeof o->socket_path, v) < 0)
+      BAD("socket: path must be 1 to %zu bytes", sizeof o->socket_path - 1);
+  } else if (strcmp(key, "socket-mode") == 0) {
+    char *end;
+    unsigned long m = strtoul(v, &end, 8);
+    if (!*v || *end || m > 0777) BAD("socket-mode: '%s' is not an octal mode like 0660", v);
+    o->socket_mode = (unsigned)m;
+  } else if (strcmp(key, "socket-group") == 0) {
+    if (copy_str(o->socket_group, sizeof o->socket_group, v) < 0) BAD("socket-group: too long");
+  } else if (strcmp(key, "backend") == 0) {
+    if (strcmp(v, "auto") == 0)
+      o->backend = GD_BACKEND_AUTO;
+    else if (strcmp(v, "cuda") == 0)
+      o->backend = GD_BACKEND_CUDA;
+    else if (strcmp(v, "host") == 0)
+      o->backend = GD_BACKEND_HOST;
+    else
+      BAD("backend: '%s' is not one of auto, cuda, host", v);
+  } else if (strcmp(key, "host-devices") == 0) {
+    if (parse_int(v, 1, 64, &n) < 0) BAD("host-devices: '%s' is not a number from 1 to 64", v);
+    o->host_devices = (int)n;
+  } else if (strcmp(key, "host-memory") == 0) {
+    if (options_parse_size(v, &sz) < 0 || sz < (1u << 20))
+      BAD("host-memory: '%s' is not a size of at least 1M (e.g. 512M, 4G)", v);
+    o->host_memory = sz;
+  } else if (strcmp(key, "devices") == 0) {
+    if (copy_str(o->devices, sizeof o->devices, v) < 0) BAD("devices: list too long");
+  } else if (strcmp(key, "max-frame") == 0) {
+    if (options_parse_size(v, &sz) < 0 || sz < GD_FRAME_MIN_MAX || sz > GD_FRAME_LIMIT)
+      BAD("max-frame: '%s' must be a size from %u to %u bytes", v, GD_FRAME_MIN_MAX,
+          GD_FRAME_LIMIT);
+    o->max_frame = (uint32_t)sz;
+  } else if (strcmp(key, "log-level") == 0) {
+    int l = gd_log_parse_level(v);
+    if (l < 0) BAD("log-level: '%s' is not one of error, warn, info, debug", v);
+    o->log_level = l;
+  } else if (strcmp(key, "admin-group") == 0) {
+    if (copy_str(o->admin_group, sizeof o->admin_group, v) < 0) BAD("admin-group: too long");
+  } else if (strcmp(key, "ready-timeout") == 0) {
+    if (parse_seconds(v, &o->ready_timeout_s) < 0)
+      BAD("ready-timeout: '%s' is not a number of seconds (0 = never)", v);
+  } else if (strcmp(key, "shutdown-grace") == 0) {
+    if (parse_seconds(v, &o->shutdown_grace_s) < 0)
+      BAD("shutdown-grace: '%s' is not a number of seconds", v);
+  } else {
+    BAD("unknown setting '%s'", key);
+  }
+  return 0;
+}
+
+typedef struct ini_ctx {
+  gd_options *o;
+  char msg[256];
+  int failed;
+} ini_ctx;
+
+/* inih reports the line of the first handler that returns 0; the message
+ * is kept here and prefixed with "path:line" once parsing stops. */
+static int ini_cb(void *user, const char *section, const char *name, const char *value) {
+  ini_ctx *c = user;
+  if (c->failed) return 1;
+  if (section[0] && strcmp(section, "graphd") != 0) {
+    snprintf(c->msg, sizeof c->msg, "unknown section [%s] (settings go in [graphd])", section);
+    c->failed = 1;
+    return 0;
+  }
+  if (options_set(c->o, name, value ? value : "", c->msg, sizeof c->msg) < 0) {
+    c->failed = 1;
+    return 0;
+  }
+  return 1;
+}
+
+int options_load_file(gd_options *o, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(err, errlen, "cannot read config %s: %s", path, strerror(errno));
+    return errno == ENOENT ? -GRAPHD_NOT_FOUND : -GRAPHD_PERMISSION_DENIED;
+  }
+  ini_ctx c = {.o = o};
+  int rc = ini_parse_file(f, ini_cb, &c);
+  fclose(f);
+  if (c.failed) {
+    snprintf(err, errlen, "%s:%d: %s", path, rc, c.msg);
+    return -GRAPHD_INVALID_ARGUMENT;
+  }
+  if (rc != 0) {
+    snprintf(err, errlen, "%s:%d: syntax error", path, rc);
+    return -GRAPHD_INVALID_ARGUMENT;
+  }
+  return 0;
+}
+
+void options_print(const gd_options *o, int fd) {
+  static const char *const backends[] = {"auto", "cuda", "host"};
+  static const char *const levels[] = {"error", "warn", "info", "debug"};
+  dprintf(fd,
+          "socket = %s\nsocket-mode = %04o\nsocket-group = %s\nbackend = %s\n"
+          "host-devices = %d\nhost-memory = %llu\ndevices = %s\nmax-frame = %u\n"
+          "log-level = %s\nadmin-group = %s\nready-timeout = %g\nshutdown-grace = %g\n",
+          o->socket_path, o->socket_mode, o->socket_group, backends[o->backend],
+          o->host_devices, (unsigned long long)o->host_memory, o->devices, o->max_frame,
+          levels[o->log_level], o->admin_group, o->ready_timeout_s, o->shutdown_grace_s);
+}

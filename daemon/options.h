@@ -1,0 +1,46 @@
+/* The daemon's settings, from defaults, then the config file, then the
+ * command line. Read-only once the loop runs. */
+#ifndef GRAPHD_OPTIONS_H
+#define GRAPHD_OPTIONS_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+enum gd_backend_choice { GD_BACKEND_AUTO = 0, GD_BACKEND_CUDA, GD_BACKEND_HOST };
+
+typedef struct gd_options {
+  char socket_path[108];   /* sun_path size */
+  unsigned socket_mode;    /* default 0660 */
+  char socket_group[64];   /* empty: leave the group as created */
+  int backend;             /* enum gd_backend_choice */
+  int host_devices;        /* 0: not asked for */
+  uint64_t host_memory;    /* bytes per host device */
+  char devices[512];       /* --devices filter: ordinals or UUIDs, comma-separated */
+  uint32_t max_frame;      /* payload cap in bytes */
+  int log_level;
+  char admin_group[64];    /* members may use admin-only control requests */
+  double ready_timeout_s;  /* head-of-line ready timeout; 0 = never */
+  double shutdown_grace_s; /* how long shutdown waits for in-flight work */
+} gd_options;
+
+#include <stddef.h>
+
+/* Fills in the built-in defaults. */
+void options_defaults(gd_options *o);
+
+/* Sets one setting by its long flag name ("socket", "max-frame", …), the
+ * same names the config file uses. Returns 0, or -GRAPHD_INVALID_ARGUMENT
+ * with err naming the setting and the accepted values. */
+int options_set(gd_options *o, const char *key, const char *value, char *err, size_t errlen);
+
+/* Reads an INI config file (settings in a [graphd] section, or before any
+ * section). Returns 0; -GRAPHD_NOT_FOUND when the file does not exist;
+ * -GRAPHD_INVALID_ARGUMENT with err giving "path:line: reason". */
+int options_load_file(gd_options *o, const char *path, char *err, size_t errlen);
+
+/* Parses "123", "64K", "4M", "2G" (powers of 1024). Returns 0 or -1. */
+int options_parse_size(const char *s, uint64_t *out);
+
+/* Writes the effective settings, one "key = value" per line. */
+void options_print(const gd_options *o, int fd);
+#endif

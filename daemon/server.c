@@ -1,0 +1,247 @@
+/* See server.h. DESIGN: loop thread only, except server_listen(), which runs
+ * on the main thread before the loop starts. */
+#define _GNU_SOURCE
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include "graphd/status.h"
+#include "log.h"
+#include "check.h"
+#include "session.h"
+
+static int set_nonblock_cloexec(int fd) {
+  int fl = fcntl(fd, F_GETFL);
+  if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return -1;
+  int fdfl = fcntl(fd, F_GETFD);
+  if (fdfl < 0 || fcntl(fd, F_SETFD, fdfl | FD_CLOEXEC) < 0) return -1;
+  return 0;
+}
+
+/* A socket file is live when something accepts a connection on it. */
+static int probe_existing(const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (lstat(path, &st) < 0) {
+    if (errno == ENOENT) return 0;
+    snprintf(err, errlen, "cannot inspect %s: %s", path, strerror(errno));
+    return -GRAPHD_FAILED_PRECONDITION;
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    snprintf(err, errlen, "%s exists and is not a socket; refusing to replace it", path);
+    return -GRAPHD_ALREADY_EXISTS;
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(err, errlen, "socket: %s", strerror(errno));
+    return -GRAPHD_INTERNAL;
+  }
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+  int e = errno;
+  close(fd);
+  if (rc == 0) {
+    snprintf(err, errlen, "%s is in use by a running graphd; stop it first or choose --socket",
+             path);
+    return -GRAPHD_ALREADY_EXISTS;
+  }
+  if (e != ECONNREFUSED) {
+    snprintf(err, errlen, "cannot tell whether %s is in use: %s", path, strerror(e));
+    return -GRAPHD_FAILED_PRECONDITION;
+  }
+  GD_LOG(GD_INFO, "server", "replacing stale socket %s left by a daemon that is gone", path);
+  if (unlink(path) < 0 && errno != ENOENT) {
+    snprintf(err, errlen, "cannot remove stale socket %s: %s", path, strerror(errno));
+    return -GRAPHD_PERMISSION_DENIED;
+  }
+  return 0;
+}
+
+static int own_socket(gd_server *s, const gd_options *opt, char *err, size_t errlen) {
+  const char *path = opt->socket_path;
+  if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+    snprintf(err, errlen, "socket path %s is too long", path);
+    return -GRAPHD_INVALID_ARGUMENT;
+  }
+  int rc = probe_existing(path, err, errlen);
+  if (rc < 0) return rc;
+  char dir[sizeof s->socket_path];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *d = dirname(dir);
+  if (mkdir(d, 0755) < 0 && errno != EEXIST) {
+    snprintf(err, errlen, "cannot create %s: %s", d, strerror(errno));
+    return -GRAPHD_PERMISSION_DENIED;
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    snprintf(err, errlen, "socket: %s", strerror(errno));
+    return -GRAPHD_INTERNAL;
+  }
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  /* Bind with a tight umask so the socket is never briefly wider than asked. */
+  mode_t old = umask(0177);
+  rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+  int e = errno;
+  umask(old);
+  if (rc < 0) {
+    snprintf(err, errlen, "cannot bind %s: %s", path, strerror(e));
+    close(fd);
+    return e == EADDRINUSE ? -GRAPHD_ALREADY_EXISTS : -GRAPHD_PERMISSION_DENIED;
+  }
+  if (opt->socket_group[0]) {
+    struct group gr, *res = NULL;
+    char buf[4096];
+    if (getgrnam_r(opt->socket_group, &gr, buf, sizeof buf, &res) != 0 || !res) {
+      snprintf(err, errlen, "socket group %s does not exist", opt->socket_group);
+      goto fail_unlink;
+    }
+    if (chown(path, (uid_t)-1, gr.gr_gid) < 0) {
+      snprintf(err, errlen, "cannot give %s to group %s: %s", path, opt->socket_group,
+               strerror(errno));
+      goto fail_unlink;
+    }
+  }
+  if (chmod(path, opt->socket_mode) < 0) {
+    snprintf(err, errlen, "cannot chmod %s: %s", path, strerror(errno));
+    goto fail_unlink;
+  }
+  if (listen(fd, 128) < 0) {
+    snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(errno));
+    goto fail_unlink;
+  }
+  s->listen_fd = fd;
+  s->listen_inherited = false;
+  snprintf(s->socket_path, sizeof s->socket_path, "%s", path);
+  return 0;
+
+fail_unlink:
+  unlink(path);
+  close(fd);
+  return -GRAPHD_PERMISSION_DENIED;
+}
+
+int server_listen(gd_server *s, const gd_options *opt, char *err, size_t errlen) {
+  s->opt = opt;
+  s->listen_fd = -1;
+  s->euid = geteuid();
+  int n = sd_listen_fds(1);
+  if (n < 0) {
+    snprintf(err, errlen, "LISTEN_FDS is malformed: %s", strerror(-n));
+    return -GRAPHD_INVALID_ARGUMENT;
+  }
+  if (n == 0) return own_socket(s, opt, err, errlen);
+  if (n > 1) {
+    snprintf(err, errlen, "systemd passed %d sockets; graphd.socket must pass exactly one", n);
+    return -GRAPHD_INVALID_ARGUMENT;
+  }
+  int fd = SD_LISTEN_FDS_START;
+  if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0) {
+    snprintf(err, errlen, "the socket systemd passed is not a listening Unix stream socket");
+    return -GRAPHD_INVALID_ARGUMENT;
+  }
+  if (set_nonblock_cloexec(fd) < 0) {
+    snprintf(err, errlen, "cannot configure the inherited socket: %s", strerror(errno));
+    return -GRAPHD_INTERNAL;
+  }
+  struct sockaddr_un a;
+  socklen_t al = sizeof a;
+  memset(&a, 0, sizeof a);
+  if (getsockname(fd, (struct sockaddr *)&a, &al) == 0 && a.sun_path[0])
+    snprintf(s->socket_path, sizeof s->socket_path, "%s", a.sun_path);
+  else
+    snprintf(s->socket_path, sizeof s->socket_path, "(inherited)");
+  s->listen_fd = fd;
+  s->listen_inherited = true;
+  return 0;
+}
+
+static void accept_cb(uv_poll_t *h, int status, int events) {
+  gd_server *s = h->data;
+  (void)events;
+  if (status < 0) {
+    GD_LOG(GD_WARN, "server", "listener poll: %s", uv_strerror(status));
+    return;
+  }
+  for (int i = 0; i < 64 && !s->shutting_down; i++) {
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      GD_LOG(GD_WARN, "server", "accept: %s", strerror(errno));
+      return;
+    }
+    gd_session *sess;
+    (void)session_new(s, fd, &sess);
+  }
+}
+
+static void signal_cb(uv_signal_t *h, int signum) {
+  gd_server *s = h->data;
+  server_shutdown(s, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+int server_start(gd_server *s, uv_loop_t *loop) {
+  int rc = 0;
+  s->loop = loop;
+  s->start_ns = gd_now_ns();
+  UV_CHECK_GOTO(uv_poll_init(loop, &s->listen_poll, s->listen_fd), GRAPHD_INTERNAL, exit);
+  s->listen_poll.data = s;
+  UV_CHECK_GOTO(uv_poll_start(&s->listen_poll, UV_READABLE, accept_cb), GRAPHD_INTERNAL, exit);
+  s->listen_active = true;
+  UV_CHECK_GOTO(uv_signal_init(loop, &s->sig_term), GRAPHD_INTERNAL, exit);
+  UV_CHECK_GOTO(uv_signal_init(loop, &s->sig_int), GRAPHD_INTERNAL, exit);
+  s->sig_term.data = s->sig_int.data = s;
+  UV_CHECK_GOTO(uv_signal_start(&s->sig_term, signal_cb, SIGTERM), GRAPHD_INTERNAL, exit);
+  UV_CHECK_GOTO(uv_signal_start(&s->sig_int, signal_cb, SIGINT), GRAPHD_INTERNAL, exit);
+  GD_LOG(GD_INFO, "server", "listening on %s%s", s->socket_path,
+         s->listen_inherited ? " (socket from systemd)" : "");
+exit:
+  return rc;
+}
+
+static void listen_close_cb(uv_handle_t *h) {
+  gd_server *s = h->data;
+  close(s->listen_fd);
+  s->listen_fd = -1;
+}
+
+void server_shutdown(gd_server *s, const char *why) {
+  if (s->shutting_down) return;
+  s->shutting_down = true;
+  GD_LOG(GD_INFO, "server", "shutting down (%s): %llu sessions open",
+         why, (unsigned long long)s->nsessions);
+  if (s->listen_active) {
+    s->listen_active = false;
+    uv_poll_stop(&s->listen_poll);
+    uv_close((uv_handle_t *)&s->listen_poll, listen_close_cb);
+  }
+  /* No new requests; what is in flight finishes or fails with UNAVAILABLE. */
+  for (gd_session *x = s->sessions, *next; x; x = next) {
+    next = x->next;
+    session_stop_reading(x);
+  }
+  worker_pool_stop(&s->pool);
+  while (s->sessions) session_close(s->sessions, "daemon shutting down");
+  worker_pool_close(&s->pool);
+  if (s->on_shutdown) s->on_shutdown(s);
+  uv_close((uv_handle_t *)&s->sig_term, NULL);
+  uv_close((uv_handle_t *)&s->sig_int, NULL);
+}
+
+void server_cleanup(gd_server *s) {
+  if (!s->listen_inherited && s->socket_path[0]) {
+    if (unlink(s->socket_path) < 0 && errno != ENOENT)
+      GD_LOG(GD_WARN, "server", "cannot remove %s: %s", s->socket_path, strerror(errno));
+  }
+}

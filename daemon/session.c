@@ -1,0 +1,317 @@
+/* See session.h for the threading design (loop thread only). */
+#define _GNU_SOURCE
+#include "session.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+#include "graphd/status.h"
+#include "log.h"
+#include "server.h"
+#include "wire.h"
+
+#define READS_PER_WAKEUP 16
+#define MAX_QUEUED_OUTPUT (64u << 20)
+
+static void update_poll(gd_session *s);
+
+void session_ref(gd_session *s) { s->refs++; }
+
+void session_unref(gd_session *s) {
+  if (--s->refs > 0) return;
+  gd_frame_reader_close(&s->rd);
+  for (gd_outbuf *b = s->out_head, *n; b; b = n) {
+    n = b->next;
+    free(b);
+  }
+  free(s);
+}
+
+static void close_cb(uv_handle_t *h) {
+  gd_session *s = h->data;
+  close(s->fd);
+  s->fd = -1;
+  session_unref(s);
+}
+
+/* Writes what the socket takes now. Returns 0, or -1 when the peer is gone. */
+static int flush(gd_session *s) {
+  while (s->out_head) {
+    gd_outbuf *b = s->out_head;
+    ssize_t n = send(s->fd, b->data + b->off, b->len - b->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+      return -1;
+    }
+    b->off += (size_t)n;
+    s->out_bytes -= (size_t)n;
+    if (b->off < b->len) continue;
+    s->out_head = b->next;
+    if (!s->out_head) s->out_tail = NULL;
+    free(b);
+  }
+  return 0;
+}
+
+void session_close(gd_session *s, const char *why) {
+  if (s->closing) return;
+  s->closing = true;
+  if (s->fd >= 0 && s->out_head) (void)flush(s); /* best effort */
+  GD_LOG(GD_DEBUG, "session", "session %llu (pid %d uid %u) closed: %s",
+         (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid, why);
+  gd_server *srv = s->srv;
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    srv->sessions = s->next;
+  if (s->next) s->next->prev = s->prev;
+  s->prev = s->next = NULL;
+  srv->nsessions--;
+  if (s->kind == GD_SESSION_DATA && s->device >= 0) srv->counters[s->device].sessions--;
+  uv_poll_stop(&s->poll);
+  uv_close((uv_handle_t *)&s->poll, close_cb);
+}
+
+void session_close_after_flush(gd_session *s) {
+  s->close_after_flush = true;
+  if (!s->out_head)
+    session_close(s, "closed by the daemon");
+  else
+    update_poll(s);
+}
+
+void session_stop_reading(gd_session *s) {
+  s->close_after_flush = true; /* reads nothing more; closes once replies are out */
+  if (!s->busy && !s->out_head)
+    session_close(s, "daemon shutting down");
+  else
+    update_poll(s);
+}
+
+static void queue_frame(gd_session *s, uint8_t *frame, size_t len) {
+  gd_outbuf *b = malloc(sizeof *b + len);
+  if (!b) {
+    free(frame);
+    session_close(s, "out of memory queueing a reply");
+    return;
+  }
+  memcpy(b->data, frame, len);
+  free(frame);
+  b->len = len;
+  b->off = 0;
+  b->next = NULL;
+  if (s->out_tail)
+    s->out_tail->next = b;
+  else
+    s->out_head = b;
+  s->out_tail = b;
+  s->out_bytes += len;
+  if (s->out_bytes > MAX_QUEUED_OUTPUT) {
+    session_close(s, "client does not read its replies");
+    return;
+  }
+  if (flush(s) < 0) {
+    session_close(s, "peer went away while we replied");
+    return;
+  }
+  if (s->close_after_flush && !s->out_head && !s->busy) {
+    session_close(s, "closed by the daemon");
+    return;
+  }
+  update_poll(s);
+}
+
+void session_reply(gd_session *s, Graphd__Wire__Reply *r) {
+  if (s->closing) return;
+  uint8_t *frame;
+  size_t len;
+  int rc = gd_wire_pack_reply(r, s->srv->opt->max_frame, &frame, &len);
+  if (rc < 0) {
+    /* The reply itself is too large: say so instead. */
+    Graphd__Wire__Reply e = GRAPHD__WIRE__REPLY__INIT;
+    e.request_id = r->request_id;
+    e.code = GRAPHD_RESOURCE_EXHAUSTED;
+    e.message = "the reply is larger than the frame cap (--max-frame)";
+    if (gd_wire_pack_reply(&e, s->srv->opt->max_frame, &frame, &len) < 0) {
+      session_close(s, "cannot encode a reply");
+      return;
+    }
+  }
+  queue_frame(s, frame, len);
+}
+
+void session_reply_error(gd_session *s, uint64_t request_id, int code, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
+  r.request_id = request_id;
+  r.code = (uint32_t)(code < 0 ? -code : code);
+  r.message = msg;
+  GD_LOG(GD_DEBUG, "session", "session %llu request %llu: %s: %s", (unsigned long long)s->id,
+         (unsigned long long)request_id, graphd_status_name(code), msg);
+  session_reply(s, &r);
+}
+
+static void close_fds(int *fds, int n) {
+  for (int i = 0; i < n; i++) close(fds[i]);
+}
+
+static void handle_frame(gd_session *s, gd_frame *f) {
+  Graphd__Wire__Request *req = graphd__wire__request__unpack(NULL, f->len, f->data);
+  if (!req) {
+    close_fds(f->fds, f->nfds);
+    session_reply_error(s, 0, GRAPHD_INVALID_ARGUMENT,
+                        "malformed request: %zu bytes are not a valid Request message", f->len);
+    return;
+  }
+  if (req->nfds != (uint32_t)f->nfds) {
+    close_fds(f->fds, f->nfds);
+    session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
+                        "request declares %u file descriptors but %d arrived with it; "
+                        "closing the session",
+                        req->nfds, f->nfds);
+    graphd__wire__request__free_unpacked(req, NULL);
+    session_close_after_flush(s);
+    return;
+  }
+  dispatch_request(s, req, f->fds, f->nfds);
+}
+
+/* Decodes buffered frames while no request is in flight. */
+static void process(gd_session *s) {
+  while (!s->busy && !s->closing && !s->close_after_flush) {
+    gd_frame f;
+    int r = gd_frame_reader_next(&s->rd, &f);
+    if (r == 0) break;
+    if (r < 0) {
+      session_reply_error(s, 0, GRAPHD_RESOURCE_EXHAUSTED,
+                          "frame of %u bytes is over the %u-byte cap (--max-frame); "
+                          "closing the session",
+                          gd_frame_reader_pending_len(&s->rd), (unsigned)s->rd.max_frame);
+      session_close_after_flush(s);
+      break;
+    }
+    handle_frame(s, &f);
+  }
+}
+
+static void on_readable(gd_session *s) {
+  for (int i = 0; i < READS_PER_WAKEUP && !s->busy && !s->closing && !s->close_after_flush;
+       i++) {
+    ssize_t n = gd_frame_reader_recv(&s->rd, s->fd);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+      if (errno == EMSGSIZE) {
+        session_reply_error(s, 0, GRAPHD_RESOURCE_EXHAUSTED,
+                            "more than %d file descriptors sent at once; closing the session",
+                            GD_FRAME_MAX_FDS);
+        session_close_after_flush(s);
+      } else {
+        session_close(s, strerror(errno));
+      }
+      return;
+    }
+    if (n == 0) {
+      session_close(s, "peer closed the connection");
+      return;
+    }
+    process(s);
+  }
+}
+
+static void poll_cb(uv_poll_t *h, int status, int events) {
+  gd_session *s = h->data;
+  if (s->closing) return;
+  if (status < 0) {
+    session_close(s, uv_strerror(status));
+    return;
+  }
+  if (events & UV_WRITABLE) {
+    if (flush(s) < 0) {
+      session_close(s, "peer went away while we replied");
+      return;
+    }
+    if (s->close_after_flush && !s->out_head && !s->busy) {
+      session_close(s, "closed by the daemon");
+      return;
+    }
+  }
+  if (events & UV_READABLE) on_readable(s);
+  if (!s->closing) update_poll(s);
+}
+
+static void update_poll(gd_session *s) {
+  if (s->closing) return;
+  int ev = 0;
+  if (!s->busy && !s->close_after_flush) ev |= UV_READABLE;
+  if (s->out_head) ev |= UV_WRITABLE;
+  if (ev == s->poll_events) return;
+  s->poll_events = ev;
+  if (ev)
+    uv_poll_start(&s->poll, ev, poll_cb);
+  else
+    uv_poll_stop(&s->poll);
+}
+
+void session_request_done(gd_session *s) {
+  s->busy = false;
+  if (s->closing) return;
+  if (s->close_after_flush && !s->out_head) {
+    session_close(s, "closed by the daemon");
+    return;
+  }
+  process(s);
+  update_poll(s);
+}
+
+int session_new(gd_server *srv, int fd, gd_session **out) {
+  gd_session *s = calloc(1, sizeof *s);
+  if (!s) {
+    close(fd);
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  struct ucred cred;
+  socklen_t cl = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0) {
+    GD_LOG(GD_WARN, "session", "SO_PEERCRED failed: %s; refusing the connection",
+           strerror(errno));
+    close(fd);
+    free(s);
+    return -GRAPHD_PERMISSION_DENIED;
+  }
+  int rc = uv_poll_init(srv->loop, &s->poll, fd);
+  if (rc < 0) {
+    GD_LOG(GD_WARN, "session", "uv_poll_init: %s", uv_strerror(rc));
+    close(fd);
+    free(s);
+    return -GRAPHD_INTERNAL;
+  }
+  s->poll.data = s;
+  s->srv = srv;
+  s->fd = fd;
+  s->uid = cred.uid;
+  s->gid = cred.gid;
+  s->pid = cred.pid;
+  s->device = -1;
+  s->refs = 1;
+  s->id = ++srv->next_session_id;
+  gd_frame_reader_init(&s->rd, srv->opt->max_frame);
+  s->next = srv->sessions;
+  if (srv->sessions) srv->sessions->prev = s;
+  srv->sessions = s;
+  srv->nsessions++;
+  update_poll(s);
+  GD_LOG(GD_DEBUG, "session", "session %llu accepted from pid %d uid %u",
+         (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid);
+  *out = s;
+  return 0;
+}

@@ -1,0 +1,210 @@
+/* See worker.h for the threading design. */
+#define _GNU_SOURCE
+#include "worker.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "graphd/status.h"
+#include "log.h"
+
+uint64_t gd_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Hands a finished job to the loop. Any thread. */
+static void complete(gd_pool *p, gd_job *j) {
+  j->next = NULL;
+  pthread_mutex_lock(&p->lock);
+  if (p->done_tail)
+    p->done_tail->next = j;
+  else
+    p->done_head = j;
+  p->done_tail = j;
+  pthread_mutex_unlock(&p->lock);
+  uv_async_send(&p->async);
+}
+
+static void fail_unrun(gd_job *j, const char *why) {
+  j->ran = false;
+  j->status = -GRAPHD_UNAVAILABLE;
+  snprintf(j->msg, sizeof j->msg, "%s", why);
+}
+
+static void drain_cb(uv_async_t *a) {
+  gd_pool *p = a->data;
+  pthread_mutex_lock(&p->lock);
+  gd_job *j = p->done_head;
+  p->done_head = p->done_tail = NULL;
+  pthread_mutex_unlock(&p->lock);
+  while (j) {
+    gd_job *next = j->next;
+    j->done(j);
+    j = next;
+  }
+}
+
+static void *worker_main(void *arg) {
+  gd_worker *w = arg;
+  gd_pool *p = w->pool;
+  char tag[16];
+  snprintf(tag, sizeof tag, "%s%d", strcmp(w->be->name, "cuda") == 0 ? "gpu" : "host", w->index);
+  gd_log_set_thread_tag(tag);
+  pthread_setname_np(pthread_self(), tag);
+
+  char err[256] = "";
+  int rc = w->be->ops->device_open(w->be, w->backend_index, &w->dev, err, sizeof err);
+  if (rc < 0) {
+    snprintf(w->fail_msg, sizeof w->fail_msg, "device %d (%s) could not be opened: %s", w->index,
+             w->be->devices[w->backend_index].uuid_str, err);
+    GD_LOG(GD_ERROR, "worker", "%s", w->fail_msg);
+    atomic_store(&w->state, GD_WORKER_FAILED);
+  } else {
+    atomic_store(&w->state, GD_WORKER_OK);
+    GD_LOG(GD_INFO, "worker", "serving device %d: %s %s", w->index,
+           w->be->devices[w->backend_index].name, w->be->devices[w->backend_index].uuid_str);
+  }
+  atomic_store(&w->heartbeat_ns, gd_now_ns());
+  pthread_mutex_lock(&p->start_lock);
+  atomic_fetch_add(&p->started, 1);
+  pthread_cond_broadcast(&p->start_cond);
+  pthread_mutex_unlock(&p->start_lock);
+
+  for (;;) {
+    pthread_mutex_lock(&w->lock);
+    while (!w->head && !w->stopping) pthread_cond_wait(&w->cond, &w->lock);
+    gd_job *j = w->head;
+    if (j) {
+      w->head = j->next;
+      if (!w->head) w->tail = NULL;
+    }
+    bool stopping = w->stopping;
+    pthread_mutex_unlock(&w->lock);
+    if (!j) break; /* stopping with an empty queue */
+    atomic_store(&w->heartbeat_ns, gd_now_ns());
+    if (stopping) {
+      fail_unrun(j, "graphd is shutting down; the request was not run");
+    } else if (atomic_load(&w->state) != GD_WORKER_OK) {
+      fail_unrun(j, w->fail_msg);
+    } else {
+      atomic_store(&w->busy, 1);
+      j->ran = true;
+      j->status = 0;
+      j->msg[0] = '\0';
+      j->run(w, j);
+      atomic_store(&w->busy, 0);
+    }
+    atomic_store(&w->heartbeat_ns, gd_now_ns());
+    complete(p, j);
+  }
+  if (w->dev) w->be->ops->device_close(w->be, w->dev);
+  w->dev = NULL;
+  GD_LOG(GD_DEBUG, "worker", "stopped");
+  return NULL;
+}
+
+int worker_pool_start(gd_pool *p, uv_loop_t *loop, gd_backend *be, const int *idx, int n) {
+  memset(p, 0, sizeof *p);
+  p->loop = loop;
+  p->n = n;
+  p->workers = calloc((size_t)n, sizeof *p->workers);
+  if (!p->workers) return -GRAPHD_RESOURCE_EXHAUSTED;
+  pthread_mutex_init(&p->lock, NULL);
+  pthread_mutex_init(&p->start_lock, NULL);
+  pthread_cond_init(&p->start_cond, NULL);
+  int rc = uv_async_init(loop, &p->async, drain_cb);
+  if (rc < 0) {
+    GD_LOG(GD_ERROR, "worker", "uv_async_init: %s", uv_strerror(rc));
+    return -GRAPHD_INTERNAL;
+  }
+  p->async.data = p;
+  int launched = 0;
+  for (int i = 0; i < n; i++) {
+    gd_worker *w = &p->workers[i];
+    w->index = i;
+    w->be = be;
+    w->backend_index = idx[i];
+    w->pool = p;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cond, NULL);
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+      snprintf(w->fail_msg, sizeof w->fail_msg, "device %d: cannot start its worker thread", i);
+      atomic_store(&w->state, GD_WORKER_FAILED);
+      GD_LOG(GD_ERROR, "worker", "%s", w->fail_msg);
+      continue;
+    }
+    w->thread_started = true;
+    launched++;
+  }
+  pthread_mutex_lock(&p->start_lock);
+  while (atomic_load(&p->started) < launched) pthread_cond_wait(&p->start_cond, &p->start_lock);
+  pthread_mutex_unlock(&p->start_lock);
+  int ok = 0;
+  for (int i = 0; i < n; i++) ok += atomic_load(&p->workers[i].state) == GD_WORKER_OK;
+  return ok > 0 ? 0 : -GRAPHD_UNAVAILABLE;
+}
+
+void worker_submit(gd_worker *w, gd_job *j) {
+  j->worker = w;
+  j->next = NULL;
+  pthread_mutex_lock(&w->lock);
+  bool refuse = w->stopping || !w->thread_started;
+  if (!refuse) {
+    if (w->tail)
+      w->tail->next = j;
+    else
+      w->head = j;
+    w->tail = j;
+    pthread_cond_signal(&w->cond);
+  }
+  pthread_mutex_unlock(&w->lock);
+  if (refuse) {
+    fail_unrun(j, w->thread_started ? "graphd is shutting down; the request was not run"
+                                    : w->fail_msg);
+    complete(w->pool, j);
+  }
+}
+
+void worker_pool_stop(gd_pool *p) {
+  for (int i = 0; i < p->n; i++) {
+    gd_worker *w = &p->workers[i];
+    pthread_mutex_lock(&w->lock);
+    w->stopping = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+  }
+  for (int i = 0; i < p->n; i++) {
+    gd_worker *w = &p->workers[i];
+    if (w->thread_started) pthread_join(w->thread, NULL);
+    w->thread_started = false;
+  }
+  drain_cb(&p->async);
+}
+
+void worker_pool_close(gd_pool *p) {
+  if (!uv_is_closing((uv_handle_t *)&p->async)) uv_close((uv_handle_t *)&p->async, NULL);
+}
+
+int worker_pool_stuck(gd_pool *p, uint64_t stale_ns) {
+  uint64_t now = gd_now_ns();
+  int stuck = 0;
+  for (int i = 0; i < p->n; i++) {
+    gd_worker *w = &p->workers[i];
+    if (atomic_load(&w->busy) && now - atomic_load(&w->heartbeat_ns) > stale_ns) stuck++;
+  }
+  return stuck;
+}
+
+void worker_pool_free(gd_pool *p) {
+  for (int i = 0; p->workers && i < p->n; i++) {
+    pthread_mutex_destroy(&p->workers[i].lock);
+    pthread_cond_destroy(&p->workers[i].cond);
+  }
+  free(p->workers);
+  p->workers = NULL;
+  p->n = 0;
+}

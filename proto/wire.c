@@ -1,0 +1,34 @@
+#include "wire.h"
+
+#include <stdlib.h>
+
+#include "frame.h"
+#include "graphd/status.h"
+
+static int pack_frame(const ProtobufCMessage *m, size_t max_payload, uint8_t **frame,
+                      size_t *frame_len) {
+  size_t n = protobuf_c_message_get_packed_size(m);
+  if (n > max_payload || n > UINT32_MAX) return -GRAPHD_INVALID_ARGUMENT;
+  uint8_t *buf = malloc(GD_FRAME_HEADER + n + 1);
+  if (!buf) return -GRAPHD_RESOURCE_EXHAUSTED;
+  gd_frame_put_header(buf, (uint32_t)n);
+  protobuf_c_message_pack(m, buf + GD_FRAME_HEADER);
+  *frame = buf;
+  *frame_len = GD_FRAME_HEADER + n;
+  return 0;
+}
+
+int gd_wire_pack_request(const Graphd__Wire__Request *m, size_t max_payload, uint8_t **frame,
+                         size_t *frame_len) {
+  return pack_frame(&m->base, max_payload, frame, frame_len);
+}
+
+int gd_wire_pack_reply(const Graphd__Wire__Reply *m, size_t max_payload, uint8_t **frame,
+                       size_t *frame_len) {
+  return pack_frame(&m->base, max_payload, frame, frame_len);
+}
+
+uint32_t gd_wire_first_unknown_field(const ProtobufCMessage *m) {
+  if (m->n_unknown_fields == 0) return 0;
+  return m->unknown_fields[0].tag;
+}
