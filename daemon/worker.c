@@ -56,7 +56,7 @@ static void *worker_main(void *arg) {
   gd_log_set_thread_tag(tag);
   pthread_setname_np(pthread_self(), tag);
 
-  char err[256] = "";
+  char err[160] = "";
   int rc = w->be->ops->device_open(w->be, w->backend_index, &w->dev, err, sizeof err);
   if (rc < 0) {
     snprintf(w->fail_msg, sizeof w->fail_msg, "device %d (%s) could not be opened: %s", w->index,

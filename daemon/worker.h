@@ -59,7 +59,7 @@ struct gd_worker {
   _Atomic uint64_t epoch; /* bumped when the device is reset */
   _Atomic uint64_t heartbeat_ns; /* last time the worker woke or finished a job */
   _Atomic int busy;       /* a job is running */
-  char fail_msg[256];     /* set before state becomes FAILED */
+  char fail_msg[320];     /* set before state becomes FAILED */
 };
 
 struct gd_pool {

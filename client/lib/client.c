@@ -93,7 +93,7 @@ static graphd_status send_frame(graphd_client *c, const uint8_t *buf, size_t len
       if (w > 0) continue;
     }
     c->broken = true;
-    return set_err(c, GRAPHD_UNAVAILABLE, "lost the connection to graphd: %s",
+    return set_err(c, GRAPHD_UNAVAILABLE, "graphd closed the connection: %s",
                    n < 0 ? strerror(errno) : "short write");
   }
   return GRAPHD_OK;

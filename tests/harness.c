@@ -1,0 +1,341 @@
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "wire.h"
+
+extern char **environ;
+
+static long long ms_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int try_connect(const char *path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
+  close(fd);
+  return -1;
+}
+
+int td_start_env(gd_test_daemon *d, char *const *args, char *const *env, int *status) {
+  memset(d, 0, sizeof *d);
+  snprintf(d->dir, sizeof d->dir, "/tmp/graphd-test-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(d->dir));
+  snprintf(d->socket, sizeof d->socket, "%s/graphd.sock", d->dir);
+  snprintf(d->log, sizeof d->log, "%s/graphd.log", d->dir);
+  char *argv[64];
+  int n = 0;
+  argv[n++] = GRAPHD_BIN;
+  argv[n++] = "--socket";
+  argv[n++] = d->socket;
+  argv[n++] = "--log-level";
+  argv[n++] = "debug";
+  for (int i = 0; args && args[i] && n < 62; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int lf = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(lf, 2);
+    int nul = open("/dev/null", O_RDWR);
+    dup2(nul, 0);
+    dup2(lf, 1);
+    for (int i = 0; env && env[i]; i++) putenv(env[i]);
+    /* The daemon must never see a test's LISTEN_FDS or NOTIFY_SOCKET. */
+    if (!env) {
+      unsetenv("LISTEN_FDS");
+      unsetenv("NOTIFY_SOCKET");
+    }
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  d->pid = pid;
+  long long deadline = ms_now() + 20000;
+  while (ms_now() < deadline) {
+    int st;
+    pid_t w = waitpid(pid, &st, WNOHANG);
+    if (w == pid) {
+      d->pid = 0;
+      if (status) *status = st;
+      return -1;
+    }
+    int fd = try_connect(d->socket);
+    if (fd >= 0) {
+      close(fd);
+      return 0;
+    }
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  d->pid = 0;
+  ck_abort_msg("graphd did not start listening within 20 s");
+  return -1;
+}
+
+int td_start(gd_test_daemon *d, ...) {
+  char *args[48];
+  int n = 0;
+  va_list ap;
+  va_start(ap, d);
+  const char *a;
+  while ((a = va_arg(ap, const char *)) != NULL && n < 47) args[n++] = (char *)a;
+  va_end(ap);
+  args[n] = NULL;
+  int st = 0;
+  int rc = td_start_env(d, args, NULL, &st);
+  if (rc < 0) {
+    char buf[4096] = "";
+    FILE *f = fopen(d->log, "r");
+    if (f) {
+      size_t k = fread(buf, 1, sizeof buf - 1, f);
+      buf[k] = 0;
+      fclose(f);
+    }
+    ck_abort_msg("graphd exited at start (status %d): %s", st, buf);
+  }
+  return rc;
+}
+
+int td_stop_sig(gd_test_daemon *d, int sig, int timeout_ms) {
+  if (d->pid <= 0) return -1;
+  kill(d->pid, sig);
+  long long deadline = ms_now() + timeout_ms;
+  int st = -1;
+  while (ms_now() < deadline) {
+    pid_t w = waitpid(d->pid, &st, WNOHANG);
+    if (w == d->pid) {
+      d->pid = 0;
+      return st;
+    }
+    usleep(5000);
+  }
+  kill(d->pid, SIGKILL);
+  waitpid(d->pid, NULL, 0);
+  d->pid = 0;
+  return -1;
+}
+
+int td_stop(gd_test_daemon *d) { return td_stop_sig(d, SIGTERM, 10000); }
+
+void td_cleanup(gd_test_daemon *d) {
+  if (d->pid > 0) td_stop_sig(d, SIGKILL, 2000);
+  if (!d->dir[0]) return;
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", d->dir);
+  d->dir[0] = 0;
+}
+
+bool td_log_contains(const gd_test_daemon *d, const char *needle) {
+  FILE *f = fopen(d->log, "r");
+  if (!f) return false;
+  char line[4096];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f)) found = strstr(line, needle) != NULL;
+  fclose(f);
+  return found;
+}
+
+int td_count_fds(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+  DIR *dir = opendir(path);
+  if (!dir) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(dir)))
+    if (e->d_name[0] != '.') n++;
+  closedir(dir);
+  return n;
+}
+
+graphd_client *td_control(const gd_test_daemon *d) {
+  graphd_connect_options o;
+  graphd_connect_options_init(&o);
+  o.socket_path = d->socket;
+  o.timeout_ms = 10000;
+  o.client_name = "test";
+  graphd_client *c = NULL;
+  char err[GRAPHD_ERRMAX];
+  graphd_status st = graphd_connect(&o, &c, err, sizeof err);
+  ck_assert_msg(st == GRAPHD_OK, "connect: %s", err);
+  return c;
+}
+
+int td_raw_connect(const gd_test_daemon *d) {
+  int fd = try_connect(d->socket);
+  ck_assert_int_ge(fd, 0);
+  return fd;
+}
+
+void td_raw_send(int fd, const void *buf, size_t len, const int *fds, int nfds) {
+  size_t off = 0;
+  while (off < len) {
+    ssize_t n = gd_frame_sendmsg(fd, (const char *)buf + off, len - off, off ? NULL : fds,
+                                 off ? 0 : nfds, 0);
+    ck_assert_msg(n > 0, "send: %s", strerror(errno));
+    off += (size_t)n;
+  }
+}
+
+void td_raw_send_request(int fd, Graphd__Wire__Request *req, const int *fds, int nfds) {
+  uint8_t *buf;
+  size_t len;
+  ck_assert_int_eq(gd_wire_pack_request(req, 1u << 30, &buf, &len), 0);
+  td_raw_send(fd, buf, len, fds, nfds);
+  free(buf);
+}
+
+static int read_exact(int fd, void *p, size_t n, long long deadline) {
+  size_t off = 0;
+  while (off < n) {
+    long long left = deadline - ms_now();
+    if (left <= 0) return -1;
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    if (poll(&pf, 1, (int)left) <= 0) continue;
+    ssize_t k = recv(fd, (char *)p + off, n - off, 0);
+    if (k <= 0) return -1;
+    off += (size_t)k;
+  }
+  return 0;
+}
+
+Graphd__Wire__Reply *td_raw_recv(int fd, int timeout_ms) {
+  long long deadline = ms_now() + timeout_ms;
+  uint8_t hdr[4];
+  if (read_exact(fd, hdr, 4, deadline) < 0) return NULL;
+  uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
+                 (uint32_t)hdr[3] << 24;
+  uint8_t *buf = malloc(len + 1);
+  ck_assert_ptr_nonnull(buf);
+  if (read_exact(fd, buf, len, deadline) < 0) {
+    free(buf);
+    return NULL;
+  }
+  Graphd__Wire__Reply *r = graphd__wire__reply__unpack(NULL, len, buf);
+  free(buf);
+  ck_assert_ptr_nonnull(r);
+  return r;
+}
+
+bool td_raw_eof(int fd, int timeout_ms) {
+  long long deadline = ms_now() + timeout_ms;
+  char c;
+  while (ms_now() < deadline) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    if (poll(&pf, 1, 50) <= 0) continue;
+    ssize_t k = recv(fd, &c, 1, MSG_DONTWAIT);
+    if (k == 0) return true;
+    if (k < 0 && errno != EAGAIN) return true; /* reset counts as closed */
+  }
+  return false;
+}
+
+void td_raw_hello(int fd) {
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
+  req.request_id = 1;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
+  req.hello = &h;
+  h.protocol_version = GD_PROTOCOL_VERSION;
+  h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL;
+  td_raw_send_request(fd, &req, NULL, 0);
+  Graphd__Wire__Reply *r = td_raw_recv(fd, 5000);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_uint_eq(r->code, 0);
+  ck_assert_int_eq(r->body_case, GRAPHD__WIRE__REPLY__BODY_HELLO);
+  graphd__wire__reply__free_unpacked(r, NULL);
+}
+
+int td_run(char *const argv[], char *out, size_t outlen, int timeout_ms) {
+  int pfd[2];
+  if (pipe(pfd) < 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pfd[1], 1);
+    dup2(pfd[1], 2);
+    close(pfd[0]);
+    close(pfd[1]);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  close(pfd[1]);
+  size_t n = 0;
+  long long deadline = ms_now() + timeout_ms;
+  for (;;) {
+    long long left = deadline - ms_now();
+    if (left <= 0) break;
+    struct pollfd pf = {.fd = pfd[0], .events = POLLIN};
+    if (poll(&pf, 1, (int)left) <= 0) break;
+    char tmp[4096];
+    ssize_t k = read(pfd[0], tmp, sizeof tmp);
+    if (k <= 0) break;
+    size_t take = (size_t)k;
+    if (n + take >= outlen) take = outlen - 1 - n;
+    memcpy(out + n, tmp, take);
+    n += take;
+  }
+  out[n] = 0;
+  close(pfd[0]);
+  int st;
+  long long kill_at = ms_now() + 2000;
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (ms_now() > kill_at) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return -1;
+    }
+    usleep(2000);
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+bool td_gpu_present(void) {
+  if (access("/dev/nvidia0", F_OK) != 0 && access("/dev/nvidiactl", F_OK) != 0) return false;
+  /* dlopen alone does not initialise CUDA, so the parent stays fork-safe. */
+  void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) return false;
+  dlclose(h);
+  return true;
+}
+
+void td_gpu_or_skip(void) {
+  if (td_gpu_present()) return;
+  const char *req = getenv("GRAPHD_REQUIRE_GPU");
+  if (req && strcmp(req, "1") == 0) {
+    fprintf(stderr, "GRAPHD_REQUIRE_GPU=1 but no GPU was found: failing instead of skipping\n");
+    exit(1);
+  }
+  fprintf(stderr, "no GPU: skipping\n");
+  exit(77);
+}
+
+int td_run_suite(Suite *s) {
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,72 @@
+/* Test helpers: start and stop a graphd child on a temporary socket, raw
+ * protocol sockets, and GPU detection that never calls cuInit in the
+ * Check parent (STYLE.md). */
+#ifndef GRAPHD_TEST_HARNESS_H
+#define GRAPHD_TEST_HARNESS_H
+
+#include <check.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "graphd.pb-c.h"
+#include "graphd/graphd.h"
+
+typedef struct gd_test_daemon {
+  pid_t pid;
+  char dir[64];        /* temporary directory, removed at stop */
+  char socket[128];
+  char log[128];       /* the daemon's stderr */
+} gd_test_daemon;
+
+/* Starts graphd with --socket and --log-level debug plus the given args
+ * (NULL-terminated), and waits until the socket accepts connections.
+ * Extra environment "NAME=value" strings may be given in env (NULL or
+ * NULL-terminated). Returns 0, or -1 if the daemon exited first (its exit
+ * status in *status when not NULL). */
+int td_start_env(gd_test_daemon *d, char *const *args, char *const *env, int *status);
+int td_start(gd_test_daemon *d, ...); /* varargs: const char *, NULL-terminated */
+
+/* SIGTERM (or sig) and wait up to timeout_ms. Returns the exit status as
+ * from waitpid, or -1 on timeout (then the daemon is SIGKILLed). */
+int td_stop_sig(gd_test_daemon *d, int sig, int timeout_ms);
+int td_stop(gd_test_daemon *d);
+/* Removes the temporary directory. */
+void td_cleanup(gd_test_daemon *d);
+
+/* True if the daemon's log contains needle. */
+bool td_log_contains(const gd_test_daemon *d, const char *needle);
+/* Number of open fds of a process, from /proc. */
+int td_count_fds(pid_t pid);
+
+/* Connects libgraphd (control session). Fails the test on error. */
+graphd_client *td_control(const gd_test_daemon *d);
+
+/* Raw socket to the daemon, for malformed input. */
+int td_raw_connect(const gd_test_daemon *d);
+/* Sends bytes with fds in one sendmsg. */
+void td_raw_send(int fd, const void *buf, size_t len, const int *fds, int nfds);
+/* Sends a packed Request frame. */
+void td_raw_send_request(int fd, Graphd__Wire__Request *req, const int *fds, int nfds);
+/* Reads one Reply frame (timeout_ms). Returns NULL on EOF or timeout. */
+Graphd__Wire__Reply *td_raw_recv(int fd, int timeout_ms);
+/* True when the peer has closed (EOF within timeout_ms). */
+bool td_raw_eof(int fd, int timeout_ms);
+/* Sends a control Hello and checks the reply. */
+void td_raw_hello(int fd);
+
+/* Spawns argv, collecting stdout and stderr into out (NUL-terminated).
+ * Returns the exit status (WEXITSTATUS) or -1. */
+int td_run(char *const argv[], char *out, size_t outlen, int timeout_ms);
+
+/* GPU tests: true when a GPU seems present (/dev/nvidia0 and libcuda.so.1
+ * loadable, without initialising CUDA). td_gpu_or_skip() exits 77 when
+ * not, or fails when GRAPHD_REQUIRE_GPU=1. Call it from main(). */
+bool td_gpu_present(void);
+void td_gpu_or_skip(void);
+
+/* Runs a suite in fork mode; returns the process exit code. */
+int td_run_suite(Suite *s);
+
+#endif

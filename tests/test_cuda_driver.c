@@ -1,0 +1,100 @@
+/* Loading the driver at run time: none, too old, present without devices.
+ * Fork mode gives each test a fresh process, so gd_cuda_load's once-only
+ * state starts clean. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/cuda_driver.h"
+#include "graphd/status.h"
+#include "harness.h"
+
+START_TEST(test_cuda_no_driver_is_unavailable) {
+  setenv("GRAPHD_LIBCUDA", "/nonexistent/libcuda.so.1", 1);
+  const gd_cuda *cu;
+  char err[256];
+  ck_assert_int_eq(gd_cuda_load(&cu, err, sizeof err), -GRAPHD_UNAVAILABLE);
+  ck_assert_ptr_null(cu);
+  ck_assert_msg(strstr(err, "no CUDA driver"), "%s", err);
+  /* The answer is remembered. */
+  ck_assert_int_eq(gd_cuda_load(&cu, err, sizeof err), -GRAPHD_UNAVAILABLE);
+}
+END_TEST
+
+START_TEST(test_cuda_old_driver_is_too_old) {
+  setenv("GRAPHD_LIBCUDA", FAKE_CUDA_DIR "/libfake_cuda_old.so", 1);
+  const gd_cuda *cu;
+  char err[256];
+  ck_assert_int_eq(gd_cuda_load(&cu, err, sizeof err), -GRAPHD_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(err, "driver too old: need CUDA 13"), "%s", err);
+  ck_assert_msg(strstr(err, "12.4"), "%s", err);
+}
+END_TEST
+
+START_TEST(test_cuda_driver_without_devices_is_unavailable) {
+  setenv("GRAPHD_LIBCUDA", FAKE_CUDA_DIR "/libfake_cuda_nodev.so", 1);
+  const gd_cuda *cu;
+  char err[256];
+  ck_assert_int_eq(gd_cuda_load(&cu, err, sizeof err), -GRAPHD_UNAVAILABLE);
+  ck_assert_msg(strstr(err, "CUDA_ERROR_NO_DEVICE"), "%s", err);
+}
+END_TEST
+
+static int run_daemon(const char *libcuda, const char *backend, char *out, size_t n) {
+  setenv("GRAPHD_LIBCUDA", libcuda, 1);
+  /* A daemon that wrongly comes up is caught by td_run's time limit. */
+  char *run[] = {GRAPHD_BIN, "--backend", (char *)backend, "--socket",
+                 "/tmp/graphd-drv-test.sock", NULL};
+  return td_run(run, out, n, 3000);
+}
+
+START_TEST(test_daemon_refuses_an_old_driver_even_in_auto_mode) {
+  char out[4096];
+  int rc = run_daemon(FAKE_CUDA_DIR "/libfake_cuda_old.so", "auto", out, sizeof out);
+  ck_assert_int_eq(rc, 1);
+  ck_assert_msg(strstr(out, "driver too old: need CUDA 13"), "%s", out);
+}
+END_TEST
+
+START_TEST(test_daemon_backend_cuda_without_gpu_is_fatal) {
+  char out[4096];
+  int rc = run_daemon("/nonexistent/libcuda.so.1", "cuda", out, sizeof out);
+  ck_assert_int_eq(rc, 1);
+  ck_assert_msg(strstr(out, "cannot use CUDA: no CUDA driver"), "%s", out);
+  rc = run_daemon(FAKE_CUDA_DIR "/libfake_cuda_nodev.so", "cuda", out, sizeof out);
+  ck_assert_int_eq(rc, 1);
+  ck_assert_msg(strstr(out, "CUDA_ERROR_NO_DEVICE"), "%s", out);
+}
+END_TEST
+
+START_TEST(test_daemon_without_gpu_falls_back_to_a_host_device) {
+  gd_test_daemon d;
+  char *args[] = {"--backend", "auto", NULL};
+  char *env[] = {"GRAPHD_LIBCUDA=" FAKE_CUDA_DIR "/libfake_cuda_nodev.so", NULL};
+  ck_assert_int_eq(td_start_env(&d, args, env, NULL), 0);
+  ck_assert(td_log_contains(&d, "serving one host device instead"));
+  graphd_client *c = td_control(&d);
+  graphd_daemon_status *s;
+  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
+  ck_assert_uint_eq(s->ndevices, 1);
+  ck_assert_str_eq(s->devices[0].backend, "host");
+  graphd_daemon_status_free(s);
+  graphd_close(c);
+  td_stop(&d);
+  td_cleanup(&d);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("cuda_driver");
+  TCase *tc = tcase_create("cuda_driver");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, test_cuda_no_driver_is_unavailable);
+  tcase_add_test(tc, test_cuda_old_driver_is_too_old);
+  tcase_add_test(tc, test_cuda_driver_without_devices_is_unavailable);
+  tcase_add_test(tc, test_daemon_refuses_an_old_driver_even_in_auto_mode);
+  tcase_add_test(tc, test_daemon_backend_cuda_without_gpu_is_fatal);
+  tcase_add_test(tc, test_daemon_without_gpu_falls_back_to_a_host_device);
+  suite_add_tcase(s, tc);
+  return td_run_suite(s);
+}

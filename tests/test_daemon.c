@@ -1,0 +1,357 @@
+/* End to end on the host backend: start, status, data sessions, the
+ * socket's rules, and graceful shutdown. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "graphd/graphd.h"
+#include "harness.h"
+
+static graphd_client *data_session(const gd_test_daemon *d, const uint8_t uuid[16],
+                                   graphd_status *st, char *err) {
+  graphd_connect_options o;
+  graphd_connect_options_init(&o);
+  o.socket_path = d->socket;
+  o.kind = GRAPHD_SESSION_DATA;
+  memcpy(o.device_uuid, uuid, 16);
+  o.timeout_ms = 5000;
+  graphd_client *c = NULL;
+  *st = graphd_connect(&o, &c, err, GRAPHD_ERRMAX);
+  return c;
+}
+
+START_TEST(test_daemon_status_end_to_end_and_graceful_stop) {
+  gd_test_daemon d;
+  td_start(&d, "--backend", "host", NULL);
+  graphd_client *c = td_control(&d);
+  graphd_daemon_status *s;
+  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
+  ck_assert_str_eq(s->version, graphd_version());
+  ck_assert_uint_eq(s->pid, (uint32_t)d.pid);
+  ck_assert_uint_eq(s->ndevices, 1);
+  ck_assert_uint_eq(s->sessions, 1);
+  graphd_device_info *dev = &s->devices[0];
+  ck_assert_str_eq(dev->backend, "host");
+  ck_assert_str_eq(dev->state, "ok");
+  ck_assert_uint_eq(dev->total_memory, 1ull << 30);
+  ck_assert_uint_eq(dev->free_memory, 1ull << 30);
+  ck_assert_int_eq(dev->mps_enabled, 0);
+  ck_assert_uint_eq(dev->epoch, 0);
+  ck_assert_int_eq(strncmp(dev->uuid_str, "HOST-", 5), 0);
+  ck_assert_uint_eq(dev->counters.sessions, 0);
+  ck_assert_uint_eq(dev->counters.replays, 0);
+  graphd_daemon_status_free(s);
+  graphd_close(c);
+  int st = td_stop(&d);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  struct stat sb;
+  ck_assert_int_eq(stat(d.socket, &sb), -1); /* removed at exit */
+  ck_assert(td_log_contains(&d, "shutting down (SIGTERM)"));
+  td_cleanup(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_uptime_advances) {
+  gd_test_daemon d;
+  td_start(&d, "--backend", "host", NULL);
+  graphd_client *c = td_control(&d);
+  graphd_daemon_status *a, *b;
+  ck_assert_int_eq(graphd_get_status(c, &a), GRAPHD_OK);
+  usleep(120000);
+  ck_assert_int_eq(graphd_get_status(c, &b), GRAPHD_OK);
+  ck_assert_uint_ge(b->uptime_ms, a->uptime_ms + 100);
+  graphd_daemon_status_free(a);
+  graphd_daemon_status_free(b);
+  graphd_close(c);
+  td_stop(&d);
+  td_cleanup(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_host_devices_and_data_sessions) {
+  gd_test_daemon d;
+  td_start(&d, "--host-devices", "3", "--host-memory", "256M", NULL);
+  graphd_client *c = td_control(&d);
+  graphd_daemon_status *s;
+  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
+  ck_assert_uint_eq(s->ndevices, 3);
+  for (uint32_t i = 0; i < 3; i++) {
+    ck_assert_uint_eq(s->devices[i].ordinal, i);
+    ck_assert_uint_eq(s->devices[i].total_memory, 256u << 20);
+    for (uint32_t j = 0; j < i; j++)
+      ck_assert(memcmp(s->devices[i].uuid, s->devices[j].uuid, 16) != 0);
+  }
+  graphd_status st;
+  char err[GRAPHD_ERRMAX];
+  graphd_client *d2 = data_session(&d, s->devices[2].uuid, &st, err);
+  ck_assert_msg(st == GRAPHD_OK, "%s", err);
+  graphd_device_info info;
+  ck_assert_int_eq(graphd_session_device(d2, &info), GRAPHD_OK);
+  ck_assert_uint_eq(info.ordinal, 2);
+  ck_assert_str_eq(info.uuid_str, s->devices[2].uuid_str);
+  ck_assert_int_eq(graphd_session_device(c, &info), GRAPHD_FAILED_PRECONDITION);
+  graphd_daemon_status_free(s);
+
+  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
+  ck_assert_uint_eq(s->devices[2].counters.sessions, 1);
+  ck_assert_uint_eq(s->devices[0].counters.sessions, 0);
+  ck_assert_uint_eq(s->sessions, 2);
+  graphd_daemon_status_free(s);
+  /* A data session may ask for status too. */
+  ck_assert_int_eq(graphd_ping(d2, NULL, 0), GRAPHD_OK);
+  graphd_close(d2);
+  for (int i = 0; i < 200; i++) {
+    ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
+    uint64_t n = s->devices[2].counters.sessions;
+    graphd_daemon_status_free(s);
+    if (n == 0) break;
+    ck_assert_int_lt(i, 199);
+    usleep(5000);
+  }
+  graphd_close(c);
+  td_stop(&d);
+  td_cleanup(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_unknown_uuid_is_not_found) {
+  gd_test_daemon d;
+  td_start(&d, "--backend", "host", NULL);
+  uint8_t uuid[16];
+  memset(uuid, 0xab, 16);
+  graphd_status st;
+  char err[GRAPHD_ERRMAX];
+  graphd_client *c = data_session(&d, uuid, &st, err);
+  ck_assert_ptr_null(c);
+  ck_assert_int_eq(st, GRAPHD_NOT_FOUND);
+  ck_assert_msg(strstr(err, "abababab-abab-abab-abab-abababababab"), "%s", err);
+  ck_assert_msg(strstr(err, "it serves: HOST-"), "%s", err);
+  td_stop(&d);
+  td_cleanup(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_socket_mode_is_0660) {
+  gd_test_daemon d;
+  td_start(&d, "--backend", "host", NULL);
+  struct stat sb;
+  ck_assert_int_eq(stat(d.socket, &sb), 0);
+  ck_assert(S_ISSOCK(sb.st_mode));
+  ck_assert_uint_eq(sb.st_mode & 0777, 0660);
+  td_stop(&d);
+  td_cleanup(&d);
+  td_start(&d, "--backend", "host", "--socket-mode", "0600", NULL);
+  ck_assert_int_eq(stat(d.socket, &sb), 0);
+  ck_assert_uint_eq(sb.st_mode & 0777, 0600);
+  td_stop(&d);
+  td_cleanup(&d);
+}
+END_TEST
+
+static int run_graphd_on(const char *socket, char *out, size_t outlen) {
+  char *argv[] = {GRAPHD_BIN, "--backend", "host", "--socket", (char *)socket, NULL};
+  return td_run(argv, out, outlen, 10000);
+}
+
+START_TEST(test_daemon_never_steals_a_live_socket) {
+  gd_test_daemon d;
+  td_start(&d, "--backend", "host", NULL);
+  char out[4096];
+  int rc = run_graphd_on(d.socket, out, sizeof out);
+  ck_assert_int_ne(rc, 0);
+  ck_assert_msg(strstr(out, "in use by a running graphd"), "%s", out);
+  /* The first daemon still serves. */
+  graphd_client *c = td_control(&d);
+  ck_assert_int_eq(graphd_ping(c, "x", 1), GRAPHD_OK);
+  graphd_close(c);
+  td_stop(&d);
+  td_cleanup(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_replaces_a_stale_socket) {
+  char dir[] = "/tmp/graphd-stale-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[128];
+  snprintf(path, sizeof path, "%s/graphd.sock", dir);
+  /* A socket file nobody listens on: what a killed daemon leaves. */
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  ck_assert_uint_lt(strlen(path), sizeof a.sun_path);
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  close(fd);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int nul = open("/dev/null", O_WRONLY);
+    dup2(nul, 2);
+    execl(GRAPHD_BIN, GRAPHD_BIN, "--backend", "host", "--socket", path, (char *)NULL);
+    _exit(127);
+  }
+  graphd_connect_options o;
+  graphd_connect_options_init(&o);
+  o.socket_path = path;
+  graphd_client *c = NULL;
+  for (int i = 0; i < 500 && !c; i++) {
+    if (graphd_connect(&o, &c, NULL, 0) != GRAPHD_OK) usleep(10000);
+  }
+  ck_assert_ptr_nonnull(c);
+  ck_assert_int_eq(graphd_ping(c, NULL, 0), GRAPHD_OK);
+  graphd_close(c);
+  kill(pid, SIGTERM);
+  int st;
+  waitpid(pid, &st, 0);
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  rmdir(dir);
+}
+END_TEST
+
+START_TEST(test_daemon_refuses_to_replace_a_regular_file) {
+  char dir[] = "/tmp/graphd-file-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char path[128];
+  snprintf(path, sizeof path, "%s/graphd.sock", dir);
+  FILE *f = fopen(path, "w");
+  fputs("precious", f);
+  fclose(f);
+  char out[4096];
+  int rc = run_graphd_on(path, out, sizeof out);
+  ck_assert_int_ne(rc, 0);
+  ck_assert_msg(strstr(out, "exists and is not a socket"), "%s", out);
+  struct stat sb;
+  ck_assert_int_eq(stat(path, &sb), 0);
+  ck_assert(S_ISREG(sb.st_mode));
+  ck_assert_int_eq(sb.st_size, 8);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
+START_TEST(test_daemon_sigint_also_stops_gracefully) {
+  gd_test_daemon d;
+  td_start(&d, "--backend", "host", NULL);
+  int st = td_stop_sig(&d, SIGINT, 10000);
+  ck_assert(WIFEXITED(st));
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  ck_assert(td_log_contains(&d, "shutting down (SIGINT)"));
+  td_cleanup(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_shutdown_closes_open_sessions_cleanly) {
+  gd_test_daemon d;
+  td_start(&d, "--host-devices", "2", NULL);
+  graphd_client *c = td_control(&d);
+  ck_assert_int_eq(graphd_ping(c, NULL, 0), GRAPHD_OK);
+  int st = td_stop(&d);
+  ck_assert_int_eq(WEXITSTATUS(st), 0);
+  ck_assert(td_log_contains(&d, "1 sessions open"));
+  /* The client learns the daemon is gone, with a clear status. */
+  ck_assert_int_eq(graphd_ping(c, NULL, 0), GRAPHD_UNAVAILABLE);
+  ck_assert_ptr_nonnull(strstr(graphd_last_error(c), "closed the connection"));
+  ck_assert_int_eq(graphd_ping(c, NULL, 0), GRAPHD_UNAVAILABLE);
+  graphd_close(c);
+  td_cleanup(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_devices_flag_selects_and_orders) {
+  gd_test_daemon d;
+  td_start(&d, "--host-devices", "3", "--devices", "2,0", NULL);
+  graphd_client *c = td_control(&d);
+  graphd_daemon_status *s;
+  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
+  ck_assert_uint_eq(s->ndevices, 2);
+  ck_assert_str_eq(s->devices[0].name, "graphd host device 2");
+  ck_assert_str_eq(s->devices[1].name, "graphd host device 0");
+  char uuid[48];
+  snprintf(uuid, sizeof uuid, "%s", s->devices[0].uuid_str);
+  graphd_daemon_status_free(s);
+  graphd_close(c);
+  td_stop(&d);
+  td_cleanup(&d);
+
+  /* By UUID too. */
+  td_start(&d, "--host-devices", "3", "--devices", uuid, NULL);
+  c = td_control(&d);
+  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
+  ck_assert_uint_eq(s->ndevices, 1);
+  ck_assert_str_eq(s->devices[0].uuid_str, uuid);
+  graphd_daemon_status_free(s);
+  graphd_close(c);
+  td_stop(&d);
+  td_cleanup(&d);
+
+  char out[4096];
+  char *argv[] = {GRAPHD_BIN, "--host-devices", "2", "--devices", "5", "--socket",
+                  "/tmp/graphd-never.sock", NULL};
+  ck_assert_int_ne(td_run(argv, out, sizeof out, 10000), 0);
+  ck_assert_msg(strstr(out, "no host device '5'"), "%s", out);
+}
+END_TEST
+
+START_TEST(test_daemon_usage_errors_exit_2) {
+  char out[4096];
+  char *a1[] = {GRAPHD_BIN, "--max-frame", "huge", NULL};
+  ck_assert_int_eq(td_run(a1, out, sizeof out, 5000), 2);
+  ck_assert_msg(strstr(out, "max-frame"), "%s", out);
+  char *a2[] = {GRAPHD_BIN, "--no-such-flag", NULL};
+  ck_assert_int_eq(td_run(a2, out, sizeof out, 5000), 2);
+  char *a3[] = {GRAPHD_BIN, "--backend", "cuda", "--host-devices", "2", NULL};
+  ck_assert_int_eq(td_run(a3, out, sizeof out, 5000), 2);
+  ck_assert_msg(strstr(out, "contradict"), "%s", out);
+  char *a4[] = {GRAPHD_BIN, "--version", NULL};
+  ck_assert_int_eq(td_run(a4, out, sizeof out, 5000), 0);
+  ck_assert_msg(strstr(out, graphd_version()), "%s", out);
+}
+END_TEST
+
+START_TEST(test_daemon_many_concurrent_sessions) {
+  gd_test_daemon d;
+  td_start(&d, "--host-devices", "2", NULL);
+  enum { N = 64 };
+  graphd_client *c[N];
+  for (int i = 0; i < N; i++) c[i] = td_control(&d);
+  for (int round = 0; round < 5; round++)
+    for (int i = 0; i < N; i++) ck_assert_int_eq(graphd_ping(c[i], &i, sizeof i), GRAPHD_OK);
+  graphd_daemon_status *s;
+  ck_assert_int_eq(graphd_get_status(c[0], &s), GRAPHD_OK);
+  ck_assert_uint_eq(s->sessions, N);
+  graphd_daemon_status_free(s);
+  for (int i = 0; i < N; i++) graphd_close(c[i]);
+  ck_assert_int_eq(WEXITSTATUS(td_stop(&d)), 0);
+  td_cleanup(&d);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("daemon");
+  TCase *tc = tcase_create("daemon");
+  tcase_set_timeout(tc, 40);
+  tcase_add_test(tc, test_daemon_status_end_to_end_and_graceful_stop);
+  tcase_add_test(tc, test_daemon_uptime_advances);
+  tcase_add_test(tc, test_daemon_host_devices_and_data_sessions);
+  tcase_add_test(tc, test_daemon_unknown_uuid_is_not_found);
+  tcase_add_test(tc, test_daemon_socket_mode_is_0660);
+  tcase_add_test(tc, test_daemon_never_steals_a_live_socket);
+  tcase_add_test(tc, test_daemon_replaces_a_stale_socket);
+  tcase_add_test(tc, test_daemon_refuses_to_replace_a_regular_file);
+  tcase_add_test(tc, test_daemon_sigint_also_stops_gracefully);
+  tcase_add_test(tc, test_daemon_shutdown_closes_open_sessions_cleanly);
+  tcase_add_test(tc, test_daemon_devices_flag_selects_and_orders);
+  tcase_add_test(tc, test_daemon_usage_errors_exit_2);
+  tcase_add_test(tc, test_daemon_many_concurrent_sessions);
+  suite_add_tcase(s, tc);
+  return td_run_suite(s);
+}
