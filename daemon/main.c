@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "graphd/status.h"
 #include "log.h"
+#include "notify.h"
 #include "options.h"
 #include "server.h"
 #include "version.h"
@@ -192,6 +193,7 @@ int main(int argc, char **argv) {
   int exit_code = 1;
   gd_backend *be = NULL;
   gd_server srv;
+  gd_notify notify;
   uv_loop_t loop;
   int *idx = NULL;
   int n = 0;
@@ -249,6 +251,9 @@ int main(int argc, char **argv) {
   }
   GD_LOG(GD_INFO, "main", "graphd %s ready: %d device(s), pid %d", GRAPHD_VERSION_STRING, n,
          (int)getpid());
+  srv.owner = &notify; /* READY=1, STATUS=, watchdog; STOPPING=1 at shutdown */
+  srv.on_shutdown = notify_shutdown_cb;
+  (void)notify_start(&notify, &srv);
   uv_run(&loop, UV_RUN_DEFAULT);
   server_cleanup(&srv);
   GD_LOG(GD_INFO, "main", "stopped");
