@@ -32,7 +32,41 @@
   X(cuCtxGetCurrent)                      \
   X(cuCtxGetDevice)                       \
   X(cuCtxSynchronize)                     \
-  X(cuMemGetInfo)
+  X(cuMemGetInfo)                         \
+  X(cuModuleLoadDataEx)                   \
+  X(cuModuleUnload)                       \
+  X(cuModuleGetFunction)                  \
+  X(cuFuncLoad)                           \
+  X(cuFuncGetParamInfo)                   \
+  X(cuFuncGetAttribute)                   \
+  X(cuFuncSetAttribute)                   \
+  X(cuMemImportFromShareableHandle)       \
+  X(cuMemExportToShareableHandle)         \
+  X(cuMemRetainAllocationHandle)          \
+  X(cuMemGetAllocationPropertiesFromHandle) \
+  X(cuMemGetAllocationGranularity)        \
+  X(cuMemAddressReserve)                  \
+  X(cuMemAddressFree)                     \
+  X(cuMemCreate)                          \
+  X(cuMemMap)                             \
+  X(cuMemUnmap)                           \
+  X(cuMemSetAccess)                       \
+  X(cuMemRelease)                         \
+  X(cuMemGetAddressRange)                 \
+  X(cuMemAlloc)                           \
+  X(cuMemFree)                            \
+  X(cuMemAllocAsync)                      \
+  X(cuMemFreeAsync)                       \
+  X(cuMemcpyHtoD)                         \
+  X(cuMemcpyDtoH)                         \
+  X(cuIpcGetMemHandle)                    \
+  X(cuIpcOpenMemHandle)                   \
+  X(cuIpcCloseMemHandle)                  \
+  X(cuPointerGetAttribute)                \
+  X(cuStreamCreate)                       \
+  X(cuStreamDestroy)                      \
+  X(cuStreamSynchronize)                  \
+  X(cuStreamGetCtx)
 
 typedef struct gd_cuda {
   void *lib;

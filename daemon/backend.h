@@ -24,6 +24,37 @@ typedef struct gd_device_facts {
 } gd_device_facts;
 
 typedef struct gd_backend_dev gd_backend_dev; /* per-device state, backend-defined */
+
+/* What a backend knows about a function, for the device stage of
+ * validation (shared code compares it with the program). */
+#define GD_FUNC_MAX_PARAMS 128
+typedef struct gd_func_info {
+  int params_known;           /* 0: the backend cannot tell */
+  uint32_t nparams;
+  uint32_t param_offset[GD_FUNC_MAX_PARAMS];
+  uint32_t param_size[GD_FUNC_MAX_PARAMS];
+  uint32_t max_threads_per_block;
+  uint32_t static_shared_bytes;
+  uint32_t max_shared_optin;  /* dynamic + static shared a block may opt in to */
+  uint32_t default_shared_limit; /* dynamic shared allowed without opting in */
+} gd_func_info;
+
+/* A region to import on a device. */
+enum gd_region_kind { GD_REGION_VMM_FD = 1, GD_REGION_LEGACY_IPC = 2, GD_REGION_HOST_MEMFD = 3 };
+typedef struct gd_region_import {
+  int kind;             /* enum gd_region_kind */
+  int fd;               /* VMM and host kinds; the backend does not close it */
+  uint64_t size;        /* bytes the client declared */
+  uint8_t ipc_handle[64];
+} gd_region_import;
+
+typedef struct gd_region_map {
+  uint64_t ptr;         /* device address (host backend: host address) */
+  uint64_t size;        /* usable bytes from ptr */
+  uint64_t mapped;      /* bytes mapped (rounded to granularity) */
+  int kind;
+  void *handle;         /* backend-private */
+} gd_region_map;
 typedef struct gd_backend gd_backend;
 
 typedef struct gd_backend_ops {
@@ -35,6 +66,25 @@ typedef struct gd_backend_ops {
   /* Worker thread: free and total bytes. */
   int (*mem_info)(gd_backend *be, gd_backend_dev *dev, uint64_t *free_bytes,
                   uint64_t *total_bytes, char *err, size_t errlen);
+  /* Worker thread: load module bytes of the given kind. err gets the JIT or
+   * loader log on failure (-GRAPHD_INVALID_ARGUMENT for bad code,
+   * -GRAPHD_FAILED_PRECONDITION for a kind this backend cannot run). */
+  int (*module_load)(gd_backend *be, gd_backend_dev *dev, uint32_t kind, const void *bytes,
+                     size_t len, void **mod, char *err, size_t errlen);
+  void (*module_unload)(gd_backend *be, gd_backend_dev *dev, void *mod);
+  /* Worker thread: find a function and load it (cuFuncLoad). Returns
+   * -GRAPHD_NOT_FOUND when the module has no such function. */
+  int (*function_get)(gd_backend *be, gd_backend_dev *dev, void *mod, const char *name, void **fn,
+                      gd_func_info *info, char *err, size_t errlen);
+  /* Worker thread: allow this much dynamic shared memory (opt-in past the
+   * default limit). */
+  int (*function_set_shared)(gd_backend *be, gd_backend_dev *dev, void *fn, uint32_t bytes,
+                             char *err, size_t errlen);
+  /* Worker thread: import client memory and check it lives on this device
+   * (-GRAPHD_FAILED_PRECONDITION names both devices when it does not). */
+  int (*region_import)(gd_backend *be, gd_backend_dev *dev, const gd_region_import *in,
+                       gd_region_map *out, char *err, size_t errlen);
+  void (*region_release)(gd_backend *be, gd_backend_dev *dev, gd_region_map *m);
   /* Main thread, after every worker has stopped. */
   void (*destroy)(gd_backend *be);
 } gd_backend_ops;

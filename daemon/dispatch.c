@@ -12,6 +12,9 @@
 #include "../common/uuid.h"
 #include "graphd/status.h"
 #include "log.h"
+#include "prepare.h"
+#include "region.h"
+#include "registry.h"
 #include "server.h"
 #include "version.h"
 #include "wire.h"
@@ -21,6 +24,11 @@ static const char *body_name(Graphd__Wire__Request__BodyCase c) {
     case GRAPHD__WIRE__REQUEST__BODY_HELLO: return "Hello";
     case GRAPHD__WIRE__REQUEST__BODY_PING: return "Ping";
     case GRAPHD__WIRE__REQUEST__BODY_STATUS: return "Status";
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_MODULE: return "RegisterModule";
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_PROGRAM: return "RegisterProgram";
+    case GRAPHD__WIRE__REQUEST__BODY_PREPARE_PROGRAM: return "PrepareProgram";
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION: return "RegisterRegion";
+    case GRAPHD__WIRE__REQUEST__BODY_UNREGISTER_REGION: return "UnregisterRegion";
     default: return "unknown";
   }
 }
@@ -203,7 +211,10 @@ static void status_finish(status_gather *g) {
   Graphd__Wire__DeviceInfo *di = calloc((size_t)n, sizeof *di);
   Graphd__Wire__DeviceCounters *dc = calloc((size_t)n, sizeof *dc);
   Graphd__Wire__DeviceInfo **dp = calloc((size_t)n, sizeof *dp);
-  if (!di || !dc || !dp) {
+  size_t ns = (size_t)srv->nsessions;
+  Graphd__Wire__SessionInfo *si = calloc(ns + 1, sizeof *si);
+  Graphd__Wire__SessionInfo **sp = calloc(ns + 1, sizeof *sp);
+  if (!di || !dc || !dp || !si || !sp) {
     session_reply_error(s, g->request_id, GRAPHD_RESOURCE_EXHAUSTED,
                         "out of memory building the status reply");
     goto exit;
@@ -221,8 +232,31 @@ static void status_finish(status_gather *g) {
   sr.n_devices = (size_t)n;
   sr.devices = dp;
   sr.sessions = srv->nsessions;
+  size_t k = 0;
+  for (gd_session *x = srv->sessions; x && k < ns; x = x->next, k++) {
+    graphd__wire__session_info__init(&si[k]);
+    si[k].id = x->id;
+    si[k].pid = (uint32_t)x->pid;
+    si[k].uid = (uint32_t)x->uid;
+    si[k].kind = x->kind == GD_SESSION_DATA ? GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA
+                 : x->kind == GD_SESSION_CONTROL
+                     ? GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL
+                     : GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_UNSPECIFIED;
+    si[k].device = x->device;
+    si[k].client_name = x->client_name;
+    si[k].regions = x->nregions;
+    si[k].region_bytes = x->region_bytes;
+    sp[k] = &si[k];
+  }
+  sr.n_session_list = k;
+  sr.session_list = sp;
+  sr.modules = srv->reg.nmodules;
+  sr.module_bytes = srv->reg.module_bytes;
+  sr.programs = srv->reg.nprograms;
   session_reply(s, &r);
 exit:
+  free(si);
+  free(sp);
   free(di);
   free(dc);
   free(dp);
@@ -279,15 +313,153 @@ oom:
                       "out of memory handling a status request");
 }
 
+static bool takes_fd(Graphd__Wire__Request__BodyCase body) {
+  return body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_MODULE ||
+         body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION;
+}
+
+static bool id_ok(gd_session *s, uint64_t request_id, const ProtobufCBinaryData *id,
+                  const char *field) {
+  if (id->len == GD_ID_LEN) return true;
+  session_reply_error(s, request_id, GRAPHD_INVALID_ARGUMENT, "%s must be %d bytes, got %zu",
+                      field, GD_ID_LEN, id->len);
+  return false;
+}
+
+static void handle_register_module(gd_session *s, Graphd__Wire__Request *req, int fd) {
+  Graphd__Wire__RegisterModule *m = req->register_module;
+  char err[512];
+  bool known = false;
+  if (!id_ok(s, req->request_id, &m->module_id, "RegisterModule.module_id")) return;
+  if (fd >= 0 && m->inline_bytes.len) {
+    session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
+                        "RegisterModule carries both inline bytes and a memfd; send one");
+    return;
+  }
+  if (fd < 0 && m->size && m->size != m->inline_bytes.len) {
+    session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
+                        "RegisterModule.size says %llu bytes but %zu came inline (a memfd was "
+                        "expected)",
+                        (unsigned long long)m->size, m->inline_bytes.len);
+    return;
+  }
+  size_t len = fd >= 0 ? (size_t)m->size : m->inline_bytes.len;
+  int rc = registry_add_module(&s->srv->reg, m->module_id.data, m->kind, m->inline_bytes.data,
+                               len, fd, &known, err, sizeof err);
+  if (rc < 0) {
+    session_reply_error(s, req->request_id, rc, "RegisterModule: %s", err);
+    return;
+  }
+  Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
+  Graphd__Wire__RegisterModuleReply mr = GRAPHD__WIRE__REGISTER_MODULE_REPLY__INIT;
+  r.request_id = req->request_id;
+  r.body_case = GRAPHD__WIRE__REPLY__BODY_REGISTER_MODULE;
+  r.register_module = &mr;
+  mr.module_id = m->module_id;
+  mr.already_known = known;
+  session_reply(s, &r);
+}
+
+static void handle_register_program(gd_session *s, Graphd__Wire__Request *req) {
+  Graphd__Wire__RegisterProgram *m = req->register_program;
+  char err[1024];
+  bool known = false;
+  if (!id_ok(s, req->request_id, &m->program_id, "RegisterProgram.program_id")) return;
+  int rc = registry_add_program(&s->srv->reg, m->program_id.data, m->encoding.data,
+                                m->encoding.len, &known, err, sizeof err);
+  if (rc < 0) {
+    session_reply_error(s, req->request_id, rc, "RegisterProgram: %s", err);
+    return;
+  }
+  Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
+  Graphd__Wire__RegisterProgramReply pr = GRAPHD__WIRE__REGISTER_PROGRAM_REPLY__INIT;
+  r.request_id = req->request_id;
+  r.body_case = GRAPHD__WIRE__REPLY__BODY_REGISTER_PROGRAM;
+  r.register_program = &pr;
+  pr.program_id = m->program_id;
+  pr.already_known = known;
+  session_reply(s, &r);
+}
+
+typedef struct prepare_job {
+  gd_job job; /* first */
+  gd_session *s;
+  uint64_t request_id;
+  const gd_prog *prog;
+  uint64_t loaded, load_ns;
+} prepare_job;
+
+static void prepare_run(gd_worker *w, gd_job *j) {
+  prepare_job *pj = (prepare_job *)j;
+  j->status = prepare_program(w, pj->prog, &pj->loaded, &pj->load_ns, j->msg, sizeof j->msg);
+}
+
+static void prepare_done(gd_job *j) {
+  prepare_job *pj = (prepare_job *)j;
+  gd_session *s = pj->s;
+  if (!s->closing) {
+    if (j->status < 0) {
+      s->srv->counters[s->device].errors++;
+      session_reply_error(s, pj->request_id, j->status, "%s", j->msg);
+    } else {
+      Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
+      Graphd__Wire__PrepareProgramReply pr = GRAPHD__WIRE__PREPARE_PROGRAM_REPLY__INIT;
+      r.request_id = pj->request_id;
+      r.body_case = GRAPHD__WIRE__REPLY__BODY_PREPARE_PROGRAM;
+      r.prepare_program = &pr;
+      pr.modules_loaded = pj->loaded;
+      pr.load_ns = pj->load_ns;
+      session_reply(s, &r);
+    }
+  }
+  session_request_done(s);
+  session_unref(s);
+  free(pj);
+}
+
+static void handle_prepare_program(gd_session *s, Graphd__Wire__Request *req) {
+  Graphd__Wire__PrepareProgram *m = req->prepare_program;
+  if (!id_ok(s, req->request_id, &m->program_id, "PrepareProgram.program_id")) return;
+  if (s->kind != GD_SESSION_DATA) {
+    session_reply_error(s, req->request_id, GRAPHD_FAILED_PRECONDITION,
+                        "PrepareProgram needs a data session (one bound to a device)");
+    return;
+  }
+  const gd_prog *p = registry_find_program(&s->srv->reg, m->program_id.data);
+  if (!p) {
+    char hex[2 * GD_ID_LEN + 1];
+    gd_id_hex(m->program_id.data, 0, hex);
+    session_reply_error(s, req->request_id, GRAPHD_NOT_FOUND,
+                        "program %s is not registered; register it first", hex);
+    return;
+  }
+  prepare_job *pj = calloc(1, sizeof *pj);
+  if (!pj) {
+    session_reply_error(s, req->request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  pj->s = s;
+  pj->request_id = req->request_id;
+  pj->prog = p;
+  pj->job.run = prepare_run;
+  pj->job.done = prepare_done;
+  s->busy = true;
+  session_ref(s);
+  worker_submit(&s->srv->pool.workers[s->device], &pj->job);
+}
+
 void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int nfds) {
   Graphd__Wire__Request__BodyCase body = req->body_case;
-  /* No request defined so far takes file descriptors. */
-  for (int i = 0; i < nfds; i++) close(fds[i]);
-  if (nfds > 0) {
+  int fd = -1;
+  if (nfds > 0 && (!takes_fd(body) || nfds > 1)) {
+    for (int i = 0; i < nfds; i++) close(fds[i]);
     session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
-                        "%s takes no file descriptors, but %d were sent", body_name(body), nfds);
+                        takes_fd(body) ? "%s takes at most one file descriptor, but %d were sent"
+                                       : "%s takes no file descriptors, but %d were sent",
+                        body_name(body), nfds);
     goto exit;
   }
+  if (nfds == 1) fd = fds[0];
   if (body == GRAPHD__WIRE__REQUEST__BODY__NOT_SET) {
     uint32_t field = gd_wire_first_unknown_field(&req->base);
     if (field)
@@ -310,11 +482,24 @@ void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int n
     case GRAPHD__WIRE__REQUEST__BODY_HELLO: handle_hello(s, req); break;
     case GRAPHD__WIRE__REQUEST__BODY_PING: handle_ping(s, req); break;
     case GRAPHD__WIRE__REQUEST__BODY_STATUS: handle_status(s, req); break;
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_MODULE:
+      handle_register_module(s, req, fd); /* the registry maps the memfd; exit closes it */
+      break;
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_PROGRAM: handle_register_program(s, req); break;
+    case GRAPHD__WIRE__REQUEST__BODY_PREPARE_PROGRAM: handle_prepare_program(s, req); break;
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION:
+      region_handle_register(s, req->request_id, req->register_region, fd);
+      fd = -1; /* owned by the import job now */
+      break;
+    case GRAPHD__WIRE__REQUEST__BODY_UNREGISTER_REGION:
+      region_handle_unregister(s, req->request_id, req->unregister_region);
+      break;
     default:
       session_reply_error(s, req->request_id, GRAPHD_UNIMPLEMENTED, "request %d is not handled",
                           (int)body);
       break;
   }
 exit:
+  if (fd >= 0) close(fd);
   graphd__wire__request__free_unpacked(req, NULL);
 }

@@ -187,6 +187,11 @@ static int select_devices(const gd_options *o, const gd_backend *be, int *idx, i
   return 0;
 }
 
+static void close_signals(gd_server *srv) {
+  uv_close((uv_handle_t *)&srv->sig_term, NULL);
+  uv_close((uv_handle_t *)&srv->sig_int, NULL);
+}
+
 int main(int argc, char **argv) {
   gd_options opt;
   int check_only = 0;
@@ -205,6 +210,7 @@ int main(int argc, char **argv) {
   gd_log_level = opt.log_level;
   if (check_only) {
     printf("graphd: configuration is valid\n");
+    fflush(stdout);
     options_print(&opt, STDOUT_FILENO);
     return 0;
   }
@@ -229,16 +235,20 @@ int main(int argc, char **argv) {
              "300 us of GPU time-slicing; start nvidia-cuda-mps-control -d -M for speed",
              i, f->uuid_str);
   }
+  uv_loop_init(&loop);
+  if (server_signals_start(&srv, &loop) < 0) goto exit_loop;
   if (server_listen(&srv, &opt, err, sizeof err) < 0) {
     GD_LOG(GD_ERROR, "main", "%s", err);
-    goto exit;
+    close_signals(&srv);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    goto exit_loop;
   }
-  uv_loop_init(&loop);
   gd_log_set_thread_tag("loop");
   if (worker_pool_start(&srv.pool, &loop, be, idx, n) < 0) {
     GD_LOG(GD_ERROR, "main", "no device could be opened; exiting");
     worker_pool_stop(&srv.pool);
     worker_pool_close(&srv.pool);
+    close_signals(&srv);
     uv_run(&loop, UV_RUN_DEFAULT);
     server_cleanup(&srv);
     goto exit_loop;
@@ -262,6 +272,7 @@ exit_loop:
   if (uv_loop_close(&loop) != 0) GD_LOG(GD_WARN, "main", "loop closed with handles open");
 exit:
   worker_pool_free(&srv.pool);
+  registry_close(&srv.reg);
   free(srv.facts);
   free(srv.counters);
   free(idx);

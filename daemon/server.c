@@ -191,6 +191,18 @@ static void signal_cb(uv_signal_t *h, int signum) {
   server_shutdown(s, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
+int server_signals_start(gd_server *s, uv_loop_t *loop) {
+  int rc = 0;
+  s->loop = loop;
+  UV_CHECK_GOTO(uv_signal_init(loop, &s->sig_term), GRAPHD_INTERNAL, exit);
+  UV_CHECK_GOTO(uv_signal_init(loop, &s->sig_int), GRAPHD_INTERNAL, exit);
+  s->sig_term.data = s->sig_int.data = s;
+  UV_CHECK_GOTO(uv_signal_start(&s->sig_term, signal_cb, SIGTERM), GRAPHD_INTERNAL, exit);
+  UV_CHECK_GOTO(uv_signal_start(&s->sig_int, signal_cb, SIGINT), GRAPHD_INTERNAL, exit);
+exit:
+  return rc;
+}
+
 int server_start(gd_server *s, uv_loop_t *loop) {
   int rc = 0;
   s->loop = loop;
@@ -199,11 +211,6 @@ int server_start(gd_server *s, uv_loop_t *loop) {
   s->listen_poll.data = s;
   UV_CHECK_GOTO(uv_poll_start(&s->listen_poll, UV_READABLE, accept_cb), GRAPHD_INTERNAL, exit);
   s->listen_active = true;
-  UV_CHECK_GOTO(uv_signal_init(loop, &s->sig_term), GRAPHD_INTERNAL, exit);
-  UV_CHECK_GOTO(uv_signal_init(loop, &s->sig_int), GRAPHD_INTERNAL, exit);
-  s->sig_term.data = s->sig_int.data = s;
-  UV_CHECK_GOTO(uv_signal_start(&s->sig_term, signal_cb, SIGTERM), GRAPHD_INTERNAL, exit);
-  UV_CHECK_GOTO(uv_signal_start(&s->sig_int, signal_cb, SIGINT), GRAPHD_INTERNAL, exit);
   GD_LOG(GD_INFO, "server", "listening on %s%s", s->socket_path,
          s->listen_inherited ? " (socket from systemd)" : "");
 exit:
@@ -221,10 +228,15 @@ void server_shutdown(gd_server *s, const char *why) {
   s->shutting_down = true;
   GD_LOG(GD_INFO, "server", "shutting down (%s): %llu sessions open",
          why, (unsigned long long)s->nsessions);
+  /* First, so systemd hears STOPPING=1 before we wait on workers. */
+  if (s->on_shutdown) s->on_shutdown(s);
   if (s->listen_active) {
     s->listen_active = false;
     uv_poll_stop(&s->listen_poll);
     uv_close((uv_handle_t *)&s->listen_poll, listen_close_cb);
+  } else if (s->listen_fd >= 0) {
+    close(s->listen_fd);
+    s->listen_fd = -1;
   }
   /* No new requests; what is in flight finishes or fails with UNAVAILABLE. */
   for (gd_session *x = s->sessions, *next; x; x = next) {
@@ -234,7 +246,6 @@ void server_shutdown(gd_server *s, const char *why) {
   worker_pool_stop(&s->pool);
   while (s->sessions) session_close(s->sessions, "daemon shutting down");
   worker_pool_close(&s->pool);
-  if (s->on_shutdown) s->on_shutdown(s);
   uv_close((uv_handle_t *)&s->sig_term, NULL);
   uv_close((uv_handle_t *)&s->sig_int, NULL);
 }

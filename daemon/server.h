@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "options.h"
+#include "registry.h"
 #include "worker.h"
 
 typedef struct gd_session gd_session;
@@ -35,6 +36,7 @@ typedef struct gd_server {
   const gd_device_facts **facts; /* ndevices entries, into be->devices */
   gd_device_counters *counters;  /* ndevices entries */
   gd_pool pool;
+  gd_registry reg; /* modules and programs */
 
   int listen_fd;
   bool listen_inherited; /* came from systemd: never unlink */
@@ -58,7 +60,11 @@ typedef struct gd_server {
  * Returns 0 or a negated status with err filled. */
 int server_listen(gd_server *s, const gd_options *opt, char *err, size_t errlen);
 
-/* Starts accepting and handling signals on loop. */
+/* Handles SIGTERM and SIGINT on loop. Call before the socket listens, so
+ * that a signal never meets the default action once a client can connect. */
+int server_signals_start(gd_server *s, uv_loop_t *loop);
+
+/* Starts accepting. */
 int server_start(gd_server *s, uv_loop_t *loop);
 
 /* Begins graceful shutdown (idempotent): stop accepting, stop reading,

@@ -13,6 +13,7 @@
 #include "dispatch.h"
 #include "graphd/status.h"
 #include "log.h"
+#include "region.h"
 #include "server.h"
 #include "wire.h"
 
@@ -73,7 +74,10 @@ void session_close(gd_session *s, const char *why) {
   if (s->next) s->next->prev = s->prev;
   s->prev = s->next = NULL;
   srv->nsessions--;
-  if (s->kind == GD_SESSION_DATA && s->device >= 0) srv->counters[s->device].sessions--;
+  if (s->kind == GD_SESSION_DATA && s->device >= 0) {
+    region_release_all(s);
+    srv->counters[s->device].sessions--;
+  }
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, close_cb);
 }

@@ -48,6 +48,10 @@ typedef struct gd_session {
   bool closing;
   bool close_after_flush;
   int refs;            /* the poll handle + jobs in flight */
+  struct gd_region *regions; /* region.c's table (uthash) */
+  uint32_t next_region_id;
+  uint64_t nregions;
+  uint64_t region_bytes;
 } gd_session;
 
 /* Adopts an accepted socket. Returns 0 or a negated status (fd closed). */

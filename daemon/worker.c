@@ -9,6 +9,7 @@
 
 #include "graphd/status.h"
 #include "log.h"
+#include "prepare.h"
 
 uint64_t gd_now_ns(void) {
   struct timespec ts;
@@ -101,6 +102,7 @@ static void *worker_main(void *arg) {
     atomic_store(&w->heartbeat_ns, gd_now_ns());
     complete(p, j);
   }
+  prepare_close(w);
   if (w->dev) w->be->ops->device_close(w->be, w->dev);
   w->dev = NULL;
   GD_LOG(GD_DEBUG, "worker", "stopped");

@@ -60,6 +60,7 @@ struct gd_worker {
   _Atomic uint64_t heartbeat_ns; /* last time the worker woke or finished a job */
   _Atomic int busy;       /* a job is running */
   char fail_msg[320];     /* set before state becomes FAILED */
+  struct gd_devstate *ds; /* worker thread only: prepare.c's per-device caches */
 };
 
 struct gd_pool {

@@ -63,6 +63,24 @@ static void print_status_json(const graphd_daemon_status *s) {
   for (uint32_t i = 0; i < s->ndevices; i++)
     json_object_array_add(devs, device_json(&s->devices[i]));
   json_object_object_add(o, "devices", devs);
+  json_object_object_add(o, "modules", json_object_new_uint64(s->modules));
+  json_object_object_add(o, "module_bytes", json_object_new_uint64(s->module_bytes));
+  json_object_object_add(o, "programs", json_object_new_uint64(s->programs));
+  json_object *sess = json_object_new_array();
+  for (uint32_t i = 0; i < s->nsession_info; i++) {
+    const graphd_session_info *x = &s->session_info[i];
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "id", json_object_new_uint64(x->id));
+    json_object_object_add(j, "pid", json_object_new_int64(x->pid));
+    json_object_object_add(j, "uid", json_object_new_int64(x->uid));
+    json_object_object_add(j, "kind", json_object_new_string(x->data ? "data" : "control"));
+    json_object_object_add(j, "device", json_object_new_int(x->device));
+    json_object_object_add(j, "client_name", json_object_new_string(x->client_name));
+    json_object_object_add(j, "regions", json_object_new_uint64(x->regions));
+    json_object_object_add(j, "region_bytes", json_object_new_uint64(x->region_bytes));
+    json_object_array_add(sess, j);
+  }
+  json_object_object_add(o, "session_list", sess);
   printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
                                                        JSON_C_TO_STRING_NOSLASHESCAPE));
   json_object_put(o);
@@ -87,6 +105,19 @@ static void print_status_text(const graphd_daemon_status *s) {
            (unsigned long long)d->counters.captures, (unsigned long long)d->counters.replays,
            (unsigned long long)d->counters.errors);
     if (strcmp(d->backend, "cuda") == 0 && !d->mps_enabled) mps_off = 1;
+  }
+  char mb[32];
+  human_bytes(s->module_bytes, mb, sizeof mb);
+  printf("registered: %llu module(s) (%s), %llu program(s)\n", (unsigned long long)s->modules,
+         mb, (unsigned long long)s->programs);
+  for (uint32_t i = 0; i < s->nsession_info; i++) {
+    const graphd_session_info *x = &s->session_info[i];
+    if (!x->data) continue;
+    char rb[32];
+    human_bytes(x->region_bytes, rb, sizeof rb);
+    printf("session %llu: pid %u uid %u%s%s, device %d, regions %llu (%s)\n",
+           (unsigned long long)x->id, x->pid, x->uid, x->client_name[0] ? ", " : "",
+           x->client_name, x->device, (unsigned long long)x->regions, rb);
   }
   if (mps_off)
     printf("warning: MPS is off on some GPUs: each cross-process hand-off costs about 300 us; "

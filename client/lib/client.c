@@ -23,29 +23,15 @@
 #include "graphd.pb-c.h"
 #include "graphd/graphd.h"
 #include "version.h"
+#include "internal.h"
 #include "wire.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
 #define CLIENT_MAX_FRAME (64u << 20)
 
-struct graphd_client {
-  pthread_mutex_t lock;
-  int fd;
-  int timeout_ms;
-  bool broken;           /* guarded by lock: stream state unknown */
-  uint64_t next_request; /* guarded by lock */
-  uint64_t session_id;
-  graphd_device_info device;
-  bool has_device;
-  char socket_path[108];
-  gd_frame_reader rd;    /* guarded by lock */
-  char err[GRAPHD_ERRMAX];
-};
 
-static graphd_status set_err(graphd_client *c, graphd_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
-static graphd_status set_err(graphd_client *c, graphd_status st, const char *fmt, ...) {
+graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(c->err, sizeof c->err, fmt, ap);
@@ -87,13 +73,13 @@ static graphd_status send_frame(graphd_client *c, const uint8_t *buf, size_t len
       int w = wait_fd(c, POLLOUT, deadline);
       if (w == 0) {
         c->broken = true;
-        return set_err(c, GRAPHD_DEADLINE_EXCEEDED, "timed out after %d ms sending to graphd",
+        return gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED, "timed out after %d ms sending to graphd",
                        c->timeout_ms);
       }
       if (w > 0) continue;
     }
     c->broken = true;
-    return set_err(c, GRAPHD_UNAVAILABLE, "graphd closed the connection: %s",
+    return gd_client_set_err(c, GRAPHD_UNAVAILABLE, "graphd closed the connection: %s",
                    n < 0 ? strerror(errno) : "short write");
   }
   return GRAPHD_OK;
@@ -105,7 +91,7 @@ static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline)
     if (r > 0) return GRAPHD_OK;
     if (r < 0) {
       c->broken = true;
-      return set_err(c, GRAPHD_DATA_LOSS, "graphd sent a frame over %u bytes",
+      return gd_client_set_err(c, GRAPHD_DATA_LOSS, "graphd sent a frame over %u bytes",
                      CLIENT_MAX_FRAME);
     }
     ssize_t n = gd_frame_reader_recv(&c->rd, c->fd);
@@ -114,13 +100,13 @@ static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline)
       int w = wait_fd(c, POLLIN, deadline);
       if (w == 0) {
         c->broken = true;
-        return set_err(c, GRAPHD_DEADLINE_EXCEEDED,
+        return gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED,
                        "graphd did not answer within %d ms", c->timeout_ms);
       }
       if (w > 0) continue;
     }
     c->broken = true;
-    return set_err(c, GRAPHD_UNAVAILABLE, "graphd closed the connection%s%s",
+    return gd_client_set_err(c, GRAPHD_UNAVAILABLE, "graphd closed the connection%s%s",
                    n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
   }
 }
@@ -128,10 +114,10 @@ static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline)
 /* One request, one reply. On GRAPHD_OK *out holds the reply (free it with
  * graphd__wire__reply__free_unpacked); on a daemon error the message is in
  * c->err. Caller holds c->lock. */
-static graphd_status call_locked(graphd_client *c, Graphd__Wire__Request *req, const int *fds,
-                                 int nfds, Graphd__Wire__Reply **out) {
+graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds,
+                             int nfds, Graphd__Wire__Reply **out) {
   if (c->broken)
-    return set_err(c, GRAPHD_UNAVAILABLE,
+    return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
                    "the session with graphd is broken by an earlier error; reconnect");
   int64_t deadline = now_ms() + c->timeout_ms;
   req->request_id = ++c->next_request;
@@ -139,7 +125,7 @@ static graphd_status call_locked(graphd_client *c, Graphd__Wire__Request *req, c
   uint8_t *buf;
   size_t len;
   if (gd_wire_pack_request(req, CLIENT_MAX_FRAME, &buf, &len) < 0)
-    return set_err(c, GRAPHD_INVALID_ARGUMENT, "request too large to send");
+    return gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "request too large to send");
   graphd_status st = send_frame(c, buf, len, fds, nfds, deadline);
   free(buf);
   if (st != GRAPHD_OK) return st;
@@ -151,7 +137,7 @@ static graphd_status call_locked(graphd_client *c, Graphd__Wire__Request *req, c
     Graphd__Wire__Reply *rep = graphd__wire__reply__unpack(NULL, f.len, f.data);
     if (!rep) {
       c->broken = true;
-      return set_err(c, GRAPHD_DATA_LOSS, "graphd sent a malformed reply");
+      return gd_client_set_err(c, GRAPHD_DATA_LOSS, "graphd sent a malformed reply");
     }
     /* Request id 0 is the daemon speaking about the stream itself. */
     if (rep->request_id != req->request_id && rep->request_id != 0) {
@@ -161,7 +147,7 @@ static graphd_status call_locked(graphd_client *c, Graphd__Wire__Request *req, c
     if (rep->code != GRAPHD_OK) {
       graphd_status code =
           graphd_status_valid((int)rep->code) ? (graphd_status)rep->code : GRAPHD_INTERNAL;
-      set_err(c, code, "%s", rep->message && *rep->message ? rep->message
+      gd_client_set_err(c, code, "%s", rep->message && *rep->message ? rep->message
                                                            : graphd_strerror((int)code));
       graphd__wire__reply__free_unpacked(rep, NULL);
       return code;
@@ -225,28 +211,33 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
   pthread_mutex_init(&c->lock, NULL);
   gd_frame_reader_init(&c->rd, CLIENT_MAX_FRAME);
   c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
+  c->region_cap = GD_CLIENT_DEFAULT_REGION_CAP;
   c->fd = -1;
   if (opts->socket_path && *opts->socket_path) {
     if (strlen(opts->socket_path) >= sizeof c->socket_path)
-      return fail_connect(c, set_err(c, GRAPHD_INVALID_ARGUMENT, "socket path is too long"),
+      return fail_connect(c, gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "socket path is too long"),
                           errbuf, errlen);
     snprintf(c->socket_path, sizeof c->socket_path, "%s", opts->socket_path);
   } else if (gd_default_socket_path(c->socket_path, sizeof c->socket_path) < 0) {
-    return fail_connect(c, set_err(c, GRAPHD_INVALID_ARGUMENT, "socket path is too long"),
+    return fail_connect(c, gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "socket path is too long"),
                         errbuf, errlen);
+  } else if (!getenv("GRAPHD_SOCKET") && access(c->socket_path, F_OK) != 0 &&
+             access(GD_SYSTEM_SOCKET, F_OK) == 0) {
+    /* No per-user daemon, but a system one (the systemd service): use it. */
+    snprintf(c->socket_path, sizeof c->socket_path, "%s", GD_SYSTEM_SOCKET);
   }
   if (opts->kind != GRAPHD_SESSION_CONTROL && opts->kind != GRAPHD_SESSION_DATA)
-    return fail_connect(c, set_err(c, GRAPHD_INVALID_ARGUMENT, "unknown session kind %d",
+    return fail_connect(c, gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "unknown session kind %d",
                                    (int)opts->kind),
                         errbuf, errlen);
   if (opts->client_name && strlen(opts->client_name) > GD_CLIENT_NAME_MAX)
-    return fail_connect(c, set_err(c, GRAPHD_INVALID_ARGUMENT,
+    return fail_connect(c, gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT,
                                    "client_name is longer than %d bytes", GD_CLIENT_NAME_MAX),
                         errbuf, errlen);
 
   c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (c->fd < 0)
-    return fail_connect(c, set_err(c, GRAPHD_INTERNAL, "socket: %s", strerror(errno)), errbuf,
+    return fail_connect(c, gd_client_set_err(c, GRAPHD_INTERNAL, "socket: %s", strerror(errno)), errbuf,
                         errlen);
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   memcpy(a.sun_path, c->socket_path, strlen(c->socket_path) + 1);
@@ -254,7 +245,7 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
     int e = errno;
     graphd_status st = (e == EACCES || e == EPERM) ? GRAPHD_PERMISSION_DENIED
                                                     : GRAPHD_UNAVAILABLE;
-    return fail_connect(c, set_err(c, st, "cannot connect to graphd at %s: %s%s", c->socket_path,
+    return fail_connect(c, gd_client_set_err(c, st, "cannot connect to graphd at %s: %s%s", c->socket_path,
                                    strerror(e),
                                    (e == ENOENT || e == ECONNREFUSED)
                                        ? " (is the daemon running?)"
@@ -276,11 +267,11 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
     h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL;
   }
   Graphd__Wire__Reply *rep = NULL;
-  graphd_status st = call_locked(c, &req, NULL, 0, &rep);
+  graphd_status st = gd_client_call(c, &req, NULL, 0, &rep);
   if (st != GRAPHD_OK) return fail_connect(c, st, errbuf, errlen);
   if (rep->body_case != GRAPHD__WIRE__REPLY__BODY_HELLO) {
     graphd__wire__reply__free_unpacked(rep, NULL);
-    return fail_connect(c, set_err(c, GRAPHD_DATA_LOSS, "graphd answered Hello with another message"),
+    return fail_connect(c, gd_client_set_err(c, GRAPHD_DATA_LOSS, "graphd answered Hello with another message"),
                         errbuf, errlen);
   }
   c->session_id = rep->hello->session_id;
@@ -295,6 +286,7 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
 
 void graphd_close(graphd_client *c) {
   if (!c) return;
+  gd_client_regions_close(c);
   if (c->fd >= 0) close(c->fd);
   gd_frame_reader_close(&c->rd);
   pthread_mutex_destroy(&c->lock);
@@ -314,11 +306,11 @@ graphd_status graphd_ping(graphd_client *c, const void *payload, size_t len) {
   ping.payload.len = len;
   pthread_mutex_lock(&c->lock);
   Graphd__Wire__Reply *rep = NULL;
-  graphd_status st = call_locked(c, &req, NULL, 0, &rep);
+  graphd_status st = gd_client_call(c, &req, NULL, 0, &rep);
   if (st == GRAPHD_OK) {
     if (rep->body_case != GRAPHD__WIRE__REPLY__BODY_PONG || rep->pong->payload.len != len ||
         (len && memcmp(rep->pong->payload.data, payload, len) != 0))
-      st = set_err(c, GRAPHD_DATA_LOSS, "graphd's pong does not echo the ping payload");
+      st = gd_client_set_err(c, GRAPHD_DATA_LOSS, "graphd's pong does not echo the ping payload");
     graphd__wire__reply__free_unpacked(rep, NULL);
   }
   pthread_mutex_unlock(&c->lock);
@@ -333,17 +325,17 @@ graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
   *out = NULL;
   pthread_mutex_lock(&c->lock);
   Graphd__Wire__Reply *rep = NULL;
-  graphd_status st = call_locked(c, &req, NULL, 0, &rep);
+  graphd_status st = gd_client_call(c, &req, NULL, 0, &rep);
   if (st != GRAPHD_OK) goto exit;
   if (rep->body_case != GRAPHD__WIRE__REPLY__BODY_STATUS) {
-    st = set_err(c, GRAPHD_DATA_LOSS, "graphd answered Status with another message");
+    st = gd_client_set_err(c, GRAPHD_DATA_LOSS, "graphd answered Status with another message");
     goto exit;
   }
   Graphd__Wire__StatusReply *sr = rep->status;
   graphd_daemon_status *s = calloc(1, sizeof *s);
   if (!s || (sr->n_devices && !(s->devices = calloc(sr->n_devices, sizeof *s->devices)))) {
     free(s);
-    st = set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
   }
   snprintf(s->version, sizeof s->version, "%s", sr->version ? sr->version : "");
@@ -352,6 +344,27 @@ graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
   s->sessions = sr->sessions;
   s->ndevices = (uint32_t)sr->n_devices;
   for (size_t i = 0; i < sr->n_devices; i++) copy_device(&s->devices[i], sr->devices[i]);
+  s->modules = sr->modules;
+  s->module_bytes = sr->module_bytes;
+  s->programs = sr->programs;
+  if (sr->n_session_list && !(s->session_info = calloc(sr->n_session_list, sizeof *s->session_info))) {
+    graphd_daemon_status_free(s);
+    st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    goto exit;
+  }
+  s->nsession_info = (uint32_t)sr->n_session_list;
+  for (size_t i = 0; i < sr->n_session_list; i++) {
+    const Graphd__Wire__SessionInfo *w = sr->session_list[i];
+    graphd_session_info *x = &s->session_info[i];
+    x->id = w->id;
+    x->pid = w->pid;
+    x->uid = w->uid;
+    x->data = w->kind == GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
+    x->device = w->device;
+    snprintf(x->client_name, sizeof x->client_name, "%s", w->client_name ? w->client_name : "");
+    x->regions = w->regions;
+    x->region_bytes = w->region_bytes;
+  }
   *out = s;
 exit:
   if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
@@ -361,6 +374,7 @@ exit:
 
 void graphd_daemon_status_free(graphd_daemon_status *s) {
   if (!s) return;
+  free(s->session_info);
   free(s->devices);
   free(s);
 }

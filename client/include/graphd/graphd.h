@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "graphd/program.h"
 #include "graphd/status.h"
 
 #ifdef __cplusplus
@@ -99,6 +100,17 @@ typedef struct graphd_device_info {
   graphd_device_counters counters;
 } graphd_device_info;
 
+typedef struct graphd_session_info {
+  uint64_t id;
+  uint32_t pid;
+  uint32_t uid;
+  int data;                 /* 1 for a data session, 0 for control */
+  int32_t device;           /* the daemon's device index, -1 for control */
+  char client_name[129];
+  uint64_t regions;
+  uint64_t region_bytes;
+} graphd_session_info;
+
 typedef struct graphd_daemon_status {
   char version[64];
   uint64_t uptime_ms;
@@ -106,6 +118,11 @@ typedef struct graphd_daemon_status {
   uint64_t sessions;
   uint32_t ndevices;
   graphd_device_info *devices; /* ndevices entries */
+  uint32_t nsession_info;
+  graphd_session_info *session_info; /* every open session */
+  uint64_t modules;         /* registered modules, daemon-wide */
+  uint64_t module_bytes;
+  uint64_t programs;        /* registered programs, daemon-wide */
 } graphd_daemon_status;
 
 /* Asks the daemon for its status. On success *out must be released with
@@ -120,6 +137,92 @@ GRAPHD_EXPORT graphd_status graphd_session_device(const graphd_client *c, graphd
  * bytes. Parses the same forms back ("GPU-", "HOST-" or bare hex). */
 GRAPHD_EXPORT void graphd_uuid_format(const uint8_t uuid[16], const char *prefix, char out[48]);
 GRAPHD_EXPORT graphd_status graphd_uuid_parse(const char *s, uint8_t uuid[16]);
+
+/* ---- Modules and programs ------------------------------------------------
+ * Modules and programs are daemon-wide and named by content (SHA-256), so
+ * any session may register them and registering twice is cheap. */
+
+/* Registers GPU code (PTX, CUBIN, fatbin) or a host ELF module. Bytes over
+ * 256 KiB travel as a sealed memfd. id_out (may be NULL) gets the module id
+ * that programs name. */
+GRAPHD_EXPORT graphd_status graphd_register_module(graphd_client *c, graphd_module_kind kind,
+                                                   const void *bytes, size_t len,
+                                                   uint8_t id_out[32]);
+
+/* Registers a finished program (graphd_program_finish). The daemon checks its
+ * structure and that its modules are registered. */
+GRAPHD_EXPORT graphd_status graphd_register_program(graphd_client *c, graphd_program *p);
+
+/* Registers a program from its canonical encoding and id. */
+GRAPHD_EXPORT graphd_status graphd_register_program_encoding(graphd_client *c,
+                                                             const uint8_t id[32],
+                                                             const void *encoding, size_t len);
+
+typedef struct graphd_prepare_info {
+  uint64_t modules_loaded; /* loads this call caused (0: all were cached) */
+  uint64_t load_ns;        /* time they took on the daemon's device */
+} graphd_prepare_info;
+
+/* Runs the device stage of validation on this data session's device: loads
+ * the program's modules there (once per device) and checks every launch
+ * against the real function (parameter sizes, block and shared memory
+ * limits). The first replay does the same; this reports errors earlier.
+ * info may be NULL. */
+GRAPHD_EXPORT graphd_status graphd_prepare_program(graphd_client *c, const uint8_t id[32],
+                                                   graphd_prepare_info *info);
+
+/* ---- Regions ---------------------------------------------------------------
+ * A region is client memory made visible to the daemon on the session's
+ * device. graphd_region_register() takes any pointer into an allocation and
+ * returns the region and the pointer's offset in it. Registrations are
+ * cached per handle, keyed by the allocation's identity
+ * (CU_POINTER_ATTRIBUTE_BUFFER_ID), so calling it for every replay is cheap;
+ * when an address has been reused by a new allocation, the old region is
+ * unregistered and the new one registered. Each handle keeps at most
+ * graphd_set_region_cap() regions (default 256), unregistering the least
+ * recently used.
+ *
+ * Memory kinds:
+ *  - CUDA VMM memory (cuMemCreate with POSIX fd handles: what JAX uses) is
+ *    exported as an fd. The daemon's mapping keeps it alive even after the
+ *    client frees it, until the region is unregistered.
+ *  - cuMemAlloc / cudaMalloc memory travels as a legacy IPC handle.
+ *    RULE: unregister such a region (graphd_region_forget) BEFORE freeing the
+ *    memory; the daemon's mapping does not keep it alive.
+ *  - Stream-ordered memory (cudaMallocAsync, memory pools) cannot be shared
+ *    this way and gets FAILED_PRECONDITION naming the allocator and the fix.
+ *  - On host devices: memory from graphd_host_alloc() on the same handle.
+ * Memory on another device than the session's gets FAILED_PRECONDITION. */
+
+typedef struct graphd_region_ref {
+  uint32_t region_id;
+  uint64_t offset; /* of the pointer within the region */
+  uint64_t size;   /* bytes of the region */
+  uint64_t import_ns; /* the daemon's import time when this call registered it, else 0 */
+} graphd_region_ref;
+
+/* Registers (or finds in the cache) the region holding [ptr, ptr + bytes).
+ * ptr is a CUdeviceptr or a graphd_host_alloc pointer, as an integer. */
+GRAPHD_EXPORT graphd_status graphd_region_register(graphd_client *c, uint64_t ptr, uint64_t bytes,
+                                                   graphd_region_ref *out);
+
+/* Unregisters the cached region holding ptr, if any (GRAPHD_NOT_FOUND if
+ * none). The daemon unmaps it once work in flight on it has finished. */
+GRAPHD_EXPORT graphd_status graphd_region_forget(graphd_client *c, uint64_t ptr);
+
+/* Unregisters a region by id. */
+GRAPHD_EXPORT graphd_status graphd_region_unregister(graphd_client *c, uint32_t region_id);
+
+/* Sets the LRU cap on cached regions (>= 1). */
+GRAPHD_EXPORT graphd_status graphd_set_region_cap(graphd_client *c, uint32_t cap);
+
+/* Number of regions in this handle's cache. */
+GRAPHD_EXPORT uint32_t graphd_region_count(graphd_client *c);
+
+/* Host backend memory: a shared memfd mapping that host devices can import.
+ * Freed with graphd_host_free (which also unregisters its region). */
+GRAPHD_EXPORT graphd_status graphd_host_alloc(graphd_client *c, size_t bytes, void **ptr);
+GRAPHD_EXPORT graphd_status graphd_host_free(graphd_client *c, void *ptr);
 
 /* The library's version string. */
 GRAPHD_EXPORT const char *graphd_version(void);

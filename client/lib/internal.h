@@ -1,0 +1,67 @@
+/* libgraphd internals shared by its source files. Not installed. */
+#ifndef GRAPHD_CLIENT_INTERNAL_H
+#define GRAPHD_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "frame.h"
+#include "graphd.pb-c.h"
+#include "graphd/graphd.h"
+
+#define GD_CLIENT_DEFAULT_REGION_CAP 256
+
+/* One cached region registration, keyed by the allocation's base. */
+typedef struct gd_region_entry {
+  uint64_t base;
+  uint64_t size;
+  uint64_t identity;  /* CU_POINTER_ATTRIBUTE_BUFFER_ID, or the host alloc's serial */
+  uint32_t region_id;
+  uint64_t last_use;  /* LRU clock */
+  int kind;           /* wire RegionKind */
+  uint64_t import_ns; /* reported once, by the call that registered it */
+} gd_region_entry;
+
+/* A graphd_host_alloc allocation. */
+typedef struct gd_host_alloc {
+  void *ptr;
+  uint64_t size;
+  int fd;
+  uint64_t serial;
+} gd_host_alloc;
+
+struct graphd_client {
+  pthread_mutex_t lock;
+  int fd;
+  int timeout_ms;
+  bool broken;           /* guarded by lock: stream state unknown */
+  uint64_t next_request; /* guarded by lock */
+  uint64_t session_id;
+  graphd_device_info device;
+  bool has_device;
+  char socket_path[108];
+  gd_frame_reader rd;    /* guarded by lock */
+  char err[GRAPHD_ERRMAX];
+  /* Region cache, guarded by lock. */
+  gd_region_entry *regions;
+  uint32_t nregions, region_cap_alloc;
+  uint32_t region_cap;   /* LRU cap */
+  uint64_t lru_clock;
+  gd_host_alloc *host;   /* guarded by lock */
+  uint32_t nhost, host_cap;
+  uint64_t host_serial;
+};
+
+graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* One request, one reply; caller holds c->lock. On GRAPHD_OK *out holds the
+ * reply (free with graphd__wire__reply__free_unpacked). */
+graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds,
+                             int nfds, Graphd__Wire__Reply **out);
+
+/* Frees the region cache and host allocations (graphd_close). */
+void gd_client_regions_close(graphd_client *c);
+
+#endif

@@ -1,0 +1,385 @@
+/* libgraphd: regions and host allocations.
+ *
+ * DESIGN: the region cache and the host allocation table live in the
+ * handle and are guarded by its lock; every public call here takes it once.
+ * CUDA is reached through the dlopen'd driver table (common/cuda_driver). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../../common/cuda_driver.h"
+#include "internal.h"
+
+static graphd_status send_unregister(graphd_client *c, uint32_t region_id) {
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__UnregisterRegion m = GRAPHD__WIRE__UNREGISTER_REGION__INIT;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_UNREGISTER_REGION;
+  req.unregister_region = &m;
+  m.region_id = region_id;
+  Graphd__Wire__Reply *rep = NULL;
+  graphd_status st = gd_client_call(c, &req, NULL, 0, &rep);
+  if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
+  return st;
+}
+
+static void remove_entry(graphd_client *c, uint32_t i) {
+  c->regions[i] = c->regions[--c->nregions];
+}
+
+static gd_region_entry *find_entry(graphd_client *c, uint64_t base) {
+  for (uint32_t i = 0; i < c->nregions; i++)
+    if (c->regions[i].base == base) return &c->regions[i];
+  return NULL;
+}
+
+/* Unregisters least recently used entries until there is room for one. */
+static graphd_status make_room(graphd_client *c) {
+  while (c->nregions >= c->region_cap) {
+    uint32_t lru = 0;
+    for (uint32_t i = 1; i < c->nregions; i++)
+      if (c->regions[i].last_use < c->regions[lru].last_use) lru = i;
+    graphd_status st = send_unregister(c, c->regions[lru].region_id);
+    if (st != GRAPHD_OK && st != GRAPHD_NOT_FOUND) return st;
+    remove_entry(c, lru);
+  }
+  if (c->nregions == c->region_cap_alloc) {
+    uint32_t cap = c->region_cap_alloc ? 2 * c->region_cap_alloc : 16;
+    gd_region_entry *n = realloc(c->regions, cap * sizeof *n);
+    if (!n) return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    c->regions = n;
+    c->region_cap_alloc = cap;
+  }
+  return GRAPHD_OK;
+}
+
+/* Sends RegisterRegion and caches the result. */
+static graphd_status register_new(graphd_client *c, int kind, uint64_t base, uint64_t size,
+                                  uint64_t identity, int fd, const void *ipc,
+                                  gd_region_entry **out) {
+  graphd_status st = make_room(c);
+  if (st != GRAPHD_OK) return st;
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__RegisterRegion m = GRAPHD__WIRE__REGISTER_REGION__INIT;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION;
+  req.register_region = &m;
+  m.kind = (Graphd__Wire__RegionKind)kind;
+  m.size = size;
+  m.client_base = base;
+  if (ipc) {
+    m.ipc_handle.data = (uint8_t *)ipc;
+    m.ipc_handle.len = 64;
+  }
+  Graphd__Wire__Reply *rep = NULL;
+  st = gd_client_call(c, &req, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0, &rep);
+  if (st != GRAPHD_OK) return st;
+  gd_region_entry *e = &c->regions[c->nregions++];
+  e->base = base;
+  e->size = size;
+  e->identity = identity;
+  e->kind = kind;
+  e->region_id = rep->register_region ? rep->register_region->region_id : 0;
+  e->import_ns = rep->register_region ? rep->register_region->import_ns : 0;
+  e->last_use = ++c->lru_clock;
+  graphd__wire__reply__free_unpacked(rep, NULL);
+  *out = e;
+  return GRAPHD_OK;
+}
+
+static gd_host_alloc *find_host(graphd_client *c, uint64_t ptr) {
+  for (uint32_t i = 0; i < c->nhost; i++) {
+    uint64_t b = (uint64_t)(uintptr_t)c->host[i].ptr;
+    if (ptr >= b && ptr - b < c->host[i].size) return &c->host[i];
+  }
+  return NULL;
+}
+
+/* The CUDA half: what kind of memory ptr is, and its handle. */
+static graphd_status cuda_lookup(graphd_client *c, uint64_t ptr, uint64_t *base, uint64_t *size,
+                                 uint64_t *identity) {
+  const gd_cuda *cu;
+  char e[256];
+  CUdeviceptr b = 0;
+  size_t sz = 0;
+  if (gd_cuda_load(&cu, e, sizeof e) < 0)
+    return gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT,
+                             "0x%llx is neither graphd_host_alloc memory of this handle nor CUDA "
+                             "device memory (CUDA is not usable here: %s)",
+                             (unsigned long long)ptr, e);
+  if (cu->cuMemGetAddressRange(&b, &sz, (CUdeviceptr)ptr) != CUDA_SUCCESS)
+    return gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT,
+                             "0x%llx is neither graphd_host_alloc memory of this handle nor CUDA "
+                             "device memory",
+                             (unsigned long long)ptr);
+  /* The allocation's identity: its buffer id, or, where the driver gives
+   * none, its VMM allocation handle (retaining returns the same handle for
+   * the same allocation). Either changes when the address is reused. */
+  unsigned long long bid = 0;
+  if (cu->cuPointerGetAttribute(&bid, CU_POINTER_ATTRIBUTE_BUFFER_ID, b) != CUDA_SUCCESS)
+    bid = 0;
+  if (bid == 0) {
+    CUmemGenericAllocationHandle ah;
+    if (cu->cuMemRetainAllocationHandle(&ah, (void *)(uintptr_t)b) == CUDA_SUCCESS) {
+      bid = (unsigned long long)ah | (1ull << 63);
+      cu->cuMemRelease(ah);
+    }
+  }
+  *base = b;
+  *size = sz;
+  *identity = bid;
+  return GRAPHD_OK;
+}
+
+static graphd_status cuda_register(graphd_client *c, uint64_t base, uint64_t size,
+                                   uint64_t identity, gd_region_entry **out) {
+  const gd_cuda *cu;
+  char e[256];
+  if (gd_cuda_load(&cu, e, sizeof e) < 0) return gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION, "%s", e);
+  CUdeviceptr b = (CUdeviceptr)base;
+  /* The memory must live on this session's device. */
+  int ordinal = -1;
+  CUdevice dev;
+  CUuuid uuid;
+  if (cu->cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, b) !=
+          CUDA_SUCCESS ||
+      cu->cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS ||
+      cu->cuDeviceGetUuid(&uuid, dev) != CUDA_SUCCESS)
+    return gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION,
+                             "cannot tell which GPU the memory at 0x%llx lives on",
+                             (unsigned long long)base);
+  if (memcmp(uuid.bytes, c->device.uuid, 16) != 0) {
+    char want[48], have[48];
+    graphd_uuid_format((const uint8_t *)uuid.bytes, "GPU-", have);
+    graphd_uuid_format(c->device.uuid, "GPU-", want);
+    return gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION,
+                             "the memory at 0x%llx lives on %s, but this session is bound to "
+                             "%s; use the session of the memory's device",
+                             (unsigned long long)base, have, want);
+  }
+  int legacy = 0;
+  unsigned long long allowed = 0;
+  CUmemoryPool pool = NULL;
+  cu->cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, b);
+  cu->cuPointerGetAttribute(&allowed, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, b);
+  cu->cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, b);
+  if (legacy) {
+    CUipcMemHandle h;
+    if (cu->cuIpcGetMemHandle(&h, b) == CUDA_SUCCESS)
+      return register_new(c, GRAPHD__WIRE__REGION_KIND__REGION_KIND_LEGACY_IPC, base, size,
+                          identity, -1, h.reserved, out);
+  }
+  if (allowed & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    CUmemGenericAllocationHandle ah;
+    if (cu->cuMemRetainAllocationHandle(&ah, (void *)(uintptr_t)b) == CUDA_SUCCESS) {
+      int fd = -1;
+      CUresult r = cu->cuMemExportToShareableHandle(&fd, ah, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      cu->cuMemRelease(ah);
+      if (r == CUDA_SUCCESS) {
+        graphd_status st = register_new(c, GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD, base,
+                                        size, identity, fd, NULL, out);
+        close(fd);
+        return st;
+      }
+    }
+  }
+  if (pool)
+    return gd_client_set_err(
+        c, GRAPHD_FAILED_PRECONDITION,
+        "the memory at 0x%llx comes from a stream-ordered memory pool (cudaMallocAsync or "
+        "cuMemAllocFromPoolAsync), which cannot be shared with graphd; allocate it with "
+        "cudaMalloc/cuMemAlloc, or from a pool created with POSIX fd handle types, or with "
+        "cuMemCreate using CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR",
+        (unsigned long long)base);
+  return gd_client_set_err(
+      c, GRAPHD_FAILED_PRECONDITION,
+      "the memory at 0x%llx is neither cuMemAlloc memory (legacy IPC) nor VMM memory exportable "
+      "as a POSIX fd; allocate it with cudaMalloc/cuMemAlloc, or with cuMemCreate using "
+      "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR",
+      (unsigned long long)base);
+}
+
+graphd_status graphd_region_register(graphd_client *c, uint64_t ptr, uint64_t bytes,
+                                     graphd_region_ref *out) {
+  graphd_status st = GRAPHD_OK;
+  pthread_mutex_lock(&c->lock);
+  if (!c->has_device) {
+    st = gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION,
+                           "regions need a data session (one bound to a device)");
+    goto exit;
+  }
+  uint64_t base = 0, size = 0, identity = 0;
+  int kind;
+  gd_host_alloc *h = find_host(c, ptr);
+  if (h) {
+    base = (uint64_t)(uintptr_t)h->ptr;
+    size = h->size;
+    identity = h->serial;
+    kind = GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;
+  } else {
+    st = cuda_lookup(c, ptr, &base, &size, &identity);
+    if (st != GRAPHD_OK) goto exit;
+    kind = 0;
+  }
+  if (ptr - base > size || bytes > size - (ptr - base)) {
+    st = gd_client_set_err(c, GRAPHD_OUT_OF_RANGE,
+                           "0x%llx + %llu bytes runs past the end of its allocation (%llu "
+                           "bytes at 0x%llx)",
+                           (unsigned long long)ptr, (unsigned long long)bytes,
+                           (unsigned long long)size, (unsigned long long)base);
+    goto exit;
+  }
+  gd_region_entry *e = find_entry(c, base);
+  if (e && (e->identity != identity || e->size != size)) {
+    /* The address was reused by a new allocation: the old region is stale. */
+    st = send_unregister(c, e->region_id);
+    remove_entry(c, (uint32_t)(e - c->regions));
+    e = NULL;
+    if (st != GRAPHD_OK && st != GRAPHD_NOT_FOUND) goto exit;
+    st = GRAPHD_OK;
+  }
+  if (!e) {
+    if (kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD)
+      st = register_new(c, kind, base, size, identity, h->fd, NULL, &e);
+    else
+      st = cuda_register(c, base, size, identity, &e);
+    if (st != GRAPHD_OK) goto exit;
+  }
+  e->last_use = ++c->lru_clock;
+  out->region_id = e->region_id;
+  out->offset = ptr - base;
+  out->size = e->size;
+  out->import_ns = e->import_ns;
+  e->import_ns = 0;
+exit:
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+graphd_status graphd_region_forget(graphd_client *c, uint64_t ptr) {
+  graphd_status st = GRAPHD_NOT_FOUND;
+  pthread_mutex_lock(&c->lock);
+  for (uint32_t i = 0; i < c->nregions; i++) {
+    gd_region_entry *e = &c->regions[i];
+    if (ptr >= e->base && ptr - e->base < e->size) {
+      st = send_unregister(c, e->region_id);
+      remove_entry(c, i);
+      break;
+    }
+  }
+  if (st == GRAPHD_NOT_FOUND)
+    gd_client_set_err(c, st, "no region of this handle holds 0x%llx", (unsigned long long)ptr);
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+graphd_status graphd_region_unregister(graphd_client *c, uint32_t region_id) {
+  pthread_mutex_lock(&c->lock);
+  graphd_status st = send_unregister(c, region_id);
+  for (uint32_t i = 0; i < c->nregions; i++)
+    if (c->regions[i].region_id == region_id) {
+      remove_entry(c, i);
+      break;
+    }
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+graphd_status graphd_set_region_cap(graphd_client *c, uint32_t cap) {
+  if (cap == 0) return GRAPHD_INVALID_ARGUMENT;
+  pthread_mutex_lock(&c->lock);
+  c->region_cap = cap;
+  graphd_status st = GRAPHD_OK;
+  /* Shrink now so the cap holds at once. */
+  while (st == GRAPHD_OK && c->nregions > cap) {
+    uint32_t lru = 0;
+    for (uint32_t i = 1; i < c->nregions; i++)
+      if (c->regions[i].last_use < c->regions[lru].last_use) lru = i;
+    st = send_unregister(c, c->regions[lru].region_id);
+    remove_entry(c, lru);
+  }
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+uint32_t graphd_region_count(graphd_client *c) {
+  pthread_mutex_lock(&c->lock);
+  uint32_t n = c->nregions;
+  pthread_mutex_unlock(&c->lock);
+  return n;
+}
+
+graphd_status graphd_host_alloc(graphd_client *c, size_t bytes, void **ptr) {
+  graphd_status st = GRAPHD_OK;
+  *ptr = NULL;
+  if (bytes == 0) return GRAPHD_INVALID_ARGUMENT;
+  pthread_mutex_lock(&c->lock);
+  int fd = memfd_create("graphd-host-region", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0) {
+    st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make a %zu-byte memfd: %s",
+                           bytes, strerror(errno));
+    if (fd >= 0) close(fd);
+    goto exit;
+  }
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot map %zu bytes: %s", bytes,
+                           strerror(errno));
+    close(fd);
+    goto exit;
+  }
+  if (c->nhost == c->host_cap) {
+    uint32_t cap = c->host_cap ? 2 * c->host_cap : 16;
+    gd_host_alloc *n = realloc(c->host, cap * sizeof *n);
+    if (!n) {
+      munmap(p, bytes);
+      close(fd);
+      st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+      goto exit;
+    }
+    c->host = n;
+    c->host_cap = cap;
+  }
+  c->host[c->nhost++] = (gd_host_alloc){.ptr = p, .size = bytes, .fd = fd, .serial = ++c->host_serial};
+  *ptr = p;
+exit:
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+graphd_status graphd_host_free(graphd_client *c, void *ptr) {
+  graphd_status st = GRAPHD_OK;
+  pthread_mutex_lock(&c->lock);
+  gd_host_alloc *h = NULL;
+  for (uint32_t i = 0; i < c->nhost; i++)
+    if (c->host[i].ptr == ptr) h = &c->host[i];
+  if (!h) {
+    st = gd_client_set_err(c, GRAPHD_NOT_FOUND, "%p was not allocated by graphd_host_alloc on this handle", ptr);
+    goto exit;
+  }
+  gd_region_entry *e = find_entry(c, (uint64_t)(uintptr_t)ptr);
+  if (e) {
+    st = send_unregister(c, e->region_id);
+    if (st == GRAPHD_NOT_FOUND) st = GRAPHD_OK;
+    remove_entry(c, (uint32_t)(e - c->regions));
+  }
+  munmap(h->ptr, h->size);
+  close(h->fd);
+  *h = c->host[--c->nhost];
+exit:
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+void gd_client_regions_close(graphd_client *c) {
+  for (uint32_t i = 0; i < c->nhost; i++) {
+    munmap(c->host[i].ptr, c->host[i].size);
+    close(c->host[i].fd);
+  }
+  free(c->host);
+  free(c->regions);
+  c->host = NULL;
+  c->regions = NULL;
+  c->nhost = c->nregions = 0;
+}

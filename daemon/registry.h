@@ -1,0 +1,66 @@
+/* The daemon-wide registry of modules and programs, keyed by SHA-256 id.
+ *
+ * DESIGN: the loop thread adds entries; entries are immutable once added
+ * and are never removed while the daemon runs (eviction frees captures and
+ * per-device loads, not registrations: Decisions 10 keeps programs and
+ * modules across device resets). Workers therefore read an entry without a
+ * lock once a job that names it has crossed their queue's mutex. */
+#ifndef GRAPHD_REGISTRY_H
+#define GRAPHD_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uthash.h>
+
+#include "../proto/program.h"
+
+#define GD_MODULE_INLINE_MAX (256u << 10) /* larger modules come as a memfd */
+#define GD_REGISTRY_MAX_MODULES 4096u
+#define GD_REGISTRY_MAX_PROGRAMS 65536u
+#define GD_REGISTRY_MAX_MODULE_BYTES (8ull << 30)
+
+typedef struct gd_module {
+  uint8_t id[GD_ID_LEN];
+  uint32_t kind;
+  const uint8_t *bytes;
+  size_t len;
+  bool mapped;    /* bytes is an mmap of a sealed memfd, else malloc'd */
+  uint32_t index; /* dense index, for per-device tables */
+  UT_hash_handle hh;
+} gd_module;
+
+typedef struct gd_prog {
+  uint8_t id[GD_ID_LEN];
+  gd_program *program;
+  gd_module **step_module; /* per step: the launch's module, NULL otherwise */
+  uint32_t index;          /* dense index, for per-device tables */
+  UT_hash_handle hh;
+} gd_prog;
+
+typedef struct gd_registry {
+  gd_module *modules;  /* uthash head */
+  gd_prog *programs;   /* uthash head */
+  uint32_t nmodules, nprograms;
+  uint64_t module_bytes;
+} gd_registry;
+
+/* Registers module bytes (inline: bytes/len; or a sealed memfd of len
+ * bytes: fd >= 0, not closed here). The daemon recomputes the id and
+ * refuses a mismatch. *known is set when the id was already registered. */
+int registry_add_module(gd_registry *r, const uint8_t id[GD_ID_LEN], uint32_t kind,
+                        const void *bytes, size_t len, int fd, bool *known, char *err,
+                        size_t errlen);
+
+/* Decodes and validates a canonical program encoding, checks the claimed id
+ * and that every module it launches is registered. */
+int registry_add_program(gd_registry *r, const uint8_t id[GD_ID_LEN], const uint8_t *enc,
+                         size_t len, bool *known, char *err, size_t errlen);
+
+gd_module *registry_find_module(gd_registry *r, const uint8_t id[GD_ID_LEN]);
+gd_prog *registry_find_program(gd_registry *r, const uint8_t id[GD_ID_LEN]);
+
+/* Frees everything (at exit, after the workers stopped). */
+void registry_close(gd_registry *r);
+
+#endif
