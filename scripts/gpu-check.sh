@@ -1,36 +1,41 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root, over a build made
 # here (same absolute path) and bundled with scripts/gpu-bundle.sh:
-# the whole ctest suite without MPS, then the GPU tests under MPS (-M).
+#  1. the GPU tests without MPS (GRAPHD_REQUIRE_GPU=1: a skip fails);
+#  2. the unit tests there too;
+#  3. the GPU tests under MPS (-M);
+#  4. the GPU tests again with the daemon under compute-sanitizer memcheck.
+# Lines starting FIGURE are the measurements the tests print.
 # Usage: scripts/gpu-check.sh BUILD_DIR OUT_DIR
 set -uo pipefail
 build=$(realpath "$1"); out=${2:-/tmp}
 export LD_LIBRARY_PATH="$build/rtlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export PATH="$PATH:/usr/local/nvidia/bin"
-export GRAPHD_REQUIRE_GPU=1 CK_VERBOSITY=verbose
+export PATH="$PATH:/usr/local/nvidia/bin" GRAPHD_REQUIRE_GPU=1
 rc=0
-nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version --format=csv
-echo "== ldd graphd | grep libcuda (expect nothing)"; ldd "$build/graphd" | grep libcuda
-echo "== ctest, no MPS"
-(cd "$build" && GRAPHD_EXPECT_MPS=0 timeout 400 ctest --output-on-failure -V 2>&1) \
-  | tee "$out/ctest-nomps.log" | grep -E "^[0-9]+/|tests passed|PASS|FAIL|Passed|Failed|device [0-9]:" || true
-grep -q "100% tests passed" "$out/ctest-nomps.log" || rc=1
-echo "== graphd status, no MPS"
-sock=/tmp/graphd-gpucheck.sock
-timeout 30 "$build/graphd" --backend cuda --socket $sock 2>"$out/graphd-nomps.log" &
-for i in $(seq 100); do [[ -S $sock ]] && break; sleep 0.1; done
-timeout 10 "$build/graphctl" --socket $sock status; timeout 10 "$build/graphctl" --socket $sock status --json > "$out/status-nomps.json"
-kill -TERM %1; wait %1; echo "graphd exit $?"; grep -E "WARN|ERROR" "$out/graphd-nomps.log"
-echo "== MPS"
+pick='FIGURE|Test +#|tests passed|tests failed|Assertion|device [0-9]:|refusal|JIT error|cudaMallocAsync'
+nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version --format=csv,noheader
+echo "== 1. ctest -L gpu, no MPS"
+(cd "$build" && GRAPHD_EXPECT_MPS=0 timeout 400 ctest -L gpu --output-on-failure -V 2>&1) \
+  | tee "$out/gpu-nomps.log" | grep -E "$pick"
+grep -q "100% tests passed" "$out/gpu-nomps.log" || rc=1
+echo "== 2. ctest -L unit"
+(cd "$build" && timeout 300 ctest -L unit -j8 --output-on-failure 2>&1) | tee "$out/unit.log" \
+  | grep -E "tests passed|tests failed|\*\*\*Failed"
+grep -q "100% tests passed" "$out/unit.log" || rc=1
+echo "== 3. ctest -L gpu under MPS"
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 nvidia-cuda-mps-control -d -M && sleep 1
-(cd "$build" && GRAPHD_EXPECT_MPS=1 timeout 300 ctest -L gpu --output-on-failure -V 2>&1) \
-  | tee "$out/ctest-mps.log" | grep -E "^[0-9]+/|tests passed|Passed|Failed|device [0-9]:" || true
-grep -q "100% tests passed" "$out/ctest-mps.log" || rc=1
-timeout 30 "$build/graphd" --backend cuda --socket $sock 2>"$out/graphd-mps.log" &
-for i in $(seq 100); do [[ -S $sock ]] && break; sleep 0.1; done
-timeout 10 "$build/graphctl" --socket $sock status
-kill -TERM %1; wait %1; echo "graphd exit $?"
+(cd "$build" && GRAPHD_EXPECT_MPS=1 timeout 400 ctest -L gpu --output-on-failure -V 2>&1) \
+  | tee "$out/gpu-mps.log" | grep -E "$pick"
+grep -q "100% tests passed" "$out/gpu-mps.log" || rc=1
 echo quit | nvidia-cuda-mps-control; sleep 1
+unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+echo "== 4. GPU tests with the daemon under compute-sanitizer memcheck"
+for t in "$build"/tests/test_gpu_*; do
+  GRAPHD_TEST_KEEP=1 GRAPHD_TEST_WRAPPER="compute-sanitizer --tool memcheck --error-exitcode 9" \
+    timeout 500 "$t" > "$out/memcheck-$(basename "$t").log" 2>&1
+  r=$?; echo "$(basename "$t") under memcheck: exit $r"; [[ $r == 0 ]] || rc=1
+done
+grep -h "ERROR SUMMARY" /tmp/graphd-test-*/graphd.log | sort | uniq -c
 exit $rc

@@ -46,6 +46,16 @@ int td_start_env(gd_test_daemon *d, char *const *args, char *const *env, int *st
   snprintf(d->log, sizeof d->log, "%s/graphd.log", d->dir);
   char *argv[64];
   int n = 0;
+  /* GRAPHD_TEST_WRAPPER runs the daemon under a tool, e.g.
+   * "compute-sanitizer --tool memcheck". */
+  static char wrap[512];
+  const char *wrapper = getenv("GRAPHD_TEST_WRAPPER");
+  if (wrapper && *wrapper) {
+    snprintf(wrap, sizeof wrap, "%s", wrapper);
+    char *save = NULL;
+    for (char *t = strtok_r(wrap, " ", &save); t && n < 16; t = strtok_r(NULL, " ", &save))
+      argv[n++] = t;
+  }
   argv[n++] = GRAPHD_BIN;
   argv[n++] = "--socket";
   argv[n++] = d->socket;
@@ -67,11 +77,11 @@ int td_start_env(gd_test_daemon *d, char *const *args, char *const *env, int *st
       unsetenv("LISTEN_FDS");
       unsetenv("NOTIFY_SOCKET");
     }
-    execv(argv[0], argv);
+    execvp(argv[0], argv);
     _exit(127);
   }
   d->pid = pid;
-  long long deadline = ms_now() + 20000;
+  long long deadline = ms_now() + (wrapper && *wrapper ? 120000 : 20000);
   while (ms_now() < deadline) {
     int st;
     pid_t w = waitpid(pid, &st, WNOHANG);
@@ -118,9 +128,37 @@ int td_start(gd_test_daemon *d, ...) {
   return rc;
 }
 
+/* The graphd process under a wrapper tool (which may not forward
+ * signals): the first descendant named graphd, or pid itself. */
+static pid_t daemon_process(pid_t pid) {
+  const char *wrapper = getenv("GRAPHD_TEST_WRAPPER");
+  if (!wrapper || !*wrapper) return pid;
+  pid_t cur = pid;
+  for (int depth = 0; depth < 4; depth++) {
+    char path[64], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)cur);
+    FILE *f = fopen(path, "r");
+    if (f) {
+      if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = 0;
+      fclose(f);
+    }
+    if (strcmp(comm, "graphd") == 0) return cur;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)cur, (int)cur);
+    f = fopen(path, "r");
+    int child = 0;
+    if (f) {
+      if (fscanf(f, "%d", &child) != 1) child = 0;
+      fclose(f);
+    }
+    if (child <= 0) break;
+    cur = child;
+  }
+  return pid;
+}
+
 int td_stop_sig(gd_test_daemon *d, int sig, int timeout_ms) {
   if (d->pid <= 0) return -1;
-  kill(d->pid, sig);
+  kill(daemon_process(d->pid), sig);
   long long deadline = ms_now() + timeout_ms;
   int st = -1;
   while (ms_now() < deadline) {
@@ -142,6 +180,7 @@ int td_stop(gd_test_daemon *d) { return td_stop_sig(d, SIGTERM, 10000); }
 void td_cleanup(gd_test_daemon *d) {
   if (d->pid > 0) td_stop_sig(d, SIGKILL, 2000);
   if (!d->dir[0]) return;
+  if (getenv("GRAPHD_TEST_KEEP")) return; /* leave the daemon's log for a look */
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
   if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", d->dir);
@@ -182,6 +221,41 @@ graphd_client *td_control(const gd_test_daemon *d) {
   graphd_status st = graphd_connect(&o, &c, err, sizeof err);
   ck_assert_msg(st == GRAPHD_OK, "connect: %s", err);
   return c;
+}
+
+graphd_client *td_data(const gd_test_daemon *d, int index) {
+  graphd_client *ctl = td_control(d);
+  graphd_daemon_status *s;
+  ck_assert_int_eq(graphd_get_status(ctl, &s), GRAPHD_OK);
+  ck_assert_int_lt(index, (int)s->ndevices);
+  graphd_connect_options o;
+  graphd_connect_options_init(&o);
+  o.socket_path = d->socket;
+  o.kind = GRAPHD_SESSION_DATA;
+  o.timeout_ms = 30000;
+  o.client_name = "test-data";
+  memcpy(o.device_uuid, s->devices[index].uuid, 16);
+  graphd_daemon_status_free(s);
+  graphd_close(ctl);
+  graphd_client *c = NULL;
+  char err[GRAPHD_ERRMAX];
+  graphd_status st = graphd_connect(&o, &c, err, sizeof err);
+  ck_assert_msg(st == GRAPHD_OK, "data connect: %s", err);
+  return c;
+}
+
+void *td_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "cannot open %s", path);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  void *buf = malloc((size_t)n + 1);
+  ck_assert_ptr_nonnull(buf);
+  ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
 }
 
 int td_raw_connect(const gd_test_daemon *d) {

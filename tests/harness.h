@@ -43,6 +43,13 @@ int td_count_fds(pid_t pid);
 /* Connects libgraphd (control session). Fails the test on error. */
 graphd_client *td_control(const gd_test_daemon *d);
 
+/* Data session for the daemon's device `index` (found through status).
+ * Fails the test on error. */
+graphd_client *td_data(const gd_test_daemon *d, int index);
+
+/* Reads a whole file (malloc'd). Fails the test on error. */
+void *td_read_file(const char *path, size_t *len);
+
 /* Raw socket to the daemon, for malformed input. */
 int td_raw_connect(const gd_test_daemon *d);
 /* Sends bytes with fds in one sendmsg. */

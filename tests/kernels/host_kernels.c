@@ -1,0 +1,57 @@
+/* Host kernels for the host backend's tests: the host equivalents of
+ * tests/kernels/test_kernels.cu, written to the graphd_host_kernel ABI. */
+#include <stdint.h>
+#include <string.h>
+
+#include "graphd/host_kernel.h"
+
+static uint64_t global_index(const graphd_host_launch *l, uint32_t t) {
+  return (uint64_t)l->block_idx[0] * l->block[0] + t;
+}
+
+/* y[i] = a * x[i] for i < n: (const float *x, float *y, float a, uint32_t n) */
+GRAPHD_HOST_PARAMS(scale, 4, 0, 8, 8, 8, 16, 4, 20, 4);
+GRAPHD_HOST_KERNEL(scale) {
+  const float *x = *(const float *const *)params[0];
+  float *y = *(float *const *)params[1];
+  float a = *(const float *)params[2];
+  uint32_t n = *(const uint32_t *)params[3];
+  for (uint32_t t = 0; t < l->block[0]; t++) {
+    uint64_t i = global_index(l, t);
+    if (i < n) y[i] = a * x[i];
+  }
+}
+
+/* y[i] += x[i]: (const float *x, float *y, uint32_t n) */
+GRAPHD_HOST_PARAMS(accumulate, 3, 0, 8, 8, 8, 16, 4);
+GRAPHD_HOST_KERNEL(accumulate) {
+  const float *x = *(const float *const *)params[0];
+  float *y = *(float *const *)params[1];
+  uint32_t n = *(const uint32_t *)params[2];
+  for (uint32_t t = 0; t < l->block[0]; t++) {
+    uint64_t i = global_index(l, t);
+    if (i < n) y[i] += x[i];
+  }
+}
+
+/* A struct parameter with pointer fields: (struct pair p, uint32_t n),
+ * out[i] = in[i] * 2 + 1. */
+struct pair {
+  const float *in;
+  float *out;
+};
+GRAPHD_HOST_PARAMS(pair_kernel, 2, 0, 16, 16, 4);
+GRAPHD_HOST_KERNEL(pair_kernel) {
+  const struct pair *p = (const struct pair *)params[0];
+  uint32_t n = *(const uint32_t *)params[1];
+  for (uint32_t t = 0; t < l->block[0]; t++) {
+    uint64_t i = global_index(l, t);
+    if (i < n) p->out[i] = p->in[i] * 2.0f + 1.0f;
+  }
+}
+
+/* No parameter description exported: sizes are not checked on host devices. */
+GRAPHD_HOST_KERNEL(undescribed) {
+  (void)l;
+  (void)params;
+}

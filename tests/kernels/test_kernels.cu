@@ -1,0 +1,34 @@
+// CUDA test kernels, compiled by the build to PTX and to sm_90 CUBIN.
+#include <stdint.h>
+
+extern "C" __global__ void scale(const float *x, float *y, float a, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i];
+}
+
+extern "C" __global__ void accumulate(const float *x, float *y, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+
+struct pair {
+  const float *in;
+  float *out;
+};
+
+extern "C" __global__ void pair_kernel(pair p, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) p.out[i] = p.in[i] * 2.0f + 1.0f;
+}
+
+// 4 KiB of static shared memory plus whatever dynamic shared memory the
+// launch asks for: for the device-stage shared memory checks.
+extern "C" __global__ void shared_user(float *y, unsigned n) {
+  __shared__ float tile[1024];
+  extern __shared__ float dyn[];
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  tile[threadIdx.x % 1024] = (float)i;
+  dyn[0] = 1.0f;
+  __syncthreads();
+  if (i < n) y[i] = tile[threadIdx.x % 1024] + dyn[0] - 1.0f;
+}

@@ -1,0 +1,306 @@
+/* Regions on the host backend: registration through libgraphd's cache,
+ * re-registration after reuse, the LRU cap, unregister, release on session
+ * close, bad fds, and the overflow-safe range check. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../daemon/region.h"
+#include "harness.h"
+#include "wire.h"
+
+static gd_test_daemon d;
+
+static void setup(void) { td_start(&d, "--host-devices", "2", NULL); }
+
+static void teardown(void) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* Device `dev`'s region count and bytes, and the count for session sid. */
+static void counts(graphd_client *ctl, int dev, uint64_t sid, uint64_t *dev_regions,
+                   uint64_t *dev_bytes, uint64_t *sess_regions) {
+  graphd_daemon_status *s;
+  ck_assert_int_eq(graphd_get_status(ctl, &s), GRAPHD_OK);
+  *dev_regions = s->devices[dev].counters.regions;
+  *dev_bytes = s->devices[dev].counters.region_bytes;
+  *sess_regions = 0;
+  for (uint32_t i = 0; i < s->nsession_info; i++)
+    if (s->session_info[i].id == sid) *sess_regions = s->session_info[i].regions;
+  graphd_daemon_status_free(s);
+}
+
+START_TEST(test_region_register_is_cached_and_counted) {
+  graphd_client *ctl = td_control(&d);
+  graphd_client *c = td_data(&d, 0);
+  void *a;
+  ck_assert_int_eq(graphd_host_alloc(c, 1 << 20, &a), GRAPHD_OK);
+  graphd_region_ref r1, r2, r3;
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a, 4096, &r1), GRAPHD_OK);
+  ck_assert_uint_eq(r1.offset, 0);
+  ck_assert_uint_eq(r1.size, 1 << 20);
+  /* The same allocation again, and an interior pointer: the cached region. */
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a, 4096, &r2), GRAPHD_OK);
+  ck_assert_uint_eq(r2.region_id, r1.region_id);
+  ck_assert_uint_eq(r2.import_ns, 0);
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a + 1000, 24, &r3), GRAPHD_OK);
+  ck_assert_uint_eq(r3.region_id, r1.region_id);
+  ck_assert_uint_eq(r3.offset, 1000);
+  ck_assert_uint_eq(graphd_region_count(c), 1);
+  uint64_t dr, db, sr;
+  counts(ctl, 0, graphd_session_id(c), &dr, &db, &sr);
+  ck_assert_uint_eq(dr, 1);
+  ck_assert_uint_eq(db, 1 << 20);
+  ck_assert_uint_eq(sr, 1);
+  counts(ctl, 1, graphd_session_id(c), &dr, &db, &sr);
+  ck_assert_uint_eq(dr, 0);
+  /* Past the end of the allocation. */
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a + (1 << 20) - 8, 16, &r3),
+                   GRAPHD_OUT_OF_RANGE);
+  ck_assert_msg(strstr(graphd_last_error(c), "runs past the end"), "%s", graphd_last_error(c));
+  /* The daemon writes through its mapping of the same pages. */
+  ck_assert_int_eq(graphd_host_free(c, a), GRAPHD_OK);
+  counts(ctl, 0, graphd_session_id(c), &dr, &db, &sr);
+  ck_assert_uint_eq(dr, 0);
+  ck_assert_uint_eq(db, 0);
+  graphd_close(c);
+  graphd_close(ctl);
+}
+END_TEST
+
+START_TEST(test_region_new_allocation_at_a_reused_address_is_a_new_region) {
+  graphd_client *ctl = td_control(&d);
+  graphd_client *c = td_data(&d, 0);
+  uint32_t last = 0;
+  int reused = 0;
+  void *prev = NULL;
+  for (int i = 0; i < 20; i++) {
+    void *a;
+    ck_assert_int_eq(graphd_host_alloc(c, 65536, &a), GRAPHD_OK);
+    graphd_region_ref r;
+    ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a, 65536, &r), GRAPHD_OK);
+    ck_assert_uint_ne(r.region_id, last); /* a new allocation is a new region */
+    ck_assert_uint_gt(r.import_ns, 0);
+    if (a == prev) reused++;
+    prev = a;
+    last = r.region_id;
+    ck_assert_int_eq(graphd_host_free(c, a), GRAPHD_OK);
+  }
+  /* mmap hands the same address back after munmap: reuse really happened. */
+  ck_assert_int_gt(reused, 0);
+  uint64_t dr, db, sr;
+  counts(ctl, 0, graphd_session_id(c), &dr, &db, &sr);
+  ck_assert_uint_eq(dr, 0);
+  graphd_close(c);
+  graphd_close(ctl);
+}
+END_TEST
+
+START_TEST(test_region_lru_cap_unregisters_the_least_recently_used) {
+  graphd_client *ctl = td_control(&d);
+  graphd_client *c = td_data(&d, 0);
+  ck_assert_int_eq(graphd_set_region_cap(c, 3), GRAPHD_OK);
+  void *a[5];
+  graphd_region_ref r[5];
+  for (int i = 0; i < 5; i++) ck_assert_int_eq(graphd_host_alloc(c, 8192, &a[i]), GRAPHD_OK);
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a[i], 8, &r[i]), GRAPHD_OK);
+  /* Touch 0 so 1 is the least recently used. */
+  graphd_region_ref t;
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a[0], 8, &t), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a[3], 8, &r[3]), GRAPHD_OK);
+  ck_assert_uint_eq(graphd_region_count(c), 3);
+  uint64_t dr, db, sr;
+  counts(ctl, 0, graphd_session_id(c), &dr, &db, &sr);
+  ck_assert_uint_eq(dr, 3);
+  ck_assert_uint_eq(sr, 3);
+  /* 0 and 2 stay cached (no new import), 1 was evicted (a new region). */
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a[0], 8, &t), GRAPHD_OK);
+  ck_assert_uint_eq(t.region_id, r[0].region_id);
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a[2], 8, &t), GRAPHD_OK);
+  ck_assert_uint_eq(t.region_id, r[2].region_id);
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a[1], 8, &t), GRAPHD_OK);
+  ck_assert_uint_ne(t.region_id, r[1].region_id);
+  /* Shrinking the cap unregisters at once. */
+  ck_assert_int_eq(graphd_set_region_cap(c, 1), GRAPHD_OK);
+  ck_assert_uint_eq(graphd_region_count(c), 1);
+  counts(ctl, 0, graphd_session_id(c), &dr, &db, &sr);
+  ck_assert_uint_eq(dr, 1);
+  ck_assert_int_eq(graphd_set_region_cap(c, 0), GRAPHD_INVALID_ARGUMENT);
+  graphd_close(c);
+  graphd_close(ctl);
+}
+END_TEST
+
+START_TEST(test_region_unregister_and_release_on_close) {
+  graphd_client *ctl = td_control(&d);
+  graphd_client *c0 = td_data(&d, 0);
+  graphd_client *c1 = td_data(&d, 1);
+  void *a, *b, *e;
+  ck_assert_int_eq(graphd_host_alloc(c0, 4096, &a), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c0, 8192, &b), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c1, 16384, &e), GRAPHD_OK);
+  graphd_region_ref ra, rb, re;
+  ck_assert_int_eq(graphd_region_register(c0, (uint64_t)(uintptr_t)a, 1, &ra), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c0, (uint64_t)(uintptr_t)b, 1, &rb), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c1, (uint64_t)(uintptr_t)e, 1, &re), GRAPHD_OK);
+  uint64_t dr, db, sr;
+  counts(ctl, 0, graphd_session_id(c0), &dr, &db, &sr);
+  ck_assert_uint_eq(dr, 2);
+  ck_assert_uint_eq(db, 4096 + 8192);
+  ck_assert_int_eq(graphd_region_forget(c0, (uint64_t)(uintptr_t)a + 10), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_forget(c0, (uint64_t)(uintptr_t)a), GRAPHD_NOT_FOUND);
+  ck_assert_int_eq(graphd_region_unregister(c0, 12345), GRAPHD_NOT_FOUND);
+  ck_assert_msg(strstr(graphd_last_error(c0), "no region 12345"), "%s", graphd_last_error(c0));
+  counts(ctl, 0, graphd_session_id(c0), &dr, &db, &sr);
+  ck_assert_uint_eq(dr, 1);
+  ck_assert_uint_eq(db, 8192);
+  /* Closing a session releases what it still holds; other devices untouched. */
+  graphd_close(c0);
+  for (int i = 0; i < 200; i++) {
+    counts(ctl, 0, 0, &dr, &db, &sr);
+    if (dr == 0) break;
+    usleep(5000);
+  }
+  ck_assert_uint_eq(dr, 0);
+  ck_assert_uint_eq(db, 0);
+  counts(ctl, 1, graphd_session_id(c1), &dr, &db, &sr);
+  ck_assert_uint_eq(dr, 1);
+  ck_assert_uint_eq(db, 16384);
+  graphd_close(c1);
+  graphd_close(ctl);
+}
+END_TEST
+
+START_TEST(test_region_needs_a_data_session_and_its_own_memory) {
+  graphd_client *ctl = td_control(&d);
+  void *a;
+  ck_assert_int_eq(graphd_host_alloc(ctl, 4096, &a), GRAPHD_OK);
+  graphd_region_ref r;
+  ck_assert_int_eq(graphd_region_register(ctl, (uint64_t)(uintptr_t)a, 1, &r),
+                   GRAPHD_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(graphd_last_error(ctl), "need a data session"), "%s", graphd_last_error(ctl));
+  graphd_client *c = td_data(&d, 0);
+  /* Memory that is neither graphd_host_alloc'd nor CUDA's. */
+  static char plain[64];
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)plain, 1, &r),
+                   GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(graphd_last_error(c),
+                       "is neither graphd_host_alloc memory of this handle nor CUDA device memory"),
+                "%s", graphd_last_error(c));
+  ck_assert_int_eq(graphd_host_free(c, a), GRAPHD_NOT_FOUND); /* another handle's */
+  graphd_close(c);
+  graphd_close(ctl);
+}
+END_TEST
+
+static Graphd__Wire__Reply *raw_region(int fd, int kind, uint64_t size, const int *fds,
+                                       int nfds) {
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__RegisterRegion m = GRAPHD__WIRE__REGISTER_REGION__INIT;
+  req.request_id = 5;
+  req.nfds = (uint32_t)nfds;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION;
+  req.register_region = &m;
+  m.kind = (Graphd__Wire__RegionKind)kind;
+  m.size = size;
+  td_raw_send_request(fd, &req, fds, nfds);
+  return td_raw_recv(fd, 5000);
+}
+
+static void expect(Graphd__Wire__Reply *r, uint32_t code, const char *needle) {
+  ck_assert_ptr_nonnull(r);
+  ck_assert_msg(r->code == code, "code %u (%s), want %u", r->code, r->message, code);
+  if (needle) ck_assert_msg(strstr(r->message, needle), "'%s' lacks '%s'", r->message, needle);
+  graphd__wire__reply__free_unpacked(r, NULL);
+}
+
+START_TEST(test_region_bad_fds_are_refused_cleanly) {
+  graphd_client *ctl = td_control(&d);
+  graphd_daemon_status *s;
+  ck_assert_int_eq(graphd_get_status(ctl, &s), GRAPHD_OK);
+  int fd = td_raw_connect(&d);
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
+  req.request_id = 1;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
+  req.hello = &h;
+  h.protocol_version = GD_PROTOCOL_VERSION;
+  h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
+  h.device_uuid.data = s->devices[0].uuid;
+  h.device_uuid.len = 16;
+  td_raw_send_request(fd, &req, NULL, 0);
+  expect(td_raw_recv(fd, 5000), GRAPHD_OK, NULL);
+  graphd_daemon_status_free(s);
+  int base = td_count_fds(d.pid);
+
+  const int host = GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;
+  /* No fd where one is needed. */
+  expect(raw_region(fd, host, 4096, NULL, 0), GRAPHD_INVALID_ARGUMENT, "carries exactly one fd");
+  /* A regular file is not a memfd. */
+  char path[] = "/tmp/graphd-region-XXXXXX";
+  int file = mkstemp(path);
+  ck_assert_int_eq(ftruncate(file, 4096), 0);
+  unlink(path);
+  expect(raw_region(fd, host, 4096, &file, 1), GRAPHD_INVALID_ARGUMENT, "not a memfd");
+  /* A memfd smaller than declared. */
+  int small = memfd_create("small", MFD_CLOEXEC);
+  ck_assert_int_eq(ftruncate(small, 100), 0);
+  expect(raw_region(fd, host, 4096, &small, 1), GRAPHD_INVALID_ARGUMENT, "declares 4096 bytes");
+  /* CUDA kinds on a host device. */
+  expect(raw_region(fd, GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD, 100, &small, 1),
+         GRAPHD_FAILED_PRECONDITION, "graphd_host_alloc only");
+  /* Zero size and an unknown kind. */
+  expect(raw_region(fd, host, 0, &small, 1), GRAPHD_INVALID_ARGUMENT, "size is 0");
+  expect(raw_region(fd, 42, 100, NULL, 0), GRAPHD_INVALID_ARGUMENT, "kind must be");
+  close(file);
+  close(small);
+  /* Every fd the daemon received was closed. */
+  for (int i = 0; i < 100 && td_count_fds(d.pid) != base; i++) usleep(10000);
+  ck_assert_int_eq(td_count_fds(d.pid), base);
+  close(fd);
+  graphd_close(ctl);
+}
+END_TEST
+
+START_TEST(test_region_range_check_does_not_overflow) {
+  gd_region r;
+  memset(&r, 0, sizeof r);
+  r.id = 7;
+  r.map.size = 4096;
+  char err[256];
+  ck_assert_int_eq(region_check_range(&r, 0, 4096, err, sizeof err), 0);
+  ck_assert_int_eq(region_check_range(&r, 4095, 1, err, sizeof err), 0);
+  ck_assert_int_eq(region_check_range(&r, 4096, 0, err, sizeof err), 0);
+  ck_assert_int_eq(region_check_range(&r, 4096, 1, err, sizeof err), -GRAPHD_OUT_OF_RANGE);
+  ck_assert_int_eq(region_check_range(&r, 1, UINT64_MAX, err, sizeof err), -GRAPHD_OUT_OF_RANGE);
+  ck_assert_int_eq(region_check_range(&r, UINT64_MAX, 2, err, sizeof err), -GRAPHD_OUT_OF_RANGE);
+  ck_assert_int_eq(region_check_range(&r, UINT64_MAX - 10, 20, err, sizeof err),
+                   -GRAPHD_OUT_OF_RANGE);
+  ck_assert_msg(strstr(err, "region 7"), "%s", err);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("region");
+  TCase *tc = tcase_create("region");
+  tcase_set_timeout(tc, 30);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_region_register_is_cached_and_counted);
+  tcase_add_test(tc, test_region_new_allocation_at_a_reused_address_is_a_new_region);
+  tcase_add_test(tc, test_region_lru_cap_unregisters_the_least_recently_used);
+  tcase_add_test(tc, test_region_unregister_and_release_on_close);
+  tcase_add_test(tc, test_region_needs_a_data_session_and_its_own_memory);
+  tcase_add_test(tc, test_region_bad_fds_are_refused_cleanly);
+  suite_add_tcase(s, tc);
+  TCase *pure = tcase_create("range");
+  tcase_add_test(pure, test_region_range_check_does_not_overflow);
+  suite_add_tcase(s, pure);
+  return td_run_suite(s);
+}
