@@ -66,7 +66,32 @@
   X(cuStreamCreate)                       \
   X(cuStreamDestroy)                      \
   X(cuStreamSynchronize)                  \
-  X(cuStreamGetCtx)
+  X(cuStreamGetCtx)                       \
+  X(cuMemHostRegister)                    \
+  X(cuMemHostUnregister)                  \
+  X(cuMemHostGetDevicePointer)            \
+  X(cuStreamWaitValue64)                  \
+  X(cuStreamWriteValue64)                 \
+  X(cuGraphCreate)                        \
+  X(cuGraphDestroy)                       \
+  X(cuGraphAddKernelNode)                 \
+  X(cuGraphAddMemsetNode)                 \
+  X(cuGraphAddMemcpyNode)                 \
+  X(cuGraphInstantiate)                   \
+  X(cuGraphUpload)                        \
+  X(cuGraphExecDestroy)                   \
+  X(cuGraphExecMemcpyNodeSetParams)       \
+  X(cuGraphLaunch)                        \
+  X(cuMemcpyDtoDAsync)                    \
+  X(cuMemcpyHtoDAsync)                    \
+  X(cuMemcpyDtoHAsync)                    \
+  X(cuMemsetD32Async)                     \
+  X(cuEventCreate)                        \
+  X(cuEventDestroy)                       \
+  X(cuEventRecord)                        \
+  X(cuEventSynchronize)                   \
+  X(cuStreamWaitEvent)                    \
+  X(cuLaunchKernel)
 
 typedef struct gd_cuda {
   void *lib;

@@ -57,6 +57,35 @@ typedef struct gd_region_map {
 } gd_region_map;
 typedef struct gd_backend gd_backend;
 
+/* A staging allocation: one per capture, sub-allocated by shared code. */
+typedef struct gd_staging {
+  uint64_t ptr;     /* device address (host: host address) */
+  uint64_t bytes;   /* allocated, rounded to the granularity */
+  void *handle;     /* backend-private */
+} gd_staging;
+
+/* The shared flag page, mapped on a device. */
+typedef struct gd_flags_map {
+  volatile uint64_t *host; /* the daemon's host mapping */
+  uint64_t dev;            /* device address of host[0] (host backend: same) */
+  uint64_t bytes;
+} gd_flags_map;
+
+/* Opaque graph objects; the shared capture code only passes them back. */
+typedef void *gd_graph;
+typedef void *gd_graph_exec;
+typedef void *gd_node;
+typedef void *gd_stream;
+typedef void *gd_event;
+
+typedef struct gd_kernel_desc {
+  void *fn;               /* from function_get */
+  uint32_t grid[3], block[3];
+  uint32_t shared_bytes;
+  void **params;          /* kernelParams: one pointer per parameter */
+  uint32_t nparams;
+} gd_kernel_desc;
+
 typedef struct gd_backend_ops {
   /* Worker thread: take the device (retain and set the primary context). */
   int (*device_open)(gd_backend *be, int backend_index, gd_backend_dev **out, char *err,
@@ -85,6 +114,59 @@ typedef struct gd_backend_ops {
   int (*region_import)(gd_backend *be, gd_backend_dev *dev, const gd_region_import *in,
                        gd_region_map *out, char *err, size_t errlen);
   void (*region_release)(gd_backend *be, gd_backend_dev *dev, gd_region_map *m);
+  /* --- captures and replay (worker thread) --- */
+  int (*staging_alloc)(gd_backend *be, gd_backend_dev *dev, uint64_t bytes, gd_staging *out,
+                       char *err, size_t errlen);
+  void (*staging_free)(gd_backend *be, gd_backend_dev *dev, gd_staging *s);
+  int (*stream_create)(gd_backend *be, gd_backend_dev *dev, gd_stream *out, char *err,
+                       size_t errlen);
+  void (*stream_destroy)(gd_backend *be, gd_backend_dev *dev, gd_stream s);
+  /* Waits on the host until everything enqueued on s has run. */
+  int (*stream_sync)(gd_backend *be, gd_backend_dev *dev, gd_stream s, char *err, size_t errlen);
+  int (*flags_map)(gd_backend *be, gd_backend_dev *dev, int fd, uint64_t bytes, gd_flags_map *out,
+                   char *err, size_t errlen);
+  void (*flags_unmap)(gd_backend *be, gd_backend_dev *dev, gd_flags_map *m);
+  /* Enqueues "wait until *word >= value" (word is an address inside a
+   * flag map: host and device forms). The host backend waits right here,
+   * polling, and gives up with -GRAPHD_DEADLINE_EXCEEDED when
+   * give_up(arg) says so. */
+  int (*wait_value)(gd_backend *be, gd_backend_dev *dev, gd_stream s, volatile uint64_t *host,
+                    uint64_t dev_addr, uint64_t value, int (*give_up)(void *), void *arg,
+                    char *err, size_t errlen);
+  /* Enqueues "*word = value". */
+  int (*write_value)(gd_backend *be, gd_backend_dev *dev, gd_stream s, volatile uint64_t *host,
+                     uint64_t dev_addr, uint64_t value, char *err, size_t errlen);
+  int (*graph_create)(gd_backend *be, gd_backend_dev *dev, gd_graph *out, char *err,
+                      size_t errlen);
+  void (*graph_destroy)(gd_backend *be, gd_backend_dev *dev, gd_graph g);
+  int (*graph_add_kernel)(gd_backend *be, gd_backend_dev *dev, gd_graph g, const gd_node *deps,
+                          size_t ndeps, const gd_kernel_desc *k, gd_node *out, char *err,
+                          size_t errlen);
+  int (*graph_add_memset)(gd_backend *be, gd_backend_dev *dev, gd_graph g, const gd_node *deps,
+                          size_t ndeps, uint64_t dst, uint32_t element_size, uint32_t value,
+                          uint64_t count, gd_node *out, char *err, size_t errlen);
+  int (*graph_add_memcpy)(gd_backend *be, gd_backend_dev *dev, gd_graph g, const gd_node *deps,
+                          size_t ndeps, uint64_t dst, uint64_t src, uint64_t bytes, gd_node *out,
+                          char *err, size_t errlen);
+  /* Instantiates and uploads on s. */
+  int (*graph_instantiate)(gd_backend *be, gd_backend_dev *dev, gd_graph g, gd_stream s,
+                           gd_graph_exec *out, char *err, size_t errlen);
+  void (*graph_exec_destroy)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e);
+  /* Re-points a memcpy node of an instantiated graph (1-D, bytes > 0). */
+  int (*graph_exec_set_memcpy)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_node n,
+                               uint64_t dst, uint64_t src, uint64_t bytes, char *err,
+                               size_t errlen);
+  int (*graph_launch)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_stream s,
+                      char *err, size_t errlen);
+  int (*memcpy_async)(gd_backend *be, gd_backend_dev *dev, uint64_t dst, uint64_t src,
+                      uint64_t bytes, gd_stream s, char *err, size_t errlen);
+  int (*event_create)(gd_backend *be, gd_backend_dev *dev, gd_event *out, char *err,
+                      size_t errlen);
+  void (*event_destroy)(gd_backend *be, gd_backend_dev *dev, gd_event e);
+  int (*event_record)(gd_backend *be, gd_backend_dev *dev, gd_event e, gd_stream s, char *err,
+                      size_t errlen);
+  int (*stream_wait_event)(gd_backend *be, gd_backend_dev *dev, gd_stream s, gd_event e,
+                           char *err, size_t errlen);
   /* Main thread, after every worker has stopped. */
   void (*destroy)(gd_backend *be);
 } gd_backend_ops;

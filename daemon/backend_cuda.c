@@ -4,9 +4,15 @@
  * (context-free driver queries only). Afterwards each gd_backend_dev is
  * used by its own worker thread only, which retains the device's primary
  * context and keeps it current. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../common/cuda_driver.h"
 #include "../common/uuid.h"
@@ -300,6 +306,345 @@ static void cuda_region_release(gd_backend *be, gd_backend_dev *d, gd_region_map
   }
 }
 
+/* --- captures and replay ------------------------------------------------ */
+
+typedef struct cuda_staging {
+  CUmemGenericAllocationHandle h;
+} cuda_staging;
+
+static int cuda_staging_alloc(gd_backend *be, gd_backend_dev *d, uint64_t bytes, gd_staging *out,
+                              char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = d->ordinal;
+  size_t gran = 0;
+  CUmemGenericAllocationHandle h = 0;
+  CUdeviceptr va = 0;
+  int created = 0, reserved = 0, mapped = 0;
+  CU_CHECK_GOTO(cu->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                GRAPHD_INTERNAL, fail);
+  size_t size = (bytes + gran - 1) / gran * gran;
+  CUresult r = cu->cuMemCreate(&h, size, &prop, 0);
+  if (r != CUDA_SUCCESS) {
+    char e[160];
+    snprintf(err, errlen, "cannot allocate %zu bytes of staging: %s", size,
+             gd_cuda_strerror(cu, r, e, sizeof e));
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? -GRAPHD_RESOURCE_EXHAUSTED : -GRAPHD_INTERNAL;
+  }
+  created = 1;
+  CU_CHECK_GOTO(cu->cuMemAddressReserve(&va, size, 0, 0, 0), GRAPHD_RESOURCE_EXHAUSTED, fail);
+  reserved = 1;
+  CU_CHECK_GOTO(cu->cuMemMap(va, size, 0, h, 0), GRAPHD_INTERNAL, fail);
+  mapped = 1;
+  CUmemAccessDesc ad;
+  memset(&ad, 0, sizeof ad);
+  ad.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  ad.location.id = d->ordinal;
+  ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU_CHECK_GOTO(cu->cuMemSetAccess(va, size, &ad, 1), GRAPHD_INTERNAL, fail);
+  out->ptr = va;
+  out->bytes = size;
+  out->handle = (void *)(uintptr_t)h;
+  return 0;
+fail:
+  if (mapped) CU_CHECK_IGNORE(cu->cuMemUnmap(va, size));
+  if (reserved) CU_CHECK_IGNORE(cu->cuMemAddressFree(va, size));
+  if (created) CU_CHECK_IGNORE(cu->cuMemRelease(h));
+  return rc;
+}
+
+static void cuda_staging_free(gd_backend *be, gd_backend_dev *d, gd_staging *s) {
+  const gd_cuda *cu = be->priv;
+  (void)d;
+  CU_CHECK_IGNORE(cu->cuMemUnmap(s->ptr, s->bytes));
+  CU_CHECK_IGNORE(cu->cuMemAddressFree(s->ptr, s->bytes));
+  CU_CHECK_IGNORE(cu->cuMemRelease((CUmemGenericAllocationHandle)(uintptr_t)s->handle));
+  s->bytes = 0;
+}
+
+static int cuda_stream_create(gd_backend *be, gd_backend_dev *d, gd_stream *out, char *err,
+                              size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  CUstream st;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), GRAPHD_RESOURCE_EXHAUSTED, exit);
+  *out = st;
+exit:
+  return rc;
+}
+
+static void cuda_stream_destroy(gd_backend *be, gd_backend_dev *d, gd_stream s) {
+  const gd_cuda *cu = be->priv;
+  (void)d;
+  CU_CHECK_IGNORE(cu->cuStreamDestroy((CUstream)s));
+}
+
+static int cuda_stream_sync(gd_backend *be, gd_backend_dev *d, gd_stream s, char *err,
+                            size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuStreamSynchronize((CUstream)s), GRAPHD_UNAVAILABLE, exit);
+exit:
+  return rc;
+}
+
+/* Host-pinned flags (FACTS.md): the memfd page is mapped here and
+ * registered for device access, so the client's host can still write our
+ * waits free if we die, and we can write theirs if they die. */
+static int cuda_flags_map(gd_backend *be, gd_backend_dev *d, int fd, uint64_t bytes,
+                          gd_flags_map *out, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d;
+  struct stat st;
+  long page = sysconf(_SC_PAGESIZE);
+  uint64_t len = (bytes + (uint64_t)page - 1) / (uint64_t)page * (uint64_t)page;
+  if (fcntl(fd, F_GET_SEALS) < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size < len) {
+    snprintf(err, errlen, "the flag page must be a memfd of at least %llu bytes",
+             (unsigned long long)len);
+    return -GRAPHD_INVALID_ARGUMENT;
+  }
+  void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    snprintf(err, errlen, "cannot map the flag page: %s", strerror(errno));
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  CUdeviceptr dp = 0;
+  CU_CHECK_GOTO(cu->cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_DEVICEMAP |
+                                                  CU_MEMHOSTREGISTER_PORTABLE),
+                GRAPHD_INTERNAL, fail);
+  CU_CHECK_GOTO(cu->cuMemHostGetDevicePointer(&dp, p, 0), GRAPHD_INTERNAL, fail_unreg);
+  out->host = p;
+  out->dev = dp;
+  out->bytes = len;
+  return 0;
+fail_unreg:
+  CU_CHECK_IGNORE(cu->cuMemHostUnregister(p));
+fail:
+  munmap(p, len);
+  return rc;
+}
+
+static void cuda_flags_unmap(gd_backend *be, gd_backend_dev *d, gd_flags_map *m) {
+  const gd_cuda *cu = be->priv;
+  (void)d;
+  CU_CHECK_IGNORE(cu->cuMemHostUnregister((void *)m->host));
+  munmap((void *)m->host, m->bytes);
+}
+
+static int cuda_wait_value(gd_backend *be, gd_backend_dev *d, gd_stream s, volatile uint64_t *w,
+                           uint64_t dev_addr, uint64_t value, int (*give_up)(void *), void *arg,
+                           char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d, (void)w, (void)give_up, (void)arg;
+  CU_CHECK_GOTO(cu->cuStreamWaitValue64((CUstream)s, dev_addr, value, CU_STREAM_WAIT_VALUE_GEQ),
+                GRAPHD_INTERNAL, exit);
+exit:
+  return rc;
+}
+
+static int cuda_write_value(gd_backend *be, gd_backend_dev *d, gd_stream s, volatile uint64_t *w,
+                            uint64_t dev_addr, uint64_t value, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d, (void)w;
+  CU_CHECK_GOTO(cu->cuStreamWriteValue64((CUstream)s, dev_addr, value, 0), GRAPHD_INTERNAL, exit);
+exit:
+  return rc;
+}
+
+static int cuda_graph_create(gd_backend *be, gd_backend_dev *d, gd_graph *out, char *err,
+                             size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  CUgraph g;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuGraphCreate(&g, 0), GRAPHD_INTERNAL, exit);
+  *out = g;
+exit:
+  return rc;
+}
+
+static void cuda_graph_destroy(gd_backend *be, gd_backend_dev *d, gd_graph g) {
+  const gd_cuda *cu = be->priv;
+  (void)d;
+  CU_CHECK_IGNORE(cu->cuGraphDestroy((CUgraph)g));
+}
+
+static int cuda_graph_add_kernel(gd_backend *be, gd_backend_dev *d, gd_graph g,
+                                 const gd_node *deps, size_t ndeps, const gd_kernel_desc *k,
+                                 gd_node *out, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d;
+  CUDA_KERNEL_NODE_PARAMS p;
+  memset(&p, 0, sizeof p);
+  p.func = (CUfunction)k->fn;
+  p.gridDimX = k->grid[0];
+  p.gridDimY = k->grid[1];
+  p.gridDimZ = k->grid[2];
+  p.blockDimX = k->block[0];
+  p.blockDimY = k->block[1];
+  p.blockDimZ = k->block[2];
+  p.sharedMemBytes = k->shared_bytes;
+  p.kernelParams = k->params;
+  CUgraphNode n;
+  CU_CHECK_GOTO(cu->cuGraphAddKernelNode(&n, (CUgraph)g, (const CUgraphNode *)deps, ndeps, &p),
+                GRAPHD_INVALID_ARGUMENT, exit);
+  *out = n;
+exit:
+  return rc;
+}
+
+static int cuda_graph_add_memset(gd_backend *be, gd_backend_dev *d, gd_graph g,
+                                 const gd_node *deps, size_t ndeps, uint64_t dst,
+                                 uint32_t element_size, uint32_t value, uint64_t count,
+                                 gd_node *out, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  CUDA_MEMSET_NODE_PARAMS p;
+  memset(&p, 0, sizeof p);
+  p.dst = dst;
+  p.elementSize = element_size;
+  p.value = value;
+  p.width = count;
+  p.height = 1;
+  CUgraphNode n;
+  CU_CHECK_GOTO(cu->cuGraphAddMemsetNode(&n, (CUgraph)g, (const CUgraphNode *)deps, ndeps, &p,
+                                         d->ctx),
+                GRAPHD_INVALID_ARGUMENT, exit);
+  *out = n;
+exit:
+  return rc;
+}
+
+static void copy_params(CUDA_MEMCPY3D *c, uint64_t dst, uint64_t src, uint64_t bytes) {
+  memset(c, 0, sizeof *c);
+  c->srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c->srcDevice = src;
+  c->dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c->dstDevice = dst;
+  c->WidthInBytes = bytes;
+  c->Height = 1;
+  c->Depth = 1;
+}
+
+static int cuda_graph_add_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph g,
+                                 const gd_node *deps, size_t ndeps, uint64_t dst, uint64_t src,
+                                 uint64_t bytes, gd_node *out, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  CUDA_MEMCPY3D c;
+  copy_params(&c, dst, src, bytes);
+  CUgraphNode n;
+  CU_CHECK_GOTO(cu->cuGraphAddMemcpyNode(&n, (CUgraph)g, (const CUgraphNode *)deps, ndeps, &c,
+                                         d->ctx),
+                GRAPHD_INVALID_ARGUMENT, exit);
+  *out = n;
+exit:
+  return rc;
+}
+
+static int cuda_graph_instantiate(gd_backend *be, gd_backend_dev *d, gd_graph g, gd_stream s,
+                                  gd_graph_exec *out, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  CUgraphExec e = NULL;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuGraphInstantiate(&e, (CUgraph)g, 0), GRAPHD_INVALID_ARGUMENT, exit);
+  CU_CHECK_GOTO(cu->cuGraphUpload(e, (CUstream)s), GRAPHD_INTERNAL, fail);
+  *out = e;
+  return 0;
+fail:
+  CU_CHECK_IGNORE(cu->cuGraphExecDestroy(e));
+exit:
+  return rc;
+}
+
+static void cuda_graph_exec_destroy(gd_backend *be, gd_backend_dev *d, gd_graph_exec e) {
+  const gd_cuda *cu = be->priv;
+  (void)d;
+  CU_CHECK_IGNORE(cu->cuGraphExecDestroy((CUgraphExec)e));
+}
+
+static int cuda_graph_exec_set_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
+                                      gd_node n, uint64_t dst, uint64_t src, uint64_t bytes,
+                                      char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  CUDA_MEMCPY3D c;
+  copy_params(&c, dst, src, bytes);
+  CU_CHECK_GOTO(cu->cuGraphExecMemcpyNodeSetParams((CUgraphExec)e, (CUgraphNode)n, &c, d->ctx),
+                GRAPHD_INVALID_ARGUMENT, exit);
+exit:
+  return rc;
+}
+
+static int cuda_graph_launch(gd_backend *be, gd_backend_dev *d, gd_graph_exec e, gd_stream s,
+                             char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuGraphLaunch((CUgraphExec)e, (CUstream)s), GRAPHD_INTERNAL, exit);
+exit:
+  return rc;
+}
+
+static int cuda_memcpy_async(gd_backend *be, gd_backend_dev *d, uint64_t dst, uint64_t src,
+                             uint64_t bytes, gd_stream s, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuMemcpyDtoDAsync(dst, src, bytes, (CUstream)s), GRAPHD_INTERNAL, exit);
+exit:
+  return rc;
+}
+
+static int cuda_event_create(gd_backend *be, gd_backend_dev *d, gd_event *out, char *err,
+                             size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  CUevent e;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), GRAPHD_INTERNAL, exit);
+  *out = e;
+exit:
+  return rc;
+}
+
+static void cuda_event_destroy(gd_backend *be, gd_backend_dev *d, gd_event e) {
+  const gd_cuda *cu = be->priv;
+  (void)d;
+  CU_CHECK_IGNORE(cu->cuEventDestroy((CUevent)e));
+}
+
+static int cuda_event_record(gd_backend *be, gd_backend_dev *d, gd_event e, gd_stream s,
+                             char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuEventRecord((CUevent)e, (CUstream)s), GRAPHD_INTERNAL, exit);
+exit:
+  return rc;
+}
+
+static int cuda_stream_wait_event(gd_backend *be, gd_backend_dev *d, gd_stream s, gd_event e,
+                                  char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuStreamWaitEvent((CUstream)s, (CUevent)e, 0), GRAPHD_INTERNAL, exit);
+exit:
+  return rc;
+}
+
 static void cuda_destroy(gd_backend *be) {
   free(be->devices);
   free(be);
@@ -315,6 +660,29 @@ static const gd_backend_ops cuda_ops = {
     .function_set_shared = cuda_function_set_shared,
     .region_import = cuda_region_import,
     .region_release = cuda_region_release,
+    .staging_alloc = cuda_staging_alloc,
+    .staging_free = cuda_staging_free,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_sync = cuda_stream_sync,
+    .flags_map = cuda_flags_map,
+    .flags_unmap = cuda_flags_unmap,
+    .wait_value = cuda_wait_value,
+    .write_value = cuda_write_value,
+    .graph_create = cuda_graph_create,
+    .graph_destroy = cuda_graph_destroy,
+    .graph_add_kernel = cuda_graph_add_kernel,
+    .graph_add_memset = cuda_graph_add_memset,
+    .graph_add_memcpy = cuda_graph_add_memcpy,
+    .graph_instantiate = cuda_graph_instantiate,
+    .graph_exec_destroy = cuda_graph_exec_destroy,
+    .graph_exec_set_memcpy = cuda_graph_exec_set_memcpy,
+    .graph_launch = cuda_graph_launch,
+    .memcpy_async = cuda_memcpy_async,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .stream_wait_event = cuda_stream_wait_event,
     .destroy = cuda_destroy,
 };
 

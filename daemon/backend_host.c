@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../common/uuid.h"
@@ -171,6 +172,312 @@ static void host_region_release(gd_backend *be, gd_backend_dev *d, gd_region_map
   munmap(m->handle, m->mapped);
 }
 
+/* --- captures and replay ------------------------------------------------
+ * The session stream is the worker's in-order execution: every "enqueued"
+ * operation runs at once, on the worker, in order. A graph is its nodes in
+ * insertion order, which the shared capture code makes topological. */
+
+#define HOST_GRANULARITY (64u << 10)
+
+enum { HN_KERNEL = 1, HN_MEMSET, HN_MEMCPY };
+
+typedef struct host_node {
+  int kind;
+  graphd_host_kernel fn;
+  uint32_t grid[3], block[3], shared;
+  void **params;     /* owned by the capture, alive as long as the graph */
+  uint64_t dst, src, bytes;
+  uint32_t es, value;
+} host_node;
+
+typedef struct host_graph {
+  host_node **nodes;
+  size_t n, cap;
+} host_graph;
+
+static int host_staging_alloc(gd_backend *be, gd_backend_dev *d, uint64_t bytes, gd_staging *out,
+                              char *err, size_t errlen) {
+  (void)be;
+  uint64_t sz = (bytes + HOST_GRANULARITY - 1) / HOST_GRANULARITY * HOST_GRANULARITY;
+  uint64_t used = atomic_load(&d->used);
+  if (used + sz > d->total) {
+    snprintf(err, errlen, "staging of %llu bytes does not fit: %llu of %llu bytes are in use",
+             (unsigned long long)sz, (unsigned long long)used, (unsigned long long)d->total);
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  void *p = NULL;
+  if (posix_memalign(&p, 4096, sz) != 0) {
+    snprintf(err, errlen, "out of memory allocating %llu bytes of staging", (unsigned long long)sz);
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  memset(p, 0, sz);
+  atomic_fetch_add(&d->used, sz);
+  out->ptr = (uint64_t)(uintptr_t)p;
+  out->bytes = sz;
+  out->handle = p;
+  return 0;
+}
+
+static void host_staging_free(gd_backend *be, gd_backend_dev *d, gd_staging *s) {
+  (void)be;
+  free(s->handle);
+  atomic_fetch_sub(&d->used, s->bytes);
+  s->bytes = 0;
+}
+
+static int host_stream_create(gd_backend *be, gd_backend_dev *d, gd_stream *out, char *err,
+                              size_t errlen) {
+  (void)be, (void)d, (void)err, (void)errlen;
+  *out = NULL;
+  return 0;
+}
+
+static void host_stream_destroy(gd_backend *be, gd_backend_dev *d, gd_stream s) {
+  (void)be, (void)d, (void)s;
+}
+
+static int host_stream_sync(gd_backend *be, gd_backend_dev *d, gd_stream s, char *err,
+                            size_t errlen) {
+  (void)be, (void)d, (void)s, (void)err, (void)errlen;
+  return 0; /* everything ran when it was enqueued */
+}
+
+static int host_flags_map(gd_backend *be, gd_backend_dev *d, int fd, uint64_t bytes,
+                          gd_flags_map *out, char *err, size_t errlen) {
+  (void)be, (void)d;
+  struct stat st;
+  if (fcntl(fd, F_GET_SEALS) < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size < bytes) {
+    snprintf(err, errlen, "the flag page must be a memfd of at least %llu bytes",
+             (unsigned long long)bytes);
+    return -GRAPHD_INVALID_ARGUMENT;
+  }
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    snprintf(err, errlen, "cannot map the flag page: %s", strerror(errno));
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  out->host = p;
+  out->dev = (uint64_t)(uintptr_t)p;
+  out->bytes = bytes;
+  return 0;
+}
+
+static void host_flags_unmap(gd_backend *be, gd_backend_dev *d, gd_flags_map *m) {
+  (void)be, (void)d;
+  munmap((void *)m->host, m->bytes);
+}
+
+static int host_wait_value(gd_backend *be, gd_backend_dev *d, gd_stream s, volatile uint64_t *w,
+                           uint64_t dev_addr, uint64_t value, int (*give_up)(void *), void *arg,
+                           char *err, size_t errlen) {
+  (void)be, (void)d, (void)s, (void)dev_addr;
+  uint64_t spins = 0;
+  while (__atomic_load_n(w, __ATOMIC_ACQUIRE) < value) {
+    if (++spins < 2000) continue;
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+    if (spins % 20 == 0 && give_up(arg)) {
+      snprintf(err, errlen,
+               "the client's ready flag did not reach %llu (it is %llu) within the ready "
+               "timeout while other work waited behind it",
+               (unsigned long long)value, (unsigned long long)__atomic_load_n(w, __ATOMIC_ACQUIRE));
+      return -GRAPHD_DEADLINE_EXCEEDED;
+    }
+  }
+  return 0;
+}
+
+static int host_write_value(gd_backend *be, gd_backend_dev *d, gd_stream s, volatile uint64_t *w,
+                            uint64_t dev_addr, uint64_t value, char *err, size_t errlen) {
+  (void)be, (void)d, (void)s, (void)dev_addr, (void)err, (void)errlen;
+  __atomic_store_n(w, value, __ATOMIC_RELEASE);
+  return 0;
+}
+
+static int host_graph_create(gd_backend *be, gd_backend_dev *d, gd_graph *out, char *err,
+                             size_t errlen) {
+  (void)be, (void)d;
+  host_graph *g = calloc(1, sizeof *g);
+  if (!g) {
+    snprintf(err, errlen, "out of memory");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  *out = g;
+  return 0;
+}
+
+static void host_graph_destroy(gd_backend *be, gd_backend_dev *d, gd_graph gg) {
+  (void)be, (void)d;
+  host_graph *g = gg;
+  for (size_t i = 0; i < g->n; i++) free(g->nodes[i]);
+  free(g->nodes);
+  free(g);
+}
+
+static int add_node(host_graph *g, host_node *n, gd_node *out, char *err, size_t errlen) {
+  if (g->n == g->cap) {
+    size_t cap = g->cap ? 2 * g->cap : 16;
+    host_node **nn = realloc(g->nodes, cap * sizeof *nn);
+    if (!nn) {
+      free(n);
+      snprintf(err, errlen, "out of memory");
+      return -GRAPHD_RESOURCE_EXHAUSTED;
+    }
+    g->nodes = nn;
+    g->cap = cap;
+  }
+  g->nodes[g->n++] = n;
+  *out = n;
+  return 0;
+}
+
+static int host_graph_add_kernel(gd_backend *be, gd_backend_dev *d, gd_graph g,
+                                 const gd_node *deps, size_t ndeps, const gd_kernel_desc *k,
+                                 gd_node *out, char *err, size_t errlen) {
+  (void)be, (void)d, (void)deps, (void)ndeps;
+  host_node *n = calloc(1, sizeof *n);
+  if (!n) {
+    snprintf(err, errlen, "out of memory");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  n->kind = HN_KERNEL;
+  memcpy(&n->fn, &k->fn, sizeof n->fn);
+  memcpy(n->grid, k->grid, sizeof n->grid);
+  memcpy(n->block, k->block, sizeof n->block);
+  n->shared = k->shared_bytes;
+  n->params = k->params;
+  return add_node(g, n, out, err, errlen);
+}
+
+static int host_graph_add_memset(gd_backend *be, gd_backend_dev *d, gd_graph g,
+                                 const gd_node *deps, size_t ndeps, uint64_t dst,
+                                 uint32_t element_size, uint32_t value, uint64_t count,
+                                 gd_node *out, char *err, size_t errlen) {
+  (void)be, (void)d, (void)deps, (void)ndeps;
+  host_node *n = calloc(1, sizeof *n);
+  if (!n) {
+    snprintf(err, errlen, "out of memory");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  n->kind = HN_MEMSET;
+  n->dst = dst;
+  n->es = element_size;
+  n->value = value;
+  n->bytes = count * element_size;
+  return add_node(g, n, out, err, errlen);
+}
+
+static int host_graph_add_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph g,
+                                 const gd_node *deps, size_t ndeps, uint64_t dst, uint64_t src,
+                                 uint64_t bytes, gd_node *out, char *err, size_t errlen) {
+  (void)be, (void)d, (void)deps, (void)ndeps;
+  host_node *n = calloc(1, sizeof *n);
+  if (!n) {
+    snprintf(err, errlen, "out of memory");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  n->kind = HN_MEMCPY;
+  n->dst = dst;
+  n->src = src;
+  n->bytes = bytes;
+  return add_node(g, n, out, err, errlen);
+}
+
+/* The "executable graph" is the graph itself: nothing is compiled. */
+static int host_graph_instantiate(gd_backend *be, gd_backend_dev *d, gd_graph g, gd_stream s,
+                                  gd_graph_exec *out, char *err, size_t errlen) {
+  (void)be, (void)d, (void)s, (void)err, (void)errlen;
+  *out = g;
+  return 0;
+}
+
+static void host_graph_exec_destroy(gd_backend *be, gd_backend_dev *d, gd_graph_exec e) {
+  (void)be, (void)d, (void)e; /* owned by the graph */
+}
+
+static int host_graph_exec_set_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
+                                      gd_node nn, uint64_t dst, uint64_t src, uint64_t bytes,
+                                      char *err, size_t errlen) {
+  (void)be, (void)d, (void)e;
+  host_node *n = nn;
+  if (n->kind != HN_MEMCPY || bytes == 0) {
+    snprintf(err, errlen, "not a memcpy node, or zero bytes");
+    return -GRAPHD_INTERNAL;
+  }
+  n->dst = dst;
+  n->src = src;
+  n->bytes = bytes;
+  return 0;
+}
+
+static void run_kernel(const host_node *n) {
+  graphd_host_launch l;
+  memset(&l, 0, sizeof l);
+  memcpy(l.grid, n->grid, sizeof l.grid);
+  memcpy(l.block, n->block, sizeof l.block);
+  l.shared_bytes = n->shared;
+  void *shared = n->shared ? calloc(1, n->shared) : NULL;
+  l.shared = shared;
+  for (uint32_t z = 0; z < n->grid[2]; z++)
+    for (uint32_t y = 0; y < n->grid[1]; y++)
+      for (uint32_t x = 0; x < n->grid[0]; x++) {
+        l.block_idx[0] = x;
+        l.block_idx[1] = y;
+        l.block_idx[2] = z;
+        n->fn(&l, n->params);
+      }
+  free(shared);
+}
+
+static int host_graph_launch(gd_backend *be, gd_backend_dev *d, gd_graph_exec e, gd_stream s,
+                             char *err, size_t errlen) {
+  (void)be, (void)d, (void)s, (void)err, (void)errlen;
+  host_graph *g = e;
+  for (size_t i = 0; i < g->n; i++) {
+    const host_node *n = g->nodes[i];
+    if (n->kind == HN_KERNEL) {
+      run_kernel(n);
+    } else if (n->kind == HN_MEMCPY) {
+      memcpy((void *)(uintptr_t)n->dst, (const void *)(uintptr_t)n->src, n->bytes);
+    } else {
+      uint8_t *p = (uint8_t *)(uintptr_t)n->dst;
+      for (uint64_t k = 0; k < n->bytes; k += n->es) memcpy(p + k, &n->value, n->es);
+    }
+  }
+  return 0;
+}
+
+static int host_memcpy_async(gd_backend *be, gd_backend_dev *d, uint64_t dst, uint64_t src,
+                             uint64_t bytes, gd_stream s, char *err, size_t errlen) {
+  (void)be, (void)d, (void)s, (void)err, (void)errlen;
+  memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+  return 0;
+}
+
+static int host_event_create(gd_backend *be, gd_backend_dev *d, gd_event *out, char *err,
+                             size_t errlen) {
+  (void)be, (void)d, (void)err, (void)errlen;
+  *out = NULL;
+  return 0;
+}
+
+static void host_event_destroy(gd_backend *be, gd_backend_dev *d, gd_event e) {
+  (void)be, (void)d, (void)e;
+}
+
+/* One worker runs everything in order, so events order nothing more. */
+static int host_event_record(gd_backend *be, gd_backend_dev *d, gd_event e, gd_stream s,
+                             char *err, size_t errlen) {
+  (void)be, (void)d, (void)e, (void)s, (void)err, (void)errlen;
+  return 0;
+}
+
+static int host_stream_wait_event(gd_backend *be, gd_backend_dev *d, gd_stream s, gd_event e,
+                                  char *err, size_t errlen) {
+  (void)be, (void)d, (void)e, (void)s, (void)err, (void)errlen;
+  return 0;
+}
+
 static void host_destroy(gd_backend *be) {
   free(be->devices);
   free(be);
@@ -186,6 +493,29 @@ static const gd_backend_ops host_ops = {
     .function_set_shared = host_function_set_shared,
     .region_import = host_region_import,
     .region_release = host_region_release,
+    .staging_alloc = host_staging_alloc,
+    .staging_free = host_staging_free,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .stream_sync = host_stream_sync,
+    .flags_map = host_flags_map,
+    .flags_unmap = host_flags_unmap,
+    .wait_value = host_wait_value,
+    .write_value = host_write_value,
+    .graph_create = host_graph_create,
+    .graph_destroy = host_graph_destroy,
+    .graph_add_kernel = host_graph_add_kernel,
+    .graph_add_memset = host_graph_add_memset,
+    .graph_add_memcpy = host_graph_add_memcpy,
+    .graph_instantiate = host_graph_instantiate,
+    .graph_exec_destroy = host_graph_exec_destroy,
+    .graph_exec_set_memcpy = host_graph_exec_set_memcpy,
+    .graph_launch = host_graph_launch,
+    .memcpy_async = host_memcpy_async,
+    .event_create = host_event_create,
+    .event_destroy = host_event_destroy,
+    .event_record = host_event_record,
+    .stream_wait_event = host_stream_wait_event,
     .destroy = host_destroy,
 };
 

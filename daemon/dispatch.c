@@ -15,6 +15,7 @@
 #include "prepare.h"
 #include "region.h"
 #include "registry.h"
+#include "replay.h"
 #include "server.h"
 #include "version.h"
 #include "wire.h"
@@ -29,6 +30,8 @@ static const char *body_name(Graphd__Wire__Request__BodyCase c) {
     case GRAPHD__WIRE__REQUEST__BODY_PREPARE_PROGRAM: return "PrepareProgram";
     case GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION: return "RegisterRegion";
     case GRAPHD__WIRE__REQUEST__BODY_UNREGISTER_REGION: return "UnregisterRegion";
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS: return "RegisterFlags";
+    case GRAPHD__WIRE__REQUEST__BODY_REPLAY: return "Replay";
     default: return "unknown";
   }
 }
@@ -61,6 +64,10 @@ static void fill_device(gd_server *srv, int i, uint64_t free_mem, Graphd__Wire__
   dc->captures = c->captures;
   dc->replays = c->replays;
   dc->errors = c->errors;
+  dc->recaptures = c->recaptures;
+  dc->inflight = c->inflight;
+  dc->captures_built = c->captures_built;
+  dc->staging_bytes = c->staging_bytes;
   di->counters = dc;
 }
 
@@ -132,6 +139,11 @@ static void handle_hello(gd_session *s, Graphd__Wire__Request *req) {
     if (atomic_load(&w->state) != GD_WORKER_OK) {
       session_reply_error(s, req->request_id, GRAPHD_UNAVAILABLE, "device %d (%s) is not usable: %s",
                           dev, srv->facts[dev]->uuid_str, w->fail_msg);
+      session_close_after_flush(s);
+      return;
+    }
+    if (replay_session_open(s) < 0) {
+      session_reply_error(s, req->request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
       session_close_after_flush(s);
       return;
     }
@@ -315,7 +327,8 @@ oom:
 
 static bool takes_fd(Graphd__Wire__Request__BodyCase body) {
   return body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_MODULE ||
-         body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION;
+         body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION ||
+         body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS;
 }
 
 static bool id_ok(gd_session *s, uint64_t request_id, const ProtobufCBinaryData *id,
@@ -494,6 +507,11 @@ void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int n
     case GRAPHD__WIRE__REQUEST__BODY_UNREGISTER_REGION:
       region_handle_unregister(s, req->request_id, req->unregister_region);
       break;
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS:
+      replay_handle_register_flags(s, req->request_id, req->register_flags, fd);
+      fd = -1; /* owned by the job now */
+      break;
+    case GRAPHD__WIRE__REQUEST__BODY_REPLAY: replay_handle(s, req->request_id, req->replay); break;
     default:
       session_reply_error(s, req->request_id, GRAPHD_UNIMPLEMENTED, "request %d is not handled",
                           (int)body);

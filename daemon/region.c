@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "capture.h"
 #include "graphd/status.h"
 #include "log.h"
 #include "server.h"
@@ -24,6 +25,7 @@ typedef struct import_job {
 typedef struct release_job {
   gd_job job; /* first */
   gd_region_map map;
+  struct gd_wsess *ws; /* the session's stream, drained before unmapping */
 } release_job;
 
 gd_region *region_find(gd_session *s, uint32_t id) {
@@ -46,19 +48,23 @@ int region_check_range(const gd_region *r, uint64_t offset, uint64_t bytes, char
 
 static void release_run(gd_worker *w, gd_job *j) {
   release_job *rj = (release_job *)j;
+  /* GPU work of this session's replays may still read or write it. */
+  capture_session_sync(w, rj->ws);
   w->be->ops->region_release(w->be, w->dev, &rj->map);
 }
 
 static void release_done(gd_job *j) { free(j); }
 
 /* Queues the unmapping behind whatever the worker already has. */
-static void release_map(gd_server *srv, int device, const gd_region_map *map) {
+static void release_map(gd_server *srv, int device, const gd_region_map *map,
+                        struct gd_wsess *ws) {
   release_job *rj = calloc(1, sizeof *rj);
   if (!rj) {
     GD_LOG(GD_ERROR, "region", "out of memory releasing a region: it stays mapped");
     return;
   }
   rj->map = *map;
+  rj->ws = ws;
   rj->job.run = release_run;
   rj->job.done = release_done;
   worker_submit(&srv->pool.workers[device], &rj->job);
@@ -71,7 +77,7 @@ static void drop(gd_session *s, gd_region *r) {
   s->region_bytes -= r->map.size;
   srv->counters[s->device].regions--;
   srv->counters[s->device].region_bytes -= r->map.size;
-  release_map(srv, s->device, &r->map);
+  release_map(srv, s->device, &r->map, s->ws);
   free(r);
 }
 
@@ -99,12 +105,12 @@ static void import_done(gd_job *j) {
     goto exit;
   }
   if (s->closing) {
-    release_map(srv, s->device, &ij->out);
+    release_map(srv, s->device, &ij->out, NULL); /* never used by a replay */
     goto exit;
   }
   gd_region *r = calloc(1, sizeof *r);
   if (!r) {
-    release_map(srv, s->device, &ij->out);
+    release_map(srv, s->device, &ij->out, NULL);
     session_reply_error(s, ij->request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
   }

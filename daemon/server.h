@@ -26,6 +26,10 @@ typedef struct gd_device_counters {
   uint64_t captures;
   uint64_t replays;
   uint64_t errors;
+  uint64_t recaptures;
+  uint64_t inflight;
+  uint64_t captures_built;
+  uint64_t staging_bytes;
 } gd_device_counters;
 
 typedef struct gd_server {

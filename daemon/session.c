@@ -14,6 +14,7 @@
 #include "graphd/status.h"
 #include "log.h"
 #include "region.h"
+#include "replay.h"
 #include "server.h"
 #include "wire.h"
 
@@ -27,6 +28,8 @@ void session_ref(gd_session *s) { s->refs++; }
 void session_unref(gd_session *s) {
   if (--s->refs > 0) return;
   gd_frame_reader_close(&s->rd);
+  free(s->ws); /* only when the session never closed as a data session */
+  free(s->last_seq);
   for (gd_outbuf *b = s->out_head, *n; b; b = n) {
     n = b->next;
     free(b);
@@ -75,7 +78,10 @@ void session_close(gd_session *s, const char *why) {
   s->prev = s->next = NULL;
   srv->nsessions--;
   if (s->kind == GD_SESSION_DATA && s->device >= 0) {
+    /* Regions are unmapped behind the session's queued work, then the
+     * worker ends its half (releasing a dead client's waits first). */
     region_release_all(s);
+    replay_session_close(s);
     srv->counters[s->device].sessions--;
   }
   uv_poll_stop(&s->poll);

@@ -52,6 +52,9 @@ typedef struct gd_session {
   uint32_t next_region_id;
   uint64_t nregions;
   uint64_t region_bytes;
+  struct gd_wsess *ws;  /* the worker's half (capture.c); data sessions */
+  uint32_t flag_slots;  /* 0 until RegisterFlags */
+  uint64_t *last_seq;   /* per flag slot */
 } gd_session;
 
 /* Adopts an accepted socket. Returns 0 or a negated status (fd closed). */

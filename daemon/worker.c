@@ -9,6 +9,7 @@
 
 #include "graphd/status.h"
 #include "log.h"
+#include "capture.h"
 #include "prepare.h"
 
 uint64_t gd_now_ns(void) {
@@ -102,6 +103,7 @@ static void *worker_main(void *arg) {
     atomic_store(&w->heartbeat_ns, gd_now_ns());
     complete(p, j);
   }
+  capture_close_all(w);
   prepare_close(w);
   if (w->dev) w->be->ops->device_close(w->be, w->dev);
   w->dev = NULL;
@@ -210,3 +212,19 @@ void worker_pool_free(gd_pool *p) {
   p->workers = NULL;
   p->n = 0;
 }
+
+int worker_has_queued(gd_worker *w) {
+  pthread_mutex_lock(&w->lock);
+  int q = w->head != NULL;
+  pthread_mutex_unlock(&w->lock);
+  return q;
+}
+
+int worker_stopping(gd_worker *w) {
+  pthread_mutex_lock(&w->lock);
+  int s = w->stopping;
+  pthread_mutex_unlock(&w->lock);
+  return s;
+}
+
+void worker_heartbeat(gd_worker *w) { atomic_store(&w->heartbeat_ns, gd_now_ns()); }

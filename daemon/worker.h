@@ -61,6 +61,7 @@ struct gd_worker {
   _Atomic int busy;       /* a job is running */
   char fail_msg[320];     /* set before state becomes FAILED */
   struct gd_devstate *ds; /* worker thread only: prepare.c's per-device caches */
+  struct gd_capstate *cs; /* worker thread only: capture.c's captures */
 };
 
 struct gd_pool {
@@ -96,6 +97,14 @@ void worker_pool_close(gd_pool *p);
 /* Frees the worker array once the loop has closed the handle. Safe on a
  * pool that never started. */
 void worker_pool_free(gd_pool *p);
+
+/* True when another job waits in w's queue. Worker thread (a job asks
+ * whether it blocks someone). */
+int worker_has_queued(gd_worker *w);
+/* True once worker_pool_stop() has asked w to stop. */
+int worker_stopping(gd_worker *w);
+/* Marks w alive (a job that waits a long time calls it). */
+void worker_heartbeat(gd_worker *w);
 
 /* Number of workers whose heartbeat is older than stale_ns while busy:
  * stuck in one job. Any thread. */

@@ -49,6 +49,10 @@ static json_object *device_json(const graphd_device_info *d) {
   json_object_object_add(c, "captures", json_object_new_uint64(d->counters.captures));
   json_object_object_add(c, "replays", json_object_new_uint64(d->counters.replays));
   json_object_object_add(c, "errors", json_object_new_uint64(d->counters.errors));
+  json_object_object_add(c, "recaptures", json_object_new_uint64(d->counters.recaptures));
+  json_object_object_add(c, "inflight", json_object_new_uint64(d->counters.inflight));
+  json_object_object_add(c, "captures_built", json_object_new_uint64(d->counters.captures_built));
+  json_object_object_add(c, "staging_bytes", json_object_new_uint64(d->counters.staging_bytes));
   json_object_object_add(o, "counters", c);
   return o;
 }
@@ -100,9 +104,13 @@ static void print_status_text(const graphd_daemon_status *s) {
     printf("  backend %s, state %s, epoch %llu, MPS %s\n", d->backend, d->state,
            (unsigned long long)d->epoch, d->mps_enabled ? "on" : "off");
     printf("  memory %s total, %s free\n", tot, fre);
-    printf("  sessions %llu, regions %llu (%s), captures %llu, replays %llu, errors %llu\n",
+    char sb[32];
+    human_bytes(d->counters.staging_bytes, sb, sizeof sb);
+    printf("  sessions %llu, regions %llu (%s), captures %llu (%s staging), replays %llu, "
+           "re-captures %llu, in flight %llu, errors %llu\n",
            (unsigned long long)d->counters.sessions, (unsigned long long)d->counters.regions, rb,
-           (unsigned long long)d->counters.captures, (unsigned long long)d->counters.replays,
+           (unsigned long long)d->counters.captures, sb, (unsigned long long)d->counters.replays,
+           (unsigned long long)d->counters.recaptures, (unsigned long long)d->counters.inflight,
            (unsigned long long)d->counters.errors);
     if (strcmp(d->backend, "cuda") == 0 && !d->mps_enabled) mps_off = 1;
   }

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -116,6 +117,12 @@ static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline)
  * c->err. Caller holds c->lock. */
 graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds,
                              int nfds, Graphd__Wire__Reply **out) {
+  if (atomic_load(&c->dead) && !c->broken) {
+    c->broken = true;
+    return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
+                             "graphd went away; outputs of replays in flight are undefined; "
+                             "reconnect");
+  }
   if (c->broken)
     return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
                    "the session with graphd is broken by an earlier error; reconnect");
@@ -182,6 +189,10 @@ static void copy_device(graphd_device_info *d, const Graphd__Wire__DeviceInfo *w
     d->counters.captures = w->counters->captures;
     d->counters.replays = w->counters->replays;
     d->counters.errors = w->counters->errors;
+    d->counters.recaptures = w->counters->recaptures;
+    d->counters.inflight = w->counters->inflight;
+    d->counters.captures_built = w->counters->captures_built;
+    d->counters.staging_bytes = w->counters->staging_bytes;
   }
 }
 
@@ -212,6 +223,7 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
   gd_frame_reader_init(&c->rd, CLIENT_MAX_FRAME);
   c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
   c->region_cap = GD_CLIENT_DEFAULT_REGION_CAP;
+  c->watch_fd = -1;
   c->fd = -1;
   if (opts->socket_path && *opts->socket_path) {
     if (strlen(opts->socket_path) >= sizeof c->socket_path)
@@ -286,6 +298,7 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
 
 void graphd_close(graphd_client *c) {
   if (!c) return;
+  gd_client_replay_close(c);
   gd_client_regions_close(c);
   if (c->fd >= 0) close(c->fd);
   gd_frame_reader_close(&c->rd);

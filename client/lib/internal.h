@@ -3,6 +3,7 @@
 #define GRAPHD_CLIENT_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -31,6 +32,25 @@ typedef struct gd_host_alloc {
   uint64_t serial;
 } gd_host_alloc;
 
+#define GD_CLIENT_FLAG_SLOTS 128 /* one 4 KiB page of 32-byte (ready, done) pairs */
+
+/* The handle's flag page, shared with the daemon (Decisions 7). */
+typedef struct gd_flag_page {
+  int fd;
+  volatile uint64_t *host;  /* 4 KiB */
+  uint64_t dev;             /* device address when registered with CUDA */
+  bool cuda;                /* registered with cuMemHostRegister */
+  _Atomic uint64_t issued[GD_CLIENT_FLAG_SLOTS]; /* highest seq sent per slot */
+  bool used[GD_CLIENT_FLAG_SLOTS];               /* guarded by the handle's lock */
+} gd_flag_page;
+
+struct graphd_stream {
+  graphd_client *c;
+  void *cu_stream;
+  uint32_t slot;
+  uint64_t seq;
+};
+
 struct graphd_client {
   pthread_mutex_t lock;
   int fd;
@@ -51,6 +71,10 @@ struct graphd_client {
   gd_host_alloc *host;   /* guarded by lock */
   uint32_t nhost, host_cap;
   uint64_t host_serial;
+  gd_flag_page *flags;   /* created with the first stream; freed at close */
+  _Atomic int dead;      /* set by the watcher when the daemon hung up */
+  int watch_fd;          /* dup of fd for the watcher, -1 when not watched */
+  struct graphd_client *watch_next; /* guarded by the watcher's lock */
 };
 
 graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *fmt, ...)
@@ -63,5 +87,12 @@ graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const
 
 /* Frees the region cache and host allocations (graphd_close). */
 void gd_client_regions_close(graphd_client *c);
+
+/* gd_region_register with the lock held. */
+graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t bytes,
+                                        graphd_region_ref *out);
+
+/* Stops watching c and frees its flag page (graphd_close). */
+void gd_client_replay_close(graphd_client *c);
 
 #endif

@@ -202,8 +202,15 @@ static graphd_status cuda_register(graphd_client *c, uint64_t base, uint64_t siz
 
 graphd_status graphd_region_register(graphd_client *c, uint64_t ptr, uint64_t bytes,
                                      graphd_region_ref *out) {
-  graphd_status st = GRAPHD_OK;
   pthread_mutex_lock(&c->lock);
+  graphd_status st = gd_region_register_locked(c, ptr, bytes, out);
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t bytes,
+                                        graphd_region_ref *out) {
+  graphd_status st = GRAPHD_OK;
   if (!c->has_device) {
     st = gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION,
                            "regions need a data session (one bound to a device)");
@@ -253,7 +260,6 @@ graphd_status graphd_region_register(graphd_client *c, uint64_t ptr, uint64_t by
   out->import_ns = e->import_ns;
   e->import_ns = 0;
 exit:
-  pthread_mutex_unlock(&c->lock);
   return st;
 }
 

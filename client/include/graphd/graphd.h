@@ -81,9 +81,13 @@ typedef struct graphd_device_counters {
   uint64_t sessions;
   uint64_t regions;
   uint64_t region_bytes;
-  uint64_t captures;
-  uint64_t replays;
-  uint64_t errors;
+  uint64_t captures;       /* captures held now */
+  uint64_t replays;        /* replays that ran */
+  uint64_t errors;         /* requests on the device that failed */
+  uint64_t recaptures;     /* captures built again after an eviction */
+  uint64_t inflight;       /* replays with the device's worker now */
+  uint64_t captures_built; /* captures built since start */
+  uint64_t staging_bytes;  /* staging held by the captures */
 } graphd_device_counters;
 
 typedef struct graphd_device_info {
@@ -223,6 +227,62 @@ GRAPHD_EXPORT uint32_t graphd_region_count(graphd_client *c);
  * Freed with graphd_host_free (which also unregisters its region). */
 GRAPHD_EXPORT graphd_status graphd_host_alloc(graphd_client *c, size_t bytes, void **ptr);
 GRAPHD_EXPORT graphd_status graphd_host_free(graphd_client *c, void *ptr);
+
+/* ---- Replay ----------------------------------------------------------------
+ * A replay runs a registered program's capture on the session's device,
+ * on the caller's buffers, ordered with the caller's CUDA stream:
+ *
+ *   ORDERING CONTRACT. graphd_replay(c, s, ...) makes the replay wait for
+ *   all work enqueued on s before the call, and makes work enqueued on s
+ *   after the call returns GRAPHD_OK wait for the replay, outputs included.
+ *   The host is never blocked on the GPU: the call writes a "ready" value
+ *   on s, sends the request, and once the daemon has queued the replay
+ *   enqueues a wait on the daemon's "done" value on s (stream memory
+ *   operations on a host-pinned page shared with the daemon).
+ *
+ * On a host device the stream is the host itself: the replay has run when
+ * the call returns.
+ *
+ * If the daemon dies, a watcher thread in this library writes every
+ * outstanding "done" value from the host within about 200 ms, so no stream
+ * waits forever; the call in progress and every later call on the handle
+ * return UNAVAILABLE, and the outputs of the lost replays are undefined.
+ * On an error reply nothing is enqueued on s. */
+
+typedef struct graphd_stream graphd_stream;
+
+/* Attaches a CUDA stream (a CUstream; NULL is the legacy default stream) to
+ * a data session, for replays. On a host device pass NULL. Thread-safe;
+ * one graphd_stream should be used by one thread at a time, like its
+ * CUstream. Up to 127 streams per handle. */
+GRAPHD_EXPORT graphd_status graphd_stream_attach(graphd_client *c, void *cuda_stream,
+                                                 graphd_stream **out);
+
+/* Detaches and frees s. Work already enqueued is not affected. Detach a
+ * handle's streams before graphd_close(). */
+GRAPHD_EXPORT void graphd_stream_detach(graphd_stream *s);
+
+typedef struct graphd_binding {
+  uint32_t slot;  /* program slot */
+  uint64_t ptr;   /* CUdeviceptr, or a graphd_host_alloc pointer, as an integer */
+  uint64_t bytes; /* the slot's size */
+} graphd_binding;
+
+typedef struct graphd_replay_info {
+  int captured;        /* this replay built the capture on the device */
+  uint64_t capture_ns; /* time to build it */
+  uint64_t server_ns;  /* the daemon worker's time on the request */
+} graphd_replay_info;
+
+/* Replays a program on s with these bindings. Every staged input, output
+ * and inout slot is bound; an unstaged input is bound on the replay that
+ * captures (the first on the device) and copied once; unstaged outputs are
+ * never written back; scratch slots are never bound. Regions are found or
+ * registered through the handle's cache. info may be NULL. */
+GRAPHD_EXPORT graphd_status graphd_replay(graphd_client *c, graphd_stream *s,
+                                          const uint8_t program_id[32],
+                                          const graphd_binding *bindings, size_t nbindings,
+                                          graphd_replay_info *info);
 
 /* The library's version string. */
 GRAPHD_EXPORT const char *graphd_version(void);

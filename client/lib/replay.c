@@ -1,0 +1,356 @@
+/* libgraphd: streams, replays, and the watcher that frees a client's
+ * streams when the daemon dies.
+ *
+ * DESIGN: each handle owns one flag page (a 4 KiB memfd shared with the
+ * daemon, registered with CUDA on GPU sessions), made with its first
+ * stream. One watcher thread per process polls the sockets of handles that
+ * have a flag page for a hang-up; on one it writes every issued seq into
+ * the matching done word from the host, releasing stream waits within its
+ * poll period, and marks the handle dead.
+ *
+ * Locks: the watcher's lock guards its list; a handle's lock guards its
+ * calls. The watcher never takes a handle's lock (the handle's calling
+ * thread may be blocked in recv holding it): it reads `issued` atomics and
+ * writes flag words. A handle leaves the list (under the watcher's lock)
+ * before its page is freed. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../../common/cuda_driver.h"
+#include "internal.h"
+
+#define FLAG_STRIDE_WORDS 4 /* 32 bytes per (ready, done) pair */
+#define PAGE_BYTES (GD_CLIENT_FLAG_SLOTS * FLAG_STRIDE_WORDS * 8)
+#define WATCH_PERIOD_MS 100
+
+/* --- the watcher ---------------------------------------------------------- */
+
+static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static graphd_client *watch_list; /* guarded by watch_lock */
+static int watch_wake = -1;       /* eventfd; guarded by watch_lock */
+static bool watch_started;        /* guarded by watch_lock */
+
+/* Releases every stream wait of c from the host. */
+static void release_all(graphd_client *c) {
+  gd_flag_page *f = c->flags;
+  for (int i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
+    uint64_t v = atomic_load(&f->issued[i]);
+    if (v) __atomic_store_n(f->host + i * FLAG_STRIDE_WORDS + 1, v, __ATOMIC_RELEASE);
+  }
+}
+
+static void *watcher_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    struct pollfd pf[256];
+    graphd_client *who[256];
+    int n = 0;
+    pthread_mutex_lock(&watch_lock);
+    pf[n].fd = watch_wake;
+    pf[n].events = POLLIN;
+    who[n++] = NULL;
+    for (graphd_client *c = watch_list; c && n < 256; c = c->watch_next) {
+      pf[n].fd = c->watch_fd;
+      pf[n].events = POLLRDHUP;
+      who[n++] = c;
+    }
+    pthread_mutex_unlock(&watch_lock);
+    int r = poll(pf, (nfds_t)n, WATCH_PERIOD_MS);
+    if (r < 0 && errno != EINTR) break;
+    if (r <= 0) continue;
+    if (pf[0].revents & POLLIN) {
+      uint64_t v;
+      if (read(watch_wake, &v, sizeof v) < 0) { /* nothing to do */
+      }
+    }
+    pthread_mutex_lock(&watch_lock);
+    for (int i = 1; i < n; i++) {
+      if (!(pf[i].revents & (POLLHUP | POLLRDHUP | POLLERR))) continue;
+      /* Still listed? graphd_close may have removed it meanwhile. */
+      for (graphd_client *c = watch_list; c; c = c->watch_next) {
+        if (c != who[i] || atomic_load(&c->dead)) continue;
+        atomic_store(&c->dead, 1);
+        release_all(c);
+      }
+    }
+    pthread_mutex_unlock(&watch_lock);
+  }
+  return NULL;
+}
+
+static int watch_add(graphd_client *c) {
+  int rc = 0;
+  pthread_mutex_lock(&watch_lock);
+  if (!watch_started) {
+    watch_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (watch_wake < 0 || pthread_create(&th, &at, watcher_main, NULL) != 0) {
+      rc = -1;
+    } else {
+      watch_started = true;
+    }
+    pthread_attr_destroy(&at);
+  }
+  if (rc == 0) {
+    c->watch_fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
+    if (c->watch_fd < 0) {
+      rc = -1;
+    } else {
+      c->watch_next = watch_list;
+      watch_list = c;
+      uint64_t one = 1;
+      if (write(watch_wake, &one, sizeof one) < 0) { /* the poll period covers it */
+      }
+    }
+  }
+  pthread_mutex_unlock(&watch_lock);
+  return rc;
+}
+
+static void watch_remove(graphd_client *c) {
+  pthread_mutex_lock(&watch_lock);
+  for (graphd_client **p = &watch_list; *p; p = &(*p)->watch_next)
+    if (*p == c) {
+      *p = c->watch_next;
+      break;
+    }
+  if (c->watch_fd >= 0) close(c->watch_fd);
+  c->watch_fd = -1;
+  if (watch_wake >= 0) {
+    uint64_t one = 1;
+    if (write(watch_wake, &one, sizeof one) < 0) { /* the poll period covers it */
+    }
+  }
+  pthread_mutex_unlock(&watch_lock);
+}
+
+/* --- the flag page ---------------------------------------------------------- */
+
+static bool cuda_session(const graphd_client *c) { return strcmp(c->device.backend, "cuda") == 0; }
+
+static void free_page(graphd_client *c, gd_flag_page *f) {
+  if (f->cuda) {
+    const gd_cuda *cu;
+    if (gd_cuda_load(&cu, NULL, 0) == 0) cu->cuMemHostUnregister((void *)f->host);
+  }
+  if (f->host) munmap((void *)f->host, PAGE_BYTES);
+  if (f->fd >= 0) close(f->fd);
+  free(f);
+  (void)c;
+}
+
+/* Creates the page, registers it with CUDA (GPU sessions) and the daemon,
+ * and starts watching the handle. Lock held. */
+static graphd_status make_page(graphd_client *c) {
+  graphd_status st;
+  gd_flag_page *f = calloc(1, sizeof *f);
+  if (!f) return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+  f->fd = memfd_create("graphd-flags", MFD_CLOEXEC);
+  if (f->fd < 0 || ftruncate(f->fd, PAGE_BYTES) < 0) {
+    st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make the flag page: %s",
+                           strerror(errno));
+    goto fail;
+  }
+  void *p = mmap(NULL, PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
+  if (p == MAP_FAILED) {
+    st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot map the flag page: %s",
+                           strerror(errno));
+    goto fail;
+  }
+  f->host = p;
+  if (cuda_session(c)) {
+    const gd_cuda *cu;
+    char e[256];
+    CUdeviceptr dp;
+    if (gd_cuda_load(&cu, e, sizeof e) < 0) {
+      st = gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION, "%s", e);
+      goto fail;
+    }
+    if (cu->cuMemHostRegister(p, PAGE_BYTES, CU_MEMHOSTREGISTER_DEVICEMAP |
+                                                 CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
+      st = gd_client_set_err(c, GRAPHD_INTERNAL, "cuMemHostRegister of the flag page failed");
+      goto fail;
+    }
+    f->cuda = true;
+    if (cu->cuMemHostGetDevicePointer(&dp, p, 0) != CUDA_SUCCESS) {
+      st = gd_client_set_err(c, GRAPHD_INTERNAL, "cuMemHostGetDevicePointer of the flag page failed");
+      goto fail;
+    }
+    f->dev = dp;
+  }
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__RegisterFlags m = GRAPHD__WIRE__REGISTER_FLAGS__INIT;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS;
+  req.register_flags = &m;
+  m.slots = GD_CLIENT_FLAG_SLOTS;
+  Graphd__Wire__Reply *rep = NULL;
+  st = gd_client_call(c, &req, &f->fd, 1, &rep);
+  if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
+  if (st != GRAPHD_OK) goto fail;
+  c->flags = f;
+  if (watch_add(c) < 0)
+    return gd_client_set_err(c, GRAPHD_INTERNAL, "cannot start the watcher thread");
+  return GRAPHD_OK;
+fail:
+  free_page(c, f);
+  return st;
+}
+
+void gd_client_replay_close(graphd_client *c) {
+  if (!c->flags) return;
+  watch_remove(c);
+  free_page(c, c->flags);
+  c->flags = NULL;
+}
+
+/* --- streams and replays ------------------------------------------------------ */
+
+graphd_status graphd_stream_attach(graphd_client *c, void *cuda_stream, graphd_stream **out) {
+  graphd_status st = GRAPHD_OK;
+  *out = NULL;
+  pthread_mutex_lock(&c->lock);
+  if (!c->has_device) {
+    st = gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION,
+                           "streams need a data session (one bound to a device)");
+    goto exit;
+  }
+  if (!cuda_session(c) && cuda_stream) {
+    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "host devices take no CUDA stream");
+    goto exit;
+  }
+  if (!c->flags && (st = make_page(c)) != GRAPHD_OK) goto exit;
+  uint32_t slot = 0;
+  while (slot < GD_CLIENT_FLAG_SLOTS && c->flags->used[slot]) slot++;
+  if (slot == GD_CLIENT_FLAG_SLOTS) {
+    st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "all %d stream slots are attached",
+                           GD_CLIENT_FLAG_SLOTS);
+    goto exit;
+  }
+  graphd_stream *s = calloc(1, sizeof *s);
+  if (!s) {
+    st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    goto exit;
+  }
+  c->flags->used[slot] = true;
+  s->c = c;
+  s->cu_stream = cuda_stream;
+  s->slot = slot;
+  /* A slot may be reused: continue above what it saw, as the daemon
+   * expects sequence numbers to rise per slot. */
+  s->seq = atomic_load(&c->flags->issued[slot]);
+  *out = s;
+exit:
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+void graphd_stream_detach(graphd_stream *s) {
+  if (!s) return;
+  graphd_client *c = s->c;
+  pthread_mutex_lock(&c->lock);
+  if (c->flags) c->flags->used[s->slot] = false;
+  pthread_mutex_unlock(&c->lock);
+  free(s);
+}
+
+graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
+                            const graphd_binding *b, size_t n, graphd_replay_info *info) {
+  graphd_status st = GRAPHD_OK;
+  Graphd__Wire__Binding wb[256];
+  Graphd__Wire__Binding *wp[256];
+  pthread_mutex_lock(&c->lock);
+  if (!s || s->c != c || !c->flags) {
+    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "the stream does not belong to this handle");
+    goto exit;
+  }
+  if (n > 256) {
+    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "%zu bindings: at most 256", n);
+    goto exit;
+  }
+  for (size_t i = 0; i < n; i++) {
+    graphd_region_ref r;
+    st = gd_region_register_locked(c, b[i].ptr, b[i].bytes, &r);
+    if (st != GRAPHD_OK) {
+      char e[GRAPHD_ERRMAX];
+      snprintf(e, sizeof e, "%s", c->err);
+      gd_client_set_err(c, st, "binding of slot %u: %s", b[i].slot, e);
+      goto exit;
+    }
+    graphd__wire__binding__init(&wb[i]);
+    wb[i].slot = b[i].slot;
+    wb[i].region_id = r.region_id;
+    wb[i].offset = r.offset;
+    wb[i].bytes = b[i].bytes;
+    wp[i] = &wb[i];
+  }
+  gd_flag_page *f = c->flags;
+  uint64_t seq = s->seq + 1;
+  volatile uint64_t *ready = f->host + s->slot * FLAG_STRIDE_WORDS;
+  uint64_t ready_dev = f->dev + (uint64_t)s->slot * FLAG_STRIDE_WORDS * 8;
+  const gd_cuda *cu = NULL;
+  if (f->cuda) {
+    if (gd_cuda_load(&cu, NULL, 0) < 0 ||
+        cu->cuStreamWriteValue64((CUstream)s->cu_stream, ready_dev, seq, 0) != CUDA_SUCCESS) {
+      st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the ready write on the stream");
+      goto exit;
+    }
+  } else {
+    __atomic_store_n(ready, seq, __ATOMIC_RELEASE);
+  }
+  /* From here the daemon may write done = seq; the watcher must know. */
+  atomic_store(&f->issued[s->slot], seq);
+  s->seq = seq;
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__Replay m = GRAPHD__WIRE__REPLAY__INIT;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_REPLAY;
+  req.replay = &m;
+  m.program_id.data = (uint8_t *)program_id;
+  m.program_id.len = 32;
+  m.stream_slot = s->slot;
+  m.seq = seq;
+  m.n_bindings = n;
+  m.bindings = wp;
+  Graphd__Wire__Reply *rep = NULL;
+  st = gd_client_call(c, &req, NULL, 0, &rep);
+  if (st != GRAPHD_OK) {
+    if (st == GRAPHD_UNAVAILABLE || st == GRAPHD_DEADLINE_EXCEEDED) {
+      /* The daemon is gone or the session broken: release our own wait
+       * from the host, and say what that means for the outputs. */
+      __atomic_store_n(ready + 1, seq, __ATOMIC_RELEASE);
+      char e[GRAPHD_ERRMAX];
+      snprintf(e, sizeof e, "%s", c->err);
+      gd_client_set_err(c, st, "%s; the outputs of this replay are undefined", e);
+    }
+    goto exit;
+  }
+  if (info && rep->body_case == GRAPHD__WIRE__REPLY__BODY_REPLAY) {
+    info->captured = rep->replay->captured;
+    info->capture_ns = rep->replay->capture_ns;
+    info->server_ns = rep->replay->server_ns;
+  }
+  graphd__wire__reply__free_unpacked(rep, NULL);
+  volatile uint64_t *done = ready + 1;
+  if (f->cuda) {
+    if (cu->cuStreamWaitValue64((CUstream)s->cu_stream, ready_dev + 8, seq,
+                                CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
+      st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the wait for done on the stream");
+  } else {
+    /* The host device ran the replay before it replied. */
+    while (__atomic_load_n(done, __ATOMIC_ACQUIRE) < seq && !atomic_load(&c->dead)) {
+    }
+  }
+exit:
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}

@@ -1,0 +1,411 @@
+/* See capture.h. Worker thread only. */
+#include "capture.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graphd/status.h"
+#include "log.h"
+#include "prepare.h"
+
+#define STAGING_ALIGN 256u
+
+typedef struct gd_capture {
+  const gd_prog *prog;
+  gd_staging staging;
+  uint64_t *slot_addr;      /* per slot: device address in staging */
+  gd_graph graph;
+  gd_graph_exec exec;
+  gd_node *in_node;         /* per slot: copy-in node (staged mode) or NULL */
+  gd_node *out_node;        /* per slot: copy-out node (staged mode) or NULL */
+  uint8_t **param_buf;      /* per step: patched parameter bytes (launches) */
+  void ***kparams;          /* per step: kernelParams */
+  gd_event last_use;
+  bool has_event;
+  uint64_t replays;
+} gd_capture;
+
+struct gd_capstate {
+  gd_capture **caps;        /* indexed by program index */
+  uint8_t *ever;            /* captured before on this device (re-capture count) */
+  uint32_t n;
+};
+
+#define OPS (w->be->ops)
+#define BE w->be, w->dev
+
+static int slot_is_in(const gd_slot *s) {
+  return s->role == GD_ROLE_INPUT || s->role == GD_ROLE_INOUT;
+}
+static int slot_is_out(const gd_slot *s) {
+  return s->role == GD_ROLE_OUTPUT || s->role == GD_ROLE_INOUT;
+}
+static int staged(const gd_slot *s) { return (s->flags & GD_SLOT_STAGED) != 0; }
+
+static struct gd_capstate *capstate(gd_worker *w, uint32_t want) {
+  if (!w->cs && !(w->cs = calloc(1, sizeof *w->cs))) return NULL;
+  struct gd_capstate *cs = w->cs;
+  if (want > cs->n) {
+    uint32_t n = cs->n ? cs->n : 16;
+    while (n < want) n *= 2;
+    gd_capture **c = realloc(cs->caps, n * sizeof *c);
+    if (!c) return NULL;
+    cs->caps = c;
+    uint8_t *e = realloc(cs->ever, n);
+    if (!e) return NULL;
+    cs->ever = e;
+    memset(cs->caps + cs->n, 0, (n - cs->n) * sizeof *c);
+    memset(cs->ever + cs->n, 0, n - cs->n);
+    cs->n = n;
+  }
+  return cs;
+}
+
+static void capture_free(gd_worker *w, gd_capture *c) {
+  if (!c) return;
+  const gd_program *p = c->prog->program;
+  if (c->exec) OPS->graph_exec_destroy(BE, c->exec);
+  if (c->graph) OPS->graph_destroy(BE, c->graph);
+  if (c->has_event) OPS->event_destroy(BE, c->last_use);
+  if (c->staging.bytes) OPS->staging_free(BE, &c->staging);
+  for (uint32_t i = 0; c->param_buf && i < p->nsteps; i++) free(c->param_buf[i]);
+  for (uint32_t i = 0; c->kparams && i < p->nsteps; i++) free(c->kparams[i]);
+  free(c->param_buf);
+  free(c->kparams);
+  free(c->slot_addr);
+  free(c->in_node);
+  free(c->out_node);
+  free(c);
+}
+
+/* Lays the slots out in one staging allocation. */
+static int place_slots(gd_worker *w, gd_capture *c, char *err, size_t errlen) {
+  const gd_program *p = c->prog->program;
+  uint64_t off = 0;
+  uint64_t *offs = calloc(p->nslots ? p->nslots : 1, sizeof *offs);
+  if (!offs) goto oom;
+  for (uint32_t s = 0; s < p->nslots; s++) {
+    offs[s] = off;
+    uint64_t sz = (p->slots[s].size + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
+    off += sz;
+  }
+  if (off == 0) off = STAGING_ALIGN;
+  int rc = OPS->staging_alloc(BE, off, &c->staging, err, errlen);
+  if (rc < 0) {
+    free(offs);
+    return rc;
+  }
+  for (uint32_t s = 0; s < p->nslots; s++) offs[s] += c->staging.ptr;
+  c->slot_addr = offs;
+  return 0;
+oom:
+  snprintf(err, errlen, "out of memory");
+  return -GRAPHD_RESOURCE_EXHAUSTED;
+}
+
+/* The launch's parameter bytes with every patch pointing into staging. */
+static int build_params(gd_capture *c, uint32_t i, const gd_launch *l) {
+  uint8_t *buf = malloc(l->param_bytes ? l->param_bytes : 1);
+  void **kp = calloc(l->nparams ? l->nparams : 1, sizeof *kp);
+  if (!buf || !kp) {
+    free(buf);
+    free(kp);
+    return -1;
+  }
+  memcpy(buf, l->param_data, l->param_bytes);
+  for (uint32_t k = 0; k < l->npatches; k++) {
+    uint64_t v = c->slot_addr[l->patches[k].slot] + l->patches[k].slot_offset;
+    memcpy(buf + l->patches[k].offset, &v, 8);
+  }
+  for (uint32_t k = 0; k < l->nparams; k++) kp[k] = buf + l->params[k].offset;
+  c->param_buf[i] = buf;
+  c->kparams[i] = kp;
+  return 0;
+}
+
+/* Builds the graph explicitly from the steps (Decisions 6): in staged mode
+ * the copy-in nodes are roots, the steps form a chain, and the copy-out
+ * nodes follow the last step; every node handle is kept. */
+static int build_graph(gd_worker *w, gd_capture *c, const gd_replay_args *a, char *err,
+                       size_t errlen) {
+  const gd_program *p = c->prog->program;
+  int rc;
+  uint32_t n = p->nslots;
+  gd_node *roots = calloc(n ? n : 1, sizeof *roots);
+  size_t nroots = 0;
+  c->in_node = calloc(n ? n : 1, sizeof *c->in_node);
+  c->out_node = calloc(n ? n : 1, sizeof *c->out_node);
+  c->param_buf = calloc(p->nsteps, sizeof *c->param_buf);
+  c->kparams = calloc(p->nsteps, sizeof *c->kparams);
+  if (!roots || !c->in_node || !c->out_node || !c->param_buf || !c->kparams) {
+    free(roots);
+    snprintf(err, errlen, "out of memory building a graph");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  if ((rc = OPS->graph_create(BE, &c->graph, err, errlen)) < 0) goto exit;
+  if (p->mode == GD_MODE_STAGED) {
+    for (uint32_t s = 0; s < n; s++) {
+      const gd_slot *sl = &p->slots[s];
+      if (!slot_is_in(sl) || !staged(sl)) continue;
+      rc = OPS->graph_add_memcpy(BE, c->graph, NULL, 0, c->slot_addr[s], a->bind[s].addr,
+                                 sl->size, &c->in_node[s], err, errlen);
+      if (rc < 0) goto exit;
+      roots[nroots++] = c->in_node[s];
+    }
+  }
+  gd_node prev = NULL;
+  for (uint32_t i = 0; i < p->nsteps; i++) {
+    const gd_step *st = &p->steps[i];
+    const gd_node *deps = prev ? &prev : roots;
+    size_t ndeps = prev ? 1 : nroots;
+    gd_node node = NULL;
+    char lbl[GD_MAX_NAME + 32], e[512];
+    gd_step_label(st, lbl, sizeof lbl);
+    if (st->kind == GD_STEP_LAUNCH) {
+      const gd_launch *l = &st->u.launch;
+      gd_dev_func *f = prepare_step_function(w, c->prog, i);
+      if (!f || build_params(c, i, l) < 0) {
+        snprintf(err, errlen, "step %u (%s): internal error preparing the launch", i, lbl);
+        rc = -GRAPHD_INTERNAL;
+        goto exit;
+      }
+      gd_kernel_desc k = {.fn = f->fn, .shared_bytes = l->shared_bytes,
+                          .params = c->kparams[i], .nparams = l->nparams};
+      memcpy(k.grid, l->grid, sizeof k.grid);
+      memcpy(k.block, l->block, sizeof k.block);
+      rc = OPS->graph_add_kernel(BE, c->graph, deps, ndeps, &k, &node, e, sizeof e);
+    } else if (st->kind == GD_STEP_MEMSET) {
+      const gd_memset *m = &st->u.memset;
+      rc = OPS->graph_add_memset(BE, c->graph, deps, ndeps, c->slot_addr[m->slot] + m->offset,
+                                 m->element_size, m->value, m->bytes / m->element_size, &node, e,
+                                 sizeof e);
+    } else {
+      const gd_copy *cp = &st->u.copy;
+      rc = OPS->graph_add_memcpy(BE, c->graph, deps, ndeps, c->slot_addr[cp->dst_slot] + cp->dst_offset,
+                                 c->slot_addr[cp->src_slot] + cp->src_offset, cp->bytes, &node, e,
+                                 sizeof e);
+    }
+    if (rc < 0) {
+      snprintf(err, errlen, "step %u (%s): %s", i, lbl, e);
+      goto exit;
+    }
+    prev = node;
+  }
+  if (p->mode == GD_MODE_STAGED) {
+    for (uint32_t s = 0; s < n; s++) {
+      const gd_slot *sl = &p->slots[s];
+      if (!slot_is_out(sl) || !staged(sl)) continue;
+      rc = OPS->graph_add_memcpy(BE, c->graph, &prev, 1, a->bind[s].addr, c->slot_addr[s],
+                                 sl->size, &c->out_node[s], err, errlen);
+      if (rc < 0) goto exit;
+    }
+  }
+  rc = OPS->graph_instantiate(BE, c->graph, a->ws->stream, &c->exec, err, errlen);
+exit:
+  free(roots);
+  return rc;
+}
+
+static int capture_build(gd_worker *w, const gd_replay_args *a, gd_capture **out, char *err,
+                         size_t errlen) {
+  const gd_program *p = a->prog->program;
+  for (uint32_t s = 0; s < p->nslots; s++) {
+    const gd_slot *sl = &p->slots[s];
+    if (slot_is_in(sl) && !staged(sl) && !a->bind[s].bound) {
+      snprintf(err, errlen,
+               "slot %u is an unstaged %s: bind it on the replay that captures (this one), "
+               "which copies it once",
+               s, sl->role == GD_ROLE_INPUT ? "input" : "inout");
+      return -GRAPHD_INVALID_ARGUMENT;
+    }
+  }
+  gd_capture *c = calloc(1, sizeof *c);
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  c->prog = a->prog;
+  int rc = place_slots(w, c, err, errlen);
+  if (rc == 0) rc = build_graph(w, c, a, err, errlen);
+  if (rc == 0) {
+    rc = OPS->event_create(BE, &c->last_use, err, errlen);
+    c->has_event = rc == 0;
+  }
+  if (rc < 0) {
+    capture_free(w, c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+static int ensure_stream(gd_worker *w, gd_wsess *ws, char *err, size_t errlen) {
+  if (ws->has_stream) return 0;
+  int rc = OPS->stream_create(BE, &ws->stream, err, errlen);
+  ws->has_stream = rc == 0;
+  return rc;
+}
+
+int capture_flags_register(gd_worker *w, gd_wsess *ws, int fd, uint32_t slots, char *err,
+                           size_t errlen) {
+  if (ws->has_flags) {
+    snprintf(err, errlen, "this session already registered its flags");
+    return -GRAPHD_ALREADY_EXISTS;
+  }
+  int rc = ensure_stream(w, ws, err, errlen);
+  if (rc < 0) return rc;
+  rc = OPS->flags_map(BE, fd, (uint64_t)slots * GD_FLAG_STRIDE, &ws->flags, err, errlen);
+  if (rc < 0) return rc;
+  ws->has_flags = true;
+  ws->nslots = slots;
+  return 0;
+}
+
+typedef struct give_up_ctx {
+  gd_worker *w;
+  uint64_t start_ns;
+  double timeout_s;
+} give_up_ctx;
+
+/* The head-of-line policy (Decisions 7): a client whose ready flag does not
+ * come is cut off only when it blocks someone else. On the host backend the
+ * worker itself waits, so any other job queued on it is blocked. */
+static int give_up(void *arg) {
+  give_up_ctx *g = arg;
+  /* Waiting is work: keep the watchdog from taking it for a hang. */
+  worker_heartbeat(g->w);
+  if (worker_stopping(g->w)) return 1;
+  if (g->timeout_s <= 0) return 0;
+  if ((double)(gd_now_ns() - g->start_ns) < g->timeout_s * 1e9) return 0;
+  return worker_has_queued(g->w);
+}
+
+int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
+  const gd_program *p = a->prog->program;
+  gd_wsess *ws = a->ws;
+  volatile uint64_t *ready = ws->flags.host + a->stream_slot * (GD_FLAG_STRIDE / 8);
+  volatile uint64_t *done = ready + 1;
+  uint64_t ready_dev = ws->flags.dev + (uint64_t)a->stream_slot * GD_FLAG_STRIDE;
+  uint64_t done_dev = ready_dev + 8;
+  int rc;
+  uint64_t loaded, load_ns;
+  struct gd_capstate *cs = capstate(w, a->prog->index + 1);
+  if (!cs) {
+    snprintf(err, errlen, "out of memory");
+    rc = -GRAPHD_RESOURCE_EXHAUSTED;
+    goto finish;
+  }
+  /* Device stage, then the capture on first use on this device. */
+  if ((rc = prepare_program(w, a->prog, &loaded, &load_ns, err, errlen)) < 0) goto finish;
+  gd_capture *c = cs->caps[a->prog->index];
+  if (!c) {
+    uint64_t t0 = gd_now_ns();
+    if ((rc = capture_build(w, a, &c, err, errlen)) < 0) goto finish;
+    a->captured = true;
+    a->recaptured = cs->ever[a->prog->index] != 0;
+    a->capture_ns = gd_now_ns() - t0;
+    a->staging_bytes = c->staging.bytes;
+    cs->caps[a->prog->index] = c;
+    cs->ever[a->prog->index] = 1;
+    char hex[2 * GD_ID_LEN + 1];
+    gd_id_hex(a->prog->id, 1, hex);
+    GD_LOG(GD_INFO, "capture", "program %s captured in %.1f us: %u steps, %llu staging bytes",
+           hex, (double)a->capture_ns / 1e3, p->nsteps, (unsigned long long)c->staging.bytes);
+  }
+  /* 1. the client's stream has reached this call */
+  give_up_ctx g = {.w = w, .start_ns = gd_now_ns(), .timeout_s = a->ready_timeout_s};
+  rc = OPS->wait_value(BE, ws->stream, ready, ready_dev, a->seq, give_up, &g, err, errlen);
+  if (rc < 0) goto finish;
+  /* 2. the last replay of this capture, from any session, is done with the
+   * staging buffers */
+  if ((rc = OPS->stream_wait_event(BE, ws->stream, c->last_use, err, errlen)) < 0) goto finish;
+  /* 3. copy in, run, copy out */
+  if (a->captured) {
+    for (uint32_t s = 0; s < p->nslots; s++) {
+      const gd_slot *sl = &p->slots[s];
+      if (slot_is_in(sl) && !staged(sl)) {
+        rc = OPS->memcpy_async(BE, c->slot_addr[s], a->bind[s].addr, sl->size, ws->stream, err,
+                               errlen);
+        if (rc < 0) goto finish;
+      }
+    }
+  }
+  if (p->mode == GD_MODE_STAGED) {
+    for (uint32_t s = 0; s < p->nslots; s++) {
+      const gd_slot *sl = &p->slots[s];
+      if (!staged(sl)) continue;
+      if (c->in_node[s] &&
+          (rc = OPS->graph_exec_set_memcpy(BE, c->exec, c->in_node[s], c->slot_addr[s],
+                                           a->bind[s].addr, sl->size, err, errlen)) < 0)
+        goto finish;
+      if (c->out_node[s] &&
+          (rc = OPS->graph_exec_set_memcpy(BE, c->exec, c->out_node[s], a->bind[s].addr,
+                                           c->slot_addr[s], sl->size, err, errlen)) < 0)
+        goto finish;
+    }
+    if ((rc = OPS->graph_launch(BE, c->exec, ws->stream, err, errlen)) < 0) goto finish;
+  } else {
+    for (uint32_t s = 0; s < p->nslots; s++) {
+      const gd_slot *sl = &p->slots[s];
+      if (slot_is_in(sl) && staged(sl) &&
+          (rc = OPS->memcpy_async(BE, c->slot_addr[s], a->bind[s].addr, sl->size, ws->stream,
+                                  err, errlen)) < 0)
+        goto finish;
+    }
+    if ((rc = OPS->graph_launch(BE, c->exec, ws->stream, err, errlen)) < 0) goto finish;
+    for (uint32_t s = 0; s < p->nslots; s++) {
+      const gd_slot *sl = &p->slots[s];
+      if (slot_is_out(sl) && staged(sl) &&
+          (rc = OPS->memcpy_async(BE, a->bind[s].addr, c->slot_addr[s], sl->size, ws->stream,
+                                  err, errlen)) < 0)
+        goto finish;
+    }
+  }
+  /* 4. later replays of this capture wait for this one */
+  if ((rc = OPS->event_record(BE, c->last_use, ws->stream, err, errlen)) < 0) goto finish;
+  c->replays++;
+finish:
+  /* 5. done = seq, in stream order, even for a failed replay; from the host
+   * only when the stream itself cannot take it. */
+  {
+    char e2[256];
+    if (OPS->write_value(BE, ws->stream, done, done_dev, a->seq, e2, sizeof e2) < 0) {
+      GD_LOG(GD_WARN, "capture", "writing done=%llu on the stream failed (%s); writing it "
+             "from the host", (unsigned long long)a->seq, e2);
+      __atomic_store_n(done, a->seq, __ATOMIC_RELEASE);
+    }
+  }
+  return rc;
+}
+
+void capture_session_sync(gd_worker *w, gd_wsess *ws) {
+  if (!ws || !ws->has_stream) return;
+  char e[256];
+  if (OPS->stream_sync(BE, ws->stream, e, sizeof e) < 0)
+    GD_LOG(GD_WARN, "capture", "session %llu: stream sync failed: %s",
+           (unsigned long long)ws->session_id, e);
+}
+
+void capture_session_end(gd_worker *w, gd_wsess *ws) {
+  if (ws->has_flags) {
+    /* A dead client's stream writes no more ready values: release every
+     * wait from the host so nothing queued behind them waits forever. */
+    for (uint32_t i = 0; i < ws->nslots; i++)
+      __atomic_store_n(ws->flags.host + i * (GD_FLAG_STRIDE / 8), UINT64_MAX, __ATOMIC_RELEASE);
+  }
+  capture_session_sync(w, ws);
+  if (ws->has_flags) OPS->flags_unmap(BE, &ws->flags);
+  if (ws->has_stream) OPS->stream_destroy(BE, ws->stream);
+  free(ws);
+}
+
+void capture_close_all(gd_worker *w) {
+  struct gd_capstate *cs = w->cs;
+  if (!cs) return;
+  for (uint32_t i = 0; i < cs->n; i++) capture_free(w, cs->caps[i]);
+  free(cs->caps);
+  free(cs->ever);
+  free(cs);
+  w->cs = NULL;
+}

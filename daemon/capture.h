@@ -1,0 +1,77 @@
+/* Captures and replays on a device (DESIGN.md, Decisions 6 to 8).
+ *
+ * A capture is a program made real on one device: one staging allocation
+ * sub-allocated into its slots, a graph built node by node from the
+ * program's steps (keeping every node handle), its executable graph, and a
+ * last-use event that orders replays from different sessions on the shared
+ * staging. Two devices never share any of it: captures hang off their
+ * worker.
+ *
+ * DESIGN: worker thread only. The loop thread resolves a Replay request to
+ * device addresses (replay.c) and hands it over as a job; this file runs it
+ * in the order of Decisions 7 on the session's stream. */
+#ifndef GRAPHD_CAPTURE_H
+#define GRAPHD_CAPTURE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "registry.h"
+#include "worker.h"
+
+#define GD_FLAG_STRIDE 32u /* bytes per (ready, done) pair in the flag page */
+#define GD_MAX_FLAG_SLOTS 1024u
+
+/* The worker's half of a data session: its stream and flag mapping. Made
+ * on the loop thread (zeroed), filled and freed by the worker. */
+typedef struct gd_wsess {
+  uint64_t session_id;
+  gd_stream stream;
+  bool has_stream;
+  gd_flags_map flags;
+  bool has_flags;
+  uint32_t nslots;
+} gd_wsess;
+
+typedef struct gd_bound {
+  bool bound;
+  uint64_t addr;  /* device address of the client's bytes */
+  uint64_t bytes;
+} gd_bound;
+
+/* One replay, resolved. */
+typedef struct gd_replay_args {
+  const gd_prog *prog;
+  gd_wsess *ws;
+  uint32_t stream_slot;
+  uint64_t seq;
+  gd_bound bind[GD_MAX_SLOTS];
+  double ready_timeout_s;
+  /* Set by the worker: */
+  bool captured;
+  bool recaptured;
+  uint64_t capture_ns;
+  uint64_t staging_bytes;
+} gd_replay_args;
+
+/* Runs one replay. Whatever happens once the flags are known, done = seq is
+ * written after the work ordered before it (Decisions 7). */
+int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen);
+
+/* Maps the session's flag page (fd is not closed here). */
+int capture_flags_register(gd_worker *w, gd_wsess *ws, int fd, uint32_t slots, char *err,
+                           size_t errlen);
+
+/* Waits for the session's stream to drain (before unmapping its regions). */
+void capture_session_sync(gd_worker *w, gd_wsess *ws);
+
+/* Ends the worker's half of a session. When the client died its stream may
+ * wait on ready flags that will never come: release them from the host
+ * first, then drain the stream, unmap the flags and free ws. */
+void capture_session_end(gd_worker *w, gd_wsess *ws);
+
+/* Frees every capture (worker exit). */
+void capture_close_all(gd_worker *w);
+
+#endif

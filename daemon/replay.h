@@ -1,0 +1,22 @@
+/* The loop thread's half of replays: RegisterFlags and Replay requests are
+ * checked here (program, flags, bindings against regions and slots, without
+ * overflow), resolved to device addresses and handed to the session
+ * device's worker (capture.c), whose completion updates the counters and
+ * replies. Loop thread only. */
+#ifndef GRAPHD_REPLAY_H
+#define GRAPHD_REPLAY_H
+
+#include "graphd.pb-c.h"
+#include "session.h"
+
+/* Gives a new data session its worker-side state. */
+int replay_session_open(gd_session *s);
+
+/* Ends a data session's worker-side state behind its queued work. */
+void replay_session_close(gd_session *s);
+
+void replay_handle_register_flags(gd_session *s, uint64_t request_id,
+                                  const Graphd__Wire__RegisterFlags *m, int fd);
+void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Replay *m);
+
+#endif

@@ -1,0 +1,564 @@
+/* Captures and replays on the host backend: results, bindings that change
+ * every call, both modes, sessions sharing a capture, and the ordering
+ * rules when a client hangs or dies and when the daemon dies. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "wire.h"
+
+#define N 1024u /* floats per slot */
+
+static gd_test_daemon d;
+static uint8_t *plugin;
+static size_t plugin_len;
+
+static void setup(void) {
+  td_start(&d, "--host-devices", "2", "--ready-timeout", "0.5", NULL);
+  plugin = td_read_file(HOST_KERNELS_SO, &plugin_len);
+}
+
+static void teardown(void) {
+  free(plugin);
+  if (d.pid > 0) ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* y = (2 x + c) * 2 + 1 over three kernels: x staged input, c unstaged
+ * input (copied once, at capture), t scratch, y staged output. */
+static void build(graphd_client *c, graphd_mode mode, uint8_t pid[32]) {
+  uint8_t mod[32];
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod), GRAPHD_OK);
+  graphd_program *p = graphd_program_new(mode);
+  int x = graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, N * 4, 1);
+  int cc = graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, N * 4, 0);
+  int t = graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, N * 4, 0);
+  int y = graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, N * 4, 1);
+  ck_assert_int_eq(x, 0);
+  ck_assert_int_eq(cc, 1);
+  ck_assert_int_eq(t, 2);
+  ck_assert_int_eq(y, 3);
+  uint32_t grid[3] = {N / 256, 1, 1}, block[3] = {256, 1, 1}, n = N;
+  float two = 2.0f;
+  int s0 = graphd_program_add_launch(p, mod, "scale", grid, block, 0);
+  graphd_program_param_slot(p, (uint32_t)s0, 0, 0, 0);
+  graphd_program_param_slot(p, (uint32_t)s0, 8, 2, 0);
+  graphd_program_param(p, (uint32_t)s0, 16, &two, 4);
+  graphd_program_param(p, (uint32_t)s0, 20, &n, 4);
+  int s1 = graphd_program_add_launch(p, mod, "accumulate", grid, block, 0);
+  graphd_program_param_slot(p, (uint32_t)s1, 0, 1, 0);
+  graphd_program_param_slot(p, (uint32_t)s1, 8, 2, 0);
+  graphd_program_param(p, (uint32_t)s1, 16, &n, 4);
+  int s2 = graphd_program_add_launch(p, mod, "pair_kernel", grid, block, 0);
+  graphd_program_param(p, (uint32_t)s2, 0, NULL, 16);
+  graphd_program_patch(p, (uint32_t)s2, 0, 2, 0);
+  graphd_program_patch(p, (uint32_t)s2, 8, 3, 0);
+  graphd_program_param(p, (uint32_t)s2, 16, &n, 4);
+  ck_assert_msg(graphd_program_finish(p, pid) == GRAPHD_OK, "%s", graphd_program_error(p));
+  ck_assert_msg(graphd_register_program(c, p) == GRAPHD_OK, "%s", graphd_last_error(c));
+  graphd_program_free(p);
+}
+
+typedef struct bufs {
+  float *x[8], *y[8], *c;
+} bufs;
+
+static void alloc_bufs(graphd_client *c, bufs *b) {
+  for (int i = 0; i < 8; i++) {
+    ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&b->x[i]), GRAPHD_OK);
+    ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&b->y[i]), GRAPHD_OK);
+  }
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&b->c), GRAPHD_OK);
+  for (uint32_t k = 0; k < N; k++) b->c[k] = (float)k * 0.5f;
+}
+
+static graphd_status run_one(graphd_client *c, graphd_stream *s, const uint8_t pid[32], bufs *b,
+                             int i, unsigned *rng, graphd_replay_info *info, int bind_c) {
+  float *x = b->x[i % 8], *y = b->y[i % 8];
+  for (uint32_t k = 0; k < N; k++) x[k] = (float)(rand_r(rng) % 1000) - 500.0f;
+  memset(y, 0xff, N * 4);
+  graphd_binding bd[3] = {
+      {.slot = 0, .ptr = (uint64_t)(uintptr_t)x, .bytes = N * 4},
+      {.slot = 3, .ptr = (uint64_t)(uintptr_t)y, .bytes = N * 4},
+      {.slot = 1, .ptr = (uint64_t)(uintptr_t)b->c, .bytes = N * 4},
+  };
+  graphd_status st = graphd_replay(c, s, pid, bd, bind_c ? 3 : 2, info);
+  if (st != GRAPHD_OK) return st;
+  for (uint32_t k = 0; k < N; k++) {
+    float want = (2.0f * x[k] + (float)k * 0.5f) * 2.0f + 1.0f;
+    if (y[k] != want) {
+      ck_abort_msg("replay %d: y[%u] = %g, want %g", i, k, (double)y[k], (double)want);
+    }
+  }
+  return GRAPHD_OK;
+}
+
+static graphd_device_counters counters(graphd_client *c, int dev) {
+  graphd_daemon_status *s;
+  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
+  graphd_device_counters r = s->devices[dev].counters;
+  graphd_daemon_status_free(s);
+  return r;
+}
+
+START_TEST(test_replay_thousand_replays_with_changing_bindings_are_exact) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t pid[32];
+  build(c, GRAPHD_MODE_STAGED, pid);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  bufs b;
+  alloc_bufs(c, &b);
+  unsigned rng = 1;
+  graphd_replay_info info;
+  for (int i = 0; i < 1200; i++) {
+    graphd_status st = run_one(c, s, pid, &b, i, &rng, &info, i == 0);
+    ck_assert_msg(st == GRAPHD_OK, "replay %d: %s", i, graphd_last_error(c));
+    ck_assert_int_eq(info.captured, i == 0);
+  }
+  graphd_device_counters k = counters(c, 0);
+  ck_assert_uint_eq(k.captures, 1);
+  ck_assert_uint_eq(k.replays, 1200);
+  ck_assert_uint_eq(k.recaptures, 0);
+  ck_assert_uint_eq(k.errors, 0);
+  ck_assert_uint_eq(k.inflight, 0);
+  ck_assert_uint_gt(k.staging_bytes, 0);
+  /* 17 regions went through a cap of 256: all registered once. */
+  ck_assert_uint_eq(k.regions, 17);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
+START_TEST(test_replay_staged_and_staged_ex_agree) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t a[32], e[32];
+  build(c, GRAPHD_MODE_STAGED, a);
+  build(c, GRAPHD_MODE_STAGED_EX, e);
+  ck_assert(memcmp(a, e, 32) != 0); /* the mode is part of the program */
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  bufs b;
+  alloc_bufs(c, &b);
+  unsigned r1 = 7, r2 = 7;
+  for (int i = 0; i < 100; i++) {
+    ck_assert_int_eq(run_one(c, s, a, &b, i, &r1, NULL, i == 0), GRAPHD_OK);
+    ck_assert_int_eq(run_one(c, s, e, &b, i, &r2, NULL, i == 0), GRAPHD_OK);
+  }
+  ck_assert_uint_eq(counters(c, 0).captures, 2);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
+typedef struct worker_arg {
+  const gd_test_daemon *d;
+  const uint8_t *pid;
+  int id;
+  int ok;
+  char err[512];
+} worker_arg;
+
+static void *session_thread(void *p) {
+  worker_arg *w = p;
+  graphd_client *c = td_data(w->d, 0);
+  graphd_stream *s;
+  graphd_stream_attach(c, NULL, &s);
+  bufs b;
+  alloc_bufs(c, &b);
+  unsigned rng = (unsigned)w->id * 77 + 1;
+  for (int i = 0; i < 400; i++) {
+    /* Only the capturing replay needs c bound; bind it always here, since
+     * either session may be the one that captures. */
+    graphd_status st = run_one(c, s, w->pid, &b, i, &rng, NULL, 1);
+    if (st != GRAPHD_OK) {
+      snprintf(w->err, sizeof w->err, "%s", graphd_last_error(c));
+      graphd_stream_detach(s);
+      graphd_close(c);
+      return NULL;
+    }
+  }
+  w->ok = 1;
+  graphd_stream_detach(s);
+  graphd_close(c);
+  return NULL;
+}
+
+START_TEST(test_replay_two_sessions_share_a_capture_without_disturbing_each_other) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t pid[32];
+  build(c, GRAPHD_MODE_STAGED, pid);
+  pthread_t th[2];
+  worker_arg wa[2] = {{.d = &d, .pid = pid, .id = 1}, {.d = &d, .pid = pid, .id = 2}};
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, session_thread, &wa[i]);
+  for (int i = 0; i < 2; i++) {
+    pthread_join(th[i], NULL);
+    ck_assert_msg(wa[i].ok, "session %d: %s", i, wa[i].err);
+  }
+  graphd_device_counters k = counters(c, 0);
+  ck_assert_uint_eq(k.captures, 1);
+  ck_assert_uint_eq(k.replays, 800);
+  /* A session on the other device gets its own capture. */
+  graphd_client *c1 = td_data(&d, 1);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c1, NULL, &s), GRAPHD_OK);
+  bufs b;
+  alloc_bufs(c1, &b);
+  unsigned rng = 3;
+  graphd_replay_info info;
+  ck_assert_int_eq(run_one(c1, s, pid, &b, 0, &rng, &info, 1), GRAPHD_OK);
+  ck_assert_int_eq(info.captured, 1);
+  ck_assert_uint_eq(counters(c, 1).captures, 1);
+  ck_assert_uint_eq(counters(c, 0).captures, 1);
+  graphd_stream_detach(s);
+  graphd_close(c1);
+  graphd_close(c);
+}
+END_TEST
+
+START_TEST(test_replay_bindings_are_checked) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t pid[32];
+  build(c, GRAPHD_MODE_STAGED, pid);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  bufs b;
+  alloc_bufs(c, &b);
+  graphd_binding ok[3] = {{0, (uint64_t)(uintptr_t)b.x[0], N * 4},
+                          {3, (uint64_t)(uintptr_t)b.y[0], N * 4},
+                          {1, (uint64_t)(uintptr_t)b.c, N * 4}};
+  /* The capturing replay needs the unstaged input. */
+  ck_assert_int_eq(graphd_replay(c, s, pid, ok, 2, NULL), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(graphd_last_error(c), "slot 1 is an unstaged input: bind it on the replay that captures"),
+                "%s", graphd_last_error(c));
+  graphd_binding missing[1] = {ok[0]};
+  ck_assert_int_eq(graphd_replay(c, s, pid, missing, 1, NULL), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(graphd_last_error(c), "slot 3 (staged output) is not bound"), "%s",
+                graphd_last_error(c));
+  graphd_binding scratch[3] = {ok[0], ok[1], {2, (uint64_t)(uintptr_t)b.x[1], N * 4}};
+  ck_assert_int_eq(graphd_replay(c, s, pid, scratch, 3, NULL), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(graphd_last_error(c), "slot 2 is scratch"), "%s", graphd_last_error(c));
+  graphd_binding twice[3] = {ok[0], ok[1], ok[0]};
+  ck_assert_int_eq(graphd_replay(c, s, pid, twice, 3, NULL), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(graphd_last_error(c), "slot 0 is bound twice"), "%s", graphd_last_error(c));
+  graphd_binding small[2] = {{0, (uint64_t)(uintptr_t)b.x[0], N * 2}, ok[1]};
+  ck_assert_int_eq(graphd_replay(c, s, pid, small, 2, NULL), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(graphd_last_error(c), "slot 0 (input) is 4096 bytes, but its binding covers 2048"),
+                "%s", graphd_last_error(c));
+  graphd_binding past[2] = {{0, (uint64_t)(uintptr_t)b.x[0] + 8, N * 4}, ok[1]};
+  ck_assert_int_eq(graphd_replay(c, s, pid, past, 2, NULL), GRAPHD_OUT_OF_RANGE);
+  graphd_binding nosuch[2] = {{9, (uint64_t)(uintptr_t)b.x[0], N * 4}, ok[1]};
+  ck_assert_int_eq(graphd_replay(c, s, pid, nosuch, 2, NULL), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(graphd_last_error(c), "names slot 9"), "%s", graphd_last_error(c));
+  uint8_t unknown[32] = {1};
+  ck_assert_int_eq(graphd_replay(c, s, unknown, ok, 3, NULL), GRAPHD_NOT_FOUND);
+  /* After all that, the proper call works and captures. */
+  graphd_replay_info info;
+  ck_assert_msg(graphd_replay(c, s, pid, ok, 3, &info) == GRAPHD_OK, "%s", graphd_last_error(c));
+  ck_assert_int_eq(info.captured, 1);
+  graphd_device_counters k = counters(c, 0);
+  ck_assert_uint_eq(k.replays, 1);
+  /* The binding past the allocation's end never left the client. */
+  ck_assert_uint_eq(k.errors, 7);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
+/* The client process that gets killed: replays in a loop until told off. */
+static void client_loop(const gd_test_daemon *dd, int ready_fd) {
+  graphd_client *c = td_data(dd, 0);
+  uint8_t pid[32];
+  build(c, GRAPHD_MODE_STAGED, pid);
+  graphd_stream *s;
+  graphd_stream_attach(c, NULL, &s);
+  bufs b;
+  alloc_bufs(c, &b);
+  unsigned rng = 5;
+  for (int i = 0;; i++) {
+    if (run_one(c, s, pid, &b, i, &rng, NULL, 1) != GRAPHD_OK) _exit(3);
+    if (i == 20 && write(ready_fd, "r", 1) != 1) _exit(4);
+  }
+}
+
+START_TEST(test_replay_killed_client_leaves_nothing_behind) {
+  graphd_client *ctl = td_control(&d);
+  graphd_client *other = td_data(&d, 0);
+  uint8_t pid[32];
+  build(other, GRAPHD_MODE_STAGED, pid);
+  graphd_stream *os;
+  graphd_stream_attach(other, NULL, &os);
+  bufs ob;
+  alloc_bufs(other, &ob);
+  unsigned rng = 11;
+  /* Touch all 8 buffer pairs, so the other session's regions stay put. */
+  for (int i = 0; i < 8; i++)
+    ck_assert_int_eq(run_one(other, os, pid, &ob, i, &rng, NULL, 1), GRAPHD_OK);
+  graphd_device_counters base = counters(ctl, 0);
+  int base_fds = td_count_fds(d.pid);
+  for (int round = 0; round < 3; round++) {
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    pid_t child = fork();
+    if (child == 0) {
+      close(pfd[0]);
+      client_loop(&d, pfd[1]);
+    }
+    close(pfd[1]);
+    char ch;
+    ck_assert_int_eq(read(pfd[0], &ch, 1), 1);
+    close(pfd[0]);
+    /* In the middle of its replays. */
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    /* The other session keeps replaying meanwhile. */
+    for (int i = 1; i < 30; i++)
+      ck_assert_int_eq(run_one(other, os, pid, &ob, i, &rng, NULL, 0), GRAPHD_OK);
+    graphd_device_counters k;
+    for (int i = 0;; i++) {
+      k = counters(ctl, 0);
+      if ((k.sessions == base.sessions && k.regions == base.regions &&
+           td_count_fds(d.pid) == base_fds) || i > 300)
+        break;
+      usleep(10000);
+    }
+    ck_assert_uint_eq(k.sessions, base.sessions);
+    ck_assert_uint_eq(k.regions, base.regions);
+    ck_assert_uint_eq(k.region_bytes, base.region_bytes);
+    ck_assert_uint_eq(k.inflight, 0);
+    ck_assert_int_eq(td_count_fds(d.pid), base_fds);
+  }
+  graphd_stream_detach(os);
+  graphd_close(other);
+  graphd_close(ctl);
+}
+END_TEST
+
+START_TEST(test_replay_daemon_killed_mid_call_returns_unavailable_within_a_second) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t pid[32];
+  build(c, GRAPHD_MODE_STAGED, pid);
+  graphd_stream *s;
+  graphd_stream_attach(c, NULL, &s);
+  bufs b;
+  alloc_bufs(c, &b);
+  unsigned rng = 9;
+  graphd_status st = GRAPHD_OK;
+  double killed = 0, failed = 0;
+  for (int i = 0; i < 100000; i++) {
+    if (i == 50) {
+      killed = now_s();
+      kill(d.pid, SIGKILL);
+    }
+    st = run_one(c, s, pid, &b, i, &rng, NULL, i == 0);
+    if (st != GRAPHD_OK) {
+      failed = now_s();
+      break;
+    }
+  }
+  ck_assert_int_eq(st, GRAPHD_UNAVAILABLE);
+  ck_assert_double_lt(failed - killed, 1.0);
+  ck_assert_msg(strstr(graphd_last_error(c), "undefined"), "%s", graphd_last_error(c));
+  /* Later calls fail the same way, at once, and the process goes on. */
+  ck_assert_int_eq(graphd_ping(c, NULL, 0), GRAPHD_UNAVAILABLE);
+  graphd_stream_detach(s);
+  graphd_close(c);
+  waitpid(d.pid, NULL, 0);
+  d.pid = 0;
+}
+END_TEST
+
+/* A raw client: a data session with a 4-slot flag page and one region of
+ * 2N floats, whose replays' ready flags the test writes (or not) itself. */
+typedef struct raw_client {
+  int fd, flags, mem;
+  uint32_t region;
+  volatile uint64_t *page;
+} raw_client;
+
+static void raw_open(raw_client *rc, graphd_client *c) {
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(c, &st), GRAPHD_OK);
+  rc->fd = td_raw_connect(&d);
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
+  req.request_id = 1;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
+  req.hello = &h;
+  h.protocol_version = GD_PROTOCOL_VERSION;
+  h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
+  h.device_uuid.data = st->devices[0].uuid;
+  h.device_uuid.len = 16;
+  td_raw_send_request(rc->fd, &req, NULL, 0);
+  Graphd__Wire__Reply *r = td_raw_recv(rc->fd, 5000);
+  ck_assert_uint_eq(r->code, 0);
+  graphd__wire__reply__free_unpacked(r, NULL);
+  graphd_daemon_status_free(st);
+
+  rc->flags = memfd_create("flags", MFD_CLOEXEC);
+  ck_assert_int_eq(ftruncate(rc->flags, 4096), 0);
+  rc->page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rc->flags, 0);
+  Graphd__Wire__Request fr = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__RegisterFlags rf = GRAPHD__WIRE__REGISTER_FLAGS__INIT;
+  fr.request_id = 2;
+  fr.nfds = 1;
+  fr.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS;
+  fr.register_flags = &rf;
+  rf.slots = 4;
+  td_raw_send_request(rc->fd, &fr, &rc->flags, 1);
+  r = td_raw_recv(rc->fd, 5000);
+  ck_assert_msg(r->code == 0, "%s", r->message);
+  graphd__wire__reply__free_unpacked(r, NULL);
+
+  rc->mem = memfd_create("region", MFD_CLOEXEC);
+  ck_assert_int_eq(ftruncate(rc->mem, 2 * N * 4), 0);
+  Graphd__Wire__Request rr = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__RegisterRegion rg = GRAPHD__WIRE__REGISTER_REGION__INIT;
+  rr.request_id = 3;
+  rr.nfds = 1;
+  rr.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION;
+  rr.register_region = &rg;
+  rg.kind = GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;
+  rg.size = 2 * N * 4;
+  td_raw_send_request(rc->fd, &rr, &rc->mem, 1);
+  r = td_raw_recv(rc->fd, 5000);
+  ck_assert_msg(r->code == 0, "%s", r->message);
+  rc->region = r->register_region->region_id;
+  graphd__wire__reply__free_unpacked(r, NULL);
+}
+
+static void raw_replay(raw_client *rc, const uint8_t pid[32], uint64_t seq) {
+  Graphd__Wire__Request rq = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__Replay rp = GRAPHD__WIRE__REPLAY__INIT;
+  Graphd__Wire__Binding b0 = GRAPHD__WIRE__BINDING__INIT, b3 = GRAPHD__WIRE__BINDING__INIT;
+  Graphd__Wire__Binding *bs[2] = {&b0, &b3};
+  b0.slot = 0;
+  b0.region_id = rc->region;
+  b0.bytes = N * 4;
+  b3.slot = 3;
+  b3.region_id = rc->region;
+  b3.offset = N * 4;
+  b3.bytes = N * 4;
+  rq.request_id = 10 + seq;
+  rq.body_case = GRAPHD__WIRE__REQUEST__BODY_REPLAY;
+  rq.replay = &rp;
+  rp.program_id.data = (uint8_t *)pid;
+  rp.program_id.len = 32;
+  rp.stream_slot = 0;
+  rp.seq = seq;
+  rp.n_bindings = 2;
+  rp.bindings = bs;
+  td_raw_send_request(rc->fd, &rq, NULL, 0);
+}
+
+static void raw_close(raw_client *rc) {
+  munmap((void *)rc->page, 4096);
+  close(rc->fd);
+  close(rc->flags);
+  close(rc->mem);
+}
+
+START_TEST(test_replay_hung_client_is_cut_off_after_the_ready_timeout) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t pid[32];
+  build(c, GRAPHD_MODE_STAGED, pid);
+  graphd_stream *s;
+  graphd_stream_attach(c, NULL, &s);
+  bufs b;
+  alloc_bufs(c, &b);
+  unsigned rng = 13;
+  ck_assert_int_eq(run_one(c, s, pid, &b, 0, &rng, NULL, 1), GRAPHD_OK);
+  raw_client rc;
+  raw_open(&rc, c);
+  double t0 = now_s();
+  raw_replay(&rc, pid, 1); /* ready[0] stays 0: this client never gets there */
+  usleep(100000);
+  /* Another client, blocked behind the hung one on the same device. */
+  for (int i = 1; i < 5; i++) {
+    graphd_status s2 = run_one(c, s, pid, &b, i, &rng, NULL, 0);
+    ck_assert_msg(s2 == GRAPHD_OK, "%s", graphd_last_error(c));
+  }
+  double unblocked = now_s() - t0;
+  ck_assert_double_ge(unblocked, 0.5);
+  ck_assert_double_lt(unblocked, 3.0);
+  Graphd__Wire__Reply *r = td_raw_recv(rc.fd, 5000);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_uint_eq(r->code, GRAPHD_DEADLINE_EXCEEDED);
+  ck_assert_msg(strstr(r->message, "ready flag did not reach 1"), "%s", r->message);
+  graphd__wire__reply__free_unpacked(r, NULL);
+  ck_assert(td_raw_eof(rc.fd, 5000)); /* and its session is closed */
+  /* The failed replay still wrote done = seq. */
+  ck_assert_uint_eq(rc.page[1], 1);
+  raw_close(&rc);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
+START_TEST(test_replay_slow_client_blocking_nobody_is_not_cut_off) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t pid[32];
+  build(c, GRAPHD_MODE_STAGED, pid);
+  raw_client rc;
+  raw_open(&rc, c);
+  float *mem = mmap(NULL, 2 * N * 4, PROT_READ | PROT_WRITE, MAP_SHARED, rc.mem, 0);
+  for (uint32_t k = 0; k < N; k++) mem[k] = (float)k;
+  /* The unstaged input must be bound on the capturing replay: capture with
+   * libgraphd first. */
+  graphd_stream *s;
+  graphd_stream_attach(c, NULL, &s);
+  bufs b;
+  alloc_bufs(c, &b);
+  unsigned rng = 17;
+  ck_assert_int_eq(run_one(c, s, pid, &b, 0, &rng, NULL, 1), GRAPHD_OK);
+  raw_replay(&rc, pid, 1);
+  /* Twice the ready timeout, with nobody queued behind it. */
+  usleep(1100000);
+  __atomic_store_n(&rc.page[0], 1, __ATOMIC_RELEASE);
+  Graphd__Wire__Reply *r = td_raw_recv(rc.fd, 5000);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_msg(r->code == 0, "%s", r->message);
+  graphd__wire__reply__free_unpacked(r, NULL);
+  ck_assert_uint_eq(rc.page[1], 1);
+  for (uint32_t k = 0; k < N; k++)
+    ck_assert_float_eq(mem[N + k], (2.0f * (float)k + (float)k * 0.5f) * 2.0f + 1.0f);
+  munmap(mem, 2 * N * 4);
+  raw_close(&rc);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
+int main(void) {
+  Suite *su = suite_create("replay");
+  TCase *tc = tcase_create("replay");
+  tcase_set_timeout(tc, 60);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_replay_thousand_replays_with_changing_bindings_are_exact);
+  tcase_add_test(tc, test_replay_staged_and_staged_ex_agree);
+  tcase_add_test(tc, test_replay_two_sessions_share_a_capture_without_disturbing_each_other);
+  tcase_add_test(tc, test_replay_bindings_are_checked);
+  tcase_add_test(tc, test_replay_killed_client_leaves_nothing_behind);
+  tcase_add_test(tc, test_replay_daemon_killed_mid_call_returns_unavailable_within_a_second);
+  tcase_add_test(tc, test_replay_hung_client_is_cut_off_after_the_ready_timeout);
+  tcase_add_test(tc, test_replay_slow_client_blocking_nobody_is_not_cut_off);
+  suite_add_tcase(su, tc);
+  return td_run_suite(su);
+}
