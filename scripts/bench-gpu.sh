@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Runs bench/replay_bench (issue 4's targets) on the lent GPU machine from the
+# repository root, over a build made here (same absolute path) and bundled
+# with scripts/gpu-bundle.sh:
+#  1. without MPS, with a short chain (each dependent hand-off costs about
+#     300 us there: GPU time-slicing between the two processes);
+#  2. under MPS (-M), with the full chain of 1000.
+# Each run gets a fresh daemon on its own socket, so its first replays are
+# captures. Every process is bounded by timeout. The bench's output is shown
+# and kept in OUT_DIR/bench-nomps.log and bench-mps.log, the daemons' logs
+# beside them (graphd-*.log). Exit status 1 when a run failed.
+# Usage: scripts/bench-gpu.sh BUILD_DIR OUT_DIR [extra replay_bench flags]
+set -uo pipefail
+build=$(realpath "$1"); out=${2:-/tmp}; shift 2 || shift $#
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$build/rtlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$PATH:/usr/local/nvidia/bin"
+bench="$build/bench/replay_bench"
+sock=/tmp/graphd-bench-$$.sock
+rc=0
+dpid=
+
+# Starts graphd on $sock, logging to $1; waits until it answers a ping.
+start_daemon() {
+  rm -f "$sock"
+  timeout 600 "$build/graphd" --backend cuda --socket "$sock" --log-level info >"$1" 2>&1 &
+  dpid=$!
+  for _ in $(seq 150); do
+    if [[ -S $sock ]] && timeout 5 "$build/graphctl" --socket "$sock" ping >/dev/null 2>&1; then
+      return 0
+    fi
+    kill -0 "$dpid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "graphd did not come up on $sock:"; tail -5 "$1"
+  stop_daemon
+  return 1
+}
+
+# SIGTERM (timeout passes it on to graphd) and wait for it.
+stop_daemon() {
+  [[ -n $dpid ]] || return 0
+  kill -TERM "$dpid" 2>/dev/null
+  wait "$dpid"; local r=$?
+  echo "graphd exit status $r"
+  dpid=
+  rm -f "$sock"
+}
+
+# run_bench NAME CHAIN [flags]: one bench run against a fresh daemon.
+run_bench() {
+  local name=$1 chain=$2
+  shift 2
+  start_daemon "$out/graphd-$name.log" || { rc=1; return; }
+  timeout 300 "$bench" --socket "$sock" --chain "$chain" "$@" 2>&1 | tee "$out/bench-$name.log"
+  local r=${PIPESTATUS[0]}
+  echo "replay_bench ($name) exit status $r"
+  [[ $r == 0 ]] || rc=1
+  stop_daemon
+}
+
+nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,compute_mode --format=csv,noheader
+[[ -x $bench ]] || { echo "no $bench: build with GRAPHD_BUILD_BENCH=ON"; exit 1; }
+
+echo "== 1. replay_bench without MPS (chain of 300)"
+run_bench nomps 300 "$@"
+
+echo "== 2. replay_bench under MPS (-M), chain of 1000"
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
+mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+if timeout 30 nvidia-cuda-mps-control -d -M; then
+  sleep 1
+  run_bench mps 1000 "$@"
+  echo quit | timeout 30 nvidia-cuda-mps-control; sleep 1
+else
+  echo "nvidia-cuda-mps-control -d -M failed"; rc=1
+fi
+unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+exit $rc
