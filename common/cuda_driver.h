@@ -15,7 +15,12 @@
 
 #define GD_CUDA_MIN_DRIVER 13000
 
-/* Every driver entry point graphd uses. */
+/* Every driver entry point graphd uses, by the name cuGetProcAddress knows.
+ * Careful: where cuda.h maps a name to a function of another name (not a
+ * _vN suffix), list the target. cuda.h maps cuGraphInstantiate to
+ * cuGraphInstantiateWithFlags, but cuGetProcAddress("cuGraphInstantiate")
+ * returns the old five-argument cuGraphInstantiate_v2 (seen on driver 580),
+ * so the entry is cuGraphInstantiateWithFlags. */
 #define GD_CUDA_FUNCS(X)                  \
   X(cuInit)                               \
   X(cuGetErrorName)                       \
@@ -66,6 +71,7 @@
   X(cuStreamCreate)                       \
   X(cuStreamDestroy)                      \
   X(cuStreamSynchronize)                  \
+  X(cuStreamQuery)                        \
   X(cuStreamGetCtx)                       \
   X(cuMemHostRegister)                    \
   X(cuMemHostUnregister)                  \
@@ -77,10 +83,11 @@
   X(cuGraphAddKernelNode)                 \
   X(cuGraphAddMemsetNode)                 \
   X(cuGraphAddMemcpyNode)                 \
-  X(cuGraphInstantiate)                   \
+  X(cuGraphInstantiateWithFlags)          \
   X(cuGraphUpload)                        \
   X(cuGraphExecDestroy)                   \
   X(cuGraphExecMemcpyNodeSetParams)       \
+  X(cuGraphNodeSetEnabled)                \
   X(cuGraphLaunch)                        \
   X(cuMemcpyDtoDAsync)                    \
   X(cuMemcpyHtoDAsync)                    \

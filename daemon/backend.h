@@ -152,10 +152,16 @@ typedef struct gd_backend_ops {
   int (*graph_instantiate)(gd_backend *be, gd_backend_dev *dev, gd_graph g, gd_stream s,
                            gd_graph_exec *out, char *err, size_t errlen);
   void (*graph_exec_destroy)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e);
-  /* Re-points a memcpy node of an instantiated graph (1-D, bytes > 0). */
+  /* Re-points a memcpy node of an instantiated graph (1-D, bytes > 0).
+   * Returns -GRAPHD_FAILED_PRECONDITION, without logging, when the driver
+   * refuses because the new memory is of another kind than the node's
+   * (VMM against legacy IPC memory): the caller copies outside the graph. */
   int (*graph_exec_set_memcpy)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_node n,
                                uint64_t dst, uint64_t src, uint64_t bytes, char *err,
                                size_t errlen);
+  /* Turns a node of an instantiated graph on or off. */
+  int (*graph_exec_enable)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_node n,
+                           int on, char *err, size_t errlen);
   int (*graph_launch)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_stream s,
                       char *err, size_t errlen);
   int (*memcpy_async)(gd_backend *be, gd_backend_dev *dev, uint64_t dst, uint64_t src,

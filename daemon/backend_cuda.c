@@ -558,7 +558,7 @@ static int cuda_graph_instantiate(gd_backend *be, gd_backend_dev *d, gd_graph g,
   int rc = 0;
   CUgraphExec e = NULL;
   (void)d;
-  CU_CHECK_GOTO(cu->cuGraphInstantiate(&e, (CUgraph)g, 0), GRAPHD_INVALID_ARGUMENT, exit);
+  CU_CHECK_GOTO(cu->cuGraphInstantiateWithFlags(&e, (CUgraph)g, 0), GRAPHD_INVALID_ARGUMENT, exit);
   CU_CHECK_GOTO(cu->cuGraphUpload(e, (CUstream)s), GRAPHD_INTERNAL, fail);
   *out = e;
   return 0;
@@ -581,8 +581,22 @@ static int cuda_graph_exec_set_memcpy(gd_backend *be, gd_backend_dev *d, gd_grap
   int rc = 0;
   CUDA_MEMCPY3D c;
   copy_params(&c, dst, src, bytes);
-  CU_CHECK_GOTO(cu->cuGraphExecMemcpyNodeSetParams((CUgraphExec)e, (CUgraphNode)n, &c, d->ctx),
-                GRAPHD_INVALID_ARGUMENT, exit);
+  CUresult r = cu->cuGraphExecMemcpyNodeSetParams((CUgraphExec)e, (CUgraphNode)n, &c, d->ctx);
+  /* The driver refuses memory "from another context" than the node was
+   * made with: VMM mappings and legacy IPC mappings do not mix. */
+  if (r == CUDA_ERROR_INVALID_VALUE) return -GRAPHD_FAILED_PRECONDITION;
+  CU_CHECK_GOTO(r, GRAPHD_INVALID_ARGUMENT, exit);
+exit:
+  return rc;
+}
+
+static int cuda_graph_exec_enable(gd_backend *be, gd_backend_dev *d, gd_graph_exec e, gd_node n,
+                                  int on, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuGraphNodeSetEnabled((CUgraphExec)e, (CUgraphNode)n, on ? 1 : 0),
+                GRAPHD_INTERNAL, exit);
 exit:
   return rc;
 }
@@ -677,6 +691,7 @@ static const gd_backend_ops cuda_ops = {
     .graph_instantiate = cuda_graph_instantiate,
     .graph_exec_destroy = cuda_graph_exec_destroy,
     .graph_exec_set_memcpy = cuda_graph_exec_set_memcpy,
+    .graph_exec_enable = cuda_graph_exec_enable,
     .graph_launch = cuda_graph_launch,
     .memcpy_async = cuda_memcpy_async,
     .event_create = cuda_event_create,

@@ -188,6 +188,7 @@ typedef struct host_node {
   void **params;     /* owned by the capture, alive as long as the graph */
   uint64_t dst, src, bytes;
   uint32_t es, value;
+  int disabled;
 } host_node;
 
 typedef struct host_graph {
@@ -410,6 +411,13 @@ static int host_graph_exec_set_memcpy(gd_backend *be, gd_backend_dev *d, gd_grap
   return 0;
 }
 
+static int host_graph_exec_enable(gd_backend *be, gd_backend_dev *d, gd_graph_exec e, gd_node nn,
+                                  int on, char *err, size_t errlen) {
+  (void)be, (void)d, (void)e, (void)err, (void)errlen;
+  ((host_node *)nn)->disabled = !on;
+  return 0;
+}
+
 static void run_kernel(const host_node *n) {
   graphd_host_launch l;
   memset(&l, 0, sizeof l);
@@ -435,6 +443,7 @@ static int host_graph_launch(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
   host_graph *g = e;
   for (size_t i = 0; i < g->n; i++) {
     const host_node *n = g->nodes[i];
+    if (n->disabled) continue;
     if (n->kind == HN_KERNEL) {
       run_kernel(n);
     } else if (n->kind == HN_MEMCPY) {
@@ -510,6 +519,7 @@ static const gd_backend_ops host_ops = {
     .graph_instantiate = host_graph_instantiate,
     .graph_exec_destroy = host_graph_exec_destroy,
     .graph_exec_set_memcpy = host_graph_exec_set_memcpy,
+    .graph_exec_enable = host_graph_exec_enable,
     .graph_launch = host_graph_launch,
     .memcpy_async = host_memcpy_async,
     .event_create = host_event_create,

@@ -19,6 +19,7 @@ typedef struct gd_capture {
   gd_graph_exec exec;
   gd_node *in_node;         /* per slot: copy-in node (staged mode) or NULL */
   gd_node *out_node;        /* per slot: copy-out node (staged mode) or NULL */
+  uint8_t *in_off, *out_off; /* per slot: the node is off; the copy runs outside */
   uint8_t **param_buf;      /* per step: patched parameter bytes (launches) */
   void ***kparams;          /* per step: kernelParams */
   gd_event last_use;
@@ -76,6 +77,8 @@ static void capture_free(gd_worker *w, gd_capture *c) {
   free(c->slot_addr);
   free(c->in_node);
   free(c->out_node);
+  free(c->in_off);
+  free(c->out_off);
   free(c);
 }
 
@@ -136,9 +139,12 @@ static int build_graph(gd_worker *w, gd_capture *c, const gd_replay_args *a, cha
   size_t nroots = 0;
   c->in_node = calloc(n ? n : 1, sizeof *c->in_node);
   c->out_node = calloc(n ? n : 1, sizeof *c->out_node);
+  c->in_off = calloc(n ? n : 1, 1);
+  c->out_off = calloc(n ? n : 1, 1);
   c->param_buf = calloc(p->nsteps, sizeof *c->param_buf);
   c->kparams = calloc(p->nsteps, sizeof *c->kparams);
-  if (!roots || !c->in_node || !c->out_node || !c->param_buf || !c->kparams) {
+  if (!roots || !c->in_node || !c->out_node || !c->in_off || !c->out_off || !c->param_buf ||
+      !c->kparams) {
     free(roots);
     snprintf(err, errlen, "out of memory building a graph");
     return -GRAPHD_RESOURCE_EXHAUSTED;
@@ -264,6 +270,7 @@ int capture_flags_register(gd_worker *w, gd_wsess *ws, int fd, uint32_t slots, c
 
 typedef struct give_up_ctx {
   gd_worker *w;
+  gd_wsess *ws;
   uint64_t start_ns;
   double timeout_s;
 } give_up_ctx;
@@ -275,10 +282,29 @@ static int give_up(void *arg) {
   give_up_ctx *g = arg;
   /* Waiting is work: keep the watchdog from taking it for a hang. */
   worker_heartbeat(g->w);
-  if (worker_stopping(g->w)) return 1;
+  if (worker_stopping(g->w) || atomic_load(&g->ws->client_gone)) return 1;
   if (g->timeout_s <= 0) return 0;
   if ((double)(gd_now_ns() - g->start_ns) < g->timeout_s * 1e9) return 0;
   return worker_has_queued(g->w);
+}
+
+/* Re-points a copy node at this replay's memory. The driver re-points a
+ * memcpy node only to memory of the kind it was made with (VMM or legacy
+ * IPC), and a replay may bind either kind: when it refuses, the node is
+ * switched off, keeping its last good addresses, and the caller copies
+ * outside the graph; it comes back on at the next replay it accepts. */
+static int repoint(gd_worker *w, gd_capture *c, gd_node n, uint8_t *off, uint64_t dst,
+                   uint64_t src, uint64_t bytes, char *err, size_t errlen) {
+  int rc = OPS->graph_exec_set_memcpy(BE, c->exec, n, dst, src, bytes, err, errlen);
+  if (rc == -GRAPHD_FAILED_PRECONDITION) {
+    if (!*off && (rc = OPS->graph_exec_enable(BE, c->exec, n, 0, err, errlen)) < 0) return rc;
+    *off = 1;
+    return 0;
+  }
+  if (rc < 0) return rc;
+  if (*off && (rc = OPS->graph_exec_enable(BE, c->exec, n, 1, err, errlen)) < 0) return rc;
+  *off = 0;
+  return 0;
 }
 
 int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
@@ -314,7 +340,7 @@ int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
            hex, (double)a->capture_ns / 1e3, p->nsteps, (unsigned long long)c->staging.bytes);
   }
   /* 1. the client's stream has reached this call */
-  give_up_ctx g = {.w = w, .start_ns = gd_now_ns(), .timeout_s = a->ready_timeout_s};
+  give_up_ctx g = {.w = w, .ws = ws, .start_ns = gd_now_ns(), .timeout_s = a->ready_timeout_s};
   rc = OPS->wait_value(BE, ws->stream, ready, ready_dev, a->seq, give_up, &g, err, errlen);
   if (rc < 0) goto finish;
   /* 2. the last replay of this capture, from any session, is done with the
@@ -336,15 +362,27 @@ int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
       const gd_slot *sl = &p->slots[s];
       if (!staged(sl)) continue;
       if (c->in_node[s] &&
-          (rc = OPS->graph_exec_set_memcpy(BE, c->exec, c->in_node[s], c->slot_addr[s],
-                                           a->bind[s].addr, sl->size, err, errlen)) < 0)
+          (rc = repoint(w, c, c->in_node[s], &c->in_off[s], c->slot_addr[s], a->bind[s].addr,
+                        sl->size, err, errlen)) < 0)
         goto finish;
       if (c->out_node[s] &&
-          (rc = OPS->graph_exec_set_memcpy(BE, c->exec, c->out_node[s], a->bind[s].addr,
-                                           c->slot_addr[s], sl->size, err, errlen)) < 0)
+          (rc = repoint(w, c, c->out_node[s], &c->out_off[s], a->bind[s].addr, c->slot_addr[s],
+                        sl->size, err, errlen)) < 0)
+        goto finish;
+      /* A node the driver would not re-point is off: copy outside. */
+      if (c->in_node[s] && c->in_off[s] &&
+          (rc = OPS->memcpy_async(BE, c->slot_addr[s], a->bind[s].addr, sl->size, ws->stream,
+                                  err, errlen)) < 0)
         goto finish;
     }
     if ((rc = OPS->graph_launch(BE, c->exec, ws->stream, err, errlen)) < 0) goto finish;
+    for (uint32_t s = 0; s < p->nslots; s++) {
+      const gd_slot *sl = &p->slots[s];
+      if (c->out_node[s] && c->out_off[s] &&
+          (rc = OPS->memcpy_async(BE, a->bind[s].addr, c->slot_addr[s], sl->size, ws->stream,
+                                  err, errlen)) < 0)
+        goto finish;
+    }
   } else {
     for (uint32_t s = 0; s < p->nslots; s++) {
       const gd_slot *sl = &p->slots[s];
@@ -387,14 +425,24 @@ void capture_session_sync(gd_worker *w, gd_wsess *ws) {
            (unsigned long long)ws->session_id, e);
 }
 
-void capture_session_end(gd_worker *w, gd_wsess *ws) {
+void capture_session_end(gd_worker *w, gd_wsess *ws, gd_region_map *maps, size_t nmaps) {
+  if (!ws) {
+    for (size_t i = 0; i < nmaps; i++) OPS->region_release(BE, &maps[i]);
+    return;
+  }
   if (ws->has_flags) {
     /* A dead client's stream writes no more ready values: release every
-     * wait from the host so nothing queued behind them waits forever. */
-    for (uint32_t i = 0; i < ws->nslots; i++)
-      __atomic_store_n(ws->flags.host + i * (GD_FLAG_STRIDE / 8), UINT64_MAX, __ATOMIC_RELEASE);
+     * wait from the host so nothing queued behind them waits forever.
+     * Stream waits compare cyclically ((int64_t)(*addr - value) >= 0), so
+     * UINT64_MAX would release nothing: jump 2^62 ahead instead. */
+    for (uint32_t i = 0; i < ws->nslots; i++) {
+      volatile uint64_t *ready = ws->flags.host + i * (GD_FLAG_STRIDE / 8);
+      uint64_t v = __atomic_load_n(ready, __ATOMIC_ACQUIRE);
+      __atomic_store_n(ready, v + (1ull << 62), __ATOMIC_RELEASE);
+    }
   }
   capture_session_sync(w, ws);
+  for (size_t i = 0; i < nmaps; i++) OPS->region_release(BE, &maps[i]);
   if (ws->has_flags) OPS->flags_unmap(BE, &ws->flags);
   if (ws->has_stream) OPS->stream_destroy(BE, ws->stream);
   free(ws);

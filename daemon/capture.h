@@ -13,6 +13,7 @@
 #ifndef GRAPHD_CAPTURE_H
 #define GRAPHD_CAPTURE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -32,6 +33,7 @@ typedef struct gd_wsess {
   gd_flags_map flags;
   bool has_flags;
   uint32_t nslots;
+  _Atomic int client_gone; /* set by the loop when the session closes */
 } gd_wsess;
 
 typedef struct gd_bound {
@@ -68,8 +70,9 @@ void capture_session_sync(gd_worker *w, gd_wsess *ws);
 
 /* Ends the worker's half of a session. When the client died its stream may
  * wait on ready flags that will never come: release them from the host
- * first, then drain the stream, unmap the flags and free ws. */
-void capture_session_end(gd_worker *w, gd_wsess *ws);
+ * first, then drain the stream, unmap the session's regions (maps) and its
+ * flags, and free ws (which may be NULL). */
+void capture_session_end(gd_worker *w, gd_wsess *ws, gd_region_map *maps, size_t nmaps);
 
 /* Frees every capture (worker exit). */
 void capture_close_all(gd_worker *w);

@@ -81,10 +81,6 @@ static void drop(gd_session *s, gd_region *r) {
   free(r);
 }
 
-void region_put(gd_session *s, gd_region *r) {
-  if (--r->uses == 0 && r->doomed) drop(s, r);
-}
-
 static void import_run(gd_worker *w, gd_job *j) {
   import_job *ij = (import_job *)j;
   uint64_t t0 = gd_now_ns();
@@ -193,15 +189,12 @@ void region_handle_register(gd_session *s, uint64_t request_id,
 void region_handle_unregister(gd_session *s, uint64_t request_id,
                               const Graphd__Wire__UnregisterRegion *m) {
   gd_region *r = s->kind == GD_SESSION_DATA ? region_find(s, m->region_id) : NULL;
-  if (!r || r->doomed) {
+  if (!r) {
     session_reply_error(s, request_id, GRAPHD_NOT_FOUND,
                         "UnregisterRegion: this session has no region %u", m->region_id);
     return;
   }
-  if (r->uses > 0)
-    r->doomed = true;
-  else
-    drop(s, r);
+  drop(s, r);
   Graphd__Wire__Reply rep = GRAPHD__WIRE__REPLY__INIT;
   Graphd__Wire__UnregisterRegionReply ur = GRAPHD__WIRE__UNREGISTER_REGION_REPLY__INIT;
   rep.request_id = request_id;
@@ -210,13 +203,25 @@ void region_handle_unregister(gd_session *s, uint64_t request_id,
   session_reply(s, &rep);
 }
 
-void region_release_all(gd_session *s) {
+int region_take_all(gd_session *s, gd_region_map **maps, size_t *n) {
+  gd_server *srv = s->srv;
+  size_t k = 0;
+  *maps = NULL;
+  *n = 0;
+  if (s->nregions == 0) return 0;
+  gd_region_map *m = calloc(s->nregions, sizeof *m);
+  if (!m) return -GRAPHD_RESOURCE_EXHAUSTED;
   gd_region *r, *tmp;
   HASH_ITER(hh, s->regions, r, tmp) {
-    /* A job still holding it drops it when done (region_put). */
-    if (r->uses > 0)
-      r->doomed = true;
-    else
-      drop(s, r);
+    HASH_DEL(s->regions, r);
+    srv->counters[s->device].regions--;
+    srv->counters[s->device].region_bytes -= r->map.size;
+    m[k++] = r->map;
+    free(r);
   }
+  s->nregions = 0;
+  s->region_bytes = 0;
+  *maps = m;
+  *n = k;
+  return 0;
 }

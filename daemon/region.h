@@ -3,9 +3,9 @@
  * DESIGN: the table is per session and loop-thread only. Imports and
  * releases run as jobs on the session's device worker, so a release queued
  * after a job that uses the region runs after it (the worker's queue is
- * FIFO): that is how a region outlives the in-flight work that uses it.
- * `uses` counts jobs in flight that hold the region; an unregistered
- * region with uses is released when the last one finishes. */
+ * FIFO), and a release first drains the session's stream: that is how a
+ * region outlives the in-flight work that uses it. Replay jobs carry the
+ * resolved addresses, never a pointer to the table entry. */
 #ifndef GRAPHD_REGION_H
 #define GRAPHD_REGION_H
 
@@ -23,8 +23,6 @@ typedef struct gd_region {
   uint32_t id;
   gd_region_map map;
   uint64_t client_base;
-  int uses;       /* jobs in flight that use it */
-  bool doomed;    /* unregistered while in use */
   UT_hash_handle hh;
 } gd_region;
 
@@ -42,10 +40,10 @@ gd_region *region_find(gd_session *s, uint32_t id);
 int region_check_range(const gd_region *r, uint64_t offset, uint64_t bytes, char *err,
                        size_t errlen);
 
-/* Releases every region of a closing session on its device's worker. */
-void region_release_all(gd_session *s);
+/* Takes every region of a closing session out of its table (counters
+ * included) and hands their mappings to the caller, which releases them on
+ * the worker once the session's stream has drained. */
+int region_take_all(gd_session *s, gd_region_map **maps, size_t *n);
 
-/* A job holding r is done with it. */
-void region_put(gd_session *s, gd_region *r);
 
 #endif

@@ -25,25 +25,34 @@ int replay_session_open(gd_session *s) {
 typedef struct end_job {
   gd_job job; /* first */
   gd_wsess *ws;
+  gd_region_map *maps;
+  size_t nmaps;
 } end_job;
 
-static void end_run(gd_worker *w, gd_job *j) { capture_session_end(w, ((end_job *)j)->ws); }
+static void end_run(gd_worker *w, gd_job *j) {
+  end_job *ej = (end_job *)j;
+  capture_session_end(w, ej->ws, ej->maps, ej->nmaps);
+  ej->ws = NULL;
+}
 
 static void end_done(gd_job *j) {
   end_job *ej = (end_job *)j;
-  if (!j->ran) free(ej->ws); /* the worker was gone: nothing was mapped */
+  free(ej->ws); /* only when the worker was gone and nothing ran */
+  free(ej->maps);
   free(ej);
 }
 
 void replay_session_close(gd_session *s) {
-  if (!s->ws) return;
   end_job *ej = calloc(1, sizeof *ej);
-  if (!ej) {
-    GD_LOG(GD_ERROR, "replay", "out of memory ending session %llu on its worker",
-           (unsigned long long)s->id);
+  if (!ej || region_take_all(s, &ej->maps, &ej->nmaps) < 0) {
+    GD_LOG(GD_ERROR, "replay", "out of memory ending session %llu on its worker; its "
+           "mappings stay until exit", (unsigned long long)s->id);
+    free(ej);
     return;
   }
   ej->ws = s->ws;
+  /* A replay waiting on this client's ready flag stops waiting now. */
+  if (s->ws) atomic_store(&s->ws->client_gone, 1);
   ej->job.run = end_run;
   ej->job.done = end_done;
   s->ws = NULL;
@@ -246,7 +255,7 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
              b->slot, role_name(sl->role), (unsigned long long)sl->size,
              (unsigned long long)b->bytes);
     gd_region *r = region_find(s, b->region_id);
-    if (!r || r->doomed)
+    if (!r)
       REFUSE(GRAPHD_NOT_FOUND, "slot %u is bound to region %u, which this session does not have",
              b->slot, b->region_id);
     char e[256];

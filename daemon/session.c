@@ -78,9 +78,8 @@ void session_close(gd_session *s, const char *why) {
   s->prev = s->next = NULL;
   srv->nsessions--;
   if (s->kind == GD_SESSION_DATA && s->device >= 0) {
-    /* Regions are unmapped behind the session's queued work, then the
-     * worker ends its half (releasing a dead client's waits first). */
-    region_release_all(s);
+    /* The worker ends its half behind the session's queued work: it frees
+     * a dead client's waits, drains the stream, then unmaps the regions. */
     replay_session_close(s);
     srv->counters[s->device].sessions--;
   }

@@ -40,6 +40,21 @@ graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *
   return st;
 }
 
+/* The daemon is gone: release our streams' waits now (the watcher would
+ * within its period) and say what that means for the outputs. */
+static graphd_status lost(graphd_client *c, const char *why) {
+  c->broken = true;
+  atomic_store(&c->dead, 1);
+  if (c->flags) {
+    gd_client_release_streams(c);
+    return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
+                             "graphd closed the connection (%s); the outputs of replays in "
+                             "flight are undefined",
+                             why);
+  }
+  return gd_client_set_err(c, GRAPHD_UNAVAILABLE, "graphd closed the connection (%s)", why);
+}
+
 static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -79,9 +94,7 @@ static graphd_status send_frame(graphd_client *c, const uint8_t *buf, size_t len
       }
       if (w > 0) continue;
     }
-    c->broken = true;
-    return gd_client_set_err(c, GRAPHD_UNAVAILABLE, "graphd closed the connection: %s",
-                   n < 0 ? strerror(errno) : "short write");
+    return lost(c, n < 0 ? strerror(errno) : "short write");
   }
   return GRAPHD_OK;
 }
@@ -106,9 +119,7 @@ static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline)
       }
       if (w > 0) continue;
     }
-    c->broken = true;
-    return gd_client_set_err(c, GRAPHD_UNAVAILABLE, "graphd closed the connection%s%s",
-                   n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+    return lost(c, n < 0 ? strerror(errno) : "end of stream");
   }
 }
 

@@ -92,6 +92,10 @@ void gd_client_regions_close(graphd_client *c);
 graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t bytes,
                                         graphd_region_ref *out);
 
+/* Writes every issued seq into its done word from the host (the daemon is
+ * gone). Safe from any thread. */
+void gd_client_release_streams(graphd_client *c);
+
 /* Stops watching c and frees its flag page (graphd_close). */
 void gd_client_replay_close(graphd_client *c);
 

@@ -41,6 +41,7 @@ static bool watch_started;        /* guarded by watch_lock */
 /* Releases every stream wait of c from the host. */
 static void release_all(graphd_client *c) {
   gd_flag_page *f = c->flags;
+  if (!f) return;
   for (int i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
     uint64_t v = atomic_load(&f->issued[i]);
     if (v) __atomic_store_n(f->host + i * FLAG_STRIDE_WORDS + 1, v, __ATOMIC_RELEASE);
@@ -207,6 +208,8 @@ fail:
   return st;
 }
 
+void gd_client_release_streams(graphd_client *c) { release_all(c); }
+
 void gd_client_replay_close(graphd_client *c) {
   if (!c->flags) return;
   watch_remove(c);
@@ -324,9 +327,10 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
   Graphd__Wire__Reply *rep = NULL;
   st = gd_client_call(c, &req, NULL, 0, &rep);
   if (st != GRAPHD_OK) {
-    if (st == GRAPHD_UNAVAILABLE || st == GRAPHD_DEADLINE_EXCEEDED) {
-      /* The daemon is gone or the session broken: release our own wait
-       * from the host, and say what that means for the outputs. */
+    if (st == GRAPHD_DEADLINE_EXCEEDED) {
+      /* No answer in time: the session is broken; release our own wait
+       * from the host, and say what that means for the outputs. (A daemon
+       * that went away was handled in the call already.) */
       __atomic_store_n(ready + 1, seq, __ATOMIC_RELEASE);
       char e[GRAPHD_ERRMAX];
       snprintf(e, sizeof e, "%s", c->err);
