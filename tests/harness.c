@@ -156,6 +156,8 @@ static pid_t daemon_process(pid_t pid) {
   return pid;
 }
 
+pid_t td_daemon_pid(const gd_test_daemon *d) { return daemon_process(d->pid); }
+
 int td_stop_sig(gd_test_daemon *d, int sig, int timeout_ms) {
   if (d->pid <= 0) return -1;
   kill(daemon_process(d->pid), sig);

@@ -32,6 +32,9 @@ int td_start(gd_test_daemon *d, ...); /* varargs: const char *, NULL-terminated 
  * from waitpid, or -1 on timeout (then the daemon is SIGKILLed). */
 int td_stop_sig(gd_test_daemon *d, int sig, int timeout_ms);
 int td_stop(gd_test_daemon *d);
+/* The graphd process itself (under GRAPHD_TEST_WRAPPER, the wrapper's
+ * child). */
+pid_t td_daemon_pid(const gd_test_daemon *d);
 /* Removes the temporary directory. */
 void td_cleanup(gd_test_daemon *d);
 

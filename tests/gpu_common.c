@@ -1,0 +1,173 @@
+#include "gpu_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const gd_cuda *gcu;
+
+int gpu_up(void) {
+  char err[256];
+  if (gd_cuda_load(&gcu, err, sizeof err) < 0) {
+    fprintf(stderr, "%s\n", err);
+    return -1;
+  }
+  CUdevice dev;
+  CUcontext ctx;
+  if (gcu->cuDeviceGet(&dev, 0) || gcu->cuDevicePrimaryCtxRetain(&ctx, dev) ||
+      gcu->cuCtxSetCurrent(ctx)) {
+    fprintf(stderr, "cannot make a context on device 0\n");
+    return -1;
+  }
+  return 0;
+}
+
+int gbuf_alloc(gbuf *b, size_t bytes, int vmm) {
+  memset(b, 0, sizeof *b);
+  b->vmm = vmm;
+  if (!vmm) {
+    b->size = bytes;
+    return gcu->cuMemAlloc(&b->ptr, bytes) == CUDA_SUCCESS ? 0 : -1;
+  }
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t gran = 0;
+  if (gcu->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM)) return -1;
+  b->size = (bytes + gran - 1) / gran * gran;
+  if (gcu->cuMemCreate(&b->h, b->size, &prop, 0)) return -1;
+  if (gcu->cuMemAddressReserve(&b->ptr, b->size, 0, 0, 0)) return -1;
+  if (gcu->cuMemMap(b->ptr, b->size, 0, b->h, 0)) return -1;
+  CUmemAccessDesc ad;
+  memset(&ad, 0, sizeof ad);
+  ad.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  ad.location.id = 0;
+  ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return gcu->cuMemSetAccess(b->ptr, b->size, &ad, 1) == CUDA_SUCCESS ? 0 : -1;
+}
+
+void gbuf_free(gbuf *b) {
+  if (!b->ptr) return;
+  if (b->vmm) {
+    gcu->cuMemUnmap(b->ptr, b->size);
+    gcu->cuMemAddressFree(b->ptr, b->size);
+    gcu->cuMemRelease(b->h);
+  } else {
+    gcu->cuMemFree(b->ptr);
+  }
+  b->ptr = 0;
+}
+
+static void *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  void *p = malloc((size_t)n);
+  if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+    free(p);
+    p = NULL;
+  }
+  fclose(f);
+  *len = (size_t)n;
+  return p;
+}
+
+graphd_status gpu_program(graphd_client *c, const char *kdir, graphd_mode mode, uint8_t pid[32]) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/test_kernels.cubin", kdir);
+  size_t len;
+  void *bytes = read_all(path, &len);
+  if (!bytes) {
+    fprintf(stderr, "cannot read %s\n", path);
+    return GRAPHD_NOT_FOUND;
+  }
+  uint8_t mod[32];
+  graphd_status st = graphd_register_module(c, GRAPHD_MODULE_CUBIN, bytes, len, mod);
+  free(bytes);
+  if (st != GRAPHD_OK) return st;
+  graphd_program *p = graphd_program_new(mode);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, GN * 4, 1);   /* 0: x */
+  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, GN * 4, 0);   /* 1: c, unstaged */
+  graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, GN * 4, 0); /* 2: t */
+  graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, GN * 4, 1);  /* 3: y */
+  uint32_t grid[3] = {GN / 256, 1, 1}, block[3] = {256, 1, 1}, n = GN;
+  float two = 2.0f;
+  int s0 = graphd_program_add_launch(p, mod, "scale", grid, block, 0);
+  graphd_program_param_slot(p, (uint32_t)s0, 0, 0, 0);
+  graphd_program_param_slot(p, (uint32_t)s0, 8, 2, 0);
+  graphd_program_param(p, (uint32_t)s0, 16, &two, 4);
+  graphd_program_param(p, (uint32_t)s0, 20, &n, 4);
+  int s1 = graphd_program_add_launch(p, mod, "accumulate", grid, block, 0);
+  graphd_program_param_slot(p, (uint32_t)s1, 0, 1, 0);
+  graphd_program_param_slot(p, (uint32_t)s1, 8, 2, 0);
+  graphd_program_param(p, (uint32_t)s1, 16, &n, 4);
+  int s2 = graphd_program_add_launch(p, mod, "pair_kernel", grid, block, 0);
+  graphd_program_param(p, (uint32_t)s2, 0, NULL, 16);
+  graphd_program_patch(p, (uint32_t)s2, 0, 2, 0);
+  graphd_program_patch(p, (uint32_t)s2, 8, 3, 0);
+  graphd_program_param(p, (uint32_t)s2, 16, &n, 4);
+  st = graphd_program_finish(p, pid);
+  if (st == GRAPHD_OK) st = graphd_register_program(c, p);
+  if (st != GRAPHD_OK) fprintf(stderr, "program: %s %s\n", graphd_program_error(p), graphd_last_error(c));
+  graphd_program_free(p);
+  return st;
+}
+
+void gpu_reference(const float *x, const float *cc, float *y) {
+  for (uint32_t i = 0; i < GN; i++) {
+    volatile float t = 2.0f * x[i];
+    t = t + cc[i];
+    y[i] = t * 2.0f + 1.0f;
+  }
+}
+
+graphd_status gpu_replay_checked(graphd_client *c, graphd_stream *s, CUstream st,
+                                 const uint8_t pid[32], gbuf *x, gbuf *y, gbuf *cc, int bind_c,
+                                 unsigned seed, graphd_replay_info *info) {
+  static float hx[GN], hc[GN], hy[GN], want[GN];
+  for (uint32_t i = 0; i < GN; i++) {
+    hx[i] = (float)((seed * 2654435761u + i * 40503u) % 20011u) / 7.0f - 1400.0f;
+    hc[i] = (float)(i % 977) * 0.25f;
+  }
+  if (gcu->cuMemcpyHtoDAsync(x->ptr, hx, GN * 4, st) || gcu->cuMemsetD32Async(y->ptr, 0x7fc00000u, GN, st))
+    return GRAPHD_INTERNAL;
+  if (bind_c && gcu->cuMemcpyHtoDAsync(cc->ptr, hc, GN * 4, st)) return GRAPHD_INTERNAL;
+  graphd_binding b[3] = {{0, x->ptr, GN * 4}, {3, y->ptr, GN * 4}, {1, cc->ptr, GN * 4}};
+  graphd_status r = graphd_replay(c, s, pid, b, bind_c ? 3 : 2, info);
+  if (r != GRAPHD_OK) return r;
+  if (gcu->cuMemcpyDtoHAsync(hy, y->ptr, GN * 4, st) || gcu->cuStreamSynchronize(st))
+    return GRAPHD_INTERNAL;
+  gpu_reference(hx, hc, want);
+  if (memcmp(hy, want, sizeof hy) != 0) {
+    for (uint32_t i = 0; i < GN; i++)
+      if (memcmp(&hy[i], &want[i], 4)) {
+        fprintf(stderr, "y[%u] = %.9g, want %.9g (seed %u)\n", i, (double)hy[i], (double)want[i], seed);
+        break;
+      }
+    return GRAPHD_DATA_LOSS;
+  }
+  return GRAPHD_OK;
+}
+
+graphd_client *gpu_session(const char *socket, char *err, size_t errlen) {
+  CUdevice dev;
+  CUuuid u;
+  if (gcu->cuDeviceGet(&dev, 0) || gcu->cuDeviceGetUuid(&u, dev)) {
+    snprintf(err, errlen, "no device 0");
+    return NULL;
+  }
+  graphd_connect_options o;
+  graphd_connect_options_init(&o);
+  o.socket_path = socket;
+  o.kind = GRAPHD_SESSION_DATA;
+  memcpy(o.device_uuid, u.bytes, 16);
+  o.timeout_ms = 60000;
+  graphd_client *c = NULL;
+  if (graphd_connect(&o, &c, err, errlen) != GRAPHD_OK) return NULL;
+  return c;
+}

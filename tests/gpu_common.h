@@ -1,0 +1,50 @@
+/* Shared by the GPU replay test and its client helper process: CUDA setup,
+ * VMM and legacy buffers, and the 3-kernel test program. */
+#ifndef GRAPHD_TEST_GPU_COMMON_H
+#define GRAPHD_TEST_GPU_COMMON_H
+
+#include <stdint.h>
+
+#include "../common/cuda_driver.h"
+#include "graphd/graphd.h"
+
+#define GN (64u * 1024u) /* floats per slot */
+
+extern const gd_cuda *gcu;
+
+/* Loads the driver, makes device 0's primary context current. Returns 0 or
+ * -1 with a message on stderr. */
+int gpu_up(void);
+
+typedef struct gbuf {
+  CUdeviceptr ptr;
+  size_t size;
+  int vmm;
+  CUmemGenericAllocationHandle h;
+} gbuf;
+
+int gbuf_alloc(gbuf *b, size_t bytes, int vmm);
+void gbuf_free(gbuf *b);
+
+/* Registers the CUBIN and the program
+ *   t = 2 x;  t += c;  y = t * 2 + 1
+ * with x a staged input, c an unstaged input, t scratch, y a staged
+ * output. */
+graphd_status gpu_program(graphd_client *c, const char *kernel_dir, graphd_mode mode,
+                          uint8_t pid[32]);
+
+/* The expected y for input x and constant c, as the GPU computes it. */
+void gpu_reference(const float *x, const float *cc, float *y);
+
+/* Fills x on the device from a seed, replays on s with (x, y, c) bound
+ * (c only when bind_c), waits for the stream, checks y bit for bit.
+ * Returns GRAPHD_OK, the replay's status, or GRAPHD_DATA_LOSS on a wrong
+ * element (message on stderr). */
+graphd_status gpu_replay_checked(graphd_client *c, graphd_stream *s, CUstream st,
+                                 const uint8_t pid[32], gbuf *x, gbuf *y, gbuf *cc, int bind_c,
+                                 unsigned seed, graphd_replay_info *info);
+
+/* A data session on device 0 of this process, named by its UUID. */
+graphd_client *gpu_session(const char *socket, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,81 @@
+/* A second client process for the GPU replay tests.
+ *   gpu_replay_client SOCKET KERNEL_DIR share N  -- replays N times, prints
+ *       "captured=<0|1> ok" and exits 0
+ *   gpu_replay_client SOCKET KERNEL_DIR hang     -- replays once, then
+ *       blocks its stream on a flag nobody writes, issues another replay,
+ *       prints "hung" and waits to be killed
+ *   gpu_replay_client SOCKET KERNEL_DIR loop     -- replays until killed,
+ *       printing "running" after the first 20 */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "gpu_common.h"
+
+static int fail(const char *what, graphd_client *c) {
+  printf("FAIL %s: %s\n", what, c ? graphd_last_error(c) : "");
+  fflush(stdout);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) return 2;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (gpu_up() < 0) return fail("cuda", NULL);
+  char err[GRAPHD_ERRMAX];
+  graphd_client *c = gpu_session(argv[1], err, sizeof err);
+  if (!c) {
+    printf("FAIL connect: %s\n", err);
+    return 1;
+  }
+  uint8_t pid[32];
+  if (gpu_program(c, argv[2], GRAPHD_MODE_STAGED, pid) != GRAPHD_OK) return fail("program", c);
+  CUstream st;
+  gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);
+  graphd_stream *s;
+  if (graphd_stream_attach(c, st, &s) != GRAPHD_OK) return fail("attach", c);
+  gbuf x, y, cc;
+  /* A hung client dies with its replay still queued in the daemon: its
+   * memory must be VMM, which the daemon's import keeps alive. */
+  int legacy_y = strcmp(argv[3], "hang") != 0;
+  if (gbuf_alloc(&x, GN * 4, 1) || gbuf_alloc(&y, GN * 4, !legacy_y) || gbuf_alloc(&cc, GN * 4, 1))
+    return fail("alloc", NULL);
+  graphd_replay_info info;
+  const char *mode = argv[3];
+  if (strcmp(mode, "share") == 0) {
+    int n = argc > 4 ? atoi(argv[4]) : 10;
+    int captured = 0;
+    for (int i = 0; i < n; i++) {
+      if (gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 1000u + (unsigned)i, &info) != GRAPHD_OK)
+        return fail("replay", c);
+      captured |= info.captured;
+    }
+    printf("captured=%d ok\n", captured);
+  } else if (strcmp(mode, "hang") == 0) {
+    if (gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 1, &info) != GRAPHD_OK)
+      return fail("replay", c);
+    /* Block the stream: the ready write of the next replay sits behind it,
+     * so the daemon's stream waits for a ready value that never comes. */
+    volatile uint64_t *flag = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CUdeviceptr dflag;
+    gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP);
+    gcu->cuMemHostGetDevicePointer(&dflag, (void *)flag, 0);
+    gcu->cuStreamWaitValue64(st, dflag, 1, CU_STREAM_WAIT_VALUE_GEQ);
+    graphd_binding b[2] = {{0, x.ptr, GN * 4}, {3, y.ptr, GN * 4}};
+    if (graphd_replay(c, s, pid, b, 2, NULL) != GRAPHD_OK) return fail("hung replay", c);
+    printf("hung\n");
+    for (;;) pause();
+  } else if (strcmp(mode, "loop") == 0) {
+    for (unsigned i = 0;; i++) {
+      if (gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, i, NULL) != GRAPHD_OK)
+        return fail("replay", c);
+      if (i == 20) printf("running\n");
+    }
+  }
+  graphd_stream_detach(s);
+  graphd_close(c);
+  return 0;
+}

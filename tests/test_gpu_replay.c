@@ -1,0 +1,272 @@
+/* Captures and replays on a real GPU: a 3-kernel program with scratch and
+ * an unstaged input, 1000 exact replays over changing VMM and legacy
+ * buffers in both modes, a capture shared by a second process and
+ * outliving its session, and the kill tests with their release times
+ * measured (printed as FIGURE lines).
+ *
+ * Fork mode: the Check parent never calls cuInit; other client processes
+ * are exec'd (gpu_replay_client), never forked after CUDA is up. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gpu_common.h"
+#include "harness.h"
+
+static gd_test_daemon d;
+
+static void setup(void) { td_start(&d, "--backend", "cuda", NULL); }
+
+static void teardown(void) {
+  if (d.pid > 0) ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static graphd_client *session(void) {
+  ck_assert_int_eq(gpu_up(), 0);
+  char err[GRAPHD_ERRMAX];
+  graphd_client *c = gpu_session(d.socket, err, sizeof err);
+  ck_assert_msg(c != NULL, "%s", err);
+  return c;
+}
+
+static graphd_device_counters counters(graphd_client *c) {
+  graphd_daemon_status *s;
+  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
+  graphd_device_counters k = s->devices[0].counters;
+  graphd_daemon_status_free(s);
+  return k;
+}
+
+/* Starts the helper client; returns its pid and a stream of its stdout. */
+static pid_t spawn_client(const char *mode, const char *arg, FILE **out) {
+  int pfd[2];
+  ck_assert_int_eq(pipe(pfd), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pfd[1], 1);
+    close(pfd[0]);
+    close(pfd[1]);
+    execl(GPU_CLIENT_BIN, GPU_CLIENT_BIN, d.socket, TEST_KERNEL_DIR, mode, arg, (char *)NULL);
+    _exit(127);
+  }
+  close(pfd[1]);
+  *out = fdopen(pfd[0], "r");
+  return pid;
+}
+
+static void expect_line(FILE *f, const char *want) {
+  char line[512] = "";
+  ck_assert_msg(fgets(line, sizeof line, f) != NULL, "the helper printed nothing");
+  ck_assert_msg(strstr(line, want), "helper said: %s", line);
+}
+
+START_TEST(test_gpu_thousand_replays_over_vmm_and_legacy_are_bit_exact_in_both_modes) {
+  ck_assert_msg(HAVE_CUDA_KERNELS, "the build made no CUDA test kernels (no nvcc)");
+  graphd_client *c = session();
+  uint8_t staged[32], ex[32];
+  ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, staged), GRAPHD_OK);
+  ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED_EX, ex), GRAPHD_OK);
+  CUstream st;
+  ck_assert_int_eq(gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, st, &s), GRAPHD_OK);
+  gbuf x[4], y[4], cc;
+  for (int i = 0; i < 4; i++) {
+    ck_assert_int_eq(gbuf_alloc(&x[i], GN * 4, i % 2), 0);     /* VMM, legacy, ... */
+    ck_assert_int_eq(gbuf_alloc(&y[i], GN * 4, 1 - i % 2), 0); /* the other kind */
+  }
+  ck_assert_int_eq(gbuf_alloc(&cc, GN * 4, 1), 0);
+  graphd_replay_info info;
+  for (int mode = 0; mode < 2; mode++) {
+    const uint8_t *pid = mode ? ex : staged;
+    int n = mode ? 300 : 1000;
+    double t0 = now_ms();
+    for (int i = 0; i < n; i++) {
+      graphd_status r = gpu_replay_checked(c, s, st, pid, &x[i % 4], &y[(i + 1) % 4], &cc,
+                                           i == 0, (unsigned)i, &info);
+      ck_assert_msg(r == GRAPHD_OK, "%s replay %d: %s", mode ? "staged_ex" : "staged", i,
+                    graphd_last_error(c));
+      if (i == 0) {
+        ck_assert_int_eq(info.captured, 1);
+        printf("FIGURE first replay (capture) %s: capture %.1f us on the daemon\n",
+               mode ? "staged_ex" : "staged", (double)info.capture_ns / 1e3);
+      } else {
+        ck_assert_int_eq(info.captured, 0);
+      }
+    }
+    printf("FIGURE %d checked replays (%s): %.1f ms, copies and checks included\n", n,
+           mode ? "staged_ex" : "staged", now_ms() - t0);
+  }
+  graphd_device_counters k = counters(c);
+  ck_assert_uint_eq(k.captures, 2);
+  ck_assert_uint_eq(k.replays, 1300);
+  ck_assert_uint_eq(k.errors, 0);
+  ck_assert_uint_eq(k.regions, 9);
+  graphd_stream_detach(s);
+  graphd_close(c);
+  for (int i = 0; i < 4; i++) {
+    gbuf_free(&x[i]);
+    gbuf_free(&y[i]);
+  }
+  gbuf_free(&cc);
+}
+END_TEST
+
+START_TEST(test_gpu_a_second_process_shares_the_capture_and_it_outlives_sessions) {
+  graphd_client *c = session();
+  uint8_t pid[32];
+  ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, pid), GRAPHD_OK);
+  CUstream st;
+  gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, st, &s), GRAPHD_OK);
+  gbuf x, y, cc;
+  gbuf_alloc(&x, GN * 4, 1);
+  gbuf_alloc(&y, GN * 4, 0);
+  gbuf_alloc(&cc, GN * 4, 0);
+  ck_assert_int_eq(gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 1, NULL), GRAPHD_OK);
+  FILE *out;
+  pid_t child = spawn_client("share", "50", &out);
+  /* Both processes replay the one capture at the same time. */
+  for (int i = 0; i < 50; i++)
+    ck_assert_int_eq(gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 0, 100u + (unsigned)i, NULL),
+                     GRAPHD_OK);
+  expect_line(out, "captured=0 ok");
+  fclose(out);
+  int wst;
+  waitpid(child, &wst, 0);
+  ck_assert_int_eq(WEXITSTATUS(wst), 0);
+  ck_assert_uint_eq(counters(c).captures_built, 1);
+  graphd_stream_detach(s);
+  graphd_close(c);
+  /* The capture outlives the session that made it: a new process that
+   * registers the same program replays at once, with no new capture. */
+  child = spawn_client("share", "10", &out);
+  expect_line(out, "captured=0 ok");
+  fclose(out);
+  waitpid(child, &wst, 0);
+  ck_assert_int_eq(WEXITSTATUS(wst), 0);
+  char err[GRAPHD_ERRMAX];
+  graphd_client *c2 = gpu_session(d.socket, err, sizeof err);
+  graphd_device_counters k = counters(c2);
+  ck_assert_uint_eq(k.captures_built, 1);
+  ck_assert_uint_eq(k.captures, 1);
+  ck_assert_uint_eq(k.replays, 1 + 50 + 50 + 10);
+  graphd_close(c2);
+}
+END_TEST
+
+START_TEST(test_gpu_killed_client_stalls_nobody) {
+  graphd_client *c = session();
+  uint8_t pid[32];
+  ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, pid), GRAPHD_OK);
+  CUstream st;
+  gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);
+  graphd_stream *s;
+  graphd_stream_attach(c, st, &s);
+  gbuf x, y, cc;
+  gbuf_alloc(&x, GN * 4, 1);
+  gbuf_alloc(&y, GN * 4, 1);
+  gbuf_alloc(&cc, GN * 4, 1);
+  ck_assert_int_eq(gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 7, NULL), GRAPHD_OK);
+  graphd_device_counters base = counters(c);
+  FILE *out;
+  pid_t child = spawn_client("hang", "", &out);
+  expect_line(out, "hung");
+  /* Our replay of the same capture now waits behind the hung one. */
+  graphd_binding b[2] = {{0, x.ptr, GN * 4}, {3, y.ptr, GN * 4}};
+  ck_assert_int_eq(graphd_replay(c, s, pid, b, 2, NULL), GRAPHD_OK);
+  usleep(200000);
+  ck_assert_int_eq(gcu->cuStreamQuery(st), CUDA_ERROR_NOT_READY);
+  double t0 = now_ms();
+  kill(child, SIGKILL);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(st), CUDA_SUCCESS);
+  double released = now_ms() - t0;
+  printf("FIGURE killed client: the other session's stream was released %.1f ms after SIGKILL\n",
+         released);
+  ck_assert_double_lt(released, 1000.0);
+  waitpid(child, NULL, 0);
+  fclose(out);
+  /* The daemon is back at its baseline, and replays go on. */
+  graphd_device_counters k;
+  for (int i = 0;; i++) {
+    k = counters(c);
+    if ((k.sessions == base.sessions && k.regions == base.regions) || i > 200) break;
+    usleep(10000);
+  }
+  ck_assert_uint_eq(k.sessions, base.sessions);
+  ck_assert_uint_eq(k.regions, base.regions);
+  ck_assert_uint_eq(k.inflight, 0);
+  ck_assert_int_eq(gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 0, 8, NULL), GRAPHD_OK);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
+START_TEST(test_gpu_dead_daemon_releases_the_client_stream) {
+  graphd_client *c = session();
+  uint8_t pid[32];
+  ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, pid), GRAPHD_OK);
+  CUstream st;
+  gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);
+  graphd_stream *s;
+  graphd_stream_attach(c, st, &s);
+  gbuf x, y, cc;
+  gbuf_alloc(&x, GN * 4, 1);
+  gbuf_alloc(&y, GN * 4, 1);
+  gbuf_alloc(&cc, GN * 4, 1);
+  ck_assert_int_eq(gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 3, NULL), GRAPHD_OK);
+  /* Hold our stream so the next replay's ready write waits, then let the
+   * replay be queued: our stream now waits on a done the daemon will
+   * never write. */
+  volatile uint64_t *flag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CUdeviceptr dflag;
+  ck_assert_int_eq(gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+  ck_assert_int_eq(gcu->cuMemHostGetDevicePointer(&dflag, (void *)flag, 0), CUDA_SUCCESS);
+  gcu->cuStreamWaitValue64(st, dflag, 1, CU_STREAM_WAIT_VALUE_GEQ);
+  graphd_binding b[2] = {{0, x.ptr, GN * 4}, {3, y.ptr, GN * 4}};
+  ck_assert_int_eq(graphd_replay(c, s, pid, b, 2, NULL), GRAPHD_OK);
+  double t0 = now_ms();
+  kill(td_daemon_pid(&d), SIGKILL);
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(st), CUDA_SUCCESS);
+  double released = now_ms() - t0;
+  printf("FIGURE dead daemon: the client's stream was released %.1f ms after SIGKILL\n",
+         released);
+  ck_assert_double_lt(released, 1000.0);
+  ck_assert_int_eq(graphd_ping(c, NULL, 0), GRAPHD_UNAVAILABLE);
+  ck_assert_msg(strstr(graphd_last_error(c), "undefined"), "%s", graphd_last_error(c));
+  graphd_stream_detach(s);
+  graphd_close(c);
+  waitpid(d.pid, NULL, 0);
+  d.pid = 0;
+}
+END_TEST
+
+int main(void) {
+  td_gpu_or_skip();
+  Suite *su = suite_create("gpu_replay");
+  TCase *tc = tcase_create("gpu_replay");
+  tcase_set_timeout(tc, 240);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_gpu_thousand_replays_over_vmm_and_legacy_are_bit_exact_in_both_modes);
+  tcase_add_test(tc, test_gpu_a_second_process_shares_the_capture_and_it_outlives_sessions);
+  tcase_add_test(tc, test_gpu_killed_client_stalls_nobody);
+  tcase_add_test(tc, test_gpu_dead_daemon_releases_the_client_stream);
+  suite_add_tcase(su, tc);
+  return td_run_suite(su);
+}
