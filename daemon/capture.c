@@ -24,6 +24,8 @@ typedef struct gd_capture {
   void ***kparams;          /* per step: kernelParams */
   gd_event last_use;
   bool has_event;
+  gd_stream last_stream;    /* the stream of the last replay */
+  uint64_t *node_src, *node_dst; /* per slot, in then out: what the nodes point at now */
   uint64_t replays;
 } gd_capture;
 
@@ -79,6 +81,8 @@ static void capture_free(gd_worker *w, gd_capture *c) {
   free(c->out_node);
   free(c->in_off);
   free(c->out_off);
+  free(c->node_src);
+  free(c->node_dst);
   free(c);
 }
 
@@ -141,10 +145,12 @@ static int build_graph(gd_worker *w, gd_capture *c, const gd_replay_args *a, cha
   c->out_node = calloc(n ? n : 1, sizeof *c->out_node);
   c->in_off = calloc(n ? n : 1, 1);
   c->out_off = calloc(n ? n : 1, 1);
+  c->node_src = calloc(n ? n : 1, sizeof *c->node_src); /* copy-in source per slot */
+  c->node_dst = calloc(n ? n : 1, sizeof *c->node_dst); /* copy-out target per slot */
   c->param_buf = calloc(p->nsteps, sizeof *c->param_buf);
   c->kparams = calloc(p->nsteps, sizeof *c->kparams);
-  if (!roots || !c->in_node || !c->out_node || !c->in_off || !c->out_off || !c->param_buf ||
-      !c->kparams) {
+  if (!roots || !c->in_node || !c->out_node || !c->in_off || !c->out_off || !c->node_src ||
+      !c->node_dst || !c->param_buf || !c->kparams) {
     free(roots);
     snprintf(err, errlen, "out of memory building a graph");
     return -GRAPHD_RESOURCE_EXHAUSTED;
@@ -157,6 +163,7 @@ static int build_graph(gd_worker *w, gd_capture *c, const gd_replay_args *a, cha
       rc = OPS->graph_add_memcpy(BE, c->graph, NULL, 0, c->slot_addr[s], a->bind[s].addr,
                                  sl->size, &c->in_node[s], err, errlen);
       if (rc < 0) goto exit;
+      c->node_src[s] = a->bind[s].addr;
       roots[nroots++] = c->in_node[s];
     }
   }
@@ -205,6 +212,7 @@ static int build_graph(gd_worker *w, gd_capture *c, const gd_replay_args *a, cha
       rc = OPS->graph_add_memcpy(BE, c->graph, &prev, 1, a->bind[s].addr, c->slot_addr[s],
                                  sl->size, &c->out_node[s], err, errlen);
       if (rc < 0) goto exit;
+      c->node_dst[s] = a->bind[s].addr;
     }
   }
   rc = OPS->graph_instantiate(BE, c->graph, a->ws->stream, &c->exec, err, errlen);
@@ -293,8 +301,11 @@ static int give_up(void *arg) {
  * IPC), and a replay may bind either kind: when it refuses, the node is
  * switched off, keeping its last good addresses, and the caller copies
  * outside the graph; it comes back on at the next replay it accepts. */
-static int repoint(gd_worker *w, gd_capture *c, gd_node n, uint8_t *off, uint64_t dst,
-                   uint64_t src, uint64_t bytes, char *err, size_t errlen) {
+static int repoint(gd_worker *w, gd_capture *c, gd_node n, uint8_t *off, uint64_t *now,
+                   uint64_t want, uint64_t dst, uint64_t src, uint64_t bytes, char *err,
+                   size_t errlen) {
+  /* Already pointing there (a loop over the same buffers): nothing to do. */
+  if (!*off && *now == want) return 0;
   int rc = OPS->graph_exec_set_memcpy(BE, c->exec, n, dst, src, bytes, err, errlen);
   if (rc == -GRAPHD_FAILED_PRECONDITION) {
     if (!*off && (rc = OPS->graph_exec_enable(BE, c->exec, n, 0, err, errlen)) < 0) return rc;
@@ -302,6 +313,7 @@ static int repoint(gd_worker *w, gd_capture *c, gd_node n, uint8_t *off, uint64_
     return 0;
   }
   if (rc < 0) return rc;
+  *now = want;
   if (*off && (rc = OPS->graph_exec_enable(BE, c->exec, n, 1, err, errlen)) < 0) return rc;
   *off = 0;
   return 0;
@@ -344,8 +356,10 @@ int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
   rc = OPS->wait_value(BE, ws->stream, ready, ready_dev, a->seq, give_up, &g, err, errlen);
   if (rc < 0) goto finish;
   /* 2. the last replay of this capture, from any session, is done with the
-   * staging buffers */
-  if ((rc = OPS->stream_wait_event(BE, ws->stream, c->last_use, err, errlen)) < 0) goto finish;
+   * staging buffers (on the same stream, order is already given) */
+  if (c->replays && c->last_stream != ws->stream &&
+      (rc = OPS->stream_wait_event(BE, ws->stream, c->last_use, err, errlen)) < 0)
+    goto finish;
   /* 3. copy in, run, copy out */
   if (a->captured) {
     for (uint32_t s = 0; s < p->nslots; s++) {
@@ -362,12 +376,12 @@ int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
       const gd_slot *sl = &p->slots[s];
       if (!staged(sl)) continue;
       if (c->in_node[s] &&
-          (rc = repoint(w, c, c->in_node[s], &c->in_off[s], c->slot_addr[s], a->bind[s].addr,
-                        sl->size, err, errlen)) < 0)
+          (rc = repoint(w, c, c->in_node[s], &c->in_off[s], &c->node_src[s], a->bind[s].addr,
+                        c->slot_addr[s], a->bind[s].addr, sl->size, err, errlen)) < 0)
         goto finish;
       if (c->out_node[s] &&
-          (rc = repoint(w, c, c->out_node[s], &c->out_off[s], a->bind[s].addr, c->slot_addr[s],
-                        sl->size, err, errlen)) < 0)
+          (rc = repoint(w, c, c->out_node[s], &c->out_off[s], &c->node_dst[s], a->bind[s].addr,
+                        a->bind[s].addr, c->slot_addr[s], sl->size, err, errlen)) < 0)
         goto finish;
       /* A node the driver would not re-point is off: copy outside. */
       if (c->in_node[s] && c->in_off[s] &&
@@ -402,6 +416,7 @@ int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
   }
   /* 4. later replays of this capture wait for this one */
   if ((rc = OPS->event_record(BE, c->last_use, ws->stream, err, errlen)) < 0) goto finish;
+  c->last_stream = ws->stream;
   c->replays++;
 finish:
   /* 5. done = seq, in stream order, even for a failed replay; from the host

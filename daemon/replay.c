@@ -147,14 +147,44 @@ typedef struct replay_job {
   uint64_t request_id;
   uint64_t t0;
   uint64_t server_ns;
+  bool replied; /* the worker sent the reply itself */
   gd_replay_args a;
 } replay_job;
+
+static void fill_reply(replay_job *rj, Graphd__Wire__Reply *r, Graphd__Wire__ReplayReply *rr,
+                       char *msg, size_t msglen) {
+  r->request_id = rj->request_id;
+  if (rj->job.status < 0) {
+    r->code = (uint32_t)-rj->job.status;
+    snprintf(msg, msglen, "replay: %s", rj->job.msg);
+    r->message = msg;
+    return;
+  }
+  r->body_case = GRAPHD__WIRE__REPLY__BODY_REPLAY;
+  r->replay = rr;
+  rr->captured = rj->a.captured;
+  rr->capture_ns = rj->a.capture_ns;
+  rr->server_ns = rj->server_ns;
+}
 
 static void replay_run(gd_worker *w, gd_job *j) {
   replay_job *rj = (replay_job *)j;
   uint64_t t0 = gd_now_ns();
   j->status = capture_replay(w, &rj->a, j->msg, sizeof j->msg);
   rj->server_ns = gd_now_ns() - t0;
+  /* The hot path: answer from here rather than through the loop thread
+   * (the loop still does the bookkeeping when the job comes back). A hung
+   * client's failure closes its session, so that one goes by the loop. */
+  if (j->status == -GRAPHD_DEADLINE_EXCEEDED) return;
+  Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
+  Graphd__Wire__ReplayReply rr = GRAPHD__WIRE__REPLAY_REPLY__INIT;
+  char msg[sizeof j->msg + 16];
+  fill_reply(rj, &r, &rr, msg, sizeof msg);
+  uint8_t *frame;
+  size_t len;
+  if (session_pack_reply(rj->s, &r, &frame, &len) < 0) return;
+  rj->replied = session_send_direct(rj->s, frame, len);
+  if (!rj->replied) free(frame);
 }
 
 static void replay_done(gd_job *j) {
@@ -173,7 +203,7 @@ static void replay_done(gd_job *j) {
   } else {
     c->replays++;
   }
-  if (!s->closing) {
+  if (!s->closing && !rj->replied) {
     if (j->status < 0) {
       session_reply_error(s, rj->request_id, j->status, "replay: %s", j->msg);
       if (j->status == -GRAPHD_DEADLINE_EXCEEDED && j->ran) {
@@ -185,12 +215,8 @@ static void replay_done(gd_job *j) {
     } else {
       Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
       Graphd__Wire__ReplayReply rr = GRAPHD__WIRE__REPLAY_REPLY__INIT;
-      r.request_id = rj->request_id;
-      r.body_case = GRAPHD__WIRE__REPLY__BODY_REPLAY;
-      r.replay = &rr;
-      rr.captured = rj->a.captured;
-      rr.capture_ns = rj->a.capture_ns;
-      rr.server_ns = rj->server_ns;
+      char msg[sizeof j->msg + 16];
+      fill_reply(rj, &r, &rr, msg, sizeof msg);
       session_reply(s, &r);
     }
   }

@@ -27,6 +27,10 @@ void session_ref(gd_session *s) { s->refs++; }
 
 void session_unref(gd_session *s) {
   if (--s->refs > 0) return;
+  /* The fd lives as long as the session: a worker may still send on it
+   * until its job is done (session_send_direct). */
+  if (s->fd >= 0) close(s->fd);
+  pthread_mutex_destroy(&s->send_lock);
   gd_frame_reader_close(&s->rd);
   free(s->ws); /* only when the session never closed as a data session */
   free(s->last_seq);
@@ -39,13 +43,12 @@ void session_unref(gd_session *s) {
 
 static void close_cb(uv_handle_t *h) {
   gd_session *s = h->data;
-  close(s->fd);
-  s->fd = -1;
   session_unref(s);
 }
 
-/* Writes what the socket takes now. Returns 0, or -1 when the peer is gone. */
-static int flush(gd_session *s) {
+/* Writes what the socket takes now. Returns 0, or -1 when the peer is gone.
+ * Caller holds send_lock. */
+static int flush_locked(gd_session *s) {
   while (s->out_head) {
     gd_outbuf *b = s->out_head;
     ssize_t n = send(s->fd, b->data + b->off, b->len - b->off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -63,10 +66,28 @@ static int flush(gd_session *s) {
   return 0;
 }
 
+/* Loop thread: whether replies wait to be written (a worker may have queued
+ * the rest of a direct reply). */
+static bool has_output(gd_session *s) {
+  pthread_mutex_lock(&s->send_lock);
+  bool o = s->out_head != NULL;
+  pthread_mutex_unlock(&s->send_lock);
+  return o;
+}
+
+static int flush(gd_session *s) {
+  pthread_mutex_lock(&s->send_lock);
+  int rc = flush_locked(s);
+  pthread_mutex_unlock(&s->send_lock);
+  return rc;
+}
+
 void session_close(gd_session *s, const char *why) {
   if (s->closing) return;
+  pthread_mutex_lock(&s->send_lock);
   s->closing = true;
-  if (s->fd >= 0 && s->out_head) (void)flush(s); /* best effort */
+  if (s->out_head) (void)flush_locked(s); /* best effort */
+  pthread_mutex_unlock(&s->send_lock);
   GD_LOG(GD_DEBUG, "session", "session %llu (pid %d uid %u) closed: %s",
          (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid, why);
   gd_server *srv = s->srv;
@@ -89,7 +110,7 @@ void session_close(gd_session *s, const char *why) {
 
 void session_close_after_flush(gd_session *s) {
   s->close_after_flush = true;
-  if (!s->out_head)
+  if (!has_output(s))
     session_close(s, "closed by the daemon");
   else
     update_poll(s);
@@ -97,7 +118,7 @@ void session_close_after_flush(gd_session *s) {
 
 void session_stop_reading(gd_session *s) {
   s->close_after_flush = true; /* reads nothing more; closes once replies are out */
-  if (!s->busy && !s->out_head)
+  if (!s->busy && !has_output(s))
     session_close(s, "daemon shutting down");
   else
     update_poll(s);
@@ -115,44 +136,83 @@ static void queue_frame(gd_session *s, uint8_t *frame, size_t len) {
   b->len = len;
   b->off = 0;
   b->next = NULL;
+  pthread_mutex_lock(&s->send_lock);
   if (s->out_tail)
     s->out_tail->next = b;
   else
     s->out_head = b;
   s->out_tail = b;
   s->out_bytes += len;
-  if (s->out_bytes > MAX_QUEUED_OUTPUT) {
+  bool over = s->out_bytes > MAX_QUEUED_OUTPUT;
+  int rc = over ? 0 : flush_locked(s);
+  pthread_mutex_unlock(&s->send_lock);
+  if (over) {
     session_close(s, "client does not read its replies");
     return;
   }
-  if (flush(s) < 0) {
+  if (rc < 0) {
     session_close(s, "peer went away while we replied");
     return;
   }
-  if (s->close_after_flush && !s->out_head && !s->busy) {
+  if (s->close_after_flush && !has_output(s) && !s->busy) {
     session_close(s, "closed by the daemon");
     return;
   }
   update_poll(s);
 }
 
-void session_reply(gd_session *s, Graphd__Wire__Reply *r) {
-  if (s->closing) return;
-  uint8_t *frame;
-  size_t len;
-  int rc = gd_wire_pack_reply(r, s->srv->opt->max_frame, &frame, &len);
+int session_pack_reply(gd_session *s, Graphd__Wire__Reply *r, uint8_t **frame, size_t *len) {
+  int rc = gd_wire_pack_reply(r, s->srv->opt->max_frame, frame, len);
   if (rc < 0) {
     /* The reply itself is too large: say so instead. */
     Graphd__Wire__Reply e = GRAPHD__WIRE__REPLY__INIT;
     e.request_id = r->request_id;
     e.code = GRAPHD_RESOURCE_EXHAUSTED;
     e.message = "the reply is larger than the frame cap (--max-frame)";
-    if (gd_wire_pack_reply(&e, s->srv->opt->max_frame, &frame, &len) < 0) {
-      session_close(s, "cannot encode a reply");
-      return;
-    }
+    rc = gd_wire_pack_reply(&e, s->srv->opt->max_frame, frame, len);
+  }
+  return rc;
+}
+
+void session_reply(gd_session *s, Graphd__Wire__Reply *r) {
+  if (s->closing) return;
+  uint8_t *frame;
+  size_t len;
+  if (session_pack_reply(s, r, &frame, &len) < 0) {
+    session_close(s, "cannot encode a reply");
+    return;
   }
   queue_frame(s, frame, len);
+}
+
+bool session_send_direct(gd_session *s, uint8_t *frame, size_t len) {
+  bool handled = false;
+  pthread_mutex_lock(&s->send_lock);
+  if (s->closing || s->out_head) goto exit;
+  ssize_t n = send(s->fd, frame, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n == (ssize_t)len) {
+    free(frame);
+    handled = true;
+  } else if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) {
+    /* The rest waits for the loop, which polls for writability once this
+     * job's completion reaches it. */
+    size_t sent = n > 0 ? (size_t)n : 0;
+    gd_outbuf *b = malloc(sizeof *b + len - sent);
+    if (b) {
+      memcpy(b->data, frame + sent, len - sent);
+      b->len = len - sent;
+      b->off = 0;
+      b->next = NULL;
+      s->out_head = s->out_tail = b;
+      s->out_bytes = b->len;
+      free(frame);
+      handled = true;
+    }
+  }
+  /* Any other error: the loop sees the peer gone and closes the session. */
+exit:
+  pthread_mutex_unlock(&s->send_lock);
+  return handled;
 }
 
 void session_reply_error(gd_session *s, uint64_t request_id, int code, const char *fmt, ...) {
@@ -249,7 +309,7 @@ static void poll_cb(uv_poll_t *h, int status, int events) {
       session_close(s, "peer went away while we replied");
       return;
     }
-    if (s->close_after_flush && !s->out_head && !s->busy) {
+    if (s->close_after_flush && !has_output(s) && !s->busy) {
       session_close(s, "closed by the daemon");
       return;
     }
@@ -262,7 +322,7 @@ static void update_poll(gd_session *s) {
   if (s->closing) return;
   int ev = 0;
   if (!s->busy && !s->close_after_flush) ev |= UV_READABLE;
-  if (s->out_head) ev |= UV_WRITABLE;
+  if (has_output(s)) ev |= UV_WRITABLE;
   if (ev == s->poll_events) return;
   s->poll_events = ev;
   if (ev)
@@ -274,7 +334,7 @@ static void update_poll(gd_session *s) {
 void session_request_done(gd_session *s) {
   s->busy = false;
   if (s->closing) return;
-  if (s->close_after_flush && !s->out_head) {
+  if (s->close_after_flush && !has_output(s)) {
     session_close(s, "closed by the daemon");
     return;
   }
@@ -307,6 +367,7 @@ int session_new(gd_server *srv, int fd, gd_session **out) {
   s->poll.data = s;
   s->srv = srv;
   s->fd = fd;
+  pthread_mutex_init(&s->send_lock, NULL);
   s->uid = cred.uid;
   s->gid = cred.gid;
   s->pid = cred.pid;

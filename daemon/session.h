@@ -9,6 +9,7 @@
 #ifndef GRAPHD_SESSION_H
 #define GRAPHD_SESSION_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -42,10 +43,14 @@ typedef struct gd_session {
   bool admin;
   char client_name[129];
   gd_frame_reader rd;
-  gd_outbuf *out_head, *out_tail;
-  size_t out_bytes;
+  /* The socket's writes, the reply queue and `closing` are guarded by
+   * send_lock, since a worker may send a reply itself (see
+   * session_send_direct); everything else is loop-thread only. */
+  pthread_mutex_t send_lock;
+  gd_outbuf *out_head, *out_tail; /* guarded by send_lock */
+  size_t out_bytes;               /* guarded by send_lock */
   bool busy;           /* a request is in flight */
-  bool closing;
+  bool closing;        /* written under send_lock */
   bool close_after_flush;
   int refs;            /* the poll handle + jobs in flight */
   struct gd_region *regions; /* region.c's table (uthash) */
@@ -77,6 +82,17 @@ void session_close(gd_session *s, const char *why);
 
 /* Stops reading new requests (shutdown). */
 void session_stop_reading(gd_session *s);
+
+/* Packs a reply into a new frame. Any thread. Returns 0 or a negated
+ * status. */
+int session_pack_reply(gd_session *s, Graphd__Wire__Reply *r, uint8_t **frame, size_t *len);
+
+/* Worker thread: sends a reply frame at once, skipping the hop back to the
+ * loop, when the session is open and nothing is queued ahead of it. A part
+ * the socket did not take is queued for the loop to flush. Returns true
+ * when the frame is handled (sent or queued), false to leave it to the
+ * loop. Takes ownership of frame only when it returns true. */
+bool session_send_direct(gd_session *s, uint8_t *frame, size_t len);
 
 void session_ref(gd_session *s);
 void session_unref(gd_session *s);

@@ -59,6 +59,7 @@ struct gd_worker {
   _Atomic uint64_t epoch; /* bumped when the device is reset */
   _Atomic uint64_t heartbeat_ns; /* last time the worker woke or finished a job */
   _Atomic int busy;       /* a job is running */
+  _Atomic int queued;     /* jobs in the queue, for the spin before sleeping */
   char fail_msg[320];     /* set before state becomes FAILED */
   struct gd_devstate *ds; /* worker thread only: prepare.c's per-device caches */
   struct gd_capstate *cs; /* worker thread only: capture.c's captures */
