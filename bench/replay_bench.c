@@ -59,6 +59,7 @@ typedef struct bench_opts {
   long rounds;
   long chain;
   const char *kernels; /* directory holding test_kernels.cubin */
+  int vmm_only;        /* both pairs in the VMM allocation (what JAX gives) */
 } bench_opts;
 
 typedef struct stats {
@@ -212,6 +213,8 @@ static void usage(FILE *f) {
           "  --rounds N          timed rounds for echo, ping and sync replay (default 5000)\n"
           "  --chain N           dependent replays per chain, 1 to %ld (default 1000)\n"
           "  --kernels DIR       where test_kernels.cubin is (default %s)\n"
+          "  --vmm-only          both buffer pairs in one VMM allocation (JAX's case);\n"
+          "                      by default pair 1 is cuMemAlloc memory, so kinds alternate\n"
           "  --help              this text\n"
           "Exit status: 0 ok, 1 failure, 77 no GPU.\n",
           MAX_CHAIN, GRAPHD_BENCH_KERNEL_DIR);
@@ -232,7 +235,8 @@ static int parse_long(const char *flag, const char *v, long lo, long hi, long *o
 
 /* Returns 0, 1 for --help, or -1 with err set. */
 static int parse_args(int argc, char **argv, bench_opts *o, char *err, size_t errlen) {
-  enum { OPT_SOCKET = 1, OPT_DEVICE, OPT_UUID, OPT_ROUNDS, OPT_CHAIN, OPT_KERNELS, OPT_HELP };
+  enum { OPT_SOCKET = 1, OPT_DEVICE, OPT_UUID, OPT_ROUNDS, OPT_CHAIN, OPT_KERNELS, OPT_VMM_ONLY,
+         OPT_HELP };
   static const struct option longopts[] = {
       {"socket", required_argument, NULL, OPT_SOCKET},
       {"device", required_argument, NULL, OPT_DEVICE},
@@ -240,6 +244,7 @@ static int parse_args(int argc, char **argv, bench_opts *o, char *err, size_t er
       {"rounds", required_argument, NULL, OPT_ROUNDS},
       {"chain", required_argument, NULL, OPT_CHAIN},
       {"kernels", required_argument, NULL, OPT_KERNELS},
+      {"vmm-only", no_argument, NULL, OPT_VMM_ONLY},
       {"help", no_argument, NULL, OPT_HELP},
       {NULL, 0, NULL, 0},
   };
@@ -254,6 +259,7 @@ static int parse_args(int argc, char **argv, bench_opts *o, char *err, size_t er
   while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
     switch (ch) {
       case OPT_SOCKET: o->socket = optarg; break;
+      case OPT_VMM_ONLY: o->vmm_only = 1; break;
       case OPT_DEVICE:
         if (parse_long("--device", optarg, 0, 1023, &v, err, errlen) < 0) return -1;
         o->device = (int)v;
@@ -477,11 +483,18 @@ static int alloc_buffers(bench *b) {
   ad.location.id = b->ordinal;
   ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   CU_CHECK_GOTO(b, cuMemSetAccess(b->vmm_va, b->vmm_size, &ad, 1), fail);
-  CU_CHECK_GOTO(b, cuMemAlloc(&b->legacy, PAIR_BYTES), fail);
   b->x[0] = b->vmm_va;
   b->y[0] = b->vmm_va + SLOT_BYTES;
-  b->x[1] = b->legacy;
-  b->y[1] = b->legacy + SLOT_BYTES;
+  if (b->o.vmm_only && b->vmm_size >= 2 * PAIR_BYTES) {
+    /* Both pairs at different addresses of one VMM allocation, as JAX's
+     * buffers are: addresses change, the kind of memory does not. */
+    b->x[1] = b->vmm_va + PAIR_BYTES;
+    b->y[1] = b->vmm_va + PAIR_BYTES + SLOT_BYTES;
+  } else {
+    CU_CHECK_GOTO(b, cuMemAlloc(&b->legacy, PAIR_BYTES), fail);
+    b->x[1] = b->legacy;
+    b->y[1] = b->legacy + SLOT_BYTES;
+  }
   return 0;
 fail:
   return -1;
@@ -582,7 +595,7 @@ exit:
  * first replay times the capture and not the imports. */
 static int register_regions(bench *b) {
   static const char *const kinds[2] = {"VMM (cuMemCreate, POSIX fd)", "legacy (cuMemAlloc)"};
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < (b->legacy ? 2 : 1); i++) {
     graphd_region_ref r;
     double t0 = now_us();
     GD_CHECK_GOTO(b, b->data, "graphd_region_register",
@@ -892,14 +905,15 @@ int main(int argc, char **argv) {
   if (register_regions(b) < 0) goto fail;
   if (register_programs(b) < 0) goto fail;
 
+  const char *pairs = b->legacy ? "VMM / legacy" : "two addresses of one VMM allocation";
   printf("== 3. sync replay: scale over %u floats (%u KiB staged in, %u KiB staged out), "
-         "bindings alternate VMM / legacy, cuStreamSynchronize after each call (untimed)\n",
-         NFLOATS, SLOT_BYTES >> 10, SLOT_BYTES >> 10);
+         "bindings alternate %s, cuStreamSynchronize after each call (untimed)\n",
+         NFLOATS, SLOT_BYTES >> 10, SLOT_BYTES >> 10, pairs);
   for (int m = 0; m < 2; m++)
     if (measure_replay(b, m) < 0) goto fail;
 
-  printf("== 4. chain of %ld dependent replays, ping-pong VMM <-> legacy, a = %.4f\n",
-         b->o.chain, (double)SCALE_A);
+  printf("== 4. chain of %ld dependent replays, ping-pong between %s, a = %.4f\n",
+         b->o.chain, pairs, (double)SCALE_A);
   for (int m = 0; m < 2; m++)
     if (measure_chain(b, m) < 0) goto fail;
 
