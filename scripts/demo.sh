@@ -2,7 +2,8 @@
 # Sets graphd up on this machine and runs it in the foreground with a demo
 # client beside it: installs the Debian packages it needs, builds, starts
 # the daemon (on the host backend when there is no GPU) and, once it
-# listens, shows `graphctl status` and a ping. The daemon keeps serving
+# listens, shows `graphctl status`, a ping, and a demo replay (graphd-demo:
+# a one-kernel program replayed three times on new buffers, checked). The daemon keeps serving
 # until Ctrl-C; with --once it stops after the demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,10 @@ daemon_pid=$$ # exec below makes this shell's pid the daemon's
   build/graphctl status
   echo; echo "=== demo: graphctl ping"
   build/graphctl ping
+  echo; echo "=== demo: a program registered and replayed on new buffers each time"
+  build/graphd-demo build/tests/kernels
+  echo; echo "=== demo: graphctl status after the replays"
+  build/graphctl status
   echo
   if [[ $once == 1 ]]; then
     kill -TERM "$daemon_pid"
