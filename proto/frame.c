@@ -111,7 +111,7 @@ int gd_frame_reader_next(gd_frame_reader *r, gd_frame *out) {
   return 1;
 }
 
-ssize_t gd_frame_reader_recv(gd_frame_reader *r, int sock) {
+static ssize_t reader_recv(gd_frame_reader *r, int sock, int flags) {
   uint8_t *p;
   size_t avail;
   if (gd_frame_reader_space(r, &p, &avail) < 0) {
@@ -125,7 +125,7 @@ ssize_t gd_frame_reader_recv(gd_frame_reader *r, int sock) {
   struct iovec iov = {.iov_base = p, .iov_len = avail};
   struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
                      .msg_controllen = sizeof ctl.buf};
-  ssize_t n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  ssize_t n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC | flags);
   if (n < 0) return -1;
   int fds[GD_FRAME_MAX_FDS];
   int nfds = 0;
@@ -156,6 +156,12 @@ ssize_t gd_frame_reader_recv(gd_frame_reader *r, int sock) {
   }
   return n;
 }
+
+ssize_t gd_frame_reader_recv(gd_frame_reader *r, int sock) {
+  return reader_recv(r, sock, MSG_DONTWAIT);
+}
+
+ssize_t gd_frame_reader_recv_wait(gd_frame_reader *r, int sock) { return reader_recv(r, sock, 0); }
 
 ssize_t gd_frame_sendmsg(int sock, const void *buf, size_t len, const int *fds, int nfds,
                          int flags) {

@@ -72,6 +72,10 @@ uint32_t gd_frame_reader_pending_len(const gd_frame_reader *r);
  * arrive and fails with errno EMSGSIZE. */
 ssize_t gd_frame_reader_recv(gd_frame_reader *r, int sock);
 
+/* The same, blocking (up to the socket's SO_RCVTIMEO): one syscall where a
+ * non-blocking read would take three (recv, poll, recv). */
+ssize_t gd_frame_reader_recv_wait(gd_frame_reader *r, int sock);
+
 /* Writes the 4-byte header for a payload of len bytes. */
 void gd_frame_put_header(uint8_t hdr[GD_FRAME_HEADER], uint32_t len);
 
