@@ -247,7 +247,9 @@ GRAPHD_EXPORT graphd_status graphd_host_free(graphd_client *c, void *ptr);
  * outstanding "done" value from the host within about 200 ms, so no stream
  * waits forever; the call in progress and every later call on the handle
  * return UNAVAILABLE, and the outputs of the lost replays are undefined.
- * On an error reply nothing is enqueued on s. */
+ * On an error reply no wait is enqueued on s; the ready write was enqueued
+ * before the request went out and stays (harmless: the next replay writes a
+ * higher value). */
 
 typedef struct graphd_stream graphd_stream;
 
