@@ -183,6 +183,9 @@ struct gd_backend {
   int ndevices;
   gd_device_facts *devices; /* ndevices entries */
   void *priv;
+  /* Ready waits block the worker itself (host backend); otherwise they are
+   * queued on the device and the worker watches them from the host. */
+  int waits_on_worker;
 };
 
 /* Host backend with n devices of mem_bytes each. Always succeeds unless out

@@ -553,6 +553,7 @@ int backend_host_new(int n, uint64_t mem_bytes, gd_backend **out, char *err, siz
     f[i].mps_enabled = 0;
   }
   be->name = "host";
+  be->waits_on_worker = 1;
   be->ops = &host_ops;
   be->ndevices = n;
   be->devices = f;

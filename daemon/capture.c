@@ -29,10 +29,23 @@ typedef struct gd_capture {
   uint64_t replays;
 } gd_capture;
 
+/* A ready wait queued on the device, watched from the host. */
+typedef struct gd_watch {
+  gd_wsess *ws;
+  uint32_t slot;
+  uint64_t seq;
+  uint64_t since_ns;
+  double timeout_s;
+  gd_capture *cap;
+  bool blocking;   /* another session queued a replay of cap behind it */
+} gd_watch;
+
 struct gd_capstate {
   gd_capture **caps;        /* indexed by program index */
   uint8_t *ever;            /* captured before on this device (re-capture count) */
   uint32_t n;
+  gd_watch *watch;          /* queued ready waits (device-queued backends) */
+  uint32_t nwatch, watch_cap;
 };
 
 #define OPS (w->be->ops)
@@ -319,6 +332,80 @@ static int repoint(gd_worker *w, gd_capture *c, gd_node n, uint8_t *off, uint64_
   return 0;
 }
 
+static volatile uint64_t *ready_word(gd_wsess *ws, uint32_t slot) {
+  return ws->flags.host + slot * (GD_FLAG_STRIDE / 8);
+}
+
+/* Remembers a queued ready wait that has not been met yet, and marks the
+ * waits of other sessions on the same capture as blocking this replay. */
+static void watch_add(struct gd_capstate *cs, gd_replay_args *a, gd_capture *c) {
+  for (uint32_t i = 0; i < cs->nwatch; i++)
+    if (cs->watch[i].cap == c && cs->watch[i].ws != a->ws) cs->watch[i].blocking = true;
+  if (a->ready_timeout_s <= 0 || a->ws->cut_off) return;
+  if (__atomic_load_n(ready_word(a->ws, a->stream_slot), __ATOMIC_ACQUIRE) >= a->seq) return;
+  if (cs->nwatch == cs->watch_cap) {
+    uint32_t cap = cs->watch_cap ? 2 * cs->watch_cap : 16;
+    gd_watch *n = realloc(cs->watch, cap * sizeof *n);
+    if (!n) return; /* unwatched: only the timeout is lost */
+    cs->watch = n;
+    cs->watch_cap = cap;
+  }
+  cs->watch[cs->nwatch++] = (gd_watch){.ws = a->ws, .slot = a->stream_slot, .seq = a->seq,
+                                       .since_ns = gd_now_ns(), .timeout_s = a->ready_timeout_s,
+                                       .cap = c};
+}
+
+static void watch_drop_session(struct gd_capstate *cs, gd_wsess *ws) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; cs && i < cs->nwatch; i++)
+    if (cs->watch[i].ws != ws) cs->watch[k++] = cs->watch[i];
+  if (cs) cs->nwatch = k;
+}
+
+int capture_watch(gd_worker *w, uint64_t *cut, int ncut, int *pending) {
+  struct gd_capstate *cs = w->cs;
+  int n = 0;
+  *pending = 0;
+  if (!cs) return 0;
+  uint64_t now = gd_now_ns();
+  /* Drop the waits that were met. */
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < cs->nwatch; i++) {
+    gd_watch *x = &cs->watch[i];
+    if (__atomic_load_n(ready_word(x->ws, x->slot), __ATOMIC_ACQUIRE) < x->seq)
+      cs->watch[k++] = *x;
+  }
+  cs->nwatch = k;
+  for (uint32_t i = 0; i < cs->nwatch && n < ncut; i++) {
+    gd_watch *x = &cs->watch[i];
+    if ((double)(now - x->since_ns) < x->timeout_s * 1e9 || x->ws->cut_off) continue;
+    if (!x->blocking) continue; /* slow, but in nobody's way */
+    /* Hung: let its replay run now (its outputs are undefined) so the ones
+     * behind it can, and have the loop close its session. */
+    gd_wsess *ws = x->ws;
+    ws->cut_off = true;
+    for (uint32_t j = 0; j < cs->nwatch; j++)
+      if (cs->watch[j].ws == ws) {
+        volatile uint64_t *r = ready_word(ws, cs->watch[j].slot);
+        if (__atomic_load_n(r, __ATOMIC_ACQUIRE) < cs->watch[j].seq)
+          __atomic_store_n(r, cs->watch[j].seq, __ATOMIC_RELEASE);
+      }
+    GD_LOG(GD_WARN, "capture",
+           "session %llu: its ready flag did not reach %llu within %.3g s while another "
+           "session waited behind it; released from the host and cut off",
+           (unsigned long long)ws->session_id, (unsigned long long)x->seq, x->timeout_s);
+    cut[n++] = ws->session_id;
+  }
+  for (int i = 0; i < n; i++)
+    for (uint32_t j = 0; j < cs->nwatch; j++)
+      if (cs->watch[j].ws->session_id == cut[i]) {
+        watch_drop_session(cs, cs->watch[j].ws);
+        break;
+      }
+  *pending = cs->nwatch > 0;
+  return n;
+}
+
 int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
   const gd_program *p = a->prog->program;
   gd_wsess *ws = a->ws;
@@ -418,6 +505,7 @@ int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
   if ((rc = OPS->event_record(BE, c->last_use, ws->stream, err, errlen)) < 0) goto finish;
   c->last_stream = ws->stream;
   c->replays++;
+  if (!w->be->waits_on_worker) watch_add(cs, a, c);
 finish:
   /* 5. done = seq, in stream order, even for a failed replay; from the host
    * only when the stream itself cannot take it. */
@@ -441,6 +529,7 @@ void capture_session_sync(gd_worker *w, gd_wsess *ws) {
 }
 
 void capture_session_end(gd_worker *w, gd_wsess *ws, gd_region_map *maps, size_t nmaps) {
+  if (ws) watch_drop_session(w->cs, ws);
   if (!ws) {
     for (size_t i = 0; i < nmaps; i++) OPS->region_release(BE, &maps[i]);
     return;
@@ -469,6 +558,7 @@ void capture_close_all(gd_worker *w) {
   for (uint32_t i = 0; i < cs->n; i++) capture_free(w, cs->caps[i]);
   free(cs->caps);
   free(cs->ever);
+  free(cs->watch);
   free(cs);
   w->cs = NULL;
 }

@@ -34,6 +34,7 @@ typedef struct gd_wsess {
   bool has_flags;
   uint32_t nslots;
   _Atomic int client_gone; /* set by the loop when the session closes */
+  bool cut_off;            /* worker: released as hung; its waits are not watched */
 } gd_wsess;
 
 typedef struct gd_bound {
@@ -73,6 +74,15 @@ void capture_session_sync(gd_worker *w, gd_wsess *ws);
  * first, then drain the stream, unmap the session's regions (maps) and its
  * flags, and free ws (which may be NULL). */
 void capture_session_end(gd_worker *w, gd_wsess *ws, gd_region_map *maps, size_t nmaps);
+
+/* The head-of-line policy where ready waits are queued on the device
+ * (Decisions 7): the worker checks the waits it queued, from the host.
+ * A wait older than the ready timeout while another session's replay of
+ * the same capture waits behind it is released from the host, and its
+ * session's id is written to cut[] (at most ncut) for the loop to close.
+ * Returns how many; *pending says whether waits are still watched (the
+ * worker then wakes up periodically). */
+int capture_watch(gd_worker *w, uint64_t *cut, int ncut, int *pending);
 
 /* Frees every capture (worker exit). */
 void capture_close_all(gd_worker *w);

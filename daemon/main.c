@@ -19,6 +19,7 @@
 #include "log.h"
 #include "notify.h"
 #include "options.h"
+#include "replay.h"
 #include "server.h"
 #include "version.h"
 #include "worker.h"
@@ -253,6 +254,8 @@ int main(int argc, char **argv) {
     server_cleanup(&srv);
     goto exit_loop;
   }
+  srv.pool.cut_cb = replay_cut_off;
+  srv.pool.owner = &srv;
   if (server_start(&srv, &loop) < 0) {
     server_shutdown(&srv, "startup failed");
     uv_run(&loop, UV_RUN_DEFAULT);

@@ -317,3 +317,16 @@ refuse:
   session_reply_error(s, request_id, code, "replay: %s", err);
 #undef REFUSE
 }
+
+void replay_cut_off(void *owner, uint64_t session_id) {
+  gd_server *srv = owner;
+  for (gd_session *s = srv->sessions; s; s = s->next) {
+    if (s->id != session_id) continue;
+    GD_LOG(GD_WARN, "replay", "session %llu (pid %d) is hung: its ready flag did not come within "
+           "--ready-timeout while another session waited behind it; closing it",
+           (unsigned long long)s->id, (int)s->pid);
+    srv->counters[s->device].errors++;
+    session_close(s, "cut off as hung");
+    return;
+  }
+}

@@ -19,4 +19,8 @@ void replay_handle_register_flags(gd_session *s, uint64_t request_id,
                                   const Graphd__Wire__RegisterFlags *m, int fd);
 void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Replay *m);
 
+/* A worker released a hung client's waits (the head-of-line policy): close
+ * its session, so its later requests fail. owner is the gd_server. */
+void replay_cut_off(void *owner, uint64_t session_id);
+
 #endif

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "worker.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,21 @@ static void fail_unrun(gd_job *j, const char *why) {
   snprintf(j->msg, sizeof j->msg, "%s", why);
 }
 
+/* How often a worker checks the ready waits it queued on its device. */
+#define WATCH_PERIOD_NS 10000000L
+
+typedef struct cut_job {
+  gd_job job; /* first */
+  uint64_t session_id;
+} cut_job;
+
+static void cut_done(gd_job *j) {
+  cut_job *cj = (cut_job *)j;
+  gd_pool *p = j->worker->pool;
+  if (p->cut_cb) p->cut_cb(p->owner, cj->session_id);
+  free(cj);
+}
+
 static void drain_cb(uv_async_t *a) {
   gd_pool *p = a->data;
   pthread_mutex_lock(&p->lock);
@@ -87,6 +103,7 @@ static void *worker_main(void *arg) {
   pthread_cond_broadcast(&p->start_cond);
   pthread_mutex_unlock(&p->start_lock);
 
+  bool watching = false; /* ready waits queued on the device are watched */
   for (;;) {
     /* Right after a job, the next request of a synchronous client is
      * usually a few tens of microseconds away: spin briefly before
@@ -97,7 +114,21 @@ static void *worker_main(void *arg) {
       if ((i & 63) == 0 && gd_now_ns() - spin_from > WORKER_SPIN_NS) break;
     }
     pthread_mutex_lock(&w->lock);
-    while (!w->head && !w->stopping) pthread_cond_wait(&w->cond, &w->lock);
+    bool timed_out = false;
+    while (!w->head && !w->stopping && !timed_out) {
+      if (watching) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += WATCH_PERIOD_NS;
+        if (ts.tv_nsec >= 1000000000L) {
+          ts.tv_sec++;
+          ts.tv_nsec -= 1000000000L;
+        }
+        timed_out = pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT;
+      } else {
+        pthread_cond_wait(&w->cond, &w->lock);
+      }
+    }
     gd_job *j = w->head;
     if (j) {
       w->head = j->next;
@@ -106,22 +137,38 @@ static void *worker_main(void *arg) {
     }
     bool stopping = w->stopping;
     pthread_mutex_unlock(&w->lock);
-    if (!j) break; /* stopping with an empty queue */
+    if (!j && stopping) break;
     atomic_store(&w->heartbeat_ns, gd_now_ns());
-    if (stopping) {
-      fail_unrun(j, "graphd is shutting down; the request was not run");
-    } else if (atomic_load(&w->state) != GD_WORKER_OK) {
-      fail_unrun(j, w->fail_msg);
-    } else {
-      atomic_store(&w->busy, 1);
-      j->ran = true;
-      j->status = 0;
-      j->msg[0] = '\0';
-      j->run(w, j);
-      atomic_store(&w->busy, 0);
+    if (j) {
+      if (stopping) {
+        fail_unrun(j, "graphd is shutting down; the request was not run");
+      } else if (atomic_load(&w->state) != GD_WORKER_OK) {
+        fail_unrun(j, w->fail_msg);
+      } else {
+        atomic_store(&w->busy, 1);
+        j->ran = true;
+        j->status = 0;
+        j->msg[0] = '\0';
+        j->run(w, j);
+        atomic_store(&w->busy, 0);
+      }
+      atomic_store(&w->heartbeat_ns, gd_now_ns());
+      complete(p, j);
     }
-    atomic_store(&w->heartbeat_ns, gd_now_ns());
-    complete(p, j);
+    if (!w->be->waits_on_worker && atomic_load(&w->state) == GD_WORKER_OK) {
+      uint64_t cut[8];
+      int pending = 0;
+      int n = capture_watch(w, cut, 8, &pending);
+      watching = pending;
+      for (int i = 0; i < n; i++) {
+        cut_job *cj = calloc(1, sizeof *cj);
+        if (!cj) continue;
+        cj->session_id = cut[i];
+        cj->job.done = cut_done;
+        cj->job.worker = w;
+        complete(p, &cj->job);
+      }
+    }
   }
   capture_close_all(w);
   prepare_close(w);

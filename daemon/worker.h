@@ -73,6 +73,9 @@ struct gd_pool {
   gd_worker *workers;
   int n;
   _Atomic int started;           /* workers that finished opening */
+  /* Loop thread: a worker cut off a hung client's session (capture_watch). */
+  void (*cut_cb)(void *owner, uint64_t session_id);
+  void *owner;
   pthread_mutex_t start_lock;
   pthread_cond_t start_cond;
 };

@@ -257,6 +257,59 @@ START_TEST(test_gpu_dead_daemon_releases_the_client_stream) {
 }
 END_TEST
 
+static void setup_timeout(void) { td_start(&d, "--backend", "cuda", "--ready-timeout", "1", NULL); }
+
+static uint64_t sessions_now(graphd_client *c) {
+  graphd_daemon_status *s;
+  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
+  uint64_t n = s->sessions;
+  graphd_daemon_status_free(s);
+  return n;
+}
+
+START_TEST(test_gpu_hung_client_is_cut_off_only_when_it_blocks_someone) {
+  graphd_client *c = session();
+  uint8_t pid[32];
+  ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, pid), GRAPHD_OK);
+  CUstream st;
+  gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);
+  graphd_stream *s;
+  graphd_stream_attach(c, st, &s);
+  gbuf x, y, cc;
+  gbuf_alloc(&x, GN * 4, 1);
+  gbuf_alloc(&y, GN * 4, 1);
+  gbuf_alloc(&cc, GN * 4, 1);
+  ck_assert_int_eq(gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 21, NULL), GRAPHD_OK);
+  FILE *out;
+  pid_t child = spawn_client("hang", "", &out);
+  expect_line(out, "hung");
+  /* Past the 1 s ready timeout, but blocking nobody: left alone. */
+  usleep(1500000);
+  ck_assert_uint_eq(sessions_now(c), 2);
+  ck_assert(!td_log_contains(&d, "is hung"));
+  /* Now a replay of the same capture waits behind it: it is cut off. */
+  graphd_binding b[2] = {{0, x.ptr, GN * 4}, {3, y.ptr, GN * 4}};
+  double t0 = now_ms();
+  ck_assert_int_eq(graphd_replay(c, s, pid, b, 2, NULL), GRAPHD_OK);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(st), CUDA_SUCCESS);
+  double released = now_ms() - t0;
+  printf("FIGURE hung client (alive, 1 s ready timeout already passed): the session behind it "
+         "was released %.1f ms after its replay was queued\n",
+         released);
+  ck_assert_double_lt(released, 1000.0);
+  for (int i = 0; i < 100 && sessions_now(c) != 1; i++) usleep(10000);
+  ck_assert_uint_eq(sessions_now(c), 1);
+  ck_assert(td_log_contains(&d, "is hung"));
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  fclose(out);
+  /* Replays go on. */
+  ck_assert_int_eq(gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 0, 22, NULL), GRAPHD_OK);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
 int main(void) {
   td_gpu_or_skip();
   Suite *su = suite_create("gpu_replay");
@@ -268,5 +321,10 @@ int main(void) {
   tcase_add_test(tc, test_gpu_killed_client_stalls_nobody);
   tcase_add_test(tc, test_gpu_dead_daemon_releases_the_client_stream);
   suite_add_tcase(su, tc);
+  TCase *th = tcase_create("gpu_replay_hung");
+  tcase_set_timeout(th, 120);
+  tcase_add_checked_fixture(th, setup_timeout, teardown);
+  tcase_add_test(th, test_gpu_hung_client_is_cut_off_only_when_it_blocks_someone);
+  suite_add_tcase(su, th);
   return td_run_suite(su);
 }
