@@ -83,20 +83,28 @@ static int own_socket(gd_server *s, const gd_options *opt, char *err, size_t err
     snprintf(err, errlen, "cannot create %s: %s", d, strerror(errno));
     return -GRAPHD_PERMISSION_DENIED;
   }
+  /* Bind, set the mode, listen under a temporary name, then link it into
+   * place: the path appears only once it accepts connections (clients and
+   * scripts may poll for the file), and link() never replaces a socket a
+   * daemon started meanwhile. */
+  char tmp[sizeof s->socket_path];
+  int n = snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+  const char *bind_path = (n > 0 && (size_t)n < sizeof tmp) ? tmp : path;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     snprintf(err, errlen, "socket: %s", strerror(errno));
     return -GRAPHD_INTERNAL;
   }
   struct sockaddr_un a = {.sun_family = AF_UNIX};
-  memcpy(a.sun_path, path, strlen(path) + 1);
+  memcpy(a.sun_path, bind_path, strlen(bind_path) + 1);
+  if (bind_path == tmp) unlink(tmp); /* our own leftover of a crashed start */
   /* Bind with a tight umask so the socket is never briefly wider than asked. */
   mode_t old = umask(0177);
   rc = bind(fd, (struct sockaddr *)&a, sizeof a);
   int e = errno;
   umask(old);
   if (rc < 0) {
-    snprintf(err, errlen, "cannot bind %s: %s", path, strerror(e));
+    snprintf(err, errlen, "cannot bind %s: %s", bind_path, strerror(e));
     close(fd);
     return e == EADDRINUSE ? -GRAPHD_ALREADY_EXISTS : -GRAPHD_PERMISSION_DENIED;
   }
@@ -107,13 +115,13 @@ static int own_socket(gd_server *s, const gd_options *opt, char *err, size_t err
       snprintf(err, errlen, "socket group %s does not exist", opt->socket_group);
       goto fail_unlink;
     }
-    if (chown(path, (uid_t)-1, gr.gr_gid) < 0) {
+    if (chown(bind_path, (uid_t)-1, gr.gr_gid) < 0) {
       snprintf(err, errlen, "cannot give %s to group %s: %s", path, opt->socket_group,
                strerror(errno));
       goto fail_unlink;
     }
   }
-  if (chmod(path, opt->socket_mode) < 0) {
+  if (chmod(bind_path, opt->socket_mode) < 0) {
     snprintf(err, errlen, "cannot chmod %s: %s", path, strerror(errno));
     goto fail_unlink;
   }
@@ -121,13 +129,26 @@ static int own_socket(gd_server *s, const gd_options *opt, char *err, size_t err
     snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(errno));
     goto fail_unlink;
   }
+  if (bind_path == tmp) {
+    if (link(tmp, path) < 0) {
+      e = errno;
+      snprintf(err, errlen, e == EEXIST ? "%s appeared while graphd started: another daemon "
+                                          "serves it"
+                                        : "cannot create %s: %s",
+               path, strerror(e));
+      unlink(tmp);
+      close(fd);
+      return e == EEXIST ? -GRAPHD_ALREADY_EXISTS : -GRAPHD_PERMISSION_DENIED;
+    }
+    unlink(tmp);
+  }
   s->listen_fd = fd;
   s->listen_inherited = false;
   snprintf(s->socket_path, sizeof s->socket_path, "%s", path);
   return 0;
 
 fail_unlink:
-  unlink(path);
+  unlink(bind_path);
   close(fd);
   return -GRAPHD_PERMISSION_DENIED;
 }
