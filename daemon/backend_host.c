@@ -332,16 +332,21 @@ static int add_node(host_graph *g, host_node *n, gd_node *out, char *err, size_t
   return 0;
 }
 
+static host_node *node_new(int kind, char *err, size_t errlen) {
+  host_node *n = calloc(1, sizeof *n);
+  if (!n)
+    snprintf(err, errlen, "out of memory");
+  else
+    n->kind = kind;
+  return n;
+}
+
 static int host_graph_add_kernel(gd_backend *be, gd_backend_dev *d, gd_graph g,
                                  const gd_node *deps, size_t ndeps, const gd_kernel_desc *k,
                                  gd_node *out, char *err, size_t errlen) {
   (void)be, (void)d, (void)deps, (void)ndeps;
-  host_node *n = calloc(1, sizeof *n);
-  if (!n) {
-    snprintf(err, errlen, "out of memory");
-    return -GRAPHD_RESOURCE_EXHAUSTED;
-  }
-  n->kind = HN_KERNEL;
+  host_node *n = node_new(HN_KERNEL, err, errlen);
+  if (!n) return -GRAPHD_RESOURCE_EXHAUSTED;
   memcpy(&n->fn, &k->fn, sizeof n->fn);
   memcpy(n->grid, k->grid, sizeof n->grid);
   memcpy(n->block, k->block, sizeof n->block);
@@ -355,12 +360,8 @@ static int host_graph_add_memset(gd_backend *be, gd_backend_dev *d, gd_graph g,
                                  uint32_t element_size, uint32_t value, uint64_t count,
                                  gd_node *out, char *err, size_t errlen) {
   (void)be, (void)d, (void)deps, (void)ndeps;
-  host_node *n = calloc(1, sizeof *n);
-  if (!n) {
-    snprintf(err, errlen, "out of memory");
-    return -GRAPHD_RESOURCE_EXHAUSTED;
-  }
-  n->kind = HN_MEMSET;
+  host_node *n = node_new(HN_MEMSET, err, errlen);
+  if (!n) return -GRAPHD_RESOURCE_EXHAUSTED;
   n->dst = dst;
   n->es = element_size;
   n->value = value;
@@ -372,12 +373,8 @@ static int host_graph_add_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph g,
                                  const gd_node *deps, size_t ndeps, uint64_t dst, uint64_t src,
                                  uint64_t bytes, gd_node *out, char *err, size_t errlen) {
   (void)be, (void)d, (void)deps, (void)ndeps;
-  host_node *n = calloc(1, sizeof *n);
-  if (!n) {
-    snprintf(err, errlen, "out of memory");
-    return -GRAPHD_RESOURCE_EXHAUSTED;
-  }
-  n->kind = HN_MEMCPY;
+  host_node *n = node_new(HN_MEMCPY, err, errlen);
+  if (!n) return -GRAPHD_RESOURCE_EXHAUSTED;
   n->dst = dst;
   n->src = src;
   n->bytes = bytes;

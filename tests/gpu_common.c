@@ -1,5 +1,7 @@
 #include "gpu_common.h"
 
+#include "program3.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,32 +92,7 @@ graphd_status gpu_program(graphd_client *c, const char *kdir, graphd_mode mode, 
   graphd_status st = graphd_register_module(c, GRAPHD_MODULE_CUBIN, bytes, len, mod);
   free(bytes);
   if (st != GRAPHD_OK) return st;
-  graphd_program *p = graphd_program_new(mode);
-  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, GN * 4, 1);   /* 0: x */
-  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, GN * 4, 0);   /* 1: c, unstaged */
-  graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, GN * 4, 0); /* 2: t */
-  graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, GN * 4, 1);  /* 3: y */
-  uint32_t grid[3] = {GN / 256, 1, 1}, block[3] = {256, 1, 1}, n = GN;
-  float two = 2.0f;
-  int s0 = graphd_program_add_launch(p, mod, "scale", grid, block, 0);
-  graphd_program_param_slot(p, (uint32_t)s0, 0, 0, 0);
-  graphd_program_param_slot(p, (uint32_t)s0, 8, 2, 0);
-  graphd_program_param(p, (uint32_t)s0, 16, &two, 4);
-  graphd_program_param(p, (uint32_t)s0, 20, &n, 4);
-  int s1 = graphd_program_add_launch(p, mod, "accumulate", grid, block, 0);
-  graphd_program_param_slot(p, (uint32_t)s1, 0, 1, 0);
-  graphd_program_param_slot(p, (uint32_t)s1, 8, 2, 0);
-  graphd_program_param(p, (uint32_t)s1, 16, &n, 4);
-  int s2 = graphd_program_add_launch(p, mod, "pair_kernel", grid, block, 0);
-  graphd_program_param(p, (uint32_t)s2, 0, NULL, 16);
-  graphd_program_patch(p, (uint32_t)s2, 0, 2, 0);
-  graphd_program_patch(p, (uint32_t)s2, 8, 3, 0);
-  graphd_program_param(p, (uint32_t)s2, 16, &n, 4);
-  st = graphd_program_finish(p, pid);
-  if (st == GRAPHD_OK) st = graphd_register_program(c, p);
-  if (st != GRAPHD_OK) fprintf(stderr, "program: %s %s\n", graphd_program_error(p), graphd_last_error(c));
-  graphd_program_free(p);
-  return st;
+  return program3_register(c, mod, mode, GN, pid);
 }
 
 void gpu_reference(const float *x, const float *cc, float *y) {

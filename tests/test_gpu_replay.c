@@ -74,6 +74,28 @@ static void expect_line(FILE *f, const char *want) {
   ck_assert_msg(strstr(line, want), "helper said: %s", line);
 }
 
+/* A session with the staged program registered, a stream, VMM buffers,
+ * and the capture made by a first checked replay. */
+typedef struct fixture {
+  graphd_client *c;
+  uint8_t pid[32];
+  CUstream st;
+  graphd_stream *s;
+  gbuf x, y, cc;
+} fixture;
+
+static void fixture_up(fixture *f, unsigned seed) {
+  f->c = session();
+  ck_assert_int_eq(gpu_program(f->c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, f->pid), GRAPHD_OK);
+  ck_assert_int_eq(gcu->cuStreamCreate(&f->st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ck_assert_int_eq(graphd_stream_attach(f->c, f->st, &f->s), GRAPHD_OK);
+  ck_assert_int_eq(gbuf_alloc(&f->x, GN * 4, 1), 0);
+  ck_assert_int_eq(gbuf_alloc(&f->y, GN * 4, 1), 0);
+  ck_assert_int_eq(gbuf_alloc(&f->cc, GN * 4, 1), 0);
+  ck_assert_int_eq(gpu_replay_checked(f->c, f->s, f->st, f->pid, &f->x, &f->y, &f->cc, 1, seed, NULL),
+                   GRAPHD_OK);
+}
+
 START_TEST(test_gpu_thousand_replays_over_vmm_and_legacy_are_bit_exact_in_both_modes) {
   ck_assert_msg(HAVE_CUDA_KERNELS, "the build made no CUDA test kernels (no nvcc)");
   graphd_client *c = session();
@@ -171,18 +193,13 @@ START_TEST(test_gpu_a_second_process_shares_the_capture_and_it_outlives_sessions
 END_TEST
 
 START_TEST(test_gpu_killed_client_stalls_nobody) {
-  graphd_client *c = session();
-  uint8_t pid[32];
-  ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, pid), GRAPHD_OK);
-  CUstream st;
-  gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);
-  graphd_stream *s;
-  graphd_stream_attach(c, st, &s);
-  gbuf x, y, cc;
-  gbuf_alloc(&x, GN * 4, 1);
-  gbuf_alloc(&y, GN * 4, 1);
-  gbuf_alloc(&cc, GN * 4, 1);
-  ck_assert_int_eq(gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 7, NULL), GRAPHD_OK);
+  fixture f;
+  fixture_up(&f, 7);
+  graphd_client *c = f.c;
+  const uint8_t *pid = f.pid;
+  CUstream st = f.st;
+  graphd_stream *s = f.s;
+  gbuf x = f.x, y = f.y, cc = f.cc;
   graphd_device_counters base = counters(c);
   FILE *out;
   pid_t child = spawn_client("hang", "", &out);
@@ -218,18 +235,13 @@ START_TEST(test_gpu_killed_client_stalls_nobody) {
 END_TEST
 
 START_TEST(test_gpu_dead_daemon_releases_the_client_stream) {
-  graphd_client *c = session();
-  uint8_t pid[32];
-  ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, pid), GRAPHD_OK);
-  CUstream st;
-  gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);
-  graphd_stream *s;
-  graphd_stream_attach(c, st, &s);
-  gbuf x, y, cc;
-  gbuf_alloc(&x, GN * 4, 1);
-  gbuf_alloc(&y, GN * 4, 1);
-  gbuf_alloc(&cc, GN * 4, 1);
-  ck_assert_int_eq(gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 3, NULL), GRAPHD_OK);
+  fixture f;
+  fixture_up(&f, 3);
+  graphd_client *c = f.c;
+  const uint8_t *pid = f.pid;
+  CUstream st = f.st;
+  graphd_stream *s = f.s;
+  gbuf x = f.x, y = f.y;
   /* Hold our stream so the next replay's ready write waits, then let the
    * replay be queued: our stream now waits on a done the daemon will
    * never write. */
@@ -268,18 +280,13 @@ static uint64_t sessions_now(graphd_client *c) {
 }
 
 START_TEST(test_gpu_hung_client_is_cut_off_only_when_it_blocks_someone) {
-  graphd_client *c = session();
-  uint8_t pid[32];
-  ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, pid), GRAPHD_OK);
-  CUstream st;
-  gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);
-  graphd_stream *s;
-  graphd_stream_attach(c, st, &s);
-  gbuf x, y, cc;
-  gbuf_alloc(&x, GN * 4, 1);
-  gbuf_alloc(&y, GN * 4, 1);
-  gbuf_alloc(&cc, GN * 4, 1);
-  ck_assert_int_eq(gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 21, NULL), GRAPHD_OK);
+  fixture f;
+  fixture_up(&f, 21);
+  graphd_client *c = f.c;
+  const uint8_t *pid = f.pid;
+  CUstream st = f.st;
+  graphd_stream *s = f.s;
+  gbuf x = f.x, y = f.y, cc = f.cc;
   FILE *out;
   pid_t child = spawn_client("hang", "", &out);
   expect_line(out, "hung");

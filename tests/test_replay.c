@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "program3.h"
 #include "wire.h"
 
 #define N 1024u /* floats per slot */
@@ -41,39 +42,11 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* y = (2 x + c) * 2 + 1 over three kernels: x staged input, c unstaged
- * input (copied once, at capture), t scratch, y staged output. */
+/* The shared 3-kernel program (program3.h) on the host test kernels. */
 static void build(graphd_client *c, graphd_mode mode, uint8_t pid[32]) {
   uint8_t mod[32];
   ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod), GRAPHD_OK);
-  graphd_program *p = graphd_program_new(mode);
-  int x = graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, N * 4, 1);
-  int cc = graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, N * 4, 0);
-  int t = graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, N * 4, 0);
-  int y = graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, N * 4, 1);
-  ck_assert_int_eq(x, 0);
-  ck_assert_int_eq(cc, 1);
-  ck_assert_int_eq(t, 2);
-  ck_assert_int_eq(y, 3);
-  uint32_t grid[3] = {N / 256, 1, 1}, block[3] = {256, 1, 1}, n = N;
-  float two = 2.0f;
-  int s0 = graphd_program_add_launch(p, mod, "scale", grid, block, 0);
-  graphd_program_param_slot(p, (uint32_t)s0, 0, 0, 0);
-  graphd_program_param_slot(p, (uint32_t)s0, 8, 2, 0);
-  graphd_program_param(p, (uint32_t)s0, 16, &two, 4);
-  graphd_program_param(p, (uint32_t)s0, 20, &n, 4);
-  int s1 = graphd_program_add_launch(p, mod, "accumulate", grid, block, 0);
-  graphd_program_param_slot(p, (uint32_t)s1, 0, 1, 0);
-  graphd_program_param_slot(p, (uint32_t)s1, 8, 2, 0);
-  graphd_program_param(p, (uint32_t)s1, 16, &n, 4);
-  int s2 = graphd_program_add_launch(p, mod, "pair_kernel", grid, block, 0);
-  graphd_program_param(p, (uint32_t)s2, 0, NULL, 16);
-  graphd_program_patch(p, (uint32_t)s2, 0, 2, 0);
-  graphd_program_patch(p, (uint32_t)s2, 8, 3, 0);
-  graphd_program_param(p, (uint32_t)s2, 16, &n, 4);
-  ck_assert_msg(graphd_program_finish(p, pid) == GRAPHD_OK, "%s", graphd_program_error(p));
-  ck_assert_msg(graphd_register_program(c, p) == GRAPHD_OK, "%s", graphd_last_error(c));
-  graphd_program_free(p);
+  ck_assert_int_eq(program3_register(c, mod, mode, N, pid), GRAPHD_OK);
 }
 
 typedef struct bufs {

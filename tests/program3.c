@@ -1,0 +1,35 @@
+#include "program3.h"
+
+#include <stdio.h>
+
+graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
+                                uint32_t n, uint8_t pid[32]) {
+  graphd_program *p = graphd_program_new(mode);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, n * 4, 1);   /* 0: x */
+  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, n * 4, 0);   /* 1: c, unstaged */
+  graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, n * 4, 0); /* 2: t */
+  graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, n * 4, 1);  /* 3: y */
+  uint32_t grid[3] = {n / 256, 1, 1}, block[3] = {256, 1, 1};
+  float two = 2.0f;
+  int s0 = graphd_program_add_launch(p, mod, "scale", grid, block, 0);
+  graphd_program_param_slot(p, (uint32_t)s0, 0, 0, 0);
+  graphd_program_param_slot(p, (uint32_t)s0, 8, 2, 0);
+  graphd_program_param(p, (uint32_t)s0, 16, &two, 4);
+  graphd_program_param(p, (uint32_t)s0, 20, &n, 4);
+  int s1 = graphd_program_add_launch(p, mod, "accumulate", grid, block, 0);
+  graphd_program_param_slot(p, (uint32_t)s1, 0, 1, 0);
+  graphd_program_param_slot(p, (uint32_t)s1, 8, 2, 0);
+  graphd_program_param(p, (uint32_t)s1, 16, &n, 4);
+  int s2 = graphd_program_add_launch(p, mod, "pair_kernel", grid, block, 0);
+  graphd_program_param(p, (uint32_t)s2, 0, NULL, 16); /* struct pair {in, out} */
+  graphd_program_patch(p, (uint32_t)s2, 0, 2, 0);
+  graphd_program_patch(p, (uint32_t)s2, 8, 3, 0);
+  graphd_program_param(p, (uint32_t)s2, 16, &n, 4);
+  /* The builder keeps the first failure, so checking finish is enough. */
+  graphd_status st = graphd_program_finish(p, pid);
+  if (st != GRAPHD_OK) fprintf(stderr, "program3: %s\n", graphd_program_error(p));
+  if (st == GRAPHD_OK && (st = graphd_register_program(c, p)) != GRAPHD_OK)
+    fprintf(stderr, "program3: %s\n", graphd_last_error(c));
+  graphd_program_free(p);
+  return st;
+}

@@ -1,0 +1,18 @@
+/* The 3-kernel test program the host and GPU replay tests share:
+ *   t = 2 x;  t += c;  y = t * 2 + 1   (scale, accumulate, pair_kernel)
+ * Slots: 0 x (staged input), 1 c (unstaged input: copied once, at
+ * capture), 2 t (scratch), 3 y (staged output), n floats each. The module
+ * (host ELF or CUBIN of tests/kernels) is registered already. */
+#ifndef GRAPHD_TEST_PROGRAM3_H
+#define GRAPHD_TEST_PROGRAM3_H
+
+#include <stdint.h>
+
+#include "graphd/graphd.h"
+
+/* Builds and registers it; pid gets its id. Returns the first failure's
+ * status, with the message on stderr. */
+graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
+                                 uint32_t n, uint8_t pid[32]);
+
+#endif
