@@ -1,0 +1,579 @@
+"""ctypes bindings to libgraphd (client/include/graphd/graphd.h).
+
+The library is found, on first use, through:
+  1. $GRAPHD_LIB, a path to libgraphd.so;
+  2. libgraphd.so next to this package (a wheel or an install may put it
+     there);
+  3. ctypes.util.find_library("graphd").
+Importing graphd does not load it: the builder is pure Python.
+
+Structures mirror graphd.h field for field; tests/abi_sizes.c prints the C
+sizes and offsets, and the Python tests compare them with these.
+
+Every failing call raises GraphdError(status name, libgraphd's message).
+ctypes releases the GIL around each call; a Client may be used from
+several threads, since libgraphd serialises calls on one handle (but the
+message of a failure is read after the call, so under heavy concurrency on
+one handle it may belong to another thread's failure)."""
+
+import ctypes
+import ctypes.util
+import os
+import threading
+
+from .errors import GraphdError, status_name
+from .program import MODULE_KINDS, ID_LEN, Program
+
+ERRMAX = 512
+
+SESSION_DATA = 1
+SESSION_CONTROL = 2
+
+_u8, _u32, _u64, _i32 = ctypes.c_uint8, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_int32
+_int = ctypes.c_int
+
+
+class graphd_connect_options(ctypes.Structure):
+    _fields_ = [
+        ("socket_path", ctypes.c_char_p),
+        ("kind", _int),  # graphd_session_kind
+        ("device_uuid", _u8 * 16),
+        ("timeout_ms", _int),
+        ("client_name", ctypes.c_char_p),
+    ]
+
+
+class graphd_device_counters(ctypes.Structure):
+    _fields_ = [(n, _u64) for n in (
+        "sessions", "regions", "region_bytes", "captures", "replays", "errors",
+        "recaptures", "inflight", "captures_built", "staging_bytes")]
+
+
+class graphd_device_info(ctypes.Structure):
+    _fields_ = [
+        ("ordinal", _u32),
+        ("name", ctypes.c_char * 256),
+        ("uuid", _u8 * 16),
+        ("uuid_str", ctypes.c_char * 48),
+        ("total_memory", _u64),
+        ("free_memory", _u64),
+        ("backend", ctypes.c_char * 16),
+        ("epoch", _u64),
+        ("mps_enabled", _int),
+        ("state", ctypes.c_char * 16),
+        ("counters", graphd_device_counters),
+    ]
+
+
+class graphd_session_info(ctypes.Structure):
+    _fields_ = [
+        ("id", _u64),
+        ("pid", _u32),
+        ("uid", _u32),
+        ("data", _int),
+        ("device", _i32),
+        ("client_name", ctypes.c_char * 129),
+        ("regions", _u64),
+        ("region_bytes", _u64),
+    ]
+
+
+class graphd_daemon_status(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_char * 64),
+        ("uptime_ms", _u64),
+        ("pid", _u32),
+        ("sessions", _u64),
+        ("ndevices", _u32),
+        ("devices", ctypes.POINTER(graphd_device_info)),
+        ("nsession_info", _u32),
+        ("session_info", ctypes.POINTER(graphd_session_info)),
+        ("modules", _u64),
+        ("module_bytes", _u64),
+        ("programs", _u64),
+    ]
+
+
+class graphd_region_ref(ctypes.Structure):
+    _fields_ = [("region_id", _u32), ("offset", _u64), ("size", _u64), ("import_ns", _u64)]
+
+
+class graphd_binding(ctypes.Structure):
+    _fields_ = [("slot", _u32), ("ptr", _u64), ("bytes", _u64)]
+
+
+class graphd_replay_info(ctypes.Structure):
+    _fields_ = [("captured", _int), ("capture_ns", _u64), ("server_ns", _u64)]
+
+
+class graphd_prepare_info(ctypes.Structure):
+    _fields_ = [("modules_loaded", _u64), ("load_ns", _u64)]
+
+
+# The structures whose layout the tests compare with C (tests/abi_sizes.c).
+STRUCTS = {c.__name__: c for c in (
+    graphd_connect_options, graphd_device_counters, graphd_device_info, graphd_session_info,
+    graphd_daemon_status, graphd_region_ref, graphd_binding, graphd_replay_info,
+    graphd_prepare_info)}
+
+_P = ctypes.c_void_p
+_ID = ctypes.POINTER(_u8)  # uint8_t[32]
+
+# name: (restype, argtypes). Status-returning calls have restype int.
+_PROTOS = {
+    "graphd_version": (ctypes.c_char_p, []),
+    "graphd_status_name": (ctypes.c_char_p, [_int]),
+    "graphd_strerror": (ctypes.c_char_p, [_int]),
+    "graphd_connect_options_init": (None, [ctypes.POINTER(graphd_connect_options)]),
+    "graphd_connect": (_int, [ctypes.POINTER(graphd_connect_options), ctypes.POINTER(_P),
+                              ctypes.c_char_p, ctypes.c_size_t]),
+    "graphd_close": (None, [_P]),
+    "graphd_session_id": (_u64, [_P]),
+    "graphd_last_error": (ctypes.c_char_p, [_P]),
+    "graphd_ping": (_int, [_P, _P, ctypes.c_size_t]),
+    "graphd_get_status": (_int, [_P, ctypes.POINTER(ctypes.POINTER(graphd_daemon_status))]),
+    "graphd_daemon_status_free": (None, [ctypes.POINTER(graphd_daemon_status)]),
+    "graphd_session_device": (_int, [_P, ctypes.POINTER(graphd_device_info)]),
+    "graphd_uuid_format": (None, [_ID, ctypes.c_char_p, ctypes.c_char_p]),
+    "graphd_uuid_parse": (_int, [ctypes.c_char_p, _ID]),
+    "graphd_register_module": (_int, [_P, _int, ctypes.c_char_p, ctypes.c_size_t, _ID]),
+    "graphd_register_program_encoding": (_int, [_P, _ID, ctypes.c_char_p, ctypes.c_size_t]),
+    "graphd_prepare_program": (_int, [_P, _ID, ctypes.POINTER(graphd_prepare_info)]),
+    "graphd_region_register": (_int, [_P, _u64, _u64, ctypes.POINTER(graphd_region_ref)]),
+    "graphd_region_forget": (_int, [_P, _u64]),
+    "graphd_region_unregister": (_int, [_P, _u32]),
+    "graphd_set_region_cap": (_int, [_P, _u32]),
+    "graphd_region_count": (_u32, [_P]),
+    "graphd_host_alloc": (_int, [_P, ctypes.c_size_t, ctypes.POINTER(_P)]),
+    "graphd_host_free": (_int, [_P, _P]),
+    "graphd_stream_attach": (_int, [_P, _P, ctypes.POINTER(_P)]),
+    "graphd_stream_detach": (None, [_P]),
+    "graphd_replay": (_int, [_P, _P, _ID, ctypes.POINTER(graphd_binding), ctypes.c_size_t,
+                             ctypes.POINTER(graphd_replay_info)]),
+    # The C builder, for cross-checking the Python one.
+    "graphd_program_new": (_P, [_int]),
+    "graphd_program_free": (None, [_P]),
+    "graphd_program_error": (ctypes.c_char_p, [_P]),
+    "graphd_program_add_slot": (_int, [_P, _int, _u64, _int]),
+    "graphd_program_add_launch": (_int, [_P, _ID, ctypes.c_char_p, ctypes.POINTER(_u32),
+                                         ctypes.POINTER(_u32), _u32]),
+    "graphd_program_param": (_int, [_P, _u32, _u32, ctypes.c_char_p, _u32]),
+    "graphd_program_param_slot": (_int, [_P, _u32, _u32, _u32, _u64]),
+    "graphd_program_patch": (_int, [_P, _u32, _u32, _u32, _u64]),
+    "graphd_program_add_memset": (_int, [_P, _u32, _u64, _u64, _u32, _u32]),
+    "graphd_program_add_copy": (_int, [_P, _u32, _u64, _u32, _u64, _u64]),
+    "graphd_program_finish": (_int, [_P, _ID]),
+    "graphd_program_encoding": (_int, [_P, ctypes.POINTER(ctypes.POINTER(_u8)),
+                                       ctypes.POINTER(ctypes.c_size_t)]),
+    "graphd_module_id": (_int, [_int, ctypes.c_char_p, ctypes.c_size_t, _ID]),
+}
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _candidates():
+    env = os.environ.get("GRAPHD_LIB")
+    if env:
+        return [env]
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libgraphd.so")
+    out = [here] if os.path.exists(here) else []
+    found = ctypes.util.find_library("graphd")
+    if found:
+        out.append(found)
+    return out
+
+
+def lib():
+    """The loaded libgraphd, with argument and result types set. Raises
+    GraphdError UNAVAILABLE when it cannot be found or loaded."""
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        errors = []
+        for path in _candidates():
+            try:
+                l = ctypes.CDLL(path)
+            except OSError as e:
+                errors.append(f"{path}: {e}")
+                continue
+            for name, (res, args) in _PROTOS.items():
+                f = getattr(l, name)
+                f.restype = res
+                f.argtypes = args
+            _lib = l
+            return l
+        where = "; ".join(errors) if errors else "set GRAPHD_LIB to the path of libgraphd.so"
+        raise GraphdError("UNAVAILABLE", f"cannot load libgraphd: {where}")
+
+
+def version():
+    """libgraphd's version string."""
+    return lib().graphd_version().decode()
+
+
+def _id_arg(id_bytes):
+    b = bytes(id_bytes)
+    if len(b) != ID_LEN:
+        raise GraphdError("INVALID_ARGUMENT", f"an id is {ID_LEN} bytes, not {len(b)}")
+    return (_u8 * ID_LEN).from_buffer_copy(b)
+
+
+def uuid_parse(s):
+    """16 bytes from "GPU-…", "HOST-…" or bare hex (graphd_uuid_parse)."""
+    out = (_u8 * 16)()
+    st = lib().graphd_uuid_parse(s.encode(), out)
+    if st:
+        raise GraphdError(st, f"cannot parse the device UUID {s!r}")
+    return bytes(out)
+
+
+def uuid_format(uuid, prefix=None):
+    out = ctypes.create_string_buffer(48)
+    lib().graphd_uuid_format((_u8 * 16).from_buffer_copy(bytes(uuid)),
+                             prefix.encode() if prefix else None, out)
+    return out.value.decode()
+
+
+def _struct_dict(s):
+    """A ctypes structure as a dict of Python values (bytes arrays of
+    uint8 become bytes; char arrays become str)."""
+    out = {}
+    for name, typ in s._fields_:
+        v = getattr(s, name)
+        if isinstance(v, ctypes.Structure):
+            v = _struct_dict(v)
+        elif isinstance(v, bytes):
+            v = v.decode(errors="replace")
+        elif isinstance(v, ctypes.Array):
+            v = bytes(v)
+        out[name] = v
+    return out
+
+
+class HostBuffer:
+    """Memory from graphd_host_alloc on one Client: a shared memfd mapping
+    that host devices import. `ptr` is its address as an int, `size` its
+    bytes, and `view` a writable memoryview of it (valid until free() or
+    the Client's close)."""
+
+    def __init__(self, client, ptr, size):
+        self.client = client
+        self.ptr = ptr
+        self.size = size
+        self._arr = (ctypes.c_ubyte * size).from_address(ptr)
+
+    @property
+    def view(self):
+        if self._arr is None:
+            raise GraphdError("FAILED_PRECONDITION", "the host buffer was freed")
+        return memoryview(self._arr).cast("B")
+
+    def free(self):
+        if self._arr is not None:
+            self._arr = None
+            self.client._host_free(self)
+
+
+class Stream:
+    """A client stream attached to a data session (graphd_stream)."""
+
+    def __init__(self, client, handle):
+        self.client = client
+        self.handle = handle
+
+    def detach(self):
+        if self.handle:
+            self.client._detach(self)
+
+
+class Client:
+    """One libgraphd session: a control session (status) or a data session
+    bound to one device. Use as a context manager, or close() it.
+
+        with Client.connect(socket) as ctl:
+            dev = ctl.status()["devices"][0]
+        with Client.connect(socket, device_uuid=dev["uuid"]) as c:
+            ...
+    """
+
+    def __init__(self, handle):
+        self._h = handle
+        self._streams = []
+        self._host = []
+
+    @classmethod
+    def connect(cls, socket_path=None, device_uuid=None, timeout_ms=0, client_name="graphd-python"):
+        """Connects: a data session when device_uuid (16 bytes, or a string
+        such as "HOST-…" or "GPU-…") is given, else a control session.
+        socket_path None means libgraphd's default ($GRAPHD_SOCKET, …)."""
+        l = lib()
+        o = graphd_connect_options()
+        l.graphd_connect_options_init(ctypes.byref(o))
+        # Keep the encoded strings alive for the call.
+        sock = os.fsencode(socket_path) if socket_path is not None else None
+        name = client_name.encode() if client_name is not None else None
+        o.socket_path = sock
+        o.client_name = name
+        o.timeout_ms = int(timeout_ms)
+        if device_uuid is not None:
+            u = uuid_parse(device_uuid) if isinstance(device_uuid, str) else bytes(device_uuid)
+            if len(u) != 16:
+                raise GraphdError("INVALID_ARGUMENT", f"a device UUID is 16 bytes, not {len(u)}")
+            o.kind = SESSION_DATA
+            o.device_uuid[:] = list(u)
+        else:
+            o.kind = SESSION_CONTROL
+        h = _P()
+        err = ctypes.create_string_buffer(ERRMAX)
+        st = l.graphd_connect(ctypes.byref(o), ctypes.byref(h), err, ERRMAX)
+        if st:
+            raise GraphdError(st, err.value.decode(errors="replace"))
+        return cls(h.value)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # Best effort; close() explicitly.
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def close(self):
+        """Detaches the streams, forgets the host buffers (libgraphd unmaps
+        them) and closes the session. Idempotent."""
+        if not self._h:
+            return
+        for s in list(self._streams):
+            s.detach()
+        for b in self._host:
+            b._arr = None
+        self._host = []
+        h, self._h = self._h, None
+        lib().graphd_close(h)
+
+    def _handle(self):
+        if not self._h:
+            raise GraphdError("FAILED_PRECONDITION", "the client is closed")
+        return self._h
+
+    def _check(self, st, what=None):
+        if st:
+            msg = lib().graphd_last_error(self._h) or b""
+            msg = msg.decode(errors="replace") or (what or "")
+            raise GraphdError(st, msg)
+
+    @property
+    def session_id(self):
+        return lib().graphd_session_id(self._handle())
+
+    def ping(self, payload=b""):
+        self._check(lib().graphd_ping(self._handle(), payload, len(payload)))
+
+    def status(self):
+        """The daemon's status as a dict: version, uptime_ms, pid, sessions,
+        modules, module_bytes, programs, devices (a list of dicts with the
+        fields of graphd_device_info, its counters as a dict, uuid as
+        bytes) and session_info (a list of dicts)."""
+        l = lib()
+        p = ctypes.POINTER(graphd_daemon_status)()
+        self._check(l.graphd_get_status(self._handle(), ctypes.byref(p)))
+        try:
+            s = p.contents
+            out = {n: getattr(s, n) for n in ("uptime_ms", "pid", "sessions", "modules",
+                                               "module_bytes", "programs")}
+            out["version"] = s.version.decode(errors="replace")
+            out["devices"] = [_struct_dict(s.devices[i]) for i in range(s.ndevices)]
+            out["session_info"] = [_struct_dict(s.session_info[i]) for i in range(s.nsession_info)]
+        finally:
+            l.graphd_daemon_status_free(p)
+        return out
+
+    def device(self):
+        """The device of a data session, as a dict (see status())."""
+        d = graphd_device_info()
+        self._check(lib().graphd_session_device(self._handle(), ctypes.byref(d)))
+        return _struct_dict(d)
+
+    def register_module(self, kind, data):
+        """Registers a module (kind "ptx", "cubin", "fatbin", "host_elf" or
+        1 to 4) and returns its 32-byte id."""
+        k = MODULE_KINDS.get(kind, kind) if isinstance(kind, str) else kind
+        if not isinstance(k, int) or not 1 <= k <= 4:
+            raise GraphdError("INVALID_ARGUMENT", f"module kind {kind!r} is not ptx, cubin, fatbin or host_elf")
+        data = bytes(data)
+        out = (_u8 * ID_LEN)()
+        self._check(lib().graphd_register_module(self._handle(), k, data, len(data), out))
+        return bytes(out)
+
+    def register_program(self, program, program_id=None):
+        """Registers a program: a Program (finished here if it is not), or
+        its canonical encoding with program_id. Returns the id."""
+        if isinstance(program, Program):
+            enc, pid = program.finish()
+        else:
+            if program_id is None:
+                raise GraphdError("INVALID_ARGUMENT", "an encoding needs its program id")
+            enc, pid = bytes(program), bytes(program_id)
+        self._check(lib().graphd_register_program_encoding(self._handle(), _id_arg(pid), enc, len(enc)))
+        return pid
+
+    def prepare_program(self, program_id):
+        """Runs the device stage of validation now; returns
+        {"modules_loaded", "load_ns"}."""
+        info = graphd_prepare_info()
+        self._check(lib().graphd_prepare_program(self._handle(), _id_arg(program_id), ctypes.byref(info)))
+        return _struct_dict(info)
+
+    # --- regions and host memory ----------------------------------------
+
+    def region_register(self, ptr, nbytes):
+        ref = graphd_region_ref()
+        self._check(lib().graphd_region_register(self._handle(), ptr, nbytes, ctypes.byref(ref)))
+        return _struct_dict(ref)
+
+    def region_forget(self, ptr):
+        self._check(lib().graphd_region_forget(self._handle(), ptr))
+
+    def region_count(self):
+        return lib().graphd_region_count(self._handle())
+
+    def host_alloc(self, nbytes):
+        """Host-device memory of nbytes bytes (graphd_host_alloc), as a
+        HostBuffer. Free with HostBuffer.free(); close() frees the rest."""
+        p = _P()
+        self._check(lib().graphd_host_alloc(self._handle(), nbytes, ctypes.byref(p)))
+        b = HostBuffer(self, p.value, nbytes)
+        self._host.append(b)
+        return b
+
+    def _host_free(self, b):
+        self._host.remove(b)
+        self._check(lib().graphd_host_free(self._handle(), b.ptr))
+
+    # --- streams and replay ---------------------------------------------
+
+    def stream_attach(self, cuda_stream=None):
+        """Attaches a CUDA stream (a CUstream as an int; None is the legacy
+        default stream, and what host devices use)."""
+        s = _P()
+        self._check(lib().graphd_stream_attach(self._handle(), cuda_stream, ctypes.byref(s)))
+        st = Stream(self, s.value)
+        self._streams.append(st)
+        return st
+
+    def _detach(self, s):
+        self._streams.remove(s)
+        h, s.handle = s.handle, None
+        lib().graphd_stream_detach(h)
+
+    def replay(self, stream, program_id, bindings):
+        """Replays a program on `stream` with bindings, each a (slot, ptr,
+        nbytes) tuple, where ptr is an int (CUdeviceptr or host address) or
+        a HostBuffer. Returns {"captured", "capture_ns", "server_ns"}."""
+        n = len(bindings)
+        arr = (graphd_binding * max(n, 1))()
+        for i, (slot, ptr, nbytes) in enumerate(bindings):
+            arr[i].slot = slot
+            arr[i].ptr = ptr.ptr if isinstance(ptr, HostBuffer) else ptr
+            arr[i].bytes = nbytes
+        if not stream.handle:
+            raise GraphdError("FAILED_PRECONDITION", "the stream is detached")
+        info = graphd_replay_info()
+        self._check(lib().graphd_replay(self._handle(), stream.handle, _id_arg(program_id), arr, n,
+                                        ctypes.byref(info)))
+        return _struct_dict(info)
+
+
+class CProgram:
+    """The C builder (graphd_program_*) driven from Python, call for call
+    like Program; used to check that both produce the same bytes and ids.
+    Errors raise GraphdError with graphd_program_error()'s message."""
+
+    def __init__(self, mode="staged"):
+        self._l = lib()
+        m = {"staged": 0, "staged_ex": 1}.get(mode, mode)
+        self._p = self._l.graphd_program_new(m)
+        if not self._p:
+            raise GraphdError("RESOURCE_EXHAUSTED", "graphd_program_new failed")
+
+    def __del__(self):
+        if getattr(self, "_p", None):
+            self._l.graphd_program_free(self._p)
+            self._p = None
+
+    def _err(self, st):
+        raise GraphdError(st, self._l.graphd_program_error(self._p).decode())
+
+    def _idx(self, r):
+        if r < 0:
+            # The index calls do not return a status; the message says it.
+            self._err("INVALID_ARGUMENT")
+        return r
+
+    def _st(self, st):
+        if st:
+            self._err(st)
+
+    def add_slot(self, role, nbytes, staged=None):
+        from .program import ROLES
+        r = ROLES.get(role, role)
+        if staged is None:
+            staged = r != 3
+        return self._idx(self._l.graphd_program_add_slot(self._p, r, nbytes, int(bool(staged))))
+
+    def add_launch(self, module_id, function, grid, block, shared_bytes=0):
+        g = (_u32 * 3)(*(tuple(grid) + (1,) * (3 - len(grid))))
+        b = (_u32 * 3)(*(tuple(block) + (1,) * (3 - len(block))))
+        return self._idx(self._l.graphd_program_add_launch(self._p, _id_arg(module_id), function.encode(),
+                                                           g, b, shared_bytes))
+
+    def param(self, step, offset, data):
+        data = bytes(data)
+        self._st(self._l.graphd_program_param(self._p, step, offset, data, len(data)))
+
+    def param_slot(self, step, offset, slot, slot_offset=0):
+        self._st(self._l.graphd_program_param_slot(self._p, step, offset, slot, slot_offset))
+
+    def patch(self, step, offset, slot, slot_offset=0):
+        self._st(self._l.graphd_program_patch(self._p, step, offset, slot, slot_offset))
+
+    def add_memset(self, slot, offset, nbytes, element_size, value):
+        return self._idx(self._l.graphd_program_add_memset(self._p, slot, offset, nbytes, element_size, value))
+
+    def add_copy(self, dst_slot, dst_offset, src_slot, src_offset, nbytes):
+        return self._idx(self._l.graphd_program_add_copy(self._p, dst_slot, dst_offset, src_slot,
+                                                         src_offset, nbytes))
+
+    def finish(self):
+        out = (_u8 * ID_LEN)()
+        self._st(self._l.graphd_program_finish(self._p, out))
+        ptr = ctypes.POINTER(_u8)()
+        n = ctypes.c_size_t()
+        self._st(self._l.graphd_program_encoding(self._p, ctypes.byref(ptr), ctypes.byref(n)))
+        return ctypes.string_at(ptr, n.value), bytes(out)
+
+
+def c_module_id(kind, data):
+    """graphd_module_id() through libgraphd, for cross-checking."""
+    k = MODULE_KINDS.get(kind, kind) if isinstance(kind, str) else kind
+    out = (_u8 * ID_LEN)()
+    data = bytes(data)
+    st = lib().graphd_module_id(k, data, len(data), out)
+    if st:
+        raise GraphdError(st, "graphd_module_id failed")
+    return bytes(out)
+
+
+def status_name_c(code):
+    return lib().graphd_status_name(code).decode()
+
+
+__all__ = ["Client", "Stream", "HostBuffer", "CProgram", "lib", "version", "uuid_parse",
+           "uuid_format", "c_module_id", "status_name"]

@@ -1,0 +1,803 @@
+"""Programs and modules in pure Python: the builder, the canonical encoding
+and the SHA-256 ids.
+
+This mirrors libgraphd's C builder (client/include/graphd/program.h,
+client/lib/program.c) and the structural validation of proto/program.c. It
+produces byte for byte the canonical encoding that docs/protocol.md
+("Canonical encodings") specifies, so a program built here has the same id
+as the same program built in C; the daemon recomputes the id and refuses a
+mismatch. Nothing here loads libgraphd or talks to the daemon: a program can
+be named at trace time with no daemon running.
+
+Errors raise GraphdError with the C library's status name and, where the C
+builder has one, its message ("step 0 (launch scale): patch at offset 12 is
+not 8-byte aligned"). A refused call changes nothing in the program.
+
+Not thread-safe: use one Program from one thread at a time."""
+
+import hashlib
+import operator
+import struct
+
+from .errors import GraphdError
+
+ID_LEN = 32
+PROGRAM_MAGIC = 0x47504447  # "GDPG"
+MODULE_MAGIC = 0x444D4447  # "GDMD"
+ENCODING_VERSION = 1
+
+# Caps, as in proto/program.h.
+MAX_SLOTS = 256
+MAX_STEPS = 4096
+MAX_PARAM_BYTES = 4096
+MAX_PARAMS = 128
+MAX_PATCHES = 64
+MAX_NAME = 255
+MAX_SLOT_BYTES = 1 << 40
+MAX_GRID_X = 0x7FFFFFFF
+MAX_GRID_YZ = 65535
+MAX_BLOCK_THREADS = 1024
+MAX_BLOCK_Z = 64
+MAX_SHARED_BYTES = 227 << 10
+MAX_MODULE_BYTES = 512 << 20
+MAX_PROGRAM_BYTES = 16 << 20
+
+ROLES = {"input": 0, "output": 1, "inout": 2, "scratch": 3}
+MODES = {"staged": 0, "staged_ex": 1}
+MODULE_KINDS = {"ptx": 1, "cubin": 2, "fatbin": 3, "host_elf": 4}
+
+STEP_LAUNCH, STEP_MEMSET, STEP_COPY = 1, 2, 3
+SLOT_STAGED = 1
+
+_INVALID = "INVALID_ARGUMENT"
+_EXHAUSTED = "RESOURCE_EXHAUSTED"
+
+
+def _fits(start, n, limit):
+    """start + n <= limit (Python ints do not overflow, but keep C's shape)."""
+    return 0 <= start <= limit and n <= limit - start
+
+
+def _int(v, what, lo=0, hi=(1 << 64) - 1):
+    """v as a Python int in [lo, hi], or GraphdError INVALID_ARGUMENT."""
+    try:
+        v = operator.index(v)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
+    if not lo <= v <= hi:
+        raise GraphdError(_INVALID, f"{what} is {v}; it must be {lo} to {hi}")
+    return v
+
+
+def _u32(v, what):
+    return _int(v, what, 0, 0xFFFFFFFF)
+
+
+def _u64(v, what):
+    return _int(v, what, 0, (1 << 64) - 1)
+
+
+def _as_id(v, what="module id"):
+    """A 32-byte id from bytes-like or 64 hex digits."""
+    if isinstance(v, str):
+        try:
+            b = bytes.fromhex(v)
+        except ValueError:
+            raise GraphdError(_INVALID, f"the {what} {v!r} is not 64 hex digits") from None
+    else:
+        b = bytes(v)
+    if len(b) != ID_LEN:
+        raise GraphdError(_INVALID, f"the {what} is {len(b)} bytes; it must be {ID_LEN}")
+    return b
+
+
+def _dim3(v, what):
+    """grid/block as 3 ints: an int, or a sequence of 1 to 3 ints (missing
+    axes are 1). Range checks are left to the caller's C-shaped messages."""
+    if isinstance(v, int):
+        v = (v,)
+    v = tuple(v)
+    if not 1 <= len(v) <= 3:
+        raise GraphdError(_INVALID, f"{what} has {len(v)} axes; give 1 to 3")
+    v = v + (1,) * (3 - len(v))
+    return tuple(_u32(x, f"{what}.{a}") for x, a in zip(v, "xyz"))
+
+
+def id_hex(id_bytes):
+    """The 64 lower-case hex digits of an id (graphd_id_hex)."""
+    return bytes(id_bytes).hex()
+
+
+def module_id(kind, data):
+    """The id of a module, as gd_module_id/graphd_module_id compute it:
+    SHA-256 of the 20-byte header (magic "GDMD", version, kind, u64 length)
+    followed by the bytes. kind is "ptx", "cubin", "fatbin", "host_elf" or
+    the numeric value (1 to 4). Raises GraphdError INVALID_ARGUMENT for an
+    unknown kind or a length of 0 or over 512 MiB."""
+    k = MODULE_KINDS.get(kind, kind) if isinstance(kind, str) else kind
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 4:
+        raise GraphdError(_INVALID, f"module kind {kind!r} is not ptx, cubin, fatbin or host_elf")
+    data = memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data
+    n = len(data)
+    if n == 0 or n > MAX_MODULE_BYTES:
+        raise GraphdError(_INVALID, f"a module of {n} bytes: it must be 1 to {MAX_MODULE_BYTES}")
+    h = hashlib.sha256(struct.pack("<IIIQ", MODULE_MAGIC, ENCODING_VERSION, k, n))
+    h.update(data)
+    return h.digest()
+
+
+# --- launch arguments -------------------------------------------------------
+
+
+class Arg:
+    """One kernel parameter for Program.launch_args: its bytes, its C
+    alignment, and the pointer patches inside it (offsets relative to the
+    parameter's start)."""
+
+    size = 0
+    align = 1
+
+    def encode(self):
+        raise NotImplementedError
+
+    def patches(self):
+        return []
+
+
+class Slot(Arg):
+    """A pointer parameter to slot `index` plus `offset` bytes: 8 zero bytes
+    that the daemon patches with the slot's address."""
+
+    size = 8
+    align = 8
+
+    def __init__(self, index, offset=0):
+        self.index = _u32(index, "slot index")
+        self.offset = _u64(offset, "slot offset")
+
+    def encode(self):
+        return bytes(8)
+
+    def patches(self):
+        return [(0, self.index, self.offset)]
+
+    def __repr__(self):
+        return f"Slot({self.index}, {self.offset})" if self.offset else f"Slot({self.index})"
+
+
+class Scalar(Arg):
+    """A scalar of a C type, packed little-endian."""
+
+    _RANGES = {
+        "b": (-(1 << 7), (1 << 7) - 1), "B": (0, (1 << 8) - 1),
+        "h": (-(1 << 15), (1 << 15) - 1), "H": (0, (1 << 16) - 1),
+        "i": (-(1 << 31), (1 << 31) - 1), "I": (0, (1 << 32) - 1),
+        "q": (-(1 << 63), (1 << 63) - 1), "Q": (0, (1 << 64) - 1),
+    }
+
+    def __init__(self, ctype, fmt, value):
+        self.ctype = ctype
+        self.fmt = fmt
+        self.size = struct.calcsize("<" + fmt)
+        self.align = self.size
+        if fmt in self._RANGES:
+            lo, hi = self._RANGES[fmt]
+            self.value = _int(value, f"{ctype} value", lo, hi)
+        else:
+            self.value = float(value)
+        try:
+            self._bytes = struct.pack("<" + fmt, self.value)
+        except (struct.error, OverflowError) as e:
+            raise GraphdError(_INVALID, f"{ctype} value {value!r} does not fit: {e}") from None
+
+    def encode(self):
+        return self._bytes
+
+    def __repr__(self):
+        return f"{self.ctype}({self.value!r})"
+
+
+def i8(v): return Scalar("i8", "b", v)
+def u8(v): return Scalar("u8", "B", v)
+def i16(v): return Scalar("i16", "h", v)
+def u16(v): return Scalar("u16", "H", v)
+def i32(v): return Scalar("i32", "i", v)
+def u32(v): return Scalar("u32", "I", v)
+def i64(v): return Scalar("i64", "q", v)
+def u64(v): return Scalar("u64", "Q", v)
+def f16(v): return Scalar("f16", "e", v)
+def f32(v): return Scalar("f32", "f", v)
+def f64(v): return Scalar("f64", "d", v)
+
+
+class Raw(Arg):
+    """Bytes passed as they are, with a given alignment (for types the
+    helpers do not cover)."""
+
+    def __init__(self, data, align=1):
+        self.data = bytes(data)
+        self.size = len(self.data)
+        self.align = _int(align, "alignment", 1, 4096)
+
+    def encode(self):
+        return self.data
+
+
+def _align_up(v, a):
+    return (v + a - 1) // a * a
+
+
+class Struct(Arg):
+    """A struct passed by value, possibly with pointer fields (Slot). Fields
+    are laid out at natural C alignment unless `offsets` gives each field's
+    offset; the struct's alignment is its largest field's (or `align`), and
+    its size is rounded up to it (or is `size`)."""
+
+    def __init__(self, *fields, offsets=None, size=None, align=None):
+        for f in fields:
+            if not isinstance(f, Arg):
+                raise TypeError(f"a struct field must be a graphd Arg (Slot, f32(...), ...), not {f!r}")
+        self.fields = list(fields)
+        self.align = align or max([f.align for f in fields] or [1])
+        self.offsets = _layout(self.fields, offsets, "struct field")
+        end = max([o + f.size for o, f in zip(self.offsets, self.fields)] or [0])
+        self.size = _align_up(end, self.align) if size is None else _int(size, "struct size", end, MAX_PARAM_BYTES)
+
+    def encode(self):
+        b = bytearray(self.size)
+        for o, f in zip(self.offsets, self.fields):
+            b[o:o + f.size] = f.encode()
+        return bytes(b)
+
+    def patches(self):
+        return [(o + r, s, so) for o, f in zip(self.offsets, self.fields) for r, s, so in f.patches()]
+
+
+def _layout(args, offsets, what):
+    """Offsets for args: the given ones, or natural C alignment in order."""
+    if offsets is not None:
+        offsets = [_u32(o, f"{what} offset") for o in offsets]
+        if len(offsets) != len(args):
+            raise GraphdError(_INVALID, f"{len(offsets)} offsets for {len(args)} {what}s")
+        return offsets
+    out, at = [], 0
+    for a in args:
+        at = _align_up(at, a.align)
+        out.append(at)
+        at += a.size
+    return out
+
+
+# --- the program builder ----------------------------------------------------
+
+
+class _Launch:
+    kind = STEP_LAUNCH
+
+    def __init__(self, module, name, grid, block, shared):
+        self.module = module
+        self.name = name  # bytes
+        self.grid = grid
+        self.block = block
+        self.shared = shared
+        self.params = []  # (offset, size), in call order until finish
+        self.data = bytearray()
+        self.patches = []  # (offset, slot, slot_offset)
+
+    def label(self):
+        return "launch " + self.name.decode("ascii")
+
+
+class _Memset:
+    kind = STEP_MEMSET
+
+    def __init__(self, slot, element_size, value, offset, nbytes):
+        self.slot, self.element_size, self.value = slot, element_size, value
+        self.offset, self.nbytes = offset, nbytes
+
+    def label(self):
+        return "memset"
+
+
+class _Copy:
+    kind = STEP_COPY
+
+    def __init__(self, dst_slot, src_slot, dst_offset, src_offset, nbytes):
+        self.dst_slot, self.src_slot = dst_slot, src_slot
+        self.dst_offset, self.src_offset, self.nbytes = dst_offset, src_offset, nbytes
+
+    def label(self):
+        return "copy"
+
+
+class Program:
+    """A builder for one program, the mirror of graphd_program.
+
+    Add slots, then steps (launches, memsets, copies) that refer to them,
+    then call finish(), which validates the program, lays it out in its
+    canonical encoding and computes its id. For
+    scale(const float *x, float *y, float a, uint32_t n):
+
+        p = Program("staged")
+        x = p.add_slot("input", 4 * n)
+        y = p.add_slot("output", 4 * n)
+        p.launch(mod, "scale", grid=n // 256, block=256,
+                 args=[Slot(x), Slot(y), f32(2.0), u32(n)])
+        encoding, pid = p.finish()
+    """
+
+    def __init__(self, mode="staged"):
+        m = MODES.get(mode, mode) if isinstance(mode, str) else mode
+        if not isinstance(m, int) or m not in (0, 1):
+            raise GraphdError(_INVALID, f"mode {mode!r} is not staged (0) or staged_ex (1)")
+        self.mode = m
+        self._slots = []  # (role, flags, size)
+        self._steps = []
+        self._encoding = None
+        self._id = None
+
+    # --- state ----------------------------------------------------------
+
+    @property
+    def finished(self):
+        return self._encoding is not None
+
+    @property
+    def encoding(self):
+        """The canonical encoding; FAILED_PRECONDITION before finish()."""
+        if self._encoding is None:
+            raise GraphdError("FAILED_PRECONDITION",
+                              "the program has no encoding until finish() succeeds")
+        return self._encoding
+
+    @property
+    def id(self):
+        """The program id (32 bytes); FAILED_PRECONDITION before finish()."""
+        self.encoding
+        return self._id
+
+    @property
+    def id_hex(self):
+        return self.id.hex()
+
+    @property
+    def nslots(self):
+        return len(self._slots)
+
+    @property
+    def nsteps(self):
+        return len(self._steps)
+
+    def slot(self, index):
+        """(role name, staged, size) of a slot."""
+        role, flags, size = self._slots[index]
+        return ({v: k for k, v in ROLES.items()}[role], bool(flags & SLOT_STAGED), size)
+
+    def _check_open(self):
+        if self._encoding is not None:
+            raise GraphdError("FAILED_PRECONDITION", "the program is finished and can no longer change")
+
+    def _launch(self, step):
+        """The launch at index step, and its label "step 2 (launch scale2)"."""
+        self._check_open()
+        step = _u32(step, "step")
+        if step >= len(self._steps):
+            raise GraphdError(_INVALID, f"step {step} does not exist; there are {len(self._steps)} steps")
+        s = self._steps[step]
+        lbl = f"step {step} ({s.label()})"
+        if s.kind != STEP_LAUNCH:
+            raise GraphdError(_INVALID, f"{lbl}: only a launch has parameters")
+        return s, lbl
+
+    # --- slots ----------------------------------------------------------
+
+    def add_slot(self, role, nbytes, staged=None):
+        """Adds a slot of the given role ("input", "output", "inout",
+        "scratch", or 0 to 3) and size in bytes (1 to 2^40). staged defaults
+        to True, except for scratch, which cannot be staged. Returns the
+        slot's index."""
+        self._check_open()
+        s = len(self._slots)
+        if s >= MAX_SLOTS:
+            raise GraphdError(_EXHAUSTED, f"slot {s}: over the limit of {MAX_SLOTS} slots")
+        r = ROLES.get(role, role) if isinstance(role, str) else role
+        if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r <= 3:
+            shown = role if isinstance(role, int) and not isinstance(role, bool) else repr(role)
+            raise GraphdError(_INVALID, f"slot {s}: role {shown} is not input, output, inout or scratch")
+        if staged is None:
+            staged = r != ROLES["scratch"]
+        if r == ROLES["scratch"] and staged:
+            raise GraphdError(_INVALID, f"slot {s}: a scratch slot cannot be staged")
+        nbytes = _u64(nbytes, f"slot {s}: the size")
+        if nbytes == 0:
+            raise GraphdError(_INVALID, f"slot {s}: size 0 is invalid")
+        if nbytes > MAX_SLOT_BYTES:
+            raise GraphdError(_EXHAUSTED, f"slot {s}: {nbytes} bytes is over the limit of {MAX_SLOT_BYTES}")
+        self._slots.append((r, SLOT_STAGED if staged else 0, nbytes))
+        return s
+
+    # --- steps ----------------------------------------------------------
+
+    def _new_step(self, what):
+        self._check_open()
+        if len(self._steps) >= MAX_STEPS:
+            raise GraphdError(_EXHAUSTED, f"step {len(self._steps)} ({what}): over the limit of {MAX_STEPS} steps")
+
+    def add_launch(self, module_id, function, grid, block, shared_bytes=0):
+        """Adds a launch of `function` (1 to 255 printable ASCII bytes) in the
+        module with that id (32 bytes, or 64 hex digits), with grid and block
+        (an int or 1 to 3 ints; missing axes are 1) and dynamic shared
+        memory. Returns the step's index; declare its parameters with
+        param(), param_slot(), patch() or launch_args()."""
+        self._check_open()
+        i = len(self._steps)
+        mod = _as_id(module_id)
+        name = function.encode("utf-8") if isinstance(function, str) else bytes(function)
+        if len(name) == 0:
+            raise GraphdError(_INVALID, f"step {i} (launch): the function name is empty")
+        if len(name) > MAX_NAME:
+            raise GraphdError(_EXHAUSTED, f"step {i} (launch): the function name is longer than {MAX_NAME} bytes")
+        for c in name:
+            if c < 0x21 or c > 0x7E:
+                raise GraphdError(_INVALID, f"step {i} (launch): the function name has a byte 0x{c:02x} "
+                                  "that is not printable ASCII")
+        lbl = f"step {i} (launch {name.decode('ascii')})"
+        grid = _dim3(grid, f"{lbl}: grid")
+        block = _dim3(block, f"{lbl}: block")
+        for a, axis in enumerate("xyz"):
+            gmax = MAX_GRID_X if a == 0 else MAX_GRID_YZ
+            if grid[a] == 0 or grid[a] > gmax:
+                raise GraphdError(_INVALID, f"{lbl}: grid.{axis} is {grid[a]}; it must be 1 to {gmax}")
+            bmax = MAX_BLOCK_Z if a == 2 else MAX_BLOCK_THREADS
+            if block[a] == 0 or block[a] > bmax:
+                raise GraphdError(_INVALID, f"{lbl}: block.{axis} is {block[a]}; it must be 1 to {bmax}")
+        threads = block[0] * block[1] * block[2]
+        if threads > MAX_BLOCK_THREADS:
+            raise GraphdError(_INVALID, f"{lbl}: block has {threads} threads; the limit is {MAX_BLOCK_THREADS}")
+        shared_bytes = _u32(shared_bytes, f"{lbl}: shared_bytes")
+        if shared_bytes > MAX_SHARED_BYTES:
+            raise GraphdError(_EXHAUSTED, f"{lbl}: {shared_bytes} bytes of dynamic shared memory is over "
+                              f"the limit of {MAX_SHARED_BYTES}")
+        self._new_step("launch")
+        self._steps.append(_Launch(mod, name, grid, block, shared_bytes))
+        return i
+
+    def _add_param(self, l, lbl, offset, data, size):
+        if size == 0:
+            raise GraphdError(_INVALID, f"{lbl}: parameter at offset {offset} has size 0")
+        if not _fits(offset, size, MAX_PARAM_BYTES):
+            raise GraphdError(_EXHAUSTED, f"{lbl}: parameter at offset {offset} (size {size}) ends past the "
+                              f"limit of {MAX_PARAM_BYTES} parameter bytes")
+        for o, n in l.params:
+            if offset < o + n and o < offset + size:
+                raise GraphdError(_INVALID, f"{lbl}: parameter at offset {offset} (size {size}) overlaps "
+                                  f"the parameter at offset {o} (size {n})")
+        if len(l.params) >= MAX_PARAMS:
+            raise GraphdError(_EXHAUSTED, f"{lbl}: parameter at offset {offset} is over the limit of "
+                              f"{MAX_PARAMS} parameters")
+        end = offset + size
+        if end > len(l.data):
+            l.data.extend(bytes(end - len(l.data)))
+        l.data[offset:end] = data if data is not None else bytes(size)
+        l.params.append((offset, size))
+
+    def param(self, step, offset, data):
+        """Declares a parameter of launch `step`: the bytes `data` at the
+        kernel's parameter byte offset. Parameters may be declared in any
+        order but must not overlap; gaps between them are zero; they end by
+        byte 4096, at most 128 per launch."""
+        l, lbl = self._launch(step)
+        offset = _u32(offset, f"{lbl}: parameter offset")
+        data = bytes(data)
+        self._add_param(l, lbl, offset, data, len(data))
+
+    def _prepare_patch(self, l, lbl, offset, slot, slot_offset):
+        if offset % 8:
+            raise GraphdError(_INVALID, f"{lbl}: patch at offset {offset} is not 8-byte aligned")
+        if any(o == offset for o, _, _ in l.patches):
+            raise GraphdError(_INVALID, f"{lbl}: there is already a patch at offset {offset}")
+        if slot >= len(self._slots):
+            raise GraphdError(_INVALID, f"{lbl}: patch at offset {offset} names slot {slot}; there are "
+                              f"{len(self._slots)} slots")
+        size = self._slots[slot][2]
+        if slot_offset >= size:
+            raise GraphdError(_INVALID, f"{lbl}: patch at offset {offset} points {slot_offset} bytes into "
+                              f"slot {slot}, which has {size}")
+        if len(l.patches) >= MAX_PATCHES:
+            raise GraphdError(_EXHAUSTED, f"{lbl}: patch at offset {offset} is over the limit of "
+                              f"{MAX_PATCHES} patches")
+
+    def param_slot(self, step, offset, slot, slot_offset=0):
+        """Declares an 8-byte pointer parameter at offset (a multiple of 8)
+        whose value the daemon sets to the address of `slot` plus
+        slot_offset (less than the slot's size)."""
+        l, lbl = self._launch(step)
+        offset = _u32(offset, f"{lbl}: parameter offset")
+        slot = _u32(slot, f"{lbl}: slot")
+        slot_offset = _u64(slot_offset, f"{lbl}: slot offset")
+        # Everything that can fail happens before the parameter is added.
+        self._prepare_patch(l, lbl, offset, slot, slot_offset)
+        self._add_param(l, lbl, offset, None, 8)
+        l.patches.append((offset, slot, slot_offset))
+
+    def patch(self, step, offset, slot, slot_offset=0):
+        """Makes the 8 bytes at parameter offset `offset` (a multiple of 8,
+        from the start of the parameter buffer) a pointer to `slot` plus
+        slot_offset. They must lie inside one declared parameter (typically
+        a struct passed by value); the builder zeroes them."""
+        l, lbl = self._launch(step)
+        offset = _u32(offset, f"{lbl}: patch offset")
+        slot = _u32(slot, f"{lbl}: slot")
+        slot_offset = _u64(slot_offset, f"{lbl}: slot offset")
+        if offset % 8:
+            raise GraphdError(_INVALID, f"{lbl}: patch at offset {offset} is not 8-byte aligned")
+        if not any(offset >= o and _fits(offset, 8, o + n) for o, n in l.params):
+            raise GraphdError(_INVALID, f"{lbl}: patch at offset {offset} does not lie inside one declared "
+                              "parameter; declare the parameter that holds it first")
+        self._prepare_patch(l, lbl, offset, slot, slot_offset)
+        l.data[offset:offset + 8] = bytes(8)
+        l.patches.append((offset, slot, slot_offset))
+
+    def launch_args(self, step, args, offsets=None, hidden=0):
+        """Declares the parameters of launch `step` from typed arguments:
+        Slot(i[, offset]) for a pointer to a slot, scalars such as f32(2.0)
+        or u32(n), Struct(...) for a struct by value (with Slot fields for
+        pointers inside it), Raw(bytes, align) for anything else.
+
+        Without `offsets`, the arguments are laid out in order at natural C
+        alignment, which is what a plain C/CUDA signature gives. Real kernels
+        should pass the offsets from the kernel's signature
+        (cuFuncGetParamInfo) when in doubt. `hidden` adds that many trailing
+        8-byte zero parameters after the last argument (at 8-byte aligned
+        offsets): Triton appends hidden pointer parameters (scratch buffers)
+        that may be null.
+
+        Returns the list of offsets used, hidden parameters included."""
+        l, lbl = self._launch(step)
+        args = list(args)
+        for a in args:
+            if not isinstance(a, Arg):
+                raise TypeError(f"{lbl}: argument {a!r} must be a graphd Arg (Slot, f32(...), u32(...), "
+                                "Struct, Raw); plain Python numbers have no C type")
+        hidden = _int(hidden, f"{lbl}: hidden", 0, MAX_PARAMS)
+        offs = _layout(args, offsets, "argument")
+        # Checked as a whole first, so a refused call changes nothing.
+        saved = (list(l.params), bytearray(l.data), list(l.patches))
+        try:
+            for o, a in zip(offs, args):
+                if isinstance(a, Slot):
+                    self.param_slot(step, o, a.index, a.offset)
+                    continue
+                self._add_param(l, lbl, o, a.encode(), a.size)
+                for r, s, so in a.patches():
+                    self.patch(step, o + r, s, so)
+            end = max([o + a.size for o, a in zip(offs, args)] or [0])
+            for _ in range(hidden):
+                end = _align_up(end, 8)
+                self._add_param(l, lbl, end, None, 8)
+                offs.append(end)
+                end += 8
+        except BaseException:
+            l.params, l.data, l.patches = saved
+            raise
+        return offs
+
+    def launch(self, module_id, function, grid, block, args=(), shared_bytes=0, offsets=None, hidden=0):
+        """add_launch() and launch_args() in one call; returns the step."""
+        self._check_open()
+        # Validate the arguments' types before the step exists.
+        for a in args:
+            if not isinstance(a, Arg):
+                raise TypeError(f"argument {a!r} must be a graphd Arg (Slot, f32(...), u32(...), Struct, Raw)")
+        i = self.add_launch(module_id, function, grid, block, shared_bytes)
+        try:
+            self.launch_args(i, args, offsets=offsets, hidden=hidden)
+        except BaseException:
+            self._steps.pop()
+            raise
+        return i
+
+    def _check_range(self, i, what, slot, off, nbytes):
+        if slot >= len(self._slots):
+            raise GraphdError(_INVALID, f"step {i} ({what}): slot {slot} does not exist; there are "
+                              f"{len(self._slots)} slots")
+        size = self._slots[slot][2]
+        if not _fits(off, nbytes, size):
+            raise GraphdError(_INVALID, f"step {i} ({what}): {nbytes} bytes at offset {off} are outside "
+                              f"slot {slot}, which has {size}")
+
+    def add_memset(self, slot, offset, nbytes, element_size, value):
+        """Adds a memset of nbytes bytes at offset in `slot`, elements of
+        element_size bytes (1, 2 or 4) set to value. Returns the step."""
+        self._check_open()
+        i = len(self._steps)
+        slot = _u32(slot, f"step {i} (memset): slot")
+        offset = _u64(offset, f"step {i} (memset): offset")
+        nbytes = _u64(nbytes, f"step {i} (memset): bytes")
+        es = _u32(element_size, f"step {i} (memset): element_size")
+        value = _u32(value, f"step {i} (memset): value")
+        if es not in (1, 2, 4):
+            raise GraphdError(_INVALID, f"step {i} (memset): element_size {es} is not 1, 2 or 4")
+        if nbytes == 0 or nbytes % es or offset % es:
+            raise GraphdError(_INVALID, f"step {i} (memset): offset {offset} and bytes {nbytes} must be "
+                              f"multiples of the element size {es}, and bytes non-zero")
+        if es < 4 and value >> (8 * es):
+            raise GraphdError(_INVALID, f"step {i} (memset): value 0x{value:x} does not fit in {es} byte(s)")
+        self._check_range(i, "memset", slot, offset, nbytes)
+        self._new_step("memset")
+        self._steps.append(_Memset(slot, es, value, offset, nbytes))
+        return i
+
+    def add_copy(self, dst_slot, dst_offset, src_slot, src_offset, nbytes):
+        """Adds a copy of nbytes bytes (1 or more) from src_slot at
+        src_offset to dst_slot at dst_offset. Returns the step."""
+        self._check_open()
+        i = len(self._steps)
+        dst_slot = _u32(dst_slot, f"step {i} (copy): dst_slot")
+        src_slot = _u32(src_slot, f"step {i} (copy): src_slot")
+        dst_offset = _u64(dst_offset, f"step {i} (copy): dst_offset")
+        src_offset = _u64(src_offset, f"step {i} (copy): src_offset")
+        nbytes = _u64(nbytes, f"step {i} (copy): bytes")
+        if nbytes == 0:
+            raise GraphdError(_INVALID, f"step {i} (copy): bytes is 0")
+        self._check_range(i, "copy", dst_slot, dst_offset, nbytes)
+        self._check_range(i, "copy", src_slot, src_offset, nbytes)
+        if dst_slot == src_slot and dst_offset < src_offset + nbytes and src_offset < dst_offset + nbytes:
+            raise GraphdError(_INVALID, f"step {i} (copy): source and destination overlap in slot {dst_slot}")
+        self._new_step("copy")
+        self._steps.append(_Copy(dst_slot, src_slot, dst_offset, src_offset, nbytes))
+        return i
+
+    # --- finish ---------------------------------------------------------
+
+    def finish(self):
+        """Completes the program: sorts parameters and patches by offset,
+        runs the structural validation the daemon runs at registration,
+        encodes it and computes its id. Returns (encoding, id). After
+        success the program can no longer change; finishing again returns
+        the same. Raises GraphdError (INVALID_ARGUMENT, or
+        RESOURCE_EXHAUSTED for a cap)."""
+        if self._encoding is not None:
+            return self._encoding, self._id
+        for s in self._steps:
+            if s.kind == STEP_LAUNCH:
+                s.params.sort()
+                s.patches.sort()
+        validate(self.mode, self._slots, self._steps)
+        enc = _encode(self.mode, self._slots, self._steps)
+        if len(enc) > MAX_PROGRAM_BYTES:
+            raise GraphdError(_EXHAUSTED, f"the program encodes to {len(enc)} bytes, over the limit of "
+                              f"{MAX_PROGRAM_BYTES}")
+        self._encoding = enc
+        self._id = hashlib.sha256(enc).digest()
+        return self._encoding, self._id
+
+    def modules(self):
+        """Every distinct module id the launches use, in first-use order."""
+        out = []
+        for s in self._steps:
+            if s.kind == STEP_LAUNCH and s.module not in out:
+                out.append(s.module)
+        return out
+
+
+def _encode(mode, slots, steps):
+    w = [struct.pack("<IIIII", PROGRAM_MAGIC, ENCODING_VERSION, mode, len(slots), len(steps))]
+    for role, flags, size in slots:
+        w.append(struct.pack("<IIQ", role, flags, size))
+    for s in steps:
+        w.append(struct.pack("<I", s.kind))
+        if s.kind == STEP_LAUNCH:
+            w.append(s.module)
+            w.append(struct.pack("<I", len(s.name)) + s.name)
+            w.append(struct.pack("<7I", *s.grid, *s.block, s.shared))
+            w.append(struct.pack("<I", len(s.params)))
+            w.extend(struct.pack("<II", o, n) for o, n in s.params)
+            w.append(struct.pack("<I", len(s.data)) + bytes(s.data))
+            w.append(struct.pack("<I", len(s.patches)))
+            w.extend(struct.pack("<IIQ", o, sl, so) for o, sl, so in s.patches)
+        elif s.kind == STEP_MEMSET:
+            w.append(struct.pack("<IIIQQ", s.slot, s.element_size, s.value, s.offset, s.nbytes))
+        else:
+            w.append(struct.pack("<IIQQQ", s.dst_slot, s.src_slot, s.dst_offset, s.src_offset, s.nbytes))
+    return b"".join(w)
+
+
+def _validate_launch(slots, i, l):
+    """validate_launch() of proto/program.c, on a launch whose params and
+    patches are sorted."""
+    lbl = f"step {i} (launch {l.name.decode('ascii')})"
+    if len(l.params) > MAX_PARAMS:
+        raise GraphdError(_EXHAUSTED, f"{lbl}: {len(l.params)} parameters is over the limit of {MAX_PARAMS}")
+    if len(l.data) > MAX_PARAM_BYTES:
+        raise GraphdError(_EXHAUSTED, f"{lbl}: {len(l.data)} parameter bytes is over the limit of "
+                          f"{MAX_PARAM_BYTES}")
+    end = 0
+    for k, (o, n) in enumerate(l.params):
+        if n == 0:
+            raise GraphdError(_INVALID, f"{lbl}: parameter {k} has size 0")
+        if o < end:
+            raise GraphdError(_INVALID, f"{lbl}: parameter {k} at offset {o} overlaps the one before or is "
+                              "out of order")
+        end = o + n
+    if end != len(l.data):
+        raise GraphdError(_INVALID, f"{lbl}: {len(l.data)} parameter bytes, but the parameters end at byte {end}")
+    at = 0
+    for o, n in l.params + [(len(l.data), 0)]:
+        for b in range(at, o):
+            if l.data[b]:
+                raise GraphdError(_INVALID, f"{lbl}: padding byte {b} between parameters must be zero")
+        at = o + n
+    if len(l.patches) > MAX_PATCHES:
+        raise GraphdError(_EXHAUSTED, f"{lbl}: {len(l.patches)} pointer patches is over the limit of "
+                          f"{MAX_PATCHES}")
+    prev = None
+    for o, s, so in l.patches:
+        if o % 8:
+            raise GraphdError(_INVALID, f"{lbl}: patch at offset {o} is not 8-byte aligned")
+        if prev is not None and o <= prev:
+            raise GraphdError(_INVALID, f"{lbl}: patch at offset {o} repeats or is out of order")
+        prev = o
+        if not any(o >= po and _fits(o, 8, po + pn) for po, pn in l.params):
+            raise GraphdError(_INVALID, f"{lbl}: patch at offset {o} does not lie inside one parameter")
+        if s >= len(slots):
+            raise GraphdError(_INVALID, f"{lbl}: patch at offset {o} names slot {s}; there are {len(slots)} slots")
+        if so >= slots[s][2]:
+            raise GraphdError(_INVALID, f"{lbl}: patch at offset {o} points {so} bytes into slot {s}, which "
+                              f"has {slots[s][2]}")
+        if any(l.data[o:o + 8]):
+            raise GraphdError(_INVALID, f"{lbl}: the 8 parameter bytes under the patch at offset {o} must be zero")
+
+
+def _check_step_range(slots, i, what, slot, off, nbytes):
+    if slot >= len(slots):
+        raise GraphdError(_INVALID, f"step {i} ({what}): slot {slot} does not exist; there are {len(slots)} slots")
+    if not _fits(off, nbytes, slots[slot][2]):
+        raise GraphdError(_INVALID, f"step {i} ({what}): bytes {off}..{off + nbytes} are outside slot {slot}, "
+                          f"which has {slots[slot][2]}")
+
+
+def validate(mode, slots, steps):
+    """The structural stage of proto/program.c (gd_program_validate), with
+    its messages. The builder's calls already refuse most of this; this is
+    the backstop that finish() runs."""
+    if mode not in (0, 1):
+        raise GraphdError(_INVALID, f"mode {mode} is not staged (0) or staged_ex (1)")
+    if len(slots) > MAX_SLOTS:
+        raise GraphdError(_EXHAUSTED, f"{len(slots)} slots is over the limit of {MAX_SLOTS}")
+    if not steps:
+        raise GraphdError(_INVALID, "the program has no steps")
+    if len(steps) > MAX_STEPS:
+        raise GraphdError(_EXHAUSTED, f"{len(steps)} steps is over the limit of {MAX_STEPS}")
+    for s, (role, flags, size) in enumerate(slots):
+        if role > 3:
+            raise GraphdError(_INVALID, f"slot {s}: role {role} is not input, output, inout or scratch")
+        if flags & ~SLOT_STAGED:
+            raise GraphdError(_INVALID, f"slot {s}: unknown flags 0x{flags:x}")
+        if role == 3 and flags:
+            raise GraphdError(_INVALID, f"slot {s}: a scratch slot cannot be staged")
+        if size == 0:
+            raise GraphdError(_INVALID, f"slot {s}: size 0 is invalid")
+        if size > MAX_SLOT_BYTES:
+            raise GraphdError(_EXHAUSTED, f"slot {s}: {size} bytes is over the limit of {MAX_SLOT_BYTES}")
+    for i, st in enumerate(steps):
+        if st.kind == STEP_LAUNCH:
+            _validate_launch(slots, i, st)
+        elif st.kind == STEP_MEMSET:
+            es = st.element_size
+            if es not in (1, 2, 4):
+                raise GraphdError(_INVALID, f"step {i} (memset): element_size {es} is not 1, 2 or 4")
+            if st.nbytes == 0 or st.nbytes % es or st.offset % es:
+                raise GraphdError(_INVALID, f"step {i} (memset): offset {st.offset} and bytes {st.nbytes} must "
+                                  f"be non-zero multiples of the element size {es}")
+            if es < 4 and st.value >> (8 * es):
+                raise GraphdError(_INVALID, f"step {i} (memset): value 0x{st.value:x} does not fit in {es} byte(s)")
+            _check_step_range(slots, i, "memset", st.slot, st.offset, st.nbytes)
+        else:
+            if st.nbytes == 0:
+                raise GraphdError(_INVALID, f"step {i} (copy): bytes is 0")
+            _check_step_range(slots, i, "copy", st.dst_slot, st.dst_offset, st.nbytes)
+            _check_step_range(slots, i, "copy", st.src_slot, st.src_offset, st.nbytes)
+            if (st.dst_slot == st.src_slot and st.dst_offset < st.src_offset + st.nbytes
+                    and st.src_offset < st.dst_offset + st.nbytes):
+                raise GraphdError(_INVALID, f"step {i} (copy): source and destination overlap in slot {st.dst_slot}")
