@@ -529,8 +529,10 @@ class CProgram:
         return self._idx(self._l.graphd_program_add_slot(self._p, r, nbytes, int(bool(staged))))
 
     def add_launch(self, module_id, function, grid, block, shared_bytes=0):
-        g = (_u32 * 3)(*(tuple(grid) + (1,) * (3 - len(grid))))
-        b = (_u32 * 3)(*(tuple(block) + (1,) * (3 - len(block))))
+        def dim3(v):
+            v = (v,) if isinstance(v, int) else tuple(v)
+            return (_u32 * 3)(*(v + (1,) * (3 - len(v))))
+        g, b = dim3(grid), dim3(block)
         return self._idx(self._l.graphd_program_add_launch(self._p, _id_arg(module_id), function.encode(),
                                                            g, b, shared_bytes))
 

@@ -1,0 +1,59 @@
+/* Prints the sizes and field offsets of libgraphd's public structures, one
+ * "struct size N" or "struct.field offset N" per line, for the Python
+ * bindings' layout test (client/python/tests/test_lib.py). */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "graphd/graphd.h"
+
+#define SIZE(t) printf("%s size %zu\n", #t, sizeof(t))
+#define OFF(t, f) printf("%s.%s offset %zu\n", #t, #f, offsetof(t, f))
+
+int main(void) {
+  SIZE(graphd_connect_options);
+  OFF(graphd_connect_options, socket_path);
+  OFF(graphd_connect_options, kind);
+  OFF(graphd_connect_options, device_uuid);
+  OFF(graphd_connect_options, timeout_ms);
+  OFF(graphd_connect_options, client_name);
+  SIZE(graphd_device_counters);
+  OFF(graphd_device_counters, captures);
+  OFF(graphd_device_counters, replays);
+  OFF(graphd_device_counters, staging_bytes);
+  SIZE(graphd_device_info);
+  OFF(graphd_device_info, name);
+  OFF(graphd_device_info, uuid);
+  OFF(graphd_device_info, uuid_str);
+  OFF(graphd_device_info, total_memory);
+  OFF(graphd_device_info, backend);
+  OFF(graphd_device_info, epoch);
+  OFF(graphd_device_info, mps_enabled);
+  OFF(graphd_device_info, state);
+  OFF(graphd_device_info, counters);
+  SIZE(graphd_session_info);
+  OFF(graphd_session_info, data);
+  OFF(graphd_session_info, device);
+  OFF(graphd_session_info, client_name);
+  OFF(graphd_session_info, regions);
+  SIZE(graphd_daemon_status);
+  OFF(graphd_daemon_status, uptime_ms);
+  OFF(graphd_daemon_status, pid);
+  OFF(graphd_daemon_status, ndevices);
+  OFF(graphd_daemon_status, devices);
+  OFF(graphd_daemon_status, nsession_info);
+  OFF(graphd_daemon_status, session_info);
+  OFF(graphd_daemon_status, modules);
+  OFF(graphd_daemon_status, programs);
+  SIZE(graphd_region_ref);
+  OFF(graphd_region_ref, offset);
+  OFF(graphd_region_ref, import_ns);
+  SIZE(graphd_binding);
+  OFF(graphd_binding, ptr);
+  OFF(graphd_binding, bytes);
+  SIZE(graphd_replay_info);
+  OFF(graphd_replay_info, capture_ns);
+  OFF(graphd_replay_info, server_ns);
+  SIZE(graphd_prepare_info);
+  OFF(graphd_prepare_info, load_ns);
+  return 0;
+}
