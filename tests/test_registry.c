@@ -344,6 +344,52 @@ START_TEST(test_registry_prepare_needs_a_data_session) {
 }
 END_TEST
 
+START_TEST(test_registry_client_side_registry_syncs_sessions_on_demand) {
+  uint8_t mod[32], pid[32];
+  ck_assert_int_eq(graphd_registry_add_module(GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
+  graphd_program *p = scale_program(mod, "scale", 4);
+  const uint8_t *enc;
+  size_t len;
+  ck_assert_int_eq(graphd_program_finish(p, pid), GRAPHD_OK);
+  ck_assert_int_eq(graphd_program_encoding(p, &enc, &len), GRAPHD_OK);
+  ck_assert_int_eq(graphd_registry_add_program(pid, enc, len), GRAPHD_OK);
+  /* A wrong id is refused; adding twice is fine. */
+  uint8_t bad[32];
+  memcpy(bad, pid, 32);
+  bad[0] ^= 1;
+  ck_assert_int_eq(graphd_registry_add_program(bad, enc, len), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_int_eq(graphd_registry_add_program(pid, enc, len), GRAPHD_OK);
+  graphd_program_free(p);
+
+  graphd_client *c = td_data(&d, 0);
+  uint64_t nm, np;
+  status_counts(c, &nm, &np);
+  ck_assert_uint_eq(np, 0);
+  ck_assert_int_eq(graphd_registry_sync(c, pid), GRAPHD_OK);
+  status_counts(c, &nm, &np);
+  ck_assert_uint_eq(nm, 1);
+  ck_assert_uint_eq(np, 1);
+  ck_assert_int_eq(graphd_registry_sync(c, pid), GRAPHD_OK); /* once per handle */
+  ck_assert_int_eq(graphd_prepare_program(c, pid, NULL), GRAPHD_OK);
+  graphd_close(c);
+  graphd_client *ctl = td_control(&d);
+  ck_assert_int_eq(graphd_registry_sync(ctl, bad), GRAPHD_NOT_FOUND);
+  ck_assert_msg(strstr(graphd_last_error(ctl), "not in this process's registry"), "%s",
+                graphd_last_error(ctl));
+  graphd_close(ctl);
+
+  /* After a daemon restart, a new handle gets everything again. */
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+  td_start(&d, "--host-devices", "2", NULL);
+  c = td_data(&d, 1);
+  ck_assert_int_eq(graphd_registry_sync(c, pid), GRAPHD_OK);
+  ck_assert_int_eq(graphd_prepare_program(c, pid, NULL), GRAPHD_OK);
+  graphd_close(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("registry");
   TCase *tc = tcase_create("registry");
@@ -357,6 +403,7 @@ int main(void) {
   tcase_add_test(tc, test_registry_device_stage_checks_functions_and_parameters);
   tcase_add_test(tc, test_registry_broken_module_reports_the_loader_error_once);
   tcase_add_test(tc, test_registry_prepare_needs_a_data_session);
+  tcase_add_test(tc, test_registry_client_side_registry_syncs_sessions_on_demand);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }

@@ -315,6 +315,7 @@ void graphd_close(graphd_client *c) {
   if (!c) return;
   gd_client_replay_close(c);
   gd_client_regions_close(c);
+  free(c->synced);
   if (c->fd >= 0) close(c->fd);
   gd_frame_reader_close(&c->rd);
   pthread_mutex_destroy(&c->lock);

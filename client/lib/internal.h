@@ -72,6 +72,8 @@ struct graphd_client {
   uint32_t nhost, host_cap;
   uint64_t host_serial;
   gd_flag_page *flags;   /* created with the first stream; freed at close */
+  uint8_t (*synced)[32]; /* guarded by lock: programs graphd_registry_sync gave this handle */
+  uint32_t nsynced, synced_cap;
   _Atomic int dead;      /* set by the watcher when the daemon hung up */
   int watch_fd;          /* dup of fd for the watcher, -1 when not watched */
   struct graphd_client *watch_next; /* guarded by the watcher's lock */

@@ -162,6 +162,25 @@ GRAPHD_EXPORT graphd_status graphd_register_program_encoding(graphd_client *c,
                                                              const uint8_t id[32],
                                                              const void *encoding, size_t len);
 
+/* ---- The client-side registry -----------------------------------------------
+ * A process-wide store of module and program bytes, so that any session (a
+ * new one, or one reconnected after the daemon restarted) can be given what
+ * a replay needs, on demand. The JAX integration registers programs here at
+ * trace time and syncs them to sessions at run time. Thread-safe. */
+
+/* Keeps module bytes (copied) under their id; id_out may be NULL. */
+GRAPHD_EXPORT graphd_status graphd_registry_add_module(graphd_module_kind kind, const void *bytes,
+                                                       size_t len, uint8_t id_out[32]);
+
+/* Keeps a program's canonical encoding (copied), checked against its id;
+ * its modules must be added first. */
+GRAPHD_EXPORT graphd_status graphd_registry_add_program(const uint8_t id[32], const void *encoding,
+                                                        size_t len);
+
+/* Registers the program and its modules on c, once per handle (later calls
+ * return at once). NOT_FOUND when the program is not in the registry. */
+GRAPHD_EXPORT graphd_status graphd_registry_sync(graphd_client *c, const uint8_t id[32]);
+
 typedef struct graphd_prepare_info {
   uint64_t modules_loaded; /* loads this call caused (0: all were cached) */
   uint64_t load_ns;        /* time they took on the daemon's device */
