@@ -73,6 +73,7 @@
   X(cuStreamSynchronize)                  \
   X(cuStreamQuery)                        \
   X(cuStreamGetCtx)                       \
+  X(cuStreamGetDevice)                    \
   X(cuMemHostRegister)                    \
   X(cuMemHostUnregister)                  \
   X(cuMemHostGetDevicePointer)            \

@@ -8,6 +8,12 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc)
 
+# jaxlib's XLA FFI header, for the JAX handler and its tests (downloaded
+# once; without it the handler and test_xla are left out, with a message).
+scripts/fetch-xla-headers.sh build/xla-include ||
+  echo "warning: no XLA FFI headers; the JAX handler is not built or tested"
+mkdir -p build-asan && cp -r build/xla-include build-asan/ 2>/dev/null || true
+
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAPHD_WERROR=ON
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"

@@ -1,0 +1,292 @@
+/* graphd's XLA FFI handler, in plain C against jaxlib's c_api.h.
+ *
+ * Registered in JAX as a CUDA custom call target; each call replays one
+ * registered program on the call's own buffers, ordered with XLA's stream
+ * (docs/jax.md has the whole flow). Attributes:
+ *   program  string, the program id in 64 hex digits
+ *   slots    array of i64: the program slot of each operand, then of each
+ *            result, in order
+ * It answers XLA's metadata query with traits = 0, which keeps it out of
+ * XLA's command buffers (they would replay the GPU work without the socket
+ * request).
+ *
+ * DESIGN: XLA calls handlers from several threads at once (one per device
+ * under shard_map or pmap). The session table is guarded by table_lock;
+ * each session handle serialises its own calls; the (handle, CUstream)
+ * stream cache lives in the session entry, under table_lock. A session whose
+ * daemon went away is dropped, so the next call connects again and the
+ * client-side registry gives the new session the program again. */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common/cuda_driver.h"
+#include "graphd/graphd.h"
+#include "graphd/xla.h"
+
+/* graphd's status codes are XLA's error codes (Decisions 2): one to one. */
+#define GRAPHD_XLA_SAME_(name, value, desc) \
+  _Static_assert((int)GRAPHD_##name == (int)XLA_FFI_Error_Code_##name, #name " differs");
+GRAPHD_STATUS_LIST(GRAPHD_XLA_SAME_)
+#undef GRAPHD_XLA_SAME_
+
+#define MAX_SESSIONS 64
+#define MAX_STREAMS 16
+#define MAX_BUFFERS 64
+
+typedef struct dev_session {
+  uint8_t uuid[16];
+  graphd_client *c;
+  struct {
+    void *cu_stream;
+    graphd_stream *s;
+  } streams[MAX_STREAMS];
+  int nstreams;
+} dev_session;
+
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static dev_session sessions[MAX_SESSIONS]; /* guarded by table_lock */
+static int nsessions;                      /* guarded by table_lock */
+
+static XLA_FFI_Error *fail(const XLA_FFI_Api *api, graphd_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* An XLA error with graphd's status code (the numbering is shared) and a
+ * message that starts with "graphd: ". */
+static XLA_FFI_Error *fail(const XLA_FFI_Api *api, graphd_status code, const char *fmt, ...) {
+  char msg[GRAPHD_ERRMAX + 256];
+  int n = snprintf(msg, sizeof msg, "graphd: ");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+  va_end(ap);
+  XLA_FFI_Error_Create_Args a;
+  memset(&a, 0, sizeof a);
+  a.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
+  a.message = msg;
+  a.errc = (XLA_FFI_Error_Code)code;
+  return api->XLA_FFI_Error_Create(&a);
+}
+
+static size_t dtype_size(XLA_FFI_DataType t) {
+  switch (t) {
+    case XLA_FFI_DataType_PRED: case XLA_FFI_DataType_S8: case XLA_FFI_DataType_U8:
+    case XLA_FFI_DataType_F8E5M2: case XLA_FFI_DataType_F8E4M3: case XLA_FFI_DataType_F8E4M3FN:
+    case XLA_FFI_DataType_F8E3M4: case XLA_FFI_DataType_F8E4M3B11FNUZ:
+    case XLA_FFI_DataType_F8E5M2FNUZ: case XLA_FFI_DataType_F8E4M3FNUZ:
+    case XLA_FFI_DataType_F8E8M0FNU:
+      return 1;
+    case XLA_FFI_DataType_S16: case XLA_FFI_DataType_U16: case XLA_FFI_DataType_F16:
+    case XLA_FFI_DataType_BF16:
+      return 2;
+    case XLA_FFI_DataType_S32: case XLA_FFI_DataType_U32: case XLA_FFI_DataType_F32:
+      return 4;
+    case XLA_FFI_DataType_S64: case XLA_FFI_DataType_U64: case XLA_FFI_DataType_F64:
+    case XLA_FFI_DataType_C64:
+      return 8;
+    case XLA_FFI_DataType_C128:
+      return 16;
+    default:
+      return 0; /* sub-byte and token types cannot be bound */
+  }
+}
+
+/* The attribute `name`, or NULL. XLA sorts attributes by name; there are few. */
+static void *find_attr(const XLA_FFI_Attrs *attrs, const char *name, XLA_FFI_AttrType *type) {
+  size_t len = strlen(name);
+  for (int64_t i = 0; i < attrs->size; i++) {
+    const XLA_FFI_ByteSpan *n = attrs->names[i];
+    if (n->len == len && memcmp(n->ptr, name, len) == 0) {
+      *type = attrs->types[i];
+      return attrs->attrs[i];
+    }
+  }
+  return NULL;
+}
+
+static int parse_hex_id(const XLA_FFI_ByteSpan *s, uint8_t id[32]) {
+  if (s->len != 64) return -1;
+  for (int i = 0; i < 32; i++) {
+    int v = 0;
+    for (int k = 0; k < 2; k++) {
+      char ch = s->ptr[2 * i + k];
+      int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                                                 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+      if (d < 0) return -1;
+      v = v * 16 + d;
+    }
+    id[i] = (uint8_t)v;
+  }
+  return 0;
+}
+
+/* The device behind an XLA stream, by UUID: the same GPU has other ordinals
+ * in other processes. $GRAPHD_XLA_DEVICE names it instead (tests, or a
+ * process whose stream lookup should be skipped). */
+static graphd_status device_uuid(void *stream, uint8_t uuid[16], char *err, size_t errlen) {
+  const char *env = getenv("GRAPHD_XLA_DEVICE");
+  if (env && *env) {
+    if (graphd_uuid_parse(env, uuid) == GRAPHD_OK) return GRAPHD_OK;
+    snprintf(err, errlen, "GRAPHD_XLA_DEVICE=%s is not a device UUID", env);
+    return GRAPHD_INVALID_ARGUMENT;
+  }
+  const gd_cuda *cu;
+  char e[256];
+  if (gd_cuda_load(&cu, e, sizeof e) < 0) {
+    snprintf(err, errlen, "%s", e);
+    return GRAPHD_FAILED_PRECONDITION;
+  }
+  CUdevice dev;
+  CUuuid u;
+  if (cu->cuStreamGetDevice((CUstream)stream, &dev) != CUDA_SUCCESS ||
+      cu->cuDeviceGetUuid(&u, dev) != CUDA_SUCCESS) {
+    snprintf(err, errlen, "cannot find the device of XLA's stream");
+    return GRAPHD_INTERNAL;
+  }
+  memcpy(uuid, u.bytes, 16);
+  return GRAPHD_OK;
+}
+
+/* The session for a device, connected on first use. Caller holds
+ * table_lock. */
+static dev_session *session_for(const uint8_t uuid[16], char *err, size_t errlen,
+                                graphd_status *st) {
+  for (int i = 0; i < nsessions; i++)
+    if (memcmp(sessions[i].uuid, uuid, 16) == 0) return &sessions[i];
+  if (nsessions == MAX_SESSIONS) {
+    snprintf(err, errlen, "more than %d devices", MAX_SESSIONS);
+    *st = GRAPHD_RESOURCE_EXHAUSTED;
+    return NULL;
+  }
+  graphd_connect_options o;
+  graphd_connect_options_init(&o);
+  o.kind = GRAPHD_SESSION_DATA;
+  memcpy(o.device_uuid, uuid, 16);
+  o.client_name = "jax";
+  graphd_client *c;
+  *st = graphd_connect(&o, &c, err, errlen);
+  if (*st != GRAPHD_OK) return NULL;
+  dev_session *d = &sessions[nsessions++];
+  memset(d, 0, sizeof *d);
+  memcpy(d->uuid, uuid, 16);
+  d->c = c;
+  return d;
+}
+
+static graphd_stream *stream_for(dev_session *d, void *cu_stream, graphd_status *st) {
+  for (int i = 0; i < d->nstreams; i++)
+    if (d->streams[i].cu_stream == cu_stream) return d->streams[i].s;
+  if (d->nstreams == MAX_STREAMS) {
+    *st = GRAPHD_RESOURCE_EXHAUSTED;
+    return NULL;
+  }
+  graphd_stream *s;
+  *st = graphd_stream_attach(d->c, cu_stream, &s);
+  if (*st != GRAPHD_OK) return NULL;
+  d->streams[d->nstreams].cu_stream = cu_stream;
+  d->streams[d->nstreams++].s = s;
+  return s;
+}
+
+/* Forgets a session whose daemon went away; the next call connects again. */
+static void drop_session(dev_session *d) {
+  for (int i = 0; i < d->nstreams; i++) graphd_stream_detach(d->streams[i].s);
+  graphd_close(d->c);
+  *d = sessions[--nsessions];
+}
+
+static XLA_FFI_Error *metadata(XLA_FFI_CallFrame *cf) {
+  XLA_FFI_Metadata_Extension *ext = (XLA_FFI_Metadata_Extension *)cf->extension_start;
+  ext->metadata->api_version.major_version = XLA_FFI_API_MAJOR;
+  ext->metadata->api_version.minor_version = XLA_FFI_API_MINOR;
+  ext->metadata->traits = 0; /* never inside a command buffer */
+  return NULL;
+}
+
+XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
+  /* The metadata query comes first, and its api may be NULL. */
+  if (cf->extension_start && cf->extension_start->type == XLA_FFI_Extension_Metadata)
+    return metadata(cf);
+  const XLA_FFI_Api *api = cf->api;
+  if (cf->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+
+  XLA_FFI_AttrType t;
+  const XLA_FFI_ByteSpan *prog = find_attr(&cf->attrs, "program", &t);
+  if (!prog || t != XLA_FFI_AttrType_STRING)
+    return fail(api, GRAPHD_INVALID_ARGUMENT, "the 'program' attribute (a 64-digit hex id) is missing");
+  uint8_t pid[32];
+  if (parse_hex_id(prog, pid) < 0)
+    return fail(api, GRAPHD_INVALID_ARGUMENT, "the 'program' attribute is not a 64-digit hex id");
+  const XLA_FFI_Array *slots = find_attr(&cf->attrs, "slots", &t);
+  if (!slots || t != XLA_FFI_AttrType_ARRAY || slots->dtype != XLA_FFI_DataType_S64)
+    return fail(api, GRAPHD_INVALID_ARGUMENT, "the 'slots' attribute (an int64 array) is missing");
+  int64_t nargs = cf->args.size, nrets = cf->rets.size;
+  if ((int64_t)slots->size != nargs + nrets)
+    return fail(api, GRAPHD_INVALID_ARGUMENT,
+                "%lld operands and %lld results, but 'slots' names %zu slots",
+                (long long)nargs, (long long)nrets, slots->size);
+  if (nargs + nrets > MAX_BUFFERS)
+    return fail(api, GRAPHD_INVALID_ARGUMENT, "more than %d operands and results", MAX_BUFFERS);
+
+  graphd_binding b[MAX_BUFFERS];
+  const int64_t *slot = slots->data;
+  for (int64_t i = 0; i < nargs + nrets; i++) {
+    int is_arg = i < nargs;
+    int64_t k = is_arg ? i : i - nargs;
+    int is_buffer = is_arg ? cf->args.types[k] == XLA_FFI_ArgType_BUFFER
+                           : cf->rets.types[k] == XLA_FFI_RetType_BUFFER;
+    if (!is_buffer)
+      return fail(api, GRAPHD_INVALID_ARGUMENT, "%s %lld is not a buffer",
+                  is_arg ? "operand" : "result", (long long)k);
+    const XLA_FFI_Buffer *buf = is_arg ? cf->args.args[k] : cf->rets.rets[k];
+    size_t es = dtype_size(buf->dtype);
+    if (es == 0)
+      return fail(api, GRAPHD_INVALID_ARGUMENT, "%s %lld has dtype %d, which graphd cannot bind",
+                  is_arg ? "operand" : "result", (long long)k, (int)buf->dtype);
+    uint64_t bytes = es;
+    for (int64_t r = 0; r < buf->rank; r++) bytes *= (uint64_t)buf->dims[r];
+    if (slot[i] < 0 || slot[i] > UINT32_MAX)
+      return fail(api, GRAPHD_INVALID_ARGUMENT, "slot %lld is out of range", (long long)slot[i]);
+    b[i].slot = (uint32_t)slot[i];
+    b[i].ptr = (uint64_t)(uintptr_t)buf->data;
+    b[i].bytes = bytes;
+  }
+
+  XLA_FFI_Stream_Get_Args sa;
+  memset(&sa, 0, sizeof sa);
+  sa.struct_size = XLA_FFI_Stream_Get_Args_STRUCT_SIZE;
+  sa.ctx = cf->ctx;
+  XLA_FFI_Error *xe = api->XLA_FFI_Stream_Get(&sa);
+  if (xe) return xe;
+  char err[GRAPHD_ERRMAX];
+  uint8_t uuid[16];
+  graphd_status st = device_uuid(sa.stream, uuid, err, sizeof err);
+  if (st != GRAPHD_OK) return fail(api, st, "%s", err);
+
+  pthread_mutex_lock(&table_lock);
+  dev_session *d = session_for(uuid, err, sizeof err, &st);
+  graphd_client *c = d ? d->c : NULL;
+  pthread_mutex_unlock(&table_lock);
+  if (!d) return fail(api, st, "%s", err);
+  /* The handle serialises its own calls; the table lock is not held over
+   * round trips, so other devices' calls proceed. */
+  st = graphd_registry_sync(c, pid);
+  graphd_stream *s = NULL;
+  if (st == GRAPHD_OK) {
+    pthread_mutex_lock(&table_lock);
+    s = stream_for(d, sa.stream, &st);
+    pthread_mutex_unlock(&table_lock);
+  }
+  if (s) st = graphd_replay(c, s, pid, b, (size_t)(nargs + nrets), NULL);
+  if (st == GRAPHD_OK) return NULL;
+  snprintf(err, sizeof err, "%s", graphd_last_error(c));
+  if (st == GRAPHD_UNAVAILABLE) {
+    pthread_mutex_lock(&table_lock);
+    for (int i = 0; i < nsessions; i++)
+      if (sessions[i].c == c) drop_session(&sessions[i]);
+    pthread_mutex_unlock(&table_lock);
+  }
+  return fail(api, st, "%s", err);
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Puts jaxlib's XLA FFI headers (xla/ffi/api/c_api.h) under DEST, for
+# building the FFI handler. A build-time input, never committed.
+# Takes them from an installed jax if there is one, else from a jaxlib wheel
+# that pip downloads (any Python; the headers are the same). Exits non-zero
+# when neither works; the build then skips the handler with a message.
+# Usage: scripts/fetch-xla-headers.sh DEST [JAXLIB_VERSION]
+set -euo pipefail
+dest=${1:?usage: fetch-xla-headers.sh DEST [JAXLIB_VERSION]}
+version=${2:-0.11.2}
+hdr=xla/ffi/api/c_api.h
+[[ -f "$dest/$hdr" ]] && exit 0
+mkdir -p "$dest"
+if inc=$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())' 2>/dev/null) && [[ -f "$inc/$hdr" ]]; then
+  mkdir -p "$dest/xla/ffi/api" && cp "$inc/$hdr" "$dest/$hdr"
+  echo "XLA FFI headers from the installed jax ($inc)"
+  exit 0
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64 \
+  -d "$tmp" "jaxlib==$version"
+python3 - "$tmp" "$dest" "$hdr" <<'PY'
+import glob, sys, zipfile, os
+tmp, dest, hdr = sys.argv[1:]
+whl = glob.glob(os.path.join(tmp, "jaxlib-*.whl"))[0]
+with zipfile.ZipFile(whl) as z:
+    data = z.read("jaxlib/include/" + hdr)
+os.makedirs(os.path.join(dest, os.path.dirname(hdr)), exist_ok=True)
+with open(os.path.join(dest, hdr), "wb") as f:
+    f.write(data)
+PY
+echo "XLA FFI headers from jaxlib $version's wheel"

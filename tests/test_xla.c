@@ -1,0 +1,255 @@
+/* The XLA FFI handler with synthetic call frames: the metadata answer,
+ * attribute and argument errors, no daemon, and a call that reaches a
+ * daemon and syncs its program. A fake XLA_FFI_Api records the errors. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "graphd/xla.h"
+
+static int err_code;
+static char err_msg[4096];
+static int errors_made;
+
+static XLA_FFI_Error *fake_error_create(XLA_FFI_Error_Create_Args *a) {
+  err_code = (int)a->errc;
+  snprintf(err_msg, sizeof err_msg, "%s", a->message);
+  errors_made++;
+  return (XLA_FFI_Error *)(uintptr_t)0x1;
+}
+
+static XLA_FFI_Error *fake_stream_get(XLA_FFI_Stream_Get_Args *a) {
+  a->stream = (void *)(uintptr_t)0x5eed;
+  return NULL;
+}
+
+static XLA_FFI_Api api;
+
+/* A call frame with n f32 operands of 256 elements and one f32 result. */
+typedef struct frame {
+  XLA_FFI_CallFrame cf;
+  XLA_FFI_ArgType at[4];
+  void *args[4];
+  XLA_FFI_RetType rt[1];
+  void *rets[1];
+  XLA_FFI_Buffer bufs[5];
+  int64_t dims[5];
+  float data[5][256];
+  XLA_FFI_AttrType attr_types[2];
+  XLA_FFI_ByteSpan names[2], *name_ptrs[2];
+  void *attrs[2];
+  XLA_FFI_ByteSpan program;
+  XLA_FFI_Array slots;
+  int64_t slot_values[5];
+} frame;
+
+static const char *hex_id =
+    "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+static void frame_init(frame *f, int nargs) {
+  memset(f, 0, sizeof *f);
+  memset(&api, 0, sizeof api);
+  api.struct_size = XLA_FFI_Api_STRUCT_SIZE;
+  api.XLA_FFI_Error_Create = fake_error_create;
+  api.XLA_FFI_Stream_Get = fake_stream_get;
+  f->cf.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
+  f->cf.api = &api;
+  f->cf.stage = XLA_FFI_ExecutionStage_EXECUTE;
+  for (int i = 0; i < nargs + 1; i++) {
+    f->bufs[i].struct_size = XLA_FFI_Buffer_STRUCT_SIZE;
+    f->bufs[i].dtype = XLA_FFI_DataType_F32;
+    f->bufs[i].data = f->data[i];
+    f->bufs[i].rank = 1;
+    f->dims[i] = 256;
+    f->bufs[i].dims = &f->dims[i];
+    f->slot_values[i] = i;
+  }
+  for (int i = 0; i < nargs; i++) {
+    f->at[i] = XLA_FFI_ArgType_BUFFER;
+    f->args[i] = &f->bufs[i];
+  }
+  f->rt[0] = XLA_FFI_RetType_BUFFER;
+  f->rets[0] = &f->bufs[nargs];
+  f->cf.args.struct_size = XLA_FFI_Args_STRUCT_SIZE;
+  f->cf.args.size = nargs;
+  f->cf.args.types = f->at;
+  f->cf.args.args = f->args;
+  f->cf.rets.struct_size = XLA_FFI_Rets_STRUCT_SIZE;
+  f->cf.rets.size = 1;
+  f->cf.rets.types = f->rt;
+  f->cf.rets.rets = f->rets;
+  f->program.ptr = hex_id;
+  f->program.len = 64;
+  f->slots.dtype = XLA_FFI_DataType_S64;
+  f->slots.size = (size_t)nargs + 1;
+  f->slots.data = f->slot_values;
+  /* Sorted by name, as XLA passes them. */
+  f->names[0] = (XLA_FFI_ByteSpan){"program", 7};
+  f->names[1] = (XLA_FFI_ByteSpan){"slots", 5};
+  f->name_ptrs[0] = &f->names[0];
+  f->name_ptrs[1] = &f->names[1];
+  f->attr_types[0] = XLA_FFI_AttrType_STRING;
+  f->attr_types[1] = XLA_FFI_AttrType_ARRAY;
+  f->attrs[0] = &f->program;
+  f->attrs[1] = &f->slots;
+  f->cf.attrs.struct_size = XLA_FFI_Attrs_STRUCT_SIZE;
+  f->cf.attrs.size = 2;
+  f->cf.attrs.types = f->attr_types;
+  f->cf.attrs.names = f->name_ptrs;
+  f->cf.attrs.attrs = f->attrs;
+  err_code = 0;
+  err_msg[0] = 0;
+  errors_made = 0;
+}
+
+static void expect_error(frame *f, int code, const char *needle) {
+  XLA_FFI_Error *e = graphd_xla_replay(&f->cf);
+  ck_assert_ptr_nonnull(e);
+  ck_assert_int_eq(errors_made, 1);
+  ck_assert_msg(err_code == code, "code %d (%s), want %d", err_code, err_msg, code);
+  ck_assert_msg(strncmp(err_msg, "graphd: ", 8) == 0, "%s", err_msg);
+  ck_assert_msg(strstr(err_msg, needle), "'%s' lacks '%s'", err_msg, needle);
+}
+
+START_TEST(test_xla_answers_the_metadata_query_without_an_api) {
+  XLA_FFI_Metadata md;
+  memset(&md, 0, sizeof md);
+  md.struct_size = XLA_FFI_Metadata_STRUCT_SIZE;
+  md.traits = 0xff;
+  XLA_FFI_Metadata_Extension ext;
+  memset(&ext, 0, sizeof ext);
+  ext.extension_base.struct_size = XLA_FFI_Metadata_Extension_STRUCT_SIZE;
+  ext.extension_base.type = XLA_FFI_Extension_Metadata;
+  ext.metadata = &md;
+  XLA_FFI_CallFrame cf;
+  memset(&cf, 0, sizeof cf);
+  cf.struct_size = XLA_FFI_CallFrame_STRUCT_SIZE;
+  cf.extension_start = &ext.extension_base;
+  cf.api = NULL; /* older XLA passes none */
+  ck_assert_ptr_null(graphd_xla_replay(&cf));
+  ck_assert_int_eq(md.api_version.major_version, XLA_FFI_API_MAJOR);
+  ck_assert_int_eq(md.api_version.minor_version, XLA_FFI_API_MINOR);
+  ck_assert_int_eq(md.traits, 0); /* keeps the handler out of command buffers */
+}
+END_TEST
+
+START_TEST(test_xla_refuses_bad_attributes) {
+  frame f;
+  frame_init(&f, 2);
+  f.cf.attrs.size = 1; /* no 'slots' */
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "'slots' attribute");
+  frame_init(&f, 2);
+  f.names[0] = (XLA_FFI_ByteSpan){"progrum", 7};
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "'program' attribute");
+  frame_init(&f, 2);
+  f.program.ptr = "not-hex";
+  f.program.len = 7;
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "not a 64-digit hex id");
+  frame_init(&f, 2);
+  f.slots.dtype = XLA_FFI_DataType_S32;
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "int64 array");
+  frame_init(&f, 2);
+  f.slot_values[1] = -1;
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "slot -1 is out of range");
+}
+END_TEST
+
+START_TEST(test_xla_refuses_wrong_argument_counts_and_dtypes) {
+  frame f;
+  frame_init(&f, 2);
+  f.slots.size = 2; /* 2 operands + 1 result need 3 */
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "2 operands and 1 results, but 'slots' names 2 slots");
+  frame_init(&f, 2);
+  f.bufs[1].dtype = XLA_FFI_DataType_S4;
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "operand 1 has dtype 21");
+  frame_init(&f, 2);
+  f.bufs[2].dtype = XLA_FFI_DataType_TOKEN;
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "result 0 has dtype 17");
+}
+END_TEST
+
+START_TEST(test_xla_only_runs_at_execution) {
+  frame f;
+  frame_init(&f, 2);
+  f.cf.stage = XLA_FFI_ExecutionStage_PREPARE;
+  ck_assert_ptr_null(graphd_xla_replay(&f.cf));
+  ck_assert_int_eq(errors_made, 0);
+}
+END_TEST
+
+START_TEST(test_xla_no_daemon_is_a_clean_unavailable_error) {
+  setenv("GRAPHD_XLA_DEVICE", "GPU-00112233-4455-6677-8899-aabbccddeeff", 1);
+  setenv("GRAPHD_SOCKET", "/tmp/graphd-xla-nobody.sock", 1);
+  frame f;
+  frame_init(&f, 2);
+  expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
+}
+END_TEST
+
+START_TEST(test_xla_call_reaches_the_daemon_and_syncs_its_program) {
+  gd_test_daemon d;
+  td_start(&d, "--backend", "host", NULL);
+  size_t len;
+  void *plugin = td_read_file(HOST_KERNELS_SO, &len);
+  uint8_t mod[32], pid[32];
+  ck_assert_int_eq(graphd_registry_add_module(GRAPHD_MODULE_HOST_ELF, plugin, len, mod), GRAPHD_OK);
+  graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, 1024, 1);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, 1024, 1);
+  graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, 1024, 1);
+  uint32_t grid[3] = {1, 1, 1}, block[3] = {256, 1, 1}, n = 256;
+  int s = graphd_program_add_launch(p, mod, "accumulate", grid, block, 0);
+  graphd_program_param_slot(p, (uint32_t)s, 0, 0, 0);
+  graphd_program_param_slot(p, (uint32_t)s, 8, 2, 0);
+  graphd_program_param(p, (uint32_t)s, 16, &n, 4);
+  const uint8_t *enc;
+  size_t elen;
+  ck_assert_int_eq(graphd_program_finish(p, pid), GRAPHD_OK);
+  ck_assert_int_eq(graphd_program_encoding(p, &enc, &elen), GRAPHD_OK);
+  ck_assert_int_eq(graphd_registry_add_program(pid, enc, elen), GRAPHD_OK);
+  graphd_program_free(p);
+  char hex[65];
+  graphd_id_hex(pid, hex);
+
+  graphd_client *ctl = td_control(&d);
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  setenv("GRAPHD_XLA_DEVICE", st->devices[0].uuid_str, 1);
+  ck_assert_uint_eq(st->programs, 0);
+  graphd_daemon_status_free(st);
+  setenv("GRAPHD_SOCKET", d.socket, 1);
+
+  frame f;
+  frame_init(&f, 2);
+  f.program.ptr = hex;
+  /* XLA's buffers are not host-backend memory, and a host device takes no
+   * CUDA stream: the call fails there, after the session was made and the
+   * program synced from the client-side registry. */
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "host devices take no CUDA stream");
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  ck_assert_uint_eq(st->programs, 1);
+  ck_assert_uint_eq(st->modules, 1);
+  ck_assert_uint_eq(st->devices[0].counters.sessions, 1); /* the handler's session */
+  graphd_daemon_status_free(st);
+  graphd_close(ctl);
+  free(plugin);
+  td_stop(&d);
+  td_cleanup(&d);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("xla");
+  TCase *tc = tcase_create("xla");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, test_xla_answers_the_metadata_query_without_an_api);
+  tcase_add_test(tc, test_xla_refuses_bad_attributes);
+  tcase_add_test(tc, test_xla_refuses_wrong_argument_counts_and_dtypes);
+  tcase_add_test(tc, test_xla_only_runs_at_execution);
+  tcase_add_test(tc, test_xla_no_daemon_is_a_clean_unavailable_error);
+  tcase_add_test(tc, test_xla_call_reaches_the_daemon_and_syncs_its_program);
+  suite_add_tcase(s, tc);
+  return td_run_suite(s);
+}
