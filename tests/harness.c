@@ -329,6 +329,13 @@ bool td_raw_eof(int fd, int timeout_ms) {
   return false;
 }
 
+void td_expect_reply(Graphd__Wire__Reply *r, uint32_t code, const char *needle) {
+  ck_assert_msg(r != NULL, "no reply");
+  ck_assert_msg(r->code == code, "code %u (%s), want %u", r->code, r->message, code);
+  if (needle) ck_assert_msg(strstr(r->message, needle), "'%s' lacks '%s'", r->message, needle);
+  graphd__wire__reply__free_unpacked(r, NULL);
+}
+
 void td_raw_hello(int fd) {
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;

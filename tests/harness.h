@@ -63,6 +63,10 @@ void td_raw_send_request(int fd, Graphd__Wire__Request *req, const int *fds, int
 Graphd__Wire__Reply *td_raw_recv(int fd, int timeout_ms);
 /* True when the peer has closed (EOF within timeout_ms). */
 bool td_raw_eof(int fd, int timeout_ms);
+/* Checks a reply's code and that its message holds needle (may be NULL),
+ * then frees it. */
+void td_expect_reply(Graphd__Wire__Reply *r, uint32_t code, const char *needle);
+
 /* Sends a control Hello and checks the reply. */
 void td_raw_hello(int fd);
 

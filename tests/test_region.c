@@ -214,13 +214,6 @@ static Graphd__Wire__Reply *raw_region(int fd, int kind, uint64_t size, const in
   return td_raw_recv(fd, 5000);
 }
 
-static void expect(Graphd__Wire__Reply *r, uint32_t code, const char *needle) {
-  ck_assert_ptr_nonnull(r);
-  ck_assert_msg(r->code == code, "code %u (%s), want %u", r->code, r->message, code);
-  if (needle) ck_assert_msg(strstr(r->message, needle), "'%s' lacks '%s'", r->message, needle);
-  graphd__wire__reply__free_unpacked(r, NULL);
-}
-
 START_TEST(test_region_bad_fds_are_refused_cleanly) {
   graphd_client *ctl = td_control(&d);
   graphd_daemon_status *s;
@@ -236,29 +229,29 @@ START_TEST(test_region_bad_fds_are_refused_cleanly) {
   h.device_uuid.data = s->devices[0].uuid;
   h.device_uuid.len = 16;
   td_raw_send_request(fd, &req, NULL, 0);
-  expect(td_raw_recv(fd, 5000), GRAPHD_OK, NULL);
+  td_expect_reply(td_raw_recv(fd, 5000), GRAPHD_OK, NULL);
   graphd_daemon_status_free(s);
   int base = td_count_fds(d.pid);
 
   const int host = GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;
   /* No fd where one is needed. */
-  expect(raw_region(fd, host, 4096, NULL, 0), GRAPHD_INVALID_ARGUMENT, "carries exactly one fd");
+  td_expect_reply(raw_region(fd, host, 4096, NULL, 0), GRAPHD_INVALID_ARGUMENT, "carries exactly one fd");
   /* A regular file is not a memfd. */
   char path[] = "/tmp/graphd-region-XXXXXX";
   int file = mkstemp(path);
   ck_assert_int_eq(ftruncate(file, 4096), 0);
   unlink(path);
-  expect(raw_region(fd, host, 4096, &file, 1), GRAPHD_INVALID_ARGUMENT, "not a memfd");
+  td_expect_reply(raw_region(fd, host, 4096, &file, 1), GRAPHD_INVALID_ARGUMENT, "not a memfd");
   /* A memfd smaller than declared. */
   int small = memfd_create("small", MFD_CLOEXEC);
   ck_assert_int_eq(ftruncate(small, 100), 0);
-  expect(raw_region(fd, host, 4096, &small, 1), GRAPHD_INVALID_ARGUMENT, "declares 4096 bytes");
+  td_expect_reply(raw_region(fd, host, 4096, &small, 1), GRAPHD_INVALID_ARGUMENT, "declares 4096 bytes");
   /* CUDA kinds on a host device. */
-  expect(raw_region(fd, GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD, 100, &small, 1),
+  td_expect_reply(raw_region(fd, GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD, 100, &small, 1),
          GRAPHD_FAILED_PRECONDITION, "graphd_host_alloc only");
   /* Zero size and an unknown kind. */
-  expect(raw_region(fd, host, 0, &small, 1), GRAPHD_INVALID_ARGUMENT, "size is 0");
-  expect(raw_region(fd, 42, 100, NULL, 0), GRAPHD_INVALID_ARGUMENT, "kind must be");
+  td_expect_reply(raw_region(fd, host, 0, &small, 1), GRAPHD_INVALID_ARGUMENT, "size is 0");
+  td_expect_reply(raw_region(fd, 42, 100, NULL, 0), GRAPHD_INVALID_ARGUMENT, "kind must be");
   close(file);
   close(small);
   /* Every fd the daemon received was closed. */

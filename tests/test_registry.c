@@ -155,13 +155,6 @@ static Graphd__Wire__Reply *raw_register_module(int fd, const uint8_t id[32], ui
   return td_raw_recv(fd, 5000);
 }
 
-static void expect(Graphd__Wire__Reply *r, uint32_t code, const char *needle) {
-  ck_assert_ptr_nonnull(r);
-  ck_assert_msg(r->code == code, "code %u (%s), want %u", r->code, r->message, code);
-  if (needle) ck_assert_msg(strstr(r->message, needle), "'%s' lacks '%s'", r->message, needle);
-  graphd__wire__reply__free_unpacked(r, NULL);
-}
-
 START_TEST(test_registry_refuses_wrong_ids_and_bad_fds) {
   int fd = td_raw_connect(&d);
   td_raw_hello(fd);
@@ -170,37 +163,37 @@ START_TEST(test_registry_refuses_wrong_ids_and_bad_fds) {
   uint8_t wrong[32];
   memcpy(wrong, id, 32);
   wrong[0] ^= 1;
-  expect(raw_register_module(fd, wrong, GD_MODULE_HOST_ELF, plugin, plugin_len, 0, NULL, 0, 0),
+  td_expect_reply(raw_register_module(fd, wrong, GD_MODULE_HOST_ELF, plugin, plugin_len, 0, NULL, 0, 0),
          GRAPHD_INVALID_ARGUMENT, "module id mismatch");
-  expect(raw_register_module(fd, id, 9, plugin, plugin_len, 0, NULL, 0, 0),
+  td_expect_reply(raw_register_module(fd, id, 9, plugin, plugin_len, 0, NULL, 0, 0),
          GRAPHD_INVALID_ARGUMENT, "kind 9");
-  expect(raw_register_module(fd, id, GD_MODULE_HOST_ELF, plugin, 10, 0, NULL, 0, 0),
+  td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, plugin, 10, 0, NULL, 0, 0),
          GRAPHD_INVALID_ARGUMENT, "module id mismatch");
   /* A pipe is not a memfd. */
   int pfd[2];
   ck_assert_int_eq(pipe(pfd), 0);
-  expect(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, &pfd[0], 1, 1),
+  td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, &pfd[0], 1, 1),
          GRAPHD_INVALID_ARGUMENT, "not a memfd");
   /* An unsealed memfd can change after we hash it: refused. */
   int mfd = memfd_create("unsealed", MFD_CLOEXEC);
   ck_assert_int_eq(write(mfd, plugin, plugin_len), (ssize_t)plugin_len);
-  expect(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, &mfd, 1, 1),
+  td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, &mfd, 1, 1),
          GRAPHD_INVALID_ARGUMENT, "must be sealed");
   /* Sealed, but the size disagrees. */
   int sfd = memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   ck_assert_int_eq(write(sfd, plugin, plugin_len), (ssize_t)plugin_len);
   ck_assert_int_eq(fcntl(sfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW), 0);
-  expect(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len + 1, &sfd, 1, 1),
+  td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len + 1, &sfd, 1, 1),
          GRAPHD_INVALID_ARGUMENT, "holds");
   /* Both inline bytes and a memfd. */
-  expect(raw_register_module(fd, id, GD_MODULE_HOST_ELF, plugin, plugin_len, plugin_len, &sfd, 1, 1),
+  td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, plugin, plugin_len, plugin_len, &sfd, 1, 1),
          GRAPHD_INVALID_ARGUMENT, "both inline bytes and a memfd");
   /* Two fds where one is allowed. */
   int two[2] = {sfd, mfd};
-  expect(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, two, 2, 2),
+  td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, two, 2, 2),
          GRAPHD_INVALID_ARGUMENT, "at most one file descriptor");
   /* The proper sealed memfd works. */
-  expect(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, &sfd, 1, 1),
+  td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, &sfd, 1, 1),
          GRAPHD_OK, NULL);
   /* A closed fd cannot even be sent: the kernel refuses it, and nothing
    * reaches the daemon. */
@@ -219,7 +212,7 @@ START_TEST(test_registry_refuses_wrong_ids_and_bad_fds) {
   req.body_case = GRAPHD__WIRE__REQUEST__BODY_PING;
   req.ping = &ping;
   td_raw_send_request(fd, &req, NULL, 0);
-  expect(td_raw_recv(fd, 5000), GRAPHD_OK, NULL);
+  td_expect_reply(td_raw_recv(fd, 5000), GRAPHD_OK, NULL);
   close(fd);
 }
 END_TEST

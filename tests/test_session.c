@@ -47,11 +47,7 @@ static void teardown(void) {
 }
 
 static void expect_error(int fd, uint32_t code, const char *needle) {
-  Graphd__Wire__Reply *r = td_raw_recv(fd, 5000);
-  ck_assert_msg(r != NULL, "no reply");
-  ck_assert_msg(r->code == code, "code %u (%s), want %u", r->code, r->message, code);
-  ck_assert_msg(strstr(r->message, needle), "message '%s' lacks '%s'", r->message, needle);
-  graphd__wire__reply__free_unpacked(r, NULL);
+  td_expect_reply(td_raw_recv(fd, 5000), code, needle);
 }
 
 static void ping_raw(int fd, uint64_t id) {
