@@ -166,6 +166,9 @@ _PROTOS = {
     "graphd_program_encoding": (_int, [_P, ctypes.POINTER(ctypes.POINTER(_u8)),
                                        ctypes.POINTER(ctypes.c_size_t)]),
     "graphd_module_id": (_int, [_int, ctypes.c_char_p, ctypes.c_size_t, _ID]),
+    # The client-side registry (for the XLA handler).
+    "graphd_registry_add_module": (_int, [_int, ctypes.c_char_p, ctypes.c_size_t, _ID]),
+    "graphd_registry_add_program": (_int, [_ID, ctypes.c_char_p, ctypes.c_size_t]),
 }
 
 _lib = None
@@ -573,9 +576,38 @@ def c_module_id(kind, data):
     return bytes(out)
 
 
+def registry_add_module(kind, data):
+    """graphd_registry_add_module: keeps a copy of the module's bytes in the
+    process's client-side registry, from which the XLA handler gives them
+    to each session. Returns the 32-byte module id."""
+    k = MODULE_KINDS.get(kind, kind) if isinstance(kind, str) else kind
+    if not isinstance(k, int) or not 1 <= k <= 4:
+        raise GraphdError("INVALID_ARGUMENT", f"module kind {kind!r} is not ptx, cubin, fatbin or host_elf")
+    data = bytes(data)
+    out = (_u8 * ID_LEN)()
+    st = lib().graphd_registry_add_module(k, data, len(data), out)
+    if st:
+        raise GraphdError(st, f"graphd_registry_add_module refused a {kind} module of {len(data)} bytes")
+    return bytes(out)
+
+
+def registry_add_program(program_id, encoding):
+    """graphd_registry_add_program: keeps a copy of a program's canonical
+    encoding, checked against its id; its modules must be added first.
+    Adding the same program again is accepted."""
+    if isinstance(program_id, str):
+        program_id = bytes.fromhex(program_id)
+    encoding = bytes(encoding)
+    st = lib().graphd_registry_add_program(_id_arg(program_id), encoding, len(encoding))
+    if st:
+        raise GraphdError(st, f"graphd_registry_add_program refused program {bytes(program_id).hex()}")
+    return None
+
+
 def status_name_c(code):
     return lib().graphd_status_name(code).decode()
 
 
 __all__ = ["Client", "Stream", "HostBuffer", "CProgram", "lib", "version", "uuid_parse",
-           "uuid_format", "c_module_id", "status_name"]
+           "uuid_format", "c_module_id", "status_name", "registry_add_module",
+           "registry_add_program"]

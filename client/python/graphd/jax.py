@@ -1,0 +1,297 @@
+"""graphd from JAX: graphd.jax.callable turns a program builder into a
+function that JAX can call under jit, vmap, scan and the rest.
+
+    import graphd, graphd.jax, jax, numpy as np
+    from graphd import Slot, f32, u32
+
+    def build(x, *, mode):                      # x: jax.ShapeDtypeStruct
+        n = x.shape[0]
+        p = graphd.Program(mode)
+        xs = p.add_slot("input", x.size * x.dtype.itemsize)
+        ys = p.add_slot("output", x.size * x.dtype.itemsize)
+        p.launch(mod_id, "scale", grid=n // 256, block=256,
+                 args=[Slot(xs), Slot(ys), f32(2.0), u32(n)])
+        return graphd.jax.Spec(p, results=[x], operand_slots=[xs],
+                               result_slots=[ys], modules=[("cubin", cubin)])
+
+    scale = graphd.jax.callable(build, mode="staged", vmap_method="broadcast_all")
+    y = jax.jit(scale)(x)
+
+At trace time, for each new tuple of operand shapes and dtypes, `build` is
+called once (the result is cached per process), the program is finished and
+its id computed locally, and the module and program bytes go into
+libgraphd's client-side registry. The call is emitted as
+jax.ffi.ffi_call(name, ...) with the attributes `program` (the id in hex)
+and `slots` (the slot of each operand, then of each result), which the C
+handler graphd_xla_replay (libgraphd_xla.so) reads at run time. The FFI
+target is registered once per process, for platform CUDA.
+
+docs/jax.md, "graphd.jax", describes the API."""
+
+import ctypes
+import ctypes.util
+import os
+import threading
+
+import numpy as np
+import jax
+
+from . import _lib
+from .errors import GraphdError
+from .program import MODES, MODULE_KINDS, Program, _as_id
+
+VMAP_METHODS = (None, "sequential", "broadcast_all")
+
+
+class Spec:
+    """What `build` returns for one set of operand shapes.
+
+    program        a graphd.Program (finished here if it is not yet), or an
+                   (encoding, id) pair.
+    results        the result shapes and dtypes: jax.ShapeDtypeStruct (or
+                   anything with .shape and .dtype), one per result.
+    operand_slots  the program slot each operand binds, in order.
+    result_slots   the program slot each result binds, in order.
+    modules        the modules the program launches: (kind, bytes) pairs,
+                   kind "ptx", "cubin", "fatbin" or "host_elf".
+
+    An operand and a result that name the same slot form an in-out pair:
+    XLA aliases the result to the operand's buffer (input_output_aliases),
+    so the slot is updated in place. Each slot appears at most once among
+    the operands and at most once among the results. Slots that no operand
+    or result names are the program's own (scratch, or unstaged)."""
+
+    def __init__(self, program, results, operand_slots, result_slots, modules=()):
+        self.program = program
+        self.results = [jax.ShapeDtypeStruct(tuple(r.shape), np.dtype(r.dtype)) for r in results]
+        self.operand_slots = [int(s) for s in operand_slots]
+        self.result_slots = [int(s) for s in result_slots]
+        self.modules = [(k, bytes(b)) for k, b in modules]
+        if len(self.result_slots) != len(self.results):
+            raise GraphdError("INVALID_ARGUMENT",
+                              f"{len(self.results)} results but {len(self.result_slots)} result slots")
+        for what, slots in (("operand", self.operand_slots), ("result", self.result_slots)):
+            if len(set(slots)) != len(slots):
+                raise GraphdError("INVALID_ARGUMENT", f"a slot is named by two {what}s: {slots}")
+            for s in slots:
+                if not 0 <= s <= 0xFFFFFFFF:
+                    raise GraphdError("INVALID_ARGUMENT", f"{what} slot {s} is out of range")
+
+    def aliases(self):
+        """{operand index: result index} for the in-out pairs."""
+        where = {s: i for i, s in enumerate(self.operand_slots)}
+        return {where[s]: j for j, s in enumerate(self.result_slots) if s in where}
+
+
+class _Built:
+    """One cached program: its spec, encoding, id and the ffi_call's
+    static arguments."""
+
+    def __init__(self, spec, encoding, pid):
+        self.spec = spec
+        self.encoding = encoding
+        self.id = pid
+        self.id_hex = pid.hex()
+        self.slots = np.array(spec.operand_slots + spec.result_slots, dtype=np.int64)
+
+
+# --- the FFI target and libgraphd_xla -----------------------------------------
+
+_targets = set()
+_xla = None
+_lock = threading.Lock()
+
+
+def _xla_candidates():
+    env = os.environ.get("GRAPHD_XLA_LIB")
+    if env:
+        return [env]
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libgraphd_xla.so")
+    out = [here] if os.path.exists(here) else []
+    found = ctypes.util.find_library("graphd_xla")
+    if found:
+        out.append(found)
+    return out
+
+
+def xla_lib():
+    """libgraphd_xla, loaded once: from $GRAPHD_XLA_LIB, then
+    libgraphd_xla.so next to this package, then find_library. libgraphd is
+    loaded first (graphd._lib), so the handler's libgraphd is the same copy
+    as the one the registry calls go to (the dynamic loader reuses a loaded
+    library of the same soname)."""
+    global _xla
+    with _lock:
+        if _xla is not None:
+            return _xla
+        _lib.lib()
+        errors = []
+        for path in _xla_candidates():
+            try:
+                _xla = ctypes.CDLL(path)
+                return _xla
+            except OSError as e:
+                errors.append(f"{path}: {e}")
+        where = "; ".join(errors) if errors else "set GRAPHD_XLA_LIB to the path of libgraphd_xla.so"
+        raise GraphdError("UNAVAILABLE", f"cannot load libgraphd_xla: {where}")
+
+
+def register_target(name="graphd_replay", platform="CUDA"):
+    """Registers graphd_xla_replay as the FFI target `name` for `platform`,
+    once per process and (name, platform). callable() does this for CUDA;
+    other platforms are for tests that only lower."""
+    key = (name, platform.upper())
+    if key in _targets:
+        return
+    fn = xla_lib().graphd_xla_replay
+    with _lock:
+        if key in _targets:
+            return
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(fn), platform=platform)
+        _targets.add(key)
+
+
+# --- building and registering programs ----------------------------------------
+
+
+def _finish(spec, mode):
+    prog = spec.program
+    if isinstance(prog, Program):
+        if prog.mode != MODES[mode]:
+            got = {v: k for k, v in MODES.items()}.get(prog.mode, prog.mode)
+            raise GraphdError("INVALID_ARGUMENT",
+                              f"the callable's mode is {mode}, but build returned a {got} program")
+        return prog.finish()
+    encoding, pid = prog
+    return bytes(encoding), _as_id(pid, "program id")
+
+
+def _register(spec, encoding, pid):
+    """Puts the modules and the program into libgraphd's client-side
+    registry (copies; adding the same bytes again is harmless)."""
+    for kind, data in spec.modules:
+        registry_add_module(kind, data)
+    registry_add_program(pid, encoding)
+
+
+def registry_add_module(kind, data):
+    """graphd_registry_add_module: keeps the module's bytes under its id in
+    the process's client-side registry; returns the 32-byte id."""
+    return _lib.registry_add_module(kind, data)
+
+
+def registry_add_program(program_id, encoding):
+    """graphd_registry_add_program: keeps a program's encoding (checked
+    against its id; its modules must be added first)."""
+    _lib.registry_add_program(program_id, encoding)
+
+
+def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
+             has_side_effect=False, register=True):
+    """A JAX-callable function that replays a graphd program.
+
+    build(*operands, mode=mode) gets the traced operands as
+    jax.ShapeDtypeStruct and returns a Spec: the program for exactly those
+    shapes (built with graphd.Program(mode)), its modules, the result shapes
+    and dtypes, and the slot of each operand and result. It is called once
+    per distinct tuple of (shape, dtype) in the process.
+
+    mode          "staged" or "staged_ex": the mode the program must have.
+    name          the FFI target name (registered once per process, for
+                  CUDA, with graphd_xla_replay from libgraphd_xla).
+    vmap_method   how the function batches under jax.vmap:
+                  None            vmap raises;
+                  "sequential"    a lax.map over the batch: the unbatched
+                                  program, replayed once per element;
+                  "broadcast_all" every operand is broadcast to the batch
+                                  (batch axis first) and `build` is called
+                                  with the batched shapes: one program for
+                                  the whole batch, a different one per batch
+                                  size.
+    has_side_effect passed to ffi_call (keeps a call whose results are
+                  unused).
+    register      False skips registering the FFI target (for lowering to
+                  an already registered target).
+
+    The returned function takes jax arrays (positionally) and returns a
+    list of arrays, one per result (a single array when there is one
+    result). It works inside and outside jax.jit."""
+    if mode not in MODES:
+        raise GraphdError("INVALID_ARGUMENT", f"mode {mode!r} is not staged or staged_ex")
+    if vmap_method not in VMAP_METHODS:
+        raise GraphdError("INVALID_ARGUMENT",
+                          f"vmap_method {vmap_method!r} is not None, 'sequential' or 'broadcast_all'")
+    cache = {}
+    cache_lock = threading.Lock()
+
+    def built_for(args):
+        key = tuple((tuple(a.shape), np.dtype(a.dtype).str) for a in args)
+        with cache_lock:
+            b = cache.get(key)
+        if b is not None:
+            return b
+        avals = [jax.ShapeDtypeStruct(tuple(a.shape), np.dtype(a.dtype)) for a in args]
+        spec = build(*avals, mode=mode)
+        if not isinstance(spec, Spec):
+            raise GraphdError("INVALID_ARGUMENT", f"build returned {type(spec).__name__}, not graphd.jax.Spec")
+        if len(spec.operand_slots) != len(args):
+            raise GraphdError("INVALID_ARGUMENT",
+                              f"{len(args)} operands but build named {len(spec.operand_slots)} operand slots")
+        encoding, pid = _finish(spec, mode)
+        _register(spec, encoding, pid)
+        b = _Built(spec, encoding, pid)
+        with cache_lock:
+            cache.setdefault(key, b)
+            return cache[key]
+
+    def call(*args):
+        if register:
+            register_target(name)
+        b = built_for(args)
+        spec = b.spec
+        out = jax.ffi.ffi_call(name, spec.results, has_side_effect=has_side_effect,
+                               input_output_aliases=spec.aliases() or None)(
+            *args, program=b.id_hex, slots=b.slots)
+        return out
+
+    def unwrap(out):
+        return out[0] if len(out) == 1 else list(out)
+
+    if vmap_method is None:
+        def fun(*args):
+            return unwrap(call(*args))
+    else:
+        @jax.custom_batching.custom_vmap
+        def batched(*args):
+            return list(call(*args))
+
+        @batched.def_vmap
+        def _rule(axis_size, in_batched, *args):
+            if vmap_method == "broadcast_all":
+                args = [a if bt else jax.numpy.broadcast_to(a, (axis_size,) + tuple(a.shape))
+                        for a, bt in zip(args, in_batched)]
+                out = batched(*args)
+            else:
+                idx = [i for i, bt in enumerate(in_batched) if bt]
+
+                def one(xs):
+                    full = list(args)
+                    for i, x in zip(idx, xs):
+                        full[i] = x
+                    return batched(*full)
+
+                out = jax.lax.map(one, [args[i] for i in idx])
+            return list(out), [True] * len(out)
+
+        def fun(*args):
+            return unwrap(batched(*args))
+
+    fun.programs = cache
+    fun.build_for = lambda *avals: built_for(avals)
+    fun.__name__ = getattr(build, "__name__", "graphd_callable")
+    fun.__doc__ = getattr(build, "__doc__", None)
+    return fun
+
+
+__all__ = ["Spec", "callable", "register_target", "xla_lib", "registry_add_module",
+           "registry_add_program", "VMAP_METHODS"]
