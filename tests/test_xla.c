@@ -188,6 +188,23 @@ START_TEST(test_xla_no_daemon_is_a_clean_unavailable_error) {
 }
 END_TEST
 
+START_TEST(test_xla_inout_slots_are_bound_once) {
+  setenv("GRAPHD_XLA_DEVICE", "GPU-00112233-4455-6677-8899-aabbccddeeff", 1);
+  setenv("GRAPHD_SOCKET", "/tmp/graphd-xla-nobody.sock", 1);
+  frame f;
+  frame_init(&f, 2);
+  /* The result aliases operand 0 and names the same slot: accepted (the
+   * call gets as far as connecting). */
+  f.slot_values[2] = 0;
+  f.bufs[2].data = f.bufs[0].data;
+  expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
+  /* The same slot with another buffer is refused. */
+  frame_init(&f, 2);
+  f.slot_values[2] = 0;
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "slot 0 is given two different buffers");
+}
+END_TEST
+
 START_TEST(test_xla_call_reaches_the_daemon_and_syncs_its_program) {
   gd_test_daemon d;
   td_start(&d, "--backend", "host", NULL);
@@ -249,6 +266,7 @@ int main(void) {
   tcase_add_test(tc, test_xla_refuses_wrong_argument_counts_and_dtypes);
   tcase_add_test(tc, test_xla_only_runs_at_execution);
   tcase_add_test(tc, test_xla_no_daemon_is_a_clean_unavailable_error);
+  tcase_add_test(tc, test_xla_inout_slots_are_bound_once);
   tcase_add_test(tc, test_xla_call_reaches_the_daemon_and_syncs_its_program);
   suite_add_tcase(s, tc);
   return td_run_suite(s);

@@ -231,6 +231,7 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
     return fail(api, GRAPHD_INVALID_ARGUMENT, "more than %d operands and results", MAX_BUFFERS);
 
   graphd_binding b[MAX_BUFFERS];
+  int64_t nb = 0;
   const int64_t *slot = slots->data;
   for (int64_t i = 0; i < nargs + nrets; i++) {
     int is_arg = i < nargs;
@@ -249,9 +250,23 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
     for (int64_t r = 0; r < buf->rank; r++) bytes *= (uint64_t)buf->dims[r];
     if (slot[i] < 0 || slot[i] > UINT32_MAX)
       return fail(api, GRAPHD_INVALID_ARGUMENT, "slot %lld is out of range", (long long)slot[i]);
-    b[i].slot = (uint32_t)slot[i];
-    b[i].ptr = (uint64_t)(uintptr_t)buf->data;
-    b[i].bytes = bytes;
+    /* An inout slot names an operand and the result aliased to it
+     * (input_output_aliases): one buffer, bound once. */
+    int dup = -1;
+    for (int64_t k2 = 0; k2 < nb && dup < 0; k2++)
+      if (b[k2].slot == (uint32_t)slot[i]) dup = (int)k2;
+    if (dup >= 0) {
+      if (b[dup].ptr != (uint64_t)(uintptr_t)buf->data)
+        return fail(api, GRAPHD_INVALID_ARGUMENT,
+                    "slot %lld is given two different buffers (an inout slot needs its result "
+                    "aliased to its operand)",
+                    (long long)slot[i]);
+      continue;
+    }
+    b[nb].slot = (uint32_t)slot[i];
+    b[nb].ptr = (uint64_t)(uintptr_t)buf->data;
+    b[nb].bytes = bytes;
+    nb++;
   }
 
   XLA_FFI_Stream_Get_Args sa;
@@ -279,7 +294,7 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
     s = stream_for(d, sa.stream, &st);
     pthread_mutex_unlock(&table_lock);
   }
-  if (s) st = graphd_replay(c, s, pid, b, (size_t)(nargs + nrets), NULL);
+  if (s) st = graphd_replay(c, s, pid, b, (size_t)nb, NULL);
   if (st == GRAPHD_OK) return NULL;
   snprintf(err, sizeof err, "%s", graphd_last_error(c));
   if (st == GRAPHD_UNAVAILABLE) {
