@@ -98,6 +98,7 @@
   X(cuEventDestroy)                       \
   X(cuEventRecord)                        \
   X(cuEventSynchronize)                   \
+  X(cuEventQuery)                         \
   X(cuStreamWaitEvent)                    \
   X(cuLaunchKernel)
 

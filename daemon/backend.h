@@ -173,6 +173,10 @@ typedef struct gd_backend_ops {
                       size_t errlen);
   int (*stream_wait_event)(gd_backend *be, gd_backend_dev *dev, gd_stream s, gd_event e,
                            char *err, size_t errlen);
+  /* 1 when the work before the event's last record has finished, else 0. */
+  int (*event_done)(gd_backend *be, gd_backend_dev *dev, gd_event e);
+  /* Waits on the host until it has. */
+  int (*event_sync)(gd_backend *be, gd_backend_dev *dev, gd_event e, char *err, size_t errlen);
   /* Main thread, after every worker has stopped. */
   void (*destroy)(gd_backend *be);
 } gd_backend_ops;

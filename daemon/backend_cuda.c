@@ -659,6 +659,22 @@ exit:
   return rc;
 }
 
+static int cuda_event_done(gd_backend *be, gd_backend_dev *d, gd_event e) {
+  const gd_cuda *cu = be->priv;
+  (void)d;
+  return cu->cuEventQuery((CUevent)e) == CUDA_SUCCESS;
+}
+
+static int cuda_event_sync(gd_backend *be, gd_backend_dev *d, gd_event e, char *err,
+                           size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuEventSynchronize((CUevent)e), GRAPHD_UNAVAILABLE, exit);
+exit:
+  return rc;
+}
+
 static void cuda_destroy(gd_backend *be) {
   free(be->devices);
   free(be);
@@ -698,6 +714,8 @@ static const gd_backend_ops cuda_ops = {
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .stream_wait_event = cuda_stream_wait_event,
+    .event_done = cuda_event_done,
+    .event_sync = cuda_event_sync,
     .destroy = cuda_destroy,
 };
 

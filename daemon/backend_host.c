@@ -484,6 +484,17 @@ static int host_stream_wait_event(gd_backend *be, gd_backend_dev *d, gd_stream s
   return 0;
 }
 
+static int host_event_done(gd_backend *be, gd_backend_dev *d, gd_event e) {
+  (void)be, (void)d, (void)e;
+  return 1; /* the worker ran everything before it answered */
+}
+
+static int host_event_sync(gd_backend *be, gd_backend_dev *d, gd_event e, char *err,
+                           size_t errlen) {
+  (void)be, (void)d, (void)e, (void)err, (void)errlen;
+  return 0;
+}
+
 static void host_destroy(gd_backend *be) {
   free(be->devices);
   free(be);
@@ -523,6 +534,8 @@ static const gd_backend_ops host_ops = {
     .event_destroy = host_event_destroy,
     .event_record = host_event_record,
     .stream_wait_event = host_stream_wait_event,
+    .event_done = host_event_done,
+    .event_sync = host_event_sync,
     .destroy = host_destroy,
 };
 

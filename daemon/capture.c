@@ -27,6 +27,10 @@ typedef struct gd_capture {
   gd_stream last_stream;    /* the stream of the last replay */
   uint64_t *node_src, *node_dst; /* per slot, in then out: what the nodes point at now */
   uint64_t replays;
+  uint32_t nodes;
+  uint64_t last_queued_ns;
+  uint32_t pids[GD_CAPTURE_PIDS]; /* client processes that replayed it */
+  uint32_t npids;
 } gd_capture;
 
 /* A ready wait queued on the device, watched from the host. */
@@ -177,6 +181,7 @@ static int build_graph(gd_worker *w, gd_capture *c, const gd_replay_args *a, cha
                                  sl->size, &c->in_node[s], err, errlen);
       if (rc < 0) goto exit;
       c->node_src[s] = a->bind[s].addr;
+      c->nodes++;
       roots[nroots++] = c->in_node[s];
     }
   }
@@ -217,6 +222,7 @@ static int build_graph(gd_worker *w, gd_capture *c, const gd_replay_args *a, cha
       goto exit;
     }
     prev = node;
+    c->nodes++;
   }
   if (p->mode == GD_MODE_STAGED) {
     for (uint32_t s = 0; s < n; s++) {
@@ -226,6 +232,7 @@ static int build_graph(gd_worker *w, gd_capture *c, const gd_replay_args *a, cha
                                  sl->size, &c->out_node[s], err, errlen);
       if (rc < 0) goto exit;
       c->node_dst[s] = a->bind[s].addr;
+      c->nodes++;
     }
   }
   rc = OPS->graph_instantiate(BE, c->graph, a->ws->stream, &c->exec, err, errlen);
@@ -505,6 +512,12 @@ int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
   if ((rc = OPS->event_record(BE, c->last_use, ws->stream, err, errlen)) < 0) goto finish;
   c->last_stream = ws->stream;
   c->replays++;
+  c->last_queued_ns = gd_now_ns();
+  {
+    uint32_t k = 0;
+    while (k < c->npids && c->pids[k] != a->client_pid) k++;
+    if (k == c->npids && c->npids < GD_CAPTURE_PIDS) c->pids[c->npids++] = a->client_pid;
+  }
   if (!w->be->waits_on_worker) watch_add(cs, a, c);
 finish:
   /* 5. done = seq, in stream order, even for a failed replay; from the host
@@ -561,4 +574,124 @@ void capture_close_all(gd_worker *w) {
   free(cs->watch);
   free(cs);
   w->cs = NULL;
+}
+
+static void info_of(gd_worker *w, const gd_capture *c, gd_capture_info *ci) {
+  memset(ci, 0, sizeof *ci);
+  memcpy(ci->program_id, c->prog->id, GD_ID_LEN);
+  ci->device = (uint32_t)w->index;
+  ci->mode = c->prog->program->mode;
+  ci->staging_bytes = c->staging.bytes;
+  ci->nodes = c->nodes;
+  ci->replays = c->replays;
+  ci->idle_ms = c->last_queued_ns ? (gd_now_ns() - c->last_queued_ns) / 1000000u : 0;
+  memcpy(ci->pids, c->pids, sizeof ci->pids);
+  ci->npids = c->npids;
+  ci->busy = c->has_event && !OPS->event_done(BE, c->last_use);
+}
+
+int capture_list(gd_worker *w, gd_capture_info **out, size_t *n) {
+  struct gd_capstate *cs = w->cs;
+  *out = NULL;
+  *n = 0;
+  size_t count = 0;
+  for (uint32_t i = 0; cs && i < cs->n; i++) count += cs->caps[i] != NULL;
+  if (!count) return 0;
+  gd_capture_info *ci = calloc(count, sizeof *ci);
+  if (!ci) return -GRAPHD_RESOURCE_EXHAUSTED;
+  for (uint32_t i = 0; i < cs->n; i++)
+    if (cs->caps[i]) info_of(w, cs->caps[i], &ci[(*n)++]);
+  *out = ci;
+  return 0;
+}
+
+static bool prefix_matches(const gd_evict_sel *sel, const uint8_t id[GD_ID_LEN]) {
+  for (uint32_t k = 0; k < sel->prefix_nibbles; k++) {
+    uint8_t a = (uint8_t)(k % 2 ? sel->prefix[k / 2] & 15 : sel->prefix[k / 2] >> 4);
+    uint8_t b = (uint8_t)(k % 2 ? id[k / 2] & 15 : id[k / 2] >> 4);
+    if (a != b) return false;
+  }
+  return true;
+}
+
+static bool selected(gd_worker *w, const gd_evict_sel *sel, const gd_capture *c) {
+  if (!prefix_matches(sel, c->prog->id)) return false;
+  if (sel->idle_ms && (!c->last_queued_ns ||
+                       (gd_now_ns() - c->last_queued_ns) / 1000000u < sel->idle_ms))
+    return false;
+  if (sel->client_pid) {
+    bool used = false;
+    for (uint32_t k = 0; k < c->npids && !used; k++) used = c->pids[k] == sel->client_pid;
+    if (!used) return false;
+  }
+  (void)w;
+  return true;
+}
+
+/* A capture only the requester's process used. */
+static bool own(const gd_evict_sel *sel, const gd_capture *c) {
+  for (uint32_t k = 0; k < c->npids; k++)
+    if (c->pids[k] != sel->requester_pid) return false;
+  return true;
+}
+
+int capture_evict(gd_worker *w, const gd_evict_sel *sel, gd_capture_info **out, size_t *n,
+                  uint64_t *bytes, char *err, size_t errlen) {
+  struct gd_capstate *cs = w->cs;
+  *out = NULL;
+  *n = 0;
+  *bytes = 0;
+  size_t count = 0;
+  for (uint32_t i = 0; cs && i < cs->n; i++) {
+    gd_capture *c = cs->caps[i];
+    if (!c || !selected(w, sel, c)) continue;
+    if (!sel->admin && !own(sel, c)) {
+      char hex[2 * GD_ID_LEN + 1];
+      gd_id_hex(c->prog->id, 1, hex);
+      snprintf(err, errlen,
+               "capture %s@%d is shared with other processes: evicting it needs an admin "
+               "session (root, graphd's user, or the admin group)",
+               hex, w->index);
+      return -GRAPHD_PERMISSION_DENIED;
+    }
+    count++;
+  }
+  if (!count) return 0;
+  gd_capture_info *ci = calloc(count, sizeof *ci);
+  if (!ci) return -GRAPHD_RESOURCE_EXHAUSTED;
+  for (uint32_t i = 0; i < cs->n; i++) {
+    gd_capture *c = cs->caps[i];
+    if (!c || !selected(w, sel, c)) continue;
+    info_of(w, c, &ci[*n]);
+    *bytes += c->staging.bytes;
+    (*n)++;
+    if (sel->dry_run) continue;
+    /* In stream order: the last replay of it, from any session, is done
+     * before anything is freed. */
+    char e[256];
+    if (c->has_event && OPS->event_sync(BE, c->last_use, e, sizeof e) < 0)
+      GD_LOG(GD_WARN, "capture", "eviction: waiting for the last replay failed: %s", e);
+    for (uint32_t k = 0; k < cs->nwatch;)
+      if (cs->watch[k].cap == c)
+        cs->watch[k] = cs->watch[--cs->nwatch];
+      else
+        k++;
+    const gd_prog *prog = c->prog;
+    capture_free(w, c);
+    cs->caps[i] = NULL;
+    /* Modules no remaining capture on this device uses are unloaded. */
+    for (uint32_t st = 0; st < prog->program->nsteps; st++) {
+      const gd_module *m = prog->step_module[st];
+      if (!m) continue;
+      bool used = false;
+      for (uint32_t j = 0; j < cs->n && !used; j++) {
+        gd_capture *o = cs->caps[j];
+        for (uint32_t k = 0; o && k < o->prog->program->nsteps && !used; k++)
+          used = o->prog->step_module[k] == m;
+      }
+      if (!used) prepare_release_module(w, m);
+    }
+  }
+  *out = ci;
+  return 0;
 }

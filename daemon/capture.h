@@ -51,6 +51,7 @@ typedef struct gd_replay_args {
   uint64_t seq;
   gd_bound bind[GD_MAX_SLOTS];
   double ready_timeout_s;
+  uint32_t client_pid;
   /* Set by the worker: */
   bool captured;
   bool recaptured;
@@ -83,6 +84,45 @@ void capture_session_end(gd_worker *w, gd_wsess *ws, gd_region_map *maps, size_t
  * Returns how many; *pending says whether waits are still watched (the
  * worker then wakes up periodically). */
 int capture_watch(gd_worker *w, uint64_t *cut, int ncut, int *pending);
+
+/* What list and evict report about one capture. */
+#define GD_CAPTURE_PIDS 16
+typedef struct gd_capture_info {
+  uint8_t program_id[GD_ID_LEN];
+  uint32_t device;
+  uint32_t mode;
+  uint64_t staging_bytes;
+  uint32_t nodes;
+  uint64_t replays;
+  uint64_t idle_ms;
+  uint32_t pids[GD_CAPTURE_PIDS];
+  uint32_t npids;
+  bool busy;
+} gd_capture_info;
+
+/* Which captures an eviction takes (all given selectors must match). */
+typedef struct gd_evict_sel {
+  uint8_t prefix[GD_ID_LEN];
+  uint32_t prefix_nibbles;  /* 0: any program */
+  uint32_t client_pid;      /* 0: any */
+  uint64_t idle_ms;
+  bool all;
+  bool dry_run;
+  bool admin;               /* the requester may evict shared captures */
+  uint32_t requester_pid;
+} gd_evict_sel;
+
+/* Every capture on w's device; *out is malloc'd (n entries). */
+int capture_list(gd_worker *w, gd_capture_info **out, size_t *n);
+
+/* Evicts the selected captures: waits for each one's last replay (by its
+ * event, in stream order), frees its executable graph, graph and staging,
+ * and unloads modules no remaining capture uses. A non-admin requester may
+ * only take captures its own process alone used: another's gives
+ * PERMISSION_DENIED naming it, and nothing is evicted. With dry_run,
+ * reports and changes nothing. */
+int capture_evict(gd_worker *w, const gd_evict_sel *sel, gd_capture_info **out, size_t *n,
+                  uint64_t *bytes, char *err, size_t errlen);
 
 /* Frees every capture (worker exit). */
 void capture_close_all(gd_worker *w);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../common/uuid.h"
+#include "evict.h"
 #include "graphd/status.h"
 #include "log.h"
 #include "prepare.h"
@@ -32,6 +33,8 @@ static const char *body_name(Graphd__Wire__Request__BodyCase c) {
     case GRAPHD__WIRE__REQUEST__BODY_UNREGISTER_REGION: return "UnregisterRegion";
     case GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS: return "RegisterFlags";
     case GRAPHD__WIRE__REQUEST__BODY_REPLAY: return "Replay";
+    case GRAPHD__WIRE__REQUEST__BODY_LIST_CAPTURES: return "ListCaptures";
+    case GRAPHD__WIRE__REQUEST__BODY_EVICT: return "Evict";
     default: return "unknown";
   }
 }
@@ -68,6 +71,7 @@ static void fill_device(gd_server *srv, int i, uint64_t free_mem, Graphd__Wire__
   dc->inflight = c->inflight;
   dc->captures_built = c->captures_built;
   dc->staging_bytes = c->staging_bytes;
+  dc->evictions = c->evictions;
   di->counters = dc;
 }
 
@@ -512,6 +516,8 @@ void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int n
       fd = -1; /* owned by the job now */
       break;
     case GRAPHD__WIRE__REQUEST__BODY_REPLAY: replay_handle(s, req->request_id, req->replay); break;
+    case GRAPHD__WIRE__REQUEST__BODY_LIST_CAPTURES: evict_handle_list(s, req->request_id); break;
+    case GRAPHD__WIRE__REQUEST__BODY_EVICT: evict_handle_evict(s, req->request_id, req->evict); break;
     default:
       session_reply_error(s, req->request_id, GRAPHD_UNIMPLEMENTED, "request %d is not handled",
                           (int)body);

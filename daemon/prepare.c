@@ -1,6 +1,7 @@
 /* See prepare.h. Worker thread only. */
 #include "prepare.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@ typedef struct dev_module {
 
 typedef struct dev_prog {
   int prepared;
+  const gd_prog *prog;
   uint32_t nsteps;
   gd_dev_func **step_func; /* per step, launch steps only */
 } dev_prog;
@@ -152,6 +154,7 @@ int prepare_program(gd_worker *w, const gd_prog *p, uint64_t *loaded, uint64_t *
       return -GRAPHD_RESOURCE_EXHAUSTED;
     }
     dp->nsteps = prog->nsteps;
+    dp->prog = p;
   }
   for (uint32_t i = 0; i < prog->nsteps; i++) {
     if (prog->steps[i].kind != GD_STEP_LAUNCH) continue;
@@ -194,6 +197,28 @@ gd_dev_func *prepare_step_function(gd_worker *w, const gd_prog *p, uint32_t step
 }
 
 uint32_t prepare_modules_loaded(gd_worker *w) { return w->ds ? w->ds->loaded : 0; }
+
+void prepare_release_module(gd_worker *w, const gd_module *m) {
+  struct gd_devstate *ds = w->ds;
+  if (!ds || m->index >= ds->nmods || ds->mods[m->index].state != 1) return;
+  /* Programs prepared against it hold its functions: they prepare again. */
+  for (uint32_t i = 0; i < ds->nprogs; i++) {
+    dev_prog *dp = &ds->progs[i];
+    if (!dp->prog) continue;
+    bool uses = false;
+    for (uint32_t k = 0; k < dp->nsteps && !uses; k++) uses = dp->prog->step_module[k] == m;
+    if (!uses) continue;
+    for (uint32_t k = 0; k < dp->nsteps; k++) {
+      free(dp->step_func[k]);
+      dp->step_func[k] = NULL;
+    }
+    dp->prepared = 0;
+  }
+  w->be->ops->module_unload(w->be, w->dev, ds->mods[m->index].mod);
+  ds->mods[m->index].state = 0;
+  ds->mods[m->index].mod = NULL;
+  ds->loaded--;
+}
 
 void prepare_close(gd_worker *w) {
   struct gd_devstate *ds = w->ds;

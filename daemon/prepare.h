@@ -34,6 +34,10 @@ gd_dev_func *prepare_step_function(gd_worker *w, const gd_prog *p, uint32_t step
 /* Number of modules loaded on this device. */
 uint32_t prepare_modules_loaded(gd_worker *w);
 
+/* Unloads module m on this device (no capture uses it any more); programs
+ * prepared against it will prepare again. */
+void prepare_release_module(gd_worker *w, const gd_module *m);
+
 /* Unloads everything (worker exit, device reset). */
 void prepare_close(gd_worker *w);
 

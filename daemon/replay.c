@@ -304,6 +304,7 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
   rj->a.stream_slot = m->stream_slot;
   rj->a.seq = m->seq;
   rj->a.ready_timeout_s = s->srv->opt->ready_timeout_s;
+  rj->a.client_pid = (uint32_t)s->pid;
   rj->job.run = replay_run;
   rj->job.done = replay_done;
   s->busy = true;

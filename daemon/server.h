@@ -30,6 +30,7 @@ typedef struct gd_device_counters {
   uint64_t inflight;
   uint64_t captures_built;
   uint64_t staging_bytes;
+  uint64_t evictions;
 } gd_device_counters;
 
 typedef struct gd_server {

@@ -16,6 +16,11 @@ static void usage(FILE *f) {
           "usage: graphctl [--socket PATH] [--timeout MS] COMMAND [ARGS]\n"
           "commands:\n"
           "  status [--json]   daemon version, uptime, devices and counters\n"
+          "  list [--json]     one line per capture\n"
+          "  evict SELECTORS [--dry-run] [--json]\n"
+          "                    free captures: --capture ID (as list shows it),\n"
+          "                    --program HASH, --device N, --client PID,\n"
+          "                    --session ID, --idle SECONDS, or --all\n"
           "  ping              one round trip to the daemon\n"
           "  version           print graphctl's version\n");
 }
@@ -53,6 +58,7 @@ static json_object *device_json(const graphd_device_info *d) {
   json_object_object_add(c, "inflight", json_object_new_uint64(d->counters.inflight));
   json_object_object_add(c, "captures_built", json_object_new_uint64(d->counters.captures_built));
   json_object_object_add(c, "staging_bytes", json_object_new_uint64(d->counters.staging_bytes));
+  json_object_object_add(c, "evictions", json_object_new_uint64(d->counters.evictions));
   json_object_object_add(o, "counters", c);
   return o;
 }
@@ -174,6 +180,155 @@ static int cmd_status(graphd_client *c, int argc, char **argv) {
   return EXIT_OK;
 }
 
+static const char *mode_name(uint32_t m) { return m == 0 ? "staged" : m == 1 ? "staged_ex" : "?"; }
+
+static json_object *capture_json(const graphd_capture_info *ci) {
+  char hex[65];
+  graphd_id_hex(ci->program_id, hex);
+  char id[48];
+  snprintf(id, sizeof id, "%.12s@%u", hex, ci->device);
+  json_object *o = json_object_new_object();
+  json_object_object_add(o, "capture", json_object_new_string(id));
+  json_object_object_add(o, "program", json_object_new_string(hex));
+  json_object_object_add(o, "device", json_object_new_int64(ci->device));
+  json_object_object_add(o, "mode", json_object_new_string(mode_name(ci->mode)));
+  json_object_object_add(o, "staging_bytes", json_object_new_uint64(ci->staging_bytes));
+  json_object_object_add(o, "nodes", json_object_new_int64(ci->nodes));
+  json_object_object_add(o, "replays", json_object_new_uint64(ci->replays));
+  json_object_object_add(o, "idle_ms", json_object_new_uint64(ci->idle_ms));
+  json_object_object_add(o, "busy", json_object_new_boolean(ci->busy));
+  json_object *pids = json_object_new_array();
+  for (uint32_t k = 0; k < ci->npids; k++) json_object_array_add(pids, json_object_new_int64(ci->pids[k]));
+  json_object_object_add(o, "pids", pids);
+  return o;
+}
+
+static void print_capture(const graphd_capture_info *ci) {
+  char hex[65], sb[32], pids[128] = "";
+  graphd_id_hex(ci->program_id, hex);
+  human_bytes(ci->staging_bytes, sb, sizeof sb);
+  size_t n = 0;
+  for (uint32_t k = 0; k < ci->npids && n < sizeof pids; k++)
+    n += (size_t)snprintf(pids + n, sizeof pids - n, "%s%u", k ? "," : "", ci->pids[k]);
+  printf("%.12s@%-3u %-9s %10s %5u nodes %10llu replays  idle %8.1f s  %s  pids %s\n", hex,
+         ci->device, mode_name(ci->mode), sb, ci->nodes, (unsigned long long)ci->replays,
+         (double)ci->idle_ms / 1000.0, ci->busy ? "busy" : "idle", n ? pids : "-");
+}
+
+static int cmd_list(graphd_client *c, int argc, char **argv) {
+  int json = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--json") == 0) {
+      json = 1;
+    } else {
+      fprintf(stderr, "graphctl: list: unknown argument '%s'\n", argv[i]);
+      return EXIT_USAGE;
+    }
+  }
+  graphd_capture_info *ci;
+  size_t n;
+  if (graphd_list_captures(c, &ci, &n) != GRAPHD_OK) {
+    fprintf(stderr, "graphctl: list: %s\n", graphd_last_error(c));
+    return EXIT_DAEMON;
+  }
+  if (json) {
+    json_object *a = json_object_new_array();
+    for (size_t i = 0; i < n; i++) json_object_array_add(a, capture_json(&ci[i]));
+    printf("%s\n", json_object_to_json_string_ext(a, JSON_C_TO_STRING_PRETTY));
+    json_object_put(a);
+  } else {
+    printf("%-16s %-9s %10s %11s %18s %16s\n", "CAPTURE", "MODE", "STAGING", "", "", "");
+    for (size_t i = 0; i < n; i++) print_capture(&ci[i]);
+    printf("%zu capture(s)\n", n);
+  }
+  free(ci);
+  return EXIT_OK;
+}
+
+static int parse_u64(const char *flag, const char *v, uint64_t *out) {
+  char *end;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (!*v || *end || v[0] == '-') {
+    fprintf(stderr, "graphctl: evict: %s takes a number, not '%s'\n", flag, v);
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+static int cmd_evict(graphd_client *c, int argc, char **argv) {
+  graphd_evict_options o;
+  graphd_evict_options_init(&o);
+  int json = 0;
+  char program[65] = "";
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    uint64_t x;
+    if (strcmp(a, "--dry-run") == 0) {
+      o.dry_run = 1;
+    } else if (strcmp(a, "--json") == 0) {
+      json = 1;
+    } else if (strcmp(a, "--all") == 0) {
+      o.all = 1;
+    } else if (!v) {
+      fprintf(stderr, "graphctl: evict: unknown or incomplete argument '%s'\n", a);
+      return EXIT_USAGE;
+    } else if (strcmp(a, "--capture") == 0) {
+      /* PROGRAM@DEVICE, as list prints it */
+      const char *at = strchr(v, '@');
+      if (!at || at == v || (size_t)(at - v) >= sizeof program ||
+          parse_u64("--capture", at + 1, &x) < 0) {
+        fprintf(stderr, "graphctl: evict: --capture takes PROGRAM@DEVICE, as list shows\n");
+        return EXIT_USAGE;
+      }
+      snprintf(program, sizeof program, "%.*s", (int)(at - v), v);
+      o.program = program;
+      o.device = (int)x;
+      i++;
+    } else if (strcmp(a, "--program") == 0) {
+      o.program = v;
+      i++;
+    } else if (strcmp(a, "--device") == 0 || strcmp(a, "--client") == 0 ||
+               strcmp(a, "--session") == 0 || strcmp(a, "--idle") == 0) {
+      if (parse_u64(a, v, &x) < 0) return EXIT_USAGE;
+      if (a[2] == 'd') o.device = (int)x;
+      if (a[2] == 'c') o.client_pid = (uint32_t)x;
+      if (a[2] == 's') o.session = x;
+      if (a[2] == 'i') o.idle_ms = x * 1000;
+      i++;
+    } else {
+      fprintf(stderr, "graphctl: evict: unknown argument '%s'\n", a);
+      return EXIT_USAGE;
+    }
+  }
+  graphd_capture_info *ci;
+  size_t n;
+  uint64_t bytes;
+  if (graphd_evict(c, &o, &ci, &n, &bytes) != GRAPHD_OK) {
+    fprintf(stderr, "graphctl: evict: %s\n", graphd_last_error(c));
+    return EXIT_DAEMON;
+  }
+  if (json) {
+    json_object *r = json_object_new_object();
+    json_object *a = json_object_new_array();
+    for (size_t i = 0; i < n; i++) json_object_array_add(a, capture_json(&ci[i]));
+    json_object_object_add(r, o.dry_run ? "would_evict" : "evicted", a);
+    json_object_object_add(r, "bytes", json_object_new_uint64(bytes));
+    json_object_object_add(r, "dry_run", json_object_new_boolean(o.dry_run));
+    printf("%s\n", json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY));
+    json_object_put(r);
+  } else {
+    for (size_t i = 0; i < n; i++) print_capture(&ci[i]);
+    char hb[32];
+    human_bytes(bytes, hb, sizeof hb);
+    printf("%s %zu capture(s), %llu staging bytes (%s)\n", o.dry_run ? "would evict" : "evicted",
+           n, (unsigned long long)bytes, hb);
+  }
+  free(ci);
+  return EXIT_OK;
+}
+
 static int cmd_ping(graphd_client *c, int argc, char **argv) {
   (void)argv;
   if (argc > 1) {
@@ -227,6 +382,10 @@ int main(int argc, char **argv) {
     fn = cmd_status;
   else if (strcmp(cmd, "ping") == 0)
     fn = cmd_ping;
+  else if (strcmp(cmd, "list") == 0)
+    fn = cmd_list;
+  else if (strcmp(cmd, "evict") == 0)
+    fn = cmd_evict;
   else if (strcmp(cmd, "version") == 0) {
     printf("graphctl %s\n", graphd_version());
     return EXIT_OK;

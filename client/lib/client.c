@@ -206,6 +206,7 @@ static void copy_device(graphd_device_info *d, const Graphd__Wire__DeviceInfo *w
     d->counters.inflight = w->counters->inflight;
     d->counters.captures_built = w->counters->captures_built;
     d->counters.staging_bytes = w->counters->staging_bytes;
+    d->counters.evictions = w->counters->evictions;
   }
 }
 

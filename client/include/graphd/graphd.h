@@ -88,6 +88,7 @@ typedef struct graphd_device_counters {
   uint64_t inflight;       /* replays with the device's worker now */
   uint64_t captures_built; /* captures built since start */
   uint64_t staging_bytes;  /* staging held by the captures */
+  uint64_t evictions;      /* captures evicted since start */
 } graphd_device_counters;
 
 typedef struct graphd_device_info {
@@ -304,6 +305,50 @@ GRAPHD_EXPORT graphd_status graphd_replay(graphd_client *c, graphd_stream *s,
                                           const uint8_t program_id[32],
                                           const graphd_binding *bindings, size_t nbindings,
                                           graphd_replay_info *info);
+
+/* ---- Captures: list and evict -----------------------------------------------
+ * Any session may list captures. Any session may evict captures that only
+ * its own process used; shared captures and `all` need an admin session
+ * (root, the daemon's user, or its admin group). The next replay of an
+ * evicted program captures again. */
+
+typedef struct graphd_capture_info {
+  uint8_t program_id[32];
+  uint32_t device;         /* the daemon's device index */
+  uint32_t mode;           /* GRAPHD_MODE_STAGED or GRAPHD_MODE_STAGED_EX */
+  uint64_t staging_bytes;
+  uint32_t nodes;          /* graph nodes */
+  uint64_t replays;
+  uint64_t idle_ms;        /* since its last replay was queued */
+  uint32_t pids[16];       /* client processes that replayed it */
+  uint32_t npids;
+  int busy;                /* its last replay has not finished */
+} graphd_capture_info;
+
+/* Every capture on every device; free *out with free(). */
+GRAPHD_EXPORT graphd_status graphd_list_captures(graphd_client *c, graphd_capture_info **out,
+                                                 size_t *n);
+
+typedef struct graphd_evict_options {
+  const char *program;   /* a program id in hex, or a prefix of 6+ digits; NULL: any */
+  int device;            /* the daemon's device index; -1: any */
+  uint32_t client_pid;   /* captures this process used; 0: any */
+  uint64_t session;      /* captures the process of this session used; 0: any */
+  uint64_t idle_ms;      /* idle at least this long; 0: any */
+  int all;               /* every capture (admin only) */
+  int dry_run;           /* report what would go, change nothing */
+} graphd_evict_options;
+
+/* No selector, device -1: fill in before setting what to evict. */
+GRAPHD_EXPORT void graphd_evict_options_init(graphd_evict_options *o);
+
+/* Evicts the captures the options select (at least one selector, or all):
+ * waits for each one's last replay in stream order, frees its graph and
+ * staging, unloads modules nothing else uses. evicted (may be NULL) gets
+ * what went (free with free()), bytes the staging bytes freed. */
+GRAPHD_EXPORT graphd_status graphd_evict(graphd_client *c, const graphd_evict_options *o,
+                                         graphd_capture_info **evicted, size_t *n,
+                                         uint64_t *bytes);
 
 /* The library's version string. */
 GRAPHD_EXPORT const char *graphd_version(void);

@@ -46,7 +46,7 @@ class graphd_connect_options(ctypes.Structure):
 class graphd_device_counters(ctypes.Structure):
     _fields_ = [(n, _u64) for n in (
         "sessions", "regions", "region_bytes", "captures", "replays", "errors",
-        "recaptures", "inflight", "captures_built", "staging_bytes")]
+        "recaptures", "inflight", "captures_built", "staging_bytes", "evictions")]
 
 
 class graphd_device_info(ctypes.Structure):
