@@ -55,5 +55,19 @@ int main(void) {
   OFF(graphd_replay_info, server_ns);
   SIZE(graphd_prepare_info);
   OFF(graphd_prepare_info, load_ns);
+  SIZE(graphd_capture_info);
+  OFF(graphd_capture_info, staging_bytes);
+  OFF(graphd_capture_info, replays);
+  OFF(graphd_capture_info, idle_ms);
+  OFF(graphd_capture_info, pids);
+  OFF(graphd_capture_info, npids);
+  OFF(graphd_capture_info, busy);
+  SIZE(graphd_evict_options);
+  OFF(graphd_evict_options, device);
+  OFF(graphd_evict_options, client_pid);
+  OFF(graphd_evict_options, session);
+  OFF(graphd_evict_options, idle_ms);
+  OFF(graphd_evict_options, all);
+  OFF(graphd_evict_options, dry_run);
   return 0;
 }

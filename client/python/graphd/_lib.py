@@ -110,11 +110,22 @@ class graphd_prepare_info(ctypes.Structure):
     _fields_ = [("modules_loaded", _u64), ("load_ns", _u64)]
 
 
+class graphd_capture_info(ctypes.Structure):
+    _fields_ = [("program_id", _u8 * 32), ("device", _u32), ("mode", _u32),
+                ("staging_bytes", _u64), ("nodes", _u32), ("replays", _u64),
+                ("idle_ms", _u64), ("pids", _u32 * 16), ("npids", _u32), ("busy", _int)]
+
+
+class graphd_evict_options(ctypes.Structure):
+    _fields_ = [("program", ctypes.c_char_p), ("device", _int), ("client_pid", _u32),
+                ("session", _u64), ("idle_ms", _u64), ("all", _int), ("dry_run", _int)]
+
+
 # The structures whose layout the tests compare with C (tests/abi_sizes.c).
 STRUCTS = {c.__name__: c for c in (
     graphd_connect_options, graphd_device_counters, graphd_device_info, graphd_session_info,
     graphd_daemon_status, graphd_region_ref, graphd_binding, graphd_replay_info,
-    graphd_prepare_info)}
+    graphd_prepare_info, graphd_capture_info, graphd_evict_options)}
 
 _P = ctypes.c_void_p
 _ID = ctypes.POINTER(_u8)  # uint8_t[32]
@@ -166,6 +177,12 @@ _PROTOS = {
     "graphd_program_encoding": (_int, [_P, ctypes.POINTER(ctypes.POINTER(_u8)),
                                        ctypes.POINTER(ctypes.c_size_t)]),
     "graphd_module_id": (_int, [_int, ctypes.c_char_p, ctypes.c_size_t, _ID]),
+    "graphd_list_captures": (_int, [_P, ctypes.POINTER(ctypes.POINTER(graphd_capture_info)),
+                                    ctypes.POINTER(ctypes.c_size_t)]),
+    "graphd_evict_options_init": (None, [ctypes.POINTER(graphd_evict_options)]),
+    "graphd_evict": (_int, [_P, ctypes.POINTER(graphd_evict_options),
+                            ctypes.POINTER(ctypes.POINTER(graphd_capture_info)),
+                            ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(_u64)]),
     # The client-side registry (for the XLA handler).
     "graphd_registry_add_module": (_int, [_int, ctypes.c_char_p, ctypes.c_size_t, _ID]),
     "graphd_registry_add_program": (_int, [_ID, ctypes.c_char_p, ctypes.c_size_t]),
@@ -492,6 +509,59 @@ class Client:
         self._check(lib().graphd_replay(self._handle(), stream.handle, _id_arg(program_id), arr, n,
                                         ctypes.byref(info)))
         return _struct_dict(info)
+
+
+    def _captures(self, ptr, n):
+        out = []
+        for i in range(n):
+            c = ptr[i]
+            out.append({"program": bytes(c.program_id).hex(), "device": c.device,
+                        "mode": "staged_ex" if c.mode == 1 else "staged",
+                        "staging_bytes": c.staging_bytes, "nodes": c.nodes,
+                        "replays": c.replays, "idle_ms": c.idle_ms,
+                        "pids": list(c.pids[:c.npids]), "busy": bool(c.busy)})
+        if ptr:
+            _libc_free(ptr)
+        return out
+
+    def list_captures(self):
+        """Every capture on every device, as dicts."""
+        ptr = ctypes.POINTER(graphd_capture_info)()
+        n = ctypes.c_size_t()
+        self._check(lib().graphd_list_captures(self._handle(), ctypes.byref(ptr), ctypes.byref(n)))
+        return self._captures(ptr, n.value)
+
+    def evict(self, program=None, device=None, client_pid=0, session=0, idle_s=0, all=False,
+              dry_run=False):
+        """Frees captures (all given selectors must match; or all=True, an
+        admin's right). The next replay of an evicted program captures
+        again. Returns (captures evicted, staging bytes freed)."""
+        o = graphd_evict_options()
+        lib().graphd_evict_options_init(ctypes.byref(o))
+        if program is not None:
+            o.program = (program.hex() if isinstance(program, (bytes, bytearray)) else
+                         str(program)).encode()
+        if device is not None:
+            o.device = device
+        o.client_pid = client_pid
+        o.session = session
+        o.idle_ms = int(idle_s * 1000)
+        o.all = 1 if all else 0
+        o.dry_run = 1 if dry_run else 0
+        ptr = ctypes.POINTER(graphd_capture_info)()
+        n = ctypes.c_size_t()
+        nbytes = _u64()
+        self._check(lib().graphd_evict(self._handle(), ctypes.byref(o), ctypes.byref(ptr),
+                                       ctypes.byref(n), ctypes.byref(nbytes)))
+        return self._captures(ptr, n.value), nbytes.value
+
+    def clear(self):
+        """Evicts every capture this process alone used, on every device."""
+        return self.evict(client_pid=os.getpid())
+
+
+def _libc_free(ptr):
+    ctypes.CDLL(None).free(ctypes.cast(ptr, ctypes.c_void_p))
 
 
 class CProgram:

@@ -102,6 +102,38 @@ class HostDaemonTest(unittest.TestCase):
         with self.assertRaises(GraphdError):
             x.view
 
+    def test_list_and_evict_captures(self):
+        p = self.scale_program(a=5.0)
+        pid = self.c.register_program(p)
+        x, y = self.c.host_alloc(4 * N), self.c.host_alloc(4 * N)
+        stream = self.c.stream_attach()
+        self.assertEqual(self.c.replay(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])["captured"], 1)
+        caps = [c for c in self.c.list_captures() if c["program"] == pid.hex()]
+        self.assertEqual(len(caps), 1)
+        self.assertEqual(caps[0]["replays"], 1)
+        self.assertIn(os.getpid(), caps[0]["pids"])
+        # A dry run reports the capture and frees nothing.
+        went, _ = self.c.evict(program=pid, dry_run=True)
+        self.assertEqual([c["program"] for c in went], [pid.hex()])
+        self.assertEqual(len(self.c.list_captures()), len(caps))
+        went, nbytes = self.c.evict(program=pid)
+        self.assertEqual(len(went), 1)
+        self.assertEqual(nbytes, went[0]["staging_bytes"])
+        self.assertEqual([c for c in self.c.list_captures() if c["program"] == pid.hex()], [])
+        self.assertEqual(self.counters()["evictions"], 1)
+        # No selector at all is refused, not read as "everything".
+        with self.assertRaises(GraphdError):
+            self.c.evict()
+        # The next replay captures again and still computes.
+        xs, ys = x.view.cast("f"), y.view.cast("f")
+        for i in range(N):
+            xs[i] = float(i)
+        self.assertEqual(self.c.replay(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])["captured"], 1)
+        self.assertEqual(list(ys), [5.0 * i for i in range(N)])
+        stream.detach()
+        x.free()
+        y.free()
+
     def test_struct_with_pointer_fields_and_staged_ex(self):
         # pair_kernel(struct pair { const float *in; float *out; }, uint32_t n)
         p = Program("staged_ex")
