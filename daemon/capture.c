@@ -413,6 +413,91 @@ int capture_watch(gd_worker *w, uint64_t *cut, int ncut, int *pending) {
   return n;
 }
 
+/* Frees the capture of program index i: in stream order, the last replay of
+ * it, from any session, is done before anything is freed; then modules no
+ * remaining capture on this device uses are unloaded. */
+static void evict_at(gd_worker *w, uint32_t i) {
+  struct gd_capstate *cs = w->cs;
+  gd_capture *c = cs->caps[i];
+  char e[256];
+  if (c->has_event && OPS->event_sync(BE, c->last_use, e, sizeof e) < 0)
+    GD_LOG(GD_WARN, "capture", "eviction: waiting for the last replay failed: %s", e);
+  for (uint32_t k = 0; k < cs->nwatch;)
+    if (cs->watch[k].cap == c)
+      cs->watch[k] = cs->watch[--cs->nwatch];
+    else
+      k++;
+  const gd_prog *prog = c->prog;
+  capture_free(w, c);
+  cs->caps[i] = NULL;
+  for (uint32_t st = 0; st < prog->program->nsteps; st++) {
+    const gd_module *m = prog->step_module[st];
+    if (!m) continue;
+    bool used = false;
+    for (uint32_t j = 0; j < cs->n && !used; j++) {
+      gd_capture *o = cs->caps[j];
+      for (uint32_t k = 0; o && k < o->prog->program->nsteps && !used; k++)
+        used = o->prog->step_module[k] == m;
+    }
+    if (!used) prepare_release_module(w, m);
+  }
+}
+
+/* The device budget: makes room for the new capture `nc` (already in
+ * cs->caps, never taken itself) by evicting the least recently used idle captures.
+ * A capture whose last replay has not finished is never taken; if the idle
+ * ones do not free enough, or the new one alone is over the budget, the
+ * replay fails with RESOURCE_EXHAUSTED and nothing is evicted. */
+static int budget_make_room(gd_worker *w, gd_replay_args *a, const gd_capture *nc, char *err,
+                            size_t errlen) {
+  struct gd_capstate *cs = w->cs;
+  uint64_t bytes = nc->staging.bytes;
+  char hex[2 * GD_ID_LEN + 1];
+  gd_id_hex(a->prog->id, 1, hex);
+  if (bytes > w->budget) {
+    snprintf(err, errlen,
+             "program %s needs %llu staging bytes, more than device %d's budget of %llu "
+             "(--device-budget)",
+             hex, (unsigned long long)bytes, w->index, (unsigned long long)w->budget);
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  uint64_t held = 0, idle = 0;
+  for (uint32_t i = 0; i < cs->n; i++) {
+    gd_capture *c = cs->caps[i];
+    if (!c || c == nc) continue;
+    held += c->staging.bytes;
+    if (!c->has_event || OPS->event_done(BE, c->last_use)) idle += c->staging.bytes;
+  }
+  if (held + bytes <= w->budget) return 0;
+  if (held - idle + bytes > w->budget) {
+    snprintf(err, errlen,
+             "program %s needs %llu staging bytes; device %d's budget of %llu has %llu held "
+             "by captures with replays in flight (retry, or raise --device-budget)",
+             hex, (unsigned long long)bytes, w->index, (unsigned long long)w->budget,
+             (unsigned long long)(held - idle));
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  while (held + bytes > w->budget) {
+    uint32_t lru = UINT32_MAX;
+    for (uint32_t i = 0; i < cs->n; i++) {
+      gd_capture *c = cs->caps[i];
+      if (!c || c == nc || (c->has_event && !OPS->event_done(BE, c->last_use))) continue;
+      if (lru == UINT32_MAX || c->last_queued_ns < cs->caps[lru]->last_queued_ns) lru = i;
+    }
+    if (lru == UINT32_MAX) break; /* cannot happen: idle covered the need */
+    gd_capture *c = cs->caps[lru];
+    uint64_t b = c->staging.bytes;
+    gd_id_hex(c->prog->id, 1, hex);
+    GD_LOG(GD_INFO, "capture", "budget: evicting idle capture %s@%d (%llu staging bytes)", hex,
+           w->index, (unsigned long long)b);
+    evict_at(w, lru);
+    held -= b;
+    a->budget_evicted++;
+    a->budget_evicted_bytes += b;
+  }
+  return 0;
+}
+
 int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
   const gd_program *p = a->prog->program;
   gd_wsess *ws = a->ws;
@@ -434,6 +519,13 @@ int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
   if (!c) {
     uint64_t t0 = gd_now_ns();
     if ((rc = capture_build(w, a, &c, err, errlen)) < 0) goto finish;
+    /* In place first, so that budget evictions keep the modules it uses. */
+    cs->caps[a->prog->index] = c;
+    if (w->budget && (rc = budget_make_room(w, a, c, err, errlen)) < 0) {
+      cs->caps[a->prog->index] = NULL;
+      capture_free(w, c);
+      goto finish;
+    }
     a->captured = true;
     a->recaptured = cs->ever[a->prog->index] != 0;
     a->capture_ns = gd_now_ns() - t0;
@@ -665,32 +757,7 @@ int capture_evict(gd_worker *w, const gd_evict_sel *sel, gd_capture_info **out, 
     info_of(w, c, &ci[*n]);
     *bytes += c->staging.bytes;
     (*n)++;
-    if (sel->dry_run) continue;
-    /* In stream order: the last replay of it, from any session, is done
-     * before anything is freed. */
-    char e[256];
-    if (c->has_event && OPS->event_sync(BE, c->last_use, e, sizeof e) < 0)
-      GD_LOG(GD_WARN, "capture", "eviction: waiting for the last replay failed: %s", e);
-    for (uint32_t k = 0; k < cs->nwatch;)
-      if (cs->watch[k].cap == c)
-        cs->watch[k] = cs->watch[--cs->nwatch];
-      else
-        k++;
-    const gd_prog *prog = c->prog;
-    capture_free(w, c);
-    cs->caps[i] = NULL;
-    /* Modules no remaining capture on this device uses are unloaded. */
-    for (uint32_t st = 0; st < prog->program->nsteps; st++) {
-      const gd_module *m = prog->step_module[st];
-      if (!m) continue;
-      bool used = false;
-      for (uint32_t j = 0; j < cs->n && !used; j++) {
-        gd_capture *o = cs->caps[j];
-        for (uint32_t k = 0; o && k < o->prog->program->nsteps && !used; k++)
-          used = o->prog->step_module[k] == m;
-      }
-      if (!used) prepare_release_module(w, m);
-    }
+    if (!sel->dry_run) evict_at(w, i);
   }
   *out = ci;
   return 0;

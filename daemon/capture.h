@@ -57,6 +57,8 @@ typedef struct gd_replay_args {
   bool recaptured;
   uint64_t capture_ns;
   uint64_t staging_bytes;
+  uint32_t budget_evicted;        /* captures the budget evicted to fit this one */
+  uint64_t budget_evicted_bytes;
 } gd_replay_args;
 
 /* Runs one replay. Whatever happens once the flags are known, done = seq is

@@ -42,6 +42,9 @@ static void usage(FILE *f) {
           "  --max-frame SIZE      largest request frame accepted (default 4M)\n"
           "  --admin-group NAME    group whose members may evict shared captures\n"
           "                        (default graphd-admin)\n"
+          "  --device-budget SIZE  staging bytes captures may hold per device; past it\n"
+          "                        the least recently used idle ones are evicted\n"
+          "                        (default 0 = no limit)\n"
           "  --ready-timeout SEC   head-of-line timeout for a client's ready flag\n"
           "                        (default 60, 0 = never)\n"
           "  --shutdown-grace SEC  how long shutdown waits for in-flight work (default 10)\n"
@@ -64,6 +67,7 @@ static const struct option long_opts[] = {
     {"devices", required_argument, NULL, 0},
     {"max-frame", required_argument, NULL, 0},
     {"admin-group", required_argument, NULL, 0},
+    {"device-budget", required_argument, NULL, 0},
     {"ready-timeout", required_argument, NULL, 0},
     {"shutdown-grace", required_argument, NULL, 0},
     {"log-level", required_argument, NULL, 0},
@@ -245,7 +249,7 @@ int main(int argc, char **argv) {
     goto exit_loop;
   }
   gd_log_set_thread_tag("loop");
-  if (worker_pool_start(&srv.pool, &loop, be, idx, n) < 0) {
+  if (worker_pool_start(&srv.pool, &loop, be, idx, n, opt.device_budget) < 0) {
     GD_LOG(GD_ERROR, "main", "no device could be opened; exiting");
     worker_pool_stop(&srv.pool);
     worker_pool_close(&srv.pool);

@@ -125,6 +125,10 @@ int options_set(gd_options *o, const char *key, const char *v, char *err, size_t
     o->log_level = l;
   } else if (strcmp(key, "admin-group") == 0) {
     if (copy_str(o->admin_group, sizeof o->admin_group, v) < 0) BAD("admin-group: too long");
+  } else if (strcmp(key, "device-budget") == 0) {
+    if (options_parse_size(v, &sz) < 0)
+      BAD("device-budget: '%s' is not a size (e.g. 2G, 512M; 0 = no limit)", v);
+    o->device_budget = sz;
   } else if (strcmp(key, "ready-timeout") == 0) {
     if (parse_seconds(v, &o->ready_timeout_s) < 0)
       BAD("ready-timeout: '%s' is not a number of seconds (0 = never)", v);
@@ -186,8 +190,10 @@ void options_print(const gd_options *o, int fd) {
   dprintf(fd,
           "socket = %s\nsocket-mode = %04o\nsocket-group = %s\nbackend = %s\n"
           "host-devices = %d\nhost-memory = %llu\ndevices = %s\nmax-frame = %u\n"
-          "log-level = %s\nadmin-group = %s\nready-timeout = %g\nshutdown-grace = %g\n",
+          "log-level = %s\nadmin-group = %s\ndevice-budget = %llu\nready-timeout = %g\n"
+          "shutdown-grace = %g\n",
           o->socket_path, o->socket_mode, o->socket_group, backends[o->backend],
           o->host_devices, (unsigned long long)o->host_memory, o->devices, o->max_frame,
-          levels[o->log_level], o->admin_group, o->ready_timeout_s, o->shutdown_grace_s);
+          levels[o->log_level], o->admin_group,
+          (unsigned long long)o->device_budget, o->ready_timeout_s, o->shutdown_grace_s);
 }

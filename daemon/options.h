@@ -19,6 +19,7 @@ typedef struct gd_options {
   uint32_t max_frame;      /* payload cap in bytes */
   int log_level;
   char admin_group[64];    /* members may use admin-only control requests */
+  uint64_t device_budget;  /* staging bytes of captures per device; 0 = no limit */
   double ready_timeout_s;  /* head-of-line ready timeout; 0 = never */
   double shutdown_grace_s; /* how long shutdown waits for in-flight work */
 } gd_options;

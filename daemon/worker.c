@@ -178,7 +178,8 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-int worker_pool_start(gd_pool *p, uv_loop_t *loop, gd_backend *be, const int *idx, int n) {
+int worker_pool_start(gd_pool *p, uv_loop_t *loop, gd_backend *be, const int *idx, int n,
+                      uint64_t budget) {
   memset(p, 0, sizeof *p);
   p->loop = loop;
   p->n = n;
@@ -198,6 +199,7 @@ int worker_pool_start(gd_pool *p, uv_loop_t *loop, gd_backend *be, const int *id
     gd_worker *w = &p->workers[i];
     w->index = i;
     w->be = be;
+    w->budget = budget;
     w->backend_index = idx[i];
     w->pool = p;
     pthread_mutex_init(&w->lock, NULL);

@@ -63,6 +63,7 @@ struct gd_worker {
   char fail_msg[320];     /* set before state becomes FAILED */
   struct gd_devstate *ds; /* worker thread only: prepare.c's per-device caches */
   struct gd_capstate *cs; /* worker thread only: capture.c's captures */
+  uint64_t budget;        /* staging bytes captures may hold; 0 = no limit */
 };
 
 struct gd_pool {
@@ -84,7 +85,7 @@ struct gd_pool {
  * opened its device (or failed to). Loop thread, before serving clients.
  * Returns 0, or a negated status when nothing could start. */
 int worker_pool_start(gd_pool *p, uv_loop_t *loop, gd_backend *be, const int *backend_indexes,
-                      int n);
+                      int n, uint64_t budget);
 
 /* Queues j on w. Loop thread. If the worker has failed or is stopping, the
  * job completes with UNAVAILABLE without running. */

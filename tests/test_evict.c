@@ -328,6 +328,89 @@ START_TEST(test_graphctl_list_and_evict) {
 }
 END_TEST
 
+/* The device budget: 128 KiB holds two captures of program3 at these sizes
+ * (64 KiB of host staging each). */
+#define BIG (16u * 1024u) /* 256 KiB of staging: over the budget on its own */
+static void setup_budget(void) {
+  td_start(&d, "--host-devices", "1", "--device-budget", "128K", NULL);
+  plugin = td_read_file(HOST_KERNELS_SO, &plugin_len);
+}
+
+static graphd_status replay_n(client *k, const uint8_t pid[32], uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    k->x[i] = (float)(i % 1000);
+    k->cc[i] = 1.0f;
+  }
+  graphd_binding b[3] = {{0, (uint64_t)(uintptr_t)k->x, n * 4},
+                         {3, (uint64_t)(uintptr_t)k->y, n * 4},
+                         {1, (uint64_t)(uintptr_t)k->cc, n * 4}};
+  graphd_status st = graphd_replay(k->c, k->s, pid, b, 3, NULL);
+  if (st != GRAPHD_OK) return st;
+  for (uint32_t i = 0; i < n; i++)
+    if (k->y[i] != (2.0f * k->x[i] + 1.0f) * 2.0f + 1.0f) return (graphd_status)99;
+  return GRAPHD_OK;
+}
+
+static bool listed(graphd_client *c, const uint8_t pid[32]) {
+  graphd_capture_info *ci;
+  size_t n;
+  ck_assert_int_eq(graphd_list_captures(c, &ci, &n), GRAPHD_OK);
+  bool found = false;
+  for (size_t i = 0; i < n; i++) found |= memcmp(ci[i].program_id, pid, 32) == 0;
+  free(ci);
+  return found;
+}
+
+START_TEST(test_budget_evicts_the_least_recently_used) {
+  client k = {0};
+  k.c = td_data(&d, 0);
+  uint8_t mod[32], a[32], b[32], c3[32], big[32];
+  ck_assert_int_eq(graphd_register_module(k.c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
+  ck_assert_int_eq(program3_register(k.c, mod, GRAPHD_MODE_STAGED, 1024, a), GRAPHD_OK);
+  ck_assert_int_eq(program3_register(k.c, mod, GRAPHD_MODE_STAGED, 1280, b), GRAPHD_OK);
+  ck_assert_int_eq(program3_register(k.c, mod, GRAPHD_MODE_STAGED, 1536, c3), GRAPHD_OK);
+  ck_assert_int_eq(program3_register(k.c, mod, GRAPHD_MODE_STAGED, BIG, big), GRAPHD_OK);
+  ck_assert_int_eq(graphd_stream_attach(k.c, NULL, &k.s), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(k.c, BIG * 4, (void **)&k.x), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(k.c, BIG * 4, (void **)&k.cc), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(k.c, BIG * 4, (void **)&k.y), GRAPHD_OK);
+
+  ck_assert_int_eq(replay_n(&k, a, 1024), GRAPHD_OK);
+  ck_assert_int_eq(replay_n(&k, b, 1280), GRAPHD_OK);
+  ck_assert_uint_eq(counters(k.c, 0).staging_bytes, 128u << 10); /* exactly full */
+  ck_assert_int_eq(replay_n(&k, a, 1024), GRAPHD_OK);  /* a is now the more recent */
+  ck_assert_int_eq(replay_n(&k, c3, 1536), GRAPHD_OK); /* b must make room */
+  ck_assert(listed(k.c, a));
+  ck_assert(!listed(k.c, b));
+  ck_assert(listed(k.c, c3));
+  graphd_device_counters c0 = counters(k.c, 0);
+  ck_assert_uint_eq(c0.captures, 2);
+  ck_assert_uint_eq(c0.staging_bytes, 128u << 10);
+  ck_assert_uint_eq(c0.evictions, 1);
+  ck_assert_uint_eq(c0.captures_built, 3);
+
+  /* b comes back transparently (a, now the least recent, goes) and counts
+   * as a re-capture. */
+  ck_assert_int_eq(replay_n(&k, b, 1280), GRAPHD_OK);
+  ck_assert(!listed(k.c, a));
+  c0 = counters(k.c, 0);
+  ck_assert_uint_eq(c0.evictions, 2);
+  ck_assert_uint_eq(c0.recaptures, 1);
+
+  /* A capture that cannot fit on its own is refused and evicts nothing. */
+  ck_assert_int_eq(replay_n(&k, big, BIG), GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(graphd_last_error(k.c), "budget"), "%s", graphd_last_error(k.c));
+  c0 = counters(k.c, 0);
+  ck_assert_uint_eq(c0.captures, 2);
+  ck_assert_uint_eq(c0.evictions, 2);
+  ck_assert(listed(k.c, b) && listed(k.c, c3));
+  /* The stream is still usable. */
+  ck_assert_int_eq(replay_n(&k, c3, 1536), GRAPHD_OK);
+  client_close(&k);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("evict");
   TCase *tc = tcase_create("evict");
@@ -340,5 +423,10 @@ int main(void) {
   tcase_add_test(tc, test_evict_during_concurrent_replays_loses_nothing);
   tcase_add_test(tc, test_graphctl_list_and_evict);
   suite_add_tcase(s, tc);
+  TCase *tb = tcase_create("budget");
+  tcase_set_timeout(tb, 60);
+  tcase_add_checked_fixture(tb, setup_budget, teardown);
+  tcase_add_test(tb, test_budget_evicts_the_least_recently_used);
+  suite_add_tcase(s, tb);
   return td_run_suite(s);
 }

@@ -60,6 +60,12 @@ START_TEST(test_options_set_rejects_bad_values_with_the_setting_named) {
   ck_assert_uint_eq(o.socket_mode, 0600);
   ck_assert_int_eq(options_set(&o, "host-memory", "512M", err, sizeof err), 0);
   ck_assert_uint_eq(o.host_memory, 512u << 20);
+  ck_assert_uint_eq(o.device_budget, 0); /* no limit by default */
+  ck_assert_int_eq(options_set(&o, "device-budget", "2G", err, sizeof err), 0);
+  ck_assert_uint_eq(o.device_budget, 2ull << 30);
+  ck_assert_int_eq(options_set(&o, "device-budget", "lots", err, sizeof err),
+                   -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err, "device-budget"));
 }
 END_TEST
 
