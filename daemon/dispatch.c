@@ -72,6 +72,10 @@ static void fill_device(gd_server *srv, int i, uint64_t free_mem, Graphd__Wire__
   dc->captures_built = c->captures_built;
   dc->staging_bytes = c->staging_bytes;
   dc->evictions = c->evictions;
+  dc->replay_p50_ns = gd_hist_quantile(&c->replay_latency, 0.50);
+  dc->replay_p90_ns = gd_hist_quantile(&c->replay_latency, 0.90);
+  dc->replay_p99_ns = gd_hist_quantile(&c->replay_latency, 0.99);
+  dc->replay_max_ns = c->replay_latency.max;
   di->counters = dc;
 }
 

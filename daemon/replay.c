@@ -145,7 +145,8 @@ typedef struct replay_job {
   gd_job job; /* first */
   gd_session *s;
   uint64_t request_id;
-  uint64_t t0;
+  uint64_t t0;         /* the request was read */
+  uint64_t latency_ns; /* from t0 until the reply was ready */
   uint64_t server_ns;
   bool replied; /* the worker sent the reply itself */
   gd_replay_args a;
@@ -171,7 +172,9 @@ static void replay_run(gd_worker *w, gd_job *j) {
   replay_job *rj = (replay_job *)j;
   uint64_t t0 = gd_now_ns();
   j->status = capture_replay(w, &rj->a, j->msg, sizeof j->msg);
-  rj->server_ns = gd_now_ns() - t0;
+  uint64_t t1 = gd_now_ns();
+  rj->server_ns = t1 - t0;
+  rj->latency_ns = t1 - rj->t0;
   /* The hot path: answer from here rather than through the loop thread
    * (the loop still does the bookkeeping when the job comes back). A hung
    * client's failure closes its session, so that one goes by the loop. */
@@ -205,6 +208,7 @@ static void replay_done(gd_job *j) {
     c->errors++;
   } else {
     c->replays++;
+    gd_hist_add(&c->replay_latency, rj->latency_ns);
   }
   if (!s->closing && !rj->replied) {
     if (j->status < 0) {
@@ -234,6 +238,7 @@ static const char *role_name(uint32_t role) {
 }
 
 void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Replay *m) {
+  uint64_t t0 = gd_now_ns();
   char err[512];
   int code = GRAPHD_INVALID_ARGUMENT;
   replay_job *rj = NULL;
@@ -265,6 +270,7 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
            (unsigned long long)s->last_seq[m->stream_slot]);
   rj = calloc(1, sizeof *rj);
   if (!rj) REFUSE(GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+  rj->t0 = t0;
   if (m->n_bindings > p->nslots)
     REFUSE(GRAPHD_INVALID_ARGUMENT, "%zu bindings for a program of %u slots", m->n_bindings,
            p->nslots);

@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "backend.h"
+#include "hist.h"
 #include "options.h"
 #include "registry.h"
 #include "worker.h"
@@ -31,6 +32,7 @@ typedef struct gd_device_counters {
   uint64_t captures_built;
   uint64_t staging_bytes;
   uint64_t evictions;
+  gd_hist replay_latency; /* request read to reply, successful replays (ns) */
 } gd_device_counters;
 
 typedef struct gd_server {

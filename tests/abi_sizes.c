@@ -20,6 +20,7 @@ int main(void) {
   OFF(graphd_device_counters, captures);
   OFF(graphd_device_counters, replays);
   OFF(graphd_device_counters, staging_bytes);
+  OFF(graphd_device_counters, replay_max_ns);
   SIZE(graphd_device_info);
   OFF(graphd_device_info, name);
   OFF(graphd_device_info, uuid);

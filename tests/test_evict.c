@@ -3,6 +3,7 @@
  * concurrent replays, and graphctl list/evict. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <json-c/json.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -328,6 +329,99 @@ START_TEST(test_graphctl_list_and_evict) {
 }
 END_TEST
 
+static uint64_t jget(json_object *o, const char *path) {
+  /* "a.b": nested keys */
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", path);
+  json_object *v = o;
+  for (char *save, *k = strtok_r(buf, ".", &save); k; k = strtok_r(NULL, ".", &save))
+    ck_assert_msg(json_object_object_get_ex(v, k, &v), "no %s", path);
+  return json_object_get_uint64(v);
+}
+
+/* graphctl stats agrees with what was done: replays, a capture, a re-capture
+ * after an eviction, an error; latency percentiles ordered; the client
+ * process's regions; the Prometheus form carries the same numbers. */
+START_TEST(test_graphctl_stats_agree_with_the_actions) {
+  client k;
+  ck_assert_int_eq(client_open(&k, 1), GRAPHD_OK);
+  for (unsigned i = 0; i < 20; i++) ck_assert_int_eq(replay_checked(&k, i, NULL), 0);
+  graphd_evict_options o;
+  graphd_evict_options_init(&o);
+  o.client_pid = (uint32_t)getpid();
+  size_t n;
+  uint64_t bytes;
+  ck_assert_int_eq(graphd_evict(k.c, &o, NULL, &n, &bytes), GRAPHD_OK);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_int_eq(replay_checked(&k, 21, NULL), 0); /* captures again */
+  uint8_t unknown[32] = {1};
+  graphd_binding b[1] = {{0, (uint64_t)(uintptr_t)k.x, N * 4}};
+  ck_assert_int_eq(graphd_replay(k.c, k.s, unknown, b, 1, NULL), GRAPHD_NOT_FOUND);
+
+  static char out[65536];
+  char *js[] = {GRAPHCTL_BIN, "--socket", d.socket, "stats", "--json", NULL};
+  ck_assert_int_eq(td_run(js, out, sizeof out, 10000), 0);
+  json_object *root = json_tokener_parse(out);
+  ck_assert_msg(root, "not JSON: %s", out);
+  json_object *devs, *cls;
+  ck_assert(json_object_object_get_ex(root, "devices", &devs));
+  ck_assert_uint_eq(json_object_array_length(devs), 2);
+  json_object *d1 = json_object_array_get_idx(devs, 1), *d0 = json_object_array_get_idx(devs, 0);
+  ck_assert_uint_eq(jget(d1, "device"), 1);
+  ck_assert_uint_eq(jget(d1, "replays"), 21);
+  ck_assert_uint_eq(jget(d1, "captures"), 1);
+  ck_assert_uint_eq(jget(d1, "graphs"), 1);
+  ck_assert_uint_eq(jget(d1, "captures_built"), 2);
+  ck_assert_uint_eq(jget(d1, "recaptures"), 1);
+  ck_assert_uint_eq(jget(d1, "evictions"), 1);
+  ck_assert_uint_eq(jget(d1, "staging_bytes"), bytes);
+  ck_assert_uint_ge(jget(d1, "errors"), 1);
+  uint64_t p50 = jget(d1, "replay_latency_ns.p50"), p90 = jget(d1, "replay_latency_ns.p90");
+  uint64_t p99 = jget(d1, "replay_latency_ns.p99"), mx = jget(d1, "replay_latency_ns.max");
+  ck_assert_uint_gt(p50, 0);
+  ck_assert(p50 <= p90 && p90 <= p99 && p99 <= mx);
+  ck_assert_uint_eq(jget(d0, "replays"), 0);
+  ck_assert_uint_eq(jget(d0, "replay_latency_ns.p50"), 0);
+  ck_assert(json_object_object_get_ex(root, "clients", &cls));
+  bool me = false;
+  for (size_t i = 0; i < json_object_array_length(cls); i++) {
+    json_object *c = json_object_array_get_idx(cls, i);
+    if (jget(c, "pid") != (uint64_t)getpid()) continue;
+    me = true;
+    ck_assert_uint_ge(jget(c, "sessions"), 1);
+    ck_assert_uint_eq(jget(c, "regions"), 3); /* x, c, y */
+    ck_assert_uint_ge(jget(c, "region_bytes"), 3 * N * 4);
+  }
+  ck_assert_msg(me, "this process is not among the clients: %s", out);
+  json_object_put(root);
+
+  char *pr[] = {GRAPHCTL_BIN, "--socket", d.socket, "stats", "--prometheus", NULL};
+  ck_assert_int_eq(td_run(pr, out, sizeof out, 10000), 0);
+  ck_assert_msg(strstr(out, "# TYPE graphd_replays_total counter\n"), "%s", out);
+  ck_assert_msg(strstr(out, "graphd_replays_total{device=\"1\",uuid=\""), "%s", out);
+  char line[128];
+  snprintf(line, sizeof line, "graphd_evictions_total{device=\"1\"");
+  const char *at = strstr(out, line);
+  ck_assert_msg(at && strstr(at, "} 1\n") == strchr(at, '}'), "%s", out);
+  ck_assert_msg(strstr(out, ",quantile=\"0.99\"} "), "%s", out);
+  snprintf(line, sizeof line, "graphd_client_regions{pid=\"%d\"", (int)getpid());
+  ck_assert_msg(strstr(out, line), "%s", out);
+  /* Every sample line is NAME{labels} VALUE or NAME VALUE. */
+  for (char *save, *ln = strtok_r(out, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+    if (ln[0] == '#') continue;
+    ck_assert_msg(strncmp(ln, "graphd_", 7) == 0, "%s", ln);
+    char *sp = strrchr(ln, ' ');
+    ck_assert_msg(sp && sp[1], "%s", ln);
+    char *end;
+    strtod(sp + 1, &end);
+    ck_assert_msg(*end == 0, "value of: %s", ln);
+  }
+  char *both[] = {GRAPHCTL_BIN, "--socket", d.socket, "stats", "--json", "--prometheus", NULL};
+  ck_assert_int_eq(td_run(both, out, sizeof out, 10000), 2);
+  client_close(&k);
+}
+END_TEST
+
 /* The device budget: 128 KiB holds two captures of program3 at these sizes
  * (64 KiB of host staging each). */
 #define BIG (16u * 1024u) /* 256 KiB of staging: over the budget on its own */
@@ -422,6 +516,7 @@ int main(void) {
   tcase_add_test(tc, test_evict_privilege_rule);
   tcase_add_test(tc, test_evict_during_concurrent_replays_loses_nothing);
   tcase_add_test(tc, test_graphctl_list_and_evict);
+  tcase_add_test(tc, test_graphctl_stats_agree_with_the_actions);
   suite_add_tcase(s, tc);
   TCase *tb = tcase_create("budget");
   tcase_set_timeout(tb, 60);

@@ -8,8 +8,7 @@
 #include <string.h>
 
 #include "graphd/graphd.h"
-
-enum { EXIT_OK = 0, EXIT_DAEMON = 1, EXIT_USAGE = 2, EXIT_CONNECT = 3 };
+#include "graphctl.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -21,6 +20,10 @@ static void usage(FILE *f) {
           "                    free captures: --capture ID (as list shows it),\n"
           "                    --program HASH, --device N, --client PID,\n"
           "                    --session ID, --idle SECONDS, or --all\n"
+          "  stats [--json | --prometheus]\n"
+          "                    per device: captures, staging, replays, latency\n"
+          "                    percentiles, captures built, evictions, errors;\n"
+          "                    per client: sessions, regions and bytes\n"
           "  ping              one round trip to the daemon\n"
           "  version           print graphctl's version\n");
 }
@@ -386,6 +389,8 @@ int main(int argc, char **argv) {
     fn = cmd_list;
   else if (strcmp(cmd, "evict") == 0)
     fn = cmd_evict;
+  else if (strcmp(cmd, "stats") == 0)
+    fn = cmd_stats;
   else if (strcmp(cmd, "version") == 0) {
     printf("graphctl %s\n", graphd_version());
     return EXIT_OK;

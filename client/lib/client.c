@@ -207,6 +207,10 @@ static void copy_device(graphd_device_info *d, const Graphd__Wire__DeviceInfo *w
     d->counters.captures_built = w->counters->captures_built;
     d->counters.staging_bytes = w->counters->staging_bytes;
     d->counters.evictions = w->counters->evictions;
+    d->counters.replay_p50_ns = w->counters->replay_p50_ns;
+    d->counters.replay_p90_ns = w->counters->replay_p90_ns;
+    d->counters.replay_p99_ns = w->counters->replay_p99_ns;
+    d->counters.replay_max_ns = w->counters->replay_max_ns;
   }
 }
 

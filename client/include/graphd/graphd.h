@@ -89,6 +89,12 @@ typedef struct graphd_device_counters {
   uint64_t captures_built; /* captures built since start */
   uint64_t staging_bytes;  /* staging held by the captures */
   uint64_t evictions;      /* captures evicted since start */
+  /* Replay latency in the daemon, request read to reply ready, over the
+   * successful replays since start; within 12.5%. */
+  uint64_t replay_p50_ns;
+  uint64_t replay_p90_ns;
+  uint64_t replay_p99_ns;
+  uint64_t replay_max_ns;
 } graphd_device_counters;
 
 typedef struct graphd_device_info {

@@ -46,7 +46,8 @@ class graphd_connect_options(ctypes.Structure):
 class graphd_device_counters(ctypes.Structure):
     _fields_ = [(n, _u64) for n in (
         "sessions", "regions", "region_bytes", "captures", "replays", "errors",
-        "recaptures", "inflight", "captures_built", "staging_bytes", "evictions")]
+        "recaptures", "inflight", "captures_built", "staging_bytes", "evictions",
+        "replay_p50_ns", "replay_p90_ns", "replay_p99_ns", "replay_max_ns")]
 
 
 class graphd_device_info(ctypes.Structure):
