@@ -251,7 +251,7 @@ int main(int argc, char **argv) {
   gd_log_set_thread_tag("loop");
   if (worker_pool_start(&srv.pool, &loop, be, idx, n, opt.device_budget) < 0) {
     GD_LOG(GD_ERROR, "main", "no device could be opened; exiting");
-    worker_pool_stop(&srv.pool);
+    worker_pool_stop(&srv.pool, 0);
     worker_pool_close(&srv.pool);
     close_signals(&srv);
     uv_run(&loop, UV_RUN_DEFAULT);

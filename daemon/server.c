@@ -264,7 +264,15 @@ void server_shutdown(gd_server *s, const char *why) {
     next = x->next;
     session_stop_reading(x);
   }
-  worker_pool_stop(&s->pool);
+  if (worker_pool_stop(&s->pool, s->opt->shutdown_grace_s) > 0) {
+    /* A device is stuck (a GPU wait that never ends, a kernel that never
+     * returns): its worker still uses sessions and the pool, so nothing
+     * is freed; the socket goes, and the process exits at once. */
+    server_cleanup(s);
+    GD_LOG(GD_ERROR, "server", "exiting without a clean shutdown (--shutdown-grace %.1f s)",
+           s->opt->shutdown_grace_s);
+    _exit(1);
+  }
   while (s->sessions) session_close(s->sessions, "daemon shutting down");
   worker_pool_close(&s->pool);
   uv_close((uv_handle_t *)&s->sig_term, NULL);

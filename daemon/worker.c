@@ -3,6 +3,7 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,7 +244,7 @@ void worker_submit(gd_worker *w, gd_job *j) {
   }
 }
 
-void worker_pool_stop(gd_pool *p) {
+int worker_pool_stop(gd_pool *p, double grace_s) {
   for (int i = 0; i < p->n; i++) {
     gd_worker *w = &p->workers[i];
     pthread_mutex_lock(&w->lock);
@@ -251,12 +252,34 @@ void worker_pool_stop(gd_pool *p) {
     pthread_cond_signal(&w->cond);
     pthread_mutex_unlock(&w->lock);
   }
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  if (grace_s > 0) {
+    double whole = floor(grace_s);
+    deadline.tv_sec += (time_t)whole;
+    deadline.tv_nsec += (long)((grace_s - whole) * 1e9);
+    if (deadline.tv_nsec >= 1000000000L) {
+      deadline.tv_sec++;
+      deadline.tv_nsec -= 1000000000L;
+    }
+  }
+  int left = 0;
   for (int i = 0; i < p->n; i++) {
     gd_worker *w = &p->workers[i];
-    if (w->thread_started) pthread_join(w->thread, NULL);
+    if (!w->thread_started) continue;
+    int rc = grace_s > 0 ? pthread_timedjoin_np(w->thread, NULL, &deadline)
+                         : pthread_join(w->thread, NULL);
+    if (rc != 0) {
+      GD_LOG(GD_ERROR, "worker", "device %d's worker is still running a job after the "
+             "%.1f s shutdown grace; leaving it", w->index, grace_s);
+      left++;
+      continue;
+    }
     w->thread_started = false;
   }
+  if (left) return left;
   drain_cb(&p->async);
+  return 0;
 }
 
 void worker_pool_close(gd_pool *p) {

@@ -93,8 +93,12 @@ void worker_submit(gd_worker *w, gd_job *j);
 
 /* Stops every worker: each finishes the job it runs, fails the jobs still
  * queued with UNAVAILABLE, closes its device and exits. Joins them, then
- * runs the done callbacks of everything that came back. Loop thread. */
-void worker_pool_stop(gd_pool *p);
+ * runs the done callbacks of everything that came back. Loop thread.
+ * grace_s > 0 bounds the wait: a worker still running a job after it is
+ * left alone, and the count of such workers is returned (the caller must
+ * then exit the process without freeing what they use); 0 waits as long
+ * as it takes. */
+int worker_pool_stop(gd_pool *p, double grace_s);
 
 /* Closes the pool's async handle; call after worker_pool_stop(). */
 void worker_pool_close(gd_pool *p);

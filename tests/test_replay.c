@@ -519,6 +519,61 @@ START_TEST(test_replay_slow_client_blocking_nobody_is_not_cut_off) {
 }
 END_TEST
 
+/* --shutdown-grace: a device whose job does not finish (here a host kernel
+ * that sleeps 8 s) does not hold shutdown past the grace; the daemon
+ * removes its socket and exits with status 1. */
+static void setup_grace(void) {
+  td_start(&d, "--host-devices", "1", "--shutdown-grace", "0.5", NULL);
+  plugin = td_read_file(HOST_KERNELS_SO, &plugin_len);
+}
+
+typedef struct slow_call {
+  graphd_client *c;
+  graphd_stream *s;
+  uint8_t pid[32];
+  float *out;
+  graphd_status st;
+} slow_call;
+
+static void *slow_replay(void *arg) {
+  slow_call *k = arg;
+  graphd_binding b = {.slot = 0, .ptr = (uint64_t)(uintptr_t)k->out, .bytes = 256};
+  k->st = graphd_replay(k->c, k->s, k->pid, &b, 1, NULL);
+  return NULL;
+}
+
+START_TEST(test_replay_shutdown_grace_bounds_a_stuck_device) {
+  slow_call k = {0};
+  k.c = td_data(&d, 0);
+  uint8_t mod[32];
+  ck_assert_int_eq(graphd_register_module(k.c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
+  graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
+  graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, 256, 1);
+  uint32_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1}, ms = 8000;
+  int s0 = graphd_program_add_launch(p, mod, "sleep_ms", grid, block, 0);
+  graphd_program_param(p, (uint32_t)s0, 0, &ms, 4);
+  ck_assert_int_eq(graphd_program_finish(p, k.pid), GRAPHD_OK);
+  ck_assert_int_eq(graphd_register_program(k.c, p), GRAPHD_OK);
+  graphd_program_free(p);
+  ck_assert_int_eq(graphd_stream_attach(k.c, NULL, &k.s), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(k.c, 256, (void **)&k.out), GRAPHD_OK);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, slow_replay, &k), 0);
+  usleep(300000); /* the kernel is running on the device's worker */
+  double t0 = now_s();
+  int st = td_stop_sig(&d, SIGTERM, 20000);
+  double took = now_s() - t0;
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+  ck_assert_msg(took < 4.0, "shutdown took %.1f s with a 0.5 s grace", took);
+  ck_assert_int_eq(access(d.socket, F_OK), -1);
+  pthread_join(t, NULL);
+  ck_assert_int_eq(k.st, GRAPHD_UNAVAILABLE);
+  graphd_stream_detach(k.s);
+  graphd_close(k.c);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("replay");
   TCase *tc = tcase_create("replay");
@@ -533,5 +588,10 @@ int main(void) {
   tcase_add_test(tc, test_replay_hung_client_is_cut_off_after_the_ready_timeout);
   tcase_add_test(tc, test_replay_slow_client_blocking_nobody_is_not_cut_off);
   suite_add_tcase(su, tc);
+  TCase *tg = tcase_create("grace");
+  tcase_set_timeout(tg, 60);
+  tcase_add_checked_fixture(tg, setup_grace, teardown);
+  tcase_add_test(tg, test_replay_shutdown_grace_bounds_a_stuck_device);
+  suite_add_tcase(su, tg);
   return td_run_suite(su);
 }

@@ -2,6 +2,7 @@
  * tests/kernels/test_kernels.cu, written to the graphd_host_kernel ABI. */
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "graphd/host_kernel.h"
 
@@ -47,6 +48,17 @@ GRAPHD_HOST_KERNEL(pair_kernel) {
   for (uint32_t t = 0; t < l->block[0]; t++) {
     uint64_t i = global_index(l, t);
     if (i < n) p->out[i] = p->in[i] * 2.0f + 1.0f;
+  }
+}
+
+/* Sleeps ms milliseconds, once per launch: (uint32_t ms). For the tests of
+ * a device that stays busy (shutdown grace). */
+GRAPHD_HOST_PARAMS(sleep_ms, 1, 0, 4);
+GRAPHD_HOST_KERNEL(sleep_ms) {
+  if (l->block_idx[0] != 0) return;
+  uint32_t ms = *(const uint32_t *)params[0];
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
   }
 }
 
