@@ -180,6 +180,7 @@ static void handle_hello(gd_session *s, Graphd__Wire__Request *req) {
   hr.session_id = s->id;
   hr.daemon_version = (char *)GRAPHD_VERSION_STRING;
   hr.admin = s->admin;
+  hr.max_frame = srv->opt->max_frame;
   if (dev >= 0) {
     fill_device(srv, dev, 0, &di, &dc);
     hr.device = &di;

@@ -144,8 +144,17 @@ graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const
   req->nfds = (uint32_t)nfds;
   uint8_t *buf;
   size_t len;
-  if (gd_wire_pack_request(req, CLIENT_MAX_FRAME, &buf, &len) < 0)
-    return gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "request too large to send");
+  /* Over the daemon's cap, the daemon would close the session: refuse here
+   * instead, and the session stays open. */
+  uint32_t cap = c->max_frame ? c->max_frame : CLIENT_MAX_FRAME;
+  if (gd_wire_pack_request(req, cap, &buf, &len) < 0) {
+    size_t need = graphd__wire__request__get_packed_size(req);
+    if (need <= cap) return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED,
+                             "request of %zu bytes is over graphd's %u-byte frame cap; start "
+                             "graphd with a larger --max-frame",
+                             need, cap);
+  }
   graphd_status st = send_frame(c, buf, len, fds, nfds, deadline);
   free(buf);
   if (st != GRAPHD_OK) return st;
@@ -307,6 +316,7 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
                         errbuf, errlen);
   }
   c->session_id = rep->hello->session_id;
+  c->max_frame = rep->hello->max_frame;
   if (rep->hello->device) {
     copy_device(&c->device, rep->hello->device);
     c->has_device = true;

@@ -58,6 +58,7 @@ struct graphd_client {
   bool broken;           /* guarded by lock: stream state unknown */
   uint64_t next_request; /* guarded by lock */
   uint64_t session_id;
+  uint32_t max_frame;  /* the daemon's request cap (HelloReply); 0: unknown */
   graphd_device_info device;
   bool has_device;
   char socket_path[108];
