@@ -1,0 +1,202 @@
+"""graphd.jax on the GPU (issue 5's scenarios): the doubling kernel under
+jit(shard_map) over every local device in both modes, with exactly one
+capture per device per program; vmap, pmap, fori_loop; an RL-style
+lax.scan of 1000 steps on XLA temporaries checked against pure JAX; and a
+daemon killed with SIGKILL mid-loop, which must surface as a Python
+exception within 1 s, after which the next call works again.
+
+Run by tests/run_jax_gpu.sh (ctest label gpu) in a python that has jax
+with CUDA. Without a GPU it skips; with GRAPHD_REQUIRE_GPU=1 a skip is a
+failure."""
+
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+REQUIRE = os.environ.get("GRAPHD_REQUIRE_GPU") == "1"
+N = 1 << 16  # floats per device
+
+
+def _gpu_or_skip():
+    why = None
+    try:
+        import jax
+        if not jax.devices("gpu"):
+            why = "jax sees no GPU"
+    except Exception as e:  # noqa: BLE001: any failure to find a GPU
+        why = f"no jax with CUDA here ({e})"
+    if why:
+        if REQUIRE:
+            raise AssertionError(f"GRAPHD_REQUIRE_GPU=1 but {why}")
+        raise unittest.SkipTest(why)
+
+
+class Daemon:
+    def __init__(self, sock):
+        self.sock = sock
+        self.proc = None
+
+    def start(self):
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        self.proc = subprocess.Popen([os.environ["GRAPHD_BIN"], "--backend", "cuda", "--socket",
+                                      self.sock, "--log-level", "warn"])
+        for _ in range(400):
+            if os.path.exists(self.sock):
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"graphd exited with {self.proc.returncode}")
+            time.sleep(0.025)
+        raise AssertionError("graphd did not create its socket in 10 s")
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+
+
+class JaxGpuTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        _gpu_or_skip()
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+        import graphd
+        import graphd.jax as gj
+        cls.jax, cls.jnp, cls.np, cls.graphd, cls.gj = jax, jnp, np, graphd, gj
+        cls.dir = tempfile.mkdtemp(prefix="graphd-jax-")
+        cls.daemon = Daemon(os.path.join(cls.dir, "graphd.sock"))
+        os.environ["GRAPHD_SOCKET"] = cls.daemon.sock
+        cls.daemon.start()
+        with open(os.path.join(os.environ["GRAPHD_CUDA_KERNELS"], "test_kernels.cubin"), "rb") as f:
+            cls.cubin = f.read()
+        cls.mod = graphd.module_id("cubin", cls.cubin)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+
+    def build_double(self, x, *, mode):
+        """y = 2 x with the CUDA C `scale` kernel, for this shape."""
+        from graphd import Slot, f32, u32
+        n = x.size
+        nb = n * x.dtype.itemsize
+        p = self.graphd.Program(mode)
+        a = p.add_slot("input", nb)
+        b = p.add_slot("output", nb)
+        p.launch(self.mod, "scale", grid=(n + 255) // 256, block=256,
+                 args=[Slot(a), Slot(b), f32(2.0), u32(n)])
+        return self.gj.Spec(p, results=[x], operand_slots=[a], result_slots=[b],
+                            modules=[("cubin", self.cubin)])
+
+    def ctl(self):
+        return self.graphd.Client.connect(self.daemon.sock)
+
+    def captures_of(self, pid_hex):
+        with self.ctl() as c:
+            return [x for x in c.list_captures() if x["program"] == pid_hex]
+
+    def test_double_under_jit_shard_map_one_capture_per_device_both_modes(self):
+        jax, jnp, np = self.jax, self.jnp, self.np
+        from jax.sharding import PartitionSpec as P
+        ndev = len(jax.local_devices())
+        mesh = jax.make_mesh((ndev,), ("d",))
+        for mode in ("staged", "staged_ex"):
+            with self.subTest(mode=mode):
+                f = self.gj.callable(self.build_double, mode=mode)
+                g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+                x = jnp.arange(ndev * N, dtype=jnp.float32)
+                calls = 0
+                for k in range(2 + 100):  # twice, then many times
+                    y = g(x + k)
+                    calls += 1
+                    if k < 2 or k % 25 == 0:
+                        np.testing.assert_array_equal(np.asarray(y), 2 * (np.arange(ndev * N) + k))
+                y.block_until_ready()
+                (b,) = f.programs.values()
+                caps = self.captures_of(b.id_hex)
+                self.assertEqual(sorted(c["device"] for c in caps), list(range(ndev)), caps)
+                for c in caps:
+                    self.assertEqual(c["replays"], calls, c)
+
+    def test_vmap_pmap_and_fori_loop(self):
+        jax, jnp, np = self.jax, self.jnp, self.np
+        x = jnp.arange(N, dtype=jnp.float32)
+        for method in ("sequential", "broadcast_all"):
+            f = self.gj.callable(self.build_double, vmap_method=method)
+            xs = jnp.stack([x, x + 1, x + 2])
+            ys = jax.jit(jax.vmap(f))(xs)
+            np.testing.assert_array_equal(np.asarray(ys), 2 * np.asarray(xs), err_msg=method)
+        f = self.gj.callable(self.build_double)
+        ndev = len(jax.local_devices())
+        xp = jnp.stack([x + i for i in range(ndev)])
+        np.testing.assert_array_equal(np.asarray(jax.pmap(f)(xp)), 2 * np.asarray(xp))
+        out = jax.jit(lambda v: jax.lax.fori_loop(0, 10, lambda i, c: f(c) * 0.5 + 1.0, v))(x)
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(x) + 10)
+
+    def test_rl_style_scan_of_1000_steps_matches_pure_jax(self):
+        jax, jnp, np = self.jax, self.jnp, self.np
+        f = self.gj.callable(self.build_double)
+
+        def step_graphd(s, _):
+            obs = jnp.sin(s) + 1.0           # an XLA temporary as the input
+            act = f(obs)                      # graphd's output, also a temporary
+            return s * 0.99 + act * 1e-3, act[0]
+
+        def step_ref(s, _):
+            obs = jnp.sin(s) + 1.0
+            act = obs * 2.0
+            return s * 0.99 + act * 1e-3, act[0]
+
+        s0 = jnp.linspace(0.0, 1.0, N, dtype=jnp.float32)
+        got = jax.jit(lambda s: jax.lax.scan(step_graphd, s, None, length=1000))(s0)
+        want = jax.jit(lambda s: jax.lax.scan(step_ref, s, None, length=1000))(s0)
+        np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+        np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+    def test_daemon_killed_mid_loop_raises_within_a_second_then_recovers(self):
+        jax, jnp, np = self.jax, self.jnp, self.np
+        f = self.gj.callable(self.build_double)
+        loop = jax.jit(lambda v: jax.lax.fori_loop(0, 200, lambda i, c: f(c) * 0.5, v))
+        x = jnp.arange(N, dtype=jnp.float32)
+        np.testing.assert_array_equal(np.asarray(loop(x)), np.asarray(x))
+        result = {}
+
+        def run():
+            try:
+                while "killed" not in result or time.monotonic() < result["killed"] + 5:
+                    loop(x).block_until_ready()
+                result["error"] = "no exception within 5 s of the kill"
+            except Exception as e:  # noqa: BLE001: any XLA error type
+                result["raised"] = time.monotonic()
+                result["error"] = str(e)
+
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(0.5)
+        result["killed"] = time.monotonic()
+        self.daemon.kill()
+        t.join(20)
+        self.assertFalse(t.is_alive(), "the loop hangs after the daemon died")
+        self.assertIn("raised", result, result.get("error"))
+        took = result["raised"] - result["killed"]
+        print(f"FIGURE daemon SIGKILL to Python exception: {took * 1e3:.1f} ms")
+        self.assertLess(took, 1.0)
+        self.assertIn("graphd", result["error"])
+        self.daemon.start()
+        # The handler connects again and re-registers from the client-side
+        # registry on its own.
+        np.testing.assert_array_equal(np.asarray(loop(x)), np.asarray(x))
+
+
+if __name__ == "__main__":
+    unittest.main()
