@@ -24,8 +24,11 @@ daemon_pid=$$ # exec below makes this shell's pid the daemon's
   build/graphctl ping
   echo; echo "=== demo: a program registered and replayed on new buffers each time"
   build/graphd-demo build/tests/kernels
-  echo; echo "=== demo: graphctl status after the replays"
-  build/graphctl status
+  echo; echo "=== demo: graphctl list and stats after the replays (the capture stays)"
+  build/graphctl list
+  build/graphctl stats
+  echo; echo "=== demo: graphctl evict --all (the next replay would capture again)"
+  build/graphctl evict --all
   echo
   if [[ $once == 1 ]]; then
     kill -TERM "$daemon_pid"
