@@ -15,7 +15,7 @@ from .program import (
     i8, u8, i16, u16, i32, u32, i64, u64, f16, f32, f64,
     ROLES, MODES, MODULE_KINDS,
 )
-from ._lib import Client, Stream, HostBuffer
+from ._lib import Client, Stream, HostBuffer, clear
 
 __version__ = "0.1.0"
 
@@ -24,5 +24,5 @@ __all__ = [
     "Program", "Arg", "Slot", "Scalar", "Struct", "Raw", "module_id", "id_hex",
     "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "f16", "f32", "f64",
     "ROLES", "MODES", "MODULE_KINDS",
-    "Client", "Stream", "HostBuffer",
+    "Client", "Stream", "HostBuffer", "clear",
 ]

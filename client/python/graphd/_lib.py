@@ -561,6 +561,16 @@ class Client:
         return self.evict(client_pid=os.getpid())
 
 
+def clear(socket_path=None, device=None):
+    """Evicts every capture only this process replayed (on one device, or
+    on all), through a short control session: how a JAX program, whose
+    calls go through the FFI handler's own sessions, frees its captures.
+    Shared captures stay (evicting them is an admin's right). Returns
+    (captures evicted, staging bytes freed)."""
+    with Client.connect(socket_path) as c:
+        return c.evict(client_pid=os.getpid(), device=device)
+
+
 def _libc_free(ptr):
     ctypes.CDLL(None).free(ctypes.cast(ptr, ctypes.c_void_p))
 

@@ -121,6 +121,11 @@ class HostDaemonTest(unittest.TestCase):
         self.assertEqual(nbytes, went[0]["staging_bytes"])
         self.assertEqual([c for c in self.c.list_captures() if c["program"] == pid.hex()], [])
         self.assertEqual(self.counters()["evictions"], 1)
+        # graphd.clear(): what only this process used, from a fresh session.
+        self.assertEqual(self.c.replay(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])["captured"], 1)
+        went, nbytes = graphd.clear(self.sock)
+        self.assertEqual([c["program"] for c in went], [pid.hex()])
+        self.assertEqual(self.counters()["evictions"], 2)
         # No selector at all is refused, not read as "everything".
         with self.assertRaises(GraphdError):
             self.c.evict()
