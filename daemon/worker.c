@@ -65,16 +65,22 @@ static void cut_done(gd_job *j) {
   free(cj);
 }
 
+/* Runs done callbacks until none is left. A callback may submit a job that
+ * completes at once (a stopping worker refuses it): that completion is run
+ * here too, since at shutdown no later wake-up comes for it. */
 static void drain_cb(uv_async_t *a) {
   gd_pool *p = a->data;
-  pthread_mutex_lock(&p->lock);
-  gd_job *j = p->done_head;
-  p->done_head = p->done_tail = NULL;
-  pthread_mutex_unlock(&p->lock);
-  while (j) {
-    gd_job *next = j->next;
-    j->done(j);
-    j = next;
+  for (;;) {
+    pthread_mutex_lock(&p->lock);
+    gd_job *j = p->done_head;
+    p->done_head = p->done_tail = NULL;
+    pthread_mutex_unlock(&p->lock);
+    if (!j) return;
+    while (j) {
+      gd_job *next = j->next;
+      j->done(j);
+      j = next;
+    }
   }
 }
 
@@ -283,7 +289,11 @@ int worker_pool_stop(gd_pool *p, double grace_s) {
 }
 
 void worker_pool_close(gd_pool *p) {
-  if (!uv_is_closing((uv_handle_t *)&p->async)) uv_close((uv_handle_t *)&p->async, NULL);
+  if (uv_is_closing((uv_handle_t *)&p->async)) return;
+  /* Jobs refused after the stop (sessions closed at shutdown) completed
+   * into the done list; no wake-up will run them once the handle closes. */
+  drain_cb(&p->async);
+  uv_close((uv_handle_t *)&p->async, NULL);
 }
 
 int worker_pool_stuck(gd_pool *p, uint64_t stale_ns) {

@@ -100,7 +100,8 @@ void worker_submit(gd_worker *w, gd_job *j);
  * as it takes. */
 int worker_pool_stop(gd_pool *p, double grace_s);
 
-/* Closes the pool's async handle; call after worker_pool_stop(). */
+/* Runs the completions still pending, then closes the pool's async handle;
+ * call after worker_pool_stop(). */
 void worker_pool_close(gd_pool *p);
 
 /* Frees the worker array once the loop has closed the handle. Safe on a
