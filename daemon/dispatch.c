@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "../common/uuid.h"
@@ -336,6 +337,7 @@ oom:
 
 static bool takes_fd(Graphd__Wire__Request__BodyCase body) {
   return body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_MODULE ||
+         body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_PROGRAM ||
          body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION ||
          body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS;
 }
@@ -382,13 +384,36 @@ static void handle_register_module(gd_session *s, Graphd__Wire__Request *req, in
   session_reply(s, &r);
 }
 
-static void handle_register_program(gd_session *s, Graphd__Wire__Request *req) {
+static void handle_register_program(gd_session *s, Graphd__Wire__Request *req, int fd) {
   Graphd__Wire__RegisterProgram *m = req->register_program;
   char err[1024];
   bool known = false;
   if (!id_ok(s, req->request_id, &m->program_id, "RegisterProgram.program_id")) return;
-  int rc = registry_add_program(&s->srv->reg, m->program_id.data, m->encoding.data,
-                                m->encoding.len, &known, err, sizeof err);
+  const uint8_t *enc = m->encoding.data;
+  size_t len = m->encoding.len;
+  if (fd >= 0) {
+    if (len) {
+      session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
+                          "RegisterProgram carries both an inline encoding and a memfd; send one");
+      return;
+    }
+    if (m->size > GD_MAX_PROGRAM_BYTES) {
+      session_reply_error(s, req->request_id, GRAPHD_RESOURCE_EXHAUSTED,
+                          "RegisterProgram: the encoding is %llu bytes, over the limit of %u",
+                          (unsigned long long)m->size, GD_MAX_PROGRAM_BYTES);
+      return;
+    }
+    len = (size_t)m->size;
+    int mrc = registry_map_sealed(fd, len, "program", &enc, err, sizeof err);
+    if (mrc < 0) {
+      session_reply_error(s, req->request_id, mrc, "RegisterProgram: %s", err);
+      return;
+    }
+  }
+  /* The registry decodes (copies) what it keeps; the mapping can go after. */
+  int rc = registry_add_program(&s->srv->reg, m->program_id.data, enc, len, &known, err,
+                                sizeof err);
+  if (fd >= 0) munmap((void *)enc, len ? len : 1);
   if (rc < 0) {
     session_reply_error(s, req->request_id, rc, "RegisterProgram: %s", err);
     return;
@@ -507,7 +532,9 @@ void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int n
     case GRAPHD__WIRE__REQUEST__BODY_REGISTER_MODULE:
       handle_register_module(s, req, fd); /* the registry maps the memfd; exit closes it */
       break;
-    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_PROGRAM: handle_register_program(s, req); break;
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_PROGRAM:
+      handle_register_program(s, req, fd); /* mapped only while decoding; exit closes it */
+      break;
     case GRAPHD__WIRE__REQUEST__BODY_PREPARE_PROGRAM: handle_prepare_program(s, req); break;
     case GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION:
       region_handle_register(s, req->request_id, req->register_region, fd);

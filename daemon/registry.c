@@ -26,27 +26,28 @@ gd_prog *registry_find_program(gd_registry *r, const uint8_t id[GD_ID_LEN]) {
 }
 
 /* Maps a sealed memfd read-only. Sealing is what makes the bytes we hash the
- * bytes we later load: nobody can write them afterwards. */
-static int map_sealed(int fd, size_t len, const uint8_t **out, char *err, size_t errlen) {
+ * bytes we later use: nobody can write them afterwards. */
+int registry_map_sealed(int fd, size_t len, const char *what, const uint8_t **out, char *err,
+                        size_t errlen) {
   int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0) {
-    snprintf(err, errlen, "the module fd is not a memfd");
+    snprintf(err, errlen, "the %s fd is not a memfd", what);
     return -GRAPHD_INVALID_ARGUMENT;
   }
   int need = F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW;
   if ((seals & need) != need) {
-    snprintf(err, errlen, "the module memfd must be sealed against write, shrink and grow");
+    snprintf(err, errlen, "the %s memfd must be sealed against write, shrink and grow", what);
     return -GRAPHD_INVALID_ARGUMENT;
   }
   struct stat st;
   if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != len) {
-    snprintf(err, errlen, "the module memfd holds %lld bytes, but the request declares %zu",
+    snprintf(err, errlen, "the %s memfd holds %lld bytes, but the request declares %zu", what,
              (long long)st.st_size, len);
     return -GRAPHD_INVALID_ARGUMENT;
   }
-  void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+  void *p = mmap(NULL, len ? len : 1, PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
-    snprintf(err, errlen, "cannot map the module memfd: %s", strerror(errno));
+    snprintf(err, errlen, "cannot map the %s memfd: %s", what, strerror(errno));
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
   *out = p;
@@ -92,7 +93,7 @@ int registry_add_module(gd_registry *r, const uint8_t id[GD_ID_LEN], uint32_t ki
   }
   int rc;
   if (fd >= 0) {
-    rc = map_sealed(fd, len, &m->bytes, err, errlen);
+    rc = registry_map_sealed(fd, len, "module", &m->bytes, err, errlen);
     if (rc < 0) {
       free(m);
       return rc;

@@ -15,9 +15,10 @@
 
 #define INLINE_MAX (256u << 10)
 
-/* A sealed memfd holding bytes, for modules too large to inline. */
-static int sealed_memfd(const void *bytes, size_t len) {
-  int fd = memfd_create("graphd-module", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+/* A sealed memfd holding bytes, for modules and programs too large to
+ * inline. */
+static int sealed_memfd(const char *name, const void *bytes, size_t len) {
+  int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return -1;
   size_t off = 0;
   while (off < len) {
@@ -57,7 +58,7 @@ graphd_status graphd_register_module(graphd_client *c, graphd_module_kind kind,
   pthread_mutex_lock(&c->lock);
   graphd_status st = GRAPHD_OK;
   if (len > INLINE_MAX) {
-    fd = sealed_memfd(bytes, len);
+    fd = sealed_memfd("graphd-module", bytes, len);
     if (fd < 0) {
       st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make a sealed memfd: %s",
                              strerror(errno));
@@ -85,12 +86,28 @@ graphd_status graphd_register_program_encoding(graphd_client *c, const uint8_t i
   req.register_program = &m;
   m.program_id.data = (uint8_t *)id;
   m.program_id.len = GD_ID_LEN;
-  m.encoding.data = (uint8_t *)encoding;
-  m.encoding.len = len;
+  m.size = len;
+  int fd = -1;
   pthread_mutex_lock(&c->lock);
+  graphd_status st = GRAPHD_OK;
+  /* Large encodings go as a sealed memfd, never as giant frames: above the
+   * inline cap, or above half the daemon's frame cap. */
+  if (len > INLINE_MAX || (c->max_frame && len > c->max_frame / 2)) {
+    fd = sealed_memfd("graphd-program", encoding, len);
+    if (fd < 0) {
+      st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make a sealed memfd: %s",
+                             strerror(errno));
+      goto exit;
+    }
+  } else {
+    m.encoding.data = (uint8_t *)encoding;
+    m.encoding.len = len;
+  }
   Graphd__Wire__Reply *rep = NULL;
-  graphd_status st = gd_client_call(c, &req, NULL, 0, &rep);
+  st = gd_client_call(c, &req, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0, &rep);
   if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
+exit:
+  if (fd >= 0) close(fd);
   pthread_mutex_unlock(&c->lock);
   return st;
 }
