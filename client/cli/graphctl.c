@@ -240,7 +240,7 @@ static int cmd_list(graphd_client *c, int argc, char **argv) {
     printf("%s\n", json_object_to_json_string_ext(a, JSON_C_TO_STRING_PRETTY));
     json_object_put(a);
   } else {
-    printf("%-16s %-9s %10s %11s %18s %16s\n", "CAPTURE", "MODE", "STAGING", "", "", "");
+    printf("%-16s %-9s %10s  %s\n", "CAPTURE", "MODE", "STAGING", "GRAPH, USE AND CLIENTS");
     for (size_t i = 0; i < n; i++) print_capture(&ci[i]);
     printf("%zu capture(s)\n", n);
   }
