@@ -34,6 +34,35 @@ fail:
   return -1;
 }
 
+/* Sends req with `bytes` either inline (in *inline_field) or, when large,
+ * as a sealed memfd (never as a giant frame): above the inline cap, or above
+ * half the daemon's frame cap. Takes and releases c->lock. */
+static graphd_status call_with_bytes(graphd_client *c, Graphd__Wire__Request *req,
+                                     const char *memfd_name, const void *bytes, size_t len,
+                                     ProtobufCBinaryData *inline_field) {
+  int fd = -1;
+  pthread_mutex_lock(&c->lock);
+  graphd_status st = GRAPHD_OK;
+  if (len > INLINE_MAX || (c->max_frame && len > c->max_frame / 2)) {
+    fd = sealed_memfd(memfd_name, bytes, len);
+    if (fd < 0) {
+      st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make a sealed memfd: %s",
+                             strerror(errno));
+      goto exit;
+    }
+  } else {
+    inline_field->data = (uint8_t *)bytes;
+    inline_field->len = len;
+  }
+  Graphd__Wire__Reply *rep = NULL;
+  st = gd_client_call(c, req, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0, &rep);
+  if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
+exit:
+  if (fd >= 0) close(fd);
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
 graphd_status graphd_register_module(graphd_client *c, graphd_module_kind kind,
                                      const void *bytes, size_t len, uint8_t id_out[32]) {
   uint8_t id[GD_ID_LEN];
@@ -54,26 +83,7 @@ graphd_status graphd_register_module(graphd_client *c, graphd_module_kind kind,
   m.module_id.len = GD_ID_LEN;
   m.kind = (uint32_t)kind;
   m.size = len;
-  int fd = -1;
-  pthread_mutex_lock(&c->lock);
-  graphd_status st = GRAPHD_OK;
-  if (len > INLINE_MAX) {
-    fd = sealed_memfd("graphd-module", bytes, len);
-    if (fd < 0) {
-      st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make a sealed memfd: %s",
-                             strerror(errno));
-      goto exit;
-    }
-  } else {
-    m.inline_bytes.data = (uint8_t *)bytes;
-    m.inline_bytes.len = len;
-  }
-  Graphd__Wire__Reply *rep = NULL;
-  st = gd_client_call(c, &req, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0, &rep);
-  if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
-exit:
-  if (fd >= 0) close(fd);
-  pthread_mutex_unlock(&c->lock);
+  graphd_status st = call_with_bytes(c, &req, "graphd-module", bytes, len, &m.inline_bytes);
   if (st == GRAPHD_OK && id_out) memcpy(id_out, id, GD_ID_LEN);
   return st;
 }
@@ -87,29 +97,7 @@ graphd_status graphd_register_program_encoding(graphd_client *c, const uint8_t i
   m.program_id.data = (uint8_t *)id;
   m.program_id.len = GD_ID_LEN;
   m.size = len;
-  int fd = -1;
-  pthread_mutex_lock(&c->lock);
-  graphd_status st = GRAPHD_OK;
-  /* Large encodings go as a sealed memfd, never as giant frames: above the
-   * inline cap, or above half the daemon's frame cap. */
-  if (len > INLINE_MAX || (c->max_frame && len > c->max_frame / 2)) {
-    fd = sealed_memfd("graphd-program", encoding, len);
-    if (fd < 0) {
-      st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make a sealed memfd: %s",
-                             strerror(errno));
-      goto exit;
-    }
-  } else {
-    m.encoding.data = (uint8_t *)encoding;
-    m.encoding.len = len;
-  }
-  Graphd__Wire__Reply *rep = NULL;
-  st = gd_client_call(c, &req, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0, &rep);
-  if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
-exit:
-  if (fd >= 0) close(fd);
-  pthread_mutex_unlock(&c->lock);
-  return st;
+  return call_with_bytes(c, &req, "graphd-program", encoding, len, &m.encoding);
 }
 
 graphd_status graphd_register_program(graphd_client *c, graphd_program *p) {
