@@ -225,6 +225,15 @@ graphd_client *td_control(const gd_test_daemon *d) {
   return c;
 }
 
+graphd_device_info td_device_info(graphd_client *c, int dev) {
+  graphd_daemon_status *s;
+  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
+  ck_assert_int_lt(dev, (int)s->ndevices);
+  graphd_device_info d = s->devices[dev];
+  graphd_daemon_status_free(s);
+  return d;
+}
+
 graphd_client *td_data(const gd_test_daemon *d, int index) {
   graphd_client *ctl = td_control(d);
   graphd_daemon_status *s;

@@ -83,4 +83,8 @@ void td_gpu_or_skip(void);
 /* Runs a suite in fork mode; returns the process exit code. */
 int td_run_suite(Suite *s);
 
+/* Device `dev`'s entry of a Status reply (counters, free memory, ...).
+ * Fails the test on error. */
+graphd_device_info td_device_info(graphd_client *c, int dev);
+
 #endif

@@ -78,11 +78,7 @@ static int replay_checked(client *k, unsigned seed, int *captured) {
 }
 
 static graphd_device_counters counters(graphd_client *c, int dev) {
-  graphd_daemon_status *s;
-  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
-  graphd_device_counters r = s->devices[dev].counters;
-  graphd_daemon_status_free(s);
-  return r;
+  return td_device_info(c, dev).counters;
 }
 
 START_TEST(test_evict_list_dry_run_evict_and_recapture) {

@@ -193,11 +193,7 @@ static CUdeviceptr vmm_alloc(size_t size, CUdeviceptr at, CUmemGenericAllocation
 }
 
 static uint64_t device_region_bytes(graphd_client *c) {
-  graphd_daemon_status *s;
-  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
-  uint64_t b = s->devices[0].counters.region_bytes;
-  graphd_daemon_status_free(s);
-  return b;
+  return td_device_info(c, 0).counters.region_bytes;
 }
 
 START_TEST(test_gpu_vmm_region_is_imported_and_reuse_is_detected) {

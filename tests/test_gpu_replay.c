@@ -44,15 +44,7 @@ static graphd_client *session(void) {
   return c;
 }
 
-static graphd_device_info device0(graphd_client *c) {
-  graphd_daemon_status *s;
-  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
-  graphd_device_info d0 = s->devices[0];
-  graphd_daemon_status_free(s);
-  return d0;
-}
-
-static graphd_device_counters counters(graphd_client *c) { return device0(c).counters; }
+static graphd_device_counters counters(graphd_client *c) { return td_device_info(c, 0).counters; }
 
 /* Starts the helper client; returns its pid and a stream of its stdout. */
 static pid_t spawn_client(const char *mode, const char *arg, FILE **out) {
@@ -272,7 +264,7 @@ START_TEST(test_gpu_dead_daemon_releases_the_client_stream) {
 }
 END_TEST
 
-static uint64_t free_now(graphd_client *c) { return device0(c).free_memory; }
+static uint64_t free_now(graphd_client *c) { return td_device_info(c, 0).free_memory; }
 
 /* Issue 6: eviction gives the device memory back. The daemon's own
  * accounting is exact (staging is one VMM allocation per capture), and the

@@ -84,11 +84,7 @@ static graphd_status run_one(graphd_client *c, graphd_stream *s, const uint8_t p
 }
 
 static graphd_device_counters counters(graphd_client *c, int dev) {
-  graphd_daemon_status *s;
-  ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
-  graphd_device_counters r = s->devices[dev].counters;
-  graphd_daemon_status_free(s);
-  return r;
+  return td_device_info(c, dev).counters;
 }
 
 START_TEST(test_replay_thousand_replays_with_changing_bindings_are_exact) {
