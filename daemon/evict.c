@@ -105,9 +105,7 @@ static void dev_done(gd_job *j) {
     snprintf(g->msg, sizeof g->msg, "%s", j->msg);
   }
   if (g->evict && !g->sel.dry_run && j->status == 0) {
-    c->captures -= dj->n;
-    c->staging_bytes -= dj->bytes;
-    c->evictions += dj->n;
+    gd_counters_evicted(c, dj->n, dj->bytes);
     if (dj->n)
       GD_LOG(GD_INFO, "evict", "device %d: %zu capture(s), %llu staging bytes freed for pid %d",
              j->worker->index, dj->n, (unsigned long long)dj->bytes, (int)g->s->pid);

@@ -201,9 +201,7 @@ static void replay_done(gd_job *j) {
     c->staging_bytes += rj->a.staging_bytes;
     if (rj->a.recaptured) c->recaptures++;
   }
-  c->captures -= rj->a.budget_evicted;
-  c->staging_bytes -= rj->a.budget_evicted_bytes;
-  c->evictions += rj->a.budget_evicted;
+  gd_counters_evicted(c, rj->a.budget_evicted, rj->a.budget_evicted_bytes);
   if (j->status < 0) {
     c->errors++;
   } else {

@@ -35,6 +35,14 @@ typedef struct gd_device_counters {
   gd_hist replay_latency; /* request read to reply, successful replays (ns) */
 } gd_device_counters;
 
+/* Counts n captures evicted (by request or by the budget), giving back their
+ * staging bytes. Loop thread. */
+static inline void gd_counters_evicted(gd_device_counters *c, uint64_t n, uint64_t bytes) {
+  c->captures -= n;
+  c->staging_bytes -= bytes;
+  c->evictions += n;
+}
+
 typedef struct gd_server {
   uv_loop_t *loop;
   const gd_options *opt;
