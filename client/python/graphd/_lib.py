@@ -22,7 +22,9 @@ import os
 import threading
 
 from .errors import GraphdError, status_name
-from .program import MODULE_KINDS, ID_LEN, Program
+from .program import MODES, MODULE_KINDS, ID_LEN, Program
+
+_MODE_NAMES = {v: k for k, v in MODES.items()}
 
 ERRMAX = 512
 
@@ -517,7 +519,7 @@ class Client:
         for i in range(n):
             c = ptr[i]
             out.append({"program": bytes(c.program_id).hex(), "device": c.device,
-                        "mode": "staged_ex" if c.mode == 1 else "staged",
+                        "mode": _MODE_NAMES.get(c.mode, c.mode),
                         "staging_bytes": c.staging_bytes, "nodes": c.nodes,
                         "replays": c.replays, "idle_ms": c.idle_ms,
                         "pids": list(c.pids[:c.npids]), "busy": bool(c.busy)})
