@@ -5,6 +5,9 @@
 #  1. without MPS, with a short chain (each dependent hand-off costs about
 #     300 us there: GPU time-slicing between the two processes);
 #  2. under MPS (-M), with the full chain of 1000.
+# After each replay_bench, bench/jax_scan_bench.py (issue 5: a lax.scan step
+# through graphd against the same step in pure XLA) runs in $GRAPHD_JAX_PYTHON
+# (default /opt/torch/.venv/bin/python3) against a fresh daemon.
 # Each run gets a fresh daemon on its own socket, so its first replays are
 # captures. Every process is bounded by timeout. The bench's output is shown
 # and kept in OUT_DIR/bench-nomps.log and bench-mps.log, the daemons' logs
@@ -16,6 +19,8 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$build/rtlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$PATH:/usr/local/nvidia/bin"
 bench="$build/bench/replay_bench"
+src=$(cd "$(dirname "$0")/.." && pwd)
+py=${GRAPHD_JAX_PYTHON:-/opt/torch/.venv/bin/python3}
 sock=/tmp/graphd-bench-$$.sock
 rc=0
 dpid=
@@ -47,14 +52,25 @@ stop_daemon() {
   rm -f "$sock"
 }
 
-# run_bench NAME CHAIN [flags]: one bench run against a fresh daemon.
+# run_bench NAME CHAIN [flags]: one bench run against a fresh daemon, then
+# (unless GRAPHD_BENCH_JAX=0) bench/jax_scan_bench.py against another.
 run_bench() {
-  local name=$1 chain=$2
+  local name=$1 chain=$2 r
   shift 2
   start_daemon "$out/graphd-$name.log" || { rc=1; return; }
   timeout 300 "$bench" --socket "$sock" --chain "$chain" "$@" 2>&1 | tee "$out/bench-$name.log"
-  local r=${PIPESTATUS[0]}
+  r=${PIPESTATUS[0]}
   echo "replay_bench ($name) exit status $r"
+  [[ $r == 0 ]] || rc=1
+  stop_daemon
+  [[ ${GRAPHD_BENCH_JAX:-1} == 1 ]] || return 0
+  start_daemon "$out/graphd-jax-$name.log" || { rc=1; return; }
+  GRAPHD_LIB="$build/libgraphd.so" GRAPHD_XLA_LIB="$build/libgraphd_xla.so" \
+    GRAPHD_CUDA_KERNELS="$build/tests/kernels" PYTHONPATH="$src/client/python" \
+    XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONDONTWRITEBYTECODE=1 \
+    timeout 300 "$py" "$src/bench/jax_scan_bench.py" --socket "$sock" 2>&1 | tee "$out/bench-jax-$name.log"
+  r=${PIPESTATUS[0]}
+  echo "jax_scan_bench ($name) exit status $r"
   [[ $r == 0 ]] || rc=1
   stop_daemon
 }

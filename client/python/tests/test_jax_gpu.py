@@ -3,7 +3,9 @@ jit(shard_map) over every local device in both modes, with exactly one
 capture per device per program; vmap, pmap, fori_loop; an RL-style
 lax.scan of 1000 steps on XLA temporaries checked against pure JAX; and a
 daemon killed with SIGKILL mid-loop, which must surface as a Python
-exception within 1 s, after which the next call works again.
+exception within 1 s, after which the next call works again; and a Triton
+kernel (compiled here by Triton, with its hidden trailing parameters)
+called through graphd.jax.
 
 Run by tests/run_jax_gpu.sh (ctest label gpu) in a python that has jax
 with CUDA. Without a GPU it skips; with GRAPHD_REQUIRE_GPU=1 a skip is a
@@ -33,6 +35,30 @@ def _gpu_or_skip():
         if REQUIRE:
             raise AssertionError(f"GRAPHD_REQUIRE_GPU=1 but {why}")
         raise unittest.SkipTest(why)
+
+
+def _compile_triton_axpy(n):
+    """Compiles out = a * x + y with Triton (through one torch launch) and
+    returns the CompiledKernel."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def axpy_kernel(x_ptr, y_ptr, out_ptr, a, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        x = tl.load(x_ptr + offs, mask=m)
+        y = tl.load(y_ptr + offs, mask=m)
+        tl.store(out_ptr + offs, a * x + y, mask=m)
+
+    x = torch.arange(n, dtype=torch.float32, device="cuda")
+    y = torch.ones(n, dtype=torch.float32, device="cuda")
+    out = torch.empty_like(x)
+    k = axpy_kernel[(triton.cdiv(n, 1024),)](x, y, out, 2.0, n, BLOCK=1024)
+    torch.cuda.synchronize()
+    assert torch.equal(out, 2 * x + y), "Triton's own launch is wrong"
+    return k
 
 
 class Daemon:
@@ -156,7 +182,9 @@ class JaxGpuTest(unittest.TestCase):
 
         def step_ref(s, _):
             obs = jnp.sin(s) + 1.0
-            act = obs * 2.0
+            # The barrier keeps XLA from fusing the doubling into the update
+            # (graphd's output is opaque to it), so both round alike.
+            act = jax.lax.optimization_barrier(obs * 2.0)
             return s * 0.99 + act * 1e-3, act[0]
 
         s0 = jnp.linspace(0.0, 1.0, N, dtype=jnp.float32)
@@ -164,6 +192,29 @@ class JaxGpuTest(unittest.TestCase):
         want = jax.jit(lambda s: jax.lax.scan(step_ref, s, None, length=1000))(s0)
         np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+    def test_triton_kernel_with_hidden_parameters(self):
+        jax, jnp, np = self.jax, self.jnp, self.np
+        from graphd import Slot, f32, u32
+        from graphd.triton import Kernel
+        k = Kernel(_compile_triton_axpy(N))
+        hidden = k.hidden(5)
+        print(f"FIGURE triton kernel {k.name}: {k.params} parameters, {hidden} hidden, block {k.block}")
+        self.assertGreaterEqual(hidden, 1, "Triton 3.x appends scratch pointers")
+
+        def build(x, y, *, mode):
+            n, nb = x.size, x.size * 4
+            p = self.graphd.Program(mode)
+            xs, ys, os_ = p.add_slot("input", nb), p.add_slot("input", nb), p.add_slot("output", nb)
+            k.launch(p, (n + 1023) // 1024, [Slot(xs), Slot(ys), Slot(os_), f32(2.0), u32(n)])
+            return self.gj.Spec(p, results=[x], operand_slots=[xs, ys], result_slots=[os_],
+                                modules=[k.module])
+
+        f = jax.jit(self.gj.callable(build))
+        x = jnp.arange(N, dtype=jnp.float32)
+        for y0 in (1.0, -3.0):
+            y = jnp.full((N,), y0, dtype=jnp.float32)
+            np.testing.assert_array_equal(np.asarray(f(x, y)), 2 * np.asarray(x) + y0)
 
     def test_daemon_killed_mid_loop_raises_within_a_second_then_recovers(self):
         jax, jnp, np = self.jax, self.jnp, self.np

@@ -1,0 +1,87 @@
+"""Issue 5's figure: the time per step of an RL-style lax.scan whose step
+calls a graphd callable, against the same step in pure XLA, in one run.
+
+Each step: obs = sin(s) + 1 (an XLA temporary), act = double(obs) (graphd's
+`scale` kernel, or the same product in XLA behind an optimization barrier),
+s = 0.99 s + 1e-3 act. The scan is jitted once; each repeat times a whole
+scan of --steps steps to block_until_ready, and the median repeat is
+divided by the step count. graphd's overhead per step is the difference;
+the goal is <= 40 us in sync mode under MPS.
+
+Needs a running graphd (--socket, else $GRAPHD_SOCKET), libgraphd and
+libgraphd_xla ($GRAPHD_LIB, $GRAPHD_XLA_LIB), the test kernels' CUBIN
+($GRAPHD_CUDA_KERNELS) and graphd's Python package on PYTHONPATH.
+Prints lines starting FIGURE."""
+
+import argparse
+import os
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import graphd
+import graphd.jax as gj
+from graphd import Slot, f32, u32
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--socket", default=os.environ.get("GRAPHD_SOCKET"))
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--n", type=int, default=1 << 16, help="floats per buffer")
+    ap.add_argument("--modes", default="staged,staged_ex")
+    a = ap.parse_args()
+    if a.socket:
+        os.environ["GRAPHD_SOCKET"] = a.socket
+    with open(os.path.join(os.environ["GRAPHD_CUDA_KERNELS"], "test_kernels.cubin"), "rb") as f:
+        cubin = f.read()
+    mod = graphd.module_id("cubin", cubin)
+
+    def build(x, *, mode):
+        n, nb = x.size, x.size * 4
+        p = graphd.Program(mode)
+        xs, ys = p.add_slot("input", nb), p.add_slot("output", nb)
+        p.launch(mod, "scale", grid=(n + 255) // 256, block=256,
+                 args=[Slot(xs), Slot(ys), f32(2.0), u32(n)])
+        return gj.Spec(p, results=[x], operand_slots=[xs], result_slots=[ys],
+                       modules=[("cubin", cubin)])
+
+    def scan_of(double):
+        def step(s, _):
+            obs = jnp.sin(s) + 1.0
+            act = double(obs)
+            return s * 0.99 + act * 1e-3, None
+        return jax.jit(lambda s: jax.lax.scan(step, s, None, length=a.steps)[0])
+
+    def per_step_us(fn, s0):
+        fn(s0).block_until_ready()  # compile, capture
+        times = []
+        for _ in range(a.repeats):
+            t = time.perf_counter()
+            fn(s0).block_until_ready()
+            times.append(time.perf_counter() - t)
+        return statistics.median(times) / a.steps * 1e6, fn(s0)
+
+    s0 = jnp.linspace(0.0, 1.0, a.n, dtype=jnp.float32)
+    ref_us, ref = per_step_us(scan_of(lambda o: jax.lax.optimization_barrier(o * 2.0)), s0)
+    print(f"FIGURE jax scan, pure XLA: {ref_us:.2f} us/step ({a.steps} steps, n={a.n}, "
+          f"median of {a.repeats}, device {jax.devices()[0].device_kind})")
+    for mode in a.modes.split(","):
+        us, got = per_step_us(scan_of(gj.callable(build, mode=mode)), s0)
+        same = np.array_equal(np.asarray(got), np.asarray(ref))
+        print(f"FIGURE jax scan, graphd {mode}: {us:.2f} us/step, overhead {us - ref_us:.2f} us/step, "
+              f"ratio {us / ref_us:.2f}x, result {'equal to' if same else 'DIFFERENT from'} pure XLA")
+        if not same:
+            raise SystemExit(1)
+    with graphd.Client.connect(os.environ["GRAPHD_SOCKET"]) as c:
+        for cap in c.list_captures():
+            print(f"FIGURE capture of program {cap['program'][:16]} device {cap['device']} mode {cap['mode']}: "
+                  f"{cap['replays']} replays")
+
+
+if __name__ == "__main__":
+    main()
