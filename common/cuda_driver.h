@@ -33,6 +33,7 @@
   X(cuDeviceGetAttribute)                 \
   X(cuDevicePrimaryCtxRetain)             \
   X(cuDevicePrimaryCtxRelease)            \
+  X(cuDevicePrimaryCtxReset)             \
   X(cuCtxSetCurrent)                      \
   X(cuCtxGetCurrent)                      \
   X(cuCtxGetDevice)                       \

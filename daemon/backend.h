@@ -54,6 +54,8 @@ typedef struct gd_region_map {
   uint64_t mapped;      /* bytes mapped (rounded to granularity) */
   int kind;
   void *handle;         /* backend-private */
+  uint64_t serial;      /* the worker's name for it (fault.c) */
+  uint64_t epoch;       /* the device epoch it was imported in */
 } gd_region_map;
 typedef struct gd_backend gd_backend;
 
@@ -92,6 +94,14 @@ typedef struct gd_backend_ops {
                      size_t errlen);
   /* Worker thread: give it back. */
   void (*device_close)(gd_backend *be, gd_backend_dev *dev);
+  /* Worker thread: 0 while the device works; -GRAPHD_UNAVAILABLE, with err
+   * naming the error, once a sticky error (a kernel fault: illegal
+   * address, illegal instruction, ...) has made its context unusable.
+   * Cheap: the worker asks after each job and while work is in flight. */
+  int (*device_health)(gd_backend *be, gd_backend_dev *dev, char *err, size_t errlen);
+  /* Worker thread: destroys the device's context, and everything made in
+   * it, and makes a fresh one current (Decisions 10). */
+  int (*device_reset)(gd_backend *be, gd_backend_dev *dev, char *err, size_t errlen);
   /* Worker thread: free and total bytes. */
   int (*mem_info)(gd_backend *be, gd_backend_dev *dev, uint64_t *free_bytes,
                   uint64_t *total_bytes, char *err, size_t errlen);

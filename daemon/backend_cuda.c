@@ -60,6 +60,53 @@ static void cuda_close(gd_backend *be, gd_backend_dev *d) {
   free(d);
 }
 
+/* Errors after which the context is unusable: every later call in it
+ * fails the same way until it is destroyed. */
+static int sticky(CUresult r) {
+  switch (r) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_CONTAINED:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+/* A query of the legacy stream, which graphd never uses (its streams are
+ * non-blocking), enters the context and so reports a sticky error, without
+ * waiting for anything. */
+static int cuda_health(gd_backend *be, gd_backend_dev *d, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  CUresult r = cu->cuStreamQuery(NULL);
+  if (!sticky(r)) return 0;
+  char buf[160];
+  gd_cuda_strerror(cu, r, buf, sizeof buf);
+  snprintf(err, errlen, "GPU %d: %s", d->ordinal, buf);
+  return -GRAPHD_UNAVAILABLE;
+}
+
+/* The reset destroys the context and everything in it; our retain stays
+ * counted and is given back, then a fresh context is retained. */
+static int cuda_reset(gd_backend *be, gd_backend_dev *d, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  CU_CHECK_GOTO(cu->cuDevicePrimaryCtxReset(d->dev), GRAPHD_UNAVAILABLE, exit);
+  CU_CHECK_IGNORE(cu->cuDevicePrimaryCtxRelease(d->dev));
+  CU_CHECK_GOTO(cu->cuDevicePrimaryCtxRetain(&d->ctx, d->dev), GRAPHD_UNAVAILABLE, exit);
+  CU_CHECK_GOTO(cu->cuCtxSetCurrent(d->ctx), GRAPHD_UNAVAILABLE, exit);
+exit:
+  return rc;
+}
+
 static int cuda_mem_info(gd_backend *be, gd_backend_dev *d, uint64_t *free_b, uint64_t *total_b,
                          char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
@@ -690,6 +737,8 @@ static const gd_backend_ops cuda_ops = {
     .function_set_shared = cuda_function_set_shared,
     .region_import = cuda_region_import,
     .region_release = cuda_region_release,
+    .device_health = cuda_health,
+    .device_reset = cuda_reset,
     .staging_alloc = cuda_staging_alloc,
     .staging_free = cuda_staging_free,
     .stream_create = cuda_stream_create,

@@ -29,6 +29,7 @@ struct gd_backend_dev {
   int index;
   uint64_t total;
   _Atomic uint64_t used;
+  int fault; /* a kernel reported a fault: sticky until the reset */
 };
 
 static int host_open(gd_backend *be, int i, gd_backend_dev **out, char *err, size_t errlen) {
@@ -46,6 +47,19 @@ static int host_open(gd_backend *be, int i, gd_backend_dev **out, char *err, siz
 static void host_close(gd_backend *be, gd_backend_dev *d) {
   (void)be;
   free(d);
+}
+
+static int host_health(gd_backend *be, gd_backend_dev *d, char *err, size_t errlen) {
+  (void)be;
+  if (!d->fault) return 0;
+  snprintf(err, errlen, "host device %d: a kernel reported a fault", d->index);
+  return -GRAPHD_UNAVAILABLE;
+}
+
+static int host_reset(gd_backend *be, gd_backend_dev *d, char *err, size_t errlen) {
+  (void)be, (void)err, (void)errlen;
+  d->fault = 0;
+  return 0;
 }
 
 static int host_mem_info(gd_backend *be, gd_backend_dev *d, uint64_t *free_b, uint64_t *total_b,
@@ -415,17 +429,18 @@ static int host_graph_exec_enable(gd_backend *be, gd_backend_dev *d, gd_graph_ex
   return 0;
 }
 
-static void run_kernel(const host_node *n) {
+static void run_kernel(gd_backend_dev *d, const host_node *n) {
   graphd_host_launch l;
   memset(&l, 0, sizeof l);
+  l.fault = &d->fault;
   memcpy(l.grid, n->grid, sizeof l.grid);
   memcpy(l.block, n->block, sizeof l.block);
   l.shared_bytes = n->shared;
   void *shared = n->shared ? calloc(1, n->shared) : NULL;
   l.shared = shared;
-  for (uint32_t z = 0; z < n->grid[2]; z++)
-    for (uint32_t y = 0; y < n->grid[1]; y++)
-      for (uint32_t x = 0; x < n->grid[0]; x++) {
+  for (uint32_t z = 0; z < n->grid[2] && !d->fault; z++)
+    for (uint32_t y = 0; y < n->grid[1] && !d->fault; y++)
+      for (uint32_t x = 0; x < n->grid[0] && !d->fault; x++) {
         l.block_idx[0] = x;
         l.block_idx[1] = y;
         l.block_idx[2] = z;
@@ -436,13 +451,14 @@ static void run_kernel(const host_node *n) {
 
 static int host_graph_launch(gd_backend *be, gd_backend_dev *d, gd_graph_exec e, gd_stream s,
                              char *err, size_t errlen) {
-  (void)be, (void)d, (void)s, (void)err, (void)errlen;
+  (void)be, (void)s, (void)err, (void)errlen;
   host_graph *g = e;
-  for (size_t i = 0; i < g->n; i++) {
+  /* Like a faulted GPU, a faulted host device runs nothing more. */
+  for (size_t i = 0; i < g->n && !d->fault; i++) {
     const host_node *n = g->nodes[i];
     if (n->disabled) continue;
     if (n->kind == HN_KERNEL) {
-      run_kernel(n);
+      run_kernel(d, n);
     } else if (n->kind == HN_MEMCPY) {
       memcpy((void *)(uintptr_t)n->dst, (const void *)(uintptr_t)n->src, n->bytes);
     } else {
@@ -504,6 +520,8 @@ static const gd_backend_ops host_ops = {
     .device_open = host_open,
     .device_close = host_close,
     .mem_info = host_mem_info,
+    .device_health = host_health,
+    .device_reset = host_reset,
     .module_load = host_module_load,
     .module_unload = host_module_unload,
     .function_get = host_function_get,

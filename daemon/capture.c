@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "graphd/status.h"
+#include "fault.h"
 #include "log.h"
 #include "prepare.h"
 
@@ -278,6 +279,7 @@ static int ensure_stream(gd_worker *w, gd_wsess *ws, char *err, size_t errlen) {
   if (ws->has_stream) return 0;
   int rc = OPS->stream_create(BE, &ws->stream, err, errlen);
   ws->has_stream = rc == 0;
+  ws->epoch = atomic_load(&w->epoch);
   return rc;
 }
 
@@ -507,6 +509,16 @@ int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
   uint64_t done_dev = ready_dev + 8;
   int rc;
   uint64_t loaded, load_ns;
+  char why[192];
+  uint64_t epoch = atomic_load(&w->epoch);
+  if (a->epoch != epoch || ws->epoch != epoch) {
+    /* Its stream, flags or regions went with the old context: nothing of
+     * it can be touched, and the loop is closing the session. */
+    snprintf(err, errlen, "device %d was reset after a GPU fault; reconnect and register the "
+             "regions again", w->index);
+    __atomic_store_n(done, a->seq, __ATOMIC_RELEASE);
+    return -GRAPHD_UNAVAILABLE;
+  }
   struct gd_capstate *cs = capstate(w, a->prog->index + 1);
   if (!cs) {
     snprintf(err, errlen, "out of memory");
@@ -612,6 +624,13 @@ int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen) {
   }
   if (!w->be->waits_on_worker) watch_add(cs, a, c);
 finish:
+  /* A call that failed because the device faulted (this replay's kernel
+   * or an earlier one): say so; the worker resets the device next. */
+  if (rc < 0 && OPS->device_health && OPS->device_health(BE, why, sizeof why) < 0) {
+    snprintf(err, errlen, "device %d faulted (%s); it is being reset: reconnect and register "
+             "the regions again", w->index, why);
+    rc = -GRAPHD_UNAVAILABLE;
+  }
   /* 5. done = seq, in stream order, even for a failed replay; from the host
    * only when the stream itself cannot take it. */
   {
@@ -625,8 +644,18 @@ finish:
   return rc;
 }
 
+int capture_busy(gd_worker *w) {
+  struct gd_capstate *cs = w->cs;
+  for (uint32_t i = 0; cs && i < cs->n; i++) {
+    gd_capture *c = cs->caps[i];
+    if (c && c->has_event && !OPS->event_done(BE, c->last_use)) return 1;
+  }
+  return 0;
+}
+
 void capture_session_sync(gd_worker *w, gd_wsess *ws) {
-  if (!ws || !ws->has_stream) return;
+  /* A stream from before a reset is gone with its context. */
+  if (!ws || !ws->has_stream || ws->epoch != atomic_load(&w->epoch)) return;
   char e[256];
   if (OPS->stream_sync(BE, ws->stream, e, sizeof e) < 0)
     GD_LOG(GD_WARN, "capture", "session %llu: stream sync failed: %s",
@@ -636,7 +665,7 @@ void capture_session_sync(gd_worker *w, gd_wsess *ws) {
 void capture_session_end(gd_worker *w, gd_wsess *ws, gd_region_map *maps, size_t nmaps) {
   if (ws) watch_drop_session(w->cs, ws);
   if (!ws) {
-    for (size_t i = 0; i < nmaps; i++) OPS->region_release(BE, &maps[i]);
+    for (size_t i = 0; i < nmaps; i++) fault_release_map(w, &maps[i]);
     return;
   }
   if (ws->has_flags) {
@@ -651,9 +680,11 @@ void capture_session_end(gd_worker *w, gd_wsess *ws, gd_region_map *maps, size_t
     }
   }
   capture_session_sync(w, ws);
-  for (size_t i = 0; i < nmaps; i++) OPS->region_release(BE, &maps[i]);
+  for (size_t i = 0; i < nmaps; i++) fault_release_map(w, &maps[i]);
+  /* After a reset the flag page's registration is gone with the old
+   * context (unregistering fails, harmlessly) but the mapping is ours. */
   if (ws->has_flags) OPS->flags_unmap(BE, &ws->flags);
-  if (ws->has_stream) OPS->stream_destroy(BE, ws->stream);
+  if (ws->has_stream && ws->epoch == atomic_load(&w->epoch)) OPS->stream_destroy(BE, ws->stream);
   free(ws);
 }
 

@@ -35,6 +35,7 @@ typedef struct gd_wsess {
   uint32_t nslots;
   _Atomic int client_gone; /* set by the loop when the session closes */
   bool cut_off;            /* worker: released as hung; its waits are not watched */
+  uint64_t epoch;          /* worker: the device epoch its stream and flags were made in */
 } gd_wsess;
 
 typedef struct gd_bound {
@@ -52,6 +53,7 @@ typedef struct gd_replay_args {
   gd_bound bind[GD_MAX_SLOTS];
   double ready_timeout_s;
   uint32_t client_pid;
+  uint64_t epoch;                 /* the device epoch the bindings were resolved in */
   /* Set by the worker: */
   bool captured;
   bool recaptured;
@@ -68,6 +70,10 @@ int capture_replay(gd_worker *w, gd_replay_args *a, char *err, size_t errlen);
 /* Maps the session's flag page (fd is not closed here). */
 int capture_flags_register(gd_worker *w, gd_wsess *ws, int fd, uint32_t slots, char *err,
                            size_t errlen);
+
+/* True while a replay queued on the device may still run (its capture's
+ * last-use event has not completed). */
+int capture_busy(gd_worker *w);
 
 /* Waits for the session's stream to drain (before unmapping its regions). */
 void capture_session_sync(gd_worker *w, gd_wsess *ws);

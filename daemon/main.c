@@ -259,6 +259,7 @@ int main(int argc, char **argv) {
     goto exit_loop;
   }
   srv.pool.cut_cb = replay_cut_off;
+  srv.pool.reset_cb = replay_device_reset;
   srv.pool.owner = &srv;
   if (server_start(&srv, &loop) < 0) {
     server_shutdown(&srv, "startup failed");

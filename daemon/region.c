@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "fault.h"
 #include "graphd/status.h"
 #include "log.h"
 #include "server.h"
@@ -50,7 +51,7 @@ static void release_run(gd_worker *w, gd_job *j) {
   release_job *rj = (release_job *)j;
   /* GPU work of this session's replays may still read or write it. */
   capture_session_sync(w, rj->ws);
-  w->be->ops->region_release(w->be, w->dev, &rj->map);
+  fault_release_map(w, &rj->map);
 }
 
 static void release_done(gd_job *j) { free(j); }
@@ -85,6 +86,7 @@ static void import_run(gd_worker *w, gd_job *j) {
   import_job *ij = (import_job *)j;
   uint64_t t0 = gd_now_ns();
   j->status = w->be->ops->region_import(w->be, w->dev, &ij->in, &ij->out, j->msg, sizeof j->msg);
+  if (j->status == 0) fault_track_map(w, &ij->out);
   ij->ns = gd_now_ns() - t0;
   if (ij->in.fd >= 0) close(ij->in.fd);
   ij->in.fd = -1;

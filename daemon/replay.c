@@ -257,6 +257,7 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
     REFUSE(GRAPHD_NOT_FOUND, "program %s is not registered; register it first", hex);
   }
   const gd_program *p = prog->program;
+  uint64_t epoch = atomic_load(&s->srv->pool.workers[s->device].epoch);
   if (!s->flag_slots)
     REFUSE(GRAPHD_FAILED_PRECONDITION, "the session has no flag page; RegisterFlags first");
   if (m->stream_slot >= s->flag_slots)
@@ -291,6 +292,9 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
     if (!r)
       REFUSE(GRAPHD_NOT_FOUND, "slot %u is bound to region %u, which this session does not have",
              b->slot, b->region_id);
+    if (r->map.epoch != epoch)
+      REFUSE(GRAPHD_UNAVAILABLE, "device %d was reset after a GPU fault and region %u went with "
+             "it; reconnect and register the regions again", s->device, r->id);
     char e[256];
     if (region_check_range(r, b->offset, b->bytes, e, sizeof e) < 0)
       REFUSE(GRAPHD_OUT_OF_RANGE, "slot %u: %s", b->slot, e);
@@ -312,6 +316,7 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
   rj->a.seq = m->seq;
   rj->a.ready_timeout_s = s->srv->opt->ready_timeout_s;
   rj->a.client_pid = (uint32_t)s->pid;
+  rj->a.epoch = epoch;
   rj->job.run = replay_run;
   rj->job.done = replay_done;
   s->busy = true;
@@ -324,6 +329,35 @@ refuse:
   if (s->kind == GD_SESSION_DATA) s->srv->counters[s->device].errors++;
   session_reply_error(s, request_id, code, "replay: %s", err);
 #undef REFUSE
+}
+
+void replay_device_reset(void *owner, int device) {
+  gd_server *srv = owner;
+  gd_device_counters *c = &srv->counters[device];
+  c->errors++;
+  /* The worker dropped every capture with the old context. */
+  c->captures = 0;
+  c->staging_bytes = 0;
+  gd_session *next;
+  for (gd_session *s = srv->sessions; s; s = next) {
+    next = s->next;
+    if (s->kind != GD_SESSION_DATA || s->device != device || s->closing) continue;
+    /* Whatever its stream waits for from the old context will not come:
+     * write every done value from the host (jumping ahead, as stream
+     * waits compare cyclically), so no client stream waits forever. The
+     * worker's last write to the page came before the reset, whose news
+     * comes through the completion queue. */
+    gd_wsess *ws = s->ws;
+    for (uint32_t i = 0; ws && ws->has_flags && i < ws->nslots; i++) {
+      volatile uint64_t *done = ws->flags.host + i * (GD_FLAG_STRIDE / 8) + 1;
+      __atomic_store_n(done, __atomic_load_n(done, __ATOMIC_ACQUIRE) + (1ull << 62),
+                       __ATOMIC_RELEASE);
+    }
+    GD_LOG(GD_WARN, "replay", "session %llu (pid %d): device %d was reset after a GPU fault; "
+           "closing the session (the client reconnects)", (unsigned long long)s->id, (int)s->pid,
+           device);
+    session_close(s, "device reset after a GPU fault");
+  }
 }
 
 void replay_cut_off(void *owner, uint64_t session_id) {

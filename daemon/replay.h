@@ -23,4 +23,8 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
  * its session, so its later requests fail. owner is the gd_server. */
 void replay_cut_off(void *owner, uint64_t session_id);
 
+/* The pool's reset callback: device was reset after a GPU fault (fault.h).
+ * Releases every wait of its data sessions' streams and closes them. */
+void replay_device_reset(void *owner, int device);
+
 #endif

@@ -12,6 +12,7 @@
 #include "graphd/status.h"
 #include "log.h"
 #include "capture.h"
+#include "fault.h"
 #include "prepare.h"
 
 static inline void cpu_relax(void) {
@@ -57,6 +58,27 @@ typedef struct cut_job {
   gd_job job; /* first */
   uint64_t session_id;
 } cut_job;
+
+static void reset_done(gd_job *j) {
+  gd_pool *p = j->worker->pool;
+  if (p->reset_cb) p->reset_cb(p->owner, j->worker->index);
+  free(j);
+}
+
+/* After a job, and every WATCH_PERIOD while work may be in flight: has the
+ * device faulted? If so it is reset here and the loop is told. */
+static void check_device(gd_worker *w) {
+  if (atomic_load(&w->state) != GD_WORKER_OK || !fault_check(w)) return;
+  gd_job *j = calloc(1, sizeof *j);
+  if (!j) {
+    GD_LOG(GD_ERROR, "worker", "out of memory telling the loop that device %d was reset",
+           w->index);
+    return;
+  }
+  j->done = reset_done;
+  j->worker = w;
+  complete(w->pool, j);
+}
 
 static void cut_done(gd_job *j) {
   cut_job *cj = (cut_job *)j;
@@ -162,11 +184,13 @@ static void *worker_main(void *arg) {
       atomic_store(&w->heartbeat_ns, gd_now_ns());
       complete(p, j);
     }
+    check_device(w);
     if (!w->be->waits_on_worker && atomic_load(&w->state) == GD_WORKER_OK) {
       uint64_t cut[8];
       int pending = 0;
       int n = capture_watch(w, cut, 8, &pending);
-      watching = pending;
+      /* Keep waking while replays may run, to notice a fault. */
+      watching = pending || capture_busy(w);
       for (int i = 0; i < n; i++) {
         cut_job *cj = calloc(1, sizeof *cj);
         if (!cj) continue;
@@ -179,6 +203,7 @@ static void *worker_main(void *arg) {
   }
   capture_close_all(w);
   prepare_close(w);
+  fault_close(w);
   if (w->dev) w->be->ops->device_close(w->be, w->dev);
   w->dev = NULL;
   GD_LOG(GD_DEBUG, "worker", "stopped");

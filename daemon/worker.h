@@ -63,6 +63,8 @@ struct gd_worker {
   char fail_msg[320];     /* set before state becomes FAILED */
   struct gd_devstate *ds; /* worker thread only: prepare.c's per-device caches */
   struct gd_capstate *cs; /* worker thread only: capture.c's captures */
+  struct gd_live_map *maps; /* worker thread only: fault.c's live imports */
+  uint64_t map_serial;      /* worker thread only: the last serial given */
   uint64_t budget;        /* staging bytes captures may hold; 0 = no limit */
 };
 
@@ -76,6 +78,8 @@ struct gd_pool {
   _Atomic int started;           /* workers that finished opening */
   /* Loop thread: a worker cut off a hung client's session (capture_watch). */
   void (*cut_cb)(void *owner, uint64_t session_id);
+  /* Loop thread: a worker reset its device after a fault (fault.c). */
+  void (*reset_cb)(void *owner, int device);
   void *owner;
   pthread_mutex_t start_lock;
   pthread_cond_t start_cond;

@@ -79,7 +79,7 @@ static void *read_all(const char *path, size_t *len) {
   return p;
 }
 
-graphd_status gpu_program(graphd_client *c, const char *kdir, graphd_mode mode, uint8_t pid[32]) {
+static graphd_status register_cubin(graphd_client *c, const char *kdir, uint8_t mod[32]) {
   char path[512];
   snprintf(path, sizeof path, "%s/test_kernels.cubin", kdir);
   size_t len;
@@ -88,11 +88,31 @@ graphd_status gpu_program(graphd_client *c, const char *kdir, graphd_mode mode, 
     fprintf(stderr, "cannot read %s\n", path);
     return GRAPHD_NOT_FOUND;
   }
-  uint8_t mod[32];
   graphd_status st = graphd_register_module(c, GRAPHD_MODULE_CUBIN, bytes, len, mod);
   free(bytes);
+  return st;
+}
+
+graphd_status gpu_program(graphd_client *c, const char *kdir, graphd_mode mode, uint8_t pid[32]) {
+  uint8_t mod[32];
+  graphd_status st = register_cubin(c, kdir, mod);
   if (st != GRAPHD_OK) return st;
   return program3_register(c, mod, mode, GN, pid);
+}
+
+graphd_status gpu_fault_program(graphd_client *c, const char *kdir, uint8_t pid[32]) {
+  uint8_t mod[32];
+  graphd_status st = register_cubin(c, kdir, mod);
+  if (st != GRAPHD_OK) return st;
+  graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
+  uint32_t one = 1, g[3] = {1, 1, 1}, b[3] = {32, 1, 1};
+  graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, 256, 0);
+  graphd_program_add_launch(p, mod, "fault", g, b, 0);
+  graphd_program_param(p, 0, 0, &one, 4);
+  st = graphd_program_finish(p, pid);
+  if (st == GRAPHD_OK) st = graphd_register_program(c, p);
+  graphd_program_free(p);
+  return st;
 }
 
 void gpu_reference(const float *x, const float *cc, float *y) {

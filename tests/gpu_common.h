@@ -33,6 +33,11 @@ void gbuf_free(gbuf *b);
 graphd_status gpu_program(graphd_client *c, const char *kernel_dir, graphd_mode mode,
                           uint8_t pid[32]);
 
+/* Registers the CUBIN and a program of one launch, fault(1): a write to
+ * an address nothing holds, a sticky CUDA_ERROR_ILLEGAL_ADDRESS. One
+ * scratch slot, so nothing is bound. */
+graphd_status gpu_fault_program(graphd_client *c, const char *kernel_dir, uint8_t pid[32]);
+
 /* The expected y for input x and constant c, as the GPU computes it. */
 void gpu_reference(const float *x, const float *cc, float *y);
 

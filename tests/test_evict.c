@@ -1,6 +1,7 @@
 /* Listing and evicting captures on the host backend: what list shows,
  * dry runs, re-capture after eviction, the privilege rule, eviction during
- * concurrent replays, and graphctl list/evict. */
+ * concurrent replays, and graphctl list/evict; and device isolation: a
+ * fault on one device resets that device alone (Decisions 10). */
 #define _GNU_SOURCE
 #include <check.h>
 #include <json-c/json.h>
@@ -182,6 +183,69 @@ START_TEST(test_evict_by_device_leaves_the_other_device_alone) {
   ck_assert_int_eq(cap, 0); /* device 0's capture was untouched */
   client_close(&a);
   client_close(&b);
+}
+END_TEST
+
+/* A program whose one kernel faults the device (host_kernels.c: fault). */
+static graphd_status fault_program(graphd_client *c, uint8_t pid[32]) {
+  uint8_t mod[32];
+  graphd_status st = graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod);
+  if (st != GRAPHD_OK) return st;
+  graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
+  uint32_t one = 1, g[3] = {1, 1, 1};
+  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, 16, 1);
+  graphd_program_add_launch(p, mod, "fault", g, g, 0);
+  graphd_program_param(p, 0, 0, &one, 4);
+  st = graphd_program_finish(p, pid);
+  if (st == GRAPHD_OK) st = graphd_register_program(c, p);
+  graphd_program_free(p);
+  return st;
+}
+
+START_TEST(test_fault_on_one_device_resets_it_alone) {
+  client a, b, c;
+  ck_assert_int_eq(client_open(&a, 0), GRAPHD_OK);
+  ck_assert_int_eq(client_open(&b, 1), GRAPHD_OK);
+  ck_assert_int_eq(replay_checked(&a, 1, NULL), 0);
+  ck_assert_int_eq(replay_checked(&b, 2, NULL), 0);
+  uint8_t fp[32];
+  ck_assert_int_eq(fault_program(b.c, fp), GRAPHD_OK);
+  graphd_binding fb = {0, (uint64_t)(uintptr_t)b.x, 16};
+  graphd_status st = graphd_replay(b.c, b.s, fp, &fb, 1, NULL);
+  /* The host runs the graph inside the call: the fault shows after it. */
+  ck_assert_msg(st == GRAPHD_OK || st == GRAPHD_UNAVAILABLE, "%s", graphd_status_name(st));
+  graphd_device_info d1 = td_device_info(a.c, 1);
+  for (int i = 0; i < 500 && d1.epoch == 0; i++) {
+    usleep(10000);
+    d1 = td_device_info(a.c, 1);
+  }
+  ck_assert_uint_eq(d1.epoch, 1);
+  ck_assert_str_eq(d1.state, "ok");
+  ck_assert_uint_eq(d1.counters.captures, 0);   /* dropped with the old context */
+  ck_assert_uint_eq(d1.counters.staging_bytes, 0);
+  ck_assert_uint_ge(d1.counters.errors, 1);
+  /* The faulted device's session was closed: the client must reconnect. */
+  ck_assert_int_eq(replay_checked(&b, 3, NULL), GRAPHD_UNAVAILABLE);
+  /* Device 0 never noticed: same epoch, same capture, no re-capture. */
+  graphd_device_info d0 = td_device_info(a.c, 0);
+  ck_assert_uint_eq(d0.epoch, 0);
+  ck_assert_uint_eq(d0.counters.captures, 1);
+  ck_assert_uint_eq(d0.counters.errors, 0);
+  for (unsigned i = 0; i < 20; i++) {
+    int cap = 1;
+    ck_assert_int_eq(replay_checked(&a, 10 + i, &cap), 0);
+    ck_assert_int_eq(cap, 0);
+  }
+  /* A new session on the reset device works, on a fresh capture. */
+  ck_assert_int_eq(client_open(&c, 1), GRAPHD_OK);
+  int cap = 0;
+  ck_assert_int_eq(replay_checked(&c, 40, &cap), 0);
+  ck_assert_int_eq(cap, 1);
+  ck_assert_int_eq(replay_checked(&c, 41, &cap), 0);
+  ck_assert_int_eq(cap, 0);
+  client_close(&a);
+  client_close(&b);
+  client_close(&c);
 }
 END_TEST
 
@@ -509,6 +573,7 @@ int main(void) {
   tcase_add_test(tc, test_evict_list_dry_run_evict_and_recapture);
   tcase_add_test(tc, test_evict_selectors_are_checked);
   tcase_add_test(tc, test_evict_by_device_leaves_the_other_device_alone);
+  tcase_add_test(tc, test_fault_on_one_device_resets_it_alone);
   tcase_add_test(tc, test_evict_privilege_rule);
   tcase_add_test(tc, test_evict_during_concurrent_replays_loses_nothing);
   tcase_add_test(tc, test_graphctl_list_and_evict);

@@ -62,6 +62,13 @@ GRAPHD_HOST_KERNEL(sleep_ms) {
   }
 }
 
+/* fault(n): faults the device when n is non-zero, as an illegal address
+ * would on a GPU; otherwise does nothing. */
+GRAPHD_HOST_PARAMS(fault, 1, 0, 4);
+GRAPHD_HOST_KERNEL(fault) {
+  if (*(const uint32_t *)params[0]) *l->fault = 1;
+}
+
 /* No parameter description exported: sizes are not checked on host devices. */
 GRAPHD_HOST_KERNEL(undescribed) {
   (void)l;

@@ -32,3 +32,9 @@ extern "C" __global__ void shared_user(float *y, unsigned n) {
   __syncthreads();
   if (i < n) y[i] = tile[threadIdx.x % 1024] + dyn[0] - 1.0f;
 }
+
+/* fault(n): when n is non-zero, writes through a pointer no allocation
+ * holds, a sticky CUDA_ERROR_ILLEGAL_ADDRESS for the context. */
+extern "C" __global__ void fault(unsigned n) {
+  if (n && threadIdx.x == 0) *(volatile unsigned *)(0x10ull + 0x1000ull * n) = n;
+}

@@ -4,6 +4,9 @@
  * A kernel is `void NAME(const graphd_host_launch *l, void *const *params)`.
  * The daemon's worker calls it once per block of the grid, in order, with
  * l->block_idx set; the kernel loops over the block's threads itself.
+ * A kernel that sets *l->fault to 1 faults the device as an illegal
+ * address would a GPU: no more blocks or nodes run, and the daemon resets
+ * the device (its captures are dropped and its sessions closed).
  * params[i] points at parameter i's bytes, as CUDA's kernelParams do, with
  * pointer parameters already patched to host addresses.
  *
@@ -26,6 +29,7 @@ typedef struct graphd_host_launch {
   uint32_t block_idx[3];
   void *shared;          /* dynamic shared memory for this block */
   uint32_t shared_bytes;
+  int *fault;            /* set *fault = 1 to report a device fault */
 } graphd_host_launch;
 
 typedef void (*graphd_host_kernel)(const graphd_host_launch *l, void *const *params);
