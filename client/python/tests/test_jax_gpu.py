@@ -193,6 +193,31 @@ class JaxGpuTest(unittest.TestCase):
         np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
 
+    def test_rl_style_scan_sharded_across_devices(self):
+        jax, jnp, np = self.jax, self.jnp, self.np
+        from jax.sharding import PartitionSpec as P
+        ndev = len(jax.local_devices())
+        mesh = jax.make_mesh((ndev,), ("d",))
+        f = self.gj.callable(self.build_double)
+
+        def run(double):
+            def step(s, _):
+                obs = jnp.sin(s) + 1.0
+                return s * 0.99 + double(obs) * 1e-3, None
+            body = lambda s: jax.lax.scan(step, s, None, length=300)[0]
+            return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+
+        m = N + 2048  # this test's own program size
+        s0 = jnp.linspace(0.0, 1.0, ndev * m, dtype=jnp.float32)
+        got = run(f)(s0)
+        want = run(lambda o: jax.lax.optimization_barrier(o * 2.0))(s0)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        (b,) = f.programs.values()
+        caps = self.captures_of(b.id_hex)
+        self.assertEqual(sorted(c["device"] for c in caps), list(range(ndev)), caps)
+        for c in caps:
+            self.assertEqual(c["replays"], 300, c)
+
     def test_triton_kernel_with_hidden_parameters(self):
         jax, jnp, np = self.jax, self.jnp, self.np
         from graphd import Slot, f32, u32
