@@ -12,6 +12,7 @@
 # captures. Every process is bounded by timeout. The bench's output is shown
 # and kept in OUT_DIR/bench-nomps.log and bench-mps.log, the daemons' logs
 # beside them (graphd-*.log). Exit status 1 when a run failed.
+# GRAPHD_BENCH_RUNS picks the runs ("nomps mps" by default).
 # Usage: scripts/bench-gpu.sh BUILD_DIR OUT_DIR [extra replay_bench flags]
 set -uo pipefail
 build=$(realpath "$1"); out=${2:-/tmp}; shift 2 || shift $#
@@ -78,9 +79,13 @@ run_bench() {
 nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,compute_mode --format=csv,noheader
 [[ -x $bench ]] || { echo "no $bench: build with GRAPHD_BUILD_BENCH=ON"; exit 1; }
 
+runs=" ${GRAPHD_BENCH_RUNS:-nomps mps} "
+if [[ $runs == *" nomps "* ]]; then
 echo "== 1. replay_bench without MPS (chain of 300)"
 run_bench nomps 300 "$@"
+fi
 
+if [[ $runs == *" mps "* ]]; then
 echo "== 2. replay_bench under MPS (-M), chain of 1000"
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
@@ -92,4 +97,5 @@ else
   echo "nvidia-cuda-mps-control -d -M failed"; rc=1
 fi
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
 exit $rc
