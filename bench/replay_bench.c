@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "../common/cuda_driver.h"
+#include "../common/file.h"
 #include "graphd/graphd.h"
 
 #ifndef GRAPHD_BENCH_KERNEL_DIR
@@ -500,38 +501,11 @@ fail:
   return -1;
 }
 
-static void *read_file(const char *path, size_t *len, char *err, size_t errlen) {
-  void *buf = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    snprintf(err, errlen, "cannot open %s: %s (build the test kernels, or pass --kernels DIR)",
-             path, strerror(errno));
-    return NULL;
-  }
-  long n = -1;
-  if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-  if (n <= 0 || fseek(f, 0, SEEK_SET) != 0) {
-    snprintf(err, errlen, "cannot read %s", path);
-    goto exit;
-  }
-  buf = malloc((size_t)n);
-  if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    snprintf(err, errlen, "cannot read %s", path);
-    free(buf);
-    buf = NULL;
-    goto exit;
-  }
-  *len = (size_t)n;
-exit:
-  fclose(f);
-  return buf;
-}
-
 /* Registers the module and the two programs (one per mode):
  * scale(x, y, SCALE_A, NFLOATS) with x a staged input, y a staged output. */
 static int register_programs(bench *b) {
   int rc = -1;
-  char path[1024], e[1536];
+  char path[1024];
   size_t len = 0;
   graphd_program *p = NULL;
   void *cubin = NULL;
@@ -539,9 +513,10 @@ static int register_programs(bench *b) {
     set_err(b, "--kernels: the path is too long");
     goto exit;
   }
-  cubin = read_file(path, &len, e, sizeof e);
+  cubin = gd_read_file(path, &len);
   if (!cubin) {
-    set_err(b, "%s", e);
+    set_err(b, "cannot read %s: %s (build the test kernels, or pass --kernels DIR)", path,
+            strerror(errno));
     goto exit;
   }
   GD_CHECK_GOTO(b, b->data, "graphd_register_module",

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "../common/cuda_driver.h"
+#include "../common/file.h"
 #include "graphd/graphd.h"
 
 #ifndef GRAPHD_BENCH_KERNEL_DIR
@@ -283,23 +284,6 @@ static double report(const char *layout, const client *ks, int n, int ndev) {
   return rate;
 }
 
-static void *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  void *buf = NULL;
-  if (fseek(f, 0, SEEK_END) == 0) {
-    long n = ftell(f);
-    if (n > 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n)) != NULL &&
-        fread(buf, 1, (size_t)n, f) != (size_t)n) {
-      free(buf);
-      buf = NULL;
-    }
-    *len = (size_t)n;
-  }
-  fclose(f);
-  return buf;
-}
-
 static void usage(FILE *f) {
   fprintf(f,
           "usage: scaling_bench [--socket PATH] [--kernels DIR] [--seconds S] "
@@ -350,7 +334,7 @@ int main(int argc, char **argv) {
   char path[4096];
   snprintf(path, sizeof path, "%s/test_kernels.cubin", o.kernels);
   size_t cubin_len = 0;
-  void *cubin = slurp(path, &cubin_len);
+  void *cubin = gd_read_file(path, &cubin_len);
   if (!cubin) {
     fprintf(stderr, "scaling_bench: cannot read %s: %s (pass --kernels DIR)\n", path,
             strerror(errno));

@@ -1,6 +1,7 @@
 #include "gpu_common.h"
 
 #include "program3.h"
+#include "../common/file.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,27 +64,11 @@ void gbuf_free(gbuf *b) {
   b->ptr = 0;
 }
 
-static void *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  void *p = malloc((size_t)n);
-  if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-    free(p);
-    p = NULL;
-  }
-  fclose(f);
-  *len = (size_t)n;
-  return p;
-}
-
 static graphd_status register_cubin(graphd_client *c, const char *kdir, uint8_t mod[32]) {
   char path[512];
   snprintf(path, sizeof path, "%s/test_kernels.cubin", kdir);
   size_t len;
-  void *bytes = read_all(path, &len);
+  void *bytes = gd_read_file(path, &len);
   if (!bytes) {
     fprintf(stderr, "cannot read %s\n", path);
     return GRAPHD_NOT_FOUND;

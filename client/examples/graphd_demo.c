@@ -8,25 +8,10 @@
 #include <string.h>
 
 #include "../../common/cuda_driver.h"
+#include "../../common/file.h"
 #include "graphd/graphd.h"
 
 #define N 4096u
-
-static void *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  void *p = malloc((size_t)n);
-  if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
-    free(p);
-    p = NULL;
-  }
-  fclose(f);
-  *len = (size_t)n;
-  return p;
-}
 
 static int fail(const char *what, graphd_client *c) {
   fprintf(stderr, "graphd-demo: %s: %s\n", what, c ? graphd_last_error(c) : "");
@@ -72,7 +57,7 @@ int main(int argc, char **argv) {
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", kdir, gpu ? "test_kernels.cubin" : "host_kernels.so");
   size_t len;
-  void *bytes = read_file(path, &len);
+  void *bytes = gd_read_file(path, &len);
   if (!bytes) {
     fprintf(stderr, "graphd-demo: cannot read %s (build the tests, and nvcc for GPUs)\n", path);
     return 1;
