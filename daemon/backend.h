@@ -97,7 +97,8 @@ typedef struct gd_backend_ops {
   /* Worker thread: 0 while the device works; -GRAPHD_UNAVAILABLE, with err
    * naming the error, once a sticky error (a kernel fault: illegal
    * address, illegal instruction, ...) has made its context unusable.
-   * Cheap: the worker asks after each job and while work is in flight. */
+   * Cheap: the worker asks after a failed job, and every 10 ms while idle
+   * with work in flight. */
   int (*device_health)(gd_backend *be, gd_backend_dev *dev, char *err, size_t errlen);
   /* Worker thread: destroys the device's context, and everything made in
    * it, and makes a fresh one current (Decisions 10). */

@@ -2,10 +2,11 @@
  *
  * A kernel fault (illegal address and its kin) leaves a CUDA context
  * unusable: every later call in it fails the same way. The worker asks
- * the backend after each job, and every WATCH_PERIOD while work is in
- * flight. When the device has faulted, fault_check() drops the worker's
- * captures, loaded modules and imported regions, resets the device's
- * context and bumps its epoch; the loop then releases every wait its
+ * the backend after a job that failed (on the host backend, after every
+ * job: its faults happen inside the job), and every WATCH_PERIOD while it
+ * sleeps with replays in flight. When the device has faulted,
+ * fault_check() drops the worker's captures, loaded modules and imported
+ * regions, resets the device's context and bumps its epoch; the loop then releases every wait its
  * data sessions' streams have on the device and closes them (replay.c).
  * Clients reconnect and register their regions again; programs and
  * modules stay registered. Other devices never notice: each has its own

@@ -133,6 +133,7 @@ static void *worker_main(void *arg) {
   pthread_mutex_unlock(&p->start_lock);
 
   bool watching = false; /* ready waits queued on the device are watched */
+  bool maybe_busy = false; /* a replay may still run on the device */
   for (;;) {
     /* Right after a job, the next request of a synchronous client is
      * usually a few tens of microseconds away: spin briefly before
@@ -142,10 +143,14 @@ static void *worker_main(void *arg) {
       cpu_relax();
       if ((i & 63) == 0 && gd_now_ns() - spin_from > WORKER_SPIN_NS) break;
     }
+    /* About to sleep with replays still running: keep waking every
+     * WATCH_PERIOD to notice a fault (asked here, not after every job). */
+    if (maybe_busy && !atomic_load(&w->queued)) maybe_busy = capture_busy(w);
+    bool tick = watching || maybe_busy;
     pthread_mutex_lock(&w->lock);
     bool timed_out = false;
     while (!w->head && !w->stopping && !timed_out) {
-      if (watching) {
+      if (tick) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += WATCH_PERIOD_NS;
@@ -168,6 +173,10 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&w->lock);
     if (!j && stopping) break;
     atomic_store(&w->heartbeat_ns, gd_now_ns());
+    /* When to ask whether the device faulted: on a wake-up with no job;
+     * after a failed job (a fault fails every later call in its context);
+     * after any job where the worker runs the work itself (host). */
+    bool ask = !j || w->be->waits_on_worker;
     if (j) {
       if (stopping) {
         fail_unrun(j, "graphd is shutting down; the request was not run");
@@ -180,17 +189,18 @@ static void *worker_main(void *arg) {
         j->msg[0] = '\0';
         j->run(w, j);
         atomic_store(&w->busy, 0);
+        ask = ask || j->status < 0;
+        maybe_busy = true;
       }
       atomic_store(&w->heartbeat_ns, gd_now_ns());
       complete(p, j);
     }
-    check_device(w);
+    if (ask) check_device(w);
     if (!w->be->waits_on_worker && atomic_load(&w->state) == GD_WORKER_OK) {
       uint64_t cut[8];
       int pending = 0;
       int n = capture_watch(w, cut, 8, &pending);
-      /* Keep waking while replays may run, to notice a fault. */
-      watching = pending || capture_busy(w);
+      watching = pending;
       for (int i = 0; i < n; i++) {
         cut_job *cj = calloc(1, sizeof *cj);
         if (!cj) continue;
