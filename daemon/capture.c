@@ -644,6 +644,15 @@ finish:
   return rc;
 }
 
+void capture_release_flags(gd_wsess *ws, uint32_t word) {
+  /* Stream waits compare cyclically ((int64_t)(*addr - value) >= 0), so
+   * UINT64_MAX would release nothing: jump 2^62 ahead instead. */
+  for (uint32_t i = 0; ws->has_flags && i < ws->nslots; i++) {
+    volatile uint64_t *p = ws->flags.host + i * (GD_FLAG_STRIDE / 8) + word;
+    __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_ACQUIRE) + (1ull << 62), __ATOMIC_RELEASE);
+  }
+}
+
 int capture_busy(gd_worker *w) {
   struct gd_capstate *cs = w->cs;
   for (uint32_t i = 0; cs && i < cs->n; i++) {
@@ -668,17 +677,9 @@ void capture_session_end(gd_worker *w, gd_wsess *ws, gd_region_map *maps, size_t
     for (size_t i = 0; i < nmaps; i++) fault_release_map(w, &maps[i]);
     return;
   }
-  if (ws->has_flags) {
-    /* A dead client's stream writes no more ready values: release every
-     * wait from the host so nothing queued behind them waits forever.
-     * Stream waits compare cyclically ((int64_t)(*addr - value) >= 0), so
-     * UINT64_MAX would release nothing: jump 2^62 ahead instead. */
-    for (uint32_t i = 0; i < ws->nslots; i++) {
-      volatile uint64_t *ready = ws->flags.host + i * (GD_FLAG_STRIDE / 8);
-      uint64_t v = __atomic_load_n(ready, __ATOMIC_ACQUIRE);
-      __atomic_store_n(ready, v + (1ull << 62), __ATOMIC_RELEASE);
-    }
-  }
+  /* A dead client's stream writes no more ready values: release every wait
+   * from the host so nothing queued behind them waits forever. */
+  capture_release_flags(ws, GD_FLAG_READY);
   capture_session_sync(w, ws);
   for (size_t i = 0; i < nmaps; i++) fault_release_map(w, &maps[i]);
   /* After a reset the flag page's registration is gone with the old

@@ -343,16 +343,10 @@ void replay_device_reset(void *owner, int device) {
     next = s->next;
     if (s->kind != GD_SESSION_DATA || s->device != device || s->closing) continue;
     /* Whatever its stream waits for from the old context will not come:
-     * write every done value from the host (jumping ahead, as stream
-     * waits compare cyclically), so no client stream waits forever. The
-     * worker's last write to the page came before the reset, whose news
-     * comes through the completion queue. */
-    gd_wsess *ws = s->ws;
-    for (uint32_t i = 0; ws && ws->has_flags && i < ws->nslots; i++) {
-      volatile uint64_t *done = ws->flags.host + i * (GD_FLAG_STRIDE / 8) + 1;
-      __atomic_store_n(done, __atomic_load_n(done, __ATOMIC_ACQUIRE) + (1ull << 62),
-                       __ATOMIC_RELEASE);
-    }
+     * write every done value from the host, so no client stream waits
+     * forever. The worker's last write to the page came before the reset,
+     * whose news comes through the completion queue. */
+    if (s->ws) capture_release_flags(s->ws, GD_FLAG_DONE);
     GD_LOG(GD_WARN, "replay", "session %llu (pid %d): device %d was reset after a GPU fault; "
            "closing the session (the client reconnects)", (unsigned long long)s->id, (int)s->pid,
            device);
