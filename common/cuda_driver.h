@@ -33,7 +33,8 @@
   X(cuDeviceGetAttribute)                 \
   X(cuDevicePrimaryCtxRetain)             \
   X(cuDevicePrimaryCtxRelease)            \
-  X(cuDevicePrimaryCtxReset)             \
+  X(cuDevicePrimaryCtxReset)              \
+  X(cuDevicePrimaryCtxGetState)           \
   X(cuCtxSetCurrent)                      \
   X(cuCtxGetCurrent)                      \
   X(cuCtxGetDevice)                       \

@@ -189,6 +189,15 @@ void td_cleanup(gd_test_daemon *d) {
   d->dir[0] = 0;
 }
 
+void td_log_print(const gd_test_daemon *d, const char *needle) {
+  FILE *f = fopen(d->log, "r");
+  if (!f) return;
+  char line[4096];
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, needle)) printf("daemon log: %s", line);
+  fclose(f);
+}
+
 bool td_log_contains(const gd_test_daemon *d, const char *needle) {
   FILE *f = fopen(d->log, "r");
   if (!f) return false;

@@ -39,6 +39,8 @@ pid_t td_daemon_pid(const gd_test_daemon *d);
 void td_cleanup(gd_test_daemon *d);
 
 /* True if the daemon's log contains needle. */
+/* Prints the daemon log's lines that contain needle ("" for all). */
+void td_log_print(const gd_test_daemon *d, const char *needle);
 bool td_log_contains(const gd_test_daemon *d, const char *needle);
 /* Number of open fds of a process, from /proc. */
 int td_count_fds(pid_t pid);

@@ -9,6 +9,7 @@
  * are exec'd (gpu_replay_client), never forked after CUDA is up. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -264,6 +265,51 @@ START_TEST(test_gpu_dead_daemon_releases_the_client_stream) {
 }
 END_TEST
 
+static void *set_flag_later(void *arg) {
+  usleep(200000);
+  __atomic_store_n((volatile uint64_t *)arg, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+/* The daemon dies while our stream is still behind the replay's ready
+ * write and done wait. graphd_close must not unregister the flag page
+ * under those queued operations (that would be an illegal address in this
+ * process's context): it waits for the stream to get past them. */
+START_TEST(test_gpu_close_after_daemon_death_waits_for_the_stream) {
+  fixture f;
+  fixture_up(&f, 4);
+  volatile uint64_t *flag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CUdeviceptr dflag;
+  ck_assert_int_eq(gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+  ck_assert_int_eq(gcu->cuMemHostGetDevicePointer(&dflag, (void *)flag, 0), CUDA_SUCCESS);
+  gcu->cuStreamWaitValue64(f.st, dflag, 1, CU_STREAM_WAIT_VALUE_GEQ);
+  graphd_binding b[2] = {{0, f.x.ptr, GN * 4}, {3, f.y.ptr, GN * 4}};
+  ck_assert_int_eq(graphd_replay(f.c, f.s, f.pid, b, 2, NULL), GRAPHD_OK);
+  kill(td_daemon_pid(&d), SIGKILL);
+  waitpid(d.pid, NULL, 0);
+  d.pid = 0;
+  /* The next replay fails, with its own ready write already queued. */
+  ck_assert_int_eq(graphd_replay(f.c, f.s, f.pid, b, 2, NULL), GRAPHD_UNAVAILABLE);
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, set_flag_later, (void *)flag), 0);
+  double t0 = now_ms();
+  graphd_stream_detach(f.s);
+  graphd_close(f.c);
+  double took = now_ms() - t0;
+  pthread_join(th, NULL);
+  printf("FIGURE close after the daemon died, stream held 200 ms: close took %.1f ms\n", took);
+  ck_assert_double_gt(took, 150.0);
+  ck_assert_double_lt(took, 2000.0);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(f.st), CUDA_SUCCESS);
+  /* Our context is healthy: new work on the stream runs. */
+  ck_assert_int_eq(gcu->cuMemsetD32Async(f.y.ptr, 7, GN, f.st), CUDA_SUCCESS);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(f.st), CUDA_SUCCESS);
+  ck_assert_int_eq(gcu->cuStreamQuery(NULL), CUDA_SUCCESS);
+  gcu->cuMemHostUnregister((void *)flag);
+  munmap((void *)flag, 4096);
+}
+END_TEST
+
 /* Decisions 10 on the GPU: a replay whose kernel faults (illegal address)
  * makes the daemon reset the device. The client's stream is released from
  * the host, its session is closed, the device's epoch goes up, and a new
@@ -303,6 +349,7 @@ START_TEST(test_gpu_fault_resets_the_device_and_replays_go_on) {
   double reset = now_ms() - t0;
   printf("FIGURE GPU fault: client stream released after %.1f ms, device reset (epoch %llu) "
          "seen after %.1f ms\n", released, (unsigned long long)after.epoch, reset);
+  if (after.epoch != before.epoch + 1 || strcmp(after.state, "ok") != 0) td_log_print(&d, "");
   ck_assert_uint_eq(after.epoch, before.epoch + 1);
   ck_assert_str_eq(after.state, "ok");
   ck_assert_uint_eq(after.counters.captures, 0);
@@ -389,24 +436,36 @@ START_TEST(test_gpu_eviction_under_load_from_several_processes) {
   graphd_client *c = session();
   FILE *out[3];
   pid_t kid[3];
-  for (int i = 0; i < 3; i++) kid[i] = spawn_client("share", "400", &out[i]);
+  for (int i = 0; i < 3; i++) kid[i] = spawn_client("share", "2000", &out[i]);
   graphd_evict_options o;
   graphd_evict_options_init(&o);
   o.all = 1;
+  /* Evict again and again for as long as any client still runs: their
+   * start-up with CUDA takes longer than a fixed number of rounds would. */
   uint64_t evicted = 0;
-  for (int round = 0; round < 40; round++) {
+  int wst[3] = {0, 0, 0}, done[3] = {0, 0, 0}, running = 3;
+  double t0 = now_ms();
+  while (running > 0) {
+    ck_assert_msg(now_ms() - t0 < 60000.0, "the clients did not finish within 60 s");
     size_t n;
     uint64_t bytes;
     ck_assert_int_eq(graphd_evict(c, &o, NULL, &n, &bytes), GRAPHD_OK);
     evicted += n;
-    usleep(5000);
+    usleep(2000);
+    for (int i = 0; i < 3; i++) {
+      int st;
+      if (!done[i] && waitpid(kid[i], &st, WNOHANG) == kid[i]) {
+        done[i] = 1;
+        wst[i] = st;
+        running--;
+      }
+    }
   }
   for (int i = 0; i < 3; i++) {
     expect_line(out[i], " ok");
     fclose(out[i]);
-    int wst;
-    waitpid(kid[i], &wst, 0);
-    ck_assert_int_eq(WEXITSTATUS(wst), 0);
+    ck_assert(WIFEXITED(wst[i]));
+    ck_assert_int_eq(WEXITSTATUS(wst[i]), 0);
   }
   graphd_device_counters k = counters(c);
   printf("FIGURE eviction under load: %llu evictions, %llu captures built, %llu replays\n",
@@ -414,7 +473,7 @@ START_TEST(test_gpu_eviction_under_load_from_several_processes) {
          (unsigned long long)k.replays);
   ck_assert_uint_eq(k.evictions, evicted);
   ck_assert_uint_ge(evicted, 1);
-  ck_assert_uint_eq(k.replays, 3 * 400);
+  ck_assert_uint_eq(k.replays, 3 * 2000);
   ck_assert_uint_eq(k.errors, 0);
   ck_assert_uint_eq(k.captures_built, k.evictions + k.captures);
   graphd_close(c);
@@ -479,6 +538,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_a_second_process_shares_the_capture_and_it_outlives_sessions);
   tcase_add_test(tc, test_gpu_killed_client_stalls_nobody);
   tcase_add_test(tc, test_gpu_dead_daemon_releases_the_client_stream);
+  tcase_add_test(tc, test_gpu_close_after_daemon_death_waits_for_the_stream);
   tcase_add_test(tc, test_gpu_eviction_gives_the_memory_back_and_recaptures);
   tcase_add_test(tc, test_gpu_eviction_under_load_from_several_processes);
   tcase_add_test(tc, test_gpu_fault_resets_the_device_and_replays_go_on);

@@ -32,7 +32,7 @@ typedef struct gd_host_alloc {
   uint64_t serial;
 } gd_host_alloc;
 
-#define GD_CLIENT_FLAG_SLOTS 128 /* one 4 KiB page of 32-byte (ready, done) pairs */
+#define GD_CLIENT_FLAG_SLOTS 128 /* one 4 KiB page of 32-byte (ready, done, passed) slots */
 
 /* The handle's flag page, shared with the daemon (Decisions 7). */
 typedef struct gd_flag_page {
@@ -99,7 +99,9 @@ graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t
  * gone). Safe from any thread. */
 void gd_client_release_streams(graphd_client *c);
 
-/* Stops watching c and frees its flag page (graphd_close). */
+/* Stops watching c and frees its flag page once no stream still has a
+ * write or wait on it queued; a page a stream never gets past is kept
+ * (graphd_close). */
 void gd_client_replay_close(graphd_client *c);
 
 #endif

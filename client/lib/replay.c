@@ -8,6 +8,13 @@
  * the matching done word from the host, releasing stream waits within its
  * poll period, and marks the handle dead.
  *
+ * Each slot has three words: ready and done, shared with the daemon, and
+ * passed, the client's own: every replay's last stream operation writes
+ * its seq there. The page is unregistered and unmapped only when every
+ * slot has passed what it issued, since a stream still behind would write
+ * or wait on memory that is gone: an illegal address in the caller's
+ * context.
+ *
  * Locks: the watcher's lock guards its list; a handle's lock guards its
  * calls. The watcher never takes a handle's lock (the handle's calling
  * thread may be blocked in recv holding it): it reads `issued` atomics and
@@ -22,14 +29,18 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../common/cuda_driver.h"
 #include "internal.h"
 
-#define FLAG_STRIDE_WORDS 4 /* 32 bytes per (ready, done) pair */
+#define FLAG_STRIDE_WORDS 4 /* 32 bytes per slot: ready, done, passed, unused */
+#define WORD_DONE 1
+#define WORD_PASSED 2
 #define PAGE_BYTES (GD_CLIENT_FLAG_SLOTS * FLAG_STRIDE_WORDS * 8)
 #define WATCH_PERIOD_MS 100
+#define CLOSE_WAIT_MS 2000
 
 /* --- the watcher ---------------------------------------------------------- */
 
@@ -44,7 +55,7 @@ static void release_all(graphd_client *c) {
   if (!f) return;
   for (int i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
     uint64_t v = atomic_load(&f->issued[i]);
-    if (v) __atomic_store_n(f->host + i * FLAG_STRIDE_WORDS + 1, v, __ATOMIC_RELEASE);
+    if (v) __atomic_store_n(f->host + i * FLAG_STRIDE_WORDS + WORD_DONE, v, __ATOMIC_RELEASE);
   }
 }
 
@@ -210,11 +221,43 @@ fail:
 
 void gd_client_release_streams(graphd_client *c) { release_all(c); }
 
+static int64_t mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Waits up to ms for every slot's stream to pass what it issued. */
+static bool wait_passed(gd_flag_page *f, int ms) {
+  int64_t end = mono_us() + (int64_t)ms * 1000;
+  for (;;) {
+    bool all = true;
+    for (int i = 0; i < GD_CLIENT_FLAG_SLOTS && all; i++)
+      all = __atomic_load_n(f->host + i * FLAG_STRIDE_WORDS + WORD_PASSED, __ATOMIC_ACQUIRE) >=
+            atomic_load(&f->issued[i]);
+    if (all) return true;
+    if (mono_us() >= end) return false;
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+  }
+}
+
 void gd_client_replay_close(graphd_client *c) {
-  if (!c->flags) return;
+  gd_flag_page *f = c->flags;
+  if (!f) return;
   watch_remove(c);
-  free_page(c, c->flags);
   c->flags = NULL;
+  /* A live daemon writes done for what it accepted; give it the time.
+   * Then release from the host whatever it did not (the daemon died, or
+   * never ran it), and wait for the streams to get past the page. */
+  if (!atomic_load(&c->dead) && wait_passed(f, CLOSE_WAIT_MS)) goto release;
+  release_all(c);
+  if (wait_passed(f, CLOSE_WAIT_MS)) goto release;
+  /* A stream is stuck behind other work: keep the page (4 KiB and one
+   * registration) rather than pull memory from under its queued ops. */
+  return;
+release:
+  free_page(c, f);
 }
 
 /* --- streams and replays ------------------------------------------------------ */
@@ -331,12 +374,12 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
       /* No answer in time: the session is broken; release our own wait
        * from the host, and say what that means for the outputs. (A daemon
        * that went away was handled in the call already.) */
-      __atomic_store_n(ready + 1, seq, __ATOMIC_RELEASE);
+      __atomic_store_n(ready + WORD_DONE, seq, __ATOMIC_RELEASE);
       char e[GRAPHD_ERRMAX];
       snprintf(e, sizeof e, "%s", c->err);
       gd_client_set_err(c, st, "%s; the outputs of this replay are undefined", e);
     }
-    goto exit;
+    goto passed; /* the ready write is queued all the same */
   }
   if (info && rep->body_case == GRAPHD__WIRE__REPLY__BODY_REPLAY) {
     info->captured = rep->replay->captured;
@@ -344,9 +387,9 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
     info->server_ns = rep->replay->server_ns;
   }
   graphd__wire__reply__free_unpacked(rep, NULL);
-  volatile uint64_t *done = ready + 1;
+  volatile uint64_t *done = ready + WORD_DONE;
   if (f->cuda) {
-    if (cu->cuStreamWaitValue64((CUstream)s->cu_stream, ready_dev + 8, seq,
+    if (cu->cuStreamWaitValue64((CUstream)s->cu_stream, ready_dev + 8 * WORD_DONE, seq,
                                 CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
       st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the wait for done on the stream");
   } else {
@@ -354,6 +397,13 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
     while (__atomic_load_n(done, __ATOMIC_ACQUIRE) < seq && !atomic_load(&c->dead)) {
     }
   }
+passed:
+  /* The stream's last touch of the page for this seq (graphd_close). If
+   * this cannot be queued, close finds the slot behind and keeps the page. */
+  if (f->cuda)
+    (void)cu->cuStreamWriteValue64((CUstream)s->cu_stream, ready_dev + 8 * WORD_PASSED, seq, 0);
+  else
+    __atomic_store_n(ready + WORD_PASSED, seq, __ATOMIC_RELEASE);
 exit:
   pthread_mutex_unlock(&c->lock);
   return st;

@@ -13,11 +13,14 @@
  * DESIGN: XLA calls handlers from several threads at once (one per device
  * under shard_map or pmap). The session table is guarded by table_lock;
  * each session handle serialises its own calls; the (handle, CUstream)
- * stream cache lives in the session entry, under table_lock. A session whose
- * daemon went away is dropped, so the next call connects again and the
- * client-side registry gives the new session the program again. */
+ * stream cache lives in the session entry, under table_lock. A call holds
+ * a reference on its entry while it uses the handle. A session whose
+ * daemon went away leaves the table at once, so the next call connects
+ * again and the client-side registry gives the new session the program
+ * again; the last call still using it closes it. */
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,10 +47,12 @@ typedef struct dev_session {
     graphd_stream *s;
   } streams[MAX_STREAMS];
   int nstreams;
+  int refs;     /* calls using c now */
+  bool dropped; /* out of the table; the last call closes it */
 } dev_session;
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static dev_session sessions[MAX_SESSIONS]; /* guarded by table_lock */
+static dev_session *sessions[MAX_SESSIONS]; /* guarded by table_lock */
 static int nsessions;                      /* guarded by table_lock */
 
 static XLA_FFI_Error *fail(const XLA_FFI_Api *api, graphd_status code, const char *fmt, ...)
@@ -149,14 +154,23 @@ static graphd_status device_uuid(void *stream, uint8_t uuid[16], char *err, size
   return GRAPHD_OK;
 }
 
-/* The session for a device, connected on first use. Caller holds
- * table_lock. */
-static dev_session *session_for(const uint8_t uuid[16], char *err, size_t errlen,
+/* The session for a device, connected on first use, with a reference
+ * taken. Caller holds table_lock (the connect is local and quick). */
+static dev_session *session_get(const uint8_t uuid[16], char *err, size_t errlen,
                                 graphd_status *st) {
   for (int i = 0; i < nsessions; i++)
-    if (memcmp(sessions[i].uuid, uuid, 16) == 0) return &sessions[i];
+    if (memcmp(sessions[i]->uuid, uuid, 16) == 0) {
+      sessions[i]->refs++;
+      return sessions[i];
+    }
   if (nsessions == MAX_SESSIONS) {
     snprintf(err, errlen, "more than %d devices", MAX_SESSIONS);
+    *st = GRAPHD_RESOURCE_EXHAUSTED;
+    return NULL;
+  }
+  dev_session *d = calloc(1, sizeof *d);
+  if (!d) {
+    snprintf(err, errlen, "out of memory");
     *st = GRAPHD_RESOURCE_EXHAUSTED;
     return NULL;
   }
@@ -165,36 +179,55 @@ static dev_session *session_for(const uint8_t uuid[16], char *err, size_t errlen
   o.kind = GRAPHD_SESSION_DATA;
   memcpy(o.device_uuid, uuid, 16);
   o.client_name = "jax";
-  graphd_client *c;
-  *st = graphd_connect(&o, &c, err, errlen);
-  if (*st != GRAPHD_OK) return NULL;
-  dev_session *d = &sessions[nsessions++];
-  memset(d, 0, sizeof *d);
+  *st = graphd_connect(&o, &d->c, err, errlen);
+  if (*st != GRAPHD_OK) {
+    free(d);
+    return NULL;
+  }
   memcpy(d->uuid, uuid, 16);
-  d->c = c;
+  d->refs = 1;
+  sessions[nsessions++] = d;
   return d;
 }
 
-static graphd_stream *stream_for(dev_session *d, void *cu_stream, graphd_status *st) {
+/* Gives a call's reference back. A session whose daemon went away
+ * (unavailable) leaves the table now, and the last call closes it. */
+static void session_put(dev_session *d, bool unavailable) {
+  pthread_mutex_lock(&table_lock);
+  if (unavailable && !d->dropped) {
+    d->dropped = true;
+    for (int i = 0; i < nsessions; i++)
+      if (sessions[i] == d) {
+        sessions[i] = sessions[--nsessions];
+        break;
+      }
+  }
+  bool last = --d->refs == 0 && d->dropped;
+  pthread_mutex_unlock(&table_lock);
+  if (!last) return;
+  for (int i = 0; i < d->nstreams; i++) graphd_stream_detach(d->streams[i].s);
+  graphd_close(d->c);
+  free(d);
+}
+
+static graphd_stream *stream_for(dev_session *d, void *cu_stream, char *err, size_t errlen,
+                                 graphd_status *st) {
   for (int i = 0; i < d->nstreams; i++)
     if (d->streams[i].cu_stream == cu_stream) return d->streams[i].s;
   if (d->nstreams == MAX_STREAMS) {
+    snprintf(err, errlen, "more than %d XLA streams on one device", MAX_STREAMS);
     *st = GRAPHD_RESOURCE_EXHAUSTED;
     return NULL;
   }
   graphd_stream *s;
   *st = graphd_stream_attach(d->c, cu_stream, &s);
-  if (*st != GRAPHD_OK) return NULL;
+  if (*st != GRAPHD_OK) {
+    snprintf(err, errlen, "%s", graphd_last_error(d->c));
+    return NULL;
+  }
   d->streams[d->nstreams].cu_stream = cu_stream;
   d->streams[d->nstreams++].s = s;
   return s;
-}
-
-/* Forgets a session whose daemon went away; the next call connects again. */
-static void drop_session(dev_session *d) {
-  for (int i = 0; i < d->nstreams; i++) graphd_stream_detach(d->streams[i].s);
-  graphd_close(d->c);
-  *d = sessions[--nsessions];
 }
 
 static XLA_FFI_Error *metadata(XLA_FFI_CallFrame *cf) {
@@ -281,27 +314,25 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   if (st != GRAPHD_OK) return fail(api, st, "%s", err);
 
   pthread_mutex_lock(&table_lock);
-  dev_session *d = session_for(uuid, err, sizeof err, &st);
-  graphd_client *c = d ? d->c : NULL;
+  dev_session *d = session_get(uuid, err, sizeof err, &st);
   pthread_mutex_unlock(&table_lock);
   if (!d) return fail(api, st, "%s", err);
+  graphd_client *c = d->c;
   /* The handle serialises its own calls; the table lock is not held over
    * round trips, so other devices' calls proceed. */
-  st = graphd_registry_sync(c, pid);
   graphd_stream *s = NULL;
-  if (st == GRAPHD_OK) {
+  st = graphd_registry_sync(c, pid);
+  if (st != GRAPHD_OK) {
+    snprintf(err, sizeof err, "%s", graphd_last_error(c));
+  } else {
     pthread_mutex_lock(&table_lock);
-    s = stream_for(d, sa.stream, &st);
+    s = stream_for(d, sa.stream, err, sizeof err, &st);
     pthread_mutex_unlock(&table_lock);
   }
-  if (s) st = graphd_replay(c, s, pid, b, (size_t)nb, NULL);
-  if (st == GRAPHD_OK) return NULL;
-  snprintf(err, sizeof err, "%s", graphd_last_error(c));
-  if (st == GRAPHD_UNAVAILABLE) {
-    pthread_mutex_lock(&table_lock);
-    for (int i = 0; i < nsessions; i++)
-      if (sessions[i].c == c) drop_session(&sessions[i]);
-    pthread_mutex_unlock(&table_lock);
+  if (s) {
+    st = graphd_replay(c, s, pid, b, (size_t)nb, NULL);
+    if (st != GRAPHD_OK) snprintf(err, sizeof err, "%s", graphd_last_error(c));
   }
-  return fail(api, st, "%s", err);
+  session_put(d, st == GRAPHD_UNAVAILABLE);
+  return st == GRAPHD_OK ? NULL : fail(api, st, "%s", err);
 }

@@ -11,6 +11,7 @@ Run by tests/run_jax_gpu.sh (ctest label gpu) in a python that has jax
 with CUDA. Without a GPU it skips; with GRAPHD_REQUIRE_GPU=1 a skip is a
 failure."""
 
+import faulthandler
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ import unittest
 
 REQUIRE = os.environ.get("GRAPHD_REQUIRE_GPU") == "1"
 N = 1 << 16  # floats per device
+HANG_S = 150  # a test that takes longer is hung: dump every thread and exit
 
 
 def _gpu_or_skip():
@@ -110,6 +112,12 @@ class JaxGpuTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.daemon.stop()
+
+    def setUp(self):
+        faulthandler.dump_traceback_later(HANG_S, exit=True)
+
+    def tearDown(self):
+        faulthandler.cancel_dump_traceback_later()
 
     def build_double(self, x, *, mode):
         """y = 2 x with the CUDA C `scale` kernel, for this shape."""
