@@ -150,7 +150,10 @@ class JaxGpuTest(unittest.TestCase):
                 g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
                 # A size no other test uses, so the counts below are this test's.
                 m = N + 1024
-                x = jnp.arange(ndev * m, dtype=jnp.float32)
+                # Placed on the mesh already: a jit(shard_map) whose operand
+                # is on one device is refused by JAX (in_specs mismatch).
+                x = jax.device_put(jnp.arange(ndev * m, dtype=jnp.float32),
+                                   jax.sharding.NamedSharding(mesh, P("d")))
                 calls = 0
                 for k in range(2 + 100):  # twice, then many times
                     y = g(x + k)
@@ -216,7 +219,8 @@ class JaxGpuTest(unittest.TestCase):
             return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
 
         m = N + 2048  # this test's own program size
-        s0 = jnp.linspace(0.0, 1.0, ndev * m, dtype=jnp.float32)
+        s0 = jax.device_put(jnp.linspace(0.0, 1.0, ndev * m, dtype=jnp.float32),
+                            jax.sharding.NamedSharding(mesh, P("d")))
         got = run(f)(s0)
         want = run(lambda o: jax.lax.optimization_barrier(o * 2.0))(s0)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
