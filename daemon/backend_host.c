@@ -29,7 +29,7 @@ struct gd_backend_dev {
   int index;
   uint64_t total;
   _Atomic uint64_t used;
-  int fault; /* a kernel reported a fault: sticky until the reset */
+  int fault; /* a kernel reported a fault: sticky until the reset (2: past it too) */
 };
 
 static int host_open(gd_backend *be, int i, gd_backend_dev **out, char *err, size_t errlen) {
@@ -57,7 +57,11 @@ static int host_health(gd_backend *be, gd_backend_dev *d, char *err, size_t errl
 }
 
 static int host_reset(gd_backend *be, gd_backend_dev *d, char *err, size_t errlen) {
-  (void)be, (void)err, (void)errlen;
+  (void)be;
+  if (d->fault >= 2) {
+    snprintf(err, errlen, "host device %d: a kernel reported a fault no reset clears", d->index);
+    return -GRAPHD_UNAVAILABLE;
+  }
   d->fault = 0;
   return 0;
 }

@@ -275,7 +275,7 @@ int main(int argc, char **argv) {
   uv_run(&loop, UV_RUN_DEFAULT);
   server_cleanup(&srv);
   GD_LOG(GD_INFO, "main", "stopped");
-  exit_code = 0;
+  exit_code = srv.exit_code;
 exit_loop:
   if (uv_loop_close(&loop) != 0) GD_LOG(GD_WARN, "main", "loop closed with handles open");
 exit:

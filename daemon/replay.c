@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "replay.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -352,6 +353,19 @@ void replay_device_reset(void *owner, int device) {
            device);
     session_close(s, "device reset after a GPU fault");
   }
+  if (atomic_load(&srv->pool.workers[device].state) != GD_WORKER_FAILED || srv->shutting_down)
+    return;
+  /* The reset failed: CUDA (13, as measured) makes no new context in a
+   * process whose context took a sticky fault. Only a new process brings
+   * the GPU back, so stop cleanly and let the service manager start one;
+   * every client reconnects. */
+  GD_LOG(GD_ERROR, "replay", "%s; exiting with status %d so that the service manager restarts "
+         "graphd (clients of every device reconnect)", srv->pool.workers[device].fail_msg,
+         GD_EXIT_FAULT);
+  srv->exit_code = GD_EXIT_FAULT;
+  /* Through the signal path, so the shutdown starts from the loop's top
+   * level rather than inside the completion callbacks it drains. */
+  if (uv_kill(getpid(), SIGTERM) != 0) _exit(GD_EXIT_FAULT);
 }
 
 void replay_cut_off(void *owner, uint64_t session_id) {

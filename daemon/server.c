@@ -209,7 +209,9 @@ static void accept_cb(uv_poll_t *h, int status, int events) {
 
 static void signal_cb(uv_signal_t *h, int signum) {
   gd_server *s = h->data;
-  server_shutdown(s, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  server_shutdown(s, s->exit_code == GD_EXIT_FAULT ? "a device faulted and cannot be reset"
+                    : signum == SIGTERM                ? "SIGTERM"
+                                                       : "SIGINT");
 }
 
 int server_signals_start(gd_server *s, uv_loop_t *loop) {

@@ -65,11 +65,16 @@ typedef struct gd_server {
   uint64_t next_session_id;
   uint64_t start_ns;
   bool shutting_down;
+  int exit_code; /* main's status once the loop ends (0, or GD_EXIT_FAULT) */
   uid_t euid;
   /* Called once during shutdown so the owner can close its own handles. */
   void (*on_shutdown)(struct gd_server *s);
   void *owner;
 } gd_server;
+
+/* graphd's exit status after a device faulted and could not be reset in
+ * this process: the service manager restarts it. */
+#define GD_EXIT_FAULT 3
 
 /* Opens or adopts the listening socket. Main thread, before the loop runs.
  * Returns 0 or a negated status with err filled. */

@@ -29,9 +29,12 @@ static void setup(void) {
   plugin = td_read_file(HOST_KERNELS_SO, &plugin_len);
 }
 
+static bool daemon_exited; /* a test saw the daemon exit, as it should have */
+
 static void teardown(void) {
   free(plugin);
-  ck_assert_int_eq(td_stop(&d), 0);
+  if (!daemon_exited) ck_assert_int_eq(td_stop(&d), 0);
+  daemon_exited = false;
   td_cleanup(&d);
 }
 
@@ -187,15 +190,17 @@ START_TEST(test_evict_by_device_leaves_the_other_device_alone) {
 END_TEST
 
 /* A program whose one kernel faults the device (host_kernels.c: fault). */
-static graphd_status fault_program(graphd_client *c, uint8_t pid[32]) {
+/* A program whose one launch faults the host device: kind 1 is cleared by
+ * the reset, kind 2 is not. */
+static graphd_status fault_program(graphd_client *c, uint32_t kind, uint8_t pid[32]) {
   uint8_t mod[32];
   graphd_status st = graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod);
   if (st != GRAPHD_OK) return st;
   graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
-  uint32_t one = 1, g[3] = {1, 1, 1};
+  uint32_t g[3] = {1, 1, 1};
   graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, 16, 1);
   graphd_program_add_launch(p, mod, "fault", g, g, 0);
-  graphd_program_param(p, 0, 0, &one, 4);
+  graphd_program_param(p, 0, 0, &kind, 4);
   st = graphd_program_finish(p, pid);
   if (st == GRAPHD_OK) st = graphd_register_program(c, p);
   graphd_program_free(p);
@@ -209,7 +214,7 @@ START_TEST(test_fault_on_one_device_resets_it_alone) {
   ck_assert_int_eq(replay_checked(&a, 1, NULL), 0);
   ck_assert_int_eq(replay_checked(&b, 2, NULL), 0);
   uint8_t fp[32];
-  ck_assert_int_eq(fault_program(b.c, fp), GRAPHD_OK);
+  ck_assert_int_eq(fault_program(b.c, 1, fp), GRAPHD_OK);
   graphd_binding fb = {0, (uint64_t)(uintptr_t)b.x, 16};
   graphd_status st = graphd_replay(b.c, b.s, fp, &fb, 1, NULL);
   /* The host runs the graph inside the call: the fault shows after it. */
@@ -246,6 +251,41 @@ START_TEST(test_fault_on_one_device_resets_it_alone) {
   client_close(&a);
   client_close(&b);
   client_close(&c);
+}
+END_TEST
+
+/* A fault the reset cannot clear (as a CUDA 13 driver treats an illegal
+ * address: no new context in the process) makes graphd stop cleanly and
+ * exit with status 3, for its service manager to restart it. Clients of
+ * the other device see the daemon go, with UNAVAILABLE. */
+START_TEST(test_unrecoverable_fault_makes_graphd_exit_for_a_restart) {
+  client a, b;
+  ck_assert_int_eq(client_open(&a, 0), GRAPHD_OK);
+  ck_assert_int_eq(client_open(&b, 1), GRAPHD_OK);
+  ck_assert_int_eq(replay_checked(&a, 1, NULL), 0);
+  uint8_t fp[32];
+  ck_assert_int_eq(fault_program(b.c, 2, fp), GRAPHD_OK);
+  graphd_binding fb = {0, (uint64_t)(uintptr_t)b.x, 16};
+  graphd_status st = graphd_replay(b.c, b.s, fp, &fb, 1, NULL);
+  ck_assert_msg(st == GRAPHD_OK || st == GRAPHD_UNAVAILABLE, "%s", graphd_status_name(st));
+  int wst = 0;
+  pid_t got = 0;
+  for (int i = 0; i < 1000 && got == 0; i++) {
+    got = waitpid(d.pid, &wst, WNOHANG);
+    if (got == 0) usleep(10000);
+  }
+  ck_assert_int_eq(got, d.pid);
+  d.pid = 0;
+  daemon_exited = true;
+  ck_assert(WIFEXITED(wst));
+  ck_assert_int_eq(WEXITSTATUS(wst), 3);
+  ck_assert(td_log_contains(&d, "no reset clears"));
+  ck_assert(td_log_contains(&d, "exiting with status 3"));
+  ck_assert(td_log_contains(&d, "stopped"));
+  /* Device 0's client learns on its next call. */
+  ck_assert_int_eq(replay_checked(&a, 2, NULL), GRAPHD_UNAVAILABLE);
+  client_close(&a);
+  client_close(&b);
 }
 END_TEST
 
@@ -574,6 +614,7 @@ int main(void) {
   tcase_add_test(tc, test_evict_selectors_are_checked);
   tcase_add_test(tc, test_evict_by_device_leaves_the_other_device_alone);
   tcase_add_test(tc, test_fault_on_one_device_resets_it_alone);
+  tcase_add_test(tc, test_unrecoverable_fault_makes_graphd_exit_for_a_restart);
   tcase_add_test(tc, test_evict_privilege_rule);
   tcase_add_test(tc, test_evict_during_concurrent_replays_loses_nothing);
   tcase_add_test(tc, test_graphctl_list_and_evict);

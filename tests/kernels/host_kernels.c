@@ -63,10 +63,12 @@ GRAPHD_HOST_KERNEL(sleep_ms) {
 }
 
 /* fault(n): faults the device when n is non-zero, as an illegal address
- * would on a GPU; otherwise does nothing. */
+ * would on a GPU (n = 1: the reset clears it; n >= 2: it cannot);
+ * otherwise does nothing. */
 GRAPHD_HOST_PARAMS(fault, 1, 0, 4);
 GRAPHD_HOST_KERNEL(fault) {
-  if (*(const uint32_t *)params[0]) *l->fault = 1;
+  uint32_t n = *(const uint32_t *)params[0];
+  if (n) *l->fault = n >= 2 ? 2 : 1;
 }
 
 /* No parameter description exported: sizes are not checked on host devices. */

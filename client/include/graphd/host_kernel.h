@@ -6,7 +6,10 @@
  * l->block_idx set; the kernel loops over the block's threads itself.
  * A kernel that sets *l->fault to 1 faults the device as an illegal
  * address would a GPU: no more blocks or nodes run, and the daemon resets
- * the device (its captures are dropped and its sessions closed).
+ * the device (its captures are dropped and its sessions closed). Setting
+ * it to 2 makes a fault the reset cannot clear, as CUDA 13 drivers treat an
+ * illegal address: graphd then exits for its service manager to restart
+ * it.
  * params[i] points at parameter i's bytes, as CUDA's kernelParams do, with
  * pointer parameters already patched to host addresses.
  *
@@ -29,7 +32,7 @@ typedef struct graphd_host_launch {
   uint32_t block_idx[3];
   void *shared;          /* dynamic shared memory for this block */
   uint32_t shared_bytes;
-  int *fault;            /* set *fault = 1 to report a device fault */
+  int *fault;            /* set *fault = 1 to report a device fault (2: unrecoverable) */
 } graphd_host_launch;
 
 typedef void (*graphd_host_kernel)(const graphd_host_launch *l, void *const *params);

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# bench/scaling_bench (issue 7's figure: one process driving every GPU
+# against one process per GPU) on the lent GPU machine, under MPS (-M),
+# against a fresh daemon. Runs from the repository root over a build bundled
+# with scripts/gpu-bundle.sh; every process is bounded by timeout.
+# Usage: scripts/scaling-gpu.sh BUILD_DIR OUT_DIR [scaling_bench flags]
+set -uo pipefail
+build=$(realpath "$1"); out=${2:-/tmp}; shift 2 || shift $#
+export LD_LIBRARY_PATH="$build/rtlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
+mkdir -p "$out" $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+sock=/tmp/graphd-scaling-$$.sock
+timeout 30 nvidia-cuda-mps-control -d -M || { echo "MPS did not start"; exit 1; }
+sleep 1
+timeout 300 "$build/graphd" --backend cuda --socket "$sock" >"$out/graphd-scaling.log" 2>&1 &
+dpid=$!
+for _ in $(seq 100); do
+  timeout 5 "$build/graphctl" --socket "$sock" ping >/dev/null 2>&1 && break
+  sleep 0.1
+done
+timeout 120 "$build/bench/scaling_bench" --socket "$sock" "$@"
+rc=$?
+echo "scaling_bench exit status $rc"
+kill -TERM "$dpid"; wait "$dpid"
+echo quit | timeout 30 nvidia-cuda-mps-control
+exit $rc
