@@ -44,6 +44,7 @@ graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *
 /* The daemon is gone: release our streams' waits now (the watcher would
  * within its period) and say what that means for the outputs. */
 static graphd_status lost(graphd_client *c, const char *why) {
+  gd_client_debug(c, "lost the daemon: %s", why);
   c->broken = true;
   atomic_store(&c->dead, 1);
   if (c->flags) {

@@ -95,6 +95,11 @@ void gd_client_regions_close(graphd_client *c);
 graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t bytes,
                                         graphd_region_ref *out);
 
+/* $GRAPHD_CLIENT_DEBUG=1: libgraphd traces its stream releases and
+ * failures on stderr (for hunting hangs in a client process). */
+void gd_client_debug(const graphd_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /* Writes every issued seq into its done word from the host (the daemon is
  * gone). Safe from any thread. */
 void gd_client_release_streams(graphd_client *c);

@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,37 @@ static graphd_client *watch_list; /* guarded by watch_lock */
 static int watch_wake = -1;       /* eventfd; guarded by watch_lock */
 static bool watch_started;        /* guarded by watch_lock */
 
+void gd_client_debug(const graphd_client *c, const char *fmt, ...) {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("GRAPHD_CLIENT_DEBUG");
+    on = e && *e == '1';
+  }
+  if (!on) return;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  fprintf(stderr, "graphd-client %ld.%06ld handle %p: %s\n", (long)ts.tv_sec,
+          ts.tv_nsec / 1000, (const void *)c, msg);
+}
+
+/* Traces the words of every slot in use (GRAPHD_CLIENT_DEBUG). */
+static void debug_slots(graphd_client *c, const char *what) {
+  gd_flag_page *f = c->flags;
+  for (int i = 0; f && i < GD_CLIENT_FLAG_SLOTS; i++) {
+    uint64_t v = atomic_load(&f->issued[i]);
+    if (!v) continue;
+    const volatile uint64_t *w = f->host + i * FLAG_STRIDE_WORDS;
+    gd_client_debug(c, "%s: slot %d issued %llu ready %llu done %llu passed %llu", what, i,
+                    (unsigned long long)v, (unsigned long long)w[0], (unsigned long long)w[1],
+                    (unsigned long long)w[2]);
+  }
+}
+
 /* Releases every stream wait of c from the host. */
 static void release_all(graphd_client *c) {
   gd_flag_page *f = c->flags;
@@ -57,6 +89,7 @@ static void release_all(graphd_client *c) {
     uint64_t v = atomic_load(&f->issued[i]);
     if (v) __atomic_store_n(f->host + i * FLAG_STRIDE_WORDS + WORD_DONE, v, __ATOMIC_RELEASE);
   }
+  debug_slots(c, "released");
 }
 
 static void *watcher_main(void *arg) {
@@ -76,7 +109,10 @@ static void *watcher_main(void *arg) {
     }
     pthread_mutex_unlock(&watch_lock);
     int r = poll(pf, (nfds_t)n, WATCH_PERIOD_MS);
-    if (r < 0 && errno != EINTR) break;
+    if (r < 0 && errno != EINTR) {
+      gd_client_debug(NULL, "watcher: poll failed (%s); the watcher stops", strerror(errno));
+      break;
+    }
     if (r <= 0) continue;
     if (pf[0].revents & POLLIN) {
       uint64_t v;
@@ -89,6 +125,7 @@ static void *watcher_main(void *arg) {
       /* Still listed? graphd_close may have removed it meanwhile. */
       for (graphd_client *c = watch_list; c; c = c->watch_next) {
         if (c != who[i] || atomic_load(&c->dead)) continue;
+        gd_client_debug(c, "watcher: the daemon hung up");
         atomic_store(&c->dead, 1);
         release_all(c);
       }
@@ -246,18 +283,19 @@ void gd_client_replay_close(graphd_client *c) {
   gd_flag_page *f = c->flags;
   if (!f) return;
   watch_remove(c);
-  c->flags = NULL;
   /* A live daemon writes done for what it accepted; give it the time.
    * Then release from the host whatever it did not (the daemon died, or
    * never ran it), and wait for the streams to get past the page. */
-  if (!atomic_load(&c->dead) && wait_passed(f, CLOSE_WAIT_MS)) goto release;
-  release_all(c);
-  if (wait_passed(f, CLOSE_WAIT_MS)) goto release;
-  /* A stream is stuck behind other work: keep the page (4 KiB and one
-   * registration) rather than pull memory from under its queued ops. */
-  return;
-release:
-  free_page(c, f);
+  bool passed = !atomic_load(&c->dead) && wait_passed(f, CLOSE_WAIT_MS);
+  if (!passed) {
+    release_all(c);
+    passed = wait_passed(f, CLOSE_WAIT_MS);
+  }
+  debug_slots(c, passed ? "close, streams past the page" : "close, a stream is behind: page kept");
+  c->flags = NULL;
+  /* A stream stuck behind other work keeps the page (4 KiB and one
+   * registration) rather than lose memory from under its queued ops. */
+  if (passed) free_page(c, f);
 }
 
 /* --- streams and replays ------------------------------------------------------ */
@@ -379,6 +417,8 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
       snprintf(e, sizeof e, "%s", c->err);
       gd_client_set_err(c, st, "%s; the outputs of this replay are undefined", e);
     }
+    gd_client_debug(c, "replay seq %llu on slot %u failed: %s: %s", (unsigned long long)seq,
+                    s->slot, graphd_status_name(st), c->err);
     goto passed; /* the ready write is queued all the same */
   }
   if (info && rep->body_case == GRAPHD__WIRE__REPLY__BODY_REPLAY) {

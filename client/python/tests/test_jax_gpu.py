@@ -21,6 +21,8 @@ import time
 import unittest
 
 REQUIRE = os.environ.get("GRAPHD_REQUIRE_GPU") == "1"
+# libgraphd traces its stream releases and failures on stderr.
+os.environ.setdefault("GRAPHD_CLIENT_DEBUG", "1")
 N = 1 << 16  # floats per device
 HANG_S = 150  # a test that takes longer is hung: dump every thread and exit
 
@@ -37,6 +39,25 @@ def _gpu_or_skip():
         if REQUIRE:
             raise AssertionError(f"GRAPHD_REQUIRE_GPU=1 but {why}")
         raise unittest.SkipTest(why)
+
+
+def _native_stacks():
+    """Every thread's native stack, from gdb attached to this process (for
+    a hang that Python's own stacks cannot explain)."""
+    import ctypes
+    import shutil
+    gdb = shutil.which("gdb") or shutil.which("cuda-gdb")
+    if not gdb and os.path.exists("/usr/local/cuda/bin/cuda-gdb"):
+        gdb = "/usr/local/cuda/bin/cuda-gdb"
+    if not gdb:
+        return "(no gdb here for native stacks)"
+    ctypes.CDLL(None).prctl(0x59616D61, ctypes.c_ulong(-1), 0, 0, 0)  # PR_SET_PTRACER, any
+    try:
+        r = subprocess.run([gdb, "-p", str(os.getpid()), "-batch", "-ex", "thread apply all bt 14"],
+                           capture_output=True, text=True, timeout=60)
+        return r.stdout[-30000:] + r.stderr[-2000:]
+    except Exception as e:  # noqa: BLE001: diagnostics only
+        return f"(gdb failed: {e})"
 
 
 def _compile_triton_axpy(n):
@@ -276,6 +297,8 @@ class JaxGpuTest(unittest.TestCase):
         result["killed"] = time.monotonic()
         self.daemon.kill()
         t.join(20)
+        if t.is_alive():
+            print(_native_stacks(), flush=True)
         self.assertFalse(t.is_alive(), "the loop hangs after the daemon died")
         self.assertIn("raised", result, result.get("error"))
         took = result["raised"] - result["killed"]
