@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "graphd/status.h"
 #include "fault.h"
@@ -671,16 +672,46 @@ void capture_session_sync(gd_worker *w, gd_wsess *ws) {
            (unsigned long long)ws->session_id, e);
 }
 
+/* A closed session's client writes no more ready values: release every
+ * wait of its stream from the host so nothing queued behind them waits
+ * forever. GPU work a killed client queued can still land a ready write,
+ * lower than the release, until the driver has torn its context down; so
+ * the same release is written again while the stream drains (at most
+ * DRAIN_REWRITE_NS, then a plain sync). */
+#define DRAIN_REWRITE_NS 2000000000ull
+static void release_and_drain(gd_worker *w, gd_wsess *ws) {
+  uint64_t target[GD_MAX_FLAG_SLOTS];
+  uint32_t n = ws->has_flags ? ws->nslots : 0;
+  volatile uint64_t *ready = ws->flags.host;
+  for (uint32_t i = 0; i < n; i++)
+    target[i] = __atomic_load_n(ready + i * (GD_FLAG_STRIDE / 8), __ATOMIC_ACQUIRE) + (1ull << 62);
+  for (uint32_t i = 0; i < n; i++)
+    __atomic_store_n(ready + i * (GD_FLAG_STRIDE / 8), target[i], __ATOMIC_RELEASE);
+  gd_event ev;
+  char e[256];
+  if (n && ws->has_stream && ws->epoch == atomic_load(&w->epoch) &&
+      OPS->event_create(BE, &ev, e, sizeof e) == 0) {
+    if (OPS->event_record(BE, ev, ws->stream, e, sizeof e) == 0) {
+      uint64_t end = gd_now_ns() + DRAIN_REWRITE_NS;
+      while (!OPS->event_done(BE, ev) && gd_now_ns() < end) {
+        for (uint32_t i = 0; i < n; i++)
+          __atomic_store_n(ready + i * (GD_FLAG_STRIDE / 8), target[i], __ATOMIC_RELEASE);
+        struct timespec nap = {0, 20000};
+        nanosleep(&nap, NULL);
+      }
+    }
+    OPS->event_destroy(BE, ev);
+  }
+  capture_session_sync(w, ws);
+}
+
 void capture_session_end(gd_worker *w, gd_wsess *ws, gd_region_map *maps, size_t nmaps) {
   if (ws) watch_drop_session(w->cs, ws);
   if (!ws) {
     for (size_t i = 0; i < nmaps; i++) fault_release_map(w, &maps[i]);
     return;
   }
-  /* A dead client's stream writes no more ready values: release every wait
-   * from the host so nothing queued behind them waits forever. */
-  capture_release_flags(ws, GD_FLAG_READY);
-  capture_session_sync(w, ws);
+  release_and_drain(w, ws);
   for (size_t i = 0; i < nmaps; i++) fault_release_map(w, &maps[i]);
   /* After a reset the flag page's registration is gone with the old
    * context (unregistering fails, harmlessly) but the mapping is ours. */

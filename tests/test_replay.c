@@ -354,6 +354,67 @@ START_TEST(test_replay_daemon_killed_mid_call_returns_unavailable_within_a_secon
 }
 END_TEST
 
+/* This process's mapping of libgraphd's flag page (memfd "graphd-flags"). */
+static volatile uint64_t *own_flag_page(void) {
+  FILE *m = fopen("/proc/self/maps", "r");
+  ck_assert_ptr_nonnull(m);
+  char line[512];
+  unsigned long lo = 0;
+  while (!lo && fgets(line, sizeof line, m))
+    if (strstr(line, "/memfd:graphd-flags")) lo = strtoul(line, NULL, 16);
+  fclose(m);
+  ck_assert_msg(lo != 0, "no graphd-flags mapping in /proc/self/maps");
+  return (volatile uint64_t *)lo;
+}
+
+/* After the daemon dies, GPU work it queued can still land a done write
+ * lower than libgraphd's release. The watcher writes the release again
+ * until the stream has passed what it issued, then stops. Simulated here
+ * on slot 0's words: (ready, done, passed) at words 0, 1, 2. */
+START_TEST(test_dead_daemon_release_is_rewritten_until_the_stream_is_past) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t pid[32];
+  build(c, GRAPHD_MODE_STAGED, pid);
+  graphd_stream *s;
+  graphd_stream_attach(c, NULL, &s);
+  bufs b;
+  alloc_bufs(c, &b);
+  unsigned rng = 5;
+  for (int i = 0; i < 10; i++) ck_assert_int_eq(run_one(c, s, pid, &b, i, &rng, NULL, i == 0), 0);
+  volatile uint64_t *w = own_flag_page();
+  ck_assert_uint_eq(w[1], 10); /* done, from the daemon */
+  ck_assert_uint_eq(w[2], 10); /* passed */
+  /* A stream behind: passed back to 7, done still 10 when the daemon dies. */
+  w[2] = 7;
+  kill(d.pid, SIGKILL);
+  waitpid(d.pid, NULL, 0);
+  d.pid = 0;
+  ck_assert_int_eq(graphd_ping(c, NULL, 0), GRAPHD_UNAVAILABLE);
+  /* A late write from the dead daemon's GPU work: done falls to 8. */
+  w[1] = 8;
+  double t0 = now_s();
+  while (w[1] != 10 && now_s() - t0 < 1.0) usleep(100);
+  ck_assert_uint_eq(w[1], 10);
+  double again = now_s() - t0;
+  /* And again, later. */
+  usleep(20000);
+  w[1] = 9;
+  t0 = now_s();
+  while (w[1] != 10 && now_s() - t0 < 1.0) usleep(100);
+  ck_assert_uint_eq(w[1], 10);
+  printf("FIGURE late done writes after the daemon died were overwritten after %.2f ms\n",
+         again * 1e3);
+  /* The stream gets past: the watcher stops writing. */
+  w[2] = 10;
+  usleep(20000);
+  w[1] = 3;
+  usleep(50000);
+  ck_assert_uint_eq(w[1], 3);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
 /* A raw client: a data session with a 4-slot flag page and one region of
  * 2N floats, whose replays' ready flags the test writes (or not) itself. */
 typedef struct raw_client {
@@ -581,6 +642,7 @@ int main(void) {
   tcase_add_test(tc, test_replay_bindings_are_checked);
   tcase_add_test(tc, test_replay_killed_client_leaves_nothing_behind);
   tcase_add_test(tc, test_replay_daemon_killed_mid_call_returns_unavailable_within_a_second);
+  tcase_add_test(tc, test_dead_daemon_release_is_rewritten_until_the_stream_is_past);
   tcase_add_test(tc, test_replay_hung_client_is_cut_off_after_the_ready_timeout);
   tcase_add_test(tc, test_replay_slow_client_blocking_nobody_is_not_cut_off);
   suite_add_tcase(su, tc);

@@ -6,7 +6,11 @@
  * stream. One watcher thread per process polls the sockets of handles that
  * have a flag page for a hang-up; on one it writes every issued seq into
  * the matching done word from the host, releasing stream waits within its
- * poll period, and marks the handle dead.
+ * poll period, and marks the handle dead. It keeps writing them every
+ * RELEASE_PERIOD_MS until every stream is past: GPU work the dead daemon
+ * queued can still land a done write, lower than ours, until the driver
+ * has torn its context down (seen on the H200 as a JAX loop that hung
+ * about one time in four when the daemon was killed mid-loop).
  *
  * Each slot has three words: ready and done, shared with the daemon, and
  * passed, the client's own: every replay's last stream operation writes
@@ -42,6 +46,7 @@
 #define PAGE_BYTES (GD_CLIENT_FLAG_SLOTS * FLAG_STRIDE_WORDS * 8)
 #define WATCH_PERIOD_MS 100
 #define CLOSE_WAIT_MS 2000
+#define RELEASE_PERIOD_MS 2 /* rewriting a dead daemon's done words */
 
 /* --- the watcher ---------------------------------------------------------- */
 
@@ -89,7 +94,15 @@ static void release_all(graphd_client *c) {
     uint64_t v = atomic_load(&f->issued[i]);
     if (v) __atomic_store_n(f->host + i * FLAG_STRIDE_WORDS + WORD_DONE, v, __ATOMIC_RELEASE);
   }
-  debug_slots(c, "released");
+}
+
+/* Has every slot's stream got past what it issued? */
+static bool all_passed(const gd_flag_page *f) {
+  for (int i = 0; i < GD_CLIENT_FLAG_SLOTS; i++)
+    if (__atomic_load_n(f->host + i * FLAG_STRIDE_WORDS + WORD_PASSED, __ATOMIC_ACQUIRE) <
+        atomic_load(&f->issued[i]))
+      return false;
+  return true;
 }
 
 static void *watcher_main(void *arg) {
@@ -98,17 +111,29 @@ static void *watcher_main(void *arg) {
     struct pollfd pf[256];
     graphd_client *who[256];
     int n = 0;
+    bool releasing = false;
     pthread_mutex_lock(&watch_lock);
     pf[n].fd = watch_wake;
     pf[n].events = POLLIN;
     who[n++] = NULL;
     for (graphd_client *c = watch_list; c && n < 256; c = c->watch_next) {
+      if (atomic_load(&c->dead)) {
+        /* The daemon is gone, but GPU work it queued can still land a done
+         * write, lower than our release, until the driver has torn its
+         * context down: write again until every stream is past. A dead
+         * handle's socket is not polled (it reports the hang-up forever). */
+        if (!all_passed(c->flags)) {
+          release_all(c);
+          releasing = true;
+        }
+        continue;
+      }
       pf[n].fd = c->watch_fd;
       pf[n].events = POLLRDHUP;
       who[n++] = c;
     }
     pthread_mutex_unlock(&watch_lock);
-    int r = poll(pf, (nfds_t)n, WATCH_PERIOD_MS);
+    int r = poll(pf, (nfds_t)n, releasing ? RELEASE_PERIOD_MS : WATCH_PERIOD_MS);
     if (r < 0 && errno != EINTR) {
       gd_client_debug(NULL, "watcher: poll failed (%s); the watcher stops", strerror(errno));
       break;
@@ -126,6 +151,7 @@ static void *watcher_main(void *arg) {
       for (graphd_client *c = watch_list; c; c = c->watch_next) {
         if (c != who[i] || atomic_load(&c->dead)) continue;
         gd_client_debug(c, "watcher: the daemon hung up");
+        debug_slots(c, "releasing");
         atomic_store(&c->dead, 1);
         release_all(c);
       }
@@ -133,6 +159,14 @@ static void *watcher_main(void *arg) {
     pthread_mutex_unlock(&watch_lock);
   }
   return NULL;
+}
+
+/* Wakes the watcher (to poll a new handle, or to start writing a dead
+ * handle's releases again). */
+static void watch_poke(void) {
+  uint64_t one = 1;
+  if (watch_wake >= 0 && write(watch_wake, &one, sizeof one) < 0) { /* the period covers it */
+  }
 }
 
 static int watch_add(graphd_client *c) {
@@ -158,9 +192,7 @@ static int watch_add(graphd_client *c) {
     } else {
       c->watch_next = watch_list;
       watch_list = c;
-      uint64_t one = 1;
-      if (write(watch_wake, &one, sizeof one) < 0) { /* the poll period covers it */
-      }
+      watch_poke();
     }
   }
   pthread_mutex_unlock(&watch_lock);
@@ -176,11 +208,7 @@ static void watch_remove(graphd_client *c) {
     }
   if (c->watch_fd >= 0) close(c->watch_fd);
   c->watch_fd = -1;
-  if (watch_wake >= 0) {
-    uint64_t one = 1;
-    if (write(watch_wake, &one, sizeof one) < 0) { /* the poll period covers it */
-    }
-  }
+  watch_poke();
   pthread_mutex_unlock(&watch_lock);
 }
 
@@ -256,7 +284,11 @@ fail:
   return st;
 }
 
-void gd_client_release_streams(graphd_client *c) { release_all(c); }
+void gd_client_release_streams(graphd_client *c) {
+  debug_slots(c, "releasing");
+  release_all(c);
+  watch_poke(); /* it writes them again until the streams are past */
+}
 
 static int64_t mono_us(void) {
   struct timespec ts;
@@ -264,16 +296,15 @@ static int64_t mono_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Waits up to ms for every slot's stream to pass what it issued. */
-static bool wait_passed(gd_flag_page *f, int ms) {
+/* Waits up to ms for every slot's stream to pass what it issued; with
+ * rerelease, writing the done words again meanwhile (the watcher's work,
+ * for a handle it no longer lists). */
+static bool wait_passed(graphd_client *c, int ms, bool rerelease) {
   int64_t end = mono_us() + (int64_t)ms * 1000;
   for (;;) {
-    bool all = true;
-    for (int i = 0; i < GD_CLIENT_FLAG_SLOTS && all; i++)
-      all = __atomic_load_n(f->host + i * FLAG_STRIDE_WORDS + WORD_PASSED, __ATOMIC_ACQUIRE) >=
-            atomic_load(&f->issued[i]);
-    if (all) return true;
+    if (all_passed(c->flags)) return true;
     if (mono_us() >= end) return false;
+    if (rerelease) release_all(c);
     struct timespec nap = {0, 20000};
     nanosleep(&nap, NULL);
   }
@@ -286,11 +317,8 @@ void gd_client_replay_close(graphd_client *c) {
   /* A live daemon writes done for what it accepted; give it the time.
    * Then release from the host whatever it did not (the daemon died, or
    * never ran it), and wait for the streams to get past the page. */
-  bool passed = !atomic_load(&c->dead) && wait_passed(f, CLOSE_WAIT_MS);
-  if (!passed) {
-    release_all(c);
-    passed = wait_passed(f, CLOSE_WAIT_MS);
-  }
+  bool passed = !atomic_load(&c->dead) && wait_passed(c, CLOSE_WAIT_MS, false);
+  if (!passed) passed = wait_passed(c, CLOSE_WAIT_MS, true);
   debug_slots(c, passed ? "close, streams past the page" : "close, a stream is behind: page kept");
   c->flags = NULL;
   /* A stream stuck behind other work keeps the page (4 KiB and one
