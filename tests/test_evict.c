@@ -207,18 +207,23 @@ static graphd_status fault_program(graphd_client *c, uint32_t kind, uint8_t pid[
   return st;
 }
 
+/* Runs a faulting program (kind as in fault_program) on k's device. */
+static void fault_device(client *k, uint32_t kind) {
+  uint8_t fp[32];
+  ck_assert_int_eq(fault_program(k->c, kind, fp), GRAPHD_OK);
+  graphd_binding fb = {0, (uint64_t)(uintptr_t)k->x, 16};
+  graphd_status st = graphd_replay(k->c, k->s, fp, &fb, 1, NULL);
+  /* The host runs the graph inside the call: the fault shows after it. */
+  ck_assert_msg(st == GRAPHD_OK || st == GRAPHD_UNAVAILABLE, "%s", graphd_status_name(st));
+}
+
 START_TEST(test_fault_on_one_device_resets_it_alone) {
   client a, b, c;
   ck_assert_int_eq(client_open(&a, 0), GRAPHD_OK);
   ck_assert_int_eq(client_open(&b, 1), GRAPHD_OK);
   ck_assert_int_eq(replay_checked(&a, 1, NULL), 0);
   ck_assert_int_eq(replay_checked(&b, 2, NULL), 0);
-  uint8_t fp[32];
-  ck_assert_int_eq(fault_program(b.c, 1, fp), GRAPHD_OK);
-  graphd_binding fb = {0, (uint64_t)(uintptr_t)b.x, 16};
-  graphd_status st = graphd_replay(b.c, b.s, fp, &fb, 1, NULL);
-  /* The host runs the graph inside the call: the fault shows after it. */
-  ck_assert_msg(st == GRAPHD_OK || st == GRAPHD_UNAVAILABLE, "%s", graphd_status_name(st));
+  fault_device(&b, 1);
   graphd_device_info d1 = td_device_info(a.c, 1);
   for (int i = 0; i < 500 && d1.epoch == 0; i++) {
     usleep(10000);
@@ -263,11 +268,7 @@ START_TEST(test_unrecoverable_fault_makes_graphd_exit_for_a_restart) {
   ck_assert_int_eq(client_open(&a, 0), GRAPHD_OK);
   ck_assert_int_eq(client_open(&b, 1), GRAPHD_OK);
   ck_assert_int_eq(replay_checked(&a, 1, NULL), 0);
-  uint8_t fp[32];
-  ck_assert_int_eq(fault_program(b.c, 2, fp), GRAPHD_OK);
-  graphd_binding fb = {0, (uint64_t)(uintptr_t)b.x, 16};
-  graphd_status st = graphd_replay(b.c, b.s, fp, &fb, 1, NULL);
-  ck_assert_msg(st == GRAPHD_OK || st == GRAPHD_UNAVAILABLE, "%s", graphd_status_name(st));
+  fault_device(&b, 2);
   int wst = 0;
   pid_t got = 0;
   for (int i = 0; i < 1000 && got == 0; i++) {

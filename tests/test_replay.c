@@ -320,14 +320,21 @@ START_TEST(test_replay_killed_client_leaves_nothing_behind) {
 }
 END_TEST
 
-START_TEST(test_replay_daemon_killed_mid_call_returns_unavailable_within_a_second) {
+/* A data session on device 0 with the staged program, a stream and
+ * buffers. */
+static graphd_client *staged_session(uint8_t pid[32], graphd_stream **s, bufs *b) {
   graphd_client *c = td_data(&d, 0);
-  uint8_t pid[32];
   build(c, GRAPHD_MODE_STAGED, pid);
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, s), GRAPHD_OK);
+  alloc_bufs(c, b);
+  return c;
+}
+
+START_TEST(test_replay_daemon_killed_mid_call_returns_unavailable_within_a_second) {
+  uint8_t pid[32];
   graphd_stream *s;
-  graphd_stream_attach(c, NULL, &s);
   bufs b;
-  alloc_bufs(c, &b);
+  graphd_client *c = staged_session(pid, &s, &b);
   unsigned rng = 9;
   graphd_status st = GRAPHD_OK;
   double killed = 0, failed = 0;
@@ -372,13 +379,10 @@ static volatile uint64_t *own_flag_page(void) {
  * until the stream has passed what it issued, then stops. Simulated here
  * on slot 0's words: (ready, done, passed) at words 0, 1, 2. */
 START_TEST(test_dead_daemon_release_is_rewritten_until_the_stream_is_past) {
-  graphd_client *c = td_data(&d, 0);
   uint8_t pid[32];
-  build(c, GRAPHD_MODE_STAGED, pid);
   graphd_stream *s;
-  graphd_stream_attach(c, NULL, &s);
   bufs b;
-  alloc_bufs(c, &b);
+  graphd_client *c = staged_session(pid, &s, &b);
   unsigned rng = 5;
   for (int i = 0; i < 10; i++) ck_assert_int_eq(run_one(c, s, pid, &b, i, &rng, NULL, i == 0), 0);
   volatile uint64_t *w = own_flag_page();
