@@ -78,6 +78,7 @@ struct graphd_client {
   _Atomic int dead;      /* set by the watcher when the daemon hung up */
   int watch_fd;          /* dup of fd for the watcher, -1 when not watched */
   struct graphd_client *watch_next; /* guarded by the watcher's lock */
+  int64_t rewrite_until_us; /* watcher: when it stops rewriting a dead handle's releases */
 };
 
 graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *fmt, ...)

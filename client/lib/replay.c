@@ -47,6 +47,7 @@
 #define WATCH_PERIOD_MS 100
 #define CLOSE_WAIT_MS 2000
 #define RELEASE_PERIOD_MS 2 /* rewriting a dead daemon's done words */
+#define REWRITE_FOR_MS 10000
 
 /* --- the watcher ---------------------------------------------------------- */
 
@@ -86,6 +87,12 @@ static void debug_slots(graphd_client *c, const char *what) {
   }
 }
 
+static int64_t mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 /* Releases every stream wait of c from the host. */
 static void release_all(graphd_client *c) {
   gd_flag_page *f = c->flags;
@@ -120,9 +127,12 @@ static void *watcher_main(void *arg) {
       if (atomic_load(&c->dead)) {
         /* The daemon is gone, but GPU work it queued can still land a done
          * write, lower than our release, until the driver has torn its
-         * context down: write again until every stream is past. A dead
+         * context down: write again until every stream is past (or, for a
+         * stream that never gets there, for REWRITE_FOR_MS). A dead
          * handle's socket is not polled (it reports the hang-up forever). */
-        if (!all_passed(c->flags)) {
+        int64_t now = mono_us();
+        if (!c->rewrite_until_us) c->rewrite_until_us = now + REWRITE_FOR_MS * 1000;
+        if (now < c->rewrite_until_us && !all_passed(c->flags)) {
           release_all(c);
           releasing = true;
         }
@@ -288,12 +298,6 @@ void gd_client_release_streams(graphd_client *c) {
   debug_slots(c, "releasing");
   release_all(c);
   watch_poke(); /* it writes them again until the streams are past */
-}
-
-static int64_t mono_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* Waits up to ms for every slot's stream to pass what it issued; with
