@@ -645,13 +645,20 @@ finish:
   return rc;
 }
 
-void capture_release_flags(gd_wsess *ws, uint32_t word) {
+/* Writes values[i] into one word of each of the session's flag slots. */
+static void write_flags(gd_wsess *ws, uint32_t word, const uint64_t *values) {
+  for (uint32_t i = 0; ws->has_flags && i < ws->nslots; i++)
+    __atomic_store_n(ready_word(ws, i) + word, values[i], __ATOMIC_RELEASE);
+}
+
+void capture_release_flags(gd_wsess *ws, uint32_t word, uint64_t *written) {
   /* Stream waits compare cyclically ((int64_t)(*addr - value) >= 0), so
    * UINT64_MAX would release nothing: jump 2^62 ahead instead. */
-  for (uint32_t i = 0; ws->has_flags && i < ws->nslots; i++) {
-    volatile uint64_t *p = ws->flags.host + i * (GD_FLAG_STRIDE / 8) + word;
-    __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_ACQUIRE) + (1ull << 62), __ATOMIC_RELEASE);
-  }
+  uint64_t own[GD_MAX_FLAG_SLOTS];
+  uint64_t *v = written ? written : own;
+  for (uint32_t i = 0; ws->has_flags && i < ws->nslots; i++)
+    v[i] = __atomic_load_n(ready_word(ws, i) + word, __ATOMIC_ACQUIRE) + (1ull << 62);
+  write_flags(ws, word, v);
 }
 
 int capture_busy(gd_worker *w) {
@@ -681,21 +688,15 @@ void capture_session_sync(gd_worker *w, gd_wsess *ws) {
 #define DRAIN_REWRITE_NS 2000000000ull
 static void release_and_drain(gd_worker *w, gd_wsess *ws) {
   uint64_t target[GD_MAX_FLAG_SLOTS];
-  uint32_t n = ws->has_flags ? ws->nslots : 0;
-  volatile uint64_t *ready = ws->flags.host;
-  for (uint32_t i = 0; i < n; i++)
-    target[i] = __atomic_load_n(ready + i * (GD_FLAG_STRIDE / 8), __ATOMIC_ACQUIRE) + (1ull << 62);
-  for (uint32_t i = 0; i < n; i++)
-    __atomic_store_n(ready + i * (GD_FLAG_STRIDE / 8), target[i], __ATOMIC_RELEASE);
+  capture_release_flags(ws, GD_FLAG_READY, target);
   gd_event ev;
   char e[256];
-  if (n && ws->has_stream && ws->epoch == atomic_load(&w->epoch) &&
+  if (ws->has_flags && ws->has_stream && ws->epoch == atomic_load(&w->epoch) &&
       OPS->event_create(BE, &ev, e, sizeof e) == 0) {
     if (OPS->event_record(BE, ev, ws->stream, e, sizeof e) == 0) {
       uint64_t end = gd_now_ns() + DRAIN_REWRITE_NS;
       while (!OPS->event_done(BE, ev) && gd_now_ns() < end) {
-        for (uint32_t i = 0; i < n; i++)
-          __atomic_store_n(ready + i * (GD_FLAG_STRIDE / 8), target[i], __ATOMIC_RELEASE);
+        write_flags(ws, GD_FLAG_READY, target);
         struct timespec nap = {0, 20000};
         nanosleep(&nap, NULL);
       }

@@ -72,12 +72,13 @@ int capture_flags_register(gd_worker *w, gd_wsess *ws, int fd, uint32_t slots, c
                            size_t errlen);
 
 /* Releases every stream wait on one word of each of the session's flag
- * slots (GD_FLAG_READY or GD_FLAG_DONE) by writing it from the host. Any
+ * slots (GD_FLAG_READY or GD_FLAG_DONE) by writing it from the host; the
+ * values written go to `written` (nslots of them) unless it is NULL. Any
  * thread: it touches only the shared page, which stays mapped while the
  * session holds ws. */
 #define GD_FLAG_READY 0u
 #define GD_FLAG_DONE 1u
-void capture_release_flags(gd_wsess *ws, uint32_t word);
+void capture_release_flags(gd_wsess *ws, uint32_t word, uint64_t *written);
 
 /* True while a replay queued on the device may still run (its capture's
  * last-use event has not completed). */

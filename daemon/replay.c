@@ -347,7 +347,7 @@ void replay_device_reset(void *owner, int device) {
      * write every done value from the host, so no client stream waits
      * forever. The worker's last write to the page came before the reset,
      * whose news comes through the completion queue. */
-    if (s->ws) capture_release_flags(s->ws, GD_FLAG_DONE);
+    if (s->ws) capture_release_flags(s->ws, GD_FLAG_DONE, NULL);
     GD_LOG(GD_WARN, "replay", "session %llu (pid %d): device %d was reset after a GPU fault; "
            "closing the session (the client reconnects)", (unsigned long long)s->id, (int)s->pid,
            device);
