@@ -6,11 +6,14 @@
  * job: its faults happen inside the job), and every WATCH_PERIOD while it
  * sleeps with replays in flight. When the device has faulted,
  * fault_check() drops the worker's captures, loaded modules and imported
- * regions, resets the device's context and bumps its epoch; the loop then releases every wait its
- * data sessions' streams have on the device and closes them (replay.c).
- * Clients reconnect and register their regions again; programs and
- * modules stay registered. Other devices never notice: each has its own
- * worker and context.
+ * regions, resets the device's context and bumps its epoch; the loop then
+ * releases every wait its data sessions' streams have on the device and
+ * closes them (replay.c). Clients reconnect and register their regions
+ * again; programs and modules stay registered. Other devices never notice:
+ * each has its own worker and context. If the reset fails (CUDA 13 makes
+ * no new context in a process after an illegal address), the worker is
+ * marked failed and the loop stops graphd with exit status 3, for its
+ * service manager to restart it (replay_device_reset).
  *
  * Imports made before the reset are gone with the old context, so the
  * worker keeps its own list of live imports: it releases each once, either

@@ -52,13 +52,13 @@ int registry_add_module(gd_registry *r, const uint8_t id[GD_ID_LEN], uint32_t ki
                         const void *bytes, size_t len, int fd, bool *known, char *err,
                         size_t errlen);
 
-/* Decodes and validates a canonical program encoding, checks the claimed id
- * and that every module it launches is registered. */
 /* Maps a memfd sealed against write, shrink and grow, of exactly len bytes,
  * read-only (munmap it when done). `what` names it in errors. */
 int registry_map_sealed(int fd, size_t len, const char *what, const uint8_t **out, char *err,
                         size_t errlen);
 
+/* Decodes and validates a canonical program encoding, checks the claimed id
+ * and that every module it launches is registered. */
 int registry_add_program(gd_registry *r, const uint8_t id[GD_ID_LEN], const uint8_t *enc,
                          size_t len, bool *known, char *err, size_t errlen);
 
