@@ -34,7 +34,6 @@
   X(cuDevicePrimaryCtxRetain)             \
   X(cuDevicePrimaryCtxRelease)            \
   X(cuDevicePrimaryCtxReset)              \
-  X(cuDevicePrimaryCtxGetState)           \
   X(cuCtxSetCurrent)                      \
   X(cuCtxGetCurrent)                      \
   X(cuCtxGetDevice)                       \

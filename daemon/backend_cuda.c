@@ -95,29 +95,15 @@ static int cuda_health(gd_backend *be, gd_backend_dev *d, char *err, size_t errl
 }
 
 /* The reset destroys the context and everything in it; our retain stays
- * counted and is given back, then a fresh context is retained. Should the
- * reset itself fail, every retain of this process is given back instead,
- * which destroys the context too. Either way the fresh context must pass
- * the health query before the device serves again. */
+ * counted and is given back, then a fresh context is retained, which must
+ * pass the health query before the device serves again. (CUDA 13 on the
+ * H200 refuses the fresh context after an illegal address: graphd then
+ * exits for a restart, see fault.h.) */
 static int cuda_reset(gd_backend *be, gd_backend_dev *d, char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;
-  CUresult r = cu->cuDevicePrimaryCtxReset(d->dev);
-  if (r == CUDA_SUCCESS) {
-    CU_CHECK_IGNORE(cu->cuDevicePrimaryCtxRelease(d->dev));
-  } else {
-    char buf[160];
-    gd_cuda_strerror(cu, r, buf, sizeof buf);
-    GD_LOG(GD_WARN, "cuda", "GPU %d: cuDevicePrimaryCtxReset failed (%s); releasing the "
-           "context instead", d->ordinal, buf);
-    CU_CHECK_IGNORE(cu->cuCtxSetCurrent(NULL));
-    unsigned flags = 0;
-    int active = 1;
-    for (int i = 0; i < 64 && active; i++) {
-      if (cu->cuDevicePrimaryCtxRelease(d->dev) != CUDA_SUCCESS) break;
-      if (cu->cuDevicePrimaryCtxGetState(d->dev, &flags, &active) != CUDA_SUCCESS) break;
-    }
-  }
+  CU_CHECK_GOTO(cu->cuDevicePrimaryCtxReset(d->dev), GRAPHD_UNAVAILABLE, exit);
+  CU_CHECK_IGNORE(cu->cuDevicePrimaryCtxRelease(d->dev));
   CU_CHECK_GOTO(cu->cuDevicePrimaryCtxRetain(&d->ctx, d->dev), GRAPHD_UNAVAILABLE, exit);
   CU_CHECK_GOTO(cu->cuCtxSetCurrent(d->ctx), GRAPHD_UNAVAILABLE, exit);
   CU_CHECK_GOTO(cu->cuStreamQuery(NULL), GRAPHD_UNAVAILABLE, exit);
