@@ -89,15 +89,7 @@ graphd_status gpu_fault_program(graphd_client *c, const char *kdir, uint8_t pid[
   uint8_t mod[32];
   graphd_status st = register_cubin(c, kdir, mod);
   if (st != GRAPHD_OK) return st;
-  graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
-  uint32_t one = 1, g[3] = {1, 1, 1}, b[3] = {32, 1, 1};
-  graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, 256, 0);
-  graphd_program_add_launch(p, mod, "fault", g, b, 0);
-  graphd_program_param(p, 0, 0, &one, 4);
-  st = graphd_program_finish(p, pid);
-  if (st == GRAPHD_OK) st = graphd_register_program(c, p);
-  graphd_program_free(p);
-  return st;
+  return fault_program_register(c, mod, GRAPHD_SLOT_SCRATCH, 256, 32, 1, pid);
 }
 
 void gpu_reference(const float *x, const float *cc, float *y) {

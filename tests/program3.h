@@ -15,4 +15,12 @@
 graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
                                  uint32_t n, uint8_t pid[32]);
 
+/* The one-launch staged program of the fault tests: `fault(kind)` from mod
+ * (tests/kernels), one block of `block` threads, and one slot (a staged
+ * input or a scratch slot of `bytes`, as the test binds it or not).
+ * Builds and registers it; pid gets its id. */
+graphd_status fault_program_register(graphd_client *c, const uint8_t mod[32],
+                                     graphd_slot_role slot, uint32_t bytes, uint32_t block,
+                                     uint32_t kind, uint8_t pid[32]);
+
 #endif

@@ -189,22 +189,13 @@ START_TEST(test_evict_by_device_leaves_the_other_device_alone) {
 }
 END_TEST
 
-/* A program whose one kernel faults the device (host_kernels.c: fault). */
-/* A program whose one launch faults the host device: kind 1 is cleared by
- * the reset, kind 2 is not. */
+/* A program whose one launch faults the host device (host_kernels.c:
+ * fault): kind 1 is cleared by the reset, kind 2 is not. */
 static graphd_status fault_program(graphd_client *c, uint32_t kind, uint8_t pid[32]) {
   uint8_t mod[32];
   graphd_status st = graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod);
   if (st != GRAPHD_OK) return st;
-  graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
-  uint32_t g[3] = {1, 1, 1};
-  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, 16, 1);
-  graphd_program_add_launch(p, mod, "fault", g, g, 0);
-  graphd_program_param(p, 0, 0, &kind, 4);
-  st = graphd_program_finish(p, pid);
-  if (st == GRAPHD_OK) st = graphd_register_program(c, p);
-  graphd_program_free(p);
-  return st;
+  return fault_program_register(c, mod, GRAPHD_SLOT_INPUT, 16, 1, kind, pid);
 }
 
 /* Runs a faulting program (kind as in fault_program) on k's device. */
