@@ -10,7 +10,7 @@
 
 #include "graphd.pb-c.h"
 
-#define GD_PROTOCOL_VERSION 1u
+#include "graphd/protocol.h"
 #define GD_UUID_LEN 16
 #define GD_CLIENT_NAME_MAX 128
 

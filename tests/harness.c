@@ -360,7 +360,7 @@ void td_raw_hello(int fd) {
   req.request_id = 1;
   req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
   req.hello = &h;
-  h.protocol_version = GD_PROTOCOL_VERSION;
+  h.protocol_version = GRAPHD_PROTOCOL_VERSION;
   h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL;
   td_raw_send_request(fd, &req, NULL, 0);
   Graphd__Wire__Reply *r = td_raw_recv(fd, 5000);

@@ -436,7 +436,7 @@ static void raw_open(raw_client *rc, graphd_client *c) {
   req.request_id = 1;
   req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
   req.hello = &h;
-  h.protocol_version = GD_PROTOCOL_VERSION;
+  h.protocol_version = GRAPHD_PROTOCOL_VERSION;
   h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
   h.device_uuid.data = st->devices[0].uuid;
   h.device_uuid.len = 16;

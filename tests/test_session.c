@@ -320,7 +320,7 @@ START_TEST(test_session_refuses_other_protocol_versions_and_second_hello) {
 
   fd = td_raw_connect(&d);
   td_raw_hello(fd);
-  h.protocol_version = GD_PROTOCOL_VERSION;
+  h.protocol_version = GRAPHD_PROTOCOL_VERSION;
   td_raw_send_request(fd, &req, NULL, 0);
   expect_error(fd, GRAPHD_FAILED_PRECONDITION, "already sent");
   ping_raw(fd, 2);

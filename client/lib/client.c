@@ -299,7 +299,7 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
   Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
   req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
   req.hello = &h;
-  h.protocol_version = GD_PROTOCOL_VERSION;
+  h.protocol_version = GRAPHD_PROTOCOL_VERSION;
   h.client_name = (char *)(opts->client_name ? opts->client_name : "");
   if (opts->kind == GRAPHD_SESSION_DATA) {
     h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;

@@ -40,10 +40,10 @@
 #include "../../common/cuda_driver.h"
 #include "internal.h"
 
-#define FLAG_STRIDE_WORDS 4 /* 32 bytes per slot: ready, done, passed, unused */
-#define WORD_DONE 1
-#define WORD_PASSED 2
-#define PAGE_BYTES (GD_CLIENT_FLAG_SLOTS * FLAG_STRIDE_WORDS * 8)
+#define FLAG_STRIDE_WORDS GRAPHD_FLAG_WORDS_PER_SLOT
+#define WORD_DONE GRAPHD_FLAG_WORD_DONE
+#define WORD_PASSED GRAPHD_FLAG_WORD_PASSED
+#define PAGE_BYTES (GD_CLIENT_FLAG_SLOTS * GRAPHD_FLAG_STRIDE)
 #define WATCH_PERIOD_MS 100
 #define CLOSE_WAIT_MS 2000
 #define RELEASE_PERIOD_MS 2 /* rewriting a dead daemon's done words */
@@ -412,8 +412,10 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
   }
   gd_flag_page *f = c->flags;
   uint64_t seq = s->seq + 1;
-  volatile uint64_t *ready = f->host + s->slot * FLAG_STRIDE_WORDS;
-  uint64_t ready_dev = f->dev + (uint64_t)s->slot * FLAG_STRIDE_WORDS * 8;
+  volatile uint64_t *row = f->host + s->slot * FLAG_STRIDE_WORDS;
+  uint64_t row_dev = f->dev + (uint64_t)s->slot * GRAPHD_FLAG_STRIDE;
+  volatile uint64_t *ready = row + GRAPHD_FLAG_WORD_READY;
+  uint64_t ready_dev = row_dev + 8 * GRAPHD_FLAG_WORD_READY;
   const gd_cuda *cu = NULL;
   if (f->cuda) {
     if (gd_cuda_load(&cu, NULL, 0) < 0 ||
@@ -444,7 +446,7 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
       /* No answer in time: the session is broken; release our own wait
        * from the host, and say what that means for the outputs. (A daemon
        * that went away was handled in the call already.) */
-      __atomic_store_n(ready + WORD_DONE, seq, __ATOMIC_RELEASE);
+      __atomic_store_n(row + WORD_DONE, seq, __ATOMIC_RELEASE);
       char e[GRAPHD_ERRMAX];
       snprintf(e, sizeof e, "%s", c->err);
       gd_client_set_err(c, st, "%s; the outputs of this replay are undefined", e);
@@ -459,9 +461,9 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
     info->server_ns = rep->replay->server_ns;
   }
   graphd__wire__reply__free_unpacked(rep, NULL);
-  volatile uint64_t *done = ready + WORD_DONE;
+  volatile uint64_t *done = row + WORD_DONE;
   if (f->cuda) {
-    if (cu->cuStreamWaitValue64((CUstream)s->cu_stream, ready_dev + 8 * WORD_DONE, seq,
+    if (cu->cuStreamWaitValue64((CUstream)s->cu_stream, row_dev + 8 * WORD_DONE, seq,
                                 CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
       st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the wait for done on the stream");
   } else {
@@ -473,9 +475,9 @@ passed:
   /* The stream's last touch of the page for this seq (graphd_close). If
    * this cannot be queued, close finds the slot behind and keeps the page. */
   if (f->cuda)
-    (void)cu->cuStreamWriteValue64((CUstream)s->cu_stream, ready_dev + 8 * WORD_PASSED, seq, 0);
+    (void)cu->cuStreamWriteValue64((CUstream)s->cu_stream, row_dev + 8 * WORD_PASSED, seq, 0);
   else
-    __atomic_store_n(ready + WORD_PASSED, seq, __ATOMIC_RELEASE);
+    __atomic_store_n(row + WORD_PASSED, seq, __ATOMIC_RELEASE);
 exit:
   pthread_mutex_unlock(&c->lock);
   return st;

@@ -19,13 +19,13 @@
 #include <stdint.h>
 
 #include "graphd/program.h"
+#include "graphd/protocol.h"
 #include "graphd/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define GRAPHD_PROTOCOL_VERSION 1
 #define GRAPHD_ERRMAX 512
 
 typedef struct graphd_client graphd_client;
