@@ -106,10 +106,10 @@ static void handle_hello(gd_session *s, Graphd__Wire__Request *req) {
                         "Hello was already sent on this session");
     return;
   }
-  if (h->protocol_version != GD_PROTOCOL_VERSION) {
+  if (h->protocol_version != GRAPHD_PROTOCOL_VERSION) {
     session_reply_error(s, req->request_id, GRAPHD_FAILED_PRECONDITION,
                         "protocol version %u is not supported: this daemon speaks version %u",
-                        h->protocol_version, GD_PROTOCOL_VERSION);
+                        h->protocol_version, GRAPHD_PROTOCOL_VERSION);
     session_close_after_flush(s);
     return;
   }
@@ -177,7 +177,7 @@ static void handle_hello(gd_session *s, Graphd__Wire__Request *req) {
   r.request_id = req->request_id;
   r.body_case = GRAPHD__WIRE__REPLY__BODY_HELLO;
   r.hello = &hr;
-  hr.protocol_version = GD_PROTOCOL_VERSION;
+  hr.protocol_version = GRAPHD_PROTOCOL_VERSION;
   hr.session_id = s->id;
   hr.daemon_version = (char *)GRAPHD_VERSION_STRING;
   hr.admin = s->admin;
@@ -512,7 +512,7 @@ void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int n
     if (field)
       session_reply_error(s, req->request_id, GRAPHD_UNIMPLEMENTED,
                           "unknown request (field %u): this daemon speaks protocol version %u",
-                          field, GD_PROTOCOL_VERSION);
+                          field, GRAPHD_PROTOCOL_VERSION);
     else
       session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
                           "empty request: no request body was set");
