@@ -5,13 +5,18 @@
  * only. Everything above this interface (sessions, validation, bookkeeping,
  * counters) is shared code; a backend stays thin.
  *
- * Later capabilities extend gd_backend_ops (allocation, import, modules,
- * graphs, copies, flags, events). */
+ * The ops cover what the shared code needs of a device: memory, imports,
+ * modules, graphs, copies, flags and events. What is particular to one
+ * backend stays behind them or shows as a capability field of gd_backend,
+ * never as a comparison of names. */
 #ifndef GRAPHD_BACKEND_H
 #define GRAPHD_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "graphd/protocol.h"
 
 /* Fixed facts about one device, learnt at enumeration. */
 typedef struct gd_device_facts {
@@ -40,9 +45,8 @@ typedef struct gd_func_info {
 } gd_func_info;
 
 /* A region to import on a device. */
-enum gd_region_kind { GD_REGION_VMM_FD = 1, GD_REGION_LEGACY_IPC = 2, GD_REGION_HOST_MEMFD = 3 };
 typedef struct gd_region_import {
-  int kind;             /* enum gd_region_kind */
+  int kind;             /* enum graphd_region_kind (graphd/protocol.h) */
   int fd;               /* VMM and host kinds; the backend does not close it */
   uint64_t size;        /* bytes the client declared */
   uint8_t ipc_handle[64];
@@ -54,7 +58,7 @@ typedef struct gd_region_map {
   uint64_t mapped;      /* bytes mapped (rounded to granularity) */
   int kind;
   void *handle;         /* backend-private */
-  uint64_t serial;      /* the worker's name for it (fault.c) */
+  uint64_t serial;      /* the device's name for it (device.c) */
   uint64_t epoch;       /* the device epoch it was imported in */
 } gd_region_map;
 typedef struct gd_backend gd_backend;
@@ -101,7 +105,7 @@ typedef struct gd_backend_ops {
    * with work in flight. */
   int (*device_health)(gd_backend *be, gd_backend_dev *dev, char *err, size_t errlen);
   /* Worker thread: destroys the device's context, and everything made in
-   * it, and makes a fresh one current (Decisions 10). */
+   * it, and makes a fresh one current. */
   int (*device_reset)(gd_backend *be, gd_backend_dev *dev, char *err, size_t errlen);
   /* Worker thread: free and total bytes. */
   int (*mem_info)(gd_backend *be, gd_backend_dev *dev, uint64_t *free_bytes,
@@ -163,16 +167,16 @@ typedef struct gd_backend_ops {
   int (*graph_instantiate)(gd_backend *be, gd_backend_dev *dev, gd_graph g, gd_stream s,
                            gd_graph_exec *out, char *err, size_t errlen);
   void (*graph_exec_destroy)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e);
-  /* Re-points a memcpy node of an instantiated graph (1-D, bytes > 0).
-   * Returns -GRAPHD_FAILED_PRECONDITION, without logging, when the driver
-   * refuses because the new memory is of another kind than the node's
-   * (VMM against legacy IPC memory): the caller copies outside the graph. */
-  int (*graph_exec_set_memcpy)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_node n,
-                               uint64_t dst, uint64_t src, uint64_t bytes, char *err,
-                               size_t errlen);
-  /* Turns a node of an instantiated graph on or off. */
-  int (*graph_exec_enable)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_node n,
-                           int on, char *err, size_t errlen);
+  /* Re-points a memcpy node of an instantiated graph (1-D, bytes > 0) at
+   * new memory. A backend may be unable to point a node at some memory
+   * (CUDA re-points a memcpy node only to memory of the kind it was made
+   * with, VMM or legacy IPC); it then turns the node off and sets
+   * *outside, and the caller runs that copy outside the graph until a
+   * later call clears *outside. *outside says on entry whether the node
+   * is off now (false after the graph is built). */
+  int (*graph_exec_repoint_memcpy)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e,
+                                   gd_node n, uint64_t dst, uint64_t src, uint64_t bytes,
+                                   bool *outside, char *err, size_t errlen);
   int (*graph_launch)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_stream s,
                       char *err, size_t errlen);
   int (*memcpy_async)(gd_backend *be, gd_backend_dev *dev, uint64_t dst, uint64_t src,
@@ -193,14 +197,16 @@ typedef struct gd_backend_ops {
 } gd_backend_ops;
 
 struct gd_backend {
-  const char *name; /* "cuda" or "host" */
+  const char *name;          /* "cuda" or "host", for people */
+  const char *thread_prefix; /* "gpu" or "host": worker threads are <prefix><index> */
+  bool runs_under_mps;       /* MPS matters for its speed: say when it is off */
   const gd_backend_ops *ops;
   int ndevices;
   gd_device_facts *devices; /* ndevices entries */
   void *priv;
   /* Ready waits block the worker itself (host backend); otherwise they are
    * queued on the device and the worker watches them from the host. */
-  int waits_on_worker;
+  bool waits_on_worker;
 };
 
 /* Host backend with n devices of mem_bytes each. Always succeeds unless out

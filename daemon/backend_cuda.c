@@ -340,8 +340,8 @@ fail:
 
 static int cuda_region_import(gd_backend *be, gd_backend_dev *d, const gd_region_import *in,
                               gd_region_map *out, char *err, size_t errlen) {
-  if (in->kind == GD_REGION_VMM_FD) return import_vmm(be, d, in, out, err, errlen);
-  if (in->kind == GD_REGION_LEGACY_IPC) return import_legacy(be, d, in, out, err, errlen);
+  if (in->kind == GRAPHD_REGION_VMM_FD) return import_vmm(be, d, in, out, err, errlen);
+  if (in->kind == GRAPHD_REGION_LEGACY_IPC) return import_legacy(be, d, in, out, err, errlen);
   snprintf(err, errlen, "GPUs take VMM or legacy IPC memory, not host memfds");
   return -GRAPHD_FAILED_PRECONDITION;
 }
@@ -349,7 +349,7 @@ static int cuda_region_import(gd_backend *be, gd_backend_dev *d, const gd_region
 static void cuda_region_release(gd_backend *be, gd_backend_dev *d, gd_region_map *m) {
   const gd_cuda *cu = be->priv;
   (void)d;
-  if (m->kind == GD_REGION_VMM_FD) {
+  if (m->kind == GRAPHD_REGION_VMM_FD) {
     CU_CHECK_IGNORE(cu->cuMemUnmap(m->ptr, m->mapped));
     CU_CHECK_IGNORE(cu->cuMemAddressFree(m->ptr, m->mapped));
   } else {
@@ -445,7 +445,7 @@ exit:
   return rc;
 }
 
-/* Host-pinned flags (FACTS.md): the memfd page is mapped here and
+/* Host-pinned flags (docs/design.md, "Ordering"): the memfd page is mapped here and
  * registered for device access, so the client's host can still write our
  * waits free if we die, and we can write theirs if they die. */
 static int cuda_flags_map(gd_backend *be, gd_backend_dev *d, int fd, uint64_t bytes,
@@ -625,29 +625,30 @@ static void cuda_graph_exec_destroy(gd_backend *be, gd_backend_dev *d, gd_graph_
   CU_CHECK_IGNORE(cu->cuGraphExecDestroy((CUgraphExec)e));
 }
 
-static int cuda_graph_exec_set_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
-                                      gd_node n, uint64_t dst, uint64_t src, uint64_t bytes,
-                                      char *err, size_t errlen) {
+static int cuda_graph_exec_repoint_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
+                                          gd_node n, uint64_t dst, uint64_t src, uint64_t bytes,
+                                          bool *outside, char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;
   CUDA_MEMCPY3D c;
   copy_params(&c, dst, src, bytes);
   CUresult r = cu->cuGraphExecMemcpyNodeSetParams((CUgraphExec)e, (CUgraphNode)n, &c, d->ctx);
-  /* The driver refuses memory "from another context" than the node was
-   * made with: VMM mappings and legacy IPC mappings do not mix. */
-  if (r == CUDA_ERROR_INVALID_VALUE) return -GRAPHD_FAILED_PRECONDITION;
+  if (r == CUDA_ERROR_INVALID_VALUE) {
+    /* The driver refuses memory "from another context" than the node was
+     * made with: VMM mappings and legacy IPC mappings do not mix. The node
+     * keeps its last good addresses, switched off. */
+    if (!*outside)
+      CU_CHECK_GOTO(cu->cuGraphNodeSetEnabled((CUgraphExec)e, (CUgraphNode)n, 0),
+                    GRAPHD_INTERNAL, exit);
+    *outside = true;
+    return 0;
+  }
   CU_CHECK_GOTO(r, GRAPHD_INVALID_ARGUMENT, exit);
-exit:
-  return rc;
-}
-
-static int cuda_graph_exec_enable(gd_backend *be, gd_backend_dev *d, gd_graph_exec e, gd_node n,
-                                  int on, char *err, size_t errlen) {
-  const gd_cuda *cu = be->priv;
-  int rc = 0;
-  (void)d;
-  CU_CHECK_GOTO(cu->cuGraphNodeSetEnabled((CUgraphExec)e, (CUgraphNode)n, on ? 1 : 0),
-                GRAPHD_INTERNAL, exit);
+  if (*outside) {
+    CU_CHECK_GOTO(cu->cuGraphNodeSetEnabled((CUgraphExec)e, (CUgraphNode)n, 1), GRAPHD_INTERNAL,
+                  exit);
+    *outside = false;
+  }
 exit:
   return rc;
 }
@@ -759,8 +760,7 @@ static const gd_backend_ops cuda_ops = {
     .graph_add_memcpy = cuda_graph_add_memcpy,
     .graph_instantiate = cuda_graph_instantiate,
     .graph_exec_destroy = cuda_graph_exec_destroy,
-    .graph_exec_set_memcpy = cuda_graph_exec_set_memcpy,
-    .graph_exec_enable = cuda_graph_exec_enable,
+    .graph_exec_repoint_memcpy = cuda_graph_exec_repoint_memcpy,
     .graph_launch = cuda_graph_launch,
     .memcpy_async = cuda_memcpy_async,
     .event_create = cuda_event_create,
@@ -811,6 +811,8 @@ int backend_cuda_new(gd_backend **out, char *err, size_t errlen) {
     f[i].mps_enabled = mps != 0;
   }
   be->name = "cuda";
+  be->thread_prefix = "gpu";
+  be->runs_under_mps = true;
   be->ops = &cuda_ops;
   be->ndevices = n;
   be->devices = f;

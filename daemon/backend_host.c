@@ -1,5 +1,5 @@
 /* Host backend: devices that live in this process's memory, for CI and for
- * machines without a GPU (DESIGN.md, "The host backend"). It is not a CUDA
+ * machines without a GPU (docs/design.md, "The host backend"). It is not a CUDA
  * simulator.
  *
  * DESIGN: the facts are built at start on the main thread; each device's
@@ -158,7 +158,7 @@ static int host_function_set_shared(gd_backend *be, gd_backend_dev *d, void *fn,
 static int host_region_import(gd_backend *be, gd_backend_dev *d, const gd_region_import *in,
                               gd_region_map *out, char *err, size_t errlen) {
   (void)be, (void)d;
-  if (in->kind != GD_REGION_HOST_MEMFD) {
+  if (in->kind != GRAPHD_REGION_HOST_MEMFD) {
     snprintf(err, errlen, "host devices take memory from graphd_host_alloc only");
     return -GRAPHD_FAILED_PRECONDITION;
   }
@@ -206,7 +206,6 @@ typedef struct host_node {
   void **params;     /* owned by the capture, alive as long as the graph */
   uint64_t dst, src, bytes;
   uint32_t es, value;
-  int disabled;
 } host_node;
 
 typedef struct host_graph {
@@ -411,9 +410,9 @@ static void host_graph_exec_destroy(gd_backend *be, gd_backend_dev *d, gd_graph_
   (void)be, (void)d, (void)e; /* owned by the graph */
 }
 
-static int host_graph_exec_set_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
-                                      gd_node nn, uint64_t dst, uint64_t src, uint64_t bytes,
-                                      char *err, size_t errlen) {
+static int host_graph_exec_repoint_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
+                                          gd_node nn, uint64_t dst, uint64_t src, uint64_t bytes,
+                                          bool *outside, char *err, size_t errlen) {
   (void)be, (void)d, (void)e;
   host_node *n = nn;
   if (n->kind != HN_MEMCPY || bytes == 0) {
@@ -423,13 +422,7 @@ static int host_graph_exec_set_memcpy(gd_backend *be, gd_backend_dev *d, gd_grap
   n->dst = dst;
   n->src = src;
   n->bytes = bytes;
-  return 0;
-}
-
-static int host_graph_exec_enable(gd_backend *be, gd_backend_dev *d, gd_graph_exec e, gd_node nn,
-                                  int on, char *err, size_t errlen) {
-  (void)be, (void)d, (void)e, (void)err, (void)errlen;
-  ((host_node *)nn)->disabled = !on;
+  *outside = false; /* host memory is all of one kind */
   return 0;
 }
 
@@ -460,7 +453,6 @@ static int host_graph_launch(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
   /* Like a faulted GPU, a faulted host device runs nothing more. */
   for (size_t i = 0; i < g->n && !d->fault; i++) {
     const host_node *n = g->nodes[i];
-    if (n->disabled) continue;
     if (n->kind == HN_KERNEL) {
       run_kernel(d, n);
     } else if (n->kind == HN_MEMCPY) {
@@ -548,8 +540,7 @@ static const gd_backend_ops host_ops = {
     .graph_add_memcpy = host_graph_add_memcpy,
     .graph_instantiate = host_graph_instantiate,
     .graph_exec_destroy = host_graph_exec_destroy,
-    .graph_exec_set_memcpy = host_graph_exec_set_memcpy,
-    .graph_exec_enable = host_graph_exec_enable,
+    .graph_exec_repoint_memcpy = host_graph_exec_repoint_memcpy,
     .graph_launch = host_graph_launch,
     .memcpy_async = host_memcpy_async,
     .event_create = host_event_create,
@@ -585,7 +576,8 @@ int backend_host_new(int n, uint64_t mem_bytes, gd_backend **out, char *err, siz
     f[i].mps_enabled = 0;
   }
   be->name = "host";
-  be->waits_on_worker = 1;
+  be->thread_prefix = "host";
+  be->waits_on_worker = true;
   be->ops = &host_ops;
   be->ndevices = n;
   be->devices = f;

@@ -1,5 +1,4 @@
-/* Request handlers. DESIGN: loop thread only; device work goes through
- * worker_submit() and comes back in a done callback on the loop. */
+/* See dispatch.h. Loop thread, except prepare_run (worker). */
 #define _GNU_SOURCE
 #include "dispatch.h"
 
@@ -11,14 +10,14 @@
 #include <unistd.h>
 
 #include "../common/uuid.h"
-#include "evict.h"
+#include "control.h"
+#include "daemon.h"
+#include "dsession.h"
 #include "graphd/status.h"
 #include "log.h"
-#include "prepare.h"
-#include "region.h"
+#include "modcache.h"
 #include "registry.h"
 #include "replay.h"
-#include "server.h"
 #include "version.h"
 #include "wire.h"
 
@@ -40,51 +39,13 @@ static const char *body_name(Graphd__Wire__Request__BodyCase c) {
   }
 }
 
-static const char *state_name(int st) {
-  return st == GD_WORKER_OK ? "ok" : st == GD_WORKER_FAILED ? "failed" : "starting";
-}
-
-/* Fills di (and dc, which it points at) for device i. */
-static void fill_device(gd_server *srv, int i, uint64_t free_mem, Graphd__Wire__DeviceInfo *di,
-                        Graphd__Wire__DeviceCounters *dc) {
-  const gd_device_facts *f = srv->facts[i];
-  const gd_device_counters *c = &srv->counters[i];
-  gd_worker *w = &srv->pool.workers[i];
-  graphd__wire__device_info__init(di);
-  graphd__wire__device_counters__init(dc);
-  di->ordinal = (uint32_t)i;
-  di->name = (char *)f->name;
-  di->uuid.data = (uint8_t *)f->uuid;
-  di->uuid.len = 16;
-  di->total_memory = f->total_memory;
-  di->free_memory = free_mem;
-  di->backend = (char *)srv->be->name;
-  di->epoch = atomic_load(&w->epoch);
-  di->mps_enabled = f->mps_enabled != 0;
-  di->state = (char *)state_name(atomic_load(&w->state));
-  dc->sessions = c->sessions;
-  dc->regions = c->regions;
-  dc->region_bytes = c->region_bytes;
-  dc->captures = c->captures;
-  dc->replays = c->replays;
-  dc->errors = c->errors;
-  dc->recaptures = c->recaptures;
-  dc->inflight = c->inflight;
-  dc->captures_built = c->captures_built;
-  dc->staging_bytes = c->staging_bytes;
-  dc->evictions = c->evictions;
-  dc->replay_p50_ns = gd_hist_quantile(&c->replay_latency, 0.50);
-  dc->replay_p90_ns = gd_hist_quantile(&c->replay_latency, 0.90);
-  dc->replay_p99_ns = gd_hist_quantile(&c->replay_latency, 0.99);
-  dc->replay_max_ns = c->replay_latency.max;
-  di->counters = dc;
-}
-
-/* The admin rule of Decisions 11: root, the daemon's own uid, or a member
- * of the admin group (primary or supplementary, from SO_PEERGROUPS). */
+/* The admin rule (docs/design.md, "Privilege"): root, the daemon's own
+ * uid, or a member of the admin group (primary or supplementary, from
+ * SO_PEERGROUPS). */
 static bool peer_is_admin(gd_session *s) {
-  if (s->uid == 0 || s->uid == s->srv->euid) return true;
-  const char *gname = s->srv->opt->admin_group;
+  gd_daemon *d = daemon_of(s);
+  if (s->uid == 0 || s->uid == d->euid) return true;
+  const char *gname = d->opt->admin_group;
   if (!gname[0]) return false;
   struct group gr, *res = NULL;
   char buf[4096];
@@ -99,7 +60,7 @@ static bool peer_is_admin(gd_session *s) {
 }
 
 static void handle_hello(gd_session *s, Graphd__Wire__Request *req) {
-  gd_server *srv = s->srv;
+  gd_daemon *d = daemon_of(s);
   Graphd__Wire__Hello *h = req->hello;
   if (s->kind != GD_SESSION_NONE) {
     session_reply_error(s, req->request_id, GRAPHD_FAILED_PRECONDITION,
@@ -129,36 +90,33 @@ static void handle_hello(gd_session *s, Graphd__Wire__Request *req) {
       session_close_after_flush(s);
       return;
     }
-    for (int i = 0; i < srv->ndevices; i++)
-      if (memcmp(srv->facts[i]->uuid, h->device_uuid.data, GD_UUID_LEN) == 0) dev = i;
+    for (int i = 0; i < d->ndevices; i++)
+      if (memcmp(d->facts[i]->uuid, h->device_uuid.data, GD_UUID_LEN) == 0) dev = i;
     if (dev < 0) {
       char want[48], have[512] = "";
       size_t n = 0;
       gd_uuid_format(h->device_uuid.data, "", want);
-      for (int i = 0; i < srv->ndevices && n < sizeof have; i++)
+      for (int i = 0; i < d->ndevices && n < sizeof have; i++)
         n += (size_t)snprintf(have + n, sizeof have - n, "%s%s", i ? ", " : "",
-                              srv->facts[i]->uuid_str);
+                              d->facts[i]->uuid_str);
       session_reply_error(s, req->request_id, GRAPHD_NOT_FOUND,
                           "no device with UUID %s is served by this daemon (it serves: %s)",
                           want, have);
       session_close_after_flush(s);
       return;
     }
-    gd_worker *w = &srv->pool.workers[dev];
-    if (atomic_load(&w->state) != GD_WORKER_OK) {
+    gd_device *device = &d->devices[dev];
+    if (!device_ok(device)) {
       session_reply_error(s, req->request_id, GRAPHD_UNAVAILABLE, "device %d (%s) is not usable: %s",
-                          dev, srv->facts[dev]->uuid_str, w->fail_msg);
+                          dev, d->facts[dev]->uuid_str, device->fail_msg);
       session_close_after_flush(s);
       return;
     }
-    if (replay_session_open(s) < 0) {
+    if (dsession_open(s, dev) < 0) {
       session_reply_error(s, req->request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
       session_close_after_flush(s);
       return;
     }
-    s->kind = GD_SESSION_DATA;
-    s->device = dev;
-    srv->counters[dev].sessions++;
   } else if (h->kind == GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL) {
     s->kind = GD_SESSION_CONTROL;
   } else {
@@ -181,15 +139,15 @@ static void handle_hello(gd_session *s, Graphd__Wire__Request *req) {
   hr.session_id = s->id;
   hr.daemon_version = (char *)GRAPHD_VERSION_STRING;
   hr.admin = s->admin;
-  hr.max_frame = srv->opt->max_frame;
+  hr.max_frame = d->opt->max_frame;
   if (dev >= 0) {
-    fill_device(srv, dev, 0, &di, &dc);
+    control_fill_device(d, dev, 0, &di, &dc);
     hr.device = &di;
   }
   GD_LOG(GD_INFO, "session", "session %llu: %s session for pid %d uid %u (%s)%s%s",
          (unsigned long long)s->id, dev >= 0 ? "data" : "control", (int)s->pid,
          (unsigned)s->uid, s->client_name[0] ? s->client_name : "unnamed",
-         dev >= 0 ? " on " : "", dev >= 0 ? srv->facts[dev]->uuid_str : "");
+         dev >= 0 ? " on " : "", dev >= 0 ? d->facts[dev]->uuid_str : "");
   session_reply(s, &r);
 }
 
@@ -201,138 +159,6 @@ static void handle_ping(gd_session *s, Graphd__Wire__Request *req) {
   r.pong = &pong;
   pong.payload = req->ping->payload;
   session_reply(s, &r);
-}
-
-/* Status asks every worker for its free memory, then replies once all have
- * answered (a failed worker answers without running). */
-typedef struct status_gather {
-  gd_session *s;
-  uint64_t request_id;
-  int pending;
-  uint64_t *free_mem;
-} status_gather;
-
-typedef struct status_job {
-  gd_job job; /* first: the worker hands back this pointer */
-  status_gather *g;
-  uint64_t free_b, total_b;
-} status_job;
-
-static void status_run(gd_worker *w, gd_job *j) {
-  status_job *sj = (status_job *)j;
-  j->status = w->be->ops->mem_info(w->be, w->dev, &sj->free_b, &sj->total_b, j->msg,
-                                   sizeof j->msg);
-}
-
-static void status_finish(status_gather *g) {
-  gd_session *s = g->s;
-  gd_server *srv = s->srv;
-  int n = srv->ndevices;
-  Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
-  Graphd__Wire__StatusReply sr = GRAPHD__WIRE__STATUS_REPLY__INIT;
-  Graphd__Wire__DeviceInfo *di = calloc((size_t)n, sizeof *di);
-  Graphd__Wire__DeviceCounters *dc = calloc((size_t)n, sizeof *dc);
-  Graphd__Wire__DeviceInfo **dp = calloc((size_t)n, sizeof *dp);
-  size_t ns = (size_t)srv->nsessions;
-  Graphd__Wire__SessionInfo *si = calloc(ns + 1, sizeof *si);
-  Graphd__Wire__SessionInfo **sp = calloc(ns + 1, sizeof *sp);
-  if (!di || !dc || !dp || !si || !sp) {
-    session_reply_error(s, g->request_id, GRAPHD_RESOURCE_EXHAUSTED,
-                        "out of memory building the status reply");
-    goto exit;
-  }
-  for (int i = 0; i < n; i++) {
-    fill_device(srv, i, g->free_mem[i], &di[i], &dc[i]);
-    dp[i] = &di[i];
-  }
-  r.request_id = g->request_id;
-  r.body_case = GRAPHD__WIRE__REPLY__BODY_STATUS;
-  r.status = &sr;
-  sr.version = (char *)GRAPHD_VERSION_STRING;
-  sr.uptime_ms = (gd_now_ns() - srv->start_ns) / 1000000u;
-  sr.pid = (uint32_t)getpid();
-  sr.n_devices = (size_t)n;
-  sr.devices = dp;
-  sr.sessions = srv->nsessions;
-  size_t k = 0;
-  for (gd_session *x = srv->sessions; x && k < ns; x = x->next, k++) {
-    graphd__wire__session_info__init(&si[k]);
-    si[k].id = x->id;
-    si[k].pid = (uint32_t)x->pid;
-    si[k].uid = (uint32_t)x->uid;
-    si[k].kind = x->kind == GD_SESSION_DATA ? GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA
-                 : x->kind == GD_SESSION_CONTROL
-                     ? GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL
-                     : GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_UNSPECIFIED;
-    si[k].device = x->device;
-    si[k].client_name = x->client_name;
-    si[k].regions = x->nregions;
-    si[k].region_bytes = x->region_bytes;
-    sp[k] = &si[k];
-  }
-  sr.n_session_list = k;
-  sr.session_list = sp;
-  sr.modules = srv->reg.nmodules;
-  sr.module_bytes = srv->reg.module_bytes;
-  sr.programs = srv->reg.nprograms;
-  session_reply(s, &r);
-exit:
-  free(si);
-  free(sp);
-  free(di);
-  free(dc);
-  free(dp);
-}
-
-static void status_release(status_gather *g) {
-  if (!g->s->closing) status_finish(g);
-  session_request_done(g->s);
-  session_unref(g->s);
-  free(g->free_mem);
-  free(g);
-}
-
-static void status_done(gd_job *j) {
-  status_job *sj = (status_job *)j;
-  status_gather *g = sj->g;
-  if (j->status == 0) g->free_mem[j->worker->index] = sj->free_b;
-  free(sj);
-  if (--g->pending == 0) status_release(g);
-}
-
-static void handle_status(gd_session *s, Graphd__Wire__Request *req) {
-  gd_server *srv = s->srv;
-  status_gather *g = calloc(1, sizeof *g);
-  uint64_t *fm = calloc((size_t)srv->ndevices + 1, sizeof *fm);
-  status_job *jobs = NULL;
-  if (!g || !fm) goto oom;
-  g->s = s;
-  g->request_id = req->request_id;
-  g->free_mem = fm;
-  g->pending = srv->ndevices;
-  s->busy = true;
-  session_ref(s);
-  for (int i = 0; i < srv->ndevices; i++) {
-    jobs = calloc(1, sizeof *jobs);
-    if (!jobs) {
-      /* Count it as answered so the gather still completes. */
-      g->pending--;
-      continue;
-    }
-    jobs->g = g;
-    jobs->job.run = status_run;
-    jobs->job.done = status_done;
-    worker_submit(&srv->pool.workers[i], &jobs->job);
-  }
-  /* Completions always arrive later, through the loop, so this only
-   * happens when no job could be allocated at all. */
-  if (g->pending == 0) status_release(g);
-  return;
-oom:
-  free(g);
-  free(fm);
-  session_reply_error(s, req->request_id, GRAPHD_RESOURCE_EXHAUSTED,
-                      "out of memory handling a status request");
 }
 
 static bool takes_fd(Graphd__Wire__Request__BodyCase body) {
@@ -368,7 +194,7 @@ static void handle_register_module(gd_session *s, Graphd__Wire__Request *req, in
     return;
   }
   size_t len = fd >= 0 ? (size_t)m->size : m->inline_bytes.len;
-  int rc = registry_add_module(&s->srv->reg, m->module_id.data, m->kind, m->inline_bytes.data,
+  int rc = registry_add_module(&daemon_of(s)->reg, m->module_id.data, m->kind, m->inline_bytes.data,
                                len, fd, &known, err, sizeof err);
   if (rc < 0) {
     session_reply_error(s, req->request_id, rc, "RegisterModule: %s", err);
@@ -411,7 +237,7 @@ static void handle_register_program(gd_session *s, Graphd__Wire__Request *req, i
     }
   }
   /* The registry decodes (copies) what it keeps; the mapping can go after. */
-  int rc = registry_add_program(&s->srv->reg, m->program_id.data, enc, len, &known, err,
+  int rc = registry_add_program(&daemon_of(s)->reg, m->program_id.data, enc, len, &known, err,
                                 sizeof err);
   if (fd >= 0) munmap((void *)enc, len ? len : 1);
   if (rc < 0) {
@@ -429,29 +255,27 @@ static void handle_register_program(gd_session *s, Graphd__Wire__Request *req, i
 }
 
 typedef struct prepare_job {
-  gd_job job; /* first */
-  gd_session *s;
-  uint64_t request_id;
-  const gd_prog *prog;
+  gd_request rq;
+  const gd_regprog *prog;
   uint64_t loaded, load_ns;
 } prepare_job;
 
-static void prepare_run(gd_worker *w, gd_job *j) {
-  prepare_job *pj = (prepare_job *)j;
-  j->status = prepare_program(w, pj->prog, &pj->loaded, &pj->load_ns, j->msg, sizeof j->msg);
+static void prepare_run(gd_job *j, void *ctx) {
+  prepare_job *pj = gd_container_of(j, prepare_job, rq.job);
+  j->status = modcache_prepare(ctx, pj->prog, &pj->loaded, &pj->load_ns, j->msg, sizeof j->msg);
 }
 
 static void prepare_done(gd_job *j) {
-  prepare_job *pj = (prepare_job *)j;
-  gd_session *s = pj->s;
+  prepare_job *pj = gd_container_of(j, prepare_job, rq.job);
+  gd_session *s = pj->rq.s;
   if (!s->closing) {
     if (j->status < 0) {
-      s->srv->counters[s->device].errors++;
-      session_reply_error(s, pj->request_id, j->status, "%s", j->msg);
+      daemon_of(s)->counters[s->device].errors++;
+      session_reply_error(s, pj->rq.request_id, j->status, "%s", j->msg);
     } else {
       Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
       Graphd__Wire__PrepareProgramReply pr = GRAPHD__WIRE__PREPARE_PROGRAM_REPLY__INIT;
-      r.request_id = pj->request_id;
+      r.request_id = pj->rq.request_id;
       r.body_case = GRAPHD__WIRE__REPLY__BODY_PREPARE_PROGRAM;
       r.prepare_program = &pr;
       pr.modules_loaded = pj->loaded;
@@ -459,8 +283,7 @@ static void prepare_done(gd_job *j) {
       session_reply(s, &r);
     }
   }
-  session_request_done(s);
-  session_unref(s);
+  session_end_request(s);
   free(pj);
 }
 
@@ -472,7 +295,7 @@ static void handle_prepare_program(gd_session *s, Graphd__Wire__Request *req) {
                         "PrepareProgram needs a data session (one bound to a device)");
     return;
   }
-  const gd_prog *p = registry_find_program(&s->srv->reg, m->program_id.data);
+  const gd_regprog *p = registry_find_program(&daemon_of(s)->reg, m->program_id.data);
   if (!p) {
     char hex[2 * GD_ID_LEN + 1];
     gd_id_hex(m->program_id.data, 0, hex);
@@ -485,14 +308,9 @@ static void handle_prepare_program(gd_session *s, Graphd__Wire__Request *req) {
     session_reply_error(s, req->request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
-  pj->s = s;
-  pj->request_id = req->request_id;
   pj->prog = p;
-  pj->job.run = prepare_run;
-  pj->job.done = prepare_done;
-  s->busy = true;
-  session_ref(s);
-  worker_submit(&s->srv->pool.workers[s->device], &pj->job);
+  session_submit(s, req->request_id, &pj->rq, daemon_worker(daemon_of(s), s->device), prepare_run,
+                 prepare_done);
 }
 
 void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int nfds) {
@@ -528,7 +346,7 @@ void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int n
   switch (body) {
     case GRAPHD__WIRE__REQUEST__BODY_HELLO: handle_hello(s, req); break;
     case GRAPHD__WIRE__REQUEST__BODY_PING: handle_ping(s, req); break;
-    case GRAPHD__WIRE__REQUEST__BODY_STATUS: handle_status(s, req); break;
+    case GRAPHD__WIRE__REQUEST__BODY_STATUS: control_handle_status(s, req->request_id); break;
     case GRAPHD__WIRE__REQUEST__BODY_REGISTER_MODULE:
       handle_register_module(s, req, fd); /* the registry maps the memfd; exit closes it */
       break;
@@ -537,19 +355,21 @@ void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int n
       break;
     case GRAPHD__WIRE__REQUEST__BODY_PREPARE_PROGRAM: handle_prepare_program(s, req); break;
     case GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION:
-      region_handle_register(s, req->request_id, req->register_region, fd);
+      dsession_handle_register_region(s, req->request_id, req->register_region, fd);
       fd = -1; /* owned by the import job now */
       break;
     case GRAPHD__WIRE__REQUEST__BODY_UNREGISTER_REGION:
-      region_handle_unregister(s, req->request_id, req->unregister_region);
+      dsession_handle_unregister_region(s, req->request_id, req->unregister_region);
       break;
     case GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS:
-      replay_handle_register_flags(s, req->request_id, req->register_flags, fd);
+      dsession_handle_register_flags(s, req->request_id, req->register_flags, fd);
       fd = -1; /* owned by the job now */
       break;
     case GRAPHD__WIRE__REQUEST__BODY_REPLAY: replay_handle(s, req->request_id, req->replay); break;
-    case GRAPHD__WIRE__REQUEST__BODY_LIST_CAPTURES: evict_handle_list(s, req->request_id); break;
-    case GRAPHD__WIRE__REQUEST__BODY_EVICT: evict_handle_evict(s, req->request_id, req->evict); break;
+    case GRAPHD__WIRE__REQUEST__BODY_LIST_CAPTURES: control_handle_list(s, req->request_id); break;
+    case GRAPHD__WIRE__REQUEST__BODY_EVICT:
+      control_handle_evict(s, req->request_id, req->evict);
+      break;
     default:
       session_reply_error(s, req->request_id, GRAPHD_UNIMPLEMENTED, "request %d is not handled",
                           (int)body);

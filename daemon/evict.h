@@ -1,13 +1,61 @@
-/* graphctl list and evict on the loop: each request fans out to the
- * devices' workers (capture_list, capture_evict) and replies once every
- * one has answered. Loop thread only. */
+/* Which captures to free, on one device: the device budget's least
+ * recently used choice, and List/Evict's selectors with the privilege
+ * rule. Freeing itself is capture_drop().
+ *
+ * DESIGN: worker thread only (the loop's half of List and Evict, which
+ * asks every device and gathers the answers, is control.c). */
 #ifndef GRAPHD_EVICT_H
 #define GRAPHD_EVICT_H
 
-#include "graphd.pb-c.h"
-#include "session.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
-void evict_handle_list(gd_session *s, uint64_t request_id);
-void evict_handle_evict(gd_session *s, uint64_t request_id, const Graphd__Wire__Evict *m);
+#include "capture.h"
+#include "device.h"
+
+/* What list and evict report about one capture. */
+typedef struct gd_capture_info {
+  uint8_t program_id[GD_ID_LEN];
+  uint32_t device;
+  uint32_t mode;
+  uint64_t staging_bytes;
+  uint32_t nodes;
+  uint64_t replays;
+  uint64_t idle_ms;
+  uint32_t pids[GD_CAPTURE_PIDS];
+  uint32_t npids;
+  bool busy;
+} gd_capture_info;
+
+/* Which captures an eviction takes (every selector given must match). */
+typedef struct gd_evict_sel {
+  uint8_t prefix[GD_ID_LEN];
+  uint32_t prefix_nibbles;  /* 0: any program */
+  uint32_t client_pid;      /* 0: any */
+  uint64_t idle_ms;         /* 0: any */
+  bool dry_run;
+  bool admin;               /* the requester may evict shared captures */
+  uint32_t requester_pid;
+} gd_evict_sel;
+
+/* The device budget: makes room for the new capture nc (already in d's
+ * set, never taken itself) by dropping the least recently used idle
+ * captures. A capture whose last replay has not finished is never taken;
+ * if the idle ones do not free enough, or nc alone is over the budget, it
+ * fails with RESOURCE_EXHAUSTED and nothing is dropped. *n and *bytes
+ * count what was dropped. */
+int evict_make_room(gd_device *d, const gd_capture *nc, uint32_t *n, uint64_t *bytes, char *err,
+                    size_t errlen);
+
+/* Every capture on d; *out is malloc'd (*n entries). */
+int evict_list(gd_device *d, gd_capture_info **out, size_t *n);
+
+/* Drops the selected captures and reports them (with dry_run, reports and
+ * drops nothing). A requester that is not admin may only take captures its
+ * own process alone used: another's gives PERMISSION_DENIED naming it, and
+ * nothing is dropped. */
+int evict_select(gd_device *d, const gd_evict_sel *sel, gd_capture_info **out, size_t *n,
+                 uint64_t *bytes, char *err, size_t errlen);
 
 #endif

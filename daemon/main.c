@@ -19,10 +19,9 @@
 #include "log.h"
 #include "notify.h"
 #include "options.h"
-#include "replay.h"
+#include "devices.h"
 #include "server.h"
 #include "version.h"
-#include "worker.h"
 
 #define DEFAULT_CONFIG "/etc/graphd/graphd.conf"
 #define EXIT_USAGE 2
@@ -192,7 +191,7 @@ static int select_devices(const gd_options *o, const gd_backend *be, int *idx, i
   return 0;
 }
 
-static void close_signals(gd_server *srv) {
+static void close_signals(gd_daemon *srv) {
   uv_close((uv_handle_t *)&srv->sig_term, NULL);
   uv_close((uv_handle_t *)&srv->sig_int, NULL);
 }
@@ -202,7 +201,7 @@ int main(int argc, char **argv) {
   int check_only = 0;
   int exit_code = 1;
   gd_backend *be = NULL;
-  gd_server srv;
+  gd_daemon srv;
   gd_notify notify;
   uv_loop_t loop;
   int *idx = NULL;
@@ -234,7 +233,7 @@ int main(int argc, char **argv) {
     GD_LOG(GD_INFO, "main", "device %d: %s, %s, %llu MiB, backend %s, MPS %s", i, f->name,
            f->uuid_str, (unsigned long long)(f->total_memory >> 20), be->name,
            f->mps_enabled ? "on" : "off");
-    if (strcmp(be->name, "cuda") == 0 && !f->mps_enabled)
+    if (be->runs_under_mps && !f->mps_enabled)
       GD_LOG(GD_WARN, "main",
              "MPS is off on device %d (%s): every cross-process hand-off will cost about "
              "300 us of GPU time-slicing; start nvidia-cuda-mps-control -d -M for speed",
@@ -249,7 +248,7 @@ int main(int argc, char **argv) {
     goto exit_loop;
   }
   gd_log_set_thread_tag("loop");
-  if (worker_pool_start(&srv.pool, &loop, be, idx, n, opt.device_budget) < 0) {
+  if (devices_start(&srv, &loop, idx, n, opt.device_budget) < 0) {
     GD_LOG(GD_ERROR, "main", "no device could be opened; exiting");
     worker_pool_stop(&srv.pool, 0);
     worker_pool_close(&srv.pool);
@@ -258,9 +257,6 @@ int main(int argc, char **argv) {
     server_cleanup(&srv);
     goto exit_loop;
   }
-  srv.pool.cut_cb = replay_cut_off;
-  srv.pool.reset_cb = replay_device_reset;
-  srv.pool.owner = &srv;
   if (server_start(&srv, &loop) < 0) {
     server_shutdown(&srv, "startup failed");
     uv_run(&loop, UV_RUN_DEFAULT);
@@ -280,6 +276,7 @@ exit_loop:
   if (uv_loop_close(&loop) != 0) GD_LOG(GD_WARN, "main", "loop closed with handles open");
 exit:
   worker_pool_free(&srv.pool);
+  devices_free(&srv);
   registry_close(&srv.reg);
   free(srv.facts);
   free(srv.counters);

@@ -10,8 +10,6 @@
 #include "check.h"
 #include "graphd/status.h"
 #include "log.h"
-#include "server.h"
-#include "worker.h"
 
 /* STATUS= is refreshed at least this often, even without a watchdog. */
 #define STATUS_PERIOD_MS 5000u
@@ -28,21 +26,20 @@ static void send_msg(gd_notify *n, const char *msg) {
 
 /* "2 of 2 device(s) up (cuda, MPS on 2), 3 session(s)", or the stuck state. */
 static void format_status(const gd_notify *n, char *out, size_t len) {
-  const gd_server *s = n->srv;
+  const gd_daemon *s = n->srv;
   int up = 0, mps = 0;
-  for (int i = 0; i < s->pool.n; i++)
-    up += atomic_load(&s->pool.workers[i].state) == GD_WORKER_OK;
+  for (int i = 0; s->devices && i < s->ndevices; i++) up += device_ok(&s->devices[i]);
   for (int i = 0; s->facts && i < s->ndevices; i++) mps += s->facts[i]->mps_enabled != 0;
   const char *be = s->be ? s->be->name : "?";
   char extra[48] = "";
-  if (strcmp(be, "cuda") == 0) snprintf(extra, sizeof extra, ", MPS on %d", mps);
+  if (s->be && s->be->runs_under_mps) snprintf(extra, sizeof extra, ", MPS on %d", mps);
   if (n->stuck)
     snprintf(out, len, "%d device worker(s) stuck for over %g s; %s", n->stuck,
              (double)n->stale_ns / 1e9,
              n->watchdog_usec ? "watchdog pings stopped" : "see the log");
   else
     snprintf(out, len, "%d of %d device(s) up (%s%s), %llu session(s)", up, s->ndevices, be,
-             extra, (unsigned long long)s->nsessions);
+             extra, (unsigned long long)s->sessions.n);
 }
 
 static void tick_cb(uv_timer_t *t) {
@@ -72,7 +69,7 @@ static void tick_cb(uv_timer_t *t) {
   if (len) send_msg(n, msg);
 }
 
-int notify_start(gd_notify *n, gd_server *srv) {
+int notify_start(gd_notify *n, gd_daemon *srv) {
   int rc = 0;
   memset(n, 0, sizeof *n);
   n->srv = srv;
@@ -123,4 +120,4 @@ void notify_stop(gd_notify *n) {
   }
 }
 
-void notify_shutdown_cb(gd_server *s) { notify_stop(s->owner); }
+void notify_shutdown_cb(gd_daemon *s) { notify_stop(s->owner); }

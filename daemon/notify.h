@@ -19,10 +19,10 @@
 #include <stdint.h>
 #include <uv.h>
 
-struct gd_server;
+#include "daemon.h"
 
 typedef struct gd_notify {
-  struct gd_server *srv;
+  gd_daemon *srv;
   uv_timer_t timer;
   bool enabled;           /* NOTIFY_SOCKET is set */
   bool timer_open;
@@ -38,15 +38,15 @@ typedef struct gd_notify {
  * on srv->loop. Call after server_start() has succeeded. Returns 0, or a
  * negated graphd status when the timer cannot start (graphd still serves;
  * the caller may go on). Loop thread. */
-int notify_start(gd_notify *n, struct gd_server *srv);
+int notify_start(gd_notify *n, gd_daemon *srv);
 
 /* Sends STOPPING=1 and closes the timer. Idempotent; safe on a gd_notify
  * that notify_start() left disabled. Loop thread; n must stay valid until
  * the loop has run the timer's close callback. */
 void notify_stop(gd_notify *n);
 
-/* A gd_server.on_shutdown callback that calls notify_stop(s->owner): set
+/* A gd_daemon.on_shutdown callback that calls notify_stop(s->owner): set
  * srv.owner to the gd_notify. */
-void notify_shutdown_cb(struct gd_server *s);
+void notify_shutdown_cb(gd_daemon *s);
 
 #endif

@@ -1,21 +1,21 @@
-/* Regions: client memory imported on a data session's device.
+/* Regions: client memory imported on a data session's device, in a table
+ * per session, by the id the daemon gave it.
  *
- * DESIGN: the table is per session and loop-thread only. Imports and
- * releases run as jobs on the session's device worker, so a release queued
- * after a job that uses the region runs after it (the worker's queue is
- * FIFO), and a release first drains the session's stream: that is how a
- * region outlives the in-flight work that uses it. Replay jobs carry the
- * resolved addresses, never a pointer to the table entry. */
+ * DESIGN: loop thread only. The imports and releases themselves run on
+ * the device's worker (dsession.c queues them), so a release queued after
+ * a job that uses the region runs after it (the worker's queue is FIFO),
+ * and a release first drains the session's stream: that is how a region
+ * outlives the in-flight work that uses it. Replay jobs carry resolved
+ * addresses, never a pointer into the table. */
 #ifndef GRAPHD_REGION_H
 #define GRAPHD_REGION_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <uthash.h>
 
 #include "backend.h"
-#include "graphd.pb-c.h"
-#include "session.h"
 
 #define GD_MAX_REGIONS_PER_SESSION 4096u
 
@@ -26,24 +26,29 @@ typedef struct gd_region {
   UT_hash_handle hh;
 } gd_region;
 
-/* Handles RegisterRegion (fd already checked against the declared count). */
-void region_handle_register(gd_session *s, uint64_t request_id,
-                            const Graphd__Wire__RegisterRegion *m, int fd);
-/* Handles UnregisterRegion. */
-void region_handle_unregister(gd_session *s, uint64_t request_id,
-                              const Graphd__Wire__UnregisterRegion *m);
+typedef struct gd_region_table {
+  gd_region *head; /* uthash */
+  uint32_t next_id;
+  uint64_t n;
+  uint64_t bytes;
+} gd_region_table;
 
-gd_region *region_find(gd_session *s, uint32_t id);
+gd_region *region_find(gd_region_table *t, uint32_t id);
+
+/* Adds an import under a new id; NULL when out of memory. */
+gd_region *region_add(gd_region_table *t, const gd_region_map *map, uint64_t client_base);
+
+/* Takes r out of the table and frees the entry (not the mapping). */
+void region_remove(gd_region_table *t, gd_region *r);
 
 /* Checks that [offset, offset + bytes) lies inside the region, without
  * overflow. Returns 0 or -GRAPHD_OUT_OF_RANGE with err naming the region. */
 int region_check_range(const gd_region *r, uint64_t offset, uint64_t bytes, char *err,
                        size_t errlen);
 
-/* Takes every region of a closing session out of its table (counters
- * included) and hands their mappings to the caller, which releases them on
- * the worker once the session's stream has drained. */
-int region_take_all(gd_session *s, gd_region_map **maps, size_t *n);
-
+/* Empties the table, handing every mapping to the caller (*maps is
+ * malloc'd, *n entries), which releases them on the worker once the
+ * session's stream has drained. */
+int region_take_all(gd_region_table *t, gd_region_map **maps, size_t *n);
 
 #endif

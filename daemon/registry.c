@@ -19,8 +19,8 @@ gd_module *registry_find_module(gd_registry *r, const uint8_t id[GD_ID_LEN]) {
   return m;
 }
 
-gd_prog *registry_find_program(gd_registry *r, const uint8_t id[GD_ID_LEN]) {
-  gd_prog *p = NULL;
+gd_regprog *registry_find_program(gd_registry *r, const uint8_t id[GD_ID_LEN]) {
+  gd_regprog *p = NULL;
   HASH_FIND(hh, r->programs, id, GD_ID_LEN, p);
   return p;
 }
@@ -155,7 +155,7 @@ int registry_add_program(gd_registry *r, const uint8_t id[GD_ID_LEN], const uint
     gd_program_free(prog);
     return -GRAPHD_INVALID_ARGUMENT;
   }
-  gd_prog *p = calloc(1, sizeof *p);
+  gd_regprog *p = calloc(1, sizeof *p);
   gd_module **mods = calloc(prog->nsteps, sizeof *mods);
   if (!p || !mods) {
     free(p);
@@ -187,7 +187,7 @@ int registry_add_program(gd_registry *r, const uint8_t id[GD_ID_LEN], const uint
 }
 
 void registry_close(gd_registry *r) {
-  gd_prog *p, *ptmp;
+  gd_regprog *p, *ptmp;
   HASH_ITER(hh, r->programs, p, ptmp) {
     HASH_DEL(r->programs, p);
     gd_program_free(p->program);

@@ -30,17 +30,17 @@ typedef struct gd_module {
   UT_hash_handle hh;
 } gd_module;
 
-typedef struct gd_prog {
+typedef struct gd_regprog {
   uint8_t id[GD_ID_LEN];
   gd_program *program;
   gd_module **step_module; /* per step: the launch's module, NULL otherwise */
   uint32_t index;          /* dense index, for per-device tables */
   UT_hash_handle hh;
-} gd_prog;
+} gd_regprog;
 
 typedef struct gd_registry {
   gd_module *modules;  /* uthash head */
-  gd_prog *programs;   /* uthash head */
+  gd_regprog *programs;   /* uthash head */
   uint32_t nmodules, nprograms;
   uint64_t module_bytes;
 } gd_registry;
@@ -63,7 +63,7 @@ int registry_add_program(gd_registry *r, const uint8_t id[GD_ID_LEN], const uint
                          size_t len, bool *known, char *err, size_t errlen);
 
 gd_module *registry_find_module(gd_registry *r, const uint8_t id[GD_ID_LEN]);
-gd_prog *registry_find_program(gd_registry *r, const uint8_t id[GD_ID_LEN]);
+gd_regprog *registry_find_program(gd_registry *r, const uint8_t id[GD_ID_LEN]);
 
 /* Frees everything (at exit, after the workers stopped). */
 void registry_close(gd_registry *r);

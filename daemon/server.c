@@ -19,6 +19,8 @@
 #include "graphd/status.h"
 #include "log.h"
 #include "check.h"
+#include "dispatch.h"
+#include "dsession.h"
 #include "session.h"
 
 static int set_nonblock_cloexec(int fd) {
@@ -68,7 +70,7 @@ static int probe_existing(const char *path, char *err, size_t errlen) {
   return 0;
 }
 
-static int own_socket(gd_server *s, const gd_options *opt, char *err, size_t errlen) {
+static int own_socket(gd_daemon *s, const gd_options *opt, char *err, size_t errlen) {
   const char *path = opt->socket_path;
   if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
     snprintf(err, errlen, "socket path %s is too long", path);
@@ -153,7 +155,7 @@ fail_unlink:
   return -GRAPHD_PERMISSION_DENIED;
 }
 
-int server_listen(gd_server *s, const gd_options *opt, char *err, size_t errlen) {
+int server_listen(gd_daemon *s, const gd_options *opt, char *err, size_t errlen) {
   s->opt = opt;
   s->listen_fd = -1;
   s->euid = geteuid();
@@ -189,7 +191,7 @@ int server_listen(gd_server *s, const gd_options *opt, char *err, size_t errlen)
 }
 
 static void accept_cb(uv_poll_t *h, int status, int events) {
-  gd_server *s = h->data;
+  gd_daemon *s = h->data;
   (void)events;
   if (status < 0) {
     GD_LOG(GD_WARN, "server", "listener poll: %s", uv_strerror(status));
@@ -203,18 +205,18 @@ static void accept_cb(uv_poll_t *h, int status, int events) {
       return;
     }
     gd_session *sess;
-    (void)session_new(s, fd, &sess);
+    (void)session_new(&s->sessions, fd, &sess);
   }
 }
 
 static void signal_cb(uv_signal_t *h, int signum) {
-  gd_server *s = h->data;
+  gd_daemon *s = h->data;
   server_shutdown(s, s->exit_code == GD_EXIT_FAULT ? "a device faulted and cannot be reset"
                     : signum == SIGTERM                ? "SIGTERM"
                                                        : "SIGINT");
 }
 
-int server_signals_start(gd_server *s, uv_loop_t *loop) {
+int server_signals_start(gd_daemon *s, uv_loop_t *loop) {
   int rc = 0;
   s->loop = loop;
   UV_CHECK_GOTO(uv_signal_init(loop, &s->sig_term), GRAPHD_INTERNAL, exit);
@@ -226,10 +228,14 @@ exit:
   return rc;
 }
 
-int server_start(gd_server *s, uv_loop_t *loop) {
+int server_start(gd_daemon *s, uv_loop_t *loop) {
   int rc = 0;
   s->loop = loop;
   s->start_ns = gd_now_ns();
+  s->sessions.loop = loop;
+  s->sessions.max_frame = s->opt->max_frame;
+  s->sessions.on_request = dispatch_request;
+  s->sessions.on_close = dsession_close;
   UV_CHECK_GOTO(uv_poll_init(loop, &s->listen_poll, s->listen_fd), GRAPHD_INTERNAL, exit);
   s->listen_poll.data = s;
   UV_CHECK_GOTO(uv_poll_start(&s->listen_poll, UV_READABLE, accept_cb), GRAPHD_INTERNAL, exit);
@@ -241,16 +247,16 @@ exit:
 }
 
 static void listen_close_cb(uv_handle_t *h) {
-  gd_server *s = h->data;
+  gd_daemon *s = h->data;
   close(s->listen_fd);
   s->listen_fd = -1;
 }
 
-void server_shutdown(gd_server *s, const char *why) {
+void server_shutdown(gd_daemon *s, const char *why) {
   if (s->shutting_down) return;
   s->shutting_down = true;
   GD_LOG(GD_INFO, "server", "shutting down (%s): %llu sessions open",
-         why, (unsigned long long)s->nsessions);
+         why, (unsigned long long)s->sessions.n);
   /* First, so systemd hears STOPPING=1 before we wait on workers. */
   if (s->on_shutdown) s->on_shutdown(s);
   if (s->listen_active) {
@@ -262,7 +268,7 @@ void server_shutdown(gd_server *s, const char *why) {
     s->listen_fd = -1;
   }
   /* No new requests; what is in flight finishes or fails with UNAVAILABLE. */
-  for (gd_session *x = s->sessions, *next; x; x = next) {
+  for (gd_session *x = s->sessions.head, *next; x; x = next) {
     next = x->next;
     session_stop_reading(x);
   }
@@ -275,13 +281,13 @@ void server_shutdown(gd_server *s, const char *why) {
            s->opt->shutdown_grace_s);
     _exit(1);
   }
-  while (s->sessions) session_close(s->sessions, "daemon shutting down");
+  while (s->sessions.head) session_close(s->sessions.head, "daemon shutting down");
   worker_pool_close(&s->pool);
   uv_close((uv_handle_t *)&s->sig_term, NULL);
   uv_close((uv_handle_t *)&s->sig_int, NULL);
 }
 
-void server_cleanup(gd_server *s) {
+void server_cleanup(gd_daemon *s) {
   if (!s->listen_inherited && s->socket_path[0]) {
     if (unlink(s->socket_path) < 0 && errno != ENOENT)
       GD_LOG(GD_WARN, "server", "cannot remove %s: %s", s->socket_path, strerror(errno));

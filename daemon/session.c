@@ -10,18 +10,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "dispatch.h"
 #include "graphd/status.h"
 #include "log.h"
-#include "region.h"
-#include "replay.h"
-#include "server.h"
 #include "wire.h"
 
 #define READS_PER_WAKEUP 16
 #define MAX_QUEUED_OUTPUT (64u << 20)
 
 static void update_poll(gd_session *s);
+static void request_done(gd_session *s);
 
 void session_ref(gd_session *s) { s->refs++; }
 
@@ -32,8 +29,6 @@ void session_unref(gd_session *s) {
   if (s->fd >= 0) close(s->fd);
   pthread_mutex_destroy(&s->send_lock);
   gd_frame_reader_close(&s->rd);
-  free(s->ws); /* only when the session never closed as a data session */
-  free(s->last_seq);
   for (gd_outbuf *b = s->out_head, *n; b; b = n) {
     n = b->next;
     free(b);
@@ -90,20 +85,15 @@ void session_close(gd_session *s, const char *why) {
   pthread_mutex_unlock(&s->send_lock);
   GD_LOG(GD_DEBUG, "session", "session %llu (pid %d uid %u) closed: %s",
          (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid, why);
-  gd_server *srv = s->srv;
+  gd_session_set *set = s->set;
   if (s->prev)
     s->prev->next = s->next;
   else
-    srv->sessions = s->next;
+    set->head = s->next;
   if (s->next) s->next->prev = s->prev;
   s->prev = s->next = NULL;
-  srv->nsessions--;
-  if (s->kind == GD_SESSION_DATA && s->device >= 0) {
-    /* The worker ends its half behind the session's queued work: it frees
-     * a dead client's waits, drains the stream, then unmaps the regions. */
-    replay_session_close(s);
-    srv->counters[s->device].sessions--;
-  }
+  set->n--;
+  if (set->on_close) set->on_close(s);
   uv_poll_stop(&s->poll);
   uv_close((uv_handle_t *)&s->poll, close_cb);
 }
@@ -162,14 +152,14 @@ static void queue_frame(gd_session *s, uint8_t *frame, size_t len) {
 }
 
 int session_pack_reply(gd_session *s, Graphd__Wire__Reply *r, uint8_t **frame, size_t *len) {
-  int rc = gd_wire_pack_reply(r, s->srv->opt->max_frame, frame, len);
+  int rc = gd_wire_pack_reply(r, s->set->max_frame, frame, len);
   if (rc < 0) {
     /* The reply itself is too large: say so instead. */
     Graphd__Wire__Reply e = GRAPHD__WIRE__REPLY__INIT;
     e.request_id = r->request_id;
     e.code = GRAPHD_RESOURCE_EXHAUSTED;
     e.message = "the reply is larger than the frame cap (--max-frame)";
-    rc = gd_wire_pack_reply(&e, s->srv->opt->max_frame, frame, len);
+    rc = gd_wire_pack_reply(&e, s->set->max_frame, frame, len);
   }
   return rc;
 }
@@ -252,7 +242,7 @@ static void handle_frame(gd_session *s, gd_frame *f) {
     session_close_after_flush(s);
     return;
   }
-  dispatch_request(s, req, f->fds, f->nfds);
+  s->set->on_request(s, req, f->fds, f->nfds);
 }
 
 /* Decodes buffered frames while no request is in flight. */
@@ -331,7 +321,27 @@ static void update_poll(gd_session *s) {
     uv_poll_stop(&s->poll);
 }
 
-void session_request_done(gd_session *s) {
+void session_begin_request(gd_session *s) {
+  s->busy = true;
+  session_ref(s);
+}
+
+void session_submit(gd_session *s, uint64_t request_id, gd_request *rq, gd_worker *w,
+                    gd_job_run_fn run, gd_job_done_fn done) {
+  rq->s = s;
+  rq->request_id = request_id;
+  rq->job.run = run;
+  rq->job.done = done;
+  session_begin_request(s);
+  worker_submit(w, &rq->job);
+}
+
+void session_end_request(gd_session *s) {
+  request_done(s);
+  session_unref(s);
+}
+
+static void request_done(gd_session *s) {
   s->busy = false;
   if (s->closing) return;
   if (s->close_after_flush && !has_output(s)) {
@@ -342,7 +352,7 @@ void session_request_done(gd_session *s) {
   update_poll(s);
 }
 
-int session_new(gd_server *srv, int fd, gd_session **out) {
+int session_new(gd_session_set *set, int fd, gd_session **out) {
   gd_session *s = calloc(1, sizeof *s);
   if (!s) {
     close(fd);
@@ -357,7 +367,7 @@ int session_new(gd_server *srv, int fd, gd_session **out) {
     free(s);
     return -GRAPHD_PERMISSION_DENIED;
   }
-  int rc = uv_poll_init(srv->loop, &s->poll, fd);
+  int rc = uv_poll_init(set->loop, &s->poll, fd);
   if (rc < 0) {
     GD_LOG(GD_WARN, "session", "uv_poll_init: %s", uv_strerror(rc));
     close(fd);
@@ -365,7 +375,7 @@ int session_new(gd_server *srv, int fd, gd_session **out) {
     return -GRAPHD_INTERNAL;
   }
   s->poll.data = s;
-  s->srv = srv;
+  s->set = set;
   s->fd = fd;
   pthread_mutex_init(&s->send_lock, NULL);
   s->uid = cred.uid;
@@ -373,12 +383,12 @@ int session_new(gd_server *srv, int fd, gd_session **out) {
   s->pid = cred.pid;
   s->device = -1;
   s->refs = 1;
-  s->id = ++srv->next_session_id;
-  gd_frame_reader_init(&s->rd, srv->opt->max_frame);
-  s->next = srv->sessions;
-  if (srv->sessions) srv->sessions->prev = s;
-  srv->sessions = s;
-  srv->nsessions++;
+  s->id = ++set->next_id;
+  gd_frame_reader_init(&s->rd, set->max_frame);
+  s->next = set->head;
+  if (set->head) set->head->prev = s;
+  set->head = s;
+  set->n++;
   update_poll(s);
   GD_LOG(GD_DEBUG, "session", "session %llu accepted from pid %d uid %u",
          (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid);

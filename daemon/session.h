@@ -1,15 +1,19 @@
 /* One client connection: credentials, framing, the reply queue, and the
- * state later capabilities hang off it (regions, flags, session stream).
+ * life of a request that goes to a worker. What a data session adds
+ * (regions, flags, its stream) hangs off `data` (dsession.c).
  *
  * DESIGN: loop thread only. A session reads its socket itself through a
  * uv_poll_t (libuv streams cannot hand over arbitrary fds), takes one
  * request at a time (the next frame is not decoded while a request is with
  * a worker), and writes replies through a non-blocking queue. It is freed
- * only when its poll handle has closed and no job refers to it (`refs`). */
+ * only when its poll handle has closed and no job refers to it (`refs`).
+ * Decoded requests go to the set's on_request, and a closing session to
+ * its on_close, so this file knows no request. */
 #ifndef GRAPHD_SESSION_H
 #define GRAPHD_SESSION_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -17,8 +21,22 @@
 
 #include "frame.h"
 #include "graphd.pb-c.h"
+#include "worker.h"
 
-struct gd_server;
+typedef struct gd_session gd_session;
+
+/* Every session of a daemon, and what it does with them. */
+typedef struct gd_session_set {
+  uv_loop_t *loop;
+  uint32_t max_frame;
+  gd_session *head; /* doubly linked through session->prev/next */
+  uint64_t n;
+  uint64_t next_id;
+  /* Takes ownership of req and of the nfds fds (checked against req->nfds). */
+  void (*on_request)(gd_session *s, Graphd__Wire__Request *req, int *fds, int nfds);
+  /* The session is closing (once); its data is let go here. */
+  void (*on_close)(gd_session *s);
+} gd_session_set;
 
 enum gd_session_kind { GD_SESSION_NONE = 0, GD_SESSION_DATA = 1, GD_SESSION_CONTROL = 2 };
 
@@ -28,9 +46,9 @@ typedef struct gd_outbuf {
   uint8_t data[];
 } gd_outbuf;
 
-typedef struct gd_session {
-  struct gd_session *prev, *next;
-  struct gd_server *srv;
+struct gd_session {
+  gd_session *prev, *next;
+  gd_session_set *set;
   uint64_t id;
   int fd;
   uv_poll_t poll;
@@ -53,17 +71,11 @@ typedef struct gd_session {
   bool closing;        /* written under send_lock */
   bool close_after_flush;
   int refs;            /* the poll handle + jobs in flight */
-  struct gd_region *regions; /* region.c's table (uthash) */
-  uint32_t next_region_id;
-  uint64_t nregions;
-  uint64_t region_bytes;
-  struct gd_wsess *ws;  /* the worker's half (capture.c); data sessions */
-  uint32_t flag_slots;  /* 0 until RegisterFlags */
-  uint64_t *last_seq;   /* per flag slot */
-} gd_session;
+  void *data;          /* a data session's state (dsession.c), NULL once closed */
+};
 
 /* Adopts an accepted socket. Returns 0 or a negated status (fd closed). */
-int session_new(struct gd_server *srv, int fd, gd_session **out);
+int session_new(gd_session_set *set, int fd, gd_session **out);
 
 /* Queues a reply. code is a graphd status (positive or negated); the
  * message is printf-style and may be NULL for OK. */
@@ -71,8 +83,28 @@ void session_reply(gd_session *s, Graphd__Wire__Reply *r);
 void session_reply_error(gd_session *s, uint64_t request_id, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* Marks the in-flight request finished and resumes reading. */
-void session_request_done(gd_session *s);
+/* A request that goes to a worker: its job, and whom to answer. */
+typedef struct gd_request {
+  gd_job job;
+  gd_session *s;
+  uint64_t request_id;
+} gd_request;
+
+/* The session's request in flight begins: nothing more is read from the
+ * session, and it stays allocated, until session_end_request(). */
+void session_begin_request(gd_session *s);
+/* It ended (replied or not): reading resumes; drops the reference. */
+void session_end_request(gd_session *s);
+
+/* Begins the request and hands rq to worker w, which runs `run`; `done`
+ * gets rq->job back on the loop and must end the request. */
+void session_submit(gd_session *s, uint64_t request_id, gd_request *rq, gd_worker *w,
+                    gd_job_run_fn run, gd_job_done_fn done);
+
+/* The gd_request a job belongs to. */
+static inline gd_request *session_request_of(gd_job *j) {
+  return (gd_request *)((char *)j - offsetof(gd_request, job));
+}
 
 /* Sends what is queued, then closes. */
 void session_close_after_flush(gd_session *s);

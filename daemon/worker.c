@@ -9,11 +9,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "graphd/status.h"
 #include "log.h"
-#include "capture.h"
-#include "fault.h"
-#include "prepare.h"
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -25,12 +23,6 @@ static inline void cpu_relax(void) {
 
 /* How long an idle worker spins before it sleeps on its condition. */
 #define WORKER_SPIN_NS 50000u
-
-uint64_t gd_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Hands a finished job to the loop. Any thread. */
 static void complete(gd_pool *p, gd_job *j) {
@@ -51,41 +43,8 @@ static void fail_unrun(gd_job *j, const char *why) {
   snprintf(j->msg, sizeof j->msg, "%s", why);
 }
 
-/* How often a worker checks the ready waits it queued on its device. */
-#define WATCH_PERIOD_NS 10000000L
-
-typedef struct cut_job {
-  gd_job job; /* first */
-  uint64_t session_id;
-} cut_job;
-
-static void reset_done(gd_job *j) {
-  gd_pool *p = j->worker->pool;
-  if (p->reset_cb) p->reset_cb(p->owner, j->worker->index);
-  free(j);
-}
-
-/* After a job, and every WATCH_PERIOD while work may be in flight: has the
- * device faulted? If so it is reset here and the loop is told. */
-static void check_device(gd_worker *w) {
-  if (atomic_load(&w->state) != GD_WORKER_OK || !fault_check(w)) return;
-  gd_job *j = calloc(1, sizeof *j);
-  if (!j) {
-    GD_LOG(GD_ERROR, "worker", "out of memory telling the loop that device %d was reset",
-           w->index);
-    return;
-  }
-  j->done = reset_done;
-  j->worker = w;
-  complete(w->pool, j);
-}
-
-static void cut_done(gd_job *j) {
-  cut_job *cj = (cut_job *)j;
-  gd_pool *p = j->worker->pool;
-  if (p->cut_cb) p->cut_cb(p->owner, cj->session_id);
-  free(cj);
-}
+/* How often a worker that wants ticks wakes while idle. */
+#define TICK_NS 10000000L
 
 /* Runs done callbacks until none is left. A callback may submit a job that
  * completes at once (a stopping worker refuses it): that completion is run
@@ -109,31 +68,18 @@ static void drain_cb(uv_async_t *a) {
 static void *worker_main(void *arg) {
   gd_worker *w = arg;
   gd_pool *p = w->pool;
-  char tag[16];
-  snprintf(tag, sizeof tag, "%s%d", strcmp(w->be->name, "cuda") == 0 ? "gpu" : "host", w->index);
+  const gd_worker_hooks *h = w->hooks;
+  char tag[16] = "worker";
+  h->tag(w->ctx, tag, sizeof tag);
   gd_log_set_thread_tag(tag);
   pthread_setname_np(pthread_self(), tag);
-
-  char err[160] = "";
-  int rc = w->be->ops->device_open(w->be, w->backend_index, &w->dev, err, sizeof err);
-  if (rc < 0) {
-    snprintf(w->fail_msg, sizeof w->fail_msg, "device %d (%s) could not be opened: %s", w->index,
-             w->be->devices[w->backend_index].uuid_str, err);
-    GD_LOG(GD_ERROR, "worker", "%s", w->fail_msg);
-    atomic_store(&w->state, GD_WORKER_FAILED);
-  } else {
-    atomic_store(&w->state, GD_WORKER_OK);
-    GD_LOG(GD_INFO, "worker", "serving device %d: %s %s", w->index,
-           w->be->devices[w->backend_index].name, w->be->devices[w->backend_index].uuid_str);
-  }
+  (void)h->start(w->ctx); /* a failed start shows in h->refusal */
   atomic_store(&w->heartbeat_ns, gd_now_ns());
   pthread_mutex_lock(&p->start_lock);
   atomic_fetch_add(&p->started, 1);
   pthread_cond_broadcast(&p->start_cond);
   pthread_mutex_unlock(&p->start_lock);
 
-  bool watching = false; /* ready waits queued on the device are watched */
-  bool maybe_busy = false; /* a replay may still run on the device */
   for (;;) {
     /* Right after a job, the next request of a synchronous client is
      * usually a few tens of microseconds away: spin briefly before
@@ -143,17 +89,14 @@ static void *worker_main(void *arg) {
       cpu_relax();
       if ((i & 63) == 0 && gd_now_ns() - spin_from > WORKER_SPIN_NS) break;
     }
-    /* About to sleep with replays still running: keep waking every
-     * WATCH_PERIOD to notice a fault (asked here, not after every job). */
-    if (maybe_busy && !atomic_load(&w->queued)) maybe_busy = capture_busy(w);
-    bool tick = watching || maybe_busy;
+    bool tick = !atomic_load(&w->queued) && h->wants_tick(w->ctx);
     pthread_mutex_lock(&w->lock);
     bool timed_out = false;
     while (!w->head && !w->stopping && !timed_out) {
       if (tick) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += WATCH_PERIOD_NS;
+        ts.tv_nsec += TICK_NS;
         if (ts.tv_nsec >= 1000000000L) {
           ts.tv_sec++;
           ts.tv_nsec -= 1000000000L;
@@ -173,55 +116,38 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&w->lock);
     if (!j && stopping) break;
     atomic_store(&w->heartbeat_ns, gd_now_ns());
-    /* When to ask whether the device faulted: on a wake-up with no job;
-     * after a failed job (a fault fails every later call in its context);
-     * after any job where the worker runs the work itself (host). */
-    bool ask = !j || w->be->waits_on_worker;
     if (j) {
-      if (stopping) {
-        fail_unrun(j, "graphd is shutting down; the request was not run");
-      } else if (atomic_load(&w->state) != GD_WORKER_OK) {
-        fail_unrun(j, w->fail_msg);
+      const char *why = stopping ? "graphd is shutting down; the request was not run"
+                                 : h->refusal(w->ctx);
+      if (why) {
+        fail_unrun(j, why);
       } else {
-        atomic_store(&w->busy, 1);
+        atomic_store(&w->busy, true);
         j->ran = true;
         j->status = 0;
         j->msg[0] = '\0';
-        j->run(w, j);
-        atomic_store(&w->busy, 0);
-        ask = ask || j->status < 0;
-        maybe_busy = true;
+        j->run(j, w->ctx);
+        atomic_store(&w->busy, false);
       }
       atomic_store(&w->heartbeat_ns, gd_now_ns());
-      complete(p, j);
     }
-    if (ask) check_device(w);
-    if (!w->be->waits_on_worker && atomic_load(&w->state) == GD_WORKER_OK) {
-      uint64_t cut[8];
-      int pending = 0;
-      int n = capture_watch(w, cut, 8, &pending);
-      watching = pending;
-      for (int i = 0; i < n; i++) {
-        cut_job *cj = calloc(1, sizeof *cj);
-        if (!cj) continue;
-        cj->session_id = cut[i];
-        cj->job.done = cut_done;
-        cj->job.worker = w;
-        complete(p, &cj->job);
-      }
+    if (j) {
+      /* The loop may free the job once it has it: keep what the hook reads. */
+      bool ran = j->ran;
+      int status = j->status;
+      complete(p, j);
+      h->after(w->ctx, w, true, ran, status);
+    } else {
+      h->after(w->ctx, w, false, false, 0);
     }
   }
-  capture_close_all(w);
-  prepare_close(w);
-  fault_close(w);
-  if (w->dev) w->be->ops->device_close(w->be, w->dev);
-  w->dev = NULL;
+  h->stop(w->ctx);
   GD_LOG(GD_DEBUG, "worker", "stopped");
   return NULL;
 }
 
-int worker_pool_start(gd_pool *p, uv_loop_t *loop, gd_backend *be, const int *idx, int n,
-                      uint64_t budget) {
+int worker_pool_start(gd_pool *p, uv_loop_t *loop, int n, void *const *ctx,
+                      const gd_worker_hooks *hooks) {
   memset(p, 0, sizeof *p);
   p->loop = loop;
   p->n = n;
@@ -240,16 +166,13 @@ int worker_pool_start(gd_pool *p, uv_loop_t *loop, gd_backend *be, const int *id
   for (int i = 0; i < n; i++) {
     gd_worker *w = &p->workers[i];
     w->index = i;
-    w->be = be;
-    w->budget = budget;
-    w->backend_index = idx[i];
+    w->ctx = ctx[i];
+    w->hooks = hooks;
     w->pool = p;
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->cond, NULL);
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-      snprintf(w->fail_msg, sizeof w->fail_msg, "device %d: cannot start its worker thread", i);
-      atomic_store(&w->state, GD_WORKER_FAILED);
-      GD_LOG(GD_ERROR, "worker", "%s", w->fail_msg);
+      GD_LOG(GD_ERROR, "worker", "worker %d: cannot start its thread", i);
       continue;
     }
     w->thread_started = true;
@@ -259,8 +182,8 @@ int worker_pool_start(gd_pool *p, uv_loop_t *loop, gd_backend *be, const int *id
   while (atomic_load(&p->started) < launched) pthread_cond_wait(&p->start_cond, &p->start_lock);
   pthread_mutex_unlock(&p->start_lock);
   int ok = 0;
-  for (int i = 0; i < n; i++) ok += atomic_load(&p->workers[i].state) == GD_WORKER_OK;
-  return ok > 0 ? 0 : -GRAPHD_UNAVAILABLE;
+  for (int i = 0; i < n; i++) ok += p->workers[i].thread_started && !hooks->refusal(ctx[i]);
+  return ok;
 }
 
 void worker_submit(gd_worker *w, gd_job *j) {
@@ -280,7 +203,7 @@ void worker_submit(gd_worker *w, gd_job *j) {
   pthread_mutex_unlock(&w->lock);
   if (refuse) {
     fail_unrun(j, w->thread_started ? "graphd is shutting down; the request was not run"
-                                    : w->fail_msg);
+                                    : "this device's worker thread did not start");
     complete(w->pool, j);
   }
 }
@@ -351,18 +274,23 @@ void worker_pool_free(gd_pool *p) {
   p->n = 0;
 }
 
-int worker_has_queued(gd_worker *w) {
+bool worker_has_queued(gd_worker *w) {
   pthread_mutex_lock(&w->lock);
-  int q = w->head != NULL;
+  bool q = w->head != NULL;
   pthread_mutex_unlock(&w->lock);
   return q;
 }
 
-int worker_stopping(gd_worker *w) {
+bool worker_stopping(gd_worker *w) {
   pthread_mutex_lock(&w->lock);
-  int s = w->stopping;
+  bool s = w->stopping;
   pthread_mutex_unlock(&w->lock);
   return s;
 }
 
 void worker_heartbeat(gd_worker *w) { atomic_store(&w->heartbeat_ns, gd_now_ns()); }
+
+void worker_post(gd_worker *w, gd_job *j) {
+  j->worker = w;
+  complete(w->pool, j);
+}

@@ -291,12 +291,15 @@ START_TEST(test_watchdog_pings_stop_while_a_worker_is_stuck) {
   ck_assert_int_eq(uv_loop_init(&loop), 0);
   gd_worker w;
   memset(&w, 0, sizeof w);
-  atomic_store(&w.state, GD_WORKER_OK);
   atomic_store(&w.heartbeat_ns, gd_now_ns());
-  gd_server s;
+  gd_device dev;
+  memset(&dev, 0, sizeof dev);
+  atomic_store(&dev.state, GD_DEVICE_OK);
+  gd_daemon s;
   memset(&s, 0, sizeof s);
   s.loop = &loop;
   s.ndevices = 1;
+  s.devices = &dev;
   s.pool.workers = &w;
   s.pool.n = 1;
   gd_notify n;
@@ -307,14 +310,14 @@ START_TEST(test_watchdog_pings_stop_while_a_worker_is_stuck) {
   ck_assert_int_ge(ph.pings, 3);
 
   /* Busy in one job, last heard of a second ago: stuck. */
-  atomic_store(&w.busy, 1);
+  atomic_store(&w.busy, true);
   atomic_store(&w.heartbeat_ns, gd_now_ns() - 1000000000ull);
   run_for(&loop, 600, &ph);
   ck_assert_int_eq(ph.pings, 0);
   ck_assert_msg(strstr(ph.last_status, "stuck") != NULL, "status: %s", ph.last_status);
 
   /* The job finished: pings resume and STATUS= says so. */
-  atomic_store(&w.busy, 0);
+  atomic_store(&w.busy, false);
   atomic_store(&w.heartbeat_ns, gd_now_ns());
   run_for(&loop, 500, &ph);
   ck_assert_int_ge(ph.pings, 2);
@@ -341,7 +344,7 @@ START_TEST(test_notify_is_a_no_op_outside_systemd) {
   unsetenv("NOTIFY_SOCKET");
   uv_loop_t loop;
   ck_assert_int_eq(uv_loop_init(&loop), 0);
-  gd_server s;
+  gd_daemon s;
   memset(&s, 0, sizeof s);
   s.loop = &loop;
   gd_notify n;

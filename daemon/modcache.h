@@ -1,18 +1,18 @@
-/* The device stage of validation (Decisions 4) and the per-device caches
- * it fills: each module loaded once per device, each function looked up,
- * loaded and checked once.
+/* The module cache of a device, and the device stage of validation it
+ * serves: each module loaded once per device, each function looked up,
+ * loaded and checked against the launches that use it once.
  *
- * DESIGN: worker thread only. The tables hang off the worker (w->ds) and
+ * DESIGN: worker thread only. The tables hang off the device (d->mods) and
  * are indexed by the registry's dense module and program indexes. */
-#ifndef GRAPHD_PREPARE_H
-#define GRAPHD_PREPARE_H
+#ifndef GRAPHD_MODCACHE_H
+#define GRAPHD_MODCACHE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "backend.h"
 #include "registry.h"
-#include "worker.h"
+#include "device.h"
 
 typedef struct gd_dev_func {
   void *fn;
@@ -25,20 +25,17 @@ typedef struct gd_dev_func {
  * block and shared memory fit. Cached per device once it succeeds.
  * *loaded and *load_ns report module loads done by this call. Errors name
  * the step. */
-int prepare_program(gd_worker *w, const gd_prog *p, uint64_t *loaded, uint64_t *load_ns,
+int modcache_prepare(gd_device *d, const gd_regprog *p, uint64_t *loaded, uint64_t *load_ns,
                     char *err, size_t errlen);
 
-/* The prepared function of launch step `step` (after prepare_program). */
-gd_dev_func *prepare_step_function(gd_worker *w, const gd_prog *p, uint32_t step);
-
-/* Number of modules loaded on this device. */
-uint32_t prepare_modules_loaded(gd_worker *w);
+/* The prepared function of launch step `step` (after modcache_prepare). */
+gd_dev_func *modcache_function(gd_device *d, const gd_regprog *p, uint32_t step);
 
 /* Unloads module m on this device (no capture uses it any more); programs
  * prepared against it will prepare again. */
-void prepare_release_module(gd_worker *w, const gd_module *m);
+void modcache_release_module(gd_device *d, const gd_module *m);
 
 /* Unloads everything (worker exit, device reset). */
-void prepare_close(gd_worker *w);
+void modcache_close(gd_device *d);
 
 #endif

@@ -1,11 +1,12 @@
-/* See prepare.h. Worker thread only. */
-#include "prepare.h"
+/* See modcache.h. Worker thread only. */
+#include "modcache.h"
 
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "graphd/status.h"
 #include "log.h"
 
@@ -17,18 +18,17 @@ typedef struct dev_module {
 } dev_module;
 
 typedef struct dev_prog {
-  int prepared;
-  const gd_prog *prog;
+  bool prepared;
+  const gd_regprog *prog;
   uint32_t nsteps;
   gd_dev_func **step_func; /* per step, launch steps only */
 } dev_prog;
 
-struct gd_devstate {
+struct gd_modcache {
   dev_module *mods;
   uint32_t nmods;
   dev_prog *progs;
   uint32_t nprogs;
-  uint32_t loaded;
 };
 
 static int grow(void **arr, uint32_t *n, uint32_t want, size_t elem) {
@@ -43,12 +43,12 @@ static int grow(void **arr, uint32_t *n, uint32_t want, size_t elem) {
   return 0;
 }
 
-static struct gd_devstate *state_of(gd_worker *w) {
-  if (!w->ds) w->ds = calloc(1, sizeof *w->ds);
-  return w->ds;
+static struct gd_modcache *state_of(gd_device *d) {
+  if (!d->mods) d->mods = calloc(1, sizeof *d->mods);
+  return d->mods;
 }
 
-static int load_module(gd_worker *w, struct gd_devstate *ds, const gd_module *m,
+static int load_module(gd_device *d, struct gd_modcache *ds, const gd_module *m,
                        uint64_t *loaded, uint64_t *load_ns, char *err, size_t errlen) {
   if (grow((void **)&ds->mods, &ds->nmods, m->index + 1, sizeof *ds->mods) < 0) {
     snprintf(err, errlen, "out of memory");
@@ -65,7 +65,7 @@ static int load_module(gd_worker *w, struct gd_devstate *ds, const gd_module *m,
   uint64_t t0 = gd_now_ns();
   char msg[8192];
   msg[0] = '\0';
-  int rc = w->be->ops->module_load(w->be, w->dev, m->kind, m->bytes, m->len, &dm->mod, msg,
+  int rc = d->be->ops->module_load(d->be, d->dev, m->kind, m->bytes, m->len, &dm->mod, msg,
                                    sizeof msg);
   uint64_t dt = gd_now_ns() - t0;
   if (rc < 0) {
@@ -79,7 +79,6 @@ static int load_module(gd_worker *w, struct gd_devstate *ds, const gd_module *m,
     return rc;
   }
   dm->state = 1;
-  ds->loaded++;
   (*loaded)++;
   *load_ns += dt;
   GD_LOG(GD_INFO, "prepare", "module %s (%zu bytes) loaded in %.1f ms", hex, m->len,
@@ -88,7 +87,7 @@ static int load_module(gd_worker *w, struct gd_devstate *ds, const gd_module *m,
 }
 
 /* Compares one launch with its function (the device stage proper). */
-static int check_launch(gd_worker *w, uint32_t i, const gd_launch *l, gd_dev_func *f, char *err,
+static int check_launch(gd_device *d, uint32_t i, const gd_launch *l, gd_dev_func *f, char *err,
                         size_t errlen) {
   const gd_func_info *fi = &f->info;
   if (fi->params_known) {
@@ -125,7 +124,7 @@ static int check_launch(gd_worker *w, uint32_t i, const gd_launch *l, gd_dev_fun
   }
   if (l->shared_bytes > fi->default_shared_limit && l->shared_bytes > f->shared_opted_in) {
     char e[256];
-    int rc = w->be->ops->function_set_shared(w->be, w->dev, f->fn, l->shared_bytes, e, sizeof e);
+    int rc = d->be->ops->function_set_shared(d->be, d->dev, f->fn, l->shared_bytes, e, sizeof e);
     if (rc < 0) {
       snprintf(err, errlen, "step %u (launch %s): cannot allow %u bytes of dynamic shared memory: %s", i,
                l->name, l->shared_bytes, e);
@@ -136,9 +135,9 @@ static int check_launch(gd_worker *w, uint32_t i, const gd_launch *l, gd_dev_fun
   return 0;
 }
 
-int prepare_program(gd_worker *w, const gd_prog *p, uint64_t *loaded, uint64_t *load_ns,
+int modcache_prepare(gd_device *d, const gd_regprog *p, uint64_t *loaded, uint64_t *load_ns,
                     char *err, size_t errlen) {
-  struct gd_devstate *ds = state_of(w);
+  struct gd_modcache *ds = state_of(d);
   *loaded = 0;
   *load_ns = 0;
   if (!ds || grow((void **)&ds->progs, &ds->nprogs, p->index + 1, sizeof *ds->progs) < 0) {
@@ -160,7 +159,7 @@ int prepare_program(gd_worker *w, const gd_prog *p, uint64_t *loaded, uint64_t *
     if (prog->steps[i].kind != GD_STEP_LAUNCH) continue;
     const gd_launch *l = &prog->steps[i].u.launch;
     const gd_module *m = p->step_module[i];
-    int rc = load_module(w, ds, m, loaded, load_ns, err, errlen);
+    int rc = load_module(d, ds, m, loaded, load_ns, err, errlen);
     if (rc < 0) {
       char e[1024];
       snprintf(e, sizeof e, "%s", err);
@@ -174,7 +173,7 @@ int prepare_program(gd_worker *w, const gd_prog *p, uint64_t *loaded, uint64_t *
         return -GRAPHD_RESOURCE_EXHAUSTED;
       }
       char e[512];
-      rc = w->be->ops->function_get(w->be, w->dev, ds->mods[m->index].mod, l->name, &f->fn,
+      rc = d->be->ops->function_get(d->be, d->dev, ds->mods[m->index].mod, l->name, &f->fn,
                                     &f->info, e, sizeof e);
       if (rc < 0) {
         free(f);
@@ -183,23 +182,21 @@ int prepare_program(gd_worker *w, const gd_prog *p, uint64_t *loaded, uint64_t *
       }
       dp->step_func[i] = f;
     }
-    rc = check_launch(w, i, l, dp->step_func[i], err, errlen);
+    rc = check_launch(d, i, l, dp->step_func[i], err, errlen);
     if (rc < 0) return rc;
   }
-  dp->prepared = 1;
+  dp->prepared = true;
   return 0;
 }
 
-gd_dev_func *prepare_step_function(gd_worker *w, const gd_prog *p, uint32_t step) {
-  struct gd_devstate *ds = w->ds;
+gd_dev_func *modcache_function(gd_device *d, const gd_regprog *p, uint32_t step) {
+  struct gd_modcache *ds = d->mods;
   if (!ds || p->index >= ds->nprogs || !ds->progs[p->index].step_func) return NULL;
   return ds->progs[p->index].step_func[step];
 }
 
-uint32_t prepare_modules_loaded(gd_worker *w) { return w->ds ? w->ds->loaded : 0; }
-
-void prepare_release_module(gd_worker *w, const gd_module *m) {
-  struct gd_devstate *ds = w->ds;
+void modcache_release_module(gd_device *d, const gd_module *m) {
+  struct gd_modcache *ds = d->mods;
   if (!ds || m->index >= ds->nmods || ds->mods[m->index].state != 1) return;
   /* Programs prepared against it hold its functions: they prepare again. */
   for (uint32_t i = 0; i < ds->nprogs; i++) {
@@ -212,16 +209,15 @@ void prepare_release_module(gd_worker *w, const gd_module *m) {
       free(dp->step_func[k]);
       dp->step_func[k] = NULL;
     }
-    dp->prepared = 0;
+    dp->prepared = false;
   }
-  w->be->ops->module_unload(w->be, w->dev, ds->mods[m->index].mod);
+  d->be->ops->module_unload(d->be, d->dev, ds->mods[m->index].mod);
   ds->mods[m->index].state = 0;
   ds->mods[m->index].mod = NULL;
-  ds->loaded--;
 }
 
-void prepare_close(gd_worker *w) {
-  struct gd_devstate *ds = w->ds;
+void modcache_close(gd_device *d) {
+  struct gd_modcache *ds = d->mods;
   if (!ds) return;
   for (uint32_t i = 0; i < ds->nprogs; i++) {
     dev_prog *dp = &ds->progs[i];
@@ -229,11 +225,11 @@ void prepare_close(gd_worker *w) {
     free(dp->step_func);
   }
   for (uint32_t i = 0; i < ds->nmods; i++) {
-    if (ds->mods[i].state == 1) w->be->ops->module_unload(w->be, w->dev, ds->mods[i].mod);
+    if (ds->mods[i].state == 1) d->be->ops->module_unload(d->be, d->dev, ds->mods[i].mod);
     free(ds->mods[i].fail_msg);
   }
   free(ds->progs);
   free(ds->mods);
   free(ds);
-  w->ds = NULL;
+  d->mods = NULL;
 }

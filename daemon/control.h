@@ -1,0 +1,23 @@
+/* Requests about every device: Status, ListCaptures and Evict. Each asks
+ * the devices' workers through one fan-out (a job per device) and replies
+ * once every device has answered; a device whose worker cannot run the
+ * job answers as failed (Status then shows it without free memory).
+ *
+ * DESIGN: loop thread, except the jobs' run functions (workers). */
+#ifndef GRAPHD_CONTROL_H
+#define GRAPHD_CONTROL_H
+
+#include "daemon.h"
+#include "graphd.pb-c.h"
+#include "session.h"
+
+void control_handle_status(gd_session *s, uint64_t request_id);
+void control_handle_list(gd_session *s, uint64_t request_id);
+void control_handle_evict(gd_session *s, uint64_t request_id, const Graphd__Wire__Evict *m);
+
+/* Fills di (and dc, which it points at) for device i, with free_mem as its
+ * free memory (0: unknown). */
+void control_fill_device(gd_daemon *d, int i, uint64_t free_mem,
+                         Graphd__Wire__DeviceInfo *di, Graphd__Wire__DeviceCounters *dc);
+
+#endif

@@ -1,0 +1,88 @@
+/* The daemon's state on the loop thread: options, the backend and its
+ * devices with their workers, the registry, the sessions and the counters.
+ * Every request handler reaches it from its session (daemon_of).
+ *
+ * DESIGN: loop thread only, but for the devices (each touched by its own
+ * worker, see device.h) and the fields read atomically there. */
+#ifndef GRAPHD_DAEMON_H
+#define GRAPHD_DAEMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "backend.h"
+#include "clock.h"
+#include "device.h"
+#include "hist.h"
+#include "options.h"
+#include "registry.h"
+#include "session.h"
+#include "worker.h"
+
+/* Counters per device kept by the loop thread. */
+typedef struct gd_device_counters {
+  uint64_t sessions;
+  uint64_t regions;
+  uint64_t region_bytes;
+  uint64_t captures;
+  uint64_t replays;
+  uint64_t errors;
+  uint64_t recaptures;
+  uint64_t inflight;
+  uint64_t captures_built;
+  uint64_t staging_bytes;
+  uint64_t evictions;
+  gd_hist replay_latency; /* request read to reply, successful replays (ns) */
+} gd_device_counters;
+
+/* Counts n captures evicted (by request or by the budget), giving back their
+ * staging bytes. */
+static inline void gd_counters_evicted(gd_device_counters *c, uint64_t n, uint64_t bytes) {
+  c->captures -= n;
+  c->staging_bytes -= bytes;
+  c->evictions += n;
+}
+
+/* graphd's exit status after a device faulted and could not be reset in
+ * this process: the service manager restarts it. */
+#define GD_EXIT_FAULT 3
+
+typedef struct gd_daemon {
+  uv_loop_t *loop;
+  const gd_options *opt;
+  gd_backend *be;
+  int ndevices;
+  const gd_device_facts **facts; /* ndevices entries, into be->devices */
+  gd_device *devices;            /* ndevices entries, each its worker's */
+  gd_device_counters *counters;  /* ndevices entries */
+  gd_pool pool;                  /* worker i serves devices[i] */
+  gd_registry reg;               /* modules and programs */
+  gd_session_set sessions;
+
+  int listen_fd;
+  bool listen_inherited; /* came from systemd: never unlink */
+  bool listen_active;
+  char socket_path[108];
+  uv_poll_t listen_poll;
+  uv_signal_t sig_term, sig_int;
+
+  uint64_t start_ns;
+  bool shutting_down;
+  int exit_code; /* main's status once the loop ends (0, or GD_EXIT_FAULT) */
+  uid_t euid;
+  /* Called once during shutdown so the owner can close its own handles. */
+  void (*on_shutdown)(struct gd_daemon *d);
+  void *owner;
+} gd_daemon;
+
+/* The daemon a session belongs to. */
+static inline gd_daemon *daemon_of(const gd_session *s) {
+  return gd_container_of(s->set, gd_daemon, sessions);
+}
+
+/* The worker of device i. */
+static inline gd_worker *daemon_worker(gd_daemon *d, int i) { return &d->pool.workers[i]; }
+
+#endif

@@ -1,0 +1,93 @@
+/* See devices.h. */
+#include "devices.h"
+
+#include <stdlib.h>
+
+#include "dsession.h"
+#include "graphd/status.h"
+#include "log.h"
+#include "upkeep.h"
+
+static void tag_hook(const void *ctx, char *tag, size_t len) { device_tag(ctx, tag, len); }
+
+static int start_hook(void *ctx) { return device_attach(ctx); }
+
+static const char *refusal_hook(void *ctx) {
+  gd_device *dev = ctx;
+  return device_ok(dev) ? NULL : dev->fail_msg;
+}
+
+static bool tick_hook(void *ctx) { return upkeep_wants_tick(ctx); }
+
+/* The loop's side of upkeep news. */
+typedef struct news_job {
+  gd_job job;
+  gd_daemon *d;
+  int dev;
+  bool reset;
+  uint64_t session_id; /* cut off, when !reset */
+} news_job;
+
+static void news_done(gd_job *j) {
+  news_job *nj = gd_container_of(j, news_job, job);
+  if (nj->reset)
+    dsession_device_reset(nj->d, nj->dev);
+  else
+    dsession_cut_off(nj->d, nj->session_id);
+  free(nj);
+}
+
+static void post_news(gd_worker *w, gd_device *dev, bool reset, uint64_t session_id) {
+  news_job *nj = calloc(1, sizeof *nj);
+  if (!nj) {
+    GD_LOG(GD_ERROR, "devices", "out of memory telling the loop about device %d", dev->index);
+    return;
+  }
+  nj->d = gd_container_of(w->pool, gd_daemon, pool);
+  nj->dev = dev->index;
+  nj->reset = reset;
+  nj->session_id = session_id;
+  nj->job.done = news_done;
+  worker_post(w, &nj->job);
+}
+
+static void after_hook(void *ctx, gd_worker *w, bool had_job, bool ran, int status) {
+  gd_device *dev = ctx;
+  gd_upkeep_news news;
+  upkeep_after(dev, had_job, ran, status, &news);
+  if (news.reset) post_news(w, dev, true, 0);
+  for (int i = 0; i < news.ncut; i++) post_news(w, dev, false, news.cut[i]);
+}
+
+static void stop_hook(void *ctx) { upkeep_close(ctx); }
+
+static const gd_worker_hooks device_hooks = {
+    .tag = tag_hook,
+    .start = start_hook,
+    .refusal = refusal_hook,
+    .wants_tick = tick_hook,
+    .after = after_hook,
+    .stop = stop_hook,
+};
+
+int devices_start(gd_daemon *d, uv_loop_t *loop, const int *idx, int n, uint64_t budget) {
+  d->devices = calloc((size_t)n, sizeof *d->devices);
+  void **ctx = calloc((size_t)n, sizeof *ctx);
+  if (!d->devices || !ctx) {
+    free(ctx);
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  for (int i = 0; i < n; i++) {
+    device_init(&d->devices[i], i, d->be, idx[i], budget);
+    ctx[i] = &d->devices[i];
+  }
+  int ok = worker_pool_start(&d->pool, loop, n, ctx, &device_hooks);
+  free(ctx);
+  if (ok < 0) return ok;
+  return ok > 0 ? 0 : -GRAPHD_UNAVAILABLE;
+}
+
+void devices_free(gd_daemon *d) {
+  free(d->devices);
+  d->devices = NULL;
+}

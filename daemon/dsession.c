@@ -1,0 +1,354 @@
+/* See dsession.h. Loop thread, except the jobs' run functions (worker). */
+#define _GNU_SOURCE
+#include "dsession.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "graphd/status.h"
+#include "holwatch.h"
+#include "log.h"
+
+int dsession_open(gd_session *s, int dev) {
+  gd_daemon *d = daemon_of(s);
+  gd_dsession *x = calloc(1, sizeof *x);
+  if (!x || !(x->ds = dstream_new(s->id))) {
+    free(x);
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  s->data = x;
+  s->kind = GD_SESSION_DATA;
+  s->device = dev;
+  d->counters[dev].sessions++;
+  return 0;
+}
+
+/* --- the end of a session -------------------------------------------------- */
+
+typedef struct end_job {
+  gd_job job;
+  gd_dstream *ds;
+  gd_region_map *maps;
+  size_t nmaps;
+} end_job;
+
+static void end_run(gd_job *j, void *ctx) {
+  end_job *ej = gd_container_of(j, end_job, job);
+  gd_device *dev = ctx;
+  if (ej->ds) holwatch_drop_stream(dev, ej->ds);
+  dstream_end(dev, ej->ds, ej->maps, ej->nmaps);
+  ej->ds = NULL;
+}
+
+static void end_done(gd_job *j) {
+  end_job *ej = gd_container_of(j, end_job, job);
+  free(ej->ds); /* only when the worker was gone and nothing ran */
+  free(ej->maps);
+  free(ej);
+}
+
+void dsession_close(gd_session *s) {
+  gd_daemon *d = daemon_of(s);
+  gd_dsession *x = dsession_of(s);
+  if (!x) return;
+  gd_device_counters *c = &d->counters[s->device];
+  c->sessions--;
+  c->regions -= x->regions.n;
+  c->region_bytes -= x->regions.bytes;
+  end_job *ej = calloc(1, sizeof *ej);
+  if (!ej || region_take_all(&x->regions, &ej->maps, &ej->nmaps) < 0) {
+    GD_LOG(GD_ERROR, "dsession", "out of memory ending session %llu on its device; its "
+           "mappings stay until exit", (unsigned long long)s->id);
+    free(ej);
+  } else {
+    /* A replay waiting on this client's ready flag stops waiting now. */
+    atomic_store(&x->ds->client_gone, true);
+    ej->ds = x->ds;
+    ej->job.run = end_run;
+    ej->job.done = end_done;
+    worker_submit(daemon_worker(d, s->device), &ej->job);
+  }
+  free(x->last_seq);
+  free(x);
+  s->data = NULL;
+}
+
+/* --- RegisterFlags --------------------------------------------------------- */
+
+typedef struct flags_job {
+  gd_request rq;
+  gd_dstream *ds;
+  int fd;
+  uint32_t slots;
+} flags_job;
+
+static void flags_run(gd_job *j, void *ctx) {
+  flags_job *fj = gd_container_of(j, flags_job, rq.job);
+  j->status = dstream_map_flags(ctx, fj->ds, fj->fd, fj->slots, j->msg, sizeof j->msg);
+}
+
+static void flags_done(gd_job *j) {
+  flags_job *fj = gd_container_of(j, flags_job, rq.job);
+  gd_session *s = fj->rq.s;
+  gd_dsession *x = dsession_of(s);
+  close(fj->fd);
+  if (!s->closing) {
+    if (j->status < 0) {
+      session_reply_error(s, fj->rq.request_id, j->status, "RegisterFlags: %s", j->msg);
+    } else if (!(x->last_seq = calloc(fj->slots, sizeof *x->last_seq))) {
+      session_reply_error(s, fj->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+      x->flag_slots = fj->slots;
+      Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
+      Graphd__Wire__RegisterFlagsReply fr = GRAPHD__WIRE__REGISTER_FLAGS_REPLY__INIT;
+      r.request_id = fj->rq.request_id;
+      r.body_case = GRAPHD__WIRE__REPLY__BODY_REGISTER_FLAGS;
+      r.register_flags = &fr;
+      session_reply(s, &r);
+    }
+  }
+  session_end_request(s);
+  free(fj);
+}
+
+void dsession_handle_register_flags(gd_session *s, uint64_t request_id,
+                                    const Graphd__Wire__RegisterFlags *m, int fd) {
+  gd_dsession *x = dsession_of(s);
+  const char *why = NULL;
+  int code = GRAPHD_INVALID_ARGUMENT;
+  if (!x) {
+    why = "RegisterFlags needs a data session (one bound to a device)";
+    code = GRAPHD_FAILED_PRECONDITION;
+  } else if (x->flag_slots) {
+    why = "this session already registered its flag page";
+    code = GRAPHD_ALREADY_EXISTS;
+  } else if (fd < 0) {
+    why = "RegisterFlags carries the flag page's memfd (one fd)";
+  } else if (m->slots == 0 || m->slots > GRAPHD_MAX_FLAG_SLOTS) {
+    why = "RegisterFlags.slots must be 1 to 1024";
+  }
+  if (why) {
+    if (fd >= 0) close(fd);
+    session_reply_error(s, request_id, code, "%s", why);
+    return;
+  }
+  flags_job *fj = calloc(1, sizeof *fj);
+  if (!fj) {
+    close(fd);
+    session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  fj->ds = x->ds;
+  fj->fd = fd;
+  fj->slots = m->slots;
+  session_submit(s, request_id, &fj->rq, daemon_worker(daemon_of(s), s->device), flags_run,
+                 flags_done);
+}
+
+/* --- regions --------------------------------------------------------------- */
+
+typedef struct import_job {
+  gd_request rq;
+  gd_region_import in;
+  uint64_t client_base;
+  gd_region_map out;
+  uint64_t ns;
+} import_job;
+
+typedef struct release_job {
+  gd_job job;
+  gd_region_map map;
+  gd_dstream *ds; /* the session's stream, drained before unmapping; NULL: unused */
+} release_job;
+
+static void release_run(gd_job *j, void *ctx) {
+  release_job *rj = gd_container_of(j, release_job, job);
+  /* GPU work of this session's replays may still read or write it. */
+  dstream_sync(ctx, rj->ds);
+  device_release_import(ctx, &rj->map);
+}
+
+static void release_done(gd_job *j) { free(gd_container_of(j, release_job, job)); }
+
+/* Queues the unmapping behind whatever the worker already has. */
+static void release_map(gd_daemon *d, int dev, const gd_region_map *map, gd_dstream *ds) {
+  release_job *rj = calloc(1, sizeof *rj);
+  if (!rj) {
+    GD_LOG(GD_ERROR, "dsession", "out of memory releasing a region: it stays mapped");
+    return;
+  }
+  rj->map = *map;
+  rj->ds = ds;
+  rj->job.run = release_run;
+  rj->job.done = release_done;
+  worker_submit(daemon_worker(d, dev), &rj->job);
+}
+
+static void import_run(gd_job *j, void *ctx) {
+  import_job *ij = gd_container_of(j, import_job, rq.job);
+  uint64_t t0 = gd_now_ns();
+  j->status = device_import(ctx, &ij->in, &ij->out, j->msg, sizeof j->msg);
+  ij->ns = gd_now_ns() - t0;
+  if (ij->in.fd >= 0) close(ij->in.fd);
+  ij->in.fd = -1;
+}
+
+static void import_done(gd_job *j) {
+  import_job *ij = gd_container_of(j, import_job, rq.job);
+  gd_session *s = ij->rq.s;
+  gd_daemon *d = daemon_of(s);
+  if (ij->in.fd >= 0) close(ij->in.fd); /* never ran */
+  if (j->status < 0) {
+    if (!s->closing)
+      session_reply_error(s, ij->rq.request_id, j->status, "RegisterRegion: %s", j->msg);
+    goto exit;
+  }
+  if (s->closing) {
+    release_map(d, s->device, &ij->out, NULL); /* never used by a replay */
+    goto exit;
+  }
+  gd_dsession *x = dsession_of(s);
+  gd_region *r = region_add(&x->regions, &ij->out, ij->client_base);
+  if (!r) {
+    release_map(d, s->device, &ij->out, NULL);
+    session_reply_error(s, ij->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    goto exit;
+  }
+  d->counters[s->device].regions++;
+  d->counters[s->device].region_bytes += r->map.size;
+  GD_LOG(GD_DEBUG, "dsession", "session %llu: region %u, %llu bytes, imported in %.1f us",
+         (unsigned long long)s->id, r->id, (unsigned long long)r->map.size,
+         (double)ij->ns / 1e3);
+  Graphd__Wire__Reply rep = GRAPHD__WIRE__REPLY__INIT;
+  Graphd__Wire__RegisterRegionReply rr = GRAPHD__WIRE__REGISTER_REGION_REPLY__INIT;
+  rep.request_id = ij->rq.request_id;
+  rep.body_case = GRAPHD__WIRE__REPLY__BODY_REGISTER_REGION;
+  rep.register_region = &rr;
+  rr.region_id = r->id;
+  rr.size = r->map.size;
+  rr.import_ns = ij->ns;
+  session_reply(s, &rep);
+exit:
+  session_end_request(s);
+  free(ij);
+}
+
+void dsession_handle_register_region(gd_session *s, uint64_t request_id,
+                                     const Graphd__Wire__RegisterRegion *m, int fd) {
+  gd_dsession *x = dsession_of(s);
+  const char *why = NULL;
+  int code = GRAPHD_INVALID_ARGUMENT;
+  bool wants_fd = m->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD ||
+                  m->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;
+  if (!x) {
+    why = "RegisterRegion needs a data session (one bound to a device)";
+    code = GRAPHD_FAILED_PRECONDITION;
+  } else if (m->kind != GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD &&
+             m->kind != GRAPHD__WIRE__REGION_KIND__REGION_KIND_LEGACY_IPC &&
+             m->kind != GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD) {
+    why = "RegisterRegion.kind must be VMM_FD, LEGACY_IPC or HOST_MEMFD";
+  } else if (wants_fd != (fd >= 0)) {
+    why = wants_fd ? "RegisterRegion of this kind carries exactly one fd"
+                   : "RegisterRegion of kind LEGACY_IPC carries no fd";
+  } else if (m->size == 0) {
+    why = "RegisterRegion.size is 0";
+  } else if (m->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_LEGACY_IPC &&
+             m->ipc_handle.len != 64) {
+    why = "RegisterRegion.ipc_handle must be 64 bytes (a CUipcMemHandle)";
+  } else if (x->regions.n >= GD_MAX_REGIONS_PER_SESSION) {
+    why = "this session holds the most regions allowed (4096); unregister some first";
+    code = GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  if (why) {
+    if (fd >= 0) close(fd);
+    session_reply_error(s, request_id, code, "%s", why);
+    return;
+  }
+  import_job *ij = calloc(1, sizeof *ij);
+  if (!ij) {
+    if (fd >= 0) close(fd);
+    session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  ij->in.kind = (int)m->kind; /* equal by graphd/protocol.h's static asserts */
+  ij->in.fd = fd;
+  ij->in.size = m->size;
+  if (m->ipc_handle.len == 64) memcpy(ij->in.ipc_handle, m->ipc_handle.data, 64);
+  ij->client_base = m->client_base;
+  session_submit(s, request_id, &ij->rq, daemon_worker(daemon_of(s), s->device), import_run,
+                 import_done);
+}
+
+void dsession_handle_unregister_region(gd_session *s, uint64_t request_id,
+                                       const Graphd__Wire__UnregisterRegion *m) {
+  gd_daemon *d = daemon_of(s);
+  gd_dsession *x = dsession_of(s);
+  gd_region *r = x ? region_find(&x->regions, m->region_id) : NULL;
+  if (!r) {
+    session_reply_error(s, request_id, GRAPHD_NOT_FOUND,
+                        "UnregisterRegion: this session has no region %u", m->region_id);
+    return;
+  }
+  d->counters[s->device].regions--;
+  d->counters[s->device].region_bytes -= r->map.size;
+  release_map(d, s->device, &r->map, x->ds);
+  region_remove(&x->regions, r);
+  Graphd__Wire__Reply rep = GRAPHD__WIRE__REPLY__INIT;
+  Graphd__Wire__UnregisterRegionReply ur = GRAPHD__WIRE__UNREGISTER_REGION_REPLY__INIT;
+  rep.request_id = request_id;
+  rep.body_case = GRAPHD__WIRE__REPLY__BODY_UNREGISTER_REGION;
+  rep.unregister_region = &ur;
+  session_reply(s, &rep);
+}
+
+/* --- ends forced by a worker ----------------------------------------------- */
+
+void dsession_cut_off(gd_daemon *d, uint64_t session_id) {
+  for (gd_session *s = d->sessions.head; s; s = s->next) {
+    if (s->id != session_id) continue;
+    GD_LOG(GD_WARN, "dsession", "session %llu (pid %d) is hung: its ready flag did not come "
+           "within --ready-timeout while another session waited behind it; closing it",
+           (unsigned long long)s->id, (int)s->pid);
+    d->counters[s->device].errors++;
+    session_close(s, "cut off as hung");
+    return;
+  }
+}
+
+void dsession_device_reset(gd_daemon *d, int dev) {
+  gd_device_counters *c = &d->counters[dev];
+  c->errors++;
+  /* The worker dropped every capture with the old context. */
+  c->captures = 0;
+  c->staging_bytes = 0;
+  gd_session *next;
+  for (gd_session *s = d->sessions.head; s; s = next) {
+    next = s->next;
+    gd_dsession *x = dsession_of(s);
+    if (!x || s->device != dev || s->closing) continue;
+    /* Whatever its stream waits for from the old context will not come:
+     * write every done value from the host, so no client stream waits
+     * forever. The worker's last write to the page came before the reset,
+     * whose news comes through the completion queue. */
+    dstream_release(x->ds, GRAPHD_FLAG_WORD_DONE, NULL);
+    GD_LOG(GD_WARN, "dsession", "session %llu (pid %d): device %d was reset after a GPU fault; "
+           "closing the session (the client reconnects)", (unsigned long long)s->id,
+           (int)s->pid, dev);
+    session_close(s, "device reset after a GPU fault");
+  }
+  gd_device *device = &d->devices[dev];
+  if (atomic_load(&device->state) != GD_DEVICE_FAILED || d->shutting_down) return;
+  /* The reset failed: CUDA (13, as measured) makes no new context in a
+   * process whose context took a sticky fault. Only a new process brings
+   * the GPU back, so stop cleanly and let the service manager start one;
+   * every client reconnects. */
+  GD_LOG(GD_ERROR, "dsession", "%s; exiting with status %d so that the service manager restarts "
+         "graphd (clients of every device reconnect)", device->fail_msg, GD_EXIT_FAULT);
+  d->exit_code = GD_EXIT_FAULT;
+  /* Through the signal path, so the shutdown starts from the loop's top
+   * level rather than inside the completion callbacks it drains. */
+  if (uv_kill(getpid(), SIGTERM) != 0) _exit(GD_EXIT_FAULT);
+}

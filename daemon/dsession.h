@@ -1,0 +1,55 @@
+/* Data sessions on the loop: a session bound to one device, from Hello to
+ * its end. It registers its flag page and its regions here, and ends here:
+ * when its client leaves, when it is cut off as hung (the head-of-line
+ * policy), or when its device is reset after a fault. Its half on the
+ * device is a gd_dstream (dstream.c); its replays are replay.c's.
+ *
+ * DESIGN: loop thread only; the jobs' run functions run on the device's
+ * worker. A data session's state hangs off session->data until it closes. */
+#ifndef GRAPHD_DSESSION_H
+#define GRAPHD_DSESSION_H
+
+#include <stdint.h>
+
+#include "daemon.h"
+#include "dstream.h"
+#include "graphd.pb-c.h"
+#include "region.h"
+#include "session.h"
+
+typedef struct gd_dsession {
+  gd_dstream *ds;          /* the device's half; the worker's from the end job on */
+  gd_region_table regions;
+  uint32_t flag_slots;     /* 0 until RegisterFlags */
+  uint64_t *last_seq;      /* per flag slot: the last replay's seq */
+} gd_dsession;
+
+/* The data session's state; NULL for a control session or once closed. */
+static inline gd_dsession *dsession_of(gd_session *s) { return s->data; }
+
+/* Makes s a data session on device dev (Hello). Returns 0 or a negated
+ * status. */
+int dsession_open(gd_session *s, int dev);
+
+/* The session set's on_close: ends the device's half behind the work the
+ * session queued (a dead client's ready waits are released, the stream
+ * drains, then its regions and flags are let go). */
+void dsession_close(gd_session *s);
+
+void dsession_handle_register_flags(gd_session *s, uint64_t request_id,
+                                    const Graphd__Wire__RegisterFlags *m, int fd);
+void dsession_handle_register_region(gd_session *s, uint64_t request_id,
+                                     const Graphd__Wire__RegisterRegion *m, int fd);
+void dsession_handle_unregister_region(gd_session *s, uint64_t request_id,
+                                       const Graphd__Wire__UnregisterRegion *m);
+
+/* A worker released a hung client's waits: close its session, so that its
+ * later requests fail. */
+void dsession_cut_off(gd_daemon *d, uint64_t session_id);
+
+/* Device dev was reset after a GPU fault (or failed to be): release every
+ * wait its sessions' streams have on it, close them, and when the device
+ * could not be reset, stop graphd with GD_EXIT_FAULT. */
+void dsession_device_reset(gd_daemon *d, int dev);
+
+#endif

@@ -1,0 +1,105 @@
+/* See dstream.h. Worker thread, but for dstream_new and dstream_release. */
+#include "dstream.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "clock.h"
+#include "graphd/status.h"
+#include "log.h"
+
+#define OPS (d->be->ops)
+#define BE d->be, d->dev
+
+gd_dstream *dstream_new(uint64_t session_id) {
+  gd_dstream *ds = calloc(1, sizeof *ds);
+  if (ds) ds->session_id = session_id;
+  return ds;
+}
+
+static int ensure_stream(gd_device *d, gd_dstream *ds, char *err, size_t errlen) {
+  if (ds->has_stream) return 0;
+  int rc = OPS->stream_create(BE, &ds->stream, err, errlen);
+  ds->has_stream = rc == 0;
+  ds->epoch = atomic_load(&d->epoch);
+  return rc;
+}
+
+int dstream_map_flags(gd_device *d, gd_dstream *ds, int fd, uint32_t slots, char *err,
+                      size_t errlen) {
+  if (ds->has_flags) {
+    snprintf(err, errlen, "this session already registered its flags");
+    return -GRAPHD_ALREADY_EXISTS;
+  }
+  int rc = ensure_stream(d, ds, err, errlen);
+  if (rc < 0) return rc;
+  rc = OPS->flags_map(BE, fd, (uint64_t)slots * GRAPHD_FLAG_STRIDE, &ds->flags, err, errlen);
+  if (rc < 0) return rc;
+  ds->has_flags = true;
+  ds->nslots = slots;
+  return 0;
+}
+
+/* Writes values[i] into one word of each of the session's flag slots. */
+static void write_words(gd_dstream *ds, uint32_t word, const uint64_t *values) {
+  for (uint32_t i = 0; ds->has_flags && i < ds->nslots; i++)
+    __atomic_store_n(dstream_word(ds, i, word), values[i], __ATOMIC_RELEASE);
+}
+
+void dstream_release(gd_dstream *ds, uint32_t word, uint64_t *written) {
+  /* Stream waits compare cyclically ((int64_t)(*addr - value) >= 0), so
+   * UINT64_MAX would release nothing: jump 2^62 ahead instead. */
+  uint64_t own[GRAPHD_MAX_FLAG_SLOTS];
+  uint64_t *v = written ? written : own;
+  for (uint32_t i = 0; ds->has_flags && i < ds->nslots; i++)
+    v[i] = __atomic_load_n(dstream_word(ds, i, word), __ATOMIC_ACQUIRE) + (1ull << 62);
+  write_words(ds, word, v);
+}
+
+void dstream_sync(gd_device *d, gd_dstream *ds) {
+  /* A stream from before a reset is gone with its context. */
+  if (!ds || !ds->has_stream || ds->epoch != atomic_load(&d->epoch)) return;
+  char e[256];
+  if (OPS->stream_sync(BE, ds->stream, e, sizeof e) < 0)
+    GD_LOG(GD_WARN, "dstream", "session %llu: stream sync failed: %s",
+           (unsigned long long)ds->session_id, e);
+}
+
+/* A closed session's client writes no more ready values: release every
+ * wait of its stream from the host so nothing queued behind them waits
+ * forever. GPU work a killed client queued can still land a ready write,
+ * lower than the release, until the driver has torn its context down; so
+ * the same release is written again while the stream drains (at most
+ * DRAIN_REWRITE_NS, then a plain sync). */
+#define DRAIN_REWRITE_NS 2000000000ull
+static void release_and_drain(gd_device *d, gd_dstream *ds) {
+  uint64_t target[GRAPHD_MAX_FLAG_SLOTS];
+  dstream_release(ds, GRAPHD_FLAG_WORD_READY, target);
+  gd_event ev;
+  char e[256];
+  if (ds->has_flags && ds->has_stream && ds->epoch == atomic_load(&d->epoch) &&
+      OPS->event_create(BE, &ev, e, sizeof e) == 0) {
+    if (OPS->event_record(BE, ev, ds->stream, e, sizeof e) == 0) {
+      uint64_t end = gd_now_ns() + DRAIN_REWRITE_NS;
+      while (!OPS->event_done(BE, ev) && gd_now_ns() < end) {
+        write_words(ds, GRAPHD_FLAG_WORD_READY, target);
+        struct timespec nap = {0, 20000};
+        nanosleep(&nap, NULL);
+      }
+    }
+    OPS->event_destroy(BE, ev);
+  }
+  dstream_sync(d, ds);
+}
+
+void dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps) {
+  if (ds) release_and_drain(d, ds);
+  for (size_t i = 0; i < nmaps; i++) device_release_import(d, &maps[i]);
+  if (!ds) return;
+  /* After a reset the flag page's registration is gone with the old
+   * context (unregistering fails, harmlessly) but the mapping is ours. */
+  if (ds->has_flags) OPS->flags_unmap(BE, &ds->flags);
+  if (ds->has_stream && ds->epoch == atomic_load(&d->epoch)) OPS->stream_destroy(BE, ds->stream);
+  free(ds);
+}

@@ -1,0 +1,64 @@
+/* A data session's half on its device: the session stream on which its
+ * replays run, and the flag page shared with the client, through which the
+ * client's streams and the session stream order each other (see
+ * docs/design.md, "Ordering", and graphd/protocol.h for the layout).
+ *
+ * DESIGN: made on the loop thread (dstream_new) when the session opens,
+ * then filled, used and freed by the device's worker; the loop only reads
+ * session_id and sets client_gone. dstream_release() touches only the
+ * shared page and may run on any thread while the session holds it. */
+#ifndef GRAPHD_DSTREAM_H
+#define GRAPHD_DSTREAM_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "device.h"
+#include "graphd/protocol.h"
+
+typedef struct gd_dstream {
+  uint64_t session_id;
+  gd_stream stream;
+  bool has_stream;
+  gd_flags_map flags;
+  bool has_flags;
+  uint32_t nslots;
+  _Atomic bool client_gone; /* set by the loop when the session closes */
+  bool cut_off;             /* released as hung; its waits are not watched */
+  uint64_t epoch;           /* the device epoch its stream and flags were made in */
+} gd_dstream;
+
+/* A fresh dstream for a data session. Loop thread. NULL when out of memory. */
+gd_dstream *dstream_new(uint64_t session_id);
+
+/* Makes the session stream and maps the flag page of `slots` slots (fd is
+ * not closed here). */
+int dstream_map_flags(gd_device *d, gd_dstream *ds, int fd, uint32_t slots, char *err,
+                      size_t errlen);
+
+/* Word `word` (GRAPHD_FLAG_WORD_*) of flag slot `slot`: the daemon's host
+ * mapping, and its device address. */
+static inline volatile uint64_t *dstream_word(const gd_dstream *ds, uint32_t slot, uint32_t word) {
+  return ds->flags.host + (uint64_t)slot * GRAPHD_FLAG_WORDS_PER_SLOT + word;
+}
+static inline uint64_t dstream_word_dev(const gd_dstream *ds, uint32_t slot, uint32_t word) {
+  return ds->flags.dev + (uint64_t)slot * GRAPHD_FLAG_STRIDE + 8u * word;
+}
+
+/* Releases every stream wait on one word of each flag slot by writing it
+ * from the host, well ahead of anything the page held; the values written
+ * go to `written` (nslots of them) unless it is NULL. Any thread. */
+void dstream_release(gd_dstream *ds, uint32_t word, uint64_t *written);
+
+/* Waits for the session stream to drain (before its regions are unmapped). */
+void dstream_sync(gd_device *d, gd_dstream *ds);
+
+/* Ends the session on the device. When the client died its stream may
+ * wait on ready flags that will never come: they are released from the
+ * host first; then the stream drains, the session's imports (maps) are
+ * released, the flags unmapped and ds freed (it may be NULL). */
+void dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps);
+
+#endif

@@ -1,0 +1,42 @@
+/* The head-of-line policy where ready waits are queued on the device (see
+ * docs/design.md, "A client that holds back its ready flag"): the worker
+ * remembers each ready wait it queued and has not seen met, and checks
+ * them from the host. A wait older than the ready timeout, while another
+ * session has queued work on the same capture behind it, is released from
+ * the host, and its session is reported for the loop to close. A slow
+ * client in nobody's way is left alone.
+ *
+ * On backends where the worker itself waits for the flag (host), the
+ * policy is the replay's give-up callback instead, and nothing is watched.
+ *
+ * DESIGN: worker thread only; the list hangs off the device (d->hol). A
+ * watch names its capture only as an opaque key. */
+#ifndef GRAPHD_HOLWATCH_H
+#define GRAPHD_HOLWATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "device.h"
+#include "dstream.h"
+
+/* A replay of `key` was queued on ds's stream behind "ready[slot] >= seq":
+ * marks other sessions' watched waits on the same key as blocking it, and
+ * watches this one unless it is met already, timeout_s is 0 (never), or
+ * the session was cut off. */
+void holwatch_add(gd_device *d, gd_dstream *ds, uint32_t slot, uint64_t seq, double timeout_s,
+                  const void *key);
+
+/* Drops the waits that were met, releases the hung ones as above and
+ * writes their sessions' ids to cut[] (at most ncut). Returns how many;
+ * *pending says whether waits are still watched. */
+int holwatch_check(gd_device *d, uint64_t *cut, int ncut, bool *pending);
+
+/* Forgets the waits of a session (it is ending) or of a key (evicted). */
+void holwatch_drop_stream(gd_device *d, const gd_dstream *ds);
+void holwatch_drop_key(gd_device *d, const void *key);
+
+/* Frees the list. */
+void holwatch_close(gd_device *d);
+
+#endif
