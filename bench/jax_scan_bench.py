@@ -1,4 +1,4 @@
-"""Issue 5's figure: the time per step of an RL-style lax.scan whose step
+"""The time per step of an RL-style lax.scan whose step
 calls a graphd callable, against the same step in pure XLA, in one run.
 
 Each step: obs = sin(s) + 1 (an XLA temporary), act = double(obs) (graphd's

@@ -1,4 +1,4 @@
-/* replay_bench: the figures behind issue 4's targets. It prints timings and
+/* replay_bench: the figures of the request path. It prints timings and
  * never asserts them; it fails (exit 1) only when something does not work,
  * a wrong chain result included.
  *
@@ -751,7 +751,7 @@ fail:
 
 static void print_summary(const bench *b) {
   const mode_result *r = b->mode;
-  printf("\n== summary (issue 4's targets: 1-kernel program, %u floats; %s)\n", NFLOATS,
+  printf("\n== summary (1-kernel program, %u floats; %s)\n", NFLOATS,
          b->dev_name);
   printf("MPS: driver (CU_DEVICE_ATTRIBUTE_MPS_ENABLED) %s; daemon status mps_enabled %s\n",
          b->mps_driver ? "on" : "off", b->mps_daemon ? "on" : "off");

@@ -1,4 +1,4 @@
-/* scaling_bench: issue 7's figure. Replays per second when one process
+/* scaling_bench: replays per second when one process
  * drives every GPU the daemon serves (a thread per device and client), against
  * one process per device and client, side by side in one run.
  *

@@ -98,7 +98,7 @@ static int cuda_health(gd_backend *be, gd_backend_dev *d, char *err, size_t errl
  * counted and is given back, then a fresh context is retained, which must
  * pass the health query before the device serves again. (CUDA 13 on the
  * H200 refuses the fresh context after an illegal address: graphd then
- * exits for a restart, see fault.h.) */
+ * exits for a restart, see upkeep.h.) */
 static int cuda_reset(gd_backend *be, gd_backend_dev *d, char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;

@@ -2,7 +2,7 @@
  *
  * DESIGN: the loop thread adds entries; entries are immutable once added
  * and are never removed while the daemon runs (eviction frees captures and
- * per-device loads, not registrations: Decisions 10 keeps programs and
+ * per-device loads, not registrations: a device reset keeps programs and
  * modules across device resets). Workers therefore read an entry without a
  * lock once a job that names it has crossed their queue's mutex. */
 #ifndef GRAPHD_REGISTRY_H

@@ -1,5 +1,5 @@
 /* Programs and modules: the canonical encodings, their SHA-256 ids, and the
- * structural validation stage (DESIGN.md, Decisions 3 and 4).
+ * structural validation stage (docs/design.md, "Identity" and "Validation").
  *
  * The canonical encoding is also the wire form: a client sends the exact
  * bytes it hashed, and the daemon decodes, validates and re-hashes them.

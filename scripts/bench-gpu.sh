@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Runs bench/replay_bench (issue 4's targets) on the lent GPU machine from the
+# Runs bench/replay_bench (the request path's figures) on the lent GPU machine from the
 # repository root, over a build made here (same absolute path) and bundled
 # with scripts/gpu-bundle.sh:
 #  1. without MPS, with a short chain (each dependent hand-off costs about
 #     300 us there: GPU time-slicing between the two processes);
 #  2. under MPS (-M), with the full chain of 1000.
-# After each replay_bench, bench/jax_scan_bench.py (issue 5: a lax.scan step
+# After each replay_bench, bench/jax_scan_bench.py (a lax.scan step
 # through graphd against the same step in pure XLA) runs in $GRAPHD_JAX_PYTHON
 # (default /opt/torch/.venv/bin/python3) against a fresh daemon.
 # Each run gets a fresh daemon on its own socket, so its first replays are

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6's transcript on the lent GPU machine: a JAX process makes two
+# An eviction transcript on the lent GPU machine: a JAX process makes two
 # captures with large staging buffers (one per mode) and exits; then, on an
 # otherwise quiet GPU, graphctl shows them (list, stats, status with the
 # device's free memory), evicts one by program hash and the rest with --all,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/scaling_bench (issue 7's figure: one process driving every GPU
+# bench/scaling_bench (one process driving every GPU
 # against one process per GPU) on the lent GPU machine, under MPS (-M),
 # against a fresh daemon. Runs from the repository root over a build bundled
 # with scripts/gpu-bundle.sh; every process is bounded by timeout.

@@ -1,6 +1,6 @@
 /* Test helpers: start and stop a graphd child on a temporary socket, raw
  * protocol sockets, and GPU detection that never calls cuInit in the
- * Check parent (STYLE.md). */
+ * Check parent. */
 #ifndef GRAPHD_TEST_HARNESS_H
 #define GRAPHD_TEST_HARNESS_H
 

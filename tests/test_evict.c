@@ -1,7 +1,7 @@
 /* Listing and evicting captures on the host backend: what list shows,
  * dry runs, re-capture after eviction, the privilege rule, eviction during
  * concurrent replays, and graphctl list/evict; and device isolation: a
- * fault on one device resets that device alone (Decisions 10). */
+ * fault on one device resets that device alone. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <json-c/json.h>

@@ -310,7 +310,7 @@ START_TEST(test_gpu_close_after_daemon_death_waits_for_the_stream) {
 }
 END_TEST
 
-/* Decisions 10 on the GPU: a replay whose kernel faults (illegal address)
+/* Sticky GPU errors on the GPU: a replay whose kernel faults (illegal address)
  * fails that device's work, and the client's stream is released from the
  * host; this process's own context never notices. Then one of two things:
  * - the driver gives the daemon a fresh context: the device's epoch goes
@@ -397,7 +397,7 @@ END_TEST
 
 static uint64_t free_now(graphd_client *c) { return td_device_info(c, 0).free_memory; }
 
-/* Issue 6: eviction gives the device memory back. The daemon's own
+/* Eviction gives the device memory back. The daemon's own
  * accounting is exact (staging is one VMM allocation per capture), and the
  * device's free memory moves by that much within 2 MiB plus what the graph
  * exec and the module hold (allowed 8 MiB here; the figure is printed).
@@ -451,7 +451,7 @@ START_TEST(test_gpu_eviction_gives_the_memory_back_and_recaptures) {
 }
 END_TEST
 
-/* Issue 6: eviction under load. Three client processes replay the one
+/* Eviction under load. Three client processes replay the one
  * shared capture (checking every output) while this process, an admin
  * (the daemon's uid), evicts everything again and again. */
 START_TEST(test_gpu_eviction_under_load_from_several_processes) {

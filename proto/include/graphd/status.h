@@ -1,5 +1,5 @@
 /* graphd status codes: the one list used on the wire, in the C API and in
- * the XLA FFI error mapping (DESIGN.md, Decisions 2).
+ * the XLA FFI error mapping (docs/design.md, "Status codes").
  *
  * The numeric values are absl::StatusCode's, which XLA_FFI_Error_Code also
  * uses, so the mapping to XLA is the identity. Internal daemon functions
