@@ -1,4 +1,4 @@
-"""The status codes of graphd (DESIGN.md, Decisions 2) and the exception
+"""The status codes of graphd (docs/design.md, "Status codes") and the exception
 that carries them.
 
 The names and values are those of proto/include/graphd/status.h, which are

@@ -1,4 +1,4 @@
-"""graphd.jax on the GPU (issue 5's scenarios): the doubling kernel under
+"""graphd.jax on the GPU (the JAX scenarios): the doubling kernel under
 jit(shard_map) over every local device in both modes, with exactly one
 capture per device per program; vmap, pmap, fori_loop; an RL-style
 lax.scan of 1000 steps on XLA temporaries checked against pure JAX; and a
