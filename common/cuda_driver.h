@@ -85,6 +85,9 @@
   X(cuGraphAddKernelNode)                 \
   X(cuGraphAddMemsetNode)                 \
   X(cuGraphAddMemcpyNode)                 \
+  X(cuGraphAddNode)                       \
+  X(cuGraphConditionalHandleCreate)       \
+  X(cuModuleLoadData)                     \
   X(cuGraphInstantiateWithFlags)          \
   X(cuGraphUpload)                        \
   X(cuGraphExecDestroy)                   \

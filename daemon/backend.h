@@ -32,7 +32,7 @@ typedef struct gd_backend_dev gd_backend_dev; /* per-device state, backend-defin
 
 /* What a backend knows about a function, for the device stage of
  * validation (shared code compares it with the program). */
-#define GD_FUNC_MAX_PARAMS 128
+#define GD_FUNC_MAX_PARAMS 1024 /* as many as a program launch may pass */
 typedef struct gd_func_info {
   int params_known;           /* 0: the backend cannot tell */
   uint32_t nparams;
@@ -83,6 +83,8 @@ typedef void *gd_graph_exec;
 typedef void *gd_node;
 typedef void *gd_stream;
 typedef void *gd_event;
+
+enum gd_cond_kind { GD_COND_WHILE = 1, GD_COND_IF = 2 };
 
 typedef struct gd_kernel_desc {
   void *fn;               /* from function_get */
@@ -163,6 +165,21 @@ typedef struct gd_backend_ops {
   int (*graph_add_memcpy)(gd_backend *be, gd_backend_dev *dev, gd_graph g, const gd_node *deps,
                           size_t ndeps, uint64_t dst, uint64_t src, uint64_t bytes, gd_node *out,
                           char *err, size_t errlen);
+  /* Adds a conditional node after deps. Its condition is the 4-byte word
+   * at device address `cond` (non-zero: true), read on the device when the
+   * node is reached and, for a loop, again after each pass of its body
+   * (graph_close_loop). A loop (GD_COND_WHILE) has one body, a branch
+   * (GD_COND_IF) two, then and else: empty graphs, owned by the node,
+   * that the caller fills. *handle names the condition for
+   * graph_close_loop. -GRAPHD_UNIMPLEMENTED when the backend cannot. */
+  int (*graph_add_conditional)(gd_backend *be, gd_backend_dev *dev, gd_graph g,
+                               const gd_node *deps, size_t ndeps, int kind, uint64_t cond,
+                               gd_node *out, gd_graph bodies[2], uint64_t *handle, char *err,
+                               size_t errlen);
+  /* Ends a loop's body after deps (its last node; none when it is empty):
+   * the condition is read again before the next pass. */
+  int (*graph_close_loop)(gd_backend *be, gd_backend_dev *dev, gd_graph body, const gd_node *deps,
+                          size_t ndeps, uint64_t handle, uint64_t cond, char *err, size_t errlen);
   /* Instantiates and uploads on s. */
   int (*graph_instantiate)(gd_backend *be, gd_backend_dev *dev, gd_graph g, gd_stream s,
                            gd_graph_exec *out, char *err, size_t errlen);

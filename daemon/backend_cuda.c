@@ -26,7 +26,14 @@ struct gd_backend_dev {
   int ordinal;
   CUcontext ctx;
   size_t vmm_granularity;
+  CUmodule cond_mod;   /* the condition kernel's module, loaded on first use */
+  CUfunction cond_fn;  /* graphd_set_condition */
 };
+
+/* The condition kernel (daemon/kernels/condition.cu), built by nvcc into
+ * a fatbin that graphd carries; empty when graphd was built without nvcc. */
+extern const unsigned char gd_condition_fatbin[];
+extern const size_t gd_condition_fatbin_len;
 
 #define JIT_LOG 8192
 
@@ -55,6 +62,7 @@ fail:
 
 static void cuda_close(gd_backend *be, gd_backend_dev *d) {
   const gd_cuda *cu = be->priv;
+  if (d->cond_mod) CU_CHECK_IGNORE(cu->cuModuleUnload(d->cond_mod));
   CU_CHECK_IGNORE(cu->cuCtxSetCurrent(NULL));
   CU_CHECK_IGNORE(cu->cuDevicePrimaryCtxRelease(d->dev));
   free(d);
@@ -102,6 +110,8 @@ static int cuda_health(gd_backend *be, gd_backend_dev *d, char *err, size_t errl
 static int cuda_reset(gd_backend *be, gd_backend_dev *d, char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;
+  d->cond_mod = NULL; /* gone with the context */
+  d->cond_fn = NULL;
   CU_CHECK_GOTO(cu->cuDevicePrimaryCtxReset(d->dev), GRAPHD_UNAVAILABLE, exit);
   CU_CHECK_IGNORE(cu->cuDevicePrimaryCtxRelease(d->dev));
   CU_CHECK_GOTO(cu->cuDevicePrimaryCtxRetain(&d->ctx, d->dev), GRAPHD_UNAVAILABLE, exit);
@@ -603,6 +613,77 @@ exit:
   return rc;
 }
 
+/* Adds "set the condition from the word" to g after deps. */
+static int add_set_condition(gd_backend *be, gd_backend_dev *d, CUgraph g, const gd_node *deps,
+                             size_t ndeps, uint64_t handle, uint64_t cond, CUgraphNode *out,
+                             char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  if (!d->cond_fn) {
+    if (gd_condition_fatbin_len == 0) {
+      snprintf(err, errlen, "this graphd was built without nvcc, so it has no condition kernel "
+               "for conditional steps on GPUs");
+      return -GRAPHD_UNIMPLEMENTED;
+    }
+    CU_CHECK_GOTO(cu->cuModuleLoadData(&d->cond_mod, gd_condition_fatbin), GRAPHD_INTERNAL, exit);
+    CU_CHECK_GOTO(cu->cuModuleGetFunction(&d->cond_fn, d->cond_mod, "graphd_set_condition"),
+                  GRAPHD_INTERNAL, exit);
+  }
+  CUgraphConditionalHandle h = (CUgraphConditionalHandle)handle;
+  CUdeviceptr word = (CUdeviceptr)cond;
+  void *params[] = {&h, &word};
+  CUDA_KERNEL_NODE_PARAMS k;
+  memset(&k, 0, sizeof k);
+  k.func = d->cond_fn;
+  k.gridDimX = k.gridDimY = k.gridDimZ = 1;
+  k.blockDimX = k.blockDimY = k.blockDimZ = 1;
+  k.kernelParams = params;
+  CU_CHECK_GOTO(cu->cuGraphAddKernelNode(out, g, (const CUgraphNode *)deps, ndeps, &k),
+                GRAPHD_INVALID_ARGUMENT, exit);
+exit:
+  return rc;
+}
+
+/* A conditional node whose value a condition kernel sets right before it
+ * from the word (and, for a loop, again at the end of each pass). */
+static int cuda_graph_add_conditional(gd_backend *be, gd_backend_dev *d, gd_graph g,
+                                      const gd_node *deps, size_t ndeps, int kind, uint64_t cond,
+                                      gd_node *out, gd_graph bodies[2], uint64_t *handle,
+                                      char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  CUgraphConditionalHandle h;
+  CU_CHECK_GOTO(cu->cuGraphConditionalHandleCreate(&h, (CUgraph)g, d->ctx, 0, 0),
+                GRAPHD_INVALID_ARGUMENT, exit);
+  CUgraphNode set;
+  if ((rc = add_set_condition(be, d, (CUgraph)g, deps, ndeps, (uint64_t)h, cond, &set, err,
+                              errlen)) < 0)
+    goto exit;
+  CUgraphNodeParams p;
+  memset(&p, 0, sizeof p);
+  p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  p.conditional.handle = h;
+  p.conditional.type = kind == GD_COND_WHILE ? CU_GRAPH_COND_TYPE_WHILE : CU_GRAPH_COND_TYPE_IF;
+  p.conditional.size = kind == GD_COND_WHILE ? 1 : 2;
+  p.conditional.ctx = d->ctx;
+  CUgraphNode n;
+  CU_CHECK_GOTO(cu->cuGraphAddNode(&n, (CUgraph)g, &set, NULL, 1, &p), GRAPHD_INVALID_ARGUMENT,
+                exit);
+  bodies[0] = p.conditional.phGraph_out[0];
+  bodies[1] = kind == GD_COND_WHILE ? NULL : p.conditional.phGraph_out[1];
+  *handle = (uint64_t)h;
+  *out = n;
+exit:
+  return rc;
+}
+
+static int cuda_graph_close_loop(gd_backend *be, gd_backend_dev *d, gd_graph body,
+                                 const gd_node *deps, size_t ndeps, uint64_t handle, uint64_t cond,
+                                 char *err, size_t errlen) {
+  CUgraphNode n;
+  return add_set_condition(be, d, (CUgraph)body, deps, ndeps, handle, cond, &n, err, errlen);
+}
+
 static int cuda_graph_instantiate(gd_backend *be, gd_backend_dev *d, gd_graph g, gd_stream s,
                                   gd_graph_exec *out, char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
@@ -758,6 +839,8 @@ static const gd_backend_ops cuda_ops = {
     .graph_add_kernel = cuda_graph_add_kernel,
     .graph_add_memset = cuda_graph_add_memset,
     .graph_add_memcpy = cuda_graph_add_memcpy,
+    .graph_add_conditional = cuda_graph_add_conditional,
+    .graph_close_loop = cuda_graph_close_loop,
     .graph_instantiate = cuda_graph_instantiate,
     .graph_exec_destroy = cuda_graph_exec_destroy,
     .graph_exec_repoint_memcpy = cuda_graph_exec_repoint_memcpy,

@@ -197,7 +197,7 @@ static void host_region_release(gd_backend *be, gd_backend_dev *d, gd_region_map
 
 #define HOST_GRANULARITY (64u << 10)
 
-enum { HN_KERNEL = 1, HN_MEMSET, HN_MEMCPY };
+enum { HN_KERNEL = 1, HN_MEMSET, HN_MEMCPY, HN_COND };
 
 typedef struct host_node {
   int kind;
@@ -206,6 +206,8 @@ typedef struct host_node {
   void **params;     /* owned by the capture, alive as long as the graph */
   uint64_t dst, src, bytes;
   uint32_t es, value;
+  int cond_kind;              /* HN_COND: enum gd_cond_kind */
+  struct host_graph *body[2]; /* HN_COND: the loop body, or then and else */
 } host_node;
 
 typedef struct host_graph {
@@ -325,9 +327,13 @@ static int host_graph_create(gd_backend *be, gd_backend_dev *d, gd_graph *out, c
 }
 
 static void host_graph_destroy(gd_backend *be, gd_backend_dev *d, gd_graph gg) {
-  (void)be, (void)d;
   host_graph *g = gg;
-  for (size_t i = 0; i < g->n; i++) free(g->nodes[i]);
+  if (!g) return;
+  for (size_t i = 0; i < g->n; i++) {
+    host_graph_destroy(be, d, g->nodes[i]->body[0]);
+    host_graph_destroy(be, d, g->nodes[i]->body[1]);
+    free(g->nodes[i]);
+  }
   free(g->nodes);
   free(g);
 }
@@ -398,6 +404,45 @@ static int host_graph_add_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph g,
   return add_node(g, n, out, err, errlen);
 }
 
+static int host_graph_add_conditional(gd_backend *be, gd_backend_dev *d, gd_graph g,
+                                      const gd_node *deps, size_t ndeps, int kind, uint64_t cond,
+                                      gd_node *out, gd_graph bodies[2], uint64_t *handle,
+                                      char *err, size_t errlen) {
+  (void)deps, (void)ndeps;
+  host_node *n = node_new(HN_COND, err, errlen);
+  if (!n) return -GRAPHD_RESOURCE_EXHAUSTED;
+  n->cond_kind = kind;
+  n->src = cond;
+  int nbodies = kind == GD_COND_IF ? 2 : 1;
+  for (int i = 0; i < nbodies; i++) {
+    gd_graph b;
+    int rc = host_graph_create(be, d, &b, err, errlen);
+    if (rc < 0) {
+      host_graph_destroy(be, d, n->body[0]);
+      free(n);
+      return rc;
+    }
+    n->body[i] = b;
+    bodies[i] = b;
+  }
+  *handle = 0;
+  int rc = add_node(g, n, out, err, errlen);
+  if (rc < 0) {
+    host_graph_destroy(be, d, n->body[0]);
+    host_graph_destroy(be, d, n->body[1]);
+  }
+  return rc;
+}
+
+/* The worker reads the word itself before each pass: nothing to add. */
+static int host_graph_close_loop(gd_backend *be, gd_backend_dev *d, gd_graph body,
+                                 const gd_node *deps, size_t ndeps, uint64_t handle, uint64_t cond,
+                                 char *err, size_t errlen) {
+  (void)be, (void)d, (void)body, (void)deps, (void)ndeps, (void)handle, (void)cond, (void)err,
+      (void)errlen;
+  return 0;
+}
+
 /* The "executable graph" is the graph itself: nothing is compiled. */
 static int host_graph_instantiate(gd_backend *be, gd_backend_dev *d, gd_graph g, gd_stream s,
                                   gd_graph_exec *out, char *err, size_t errlen) {
@@ -446,22 +491,34 @@ static void run_kernel(gd_backend_dev *d, const host_node *n) {
   free(shared);
 }
 
-static int host_graph_launch(gd_backend *be, gd_backend_dev *d, gd_graph_exec e, gd_stream s,
-                             char *err, size_t errlen) {
-  (void)be, (void)s, (void)err, (void)errlen;
-  host_graph *g = e;
+static bool cond_true(const host_node *n) {
+  return __atomic_load_n((const uint32_t *)(uintptr_t)n->src, __ATOMIC_ACQUIRE) != 0;
+}
+
+static void run_graph(gd_backend_dev *d, const host_graph *g) {
   /* Like a faulted GPU, a faulted host device runs nothing more. */
-  for (size_t i = 0; i < g->n && !d->fault; i++) {
+  for (size_t i = 0; g && i < g->n && !d->fault; i++) {
     const host_node *n = g->nodes[i];
     if (n->kind == HN_KERNEL) {
       run_kernel(d, n);
     } else if (n->kind == HN_MEMCPY) {
       memcpy((void *)(uintptr_t)n->dst, (const void *)(uintptr_t)n->src, n->bytes);
+    } else if (n->kind == HN_COND) {
+      if (n->cond_kind == GD_COND_WHILE)
+        while (!d->fault && cond_true(n)) run_graph(d, n->body[0]);
+      else
+        run_graph(d, n->body[cond_true(n) ? 0 : 1]);
     } else {
       uint8_t *p = (uint8_t *)(uintptr_t)n->dst;
       for (uint64_t k = 0; k < n->bytes; k += n->es) memcpy(p + k, &n->value, n->es);
     }
   }
+}
+
+static int host_graph_launch(gd_backend *be, gd_backend_dev *d, gd_graph_exec e, gd_stream s,
+                             char *err, size_t errlen) {
+  (void)be, (void)s, (void)err, (void)errlen;
+  run_graph(d, e);
   return 0;
 }
 
@@ -538,6 +595,8 @@ static const gd_backend_ops host_ops = {
     .graph_add_kernel = host_graph_add_kernel,
     .graph_add_memset = host_graph_add_memset,
     .graph_add_memcpy = host_graph_add_memcpy,
+    .graph_add_conditional = host_graph_add_conditional,
+    .graph_close_loop = host_graph_close_loop,
     .graph_instantiate = host_graph_instantiate,
     .graph_exec_destroy = host_graph_exec_destroy,
     .graph_exec_repoint_memcpy = host_graph_exec_repoint_memcpy,

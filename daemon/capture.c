@@ -149,9 +149,99 @@ static int build_params(gd_capture *c, uint32_t i, const gd_launch *l) {
   return 0;
 }
 
-/* Builds the graph explicitly from the steps: in staged mode
- * the copy-in nodes are roots, the steps form a chain, and the copy-out
- * nodes follow the last step; every node handle is kept. */
+static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, uint32_t count,
+                     const gd_node *deps0, size_t ndeps0, gd_node *last, char *err,
+                     size_t errlen);
+
+/* Adds conditional step i (a loop or a branch) to g after deps: the node,
+ * then its bodies, built like the rest. */
+static int add_cond(gd_device *d, gd_capture *c, gd_graph g, uint32_t i, const gd_node *deps,
+                    size_t ndeps, gd_node *node, char *err, size_t errlen) {
+  const gd_step *st = &c->prog->program->steps[i];
+  const gd_cond *cd = &st->u.cond;
+  bool loop = st->kind == GD_STEP_WHILE;
+  uint64_t word = c->slot_addr[cd->slot] + cd->offset;
+  gd_graph bodies[2] = {NULL, NULL};
+  uint64_t handle = 0;
+  char e[512];
+  int rc = OPS->graph_add_conditional(BE, g, deps, ndeps, loop ? GD_COND_WHILE : GD_COND_IF, word,
+                                      node, bodies, &handle, e, sizeof e);
+  if (rc < 0) {
+    snprintf(err, errlen, "step %u (%s): %s", i, loop ? "while" : "if", e);
+    return rc;
+  }
+  c->nodes++;
+  gd_node body_last = NULL;
+  if ((rc = add_steps(d, c, bodies[0], i + 1, cd->body, NULL, 0, &body_last, err, errlen)) < 0)
+    return rc;
+  if (!loop) return add_steps(d, c, bodies[1], i + 1 + cd->body, cd->orelse, NULL, 0, &body_last,
+                              err, errlen);
+  rc = OPS->graph_close_loop(BE, bodies[0], body_last ? &body_last : NULL, body_last ? 1 : 0,
+                             handle, word, e, sizeof e);
+  if (rc < 0) snprintf(err, errlen, "step %u (while): %s", i, e);
+  return rc;
+}
+
+/* Adds steps [first, first + count) to graph g as a chain after deps0;
+ * *last gets the chain's last node (NULL when count is 0). */
+static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, uint32_t count,
+                     const gd_node *deps0, size_t ndeps0, gd_node *last, char *err,
+                     size_t errlen) {
+  const gd_program *p = c->prog->program;
+  gd_node prev = NULL;
+  for (uint32_t i = first; i < first + count;) {
+    const gd_step *st = &p->steps[i];
+    const gd_node *deps = prev ? &prev : deps0;
+    size_t ndeps = prev ? 1 : ndeps0;
+    gd_node node = NULL;
+    char lbl[GD_MAX_NAME + 32], e[512];
+    int rc;
+    gd_step_label(st, lbl, sizeof lbl);
+    if (st->kind == GD_STEP_WHILE || st->kind == GD_STEP_IF) {
+      if ((rc = add_cond(d, c, g, i, deps, ndeps, &node, err, errlen)) < 0) return rc;
+      prev = node;
+      i += 1 + st->u.cond.body + st->u.cond.orelse;
+      continue;
+    }
+    if (st->kind == GD_STEP_LAUNCH) {
+      const gd_launch *l = &st->u.launch;
+      gd_dev_func *f = modcache_function(d, c->prog, i);
+      if (!f || build_params(c, i, l) < 0) {
+        snprintf(err, errlen, "step %u (%s): internal error preparing the launch", i, lbl);
+        return -GRAPHD_INTERNAL;
+      }
+      gd_kernel_desc k = {.fn = f->fn, .shared_bytes = l->shared_bytes,
+                          .params = c->kparams[i], .nparams = l->nparams};
+      memcpy(k.grid, l->grid, sizeof k.grid);
+      memcpy(k.block, l->block, sizeof k.block);
+      rc = OPS->graph_add_kernel(BE, g, deps, ndeps, &k, &node, e, sizeof e);
+    } else if (st->kind == GD_STEP_MEMSET) {
+      const gd_memset *m = &st->u.memset;
+      rc = OPS->graph_add_memset(BE, g, deps, ndeps, c->slot_addr[m->slot] + m->offset,
+                                 m->element_size, m->value, m->bytes / m->element_size, &node, e,
+                                 sizeof e);
+    } else {
+      const gd_copy *cp = &st->u.copy;
+      rc = OPS->graph_add_memcpy(BE, g, deps, ndeps, c->slot_addr[cp->dst_slot] + cp->dst_offset,
+                                 c->slot_addr[cp->src_slot] + cp->src_offset, cp->bytes, &node, e,
+                                 sizeof e);
+    }
+    if (rc < 0) {
+      snprintf(err, errlen, "step %u (%s): %s", i, lbl, e);
+      return rc;
+    }
+    prev = node;
+    c->nodes++;
+    i++;
+  }
+  *last = prev;
+  return 0;
+}
+
+/* Builds the graph explicitly from the steps: in staged mode the copy-in
+ * nodes are roots, the steps form a chain (a loop or a branch is one node
+ * of it, its bodies chains of their own), and the copy-out nodes follow
+ * the last step; every node handle is kept. */
 static int build_graph(gd_device *d, gd_capture *c, const gd_bound *bind, gd_stream stream,
                        char *err, size_t errlen) {
   const gd_program *p = c->prog->program;
@@ -187,44 +277,8 @@ static int build_graph(gd_device *d, gd_capture *c, const gd_bound *bind, gd_str
     }
   }
   gd_node prev = NULL;
-  for (uint32_t i = 0; i < p->nsteps; i++) {
-    const gd_step *st = &p->steps[i];
-    const gd_node *deps = prev ? &prev : roots;
-    size_t ndeps = prev ? 1 : nroots;
-    gd_node node = NULL;
-    char lbl[GD_MAX_NAME + 32], e[512];
-    gd_step_label(st, lbl, sizeof lbl);
-    if (st->kind == GD_STEP_LAUNCH) {
-      const gd_launch *l = &st->u.launch;
-      gd_dev_func *f = modcache_function(d, c->prog, i);
-      if (!f || build_params(c, i, l) < 0) {
-        snprintf(err, errlen, "step %u (%s): internal error preparing the launch", i, lbl);
-        rc = -GRAPHD_INTERNAL;
-        goto exit;
-      }
-      gd_kernel_desc k = {.fn = f->fn, .shared_bytes = l->shared_bytes,
-                          .params = c->kparams[i], .nparams = l->nparams};
-      memcpy(k.grid, l->grid, sizeof k.grid);
-      memcpy(k.block, l->block, sizeof k.block);
-      rc = OPS->graph_add_kernel(BE, c->graph, deps, ndeps, &k, &node, e, sizeof e);
-    } else if (st->kind == GD_STEP_MEMSET) {
-      const gd_memset *m = &st->u.memset;
-      rc = OPS->graph_add_memset(BE, c->graph, deps, ndeps, c->slot_addr[m->slot] + m->offset,
-                                 m->element_size, m->value, m->bytes / m->element_size, &node, e,
-                                 sizeof e);
-    } else {
-      const gd_copy *cp = &st->u.copy;
-      rc = OPS->graph_add_memcpy(BE, c->graph, deps, ndeps, c->slot_addr[cp->dst_slot] + cp->dst_offset,
-                                 c->slot_addr[cp->src_slot] + cp->src_offset, cp->bytes, &node, e,
-                                 sizeof e);
-    }
-    if (rc < 0) {
-      snprintf(err, errlen, "step %u (%s): %s", i, lbl, e);
-      goto exit;
-    }
-    prev = node;
-    c->nodes++;
-  }
+  if ((rc = add_steps(d, c, c->graph, 0, p->nsteps, roots, nroots, &prev, err, errlen)) < 0)
+    goto exit;
   if (p->mode == GD_MODE_STAGED) {
     for (uint32_t s = 0; s < n; s++) {
       const gd_slot *sl = &p->slots[s];

@@ -10,6 +10,8 @@
 #include "graphd/status.h"
 #include "log.h"
 
+_Static_assert(GD_FUNC_MAX_PARAMS >= GD_MAX_PARAMS, "a function can describe every parameter");
+
 typedef struct dev_module {
   void *mod;
   int state;      /* 0 not loaded, 1 loaded, -1 failed */

@@ -25,7 +25,6 @@ typedef struct replay_job {
   gd_dstream *ds;
   uint32_t stream_slot;
   uint64_t seq;
-  gd_bound bind[GD_MAX_SLOTS];
   double ready_timeout_s;
   uint32_t client_pid;
   uint64_t epoch;      /* the device epoch the bindings were resolved in */
@@ -36,6 +35,7 @@ typedef struct replay_job {
   uint64_t staging_bytes;
   uint32_t budget_evicted;        /* captures the budget dropped to fit this one */
   uint64_t budget_evicted_bytes;
+  gd_bound bind[];     /* one per slot of the program */
 } replay_job;
 
 /* --- on the worker --------------------------------------------------------- */
@@ -268,7 +268,7 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
     REFUSE(GRAPHD_INVALID_ARGUMENT, "seq %llu on stream slot %u must be above the last one, %llu",
            (unsigned long long)m->seq, m->stream_slot,
            (unsigned long long)x->last_seq[m->stream_slot]);
-  rj = calloc(1, sizeof *rj);
+  rj = calloc(1, sizeof *rj + (size_t)p->nslots * sizeof rj->bind[0]);
   if (!rj) REFUSE(GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
   rj->t0 = t0;
   if (m->n_bindings > p->nslots)

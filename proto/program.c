@@ -128,6 +128,8 @@ const char *gd_step_label(const gd_step *s, char *buf, size_t len) {
     case GD_STEP_LAUNCH: snprintf(buf, len, "launch %s", s->u.launch.name); break;
     case GD_STEP_MEMSET: snprintf(buf, len, "memset"); break;
     case GD_STEP_COPY: snprintf(buf, len, "copy"); break;
+    case GD_STEP_WHILE: snprintf(buf, len, "while"); break;
+    case GD_STEP_IF: snprintf(buf, len, "if"); break;
     default: snprintf(buf, len, "kind %u", s->kind); break;
   }
   return buf;
@@ -255,6 +257,37 @@ static int check_range(uint32_t i, const char *what, const gd_program *p, uint32
   return 0;
 }
 
+/* Steps [first, first + count) as a block: every conditional step's
+ * branches lie inside the block, nested at most GD_MAX_COND_DEPTH deep. */
+static int check_nesting(const gd_program *p, uint32_t first, uint32_t count, uint32_t depth,
+                         char *err, size_t errlen) {
+  uint64_t end = (uint64_t)first + count;
+  for (uint64_t i = first; i < end;) {
+    const gd_step *st = &p->steps[i];
+    if (st->kind != GD_STEP_WHILE && st->kind != GD_STEP_IF) {
+      i++;
+      continue;
+    }
+    const gd_cond *cd = &st->u.cond;
+    uint64_t span = (uint64_t)cd->body + cd->orelse;
+    if (i + 1 + span > end)
+      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                  "step %llu (%s): its %llu steps run past the end of the %s", (unsigned long long)i,
+                  st->kind == GD_STEP_WHILE ? "while" : "if", (unsigned long long)span,
+                  depth ? "enclosing branch" : "program");
+    if (depth + 1 > GD_MAX_COND_DEPTH)
+      return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED,
+                  "step %llu: conditional steps nest more than %u deep", (unsigned long long)i,
+                  GD_MAX_COND_DEPTH);
+    int rc = check_nesting(p, (uint32_t)i + 1, cd->body, depth + 1, err, errlen);
+    if (rc == 0) rc = check_nesting(p, (uint32_t)(i + 1 + cd->body), cd->orelse, depth + 1, err,
+                                   errlen);
+    if (rc < 0) return rc;
+    i += 1 + span;
+  }
+  return 0;
+}
+
 int gd_program_validate(const gd_program *p, char *err, size_t errlen) {
   if (p->mode != GD_MODE_STAGED && p->mode != GD_MODE_STAGED_EX)
     return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "mode %u is not staged (0) or staged_ex (1)", p->mode);
@@ -316,12 +349,30 @@ int gd_program_validate(const gd_program *p, char *err, size_t errlen) {
                       "step %u (copy): source and destination overlap in slot %u", i, c->dst_slot);
         break;
       }
+      case GD_STEP_WHILE:
+      case GD_STEP_IF: {
+        const gd_cond *cd = &st->u.cond;
+        const char *what = st->kind == GD_STEP_WHILE ? "while" : "if";
+        if (cd->offset % 4)
+          return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                      "step %u (%s): the condition word at offset %llu is not 4-byte aligned", i,
+                      what, (unsigned long long)cd->offset);
+        if ((rc = check_range(i, what, p, cd->slot, cd->offset, 4, err, errlen)) < 0) return rc;
+        if (st->kind == GD_STEP_WHILE && (cd->body == 0 || cd->orelse))
+          return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                      "step %u (while): the body must have at least one step and there is no else",
+                      i);
+        if (st->kind == GD_STEP_IF && (uint64_t)cd->body + cd->orelse == 0)
+          return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                      "step %u (if): both branches are empty", i);
+        break;
+      }
       default:
-        return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "step %u: kind %u is not launch, memset or copy", i,
-                    st->kind);
+        return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                    "step %u: kind %u is not launch, memset, copy, while or if", i, st->kind);
     }
   }
-  return 0;
+  return check_nesting(p, 0, p->nsteps, 0, err, errlen);
 }
 
 /* --- encode --------------------------------------------------------------- */
@@ -369,13 +420,19 @@ static void encode(const gd_program *p, wbuf *w) {
       w_u32(w, m->value);
       w_u64(w, m->offset);
       w_u64(w, m->bytes);
-    } else {
+    } else if (st->kind == GD_STEP_COPY) {
       const gd_copy *c = &st->u.copy;
       w_u32(w, c->dst_slot);
       w_u32(w, c->src_slot);
       w_u64(w, c->dst_offset);
       w_u64(w, c->src_offset);
       w_u64(w, c->bytes);
+    } else {
+      const gd_cond *cd = &st->u.cond;
+      w_u32(w, cd->slot);
+      w_u64(w, cd->offset);
+      w_u32(w, cd->body);
+      if (st->kind == GD_STEP_IF) w_u32(w, cd->orelse);
     }
   }
 }
@@ -536,11 +593,17 @@ int gd_program_decode(const uint8_t *buf, size_t len, gd_program **out, char *er
       c->dst_offset = r_u64(&r);
       c->src_offset = r_u64(&r);
       c->bytes = r_u64(&r);
+    } else if (st->kind == GD_STEP_WHILE || st->kind == GD_STEP_IF) {
+      gd_cond *cd = &st->u.cond;
+      cd->slot = r_u32(&r);
+      cd->offset = r_u64(&r);
+      cd->body = r_u32(&r);
+      if (st->kind == GD_STEP_IF) cd->orelse = r_u32(&r);
     } else {
       /* Unknown kinds cannot be skipped: their length is unknown. */
       p->nsteps = i; /* free only what was decoded */
-      rc = fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "step %u: kind %u is not launch, memset or copy", i,
-                st->kind);
+      rc = fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                "step %u: kind %u is not launch, memset, copy, while or if", i, st->kind);
       goto fail;
     }
   }

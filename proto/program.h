@@ -19,11 +19,12 @@
 #define GD_ENCODING_VERSION 1u
 
 /* Caps checked at registration. */
-#define GD_MAX_SLOTS 256u
-#define GD_MAX_STEPS 4096u
-#define GD_MAX_PARAM_BYTES 4096u
-#define GD_MAX_PARAMS 128u
-#define GD_MAX_PATCHES 64u
+#define GD_MAX_SLOTS 4096u
+#define GD_MAX_STEPS 65536u
+#define GD_MAX_PARAM_BYTES 32764u /* what CUDA 12.1 and later take on Volta and newer */
+#define GD_MAX_PARAMS 1024u
+#define GD_MAX_PATCHES 1024u
+#define GD_MAX_COND_DEPTH 8u      /* conditional steps nested in each other */
 #define GD_MAX_NAME 255u
 #define GD_MAX_SLOT_BYTES (1ull << 40)
 #define GD_MAX_GRID_X 0x7fffffffu
@@ -32,12 +33,18 @@
 #define GD_MAX_BLOCK_Z 64u
 #define GD_MAX_SHARED_BYTES (227u << 10)
 #define GD_MAX_MODULE_BYTES (512u << 20)
-#define GD_MAX_PROGRAM_BYTES (16u << 20)
+#define GD_MAX_PROGRAM_BYTES (64u << 20)
 
 enum gd_slot_role { GD_ROLE_INPUT = 0, GD_ROLE_OUTPUT = 1, GD_ROLE_INOUT = 2, GD_ROLE_SCRATCH = 3 };
 #define GD_SLOT_STAGED 1u
 
-enum gd_step_kind { GD_STEP_LAUNCH = 1, GD_STEP_MEMSET = 2, GD_STEP_COPY = 3 };
+enum gd_step_kind {
+  GD_STEP_LAUNCH = 1,
+  GD_STEP_MEMSET = 2,
+  GD_STEP_COPY = 3,
+  GD_STEP_WHILE = 4, /* the next `body` steps run while the condition word is non-zero */
+  GD_STEP_IF = 5,    /* the next `body` steps run if it is non-zero, the `orelse` after them if not */
+};
 
 enum gd_mode { GD_MODE_STAGED = 0, GD_MODE_STAGED_EX = 1 };
 
@@ -95,12 +102,23 @@ typedef struct gd_copy {
   uint64_t bytes;
 } gd_copy;
 
+/* A loop or branch over a condition word: the 4 bytes at offset (4-byte
+ * aligned) of slot, read on the device; non-zero is true. A loop reads it
+ * before each pass, so its body must change it. */
+typedef struct gd_cond {
+  uint32_t slot;
+  uint64_t offset;
+  uint32_t body;   /* steps right after this one: the loop body, or the then-steps */
+  uint32_t orelse; /* if: steps after the then-steps, run when the word is zero */
+} gd_cond;
+
 typedef struct gd_step {
   uint32_t kind; /* enum gd_step_kind */
   union {
     gd_launch launch;
     gd_memset memset;
     gd_copy copy;
+    gd_cond cond; /* while, if */
   } u;
 } gd_step;
 

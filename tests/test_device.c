@@ -281,6 +281,105 @@ START_TEST(test_device_upkeep_resets_a_faulted_device_and_drops_its_captures) {
 }
 END_TEST
 
+/* A launch of `name` with pointer parameters at 0 (and 8) on slots a (and
+ * b), then the 4-byte scalar words given. */
+typedef struct launch_fx {
+  gd_param params[4];
+  gd_patch patches[2];
+  uint8_t data[32];
+} launch_fx;
+
+static void set_launch(gd_step *st, launch_fx *lf, const uint8_t mod[GD_ID_LEN], const char *name,
+                       int nptr, uint32_t a, uint32_t b, int nwords, const uint32_t *words) {
+  memset(st, 0, sizeof *st);
+  memset(lf, 0, sizeof *lf);
+  st->kind = GD_STEP_LAUNCH;
+  gd_launch *l = &st->u.launch;
+  memcpy(l->module_id, mod, GD_ID_LEN);
+  snprintf(l->name, sizeof l->name, "%s", name);
+  l->grid[0] = N / 256, l->grid[1] = 1, l->grid[2] = 1;
+  l->block[0] = 256, l->block[1] = 1, l->block[2] = 1;
+  uint32_t off = 0, k = 0;
+  for (int i = 0; i < nptr; i++, off += 8, k++) {
+    lf->params[k] = (gd_param){off, 8};
+    lf->patches[i] = (gd_patch){off, i ? b : a, 0};
+  }
+  for (int i = 0; i < nwords; i++, off += 4, k++) {
+    lf->params[k] = (gd_param){off, 4};
+    memcpy(lf->data + off, &words[i], 4);
+  }
+  l->nparams = k;
+  l->params = lf->params;
+  l->param_bytes = off;
+  l->param_data = lf->data;
+  l->npatches = (uint32_t)nptr;
+  l->patches = lf->patches;
+}
+
+/* x (slot 0, N floats, in-out) and ctl (slot 1: the loop count, then the
+ * branch flag, in-out):
+ *   0 while (ctl[0]) { 1: x = 2 x;  2: ctl[0] -= 1 }
+ *   3 if (ctl[1]) { 4: x = 3 x } else { 5: x = 5 x } */
+static const gd_regprog *cond_program(fixture *f) {
+  gd_slot slots[2] = {{GD_ROLE_INOUT, GD_SLOT_STAGED, N * 4}, {GD_ROLE_INOUT, GD_SLOT_STAGED, 8}};
+  gd_step steps[6];
+  launch_fx lf[4];
+  float two = 2.0f, three = 3.0f, five = 5.0f;
+  uint32_t n = N, w2[2], w3[2], w5[2];
+  memcpy(&w2[0], &two, 4), w2[1] = n;
+  memcpy(&w3[0], &three, 4), w3[1] = n;
+  memcpy(&w5[0], &five, 4), w5[1] = n;
+  steps[0] = (gd_step){.kind = GD_STEP_WHILE, .u.cond = {.slot = 1, .offset = 0, .body = 2}};
+  set_launch(&steps[1], &lf[0], f->mod, "scale", 2, 0, 0, 2, w2);
+  set_launch(&steps[2], &lf[1], f->mod, "count_down", 1, 1, 0, 0, NULL);
+  steps[2].u.launch.grid[0] = 1;
+  steps[3] = (gd_step){.kind = GD_STEP_IF, .u.cond = {.slot = 1, .offset = 4, .body = 1, .orelse = 1}};
+  set_launch(&steps[4], &lf[2], f->mod, "scale", 2, 0, 0, 2, w3);
+  set_launch(&steps[5], &lf[3], f->mod, "scale", 2, 0, 0, 2, w5);
+  gd_program p = {.mode = GD_MODE_STAGED, .nslots = 2, .slots = slots, .nsteps = 6, .steps = steps};
+  uint8_t *enc;
+  size_t len;
+  char err[1024];
+  ck_assert_msg(gd_program_encode(&p, &enc, &len, err, sizeof err) == 0, "%s", err);
+  bool known;
+  ck_assert_msg(registry_add_program(&f->reg, p.id, enc, len, &known, err, sizeof err) == 0, "%s",
+                err);
+  free(enc);
+  return registry_find_program(&f->reg, p.id);
+}
+
+START_TEST(test_device_runs_conditional_loops_and_branches) {
+  fixture f;
+  fixture_open(&f, 0);
+  const gd_regprog *p = cond_program(&f);
+  static float x[N];
+  char err[512];
+  uint64_t loaded, ns;
+  ck_assert_msg(modcache_prepare(&f.d, p, &loaded, &ns, err, sizeof err) == 0, "%s", err);
+  gd_capture *c = NULL;
+  struct {
+    uint32_t count, flag;
+  } cases[] = {{3, 1}, {0, 0}, {5, 0}, {1, 1}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    fill(x, 1.0f);
+    uint32_t ctl[2] = {cases[k].count, cases[k].flag};
+    gd_bound bind[2] = {{true, (uint64_t)(uintptr_t)x, N * 4}, {true, (uint64_t)(uintptr_t)ctl, 8}};
+    bool first = !c;
+    if (first) {
+      ck_assert_msg(capture_build(&f.d, p, bind, f.stream, &c, err, sizeof err) == 0, "%s", err);
+      ck_assert_int_eq(capture_insert(&f.d, c), 0);
+    }
+    ck_assert_msg(capture_enqueue(&f.d, c, f.stream, bind, first, 1, err, sizeof err) == 0, "%s",
+                  err);
+    float factor = (float)(1u << cases[k].count) * (cases[k].flag ? 3.0f : 5.0f);
+    for (uint32_t i = 0; i < N; i++) ck_assert_float_eq(x[i], factor * (1.0f + (float)i));
+    ck_assert_uint_eq(ctl[0], 0);
+    ck_assert_uint_eq(ctl[1], cases[k].flag);
+  }
+  fixture_close(&f);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("device");
   TCase *tc = tcase_create("device");
@@ -289,6 +388,7 @@ int main(void) {
   tcase_add_test(tc, test_device_evict_selects_by_program_and_client_and_guards_shared_captures);
   tcase_add_test(tc, test_device_budget_drops_the_least_recently_used_capture);
   tcase_add_test(tc, test_device_upkeep_resets_a_faulted_device_and_drops_its_captures);
+  tcase_add_test(tc, test_device_runs_conditional_loops_and_branches);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -3,6 +3,7 @@
  * decoding (proto/program.c). The validator's errors on programs filled in
  * directly are in test_program_validate.c. */
 #include <check.h>
+#include <stdarg.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,19 @@
 #include "../proto/program.h"
 #include "graphd/program.h"
 #include "harness.h"
+
+/* A message built from the limits, so that the tests follow them. */
+static const char *lim(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *lim(const char *fmt, ...) {
+  static char bufs[4][256];
+  static int next;
+  char *b = bufs[next++ % 4];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(b, sizeof bufs[0], fmt, ap);
+  va_end(ap);
+  return b;
+}
 
 /* --- helpers ------------------------------------------------------------- */
 
@@ -372,11 +386,13 @@ END_TEST
 
 START_TEST(test_program_builder_refuses_bad_parameters) {
   graphd_program *p = small();
-  uint8_t big[4096] = {0};
+  static uint8_t big[GD_MAX_PARAM_BYTES];
   EXPECT_FAIL(p, graphd_program_param(p, 0, 0, big, 0), GRAPHD_INVALID_ARGUMENT,
               "step 0 (launch scale2): parameter at offset 0 has size 0");
-  EXPECT_FAIL(p, graphd_program_param(p, 0, 8, big, 4089), GRAPHD_RESOURCE_EXHAUSTED,
-              "parameter at offset 8 (size 4089) ends past the limit of 4096 parameter bytes");
+  EXPECT_FAIL(p, graphd_program_param(p, 0, 8, big, GD_MAX_PARAM_BYTES - 7),
+              GRAPHD_RESOURCE_EXHAUSTED,
+              lim("parameter at offset 8 (size %u) ends past the limit of %u parameter bytes",
+                  GD_MAX_PARAM_BYTES - 7, GD_MAX_PARAM_BYTES));
   EXPECT_FAIL(p, graphd_program_param(p, 0, UINT32_MAX, big, 2), GRAPHD_RESOURCE_EXHAUSTED,
               "ends past the limit");
   ck_assert_int_eq(graphd_program_param(p, 0, 0, big, 4096), GRAPHD_OK);
@@ -396,17 +412,19 @@ START_TEST(test_program_builder_caps_parameters_and_patches) {
   uint8_t b = 1;
   for (uint32_t k = 0; k < GD_MAX_PARAMS; k++)
     ck_assert_int_eq(graphd_program_param(p, 0, k, &b, 1), GRAPHD_OK);
-  EXPECT_FAIL(p, graphd_program_param(p, 0, 200, &b, 1), GRAPHD_RESOURCE_EXHAUSTED,
-              "parameter at offset 200 is over the limit of 128 parameters");
+  EXPECT_FAIL(p, graphd_program_param(p, 0, GD_MAX_PARAMS + 72, &b, 1), GRAPHD_RESOURCE_EXHAUSTED,
+              lim("parameter at offset %u is over the limit of %u parameters", GD_MAX_PARAMS + 72,
+                  GD_MAX_PARAMS));
   graphd_program_free(p);
 
   p = small();
-  uint8_t zeros[8 * 65] = {0};
+  static uint8_t zeros[8 * (GD_MAX_PATCHES + 1)];
   ck_assert_int_eq(graphd_program_param(p, 0, 0, zeros, sizeof zeros), GRAPHD_OK);
   for (uint32_t k = 0; k < GD_MAX_PATCHES; k++)
     ck_assert_int_eq(graphd_program_patch(p, 0, 8 * k, 0, 0), GRAPHD_OK);
-  EXPECT_FAIL(p, graphd_program_patch(p, 0, 8 * 64, 0, 0), GRAPHD_RESOURCE_EXHAUSTED,
-              "patch at offset 512 is over the limit of 64 patches");
+  EXPECT_FAIL(p, graphd_program_patch(p, 0, 8 * GD_MAX_PATCHES, 0, 0), GRAPHD_RESOURCE_EXHAUSTED,
+              lim("patch at offset %u is over the limit of %u patches", 8 * GD_MAX_PATCHES,
+                  GD_MAX_PATCHES));
   ck_assert_msg(graphd_program_finish(p, NULL) != GRAPHD_OK, "a refused patch must fail finish");
   graphd_program_free(p);
 }
@@ -457,7 +475,7 @@ START_TEST(test_program_builder_refuses_bad_slots) {
   for (int s = 1; s < (int)GD_MAX_SLOTS; s++)
     ck_assert_int_eq(graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, 8, 0), s);
   EXPECT_NEG(p, graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, 8, 0),
-             "slot 256: over the limit of 256 slots");
+             lim("slot %u: over the limit of %u slots", GD_MAX_SLOTS, GD_MAX_SLOTS));
   graphd_program_free(p);
 }
 END_TEST
@@ -546,9 +564,9 @@ START_TEST(test_program_builder_caps_steps) {
   for (uint32_t i = 1; i < GD_MAX_STEPS; i++)
     ck_assert_int_eq(graphd_program_add_memset(p, 0, 0, 4, 4, i), (int)i);
   EXPECT_NEG(p, graphd_program_add_memset(p, 0, 0, 4, 4, 0),
-             "step 4096 (memset): over the limit of 4096 steps");
+             lim("step %u (memset): over the limit of %u steps", GD_MAX_STEPS, GD_MAX_STEPS));
   EXPECT_NEG(p, graphd_program_add_launch(p, any_module, "k", grid1, block32, 0),
-             "over the limit of 4096 steps");
+             lim("over the limit of %u steps", GD_MAX_STEPS));
   graphd_program_free(p);
 }
 END_TEST
@@ -587,15 +605,15 @@ START_TEST(test_program_finish_runs_the_validator) {
 END_TEST
 
 START_TEST(test_program_finish_refuses_an_encoding_over_the_cap) {
-  /* 4096 launches with 4096 parameter bytes each encode to over 16 MiB. */
+  /* Enough launches with the most parameter bytes encode to over the cap. */
   graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
   static uint8_t params[GD_MAX_PARAM_BYTES];
-  for (uint32_t i = 0; i < GD_MAX_STEPS; i++) {
+  for (uint32_t i = 0; i < GD_MAX_PROGRAM_BYTES / GD_MAX_PARAM_BYTES + 16; i++) {
     ck_assert_int_eq(graphd_program_add_launch(p, any_module, "k", grid1, block32, 0), (int)i);
     ck_assert_int_eq(graphd_program_param(p, i, 0, params, sizeof params), GRAPHD_OK);
   }
   EXPECT_FAIL(p, graphd_program_finish(p, NULL), GRAPHD_RESOURCE_EXHAUSTED,
-              "over the limit of 16777216");
+              lim("over the limit of %u", GD_MAX_PROGRAM_BYTES));
   graphd_program_free(p);
 }
 END_TEST
@@ -653,7 +671,9 @@ START_TEST(test_decode_header_errors) {
   decode_expect(b, len, INVALID, "program encoding version 2 is not supported (want 1)");
   b[G_VERSION] = 1;
   put_u32(b + G_NSLOTS, GD_MAX_SLOTS + 1);
-  decode_expect(b, len, EXHAUSTED, "257 slots and 3 steps exceed the limits of 256 and 4096");
+  decode_expect(b, len, EXHAUSTED,
+                lim("%u slots and 3 steps exceed the limits of %u and %u", GD_MAX_SLOTS + 1,
+                    GD_MAX_SLOTS, GD_MAX_STEPS));
   put_u32(b + G_NSLOTS, 2);
   b[G_MODE] = 2;
   decode_expect(b, len, INVALID, "mode 2 is not staged (0) or staged_ex (1)");
@@ -661,7 +681,8 @@ START_TEST(test_decode_header_errors) {
   uint8_t *big = calloc(1, GD_MAX_PROGRAM_BYTES + 1);
   memcpy(big, b, len);
   decode_expect(big, GD_MAX_PROGRAM_BYTES + 1, EXHAUSTED,
-                "the program encoding is 16777217 bytes, over the limit of 16777216");
+                lim("the program encoding is %u bytes, over the limit of %u",
+                    GD_MAX_PROGRAM_BYTES + 1, GD_MAX_PROGRAM_BYTES));
   free(big);
   free(b);
 }
@@ -704,9 +725,9 @@ START_TEST(test_decode_step_errors) {
   size_t len;
   uint8_t *b = golden(&len);
   put_u32(b + G_STEP1, 9);
-  decode_expect(b, len, INVALID, "step 1: kind 9 is not launch, memset or copy");
+  decode_expect(b, len, INVALID, "step 1: kind 9 is not launch, memset, copy, while or if");
   put_u32(b + G_STEP1, 0);
-  decode_expect(b, len, INVALID, "step 1: kind 0 is not launch, memset or copy");
+  decode_expect(b, len, INVALID, "step 1: kind 0 is not launch, memset, copy, while or if");
   put_u32(b + G_STEP1, GD_STEP_MEMSET);
   put_u32(b + G_NLEN, GD_MAX_NAME + 1);
   decode_expect(b, len, EXHAUSTED, "step 0 (launch): the function name is 256 bytes, over the limit of 255");
@@ -717,13 +738,19 @@ START_TEST(test_decode_step_errors) {
   decode_expect(b, len, INVALID, "the function name has a byte 0x20 that is not printable ASCII");
   b[G_NAME + 2] = 'a';
   put_u32(b + G_NPARAMS, GD_MAX_PARAMS + 1);
-  decode_expect(b, len, EXHAUSTED, "step 0 (launch scale2): 129 parameters is over the limit of 128");
+  decode_expect(b, len, EXHAUSTED,
+                lim("step 0 (launch scale2): %u parameters is over the limit of %u",
+                    GD_MAX_PARAMS + 1, GD_MAX_PARAMS));
   put_u32(b + G_NPARAMS, 2);
   put_u32(b + G_PARAM_BYTES, GD_MAX_PARAM_BYTES + 1);
-  decode_expect(b, len, EXHAUSTED, "step 0 (launch scale2): 4097 parameter bytes is over the limit of 4096");
+  decode_expect(b, len, EXHAUSTED,
+                lim("step 0 (launch scale2): %u parameter bytes is over the limit of %u",
+                    GD_MAX_PARAM_BYTES + 1, GD_MAX_PARAM_BYTES));
   put_u32(b + G_PARAM_BYTES, 16);
   put_u32(b + G_NPATCHES, GD_MAX_PATCHES + 1);
-  decode_expect(b, len, EXHAUSTED, "step 0 (launch scale2): 65 pointer patches is over the limit of 64");
+  decode_expect(b, len, EXHAUSTED,
+                lim("step 0 (launch scale2): %u pointer patches is over the limit of %u",
+                    GD_MAX_PATCHES + 1, GD_MAX_PATCHES));
   put_u32(b + G_NPATCHES, 1);
   /* Restored: it decodes again. */
   gd_program *g;

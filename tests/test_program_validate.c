@@ -3,12 +3,28 @@
  * Decoding errors (magic, version, truncation, trailing bytes, caps read
  * from the encoding) are in test_program.c, next to the golden encoding. */
 #include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../proto/program.h"
 #include "graphd/status.h"
 #include "harness.h"
+
+/* A message built from the limits, so that the tests follow them. */
+static const char *lim(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *lim(const char *fmt, ...) {
+  static char bufs[4][256];
+  static int next;
+  char *b = bufs[next++ % 4];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(b, sizeof bufs[0], fmt, ap);
+  va_end(ap);
+  return b;
+}
 
 #define INVALID GRAPHD_INVALID_ARGUMENT
 #define EXHAUSTED GRAPHD_RESOURCE_EXHAUSTED
@@ -99,13 +115,13 @@ START_TEST(test_validate_program_level_errors) {
   fx_expect(&f, INVALID, "the program has no steps");
   fx_init(&f);
   f.p.nslots = GD_MAX_SLOTS + 1;
-  fx_expect(&f, EXHAUSTED, "257 slots is over the limit of 256");
+  fx_expect(&f, EXHAUSTED, lim("%u slots is over the limit of %u", GD_MAX_SLOTS + 1, GD_MAX_SLOTS));
   fx_init(&f);
   f.p.nsteps = GD_MAX_STEPS + 1;
-  fx_expect(&f, EXHAUSTED, "4097 steps is over the limit of 4096");
+  fx_expect(&f, EXHAUSTED, lim("%u steps is over the limit of %u", GD_MAX_STEPS + 1, GD_MAX_STEPS));
   fx_init(&f);
   f.steps[1].kind = 9;
-  fx_expect(&f, INVALID, "step 1: kind 9 is not launch, memset or copy");
+  fx_expect(&f, INVALID, "step 1: kind 9 is not launch, memset, copy, while or if");
 }
 END_TEST
 
@@ -190,10 +206,14 @@ START_TEST(test_validate_parameter_errors) {
   fx f;
   fx_init(&f);
   fx_launch(&f)->nparams = GD_MAX_PARAMS + 1;
-  fx_expect(&f, EXHAUSTED, "step 0 (launch scale2): 129 parameters is over the limit of 128");
+  fx_expect(&f, EXHAUSTED,
+            lim("step 0 (launch scale2): %u parameters is over the limit of %u", GD_MAX_PARAMS + 1,
+                GD_MAX_PARAMS));
   fx_init(&f);
   fx_launch(&f)->param_bytes = GD_MAX_PARAM_BYTES + 1;
-  fx_expect(&f, EXHAUSTED, "4097 parameter bytes is over the limit of 4096");
+  fx_expect(&f, EXHAUSTED,
+            lim("%u parameter bytes is over the limit of %u", GD_MAX_PARAM_BYTES + 1,
+                GD_MAX_PARAM_BYTES));
   fx_init(&f);
   f.params[1].offset = 4; /* overlaps (0,8) */
   fx_expect(&f, INVALID, "step 0 (launch scale2): parameter 1 at offset 4 overlaps the one before");
@@ -233,7 +253,9 @@ START_TEST(test_validate_patch_errors) {
   fx f;
   fx_init(&f);
   fx_launch(&f)->npatches = GD_MAX_PATCHES + 1;
-  fx_expect(&f, EXHAUSTED, "step 0 (launch scale2): 65 pointer patches is over the limit of 64");
+  fx_expect(&f, EXHAUSTED,
+            lim("step 0 (launch scale2): %u pointer patches is over the limit of %u",
+                GD_MAX_PATCHES + 1, GD_MAX_PATCHES));
   fx_init(&f);
   f.patches[1].offset = 12;
   fx_expect(&f, INVALID, "step 0 (launch scale2): patch at offset 12 is not 8-byte aligned");
@@ -330,6 +352,79 @@ START_TEST(test_validate_copy_errors) {
 }
 END_TEST
 
+/* Conditional steps over the fixture's three steps: while (word) { ... }. */
+START_TEST(test_validate_conditional_steps) {
+  fx f;
+  gd_step steps[6];
+  /* 0: while (slot 2 @ 0) { 1: memset; 2: if (slot 2 @ 4) { 3: copy } else { 4: memset } }
+   * 5: copy */
+  fx_init(&f);
+  steps[0] = (gd_step){.kind = GD_STEP_WHILE, .u.cond = {.slot = 2, .offset = 0, .body = 4}};
+  steps[1] = f.steps[1];
+  steps[2] = (gd_step){.kind = GD_STEP_IF, .u.cond = {.slot = 2, .offset = 4, .body = 1, .orelse = 1}};
+  steps[3] = f.steps[2];
+  steps[4] = f.steps[1];
+  steps[5] = f.steps[2];
+  f.p.steps = steps;
+  f.p.nsteps = 6;
+  ck_assert_int_eq(gd_program_validate(&f.p, f.err, sizeof f.err), 0);
+  /* It survives encoding and decoding. */
+  uint8_t *enc;
+  size_t len;
+  ck_assert_int_eq(gd_program_encode(&f.p, &enc, &len, f.err, sizeof f.err), 0);
+  gd_program *back;
+  ck_assert_msg(gd_program_decode(enc, len, &back, f.err, sizeof f.err) == 0, "%s", f.err);
+  ck_assert_uint_eq(back->nsteps, 6);
+  ck_assert_uint_eq(back->steps[0].kind, GD_STEP_WHILE);
+  ck_assert_uint_eq(back->steps[0].u.cond.body, 4);
+  ck_assert_uint_eq(back->steps[2].u.cond.offset, 4);
+  ck_assert_uint_eq(back->steps[2].u.cond.orelse, 1);
+  ck_assert_mem_eq(back->id, f.p.id, GD_ID_LEN);
+  gd_program_free(back);
+  free(enc);
+
+  steps[2].u.cond.offset = 6;
+  fx_expect(&f, INVALID, "step 2 (if): the condition word at offset 6 is not 4-byte aligned");
+  steps[2].u.cond.offset = 64;
+  fx_expect(&f, INVALID, "step 2 (if): bytes 64..68 are outside slot 2, which has 64");
+  steps[2].u.cond.offset = 4;
+  steps[2].u.cond.slot = 9;
+  fx_expect(&f, INVALID, "step 2 (if): slot 9 does not exist");
+  steps[2].u.cond.slot = 2;
+  /* A branch that runs past the loop's body around it. */
+  steps[2].u.cond.orelse = 2;
+  fx_expect(&f, INVALID, "step 2 (if): its 3 steps run past the end of the enclosing branch");
+  steps[2].u.cond.orelse = 1;
+  steps[0].u.cond.body = 5;
+  ck_assert_int_eq(gd_program_validate(&f.p, f.err, sizeof f.err), 0); /* step 5 in the loop */
+  steps[0].u.cond.body = 6;
+  fx_expect(&f, INVALID, "step 0 (while): its 6 steps run past the end of the program");
+  steps[0].u.cond.body = 0;
+  fx_expect(&f, INVALID, "step 0 (while): the body must have at least one step");
+  steps[0].u.cond.body = 4;
+  steps[2].u.cond.body = 0;
+  steps[2].u.cond.orelse = 0;
+  fx_expect(&f, INVALID, "step 2 (if): both branches are empty");
+}
+END_TEST
+
+START_TEST(test_validate_caps_conditional_nesting) {
+  fx f;
+  gd_step steps[GD_MAX_COND_DEPTH + 2];
+  fx_init(&f);
+  uint32_t n = GD_MAX_COND_DEPTH + 2;
+  for (uint32_t i = 0; i + 1 < n; i++)
+    steps[i] = (gd_step){.kind = GD_STEP_WHILE, .u.cond = {.slot = 2, .offset = 0, .body = n - 1 - i}};
+  steps[n - 1] = f.steps[1];
+  f.p.steps = steps;
+  f.p.nsteps = n;
+  fx_expect(&f, EXHAUSTED, lim("conditional steps nest more than %u deep", GD_MAX_COND_DEPTH));
+  f.p.steps = steps + 1; /* one level less: allowed */
+  f.p.nsteps = n - 1;
+  ck_assert_int_eq(gd_program_validate(&f.p, f.err, sizeof f.err), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("program_validate");
   TCase *tc = tcase_create("validate");
@@ -342,6 +437,8 @@ int main(void) {
   tcase_add_test(tc, test_validate_patch_errors);
   tcase_add_test(tc, test_validate_memset_errors);
   tcase_add_test(tc, test_validate_copy_errors);
+  tcase_add_test(tc, test_validate_conditional_steps);
+  tcase_add_test(tc, test_validate_caps_conditional_nesting);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }

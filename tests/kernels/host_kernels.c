@@ -76,3 +76,10 @@ GRAPHD_HOST_KERNEL(undescribed) {
   (void)l;
   (void)params;
 }
+
+/* *counter -= 1, once per launch: (uint32_t *counter) */
+GRAPHD_HOST_PARAMS(count_down, 1, 0, 8);
+GRAPHD_HOST_KERNEL(count_down) {
+  uint32_t *c = *(uint32_t *const *)params[0];
+  if (l->block_idx[0] == 0) (*c)--;
+}

@@ -38,3 +38,8 @@ extern "C" __global__ void shared_user(float *y, unsigned n) {
 extern "C" __global__ void fault(unsigned n) {
   if (n && threadIdx.x == 0) *(volatile unsigned *)(0x10ull + 0x1000ull * n) = n;
 }
+
+// *counter -= 1, once per launch (the body of a conditional loop's test).
+extern "C" __global__ void count_down(unsigned *counter) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *counter -= 1u;
+}

@@ -151,7 +151,7 @@ class CrossTest(unittest.TestCase):
             lambda p: p.add_launch(MOD, "k", (1, 70000, 1), (1, 1, 1)),
             lambda p: p.add_launch(MOD, "k", (1, 1, 1), (64, 32, 1)),
             lambda p: p.param(0, 16, b"\0" * 8) or p.param(0, 20, b"\0"),
-            lambda p: p.param(0, 4095, b"\0\0"),
+            lambda p: p.param(0, graphd.program.MAX_PARAM_BYTES - 1, b"\0\0"),
             lambda p: p.param_slot(0, 12, 0),
             lambda p: p.param_slot(0, 0, 5),
             lambda p: p.param_slot(0, 0, 0, 64),

@@ -250,8 +250,9 @@ class ErrorsTest(unittest.TestCase):
         p = small()
         self.expect(lambda: p.param(0, 0, b""), "INVALID_ARGUMENT",
                     "step 0 (launch scale2): parameter at offset 0 has size 0")
-        self.expect(lambda: p.param(0, 8, bytes(4089)), "RESOURCE_EXHAUSTED",
-                    "parameter at offset 8 (size 4089) ends past the limit of 4096 parameter bytes")
+        n = gp.MAX_PARAM_BYTES - 7
+        self.expect(lambda: p.param(0, 8, bytes(n)), "RESOURCE_EXHAUSTED",
+                    f"parameter at offset 8 (size {n}) ends past the limit of {gp.MAX_PARAM_BYTES} parameter bytes")
         p.param(0, 0, bytes(4096))
         self.expect(lambda: p.param(3, 0, bytes(4)), "INVALID_ARGUMENT", "step 3 does not exist; there are 1 steps")
         p.add_memset(0, 0, 16, 1, 0)
@@ -264,14 +265,15 @@ class ErrorsTest(unittest.TestCase):
         p = small()
         for k in range(gp.MAX_PARAMS):
             p.param(0, k, b"\1")
-        self.expect(lambda: p.param(0, 200, b"\1"), "RESOURCE_EXHAUSTED",
-                    "parameter at offset 200 is over the limit of 128 parameters")
+        off = gp.MAX_PARAMS + 72
+        self.expect(lambda: p.param(0, off, b"\1"), "RESOURCE_EXHAUSTED",
+                    f"parameter at offset {off} is over the limit of {gp.MAX_PARAMS} parameters")
         p = small()
-        p.param(0, 0, bytes(8 * 65))
+        p.param(0, 0, bytes(8 * (gp.MAX_PATCHES + 1)))
         for k in range(gp.MAX_PATCHES):
             p.patch(0, 8 * k, 0)
-        self.expect(lambda: p.patch(0, 8 * 64, 0), "RESOURCE_EXHAUSTED",
-                    "patch at offset 512 is over the limit of 64 patches")
+        self.expect(lambda: p.patch(0, 8 * gp.MAX_PATCHES, 0), "RESOURCE_EXHAUSTED",
+                    f"patch at offset {8 * gp.MAX_PATCHES} is over the limit of {gp.MAX_PATCHES} patches")
 
     def test_bad_patches(self):
         p = small()
@@ -319,7 +321,8 @@ class ErrorsTest(unittest.TestCase):
         for s in range(1, gp.MAX_SLOTS):
             self.assertEqual(p.add_slot("scratch", 8), s)
         self.assertEqual(p.slot(1), ("scratch", False, 8))
-        self.expect(lambda: p.add_slot("scratch", 8), "RESOURCE_EXHAUSTED", "slot 256: over the limit of 256 slots")
+        self.expect(lambda: p.add_slot("scratch", 8), "RESOURCE_EXHAUSTED",
+                    f"slot {gp.MAX_SLOTS}: over the limit of {gp.MAX_SLOTS} slots")
 
     def test_bad_launches(self):
         p = small()
@@ -381,9 +384,10 @@ class ErrorsTest(unittest.TestCase):
         for i in range(1, gp.MAX_STEPS):
             p.add_memset(0, 0, 4, 4, i)
         self.expect(lambda: p.add_memset(0, 0, 4, 4, 0), "RESOURCE_EXHAUSTED",
-                    "step 4096 (memset): over the limit of 4096 steps")
-        self.expect(lambda: p.add_launch(ANY_MODULE, "k", 1, 32), "RESOURCE_EXHAUSTED", "over the limit of 4096 steps")
-        p.finish()  # 4096 steps is allowed
+                    f"step {gp.MAX_STEPS} (memset): over the limit of {gp.MAX_STEPS} steps")
+        self.expect(lambda: p.add_launch(ANY_MODULE, "k", 1, 32), "RESOURCE_EXHAUSTED",
+                    f"over the limit of {gp.MAX_STEPS} steps")
+        p.finish()  # MAX_STEPS steps is allowed
 
     def test_finish_refuses_an_empty_program_and_a_bad_mode(self):
         self.expect(lambda: Program().finish(), "INVALID_ARGUMENT", "the program has no steps")
