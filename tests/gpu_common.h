@@ -38,6 +38,11 @@ graphd_status gpu_program(graphd_client *c, const char *kernel_dir, graphd_mode 
  * scratch slot, so nothing is bound. */
 graphd_status gpu_fault_program(graphd_client *c, const char *kernel_dir, uint8_t pid[32]);
 
+/* Registers the CUBIN and the conditional program of program3.h over GN
+ * floats. */
+graphd_status gpu_cond_program(graphd_client *c, const char *kernel_dir, graphd_mode mode,
+                               uint8_t pid[32]);
+
 /* The expected y for input x and constant c, as the GPU computes it. */
 void gpu_reference(const float *x, const float *cc, float *y);
 

@@ -47,3 +47,44 @@ graphd_status fault_program_register(graphd_client *c, const uint8_t mod[32],
   graphd_program_free(p);
   return st;
 }
+
+/* One scale(x, x, factor, n) launch. */
+static void scale_in_place(graphd_program *p, const uint8_t mod[32], uint32_t n, float factor) {
+  uint32_t grid[3] = {n / 256, 1, 1}, block[3] = {256, 1, 1};
+  int s = graphd_program_add_launch(p, mod, "scale", grid, block, 0);
+  graphd_program_param_slot(p, (uint32_t)s, 0, 0, 0);
+  graphd_program_param_slot(p, (uint32_t)s, 8, 0, 0);
+  graphd_program_param(p, (uint32_t)s, 16, &factor, 4);
+  graphd_program_param(p, (uint32_t)s, 20, &n, 4);
+}
+
+graphd_status cond_program_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
+                                    uint32_t n, uint8_t pid[32]) {
+  graphd_program *p = graphd_program_new(mode);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, n * 4, 1); /* 0: x */
+  graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, 8, 1);     /* 1: ctl */
+  int loop = graphd_program_begin_while(p, 1, 0);
+  scale_in_place(p, mod, n, 2.0f);
+  uint32_t one[3] = {1, 1, 1};
+  int cd = graphd_program_add_launch(p, mod, "count_down", one, one, 0);
+  graphd_program_param_slot(p, (uint32_t)cd, 0, 1, 0);
+  graphd_program_end(p, (uint32_t)loop);
+  int branch = graphd_program_begin_if(p, 1, 4);
+  scale_in_place(p, mod, n, 3.0f);
+  graphd_program_else(p, (uint32_t)branch);
+  scale_in_place(p, mod, n, 5.0f);
+  graphd_program_end(p, (uint32_t)branch);
+  graphd_status st = graphd_program_finish(p, pid);
+  if (st != GRAPHD_OK) fprintf(stderr, "cond program: %s\n", graphd_program_error(p));
+  if (st == GRAPHD_OK && (st = graphd_register_program(c, p)) != GRAPHD_OK)
+    fprintf(stderr, "cond program: %s\n", graphd_last_error(c));
+  graphd_program_free(p);
+  return st;
+}
+
+float cond_program_expect(float x, uint32_t count, uint32_t flag) {
+  volatile float v = x;
+  for (uint32_t k = 0; k < count; k++) v = 2.0f * v;
+  v = (flag ? 3.0f : 5.0f) * v;
+  return v;
+}

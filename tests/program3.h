@@ -23,4 +23,16 @@ graphd_status fault_program_register(graphd_client *c, const uint8_t mod[32],
                                      graphd_slot_role slot, uint32_t bytes, uint32_t block,
                                      uint32_t kind, uint8_t pid[32]);
 
+/* The conditional test program over x (slot 0, n floats, in-out) and ctl
+ * (slot 1, two 4-byte words, in-out):
+ *   while (ctl[0]) { x = 2 x; ctl[0] -= 1 }
+ *   if (ctl[1]) x = 3 x; else x = 5 x
+ * so x comes back times 2^ctl[0] times 3 or 5, and ctl[0] as 0. Builds
+ * and registers it; pid gets its id. */
+graphd_status cond_program_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
+                                    uint32_t n, uint8_t pid[32]);
+
+/* What the conditional program makes of x[i] for a count and a flag. */
+float cond_program_expect(float x, uint32_t count, uint32_t flag);
+
 #endif

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "gpu_common.h"
+#include "program3.h"
 #include "harness.h"
 
 static gd_test_daemon d;
@@ -91,6 +92,56 @@ static void fixture_up(fixture *f, unsigned seed) {
   ck_assert_int_eq(gpu_replay_checked(f->c, f->s, f->st, f->pid, &f->x, &f->y, &f->cc, 1, seed, NULL),
                    GRAPHD_OK);
 }
+
+/* Loops and branches as CUDA conditional nodes: each count of passes and
+ * each side of the branch, bit exact, in both modes, on VMM and legacy
+ * memory. */
+START_TEST(test_gpu_conditional_loops_and_branches_are_exact) {
+  ck_assert_msg(HAVE_CUDA_KERNELS, "the build made no CUDA test kernels (no nvcc)");
+  graphd_client *c = session();
+  uint8_t pid[2][32];
+  for (int m = 0; m < 2; m++)
+    ck_assert_msg(gpu_cond_program(c, TEST_KERNEL_DIR, m ? GRAPHD_MODE_STAGED_EX : GRAPHD_MODE_STAGED,
+                                   pid[m]) == GRAPHD_OK, "%s", graphd_last_error(c));
+  CUstream st;
+  ck_assert_int_eq(gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, st, &s), GRAPHD_OK);
+  gbuf x[2], ctl[2];
+  for (int k = 0; k < 2; k++) {
+    ck_assert_int_eq(gbuf_alloc(&x[k], GN * 4, k), 0);
+    ck_assert_int_eq(gbuf_alloc(&ctl[k], 8, 1 - k), 0);
+  }
+  static float hx[GN], got[GN];
+  uint32_t cases[][2] = {{3, 1}, {0, 0}, {17, 0}, {1, 1}, {0, 1}, {40, 1}};
+  int n = 0;
+  double t0 = now_ms();
+  for (int m = 0; m < 2; m++)
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++, n++) {
+      gbuf *bx = &x[n % 2], *bc = &ctl[(n / 2) % 2];
+      for (uint32_t i = 0; i < GN; i++) hx[i] = (float)(i % 1000) * 0.37f - 150.0f;
+      uint32_t hc[2] = {cases[k][0], cases[k][1]}, back[2];
+      ck_assert_int_eq(gcu->cuMemcpyHtoDAsync(bx->ptr, hx, GN * 4, st), CUDA_SUCCESS);
+      ck_assert_int_eq(gcu->cuMemcpyHtoDAsync(bc->ptr, hc, 8, st), CUDA_SUCCESS);
+      graphd_binding b[2] = {{0, bx->ptr, GN * 4}, {1, bc->ptr, 8}};
+      ck_assert_msg(graphd_replay(c, s, pid[m], b, 2, NULL) == GRAPHD_OK, "%s",
+                    graphd_last_error(c));
+      ck_assert_int_eq(gcu->cuMemcpyDtoHAsync(got, bx->ptr, GN * 4, st), CUDA_SUCCESS);
+      ck_assert_int_eq(gcu->cuMemcpyDtoHAsync(back, bc->ptr, 8, st), CUDA_SUCCESS);
+      ck_assert_int_eq(gcu->cuStreamSynchronize(st), CUDA_SUCCESS);
+      for (uint32_t i = 0; i < GN; i++) {
+        float want = cond_program_expect(hx[i], cases[k][0], cases[k][1]);
+        ck_assert_msg(memcmp(&got[i], &want, 4) == 0, "mode %d case %zu: x[%u] = %.9g, want %.9g", m,
+                      k, i, (double)got[i], (double)want);
+      }
+      ck_assert_uint_eq(back[0], 0);
+      ck_assert_uint_eq(back[1], cases[k][1]);
+    }
+  printf("FIGURE conditional steps: %d checked replays (loops of 0 to 40 passes, both branches, "
+         "both modes) in %.1f ms\n", n, now_ms() - t0);
+  graphd_close(c);
+}
+END_TEST
 
 START_TEST(test_gpu_thousand_replays_over_vmm_and_legacy_are_bit_exact_in_both_modes) {
   ck_assert_msg(HAVE_CUDA_KERNELS, "the build made no CUDA test kernels (no nvcc)");
@@ -557,6 +608,7 @@ int main(void) {
   tcase_set_timeout(tc, 240);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_gpu_thousand_replays_over_vmm_and_legacy_are_bit_exact_in_both_modes);
+  tcase_add_test(tc, test_gpu_conditional_loops_and_branches_are_exact);
   tcase_add_test(tc, test_gpu_a_second_process_shares_the_capture_and_it_outlives_sessions);
   tcase_add_test(tc, test_gpu_killed_client_stalls_nobody);
   tcase_add_test(tc, test_gpu_dead_daemon_releases_the_client_stream);

@@ -829,6 +829,87 @@ START_TEST(test_id_hex_and_parse) {
 }
 END_TEST
 
+START_TEST(test_program_builder_nests_loops_and_branches) {
+  graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, 64, 1);
+  ck_assert_int_eq(graphd_program_begin_while(p, 0, 0), 0);
+  ck_assert_int_eq(graphd_program_add_memset(p, 0, 8, 8, 4, 0), 1);
+  ck_assert_int_eq(graphd_program_begin_if(p, 0, 4), 2);
+  ck_assert_int_eq(graphd_program_add_memset(p, 0, 16, 8, 4, 1), 3);
+  EXPECT_FAIL(p, graphd_program_end(p, 0), GRAPHD_FAILED_PRECONDITION,
+              "end: step 0 is inside step 2, which is not ended yet");
+  EXPECT_FAIL(p, graphd_program_else(p, 0), GRAPHD_FAILED_PRECONDITION,
+              "else: step 0 is inside step 2, which is not ended yet");
+  graphd_program_free(p);
+
+  p = graphd_program_new(GRAPHD_MODE_STAGED);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, 64, 1);
+  EXPECT_NEG(p, graphd_program_begin_while(p, 0, 6),
+             "step 0 (while): the condition word at offset 6 is not 4-byte aligned");
+  EXPECT_NEG(p, graphd_program_begin_if(p, 0, 64), "step 0 (if): 4 bytes at offset 64 are outside slot 0");
+  graphd_program_free(p);
+
+  p = graphd_program_new(GRAPHD_MODE_STAGED);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, 64, 1);
+  int w = graphd_program_begin_while(p, 0, 0);
+  graphd_program_add_memset(p, 0, 8, 8, 4, 0);
+  int b = graphd_program_begin_if(p, 0, 4);
+  graphd_program_add_memset(p, 0, 16, 8, 4, 1);
+  EXPECT_FAIL(p, graphd_program_else(p, (uint32_t)w), GRAPHD_FAILED_PRECONDITION, "inside step 2");
+  ck_assert_int_eq(graphd_program_else(p, (uint32_t)b), GRAPHD_OK);
+  EXPECT_FAIL(p, graphd_program_else(p, (uint32_t)b), GRAPHD_FAILED_PRECONDITION,
+              "else: step 2 is not a branch before its else");
+  graphd_program_add_memset(p, 0, 24, 8, 4, 2);
+  graphd_program_add_memset(p, 0, 32, 8, 4, 3);
+  ck_assert_int_eq(graphd_program_end(p, (uint32_t)b), GRAPHD_OK);
+  EXPECT_FAIL(p, graphd_program_end(p, (uint32_t)b), GRAPHD_FAILED_PRECONDITION,
+              "end: step 2 is ended already");
+  EXPECT_FAIL(p, graphd_program_end(p, 1), GRAPHD_INVALID_ARGUMENT,
+              "end: step 1 is not a loop or a branch");
+  graphd_program_free(p);
+
+  /* A well-formed one: the counts land where the validator wants them. */
+  p = graphd_program_new(GRAPHD_MODE_STAGED);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, 64, 1);
+  w = graphd_program_begin_while(p, 0, 0);
+  graphd_program_add_memset(p, 0, 8, 8, 4, 0);
+  b = graphd_program_begin_if(p, 0, 4);
+  graphd_program_add_memset(p, 0, 16, 8, 4, 1);
+  graphd_program_else(p, (uint32_t)b);
+  graphd_program_add_memset(p, 0, 24, 8, 4, 2);
+  graphd_program_add_memset(p, 0, 32, 8, 4, 3);
+  graphd_program_end(p, (uint32_t)b);
+  EXPECT_FAIL(p, graphd_program_finish(p, NULL), GRAPHD_INVALID_ARGUMENT, "step 0 (while) is not ended");
+  graphd_program_free(p);
+  p = graphd_program_new(GRAPHD_MODE_STAGED);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, 64, 1);
+  w = graphd_program_begin_while(p, 0, 0);
+  graphd_program_add_memset(p, 0, 8, 8, 4, 0);
+  b = graphd_program_begin_if(p, 0, 4);
+  graphd_program_add_memset(p, 0, 16, 8, 4, 1);
+  graphd_program_else(p, (uint32_t)b);
+  graphd_program_add_memset(p, 0, 24, 8, 4, 2);
+  graphd_program_add_memset(p, 0, 32, 8, 4, 3);
+  graphd_program_end(p, (uint32_t)b);
+  graphd_program_end(p, (uint32_t)w);
+  graphd_program_add_memset(p, 0, 40, 8, 4, 4);
+  ck_assert_msg(graphd_program_finish(p, NULL) == GRAPHD_OK, "%s", graphd_program_error(p));
+  const uint8_t *enc;
+  size_t len;
+  ck_assert_int_eq(graphd_program_encoding(p, &enc, &len), GRAPHD_OK);
+  gd_program *g;
+  char err[256];
+  ck_assert_int_eq(gd_program_decode(enc, len, &g, err, sizeof err), 0);
+  ck_assert_uint_eq(g->steps[0].u.cond.body, 5);
+  ck_assert_uint_eq(g->steps[0].u.cond.orelse, 0);
+  ck_assert_uint_eq(g->steps[2].u.cond.body, 1);
+  ck_assert_uint_eq(g->steps[2].u.cond.orelse, 2);
+  ck_assert_uint_eq(g->nsteps, 7);
+  gd_program_free(g);
+  graphd_program_free(p);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("program");
   TCase *tc = tcase_create("builder");
@@ -866,6 +947,7 @@ int main(void) {
   tcase_add_test(tm, test_module_id_depends_on_kind_and_bytes);
   tcase_add_test(tm, test_module_id_refuses_empty_bytes_and_unknown_kinds);
   tcase_add_test(tm, test_id_hex_and_parse);
+  tcase_add_test(tm, test_program_builder_nests_loops_and_branches);
   suite_add_tcase(s, tm);
   return td_run_suite(s);
 }

@@ -87,6 +87,40 @@ static graphd_device_counters counters(graphd_client *c, int dev) {
   return td_device_info(c, dev).counters;
 }
 
+/* Loops and branches through the C builder, the wire and the daemon, in
+ * both modes: the loop runs its count of passes, the branch takes its
+ * side, and a count of 0 skips the body. */
+START_TEST(test_replay_runs_conditional_loops_and_branches) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t mod[32], pid[2][32];
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod), GRAPHD_OK);
+  ck_assert_int_eq(cond_program_register(c, mod, GRAPHD_MODE_STAGED, N, pid[0]), GRAPHD_OK);
+  ck_assert_int_eq(cond_program_register(c, mod, GRAPHD_MODE_STAGED_EX, N, pid[1]), GRAPHD_OK);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  float *x;
+  uint32_t *ctl;
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&x), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, 8, (void **)&ctl), GRAPHD_OK);
+  uint32_t cases[][2] = {{3, 1}, {0, 0}, {7, 0}, {1, 1}, {0, 1}};
+  for (int m = 0; m < 2; m++)
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+      for (uint32_t i = 0; i < N; i++) x[i] = (float)i - 100.0f;
+      ctl[0] = cases[k][0];
+      ctl[1] = cases[k][1];
+      graphd_binding bd[2] = {{.slot = 0, .ptr = (uint64_t)(uintptr_t)x, .bytes = N * 4},
+                              {.slot = 1, .ptr = (uint64_t)(uintptr_t)ctl, .bytes = 8}};
+      ck_assert_msg(graphd_replay(c, s, pid[m], bd, 2, NULL) == GRAPHD_OK, "%s",
+                    graphd_last_error(c));
+      for (uint32_t i = 0; i < N; i++)
+        ck_assert_float_eq(x[i], cond_program_expect((float)i - 100.0f, cases[k][0], cases[k][1]));
+      ck_assert_uint_eq(ctl[0], 0);
+      ck_assert_uint_eq(ctl[1], cases[k][1]);
+    }
+  graphd_close(c);
+}
+END_TEST
+
 START_TEST(test_replay_thousand_replays_with_changing_bindings_are_exact) {
   graphd_client *c = td_data(&d, 0);
   uint8_t pid[32];
@@ -641,6 +675,7 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_replay_thousand_replays_with_changing_bindings_are_exact);
+  tcase_add_test(tc, test_replay_runs_conditional_loops_and_branches);
   tcase_add_test(tc, test_replay_staged_and_staged_ex_agree);
   tcase_add_test(tc, test_replay_two_sessions_share_a_capture_without_disturbing_each_other);
   tcase_add_test(tc, test_replay_bindings_are_checked);

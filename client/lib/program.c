@@ -450,6 +450,85 @@ int graphd_program_add_copy(graphd_program *p, uint32_t dst_slot, uint64_t dst_o
   return (int)i;
 }
 
+/* --- loops and branches ----------------------------------------------------- */
+
+/* While a conditional step is open its counts hold OPEN; an if's body
+ * count is fixed at graphd_program_else(). */
+#define OPEN UINT32_MAX
+
+static int begin_cond(graphd_program *p, uint32_t kind, uint32_t slot, uint64_t offset) {
+  uint32_t i = p->prog->nsteps;
+  const char *what = kind == GD_STEP_WHILE ? "while" : "if";
+  if (check_open(p) != GRAPHD_OK) return -1;
+  if (offset % 4) {
+    fail(p, GRAPHD_INVALID_ARGUMENT,
+         "step %u (%s): the condition word at offset %llu is not 4-byte aligned", i, what,
+         (unsigned long long)offset);
+    return -1;
+  }
+  if (check_range(p, i, what, slot, offset, 4) != GRAPHD_OK) return -1;
+  gd_step *s = new_step(p, kind, what);
+  if (!s) return -1;
+  s->u.cond = (gd_cond){.slot = slot, .offset = offset, .body = OPEN, .orelse = OPEN};
+  p->prog->nsteps++;
+  return (int)i;
+}
+
+int graphd_program_begin_while(graphd_program *p, uint32_t slot, uint64_t offset) {
+  return begin_cond(p, GD_STEP_WHILE, slot, offset);
+}
+
+int graphd_program_begin_if(graphd_program *p, uint32_t slot, uint64_t offset) {
+  return begin_cond(p, GD_STEP_IF, slot, offset);
+}
+
+/* The open conditional step `step` in *out, checked to be the innermost
+ * one. */
+static graphd_status open_cond(graphd_program *p, uint32_t step, const char *call, gd_cond **out) {
+  graphd_status st = check_open(p);
+  if (st != GRAPHD_OK) return st;
+  gd_program *g = p->prog;
+  if (step >= g->nsteps ||
+      (g->steps[step].kind != GD_STEP_WHILE && g->steps[step].kind != GD_STEP_IF))
+    return fail(p, GRAPHD_INVALID_ARGUMENT, "%s: step %u is not a loop or a branch", call, step);
+  gd_cond *cd = &g->steps[step].u.cond;
+  if (cd->orelse != OPEN)
+    return fail(p, GRAPHD_FAILED_PRECONDITION, "%s: step %u is ended already", call, step);
+  for (uint32_t k = step + 1; k < g->nsteps; k++) {
+    const gd_step *s = &g->steps[k];
+    if ((s->kind == GD_STEP_WHILE || s->kind == GD_STEP_IF) && s->u.cond.orelse == OPEN)
+      return fail(p, GRAPHD_FAILED_PRECONDITION,
+                  "%s: step %u is inside step %u, which is not ended yet", call, step, k);
+  }
+  *out = cd;
+  return GRAPHD_OK;
+}
+
+graphd_status graphd_program_else(graphd_program *p, uint32_t step) {
+  gd_cond *cd;
+  graphd_status st = open_cond(p, step, "else", &cd);
+  if (st != GRAPHD_OK) return st;
+  if (p->prog->steps[step].kind != GD_STEP_IF || cd->body != OPEN)
+    return fail(p, GRAPHD_FAILED_PRECONDITION, "else: step %u is not a branch before its else",
+                step);
+  cd->body = p->prog->nsteps - step - 1;
+  return GRAPHD_OK;
+}
+
+graphd_status graphd_program_end(graphd_program *p, uint32_t step) {
+  gd_cond *cd;
+  graphd_status st = open_cond(p, step, "end", &cd);
+  if (st != GRAPHD_OK) return st;
+  uint32_t after = p->prog->nsteps - step - 1;
+  if (cd->body == OPEN) {
+    cd->body = after;
+    cd->orelse = 0;
+  } else {
+    cd->orelse = after - cd->body;
+  }
+  return GRAPHD_OK;
+}
+
 /* --- finish ------------------------------------------------------------------ */
 
 static int cmp_param(const void *a, const void *b) {
@@ -466,6 +545,12 @@ graphd_status graphd_program_finish(graphd_program *p, uint8_t id_out[32]) {
   if (p->finished) {
     if (id_out) memcpy(id_out, p->prog->id, GD_ID_LEN);
     return GRAPHD_OK;
+  }
+  for (uint32_t k = 0; p->first_status == GRAPHD_OK && k < p->prog->nsteps; k++) {
+    const gd_step *s = &p->prog->steps[k];
+    if ((s->kind == GD_STEP_WHILE || s->kind == GD_STEP_IF) && s->u.cond.orelse == OPEN)
+      return fail(p, GRAPHD_INVALID_ARGUMENT, "step %u (%s) is not ended", k,
+                  s->kind == GD_STEP_WHILE ? "while" : "if");
   }
   if (p->first_status != GRAPHD_OK) {
     /* Keep first_err intact while fail() formats from it. */

@@ -162,6 +162,21 @@ GRAPHD_EXPORT int graphd_program_add_copy(graphd_program *p, uint32_t dst_slot,
                                           uint64_t dst_offset, uint32_t src_slot,
                                           uint64_t src_offset, uint64_t bytes);
 
+/* Conditional steps. A loop or a branch reads a 4-byte word at `offset`
+ * (a multiple of 4) of `slot` on the device; non-zero is true.
+ * graphd_program_begin_while() begins a loop: the steps added until
+ * graphd_program_end(p, step) run while the word is non-zero. It is read
+ * before each pass, so the body must change it (a body that never does
+ * never ends). graphd_program_begin_if() begins a branch: the steps added
+ * until graphd_program_else() run when the word is non-zero, those added
+ * after it until graphd_program_end() when it is zero. Loops and branches
+ * nest (at most 8 deep) and must be ended innermost first. The begin calls
+ * return the step's index or -1; the others GRAPHD_OK or an error. */
+GRAPHD_EXPORT int graphd_program_begin_while(graphd_program *p, uint32_t slot, uint64_t offset);
+GRAPHD_EXPORT int graphd_program_begin_if(graphd_program *p, uint32_t slot, uint64_t offset);
+GRAPHD_EXPORT graphd_status graphd_program_else(graphd_program *p, uint32_t step);
+GRAPHD_EXPORT graphd_status graphd_program_end(graphd_program *p, uint32_t step);
+
 /* Completes the program: sorts each launch's parameters and patches by
  * offset, runs the structural validation that the daemon runs at
  * registration, lays the program out in its canonical encoding and writes
@@ -170,7 +185,8 @@ GRAPHD_EXPORT int graphd_program_add_copy(graphd_program *p, uint32_t dst_slot,
  * Returns GRAPHD_OK, the status of the first earlier call that failed
  * (with "an earlier call failed: " and its message), or the validation
  * error: INVALID_ARGUMENT (for example a program with no steps, or an
- * invalid mode) or RESOURCE_EXHAUSTED for a cap (an encoding over 16 MiB). */
+ * invalid mode, or a loop or branch never ended) or RESOURCE_EXHAUSTED for
+ * a cap (an encoding over 64 MiB). */
 GRAPHD_EXPORT graphd_status graphd_program_finish(graphd_program *p, uint8_t id_out[32]);
 
 /* The canonical encoding of a finished program: *bytes points to *len
