@@ -176,6 +176,100 @@ static bool id_ok(gd_session *s, uint64_t request_id, const ProtobufCBinaryData 
   return false;
 }
 
+static void reply_registered(gd_session *s, uint64_t request_id, bool program,
+                             const uint8_t id[GD_ID_LEN], bool known) {
+  Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
+  Graphd__Wire__RegisterModuleReply mr = GRAPHD__WIRE__REGISTER_MODULE_REPLY__INIT;
+  Graphd__Wire__RegisterProgramReply pr = GRAPHD__WIRE__REGISTER_PROGRAM_REPLY__INIT;
+  ProtobufCBinaryData bid = {GD_ID_LEN, (uint8_t *)id};
+  r.request_id = request_id;
+  if (program) {
+    r.body_case = GRAPHD__WIRE__REPLY__BODY_REGISTER_PROGRAM;
+    r.register_program = &pr;
+    pr.program_id = bid;
+    pr.already_known = known;
+  } else {
+    r.body_case = GRAPHD__WIRE__REPLY__BODY_REGISTER_MODULE;
+    r.register_module = &mr;
+    mr.module_id = bid;
+    mr.already_known = known;
+  }
+  session_reply(s, &r);
+}
+
+/* Registrations whose bytes take time to hash or decode (over this size)
+ * go to libuv's thread pool, so the loop serves other sessions meanwhile;
+ * the registry itself changes on the loop only. */
+#define OFFLOOP_BYTES (64u << 10)
+
+typedef struct reg_work {
+  uv_work_t work;
+  gd_session *s;
+  uint64_t request_id;
+  bool program;
+  uint8_t id[GD_ID_LEN];
+  gd_module *mod;          /* module: its bytes, hashed off the loop */
+  const uint8_t *enc;      /* program: its encoding, mapped from a memfd */
+  uint8_t *enc_copy;       /* ... or copied from the request */
+  size_t len;
+  bool maybe_known;        /* program: the id is registered already */
+  bool same;               /* ... and these bytes hash to it */
+  gd_program *prog;        /* program: decoded off the loop */
+  int rc;
+  char err[1024];
+} reg_work;
+
+static void reg_work_cb(uv_work_t *w) {
+  reg_work *rw = gd_container_of(w, reg_work, work);
+  if (!rw->program) {
+    rw->rc = registry_module_verify(rw->mod, rw->err, sizeof rw->err);
+    return;
+  }
+  const uint8_t *enc = rw->enc_copy ? rw->enc_copy : rw->enc;
+  if (rw->maybe_known && (rw->same = registry_same_program(rw->id, enc, rw->len))) return;
+  rw->rc = registry_program_decode(rw->id, enc, rw->len, &rw->prog, rw->err, sizeof rw->err);
+}
+
+static void reg_after_cb(uv_work_t *w, int status) {
+  reg_work *rw = gd_container_of(w, reg_work, work);
+  gd_session *s = rw->s;
+  gd_registry *reg = &daemon_of(s)->reg;
+  bool known = rw->same;
+  int rc = status < 0 ? -GRAPHD_INTERNAL : rw->rc;
+  if (status < 0) snprintf(rw->err, sizeof rw->err, "the work was cancelled");
+  if (rw->program) {
+    if (rc == 0 && !known) rc = registry_program_insert(reg, rw->prog, &known, rw->err, sizeof rw->err);
+    else gd_program_free(rw->prog);
+    if (rw->enc) munmap((void *)rw->enc, rw->len ? rw->len : 1);
+    free(rw->enc_copy);
+  } else if (rc == 0) {
+    rc = registry_module_insert(reg, rw->mod, &known, rw->err, sizeof rw->err);
+  } else {
+    registry_module_discard(rw->mod);
+  }
+  if (!s->closing) {
+    if (rc < 0)
+      session_reply_error(s, rw->request_id, rc, "%s: %s",
+                          rw->program ? "RegisterProgram" : "RegisterModule", rw->err);
+    else
+      reply_registered(s, rw->request_id, rw->program, rw->id, known);
+  }
+  session_end_request(s);
+  free(rw);
+}
+
+/* Hands rw to the thread pool as the session's request in flight. */
+static void reg_work_start(gd_session *s, reg_work *rw) {
+  rw->s = s;
+  session_begin_request(s);
+  int rc = uv_queue_work(daemon_of(s)->loop, &rw->work, reg_work_cb, reg_after_cb);
+  if (rc < 0) {
+    rw->rc = -GRAPHD_INTERNAL;
+    snprintf(rw->err, sizeof rw->err, "uv_queue_work: %s", uv_strerror(rc));
+    reg_after_cb(&rw->work, 0);
+  }
+}
+
 static void handle_register_module(gd_session *s, Graphd__Wire__Request *req, int fd) {
   Graphd__Wire__RegisterModule *m = req->register_module;
   char err[512];
@@ -194,20 +288,29 @@ static void handle_register_module(gd_session *s, Graphd__Wire__Request *req, in
     return;
   }
   size_t len = fd >= 0 ? (size_t)m->size : m->inline_bytes.len;
-  int rc = registry_add_module(&daemon_of(s)->reg, m->module_id.data, m->kind, m->inline_bytes.data,
-                               len, fd, &known, err, sizeof err);
+  gd_module *mod = NULL;
+  int rc = registry_module_new(&daemon_of(s)->reg, m->module_id.data, m->kind,
+                               m->inline_bytes.data, len, fd, &mod, &known, err, sizeof err);
+  if (rc == 0 && !known && len > OFFLOOP_BYTES) {
+    reg_work *rw = calloc(1, sizeof *rw);
+    if (rw) {
+      rw->request_id = req->request_id;
+      rw->mod = mod;
+      memcpy(rw->id, m->module_id.data, GD_ID_LEN);
+      reg_work_start(s, rw);
+      return;
+    }
+  }
+  if (rc == 0 && !known && (rc = registry_module_verify(mod, err, sizeof err)) == 0)
+    rc = registry_module_insert(&daemon_of(s)->reg, mod, &known, err, sizeof err);
+  else if (rc < 0 || known)
+    mod = NULL; /* nothing was made, or nothing to keep */
   if (rc < 0) {
+    registry_module_discard(mod);
     session_reply_error(s, req->request_id, rc, "RegisterModule: %s", err);
     return;
   }
-  Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
-  Graphd__Wire__RegisterModuleReply mr = GRAPHD__WIRE__REGISTER_MODULE_REPLY__INIT;
-  r.request_id = req->request_id;
-  r.body_case = GRAPHD__WIRE__REPLY__BODY_REGISTER_MODULE;
-  r.register_module = &mr;
-  mr.module_id = m->module_id;
-  mr.already_known = known;
-  session_reply(s, &r);
+  reply_registered(s, req->request_id, false, m->module_id.data, known);
 }
 
 static void handle_register_program(gd_session *s, Graphd__Wire__Request *req, int fd) {
@@ -236,6 +339,26 @@ static void handle_register_program(gd_session *s, Graphd__Wire__Request *req, i
       return;
     }
   }
+  if (len > OFFLOOP_BYTES) {
+    reg_work *rw = calloc(1, sizeof *rw);
+    if (rw && fd < 0 && !(rw->enc_copy = malloc(len))) {
+      free(rw);
+      rw = NULL;
+    }
+    if (rw) {
+      rw->request_id = req->request_id;
+      rw->program = true;
+      memcpy(rw->id, m->program_id.data, GD_ID_LEN);
+      if (fd >= 0)
+        rw->enc = enc;
+      else
+        memcpy(rw->enc_copy, enc, len);
+      rw->len = len;
+      rw->maybe_known = registry_find_program(&daemon_of(s)->reg, rw->id) != NULL;
+      reg_work_start(s, rw);
+      return;
+    }
+  }
   /* The registry decodes (copies) what it keeps; the mapping can go after. */
   int rc = registry_add_program(&daemon_of(s)->reg, m->program_id.data, enc, len, &known, err,
                                 sizeof err);
@@ -244,14 +367,7 @@ static void handle_register_program(gd_session *s, Graphd__Wire__Request *req, i
     session_reply_error(s, req->request_id, rc, "RegisterProgram: %s", err);
     return;
   }
-  Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
-  Graphd__Wire__RegisterProgramReply pr = GRAPHD__WIRE__REGISTER_PROGRAM_REPLY__INIT;
-  r.request_id = req->request_id;
-  r.body_case = GRAPHD__WIRE__REPLY__BODY_REGISTER_PROGRAM;
-  r.register_program = &pr;
-  pr.program_id = m->program_id;
-  pr.already_known = known;
-  session_reply(s, &r);
+  reply_registered(s, req->request_id, true, m->program_id.data, known);
 }
 
 typedef struct prepare_job {

@@ -62,10 +62,10 @@ static void free_module(gd_module *m) {
   free(m);
 }
 
-int registry_add_module(gd_registry *r, const uint8_t id[GD_ID_LEN], uint32_t kind,
-                        const void *bytes, size_t len, int fd, bool *known, char *err,
-                        size_t errlen) {
-  char hex[2 * GD_ID_LEN + 1];
+int registry_module_new(gd_registry *r, const uint8_t id[GD_ID_LEN], uint32_t kind,
+                        const void *bytes, size_t len, int fd, gd_module **out, bool *known,
+                        char *err, size_t errlen) {
+  *out = NULL;
   *known = false;
   if (kind < GD_MODULE_PTX || kind > GD_MODULE_HOST_ELF) {
     snprintf(err, errlen, "RegisterModule.kind %u is not PTX (1), CUBIN (2), fatbin (3) or host ELF (4)", kind);
@@ -111,39 +111,64 @@ int registry_add_module(gd_registry *r, const uint8_t id[GD_ID_LEN], uint32_t ki
   }
   m->len = len;
   m->kind = kind;
-  if (gd_module_id(kind, m->bytes, len, m->id) < 0 || memcmp(m->id, id, GD_ID_LEN) != 0) {
-    gd_id_hex(id, 0, hex);
-    char got[2 * GD_ID_LEN + 1];
-    gd_id_hex(m->id, 0, got);
-    snprintf(err, errlen, "module id mismatch: the request says %s but the bytes hash to %s", hex,
-             got);
+  memcpy(m->id, id, GD_ID_LEN);
+  *out = m;
+  return 0;
+}
+
+int registry_module_verify(const gd_module *m, char *err, size_t errlen) {
+  uint8_t got[GD_ID_LEN];
+  if (gd_module_id(m->kind, m->bytes, m->len, got) == 0 && memcmp(got, m->id, GD_ID_LEN) == 0)
+    return 0;
+  char want[2 * GD_ID_LEN + 1], have[2 * GD_ID_LEN + 1];
+  gd_id_hex(m->id, 0, want);
+  gd_id_hex(got, 0, have);
+  snprintf(err, errlen, "module id mismatch: the request says %s but the bytes hash to %s", want,
+           have);
+  return -GRAPHD_INVALID_ARGUMENT;
+}
+
+int registry_module_insert(gd_registry *r, gd_module *m, bool *known, char *err, size_t errlen) {
+  *known = false;
+  if (registry_find_module(r, m->id)) { /* registered by another session meanwhile */
+    *known = true;
     free_module(m);
-    return -GRAPHD_INVALID_ARGUMENT;
+    return 0;
+  }
+  if (r->nmodules >= GD_REGISTRY_MAX_MODULES ||
+      r->module_bytes + m->len > GD_REGISTRY_MAX_MODULE_BYTES) {
+    snprintf(err, errlen, "the module registry is full (%u modules, %llu bytes)", r->nmodules,
+             (unsigned long long)r->module_bytes);
+    free_module(m);
+    return -GRAPHD_RESOURCE_EXHAUSTED;
   }
   m->index = r->nmodules++;
-  r->module_bytes += len;
+  r->module_bytes += m->len;
   HASH_ADD(hh, r->modules, id, GD_ID_LEN, m);
   return 0;
 }
 
-int registry_add_program(gd_registry *r, const uint8_t id[GD_ID_LEN], const uint8_t *enc,
-                         size_t len, bool *known, char *err, size_t errlen) {
-  *known = false;
-  if (registry_find_program(r, id)) {
-    /* The id is checked against the bytes when first registered; a repeat
-     * with other bytes under the same id is still refused below. */
-    uint8_t got[GD_ID_LEN];
-    gd_sha256(enc, len, got);
-    if (memcmp(got, id, GD_ID_LEN) == 0) {
-      *known = true;
-      return 0;
-    }
+void registry_module_discard(gd_module *m) {
+  if (m) free_module(m);
+}
+
+int registry_add_module(gd_registry *r, const uint8_t id[GD_ID_LEN], uint32_t kind,
+                        const void *bytes, size_t len, int fd, bool *known, char *err,
+                        size_t errlen) {
+  gd_module *m;
+  int rc = registry_module_new(r, id, kind, bytes, len, fd, &m, known, err, errlen);
+  if (rc < 0 || *known) return rc;
+  if ((rc = registry_module_verify(m, err, errlen)) < 0) {
+    free_module(m);
+    return rc;
   }
-  if (r->nprograms >= GD_REGISTRY_MAX_PROGRAMS) {
-    snprintf(err, errlen, "the program registry is full (%u programs)", r->nprograms);
-    return -GRAPHD_RESOURCE_EXHAUSTED;
-  }
+  return registry_module_insert(r, m, known, err, errlen);
+}
+
+int registry_program_decode(const uint8_t id[GD_ID_LEN], const uint8_t *enc, size_t len,
+                            gd_program **out, char *err, size_t errlen) {
   gd_program *prog = NULL;
+  *out = NULL;
   int rc = gd_program_decode(enc, len, &prog, err, errlen);
   if (rc < 0) return rc;
   if (memcmp(prog->id, id, GD_ID_LEN) != 0) {
@@ -154,6 +179,23 @@ int registry_add_program(gd_registry *r, const uint8_t id[GD_ID_LEN], const uint
              want, got);
     gd_program_free(prog);
     return -GRAPHD_INVALID_ARGUMENT;
+  }
+  *out = prog;
+  return 0;
+}
+
+int registry_program_insert(gd_registry *r, gd_program *prog, bool *known, char *err,
+                            size_t errlen) {
+  *known = false;
+  if (registry_find_program(r, prog->id)) { /* registered by another session meanwhile */
+    *known = true;
+    gd_program_free(prog);
+    return 0;
+  }
+  if (r->nprograms >= GD_REGISTRY_MAX_PROGRAMS) {
+    snprintf(err, errlen, "the program registry is full (%u programs)", r->nprograms);
+    gd_program_free(prog);
+    return -GRAPHD_RESOURCE_EXHAUSTED;
   }
   gd_regprog *p = calloc(1, sizeof *p);
   gd_module **mods = calloc(prog->nsteps, sizeof *mods);
@@ -184,6 +226,31 @@ int registry_add_program(gd_registry *r, const uint8_t id[GD_ID_LEN], const uint
   p->index = r->nprograms++;
   HASH_ADD(hh, r->programs, id, GD_ID_LEN, p);
   return 0;
+}
+
+bool registry_same_program(const uint8_t id[GD_ID_LEN], const uint8_t *enc, size_t len) {
+  uint8_t got[GD_ID_LEN];
+  gd_sha256(enc, len, got);
+  return memcmp(got, id, GD_ID_LEN) == 0;
+}
+
+int registry_add_program(gd_registry *r, const uint8_t id[GD_ID_LEN], const uint8_t *enc,
+                         size_t len, bool *known, char *err, size_t errlen) {
+  *known = false;
+  /* The id is checked against the bytes when first registered; a repeat
+   * with other bytes under the same id is still refused below. */
+  if (registry_find_program(r, id) && registry_same_program(id, enc, len)) {
+    *known = true;
+    return 0;
+  }
+  if (r->nprograms >= GD_REGISTRY_MAX_PROGRAMS) {
+    snprintf(err, errlen, "the program registry is full (%u programs)", r->nprograms);
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  gd_program *prog;
+  int rc = registry_program_decode(id, enc, len, &prog, err, errlen);
+  if (rc < 0) return rc;
+  return registry_program_insert(r, prog, known, err, errlen);
 }
 
 void registry_close(gd_registry *r) {

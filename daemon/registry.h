@@ -1,6 +1,7 @@
 /* The daemon-wide registry of modules and programs, keyed by SHA-256 id.
  *
- * DESIGN: the loop thread adds entries; entries are immutable once added
+ * DESIGN: the loop thread adds entries (the hashing and decoding before
+ * that may run on any thread, see the phases below); entries are immutable once added
  * and are never removed while the daemon runs (eviction frees captures and
  * per-device loads, not registrations: a device reset keeps programs and
  * modules across device resets). Workers therefore read an entry without a
@@ -52,6 +53,22 @@ int registry_add_module(gd_registry *r, const uint8_t id[GD_ID_LEN], uint32_t ki
                         const void *bytes, size_t len, int fd, bool *known, char *err,
                         size_t errlen);
 
+/* The same in phases, so that hashing and decoding, which take time in
+ * proportion to the bytes, can run off the loop thread:
+ * - registry_module_new (loop): the cheap checks and the bytes (copied,
+ *   or the memfd mapped), in a module that is not registered yet, or
+ *   *known when the id is;
+ * - registry_module_verify (any thread): hashes the bytes against the id;
+ * - registry_module_insert (loop): registers it, or frees it with *known
+ *   when another session registered the id meanwhile; it takes m.
+ * registry_module_discard frees a module that is not inserted. */
+int registry_module_new(gd_registry *r, const uint8_t id[GD_ID_LEN], uint32_t kind,
+                        const void *bytes, size_t len, int fd, gd_module **out, bool *known,
+                        char *err, size_t errlen);
+int registry_module_verify(const gd_module *m, char *err, size_t errlen);
+int registry_module_insert(gd_registry *r, gd_module *m, bool *known, char *err, size_t errlen);
+void registry_module_discard(gd_module *m);
+
 /* Maps a memfd sealed against write, shrink and grow, of exactly len bytes,
  * read-only (munmap it when done). `what` names it in errors. */
 int registry_map_sealed(int fd, size_t len, const char *what, const uint8_t **out, char *err,
@@ -61,6 +78,17 @@ int registry_map_sealed(int fd, size_t len, const char *what, const uint8_t **ou
  * and that every module it launches is registered. */
 int registry_add_program(gd_registry *r, const uint8_t id[GD_ID_LEN], const uint8_t *enc,
                          size_t len, bool *known, char *err, size_t errlen);
+
+/* In phases, as for modules: registry_program_decode (any thread) decodes,
+ * validates and checks the id; registry_program_insert (loop) checks that
+ * its modules are registered and registers it, taking prog (freed with
+ * *known when the id was registered meanwhile). registry_same_program
+ * (any thread) says whether an encoding hashes to id. */
+int registry_program_decode(const uint8_t id[GD_ID_LEN], const uint8_t *enc, size_t len,
+                            gd_program **out, char *err, size_t errlen);
+int registry_program_insert(gd_registry *r, gd_program *prog, bool *known, char *err,
+                            size_t errlen);
+bool registry_same_program(const uint8_t id[GD_ID_LEN], const uint8_t *enc, size_t len);
 
 gd_module *registry_find_module(gd_registry *r, const uint8_t id[GD_ID_LEN]);
 gd_regprog *registry_find_program(gd_registry *r, const uint8_t id[GD_ID_LEN]);
