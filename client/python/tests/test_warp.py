@@ -428,6 +428,20 @@ class RefusalTest(unittest.TestCase):
         finally:
             gprog.MAX_STEPS = saved
 
+    def test_signature(self):
+        self.refused("signature", self.build, scale_fn, shapes={0: (0,), 1: (0,)}, pattern="empty")
+        self.refused("signature", gw.jax_callable, scale_fn, vmap_method="expand_dims")
+
+    def test_kernel_features(self):
+        opts = scale.module.options
+        saved = opts["deterministic"]
+        opts["deterministic"] = wp.DeterministicMode.RUN_TO_RUN
+        try:
+            self.refused("kernel", self.build, scale_fn, pattern="deterministic")
+        finally:
+            opts["deterministic"] = saved
+        self.assertEqual(self.build(scale_fn).nsteps, 1)
+
     def test_cpu_device(self):
         self.refused("cpu_device", gw.resolve_arch, "cpu")
         self.refused("cpu_device", gw.resolve_arch, wp.get_device("cpu"))
