@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 
 try:
@@ -248,7 +249,11 @@ class ProgramFromWarpTest(unittest.TestCase):
                 "from graphd.warp._core import Function; "
                 "print(Function(t.physics, t.physics_spec()).build(t.SHAPES, {4: 0.01}, 90, 'staged').id_hex)"
                 % os.path.dirname(os.path.abspath(__file__)))
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        # A fresh kernel cache: the other process compiles the modules itself
+        # (NVRTC gives the same CUBIN, so the same module and program ids).
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, WARP_CACHE_PATH=cache)
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertEqual(r.stdout.strip().splitlines()[-1], self.built.id_hex)
 

@@ -72,8 +72,8 @@ class WarpCallable:
         return fn.build(shapes, statics, resolve_arch(arch if arch is not None else self.device), self.mode)
 
     def __call__(self, *args):
-        wp, _, types_mod = warp_modules()
-        fn = self._function()
+        wp, _, _ = warp_modules()
+        self._function()
         spec = self._spec
         if len(args) != len(spec.args):
             raise ValueError(f"{spec.name} takes {len(spec.args)} arguments, got {len(args)}")
