@@ -338,6 +338,16 @@ if HAVE_WARP:
         for _ in range(10):
             wp.launch(many, dim=n, inputs=[a0] + t[:6], outputs=[out])
 
+    def f_260_arrays(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        # As many arrays as a MuJoCo Warp humanoid step uses (260).
+        n = x.shape[0]
+        prev = x
+        for _ in range(260):
+            t = wp.empty(n, dtype=float)
+            wp.launch(scale, dim=n, inputs=[prev, t, 1.0])
+            prev = t
+        wp.copy(y, prev)
+
     def f_cmd_ok(x: wp.array(dtype=float), y: wp.array(dtype=float)):
         cmd = wp.launch(scale, dim=x.shape[0], inputs=[x, y, 3.0], record_cmd=True)
         cmd.launch()
@@ -426,6 +436,14 @@ class RefusalTest(unittest.TestCase):
             self.assertEqual(e.code, "RESOURCE_EXHAUSTED")
         finally:
             gprog.MAX_PATCHES = saved
+        # 2 arguments and 260 scratch arrays are over the 256 slots.
+        self.refused("limits", self.build, f_260_arrays, pattern="262 slots.*limit of 256")
+        saved = gprog.MAX_SLOTS
+        gprog.MAX_SLOTS = 1024
+        try:
+            self.assertEqual(self.build(f_260_arrays).nsteps, 261)
+        finally:
+            gprog.MAX_SLOTS = saved
         saved = gprog.MAX_STEPS
         gprog.MAX_STEPS = 5
         try:

@@ -173,15 +173,15 @@ def _assemble(rec, args, mode, arch, name):
     for b in rec.buffers:
         if b.arg is not None:
             by_buffer[id(b)] = arg_slots[b.arg]
-    for b in rec.buffers:
-        if b.alloc is not None and b.used:
-            if len(slots) >= _program.MAX_SLOTS:
-                raise Refused("limits", f"{name}: {len(slots) + 1} slots (arguments and arrays allocated inside "
-                              f"the function) are over the daemon's limit of {_program.MAX_SLOTS}",
-                              code="RESOURCE_EXHAUSTED")
-            s = p.add_slot("scratch", b.size)
-            slots.append(SlotInfo(s, "scratch", b.size, False, f"allocation {b.alloc}"))
-            by_buffer[id(b)] = s
+    scratch = [b for b in rec.buffers if b.alloc is not None and b.used]
+    if len(slots) + len(scratch) > _program.MAX_SLOTS:
+        raise Refused("limits", f"{name}: {len(slots) + len(scratch)} slots ({len(slots)} arguments and "
+                      f"{len(scratch)} arrays allocated inside the function) are over the daemon's limit of "
+                      f"{_program.MAX_SLOTS}", code="RESOURCE_EXHAUSTED")
+    for b in scratch:
+        s = p.add_slot("scratch", b.size)
+        slots.append(SlotInfo(s, "scratch", b.size, False, f"allocation {b.alloc}"))
+        by_buffer[id(b)] = s
     if not rec.steps:
         raise Refused("empty", f"{name} launches nothing, sets and copies nothing: there is no program to run")
     if len(rec.steps) > _program.MAX_STEPS:

@@ -71,6 +71,7 @@ class Buffer:
         self.arg, self.alloc = arg, alloc
         self.what = what
         self.used = False
+        self.alive = True
 
     def key(self):
         return ("arg", self.arg) if self.arg is not None else ("alloc", self.alloc, self.size)
@@ -134,9 +135,11 @@ class Recording:
         return tuple(s.key() for s in self.steps)
 
     def find(self, ptr, nbytes=1):
-        """(buffer, offset) holding [ptr, ptr + nbytes), or None."""
-        for b in self.buffers:
-            if b.base <= ptr and ptr + nbytes <= b.base + b.size:
+        """(buffer, offset) holding [ptr, ptr + nbytes), or None. Only live
+        buffers count: a freed allocation's addresses may be handed out
+        again, to a new buffer."""
+        for b in reversed(self.buffers):
+            if b.alive and b.base <= ptr and ptr + nbytes <= b.base + b.size:
                 return b, ptr - b.base
         return None
 
@@ -164,6 +167,9 @@ class _Allocator:
     def deallocate(self, ptr, nbytes):
         n = self.live.pop(ptr, None)
         if n is not None:
+            for b in self.rec.buffers:
+                if b.alloc is not None and b.alive and b.base == ptr:
+                    b.alive = False
             _release(ptr, n)
 
 
