@@ -7,6 +7,10 @@
   docstring for how it is found): Client (connect, status, register
   modules and programs, streams, host memory, replay).
 
+- graphd.warp (imported on demand; needs warp-lang): Warp functions and
+  kernels as graphd programs, for JAX (jax_callable, jax_kernel) and for
+  Warp arrays (callable). See docs/warp.md.
+
 See docs/jax.md."""
 
 from .errors import GraphdError, STATUS_CODES, status_name
@@ -18,6 +22,13 @@ from .program import (
 from ._lib import Client, Stream, HostBuffer, clear
 
 __version__ = "0.1.0"
+
+# GRAPHD_WARP_INSTALL=1: warp.jax_callable and warp.jax_kernel become
+# graphd.warp's at import (docs/warp.md). Import graphd before the code
+# that takes those names from warp.
+if __import__("os").environ.get("GRAPHD_WARP_INSTALL") == "1":
+    from . import warp as _warp
+    _warp.install()
 
 __all__ = [
     "GraphdError", "STATUS_CODES", "status_name",

@@ -1,0 +1,221 @@
+"""From a recording to a graphd program: CUBINs compiled by Warp's NVRTC
+for the target architecture, one slot per array argument, one scratch slot
+per allocation the steps use, and the steps in the order they ran."""
+
+import json
+import os
+import threading
+
+from .. import program as _program
+from ..errors import GraphdError
+from ..program import Program, module_id
+from ._support import Refused, warp_modules
+
+_compiled = {}
+_compile_lock = threading.Lock()
+
+
+class CompiledModule:
+    """One Warp module compiled for one (block size, architecture): its
+    bytes, kind, graphd module id, metadata and the path Warp wrote."""
+
+    def __init__(self, kind, data, meta, path, block_dim, arch):
+        self.kind, self.data, self.meta, self.path = kind, data, meta, path
+        self.block_dim, self.arch = block_dim, arch
+        self.id = module_id(kind, data)
+
+
+def supported_archs():
+    _, ctx, _ = warp_modules()
+    return sorted(getattr(ctx.runtime, "nvrtc_supported_archs", ()) or ())
+
+
+def compile_module(module, block_dim, arch, ptx=False):
+    """Compiles a Warp module with Warp's NVRTC, without a GPU, as Warp
+    would for a device of architecture `arch` launching with block_dim
+    threads per block: CUBIN (or PTX with ptx=True, for inspection). Warp's
+    kernel cache is reused."""
+    wp, _, _ = warp_modules()
+    archs = supported_archs()
+    if archs and arch not in archs:
+        raise Refused("arch", f"Warp's NVRTC cannot compile for sm_{arch}; it knows {archs}")
+    with _compile_lock:
+        module.get_module_hash(block_dim)
+        ident = module.get_module_identifier(block_dim=block_dim)
+        kind = "ptx" if ptx else "cubin"
+        key = (ident, block_dim, arch, kind)
+        hit = _compiled.get(key)
+        if hit is not None:
+            return hit
+        options = module.resolve_options(wp.config, block_dim=block_dim)
+        out_dir = os.path.join(wp.config.kernel_cache_dir, ident)
+        name = f"{ident}.sm{arch}.{kind}"
+        module._compile(None, out_dir, output_name=name, output_arch=arch, use_ptx=ptx, options=options)
+        path = os.path.join(out_dir, name)
+        with open(path, "rb") as f:
+            data = f.read()
+        if ptx:
+            data = data.rstrip(b"\0")
+        with open(os.path.join(out_dir, module._get_meta_name(block_dim=block_dim)), encoding="utf-8") as f:
+            meta = json.load(f)
+        c = CompiledModule(kind, data, meta, path, block_dim, arch)
+        _compiled[key] = c
+        return c
+
+
+def entry_name(kernel, block_dim, adjoint):
+    """The CUDA entry of a kernel in its module's block_dim variant."""
+    _, _, _ = warp_modules()
+    from warp._src import codegen
+    module = kernel.module
+    module.get_module_hash(block_dim)
+    h = module.hashers[block_dim].kernel_hashes.get(kernel)
+    if h is None:
+        raise Refused("kernel", f"kernel {kernel.key} is not part of its module's build (was it redefined?)")
+    mangled = kernel.get_mangled_name(kernel_hash=h)
+    if adjoint:
+        return codegen.cuda_kernel_backward_name(kernel, name=mangled)
+    return codegen.cuda_kernel_forward_name(kernel, name=mangled)
+
+
+def grid_for(total, block_dim, grid_stride, max_blocks):
+    """The grid Warp's CUDA launcher uses for `total` threads."""
+    blocks = (total + block_dim - 1) // block_dim
+    if grid_stride:
+        cap = max_blocks if max_blocks > 0 else 0x7FFFFFFF
+        return (max(min(blocks, cap), 1), 1, 1)
+    gx = max(min(blocks, (1 << 24) // block_dim), 1)
+    rest = (blocks + gx - 1) // gx
+    gy = max(min(rest, 65535), 1)
+    gz = max(min((rest + gy - 1) // gy, 65535), 1)
+    return (gx, gy, gz)
+
+
+def _grid_stride(kernel, block_dim):
+    wp, _, _ = warp_modules()
+    from warp._src import codegen
+    kernel.module.get_module_hash(block_dim)
+    if kernel.grid_stride is not None:
+        return bool(kernel.grid_stride)
+    opts = kernel.module.resolve_options(wp.config, block_dim=block_dim)
+    return codegen.resolve_grid_stride(kernel.options, opts.get("default_grid_stride", wp.config.default_grid_stride))
+
+
+class SlotInfo:
+    def __init__(self, index, role, nbytes, staged, name):
+        self.index, self.role, self.nbytes, self.staged, self.name = index, role, nbytes, staged, name
+
+    def __repr__(self):
+        st = " staged" if self.staged else ""
+        return f"slot {self.index}: {self.role}{st} {self.nbytes} bytes ({self.name})"
+
+
+class LaunchInfo:
+    """What the tests and describe() need of a launch step."""
+
+    def __init__(self, step, kernel, entry, module, grid, block_dim, shared, params):
+        self.step, self.kernel, self.entry, self.module = step, kernel, entry, module
+        self.grid, self.block_dim, self.shared = grid, block_dim, shared
+        self.params = params  # [(name, offset, size, align, [(offset in param, slot, slot offset)])]
+
+
+class Built:
+    """A Warp function's program for one signature."""
+
+    def __init__(self, program, slots, arg_slots, modules, launches, nsteps):
+        self.program = program
+        self.encoding, self.id = program.finish()
+        self.id_hex = self.id.hex()
+        self.slots = slots
+        self.arg_slots = arg_slots  # {argument index: slot}
+        self.modules = modules  # [CompiledModule]
+        self.launches = launches
+        self.nsteps = nsteps
+
+    def spec_modules(self):
+        return [(m.kind, m.data) for m in self.modules]
+
+    def describe(self):
+        lines = [f"program {self.id_hex}: {len(self.slots)} slots, {self.nsteps} steps, "
+                 f"{len(self.modules)} modules"]
+        lines += [f"  {s!r}" for s in self.slots]
+        for l in self.launches:
+            lines.append(f"  step {l.step}: {l.entry} grid {l.grid} block {l.block_dim} shared {l.shared} "
+                         f"({len(l.params)} params, {sum(len(p[4]) for p in l.params)} patches)")
+        return "\n".join(lines)
+
+
+def _align_up(v, a):
+    return (v + a - 1) // a * a
+
+
+def assemble(rec, args, mode, arch, name):
+    """The program of Recording `rec`. args: one (index, role, staged,
+    nbytes, name) per array argument, in order."""
+    try:
+        return _assemble(rec, args, mode, arch, name)
+    except Refused:
+        raise
+    except GraphdError as e:
+        if e.code == "RESOURCE_EXHAUSTED":
+            raise Refused("limits", f"{name}: the program is over the daemon's limits (proto/program.h): "
+                          f"{e.message}", code="RESOURCE_EXHAUSTED") from None
+        raise
+
+
+def _assemble(rec, args, mode, arch, name):
+    p = Program(mode)
+    slots, arg_slots, by_buffer = [], {}, {}
+    for index, role, staged, nbytes, aname in args:
+        s = p.add_slot(role, nbytes, staged=staged)
+        slots.append(SlotInfo(s, role, nbytes, staged, aname))
+        arg_slots[index] = s
+    for b in rec.buffers:
+        if b.arg is not None:
+            by_buffer[id(b)] = arg_slots[b.arg]
+    scratch = [b for b in rec.buffers if b.alloc is not None and b.used]
+    if len(slots) + len(scratch) > _program.MAX_SLOTS:
+        raise Refused("limits", f"{name}: {len(slots) + len(scratch)} slots ({len(slots)} arguments and "
+                      f"{len(scratch)} arrays allocated inside the function) are over the daemon's limit of "
+                      f"{_program.MAX_SLOTS}", code="RESOURCE_EXHAUSTED")
+    for b in scratch:
+        s = p.add_slot("scratch", b.size)
+        slots.append(SlotInfo(s, "scratch", b.size, False, f"allocation {b.alloc}"))
+        by_buffer[id(b)] = s
+    if not rec.steps:
+        raise Refused("empty", f"{name} launches nothing, sets and copies nothing: there is no program to run")
+    if len(rec.steps) > _program.MAX_STEPS:
+        raise Refused("limits", f"{name}: {len(rec.steps)} steps are over the daemon's limit of "
+                      f"{_program.MAX_STEPS}", code="RESOURCE_EXHAUSTED")
+    modules, launches = [], []
+    for st in rec.steps:
+        if st.kind == "memset":
+            p.add_memset(by_buffer[id(st.buf)], st.offset, st.nbytes, st.element_size, st.value)
+        elif st.kind == "copy":
+            p.add_copy(by_buffer[id(st.dst)], st.dst_offset, by_buffer[id(st.src)], st.src_offset, st.nbytes)
+        else:
+            k = st.kernel
+            cm = compile_module(k.module, st.block_dim, arch)
+            if cm not in modules:
+                modules.append(cm)
+            entry = entry_name(k, st.block_dim, st.adjoint)
+            shared = cm.meta.get(entry + "_smem_bytes")
+            if shared is None:
+                raise Refused("kernel", f"the compiled module {os.path.basename(cm.path)} has no entry {entry}")
+            total = 1
+            for d in st.dim:
+                total *= d
+            grid = grid_for(total, st.block_dim, _grid_stride(k, st.block_dim), st.max_blocks)
+            i = p.add_launch(cm.id, entry, grid, (st.block_dim, 1, 1), int(shared))
+            off, plist = 0, []
+            for prm in st.params:
+                off = _align_up(off, prm.align)
+                p.param(i, off, prm.data)
+                pl = []
+                for o, buf, bo in prm.pointers:
+                    p.patch(i, off + o, by_buffer[id(buf)], bo)
+                    pl.append((o, by_buffer[id(buf)], bo))
+                plist.append((prm.name, off, len(prm.data), prm.align, pl))
+                off += len(prm.data)
+            launches.append(LaunchInfo(i, k, entry, cm, grid, st.block_dim, int(shared), plist))
+    return Built(p, slots, arg_slots, modules, launches, len(rec.steps))

@@ -1,0 +1,403 @@
+"""Recording what a Warp function does, without a GPU.
+
+The function runs once on Warp's "cpu" device with arrays of the right
+shapes whose memory is reserved but never touched (anonymous mappings with
+MAP_NORESERVE: no physical memory is used until a page is written, and
+nothing here writes them). While it runs:
+
+- wp.launch (and Warp's own internal calls to it) is replaced by a recorder
+  that packs the kernel's parameters with Warp's own packing code, exactly
+  as a CUDA launch would pass them, and runs nothing;
+- the CPU device's allocator hands out reserved memory and notes every
+  allocation (each becomes a daemon-owned scratch slot);
+- the CPU device's memset and memtile (array.zero_, fill_, wp.zeros) and
+  the native host-to-host copy (wp.copy) are recorded as steps instead of
+  being run;
+- everything else that would run work or read values on the host is
+  refused: other native host functions (scans, sorts, mesh builds,
+  non-contiguous copies and fills), reading values (array.numpy(),
+  .list(), numpy conversion), synchronisation, graph capture inside the
+  function, capture_pause/resume (host code between graph parts) and
+  conditional nodes (capture_if, capture_while).
+
+Everything is put back when the function returns or raises. Recording
+holds a process-wide lock: two recordings never overlap, and other threads
+should not use Warp's CPU device meanwhile."""
+
+import ctypes
+import mmap
+import threading
+
+from ._support import Refused, warp_modules
+
+_LOCK = threading.RLock()
+
+# --- reserved memory -----------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.restype = ctypes.c_int
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _reserve(nbytes):
+    """Address of nbytes of zero-filled memory that costs nothing until
+    touched."""
+    n = max(int(nbytes), 1)
+    p = _libc.mmap(None, n, mmap.PROT_READ | mmap.PROT_WRITE,
+                   mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
+    if p is None or p == _MAP_FAILED:
+        raise MemoryError(f"cannot reserve {n} bytes of address space for recording")
+    return p
+
+
+def _release(ptr, nbytes):
+    _libc.munmap(ptr, max(int(nbytes), 1))
+
+
+# --- what a recording holds -------------------------------------------------------
+
+
+class Buffer:
+    """A memory range the recording knows: an argument (`arg` is its
+    position among the function's arguments) or an allocation made inside
+    the function (`alloc` is its order among them)."""
+
+    def __init__(self, base, size, arg=None, alloc=None, what=""):
+        self.base, self.size = base, size
+        self.arg, self.alloc = arg, alloc
+        self.what = what
+        self.used = False
+        self.alive = True
+
+    def key(self):
+        return ("arg", self.arg) if self.arg is not None else ("alloc", self.alloc, self.size)
+
+
+class Param:
+    """One kernel parameter: its bytes (pointer fields zeroed), C alignment
+    and the pointers inside it as (offset in the parameter, buffer, offset
+    in the buffer)."""
+
+    def __init__(self, name, data, align, pointers):
+        self.name, self.data, self.align, self.pointers = name, data, align, pointers
+
+    def key(self):
+        return (self.data, self.align, tuple((o, b.key(), bo) for o, b, bo in self.pointers))
+
+
+class LaunchRec:
+    kind = "launch"
+
+    def __init__(self, kernel, adjoint, dim, block_dim, max_blocks, params):
+        self.kernel, self.adjoint, self.dim = kernel, adjoint, dim
+        self.block_dim, self.max_blocks, self.params = block_dim, max_blocks, params
+
+    def key(self):
+        return ("launch", self.kernel.module.name, self.kernel.key, self.kernel.sig, self.adjoint, self.dim,
+                self.block_dim, self.max_blocks, tuple(p.key() for p in self.params))
+
+
+class MemsetRec:
+    kind = "memset"
+
+    def __init__(self, buf, offset, nbytes, element_size, value):
+        self.buf, self.offset, self.nbytes = buf, offset, nbytes
+        self.element_size, self.value = element_size, value
+
+    def key(self):
+        return ("memset", self.buf.key(), self.offset, self.nbytes, self.element_size, self.value)
+
+
+class CopyRec:
+    kind = "copy"
+
+    def __init__(self, dst, dst_offset, src, src_offset, nbytes):
+        self.dst, self.dst_offset, self.src, self.src_offset = dst, dst_offset, src, src_offset
+        self.nbytes = nbytes
+
+    def key(self):
+        return ("copy", self.dst.key(), self.dst_offset, self.src.key(), self.src_offset, self.nbytes)
+
+
+class Recording:
+    """The buffers and steps of one run of the function."""
+
+    def __init__(self):
+        self.buffers = []
+        self.steps = []
+        self.allocs = 0
+
+    def key(self):
+        return tuple(s.key() for s in self.steps)
+
+    def find(self, ptr, nbytes=1):
+        """(buffer, offset) holding [ptr, ptr + nbytes), or None. Only live
+        buffers count: a freed allocation's addresses may be handed out
+        again, to a new buffer."""
+        for b in reversed(self.buffers):
+            if b.alive and b.base <= ptr and ptr + nbytes <= b.base + b.size:
+                return b, ptr - b.base
+        return None
+
+
+# --- the recorder ----------------------------------------------------------------
+
+
+class _Allocator:
+    """The CPU device's allocator while recording."""
+
+    deallocate_requires_context_guard = False
+
+    def __init__(self, rec, kind):
+        self.rec = rec
+        self.memory_kind = kind
+        self.live = {}
+
+    def allocate(self, nbytes):
+        p = _reserve(nbytes)
+        self.live[p] = nbytes
+        self.rec.buffers.append(Buffer(p, int(nbytes), alloc=self.rec.allocs, what="an array allocated inside the function"))
+        self.rec.allocs += 1
+        return p
+
+    def deallocate(self, ptr, nbytes):
+        n = self.live.pop(ptr, None)
+        if n is not None:
+            for b in self.rec.buffers:
+                if b.alloc is not None and b.alive and b.base == ptr:
+                    b.alive = False
+            _release(ptr, n)
+
+
+def _refuser(reason, text):
+    def refuse(*args, **kwargs):
+        raise Refused(reason, text)
+    return refuse
+
+
+# Native host functions that stay usable while recording: memory management
+# and queries. Others that do work on the host are refused (see _deny).
+_NATIVE_ALLOWED = {"wp_alloc_host", "wp_free_host", "wp_host_compiler_version"}
+_NATIVE_TEXT = {
+    "wp_array_copy_host": "a copy between non-contiguous arrays (graphd copies contiguous byte ranges; "
+                          "copy into a contiguous array with a kernel instead)",
+    "wp_array_fill_host": "fill_ on a non-contiguous array (graphd memsets contiguous byte ranges)",
+    "wp_cpu_launch_kernel": "a kernel run on the CPU",
+}
+
+
+class Recorder:
+    """Context manager: patches Warp for the recording and restores it."""
+
+    def __init__(self, rec, func_name):
+        self.rec = rec
+        self.func_name = func_name
+        self.saved = []
+
+    # --- patching ---
+
+    def _patch(self, obj, name, value):
+        had = name in vars(obj) if isinstance(obj, type) else hasattr(obj, "__dict__") and name in obj.__dict__
+        self.saved.append((obj, name, had, getattr(obj, name, None)))
+        setattr(obj, name, value)
+
+    def _restore(self):
+        for obj, name, had, old in reversed(self.saved):
+            if had:
+                setattr(obj, name, old)
+            else:
+                try:
+                    delattr(obj, name)
+                except AttributeError:
+                    setattr(obj, name, old)
+        self.saved.clear()
+
+    def __enter__(self):
+        _LOCK.acquire()
+        try:
+            self._install()
+        except BaseException:
+            self._restore()
+            _LOCK.release()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        # Allocations still alive stay mapped (they cost address space only)
+        # and are unmapped when their arrays go: an array that escaped the
+        # function must not point at unmapped memory.
+        try:
+            self._restore()
+        finally:
+            _LOCK.release()
+
+    def _install(self):
+        wp, ctx, types_mod = warp_modules()
+        runtime = ctx.runtime
+        cpu = runtime.get_device("cpu")
+        self.cpu = cpu
+        self.default_alloc = _Allocator(self.rec, getattr(cpu.default_allocator, "memory_kind", None))
+        self.pinned_alloc = _Allocator(self.rec, getattr(cpu.pinned_allocator, "memory_kind", None))
+        self._patch(cpu, "default_allocator", self.default_alloc)
+        self._patch(cpu, "pinned_allocator", self.pinned_alloc)
+        self._patch(cpu, "memset", self._memset)
+        self._patch(cpu, "memtile", self._memtile)
+
+        core = runtime.core
+        for name in [n for n in vars(core) if n.startswith("wp_")]:
+            if name == "wp_memcpy_h2h":
+                self._patch(core, name, self._memcpy)
+            elif name in ("wp_memset_host", "wp_memtile_host"):
+                self._patch(core, name, self._memset if name == "wp_memset_host" else self._memtile)
+            elif name in _NATIVE_TEXT or (("_host" in name or "_cpu_" in name) and name not in _NATIVE_ALLOWED
+                                         and not name.endswith("_destroy_host")
+                                         and not name.startswith("wp_cuda_")):
+                text = _NATIVE_TEXT.get(name, f"Warp's native {name}, which does work on the host that "
+                                              "graphd cannot record")
+                self._patch(core, name, _refuser("native", f"the function calls {text}"))
+
+        launch = self._launch
+        self._patch(wp, "launch", launch)
+        self._patch(ctx, "launch", launch)
+        # Any real kernel execution path ends in Module.load: a launch that
+        # got past the recorder (a reference to wp.launch taken before
+        # recording, or a Launch object made earlier) is refused, not run.
+        self._patch(ctx.Module, "load", _refuser(
+            "unrecorded_launch", "a kernel launch bypassed graphd's recorder (a reference to wp.launch kept "
+            "from before, or a Launch object made outside the function); call wp.launch inside the function"))
+
+        sync = ("host_sync", "host synchronisation ({}) inside the function: a graph cannot wait for the host")
+        for name in ("synchronize", "synchronize_device", "synchronize_stream", "synchronize_event"):
+            r = _refuser(sync[0], sync[1].format(f"wp.{name}"))
+            self._patch(wp, name, r)
+            self._patch(ctx, name, r)
+        for name in ("capture_pause", "capture_resume"):
+            r = _refuser("host_callback", f"wp.{name} inside the function: host code between parts of a graph "
+                         "is a host callback, which graphd does not replay")
+            self._patch(wp, name, r)
+            self._patch(ctx, name, r)
+        for name in ("capture_if", "capture_while"):
+            r = _refuser("conditional", f"wp.{name}: conditional graph nodes are not supported by the graphd "
+                         "daemon yet")
+            self._patch(wp, name, r)
+            self._patch(ctx, name, r)
+        for name in ("capture_begin", "capture_end", "capture_launch"):
+            r = _refuser("nested_capture", f"wp.{name} inside the function: graphd captures the whole function "
+                         "itself")
+            self._patch(wp, name, r)
+            self._patch(ctx, name, r)
+        read = _refuser("host_sync", "reading array values on the host (numpy(), list(), print, numpy "
+                        "conversion) inside the function: that waits for the GPU, and a launch sequence that "
+                        "depends on values cannot be a graph")
+        for name in ("numpy", "list", "__array__"):
+            if hasattr(types_mod.array, name):
+                self._patch(types_mod.array, name, read)
+        self._patch(types_mod.array, "__array_interface__", property(read))
+        self._patch(types_mod.array, "__cuda_array_interface__", property(_refuser(
+            "host_sync", "handing an array to another library inside the function")))
+
+    # --- the recorded operations ---
+
+    def _resolve(self, ptr, nbytes, what):
+        hit = self.rec.find(ptr, max(int(nbytes), 1))
+        if hit is None:
+            raise Refused("unknown_pointer", f"{what} uses memory at 0x{ptr:x} ({nbytes} bytes) that is neither an "
+                          "argument of the function nor allocated inside it (a global array, an array cached "
+                          "across calls, or host data); pass it as an argument")
+        hit[0].used = True
+        return hit
+
+    def _memset(self, ptr, value, nbytes):
+        nbytes = int(nbytes)
+        if nbytes == 0:
+            return True
+        buf, off = self._resolve(ptr, nbytes, "a memset (zero_, fill_ or wp.zeros)")
+        value &= 0xFF
+        if off % 4 == 0 and nbytes % 4 == 0:
+            self.rec.steps.append(MemsetRec(buf, off, nbytes, 4, value * 0x01010101))
+        else:
+            self.rec.steps.append(MemsetRec(buf, off, nbytes, 1, value))
+        return True
+
+    def _memtile(self, ptr, src, srcsize, count):
+        srcsize, count = int(srcsize), int(count)
+        nbytes = srcsize * count
+        if nbytes == 0:
+            return None
+        pattern = ctypes.string_at(src, srcsize)
+        # The shortest unit of 1, 2 or 4 bytes that the value repeats.
+        for es in (1, 2, 4):
+            if srcsize % es == 0 and pattern == pattern[:es] * (srcsize // es):
+                break
+        else:
+            raise Refused("fill_value", f"fill_ with a {srcsize}-byte value that does not repeat every 1, 2 or 4 "
+                          "bytes: graphd memsets take 1-, 2- or 4-byte elements; fill with a kernel instead")
+        buf, off = self._resolve(ptr, nbytes, "fill_")
+        if off % es:
+            raise Refused("fill_value", f"fill_ at byte {off} of its buffer, not a multiple of its {es}-byte "
+                          "element")
+        if es == 1 and off % 4 == 0 and nbytes % 4 == 0:
+            es, value = 4, pattern[0] * 0x01010101
+        else:
+            value = int.from_bytes(pattern[:es], "little")
+        self.rec.steps.append(MemsetRec(buf, off, nbytes, es, value))
+        return None
+
+    def _memcpy(self, dst, src, nbytes):
+        nbytes = int(nbytes)
+        if nbytes == 0:
+            return True
+        s = self.rec.find(src, nbytes)
+        if s is None:
+            raise Refused("host_data", f"a copy of {nbytes} bytes from host memory into an array inside the function "
+                          "(wp.array(data=...), assign or wp.copy from a NumPy array): the data would be baked "
+                          "into the graph; pass it as an argument")
+        d = self._resolve(dst, nbytes, "wp.copy")
+        s[0].used = True
+        self.rec.steps.append(CopyRec(d[0], d[1], s[0], s[1], nbytes))
+        return True
+
+    def _launch(self, kernel, dim, inputs=(), outputs=(), adj_inputs=(), adj_outputs=(), device=None,
+                stream=None, adjoint=False, record_tape=True, record_cmd=False, max_blocks=0, block_dim=None):
+        from ._params import pack_launch
+        rec = pack_launch(self, kernel, dim, list(inputs) + list(outputs), list(adj_inputs) + list(adj_outputs),
+                          adjoint, max_blocks, block_dim)
+        if record_cmd:
+            return _Command(self, rec)
+        if rec is not None:
+            self.rec.steps.append(rec)
+        return None
+
+
+class _Command:
+    """What wp.launch(record_cmd=True) returns while recording: launch()
+    records the launch (again on each call)."""
+
+    def __init__(self, recorder, rec):
+        self._recorder, self._rec = recorder, rec
+
+    def launch(self, stream=None):
+        if self._rec is not None:
+            self._recorder.rec.steps.append(self._rec)
+
+    def __getattr__(self, name):
+        raise Refused("launch_command", f"Launch.{name} on a recorded launch: graphd records Launch.launch() "
+                      "only; change the launch's parameters by launching again")
+
+
+def arg_buffer(rec, index, nbytes, what):
+    """Reserved memory for argument `index` of nbytes bytes, known to the
+    recording."""
+    p = _reserve(nbytes)
+    rec.buffers.append(Buffer(p, int(nbytes), arg=index, what=what))
+    return p
+
+
+def release_args(rec):
+    for b in rec.buffers:
+        if b.arg is not None:
+            _release(b.base, b.size)

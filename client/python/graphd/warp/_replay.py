@@ -1,0 +1,144 @@
+"""The same programs without JAX: graphd.warp.callable(func) is called
+with Warp arrays on a CUDA device (and scalars), like func itself, and
+replays the function's program through libgraphd on Warp's current stream
+of that device."""
+
+import threading
+
+from ..errors import GraphdError
+from ._core import FuncSpec, Function
+from ._support import Refused, warp_modules
+
+
+class WarpCallable:
+    """graphd.warp.callable's result. Every array argument is bound to its
+    slot by pointer: arguments named in `inputs` are only read (input
+    slots), those in `outputs` only written (output slots), the others both
+    (inout). Scalars are static: each value is its own program."""
+
+    def __init__(self, func, inputs=(), outputs=(), mode="staged", device=None, socket=None):
+        from . import resolve_mode
+        self.func = func
+        self.mode = resolve_mode(mode)
+        self.device = device
+        self.socket = socket
+        self.inputs, self.outputs = set(inputs or ()), set(outputs or ())
+        if self.inputs & self.outputs:
+            raise ValueError(f"{sorted(self.inputs & self.outputs)} named both in inputs and outputs")
+        self._spec = None
+        self._fn = None
+        self._sessions = {}
+        self._lock = threading.Lock()
+
+    def _function(self):
+        if self._fn is None:
+            spec = FuncSpec.of_function(self.func, 1)
+            known = {a.name for a in spec.args}
+            for n in self.inputs | self.outputs:
+                if n not in known:
+                    raise ValueError(f"{n!r} is not an argument of {spec.name}")
+            for a in spec.args:
+                if not a.is_array:
+                    a.role = "input"
+                elif a.name in self.inputs:
+                    a.role = "input"
+                elif a.name in self.outputs:
+                    a.role = "output"
+                else:
+                    a.role = "inout"
+            spec.stage_in = spec.stage_out = None
+            self._spec = spec
+            self._fn = Function(self.func, spec)
+        return self._fn
+
+    @property
+    def programs(self):
+        return dict(self._fn.built) if self._fn else {}
+
+    def build(self, *args, arch=None):
+        """The Built program for these arguments (Warp arrays or anything
+        with .shape, and scalars), without replaying."""
+        from . import resolve_arch
+        fn = self._function()
+        spec = self._spec
+        if len(args) != len(spec.args):
+            raise ValueError(f"{spec.name} takes {len(spec.args)} arguments, got {len(args)}")
+        shapes, statics = {}, {}
+        for i, (a, v) in enumerate(zip(spec.args, args)):
+            if a.is_array:
+                shapes[i] = tuple(v.shape)
+            else:
+                statics[i] = a.type(v)
+        return fn.build(shapes, statics, resolve_arch(arch if arch is not None else self.device), self.mode)
+
+    def __call__(self, *args):
+        wp, _, _ = warp_modules()
+        self._function()
+        spec = self._spec
+        if len(args) != len(spec.args):
+            raise ValueError(f"{spec.name} takes {len(spec.args)} arguments, got {len(args)}")
+        device = None
+        for a, v in zip(spec.args, args):
+            if a.is_array:
+                if not isinstance(v, wp.array):
+                    raise TypeError(f"argument {a.name} must be a Warp array, not {type(v).__name__}")
+                if v.device.is_cpu:
+                    raise Refused("cpu_device", f"argument {a.name} is on the CPU; graphd replays on CUDA devices "
+                                  "only", code="INVALID_ARGUMENT")
+                if device is not None and v.device != device:
+                    raise GraphdError("INVALID_ARGUMENT", f"arguments on {device} and {v.device}: one device per call")
+                if not v.is_contiguous:
+                    raise GraphdError("INVALID_ARGUMENT", f"argument {a.name} is not contiguous; a slot is one byte "
+                                      "range")
+                device = v.device
+        if device is None:
+            raise GraphdError("INVALID_ARGUMENT", f"{spec.name} has no array argument to say which device to use")
+        built = self.build(*args, arch=self.device if self.device is not None else device)
+        client, stream = self._session(device, built)
+        bindings = []
+        for i, a in enumerate(spec.args):
+            if a.is_array:
+                bindings.append((built.arg_slots[i], args[i].ptr, built.slots[built.arg_slots[i]].nbytes))
+        return client.replay(stream, built.id, bindings)
+
+    def _session(self, device, built):
+        """The data session of `device` (one per device), with the program
+        and its modules registered, and Warp's current stream attached."""
+        from .._lib import Client
+        wp, _, _ = warp_modules()
+        with self._lock:
+            s = self._sessions.get(device.alias)
+            if s is None:
+                s = {"client": Client.connect(self.socket, device_uuid=device.uuid, client_name="graphd-warp"),
+                     "programs": set(), "streams": {}}
+                self._sessions[device.alias] = s
+            c = s["client"]
+            if built.id not in s["programs"]:
+                for m in built.modules:
+                    c.register_module(m.kind, m.data)
+                c.register_program(built.encoding, built.id)
+                s["programs"].add(built.id)
+            cs = wp.get_stream(device).cuda_stream
+            st = s["streams"].get(cs)
+            if st is None:
+                st = c.stream_attach(cs)
+                s["streams"][cs] = st
+            return c, st
+
+    def close(self):
+        """Closes the data sessions (detaching the streams)."""
+        with self._lock:
+            for s in self._sessions.values():
+                s["client"].close()
+            self._sessions.clear()
+
+
+def callable(func, *, inputs=(), outputs=(), mode="staged", device=None, socket=None):
+    """A function of Warp arrays (on one CUDA device) and scalars that
+    replays func's graphd program on Warp's current stream of that device.
+    inputs / outputs name the arrays that are only read / only written
+    (the rest are read and written). mode is "staged" or "staged_ex";
+    device overrides the architecture to compile for; socket is the
+    daemon's socket (default: libgraphd's). Returns the replay's info
+    (captured, capture_ns, server_ns)."""
+    return WarpCallable(func, inputs=inputs, outputs=outputs, mode=mode, device=device, socket=socket)

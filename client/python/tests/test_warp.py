@@ -1,0 +1,649 @@
+"""graphd.warp without a GPU: Warp functions become graphd programs whose
+launches match the parameter lists of the CUDA entries Warp generates (the
+`.entry` `.param` list of the PTX from Warp's NVRTC), with stable ids, and
+every refusal names its reason. The JAX part lowers for CUDA on the CPU
+jaxlib. Skipped when warp (warp-lang) cannot be imported; CTest's
+test_python_warp runs it with the warp-lang that .ci/run installs under
+build/pywarp."""
+
+import ctypes
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import numpy as np
+    import warp as wp
+    HAVE_WARP = True
+    WHY = ""
+except ImportError as e:
+    HAVE_WARP = False
+    WHY = f"warp is not importable ({e}); install warp-lang for these tests (docs/warp.md)"
+
+try:
+    import jax
+    import jax.numpy as jnp
+    HAVE_JAX = True
+except ImportError:
+    HAVE_JAX = False
+
+from graphd import program as gprog
+from graphd.errors import GraphdError
+
+ARCH = 90
+
+if HAVE_WARP:
+    import graphd.warp as gw
+    from graphd.warp._core import FuncSpec, Function
+
+    @wp.struct
+    class Body:
+        mass: float
+        pos: wp.array(dtype=wp.vec3)
+        vel: wp.array(dtype=wp.vec3)
+        tag: wp.int32
+
+    @wp.kernel
+    def scale(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float):
+        i = wp.tid()
+        y[i] = a * x[i]
+
+    @wp.kernel
+    def integrate(b: Body, dt: float, g: wp.vec3, out: wp.array(dtype=wp.vec3)):
+        i = wp.tid()
+        v = b.vel[i] + g * dt
+        out[i] = b.pos[i] + v * dt
+
+    @wp.kernel
+    def grid_add(a: wp.array2d(dtype=wp.vec3), acc: wp.array2d(dtype=wp.vec3), s: wp.float64, n: wp.int64,
+                 flag: wp.bool, m: wp.mat22):
+        i, j = wp.tid()
+        acc[i, j] = acc[i, j] + a[i, j] * wp.float32(s)
+
+    @wp.kernel
+    def count(x: wp.array(dtype=float), total: wp.array(dtype=wp.int32)):
+        i = wp.tid()
+        if x[i] > 0.0:
+            wp.atomic_add(total, 0, 1)
+
+    @wp.kernel
+    def many(a0: wp.array(dtype=float), a1: wp.array(dtype=float), a2: wp.array(dtype=float),
+             a3: wp.array(dtype=float), a4: wp.array(dtype=float), a5: wp.array(dtype=float),
+             a6: wp.array(dtype=float), a7: wp.array(dtype=float)):
+        i = wp.tid()
+        a7[i] = a0[i] + a1[i] + a2[i] + a3[i] + a4[i] + a5[i] + a6[i]
+
+    @wp.kernel
+    def cond_step(x: wp.array(dtype=float), flag: wp.array(dtype=wp.int32)):
+        i = wp.tid()
+        x[i] = x[i] * 0.5
+
+    def physics(x: wp.array(dtype=float), pos: wp.array(dtype=wp.vec3), vel: wp.array(dtype=wp.vec3),
+                grid: wp.array2d(dtype=wp.vec3), dt: float,
+                acc: wp.array2d(dtype=wp.vec3), y: wp.array(dtype=float), newpos: wp.array(dtype=wp.vec3),
+                hits: wp.array(dtype=wp.int32)):
+        """Several kernels, a struct, vectors, 2-D arrays, an in-out
+        argument (acc), a static scalar (dt), scratch arrays, memsets, a
+        fill and a copy."""
+        n = x.shape[0]
+        tmp = wp.zeros(n, dtype=float)                       # scratch + memset
+        wp.launch(scale, dim=n, inputs=[x, tmp, 2.0])
+        wp.copy(y, tmp)                                      # copy
+        b = Body()
+        b.mass = 1.5
+        b.pos = pos
+        b.vel = vel
+        b.tag = 7
+        wp.launch(integrate, dim=pos.shape[0], inputs=[b, dt, wp.vec3(0.0, -9.8, 0.0)], outputs=[newpos])
+        wp.launch(grid_add, dim=grid.shape, inputs=[grid, acc, wp.float64(0.5), wp.int64(3), True,
+                                                    wp.mat22(1.0, 2.0, 3.0, 4.0)])
+        hits.fill_(0)                                        # memset through memtile
+        wp.launch(count, dim=n, inputs=[x[1:], hits], block_dim=128)   # a view, another block size
+
+    SHAPES = {0: (1000,), 1: (64,), 2: (64,), 3: (8, 16), 5: (8, 16), 6: (1000,), 7: (64,), 8: (1,)}
+
+
+def physics_spec():
+    return FuncSpec.of_function(physics, 4, in_out_argnames=["acc"])
+
+
+# --- the PTX parameter list -----------------------------------------------------
+
+_PTX_SCALAR = {"8": 1, "16": 2, "32": 4, "64": 8}
+
+
+def ptx_params(ptx, entry):
+    """[(align, size)] of the .entry's parameters, from Warp's PTX."""
+    text = ptx.decode("utf-8", "replace") if isinstance(ptx, bytes) else ptx
+    m = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\((.*?)\)", text, re.S)
+    assert m, f"no .entry {entry} in the PTX"
+    out = []
+    for line in m.group(1).split(","):
+        line = line.strip()
+        if not line:
+            continue
+        a = re.match(r"\.param\s+\.align\s+(\d+)\s+\.b8\s+\w+\[(\d+)\]", line)
+        if a:
+            out.append((int(a.group(1)), int(a.group(2))))
+            continue
+        s = re.match(r"\.param\s+\.[bsuf](8|16|32|64)\s+\w+", line)
+        assert s, f"unparsed parameter {line!r}"
+        n = _PTX_SCALAR[s.group(1)]
+        out.append((n, n))
+    return out
+
+
+def natural_offsets(params):
+    off, out = 0, []
+    for align, size in params:
+        off = (off + align - 1) // align * align
+        out.append((off, size))
+        off += size
+    return out
+
+
+@unittest.skipUnless(HAVE_WARP, WHY)
+class ProgramFromWarpTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.fn = Function(physics, physics_spec())
+        cls.built = cls.fn.build(SHAPES, {4: 0.01}, ARCH, "staged")
+
+    def test_slots(self):
+        b = self.built
+        roles = [(s.role, s.nbytes, s.staged) for s in b.slots]
+        self.assertEqual(roles[:8], [
+            ("input", 4000, True), ("input", 64 * 12, True), ("input", 64 * 12, True), ("input", 8 * 16 * 12, True),
+            ("inout", 8 * 16 * 12, True), ("output", 4000, True), ("output", 64 * 12, True), ("output", 4, True)])
+        # One scratch slot: the array wp.zeros made inside the function.
+        self.assertEqual([(s.role, s.nbytes) for s in b.slots[8:]], [("scratch", 4000)])
+        self.assertEqual(b.arg_slots, {0: 0, 1: 1, 2: 2, 3: 3, 5: 4, 6: 5, 7: 6, 8: 7})
+
+    def test_steps_in_order(self):
+        kinds = [s.kind for s in self.built.program._steps]
+        ST = gprog
+        self.assertEqual(kinds, [ST.STEP_MEMSET, ST.STEP_LAUNCH, ST.STEP_COPY, ST.STEP_LAUNCH, ST.STEP_LAUNCH,
+                                 ST.STEP_MEMSET, ST.STEP_LAUNCH])
+        st = self.built.program._steps
+        self.assertEqual((st[0].slot, st[0].offset, st[0].nbytes, st[0].element_size, st[0].value), (8, 0, 4000, 4, 0))
+        self.assertEqual((st[2].dst_slot, st[2].src_slot, st[2].nbytes), (5, 8, 4000))
+        self.assertEqual((st[5].slot, st[5].nbytes, st[5].element_size, st[5].value), (7, 4, 4, 0))
+
+    def test_params_match_the_ptx_entries(self):
+        for l in self.built.launches:
+            ptx = gw.compile_module(l.kernel.module, l.block_dim, ARCH, ptx=True).data
+            want = natural_offsets(ptx_params(ptx, l.entry))
+            got = [(off, size) for _, off, size, _, _ in l.params]
+            self.assertEqual(got, want, l.entry)
+            aligns = [a for a, _ in ptx_params(ptx, l.entry)]
+            self.assertEqual([p[3] for p in l.params], aligns, l.entry)
+            # The program encodes exactly these parameters.
+            step = self.built.program._steps[l.step]
+            self.assertEqual(sorted(step.params), got)
+            self.assertEqual(len(step.data), got[-1][0] + got[-1][1])
+
+    def test_patches_hit_the_data_pointers(self):
+        by_entry = {l.kernel.key: l for l in self.built.launches}
+        arr = wp._src.types.array_t
+        # scale(x, tmp, a): x is slot 0, tmp the scratch slot 8.
+        l = by_entry[scale.key]
+        self.assertEqual([(p[0], p[4]) for p in l.params],
+                         [("dim", []), ("x", [(arr.data.offset, 0, 0)]), ("y", [(arr.data.offset, 8, 0)]), ("a", [])])
+        # integrate(Body{mass, pos, vel, tag}, dt, g, out): the struct's
+        # array fields are at 8 and 64 (after the 4-byte float, 8-aligned).
+        l = by_entry[integrate.key]
+        body = l.params[1]
+        self.assertEqual(body[2], 8 + 56 + 56 + 8)
+        self.assertEqual(body[4], [(8, 1, 0), (64, 2, 0)])
+        self.assertEqual(l.params[4][4], [(0, 6, 0)])
+        # count(x[1:], hits): the view points 4 bytes into x.
+        l = by_entry[count.key]
+        self.assertEqual(l.params[1][4], [(0, 0, 4)])
+        self.assertEqual(l.block_dim, 128)
+        self.assertEqual(l.grid, (8, 1, 1))  # 999 threads in blocks of 128
+        # The program's patches are those, at the parameter's offset.
+        for l in self.built.launches:
+            step = self.built.program._steps[l.step]
+            want = sorted((off + o, s, so) for _, off, _, _, pl in l.params for o, s, so in pl)
+            self.assertEqual(sorted(step.patches), want)
+            for off, _, _ in step.patches:
+                self.assertEqual(bytes(step.data[off:off + 8]), bytes(8))
+
+    def test_scalars_stay_as_bytes(self):
+        l = {l.kernel.key: l for l in self.built.launches}[grid_add.key]
+        step = self.built.program._steps[l.step]
+        _, off, size, _, _ = l.params[3]  # s: float64 0.5
+        self.assertEqual(bytes(step.data[off:off + 8]), bytes(ctypes.c_double(0.5)))
+        _, off, _, _, _ = l.params[4]  # n: int64 3
+        self.assertEqual(int.from_bytes(step.data[off:off + 8], "little"), 3)
+        # The launch bounds: shape (8, 16), size 128.
+        self.assertEqual(int.from_bytes(step.data[8:16], "little"), 128)
+        self.assertEqual(step.data[0:8], (8).to_bytes(4, "little") + (16).to_bytes(4, "little"))
+
+    def test_entry_names_and_modules(self):
+        for l in self.built.launches:
+            self.assertRegex(l.entry, r"^\w+_[0-9a-f]{8}_cuda_kernel_forward$")
+            self.assertIn(l.entry.encode(), l.module.data)  # the CUBIN holds the entry
+            self.assertEqual(l.module.kind, "cubin")
+        # Two block sizes: two variants of the test module.
+        self.assertEqual(sorted({m.block_dim for m in self.built.modules}), [128, 256])
+        self.assertEqual([m.id for m in self.built.modules], self.built.program.modules())
+
+    def test_id_is_stable(self):
+        again = Function(physics, physics_spec()).build(SHAPES, {4: 0.01}, ARCH, "staged")
+        self.assertEqual(again.id, self.built.id)
+        self.assertEqual(again.encoding, self.built.encoding)
+        other = self.fn.build(SHAPES, {4: 0.02}, ARCH, "staged")  # another static value
+        self.assertNotEqual(other.id, self.built.id)
+        ex = self.fn.build(SHAPES, {4: 0.01}, ARCH, "staged_ex")
+        self.assertNotEqual(ex.id, self.built.id)
+        bigger = dict(SHAPES)
+        bigger.update({0: (2000,), 6: (2000,)})
+        self.assertNotEqual(self.fn.build(bigger, {4: 0.01}, ARCH, "staged").id, self.built.id)
+
+    def test_id_is_stable_across_processes(self):
+        code = ("import sys; sys.path.insert(0, %r); import test_warp as t; "
+                "from graphd.warp._core import Function; "
+                "print(Function(t.physics, t.physics_spec()).build(t.SHAPES, {4: 0.01}, 90, 'staged').id_hex)"
+                % os.path.dirname(os.path.abspath(__file__)))
+        # A fresh kernel cache: the other process compiles the modules itself
+        # (NVRTC gives the same CUBIN, so the same module and program ids).
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, WARP_CACHE_PATH=cache)
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(r.stdout.strip().splitlines()[-1], self.built.id_hex)
+
+    def test_staging_follows_stage_argnames(self):
+        spec = FuncSpec.of_function(physics, 4, in_out_argnames=["acc"], stage_in_argnames=["x"],
+                                    stage_out_argnames=["y"])
+        b = Function(physics, spec).build(SHAPES, {4: 0.01}, ARCH, "staged")
+        self.assertEqual([s.staged for s in b.slots], [True, False, False, False, False, True, False, False, False])
+
+    def test_grid(self):
+        self.assertEqual(gw.grid_for(1000, 256, True, 0), (4, 1, 1))
+        self.assertEqual(gw.grid_for(1000, 256, True, 2), (2, 1, 1))
+        self.assertEqual(gw.grid_for(1, 256, True, 0), (1, 1, 1))
+        # A lean (no grid-stride) kernel spreads its blocks over y and z.
+        self.assertEqual(gw.grid_for(1 << 30, 256, False, 0), (65536, 64, 1))
+
+
+# --- refusals --------------------------------------------------------------------
+
+if HAVE_WARP:
+    GLOBAL = None
+    CALLS = [0]
+
+    def f_numpy(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        if x.numpy()[0] > 0:
+            wp.launch(scale, dim=x.shape[0], inputs=[x, y, 1.0])
+
+    def f_sync(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        wp.launch(scale, dim=x.shape[0], inputs=[x, y, 1.0])
+        wp.synchronize()
+
+    def f_pause(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        wp.capture_pause()
+
+    def f_while(x: wp.array(dtype=float), flag: wp.array(dtype=wp.int32)):
+        wp.capture_while(flag, lambda: wp.launch(cond_step, dim=x.shape[0], inputs=[x, flag]))
+
+    def f_if(x: wp.array(dtype=float), flag: wp.array(dtype=wp.int32)):
+        wp.capture_if(flag, on_true=lambda: wp.launch(cond_step, dim=x.shape[0], inputs=[x, flag]))
+
+    def f_capture(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        wp.capture_begin()
+
+    def f_counter(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        CALLS[0] += 1
+        for _ in range(CALLS[0]):
+            wp.launch(scale, dim=x.shape[0], inputs=[x, y, 1.0])
+
+    def f_global(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        wp.launch(scale, dim=x.shape[0], inputs=[GLOBAL, y, 1.0])
+
+    CACHE = {}
+
+    def f_cached(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        if "t" not in CACHE:
+            CACHE["t"] = wp.empty(x.shape[0], dtype=float)
+        wp.launch(scale, dim=x.shape[0], inputs=[x, CACHE["t"], 1.0])
+
+    def f_hostdata(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        t = wp.array(np.ones(x.shape[0], dtype=np.float32), dtype=float, copy=True)
+        wp.launch(scale, dim=x.shape[0], inputs=[t, y, 1.0])
+
+    def f_scan(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        wp.utils.array_scan(x, y)
+
+    def f_fill_vec(x: wp.array(dtype=wp.vec3), y: wp.array(dtype=wp.vec3)):
+        y.fill_(wp.vec3(1.0, 2.0, 3.0))
+
+    def f_nothing(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        pass
+
+    def f_ptr_as_int(x: wp.array(dtype=float), y: wp.array(dtype=wp.uint64)):
+        wp.launch(store_u64, dim=1, inputs=[wp.uint64(x.ptr), y])
+
+    @wp.kernel
+    def store_u64(v: wp.uint64, y: wp.array(dtype=wp.uint64)):
+        y[0] = v
+
+    def f_many(a0: wp.array(dtype=float), out: wp.array(dtype=float)):
+        n = a0.shape[0]
+        t = [wp.empty(n, dtype=float) for _ in range(7)]
+        for _ in range(10):
+            wp.launch(many, dim=n, inputs=[a0] + t[:6], outputs=[out])
+
+    def f_260_arrays(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        # As many arrays as a MuJoCo Warp humanoid step uses (260).
+        n = x.shape[0]
+        prev = x
+        for _ in range(260):
+            t = wp.empty(n, dtype=float)
+            wp.launch(scale, dim=n, inputs=[prev, t, 1.0])
+            prev = t
+        wp.copy(y, prev)
+
+    def f_cmd_ok(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        cmd = wp.launch(scale, dim=x.shape[0], inputs=[x, y, 3.0], record_cmd=True)
+        cmd.launch()
+        cmd.launch()
+
+    def f_cmd_set(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        cmd = wp.launch(scale, dim=x.shape[0], inputs=[x, y, 3.0], record_cmd=True)
+        cmd.set_param_by_name("a", 4.0)
+
+    EARLY_LAUNCH = wp.launch
+
+    def f_early(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        EARLY_LAUNCH(scale, dim=x.shape[0], inputs=[x, y, 1.0])
+
+
+@unittest.skipUnless(HAVE_WARP, WHY)
+class RefusalTest(unittest.TestCase):
+    def build(self, f, shapes=None, statics=None, nout=1, **kw):
+        spec = FuncSpec.of_function(f, nout, **kw)
+        shapes = shapes or {i: (16,) for i, a in enumerate(spec.args) if a.is_array}
+        return Function(f, spec).build(shapes, statics or {}, ARCH, "staged")
+
+    def refused(self, reason, f, *args, pattern=None, **kw):
+        with self.assertRaises(gw.Refused) as cm:
+            f(*args, **kw)
+        self.assertEqual(cm.exception.reason, reason, str(cm.exception))
+        self.assertIn(reason, gw.REASONS)
+        if pattern:
+            self.assertRegex(str(cm.exception), pattern)
+        return cm.exception
+
+    def test_host_reads_and_sync(self):
+        self.refused("host_sync", self.build, f_numpy, pattern="numpy")
+        self.refused("host_sync", self.build, f_sync, pattern="wp.synchronize")
+
+    def test_host_callback(self):
+        self.refused("host_callback", self.build, f_pause, pattern="capture_pause")
+
+    def test_conditional_nodes(self):
+        self.refused("conditional", self.build, f_while, pattern="capture_while.*not supported by the graphd daemon")
+        self.refused("conditional", self.build, f_if, pattern="capture_if")
+
+    def test_nested_capture(self):
+        self.refused("nested_capture", self.build, f_capture)
+
+    def test_value_dependent(self):
+        self.refused("value_dependent", self.build, f_counter, pattern="step 1|steps")
+
+    def test_unknown_memory(self):
+        global GLOBAL
+        GLOBAL = wp.zeros(16, dtype=float, device="cpu")
+        self.refused("unknown_pointer", self.build, f_global, pattern="neither an argument")
+        # An array cached across calls is not the second run's allocation.
+        self.refused("unknown_pointer", self.build, f_cached)
+
+    def test_host_data(self):
+        self.refused("host_data", self.build, f_hostdata)
+
+    def test_native_host_work(self):
+        self.refused("native", self.build, f_scan, pattern="wp_array_scan")
+
+    def test_fill_value(self):
+        self.refused("fill_value", self.build, f_fill_vec, pattern="12-byte value")
+
+    def test_nothing_to_do(self):
+        self.refused("empty", self.build, f_nothing)
+
+    def test_address_as_integer(self):
+        self.refused("param_type", self.build, f_ptr_as_int, pattern="address")
+
+    def test_launch_commands(self):
+        b = self.build(f_cmd_ok)
+        self.assertEqual(b.nsteps, 2)
+        self.refused("launch_command", self.build, f_cmd_set)
+        self.refused("unrecorded_launch", self.build, f_early)
+
+    def test_limits(self):
+        # 7 arrays a launch x 10 launches fit; more patches than the daemon
+        # takes in one launch do not.
+        b = self.build(f_many)
+        self.assertEqual(b.nsteps, 10)
+        saved = gprog.MAX_PATCHES
+        gprog.MAX_PATCHES = 4
+        try:
+            e = self.refused("limits", self.build, f_many, shapes={0: (32,), 1: (32,)}, pattern="limit of 4")
+            self.assertEqual(e.code, "RESOURCE_EXHAUSTED")
+        finally:
+            gprog.MAX_PATCHES = saved
+        # 2 arguments and 260 scratch arrays are over the 256 slots.
+        self.refused("limits", self.build, f_260_arrays, pattern="262 slots.*limit of 256")
+        saved = gprog.MAX_SLOTS
+        gprog.MAX_SLOTS = 1024
+        try:
+            self.assertEqual(self.build(f_260_arrays).nsteps, 261)
+        finally:
+            gprog.MAX_SLOTS = saved
+        saved = gprog.MAX_STEPS
+        gprog.MAX_STEPS = 5
+        try:
+            self.refused("limits", self.build, f_many, shapes={0: (48,), 1: (48,)}, pattern="limit of 5")
+        finally:
+            gprog.MAX_STEPS = saved
+
+    def test_signature(self):
+        self.refused("signature", self.build, scale_fn, shapes={0: (0,), 1: (0,)}, pattern="empty")
+        self.refused("signature", gw.jax_callable, scale_fn, vmap_method="expand_dims")
+
+    def test_kernel_features(self):
+        opts = scale.module.options
+        saved = opts["deterministic"]
+        opts["deterministic"] = wp.DeterministicMode.RUN_TO_RUN
+        try:
+            self.refused("kernel", self.build, scale_fn, pattern="deterministic")
+        finally:
+            opts["deterministic"] = saved
+        self.assertEqual(self.build(scale_fn).nsteps, 1)
+
+    def test_cpu_device(self):
+        self.refused("cpu_device", gw.resolve_arch, "cpu")
+        self.refused("cpu_device", gw.resolve_arch, wp.get_device("cpu"))
+        f = gw.callable(scale_fn)
+        x = wp.zeros(16, dtype=float, device="cpu")
+        self.refused("cpu_device", f, x, x)
+
+    def test_warp_version(self):
+        from graphd.warp import _support
+        _support.check_version(wp.__version__)
+        for v in ("1.18.3", "1.20.0", "2.0.0", "0.15.1", "nonsense"):
+            self.refused("warp_version", _support.check_version, v, pattern=r"1\.19\.0")
+        # A layout change is refused too.
+        from warp._src import codegen, context, types
+        saved = types.array_t
+
+        class Other(ctypes.Structure):
+            _fields_ = [("data", ctypes.c_uint64), ("shape", ctypes.c_int32 * 4)]
+        types.array_t = Other
+        try:
+            self.refused("warp_version", _support.check_layouts, wp, context, types, codegen, pattern="array_t")
+        finally:
+            types.array_t = saved
+
+    def test_mode(self):
+        self.refused("mode", gw.resolve_mode, "direct", pattern="no direct mode")
+        self.assertEqual(gw.resolve_mode("auto"), "staged")
+        self.assertEqual(gw.resolve_mode("auto", wp.JaxCallableGraphMode.WARP_STAGED_EX), "staged_ex")
+        self.assertEqual(gw.resolve_mode("staged_ex"), "staged_ex")
+        with self.assertRaises(GraphdError):
+            gw.resolve_mode("bogus")
+
+    def test_arch(self):
+        self.assertEqual(gw.resolve_arch(90), 90)
+        self.assertEqual(gw.resolve_arch("sm_90"), 90)
+        self.assertEqual(gw.resolve_arch("9.0"), 90)
+        self.refused("arch", gw.compile_module, scale.module, 256, 12)
+
+    def test_recording_leaves_warp_as_it_was(self):
+        launch, sync = wp.launch, wp.synchronize
+        with self.assertRaises(gw.Refused):
+            self.build(f_numpy)
+        self.assertIs(wp.launch, launch)
+        self.assertIs(wp.synchronize, sync)
+        x = wp.zeros(4, dtype=float, device="cpu")
+        self.assertEqual(x.numpy().tolist(), [0.0] * 4)
+
+
+if HAVE_WARP:
+    def scale_fn(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        wp.launch(scale, dim=x.shape[0], inputs=[x, y, 2.0])
+
+
+@unittest.skipUnless(HAVE_WARP, WHY)
+class WarpCallableTest(unittest.TestCase):
+    def test_build_from_shapes(self):
+        f = gw.callable(scale_fn, inputs=["x"], outputs=["y"])
+        x = wp.zeros(300, dtype=float, device="cpu")
+        b = f.build(x, x, arch=90)
+        self.assertEqual([(s.role, s.nbytes) for s in b.slots], [("input", 1200), ("output", 1200)])
+        self.assertEqual(b.launches[0].grid, (2, 1, 1))
+        g = gw.callable(scale_fn)
+        self.assertEqual([s.role for s in g.build(x, x, arch=90).slots], ["inout", "inout"])
+        with self.assertRaises(ValueError):
+            gw.callable(scale_fn, inputs=["nope"]).build(x, x, arch=90)
+
+
+# --- JAX ----------------------------------------------------------------------------
+
+if HAVE_WARP:
+    def jstep(x: wp.array(dtype=float), v: wp.array2d(dtype=wp.vec3), a: float, o: wp.array2d(dtype=wp.vec3),
+              y: wp.array(dtype=float)):
+        tmp = wp.zeros(x.shape[0], dtype=float)
+        wp.launch(scale, dim=x.shape[0], inputs=[x, tmp, a])
+        wp.copy(y, tmp)
+        wp.launch(grid_add, dim=v.shape, inputs=[v, o, wp.float64(1.0), wp.int64(0), False, wp.mat22()])
+
+
+def custom_calls(text):
+    out = []
+    for line in text.splitlines():
+        if "custom_call @graphd_replay" in line:
+            m = re.search(r'program = "([0-9a-f]{64})", slots = dense<\[?([0-9, ]*)\]?>', line)
+            out.append((m.group(1), [int(s) for s in m.group(2).split(",")]))
+    return out
+
+
+@unittest.skipUnless(HAVE_WARP and HAVE_JAX, WHY or "jax is not importable")
+class JaxTest(unittest.TestCase):
+    def setUp(self):
+        if not os.environ.get("GRAPHD_XLA_LIB") or not os.environ.get("GRAPHD_LIB"):
+            raise unittest.SkipTest("$GRAPHD_LIB or $GRAPHD_XLA_LIB is not set (libgraphd_xla not built)")
+
+    def lower(self, f, *args):
+        return jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+    def test_callable_lowers_to_a_graphd_replay(self):
+        f = gw.jax_callable(jstep, num_outputs=2, in_out_argnames=["o"], output_dims={"y": 100}, device=90)
+        x = jnp.zeros(100, jnp.float32)
+        v = jnp.zeros((4, 5, 3), jnp.float32)
+        c = custom_calls(self.lower(lambda x, v, o: f(x, v, 2.0, o), x, v, v))
+        self.assertEqual(len(c), 1)
+        (b,) = f.programs.values()
+        self.assertEqual(c[0], (b.id_hex, [0, 1, 2, 2, 3]))
+        self.assertEqual([s.role for s in b.slots], ["input", "input", "inout", "output", "scratch"])
+        out = jax.eval_shape(lambda x, v, o: f(x, v, 2.0, o), x, v, v)
+        self.assertEqual([(o.shape, o.dtype) for o in out], [((4, 5, 3), jnp.float32), ((100,), jnp.float32)])
+        # A static value is part of the signature.
+        c3 = custom_calls(self.lower(lambda x, v, o: f(x, v, 3.0, o), x, v, v))
+        self.assertNotEqual(c3[0][0], c[0][0])
+        self.assertEqual(len(f.programs), 2)
+
+    def test_vmap_folds_the_batch_like_warp(self):
+        f = gw.jax_callable(jstep, num_outputs=2, in_out_argnames=["o"], output_dims={"y": 100}, device=90)
+        xs, vs = jnp.zeros((3, 100), jnp.float32), jnp.zeros((3, 4, 5, 3), jnp.float32)
+        g = jax.vmap(lambda x, v, o: f(x, v, 2.0, o))
+        c = custom_calls(self.lower(g, xs, vs, vs))
+        self.assertEqual(len(c), 1)
+        b = [b for b in f.programs.values() if b.id_hex == c[0][0]][0]
+        self.assertEqual([s.nbytes for s in b.slots], [1200, 720, 720, 1200, 1200])
+        out = jax.eval_shape(g, xs, vs, vs)
+        self.assertEqual([o.shape for o in out], [(3, 4, 5, 3), (3, 100)])
+
+    def test_kernel(self):
+        k = gw.jax_kernel(count, device=90, output_dims=1)
+        x = jnp.zeros(500, jnp.float32)
+        c = custom_calls(self.lower(k, x))
+        (b,) = k.programs.values()
+        self.assertEqual(c[0], (b.id_hex, [0, 1]))
+        self.assertEqual(b.launches[0].grid, (2, 1, 1))
+        self.refused_backward()
+
+    def refused_backward(self):
+        with self.assertRaises(gw.Refused):
+            gw.jax_kernel(count, enable_backward=True)
+
+    def test_warp_argument_checks(self):
+        f = gw.jax_callable(jstep, num_outputs=2, in_out_argnames=["o"], device=90)
+        v = jnp.zeros((4, 5, 3), jnp.float32)
+        with self.assertRaisesRegex(TypeError, "Invalid data type"):
+            f(jnp.zeros(10, jnp.int32), v, 1.0, v)
+        with self.assertRaisesRegex(TypeError, "Invalid inner dimensions"):
+            f(jnp.zeros(10, jnp.float32), jnp.zeros((4, 5, 2), jnp.float32), 1.0, v)
+        with self.assertRaisesRegex(ValueError, "Expected 4 inputs"):
+            f(jnp.zeros(10, jnp.float32))
+        with self.assertRaises(ValueError):
+            gw.jax_callable(jstep, num_outputs=2, in_out_argnames=["y"])
+
+    def test_no_gpu_means_refused(self):
+        f = gw.jax_callable(jstep, num_outputs=2, in_out_argnames=["o"])
+        v = jnp.zeros((4, 5, 3), jnp.float32)
+        with self.assertRaises(gw.Refused) as cm:
+            jax.eval_shape(lambda x, v, o: f(x, v, 2.0, o), jnp.zeros(10, jnp.float32), v, v)
+        self.assertEqual(cm.exception.reason, "cpu_device")
+
+    def test_install(self):
+        import warp
+        orig = warp.jax_callable
+        try:
+            gw.install()
+            self.assertIs(warp.jax_callable, gw.jax_callable)
+            self.assertIs(warp.jax_kernel, gw.jax_kernel)
+            self.assertTrue(gw.installed())
+            f = warp.jax_callable(jstep, num_outputs=2, in_out_argnames=["o"], graph_mode=warp.JaxCallableGraphMode.WARP_STAGED_EX,
+                                  device=90)
+            self.assertIsInstance(f, gw.JaxCallable)
+            self.assertEqual(f.mode, "staged_ex")
+        finally:
+            gw.uninstall()
+        self.assertIs(warp.jax_callable, orig)
+        self.assertFalse(gw.installed())
+
+    def test_install_from_the_environment(self):
+        code = "import graphd, warp, graphd.warp as gw; print(warp.jax_callable is gw.jax_callable)"
+        env = dict(os.environ, GRAPHD_WARP_INSTALL="1")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(r.stdout.strip().splitlines()[-1], "True")
+
+
+if __name__ == "__main__":
+    unittest.main()
