@@ -3,6 +3,9 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -383,6 +386,60 @@ START_TEST(test_registry_client_side_registry_syncs_sessions_on_demand) {
 }
 END_TEST
 
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Hashing the largest module takes a while: it happens off the loop, so
+ * other sessions are served meanwhile. A 512 MiB module under a wrong id
+ * is refused, and pings on another session are answered while it hashes. */
+START_TEST(test_registry_hashes_large_modules_off_the_loop) {
+  size_t big = GD_MAX_MODULE_BYTES;
+  int mfd = memfd_create("big-module", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+  ck_assert_int_ge(mfd, 0);
+  ck_assert_int_eq(ftruncate(mfd, (off_t)big), 0);
+  ck_assert_int_eq(fcntl(mfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW), 0);
+  graphd_client *c = td_control(&d);
+  int fd = td_raw_connect(&d);
+  td_raw_hello(fd);
+  uint8_t wrong[32] = {0};
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__RegisterModule m = GRAPHD__WIRE__REGISTER_MODULE__INIT;
+  req.request_id = 78;
+  req.nfds = 1;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_MODULE;
+  req.register_module = &m;
+  m.module_id.data = wrong;
+  m.module_id.len = 32;
+  m.kind = GRAPHD_MODULE_HOST_ELF;
+  m.size = big;
+  td_raw_send_request(fd, &req, &mfd, 1);
+  double t0 = now_ms(), worst = 0;
+  int pings = 0;
+  struct pollfd pf = {.fd = fd, .events = POLLIN};
+  while (poll(&pf, 1, 0) == 0 && now_ms() - t0 < 20000) {
+    double p0 = now_ms();
+    ck_assert_int_eq(graphd_ping(c, "x", 1), GRAPHD_OK);
+    double dt = now_ms() - p0;
+    if (dt > worst) worst = dt;
+    pings++;
+  }
+  Graphd__Wire__Reply *r = td_raw_recv(fd, 20000);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_uint_eq(r->code, GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(r->message, "module id mismatch"), "%s", r->message);
+  printf("FIGURE 512 MiB module hashed in %.0f ms; %d pings answered meanwhile, the slowest in "
+         "%.2f ms\n", now_ms() - t0, pings, worst);
+  ck_assert_msg(pings >= 5, "only %d pings were answered while the module was hashed", pings);
+  graphd__wire__reply__free_unpacked(r, NULL);
+  close(fd);
+  close(mfd);
+  graphd_close(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("registry");
   TCase *tc = tcase_create("registry");
@@ -397,6 +454,7 @@ int main(void) {
   tcase_add_test(tc, test_registry_broken_module_reports_the_loader_error_once);
   tcase_add_test(tc, test_registry_prepare_needs_a_data_session);
   tcase_add_test(tc, test_registry_client_side_registry_syncs_sessions_on_demand);
+  tcase_add_test(tc, test_registry_hashes_large_modules_off_the_loop);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }
