@@ -208,6 +208,8 @@ typedef struct host_node {
   uint32_t es, value;
   int cond_kind;              /* HN_COND: enum gd_cond_kind */
   struct host_graph *body[2]; /* HN_COND: the loop body, or then and else */
+  size_t idx;                 /* its place in its graph (and in an executable copy) */
+  bool copy;                  /* in an executable copy: the bodies belong to the graph */
 } host_node;
 
 typedef struct host_graph {
@@ -330,8 +332,10 @@ static void host_graph_destroy(gd_backend *be, gd_backend_dev *d, gd_graph gg) {
   host_graph *g = gg;
   if (!g) return;
   for (size_t i = 0; i < g->n; i++) {
-    host_graph_destroy(be, d, g->nodes[i]->body[0]);
-    host_graph_destroy(be, d, g->nodes[i]->body[1]);
+    if (!g->nodes[i]->copy) {
+      host_graph_destroy(be, d, g->nodes[i]->body[0]);
+      host_graph_destroy(be, d, g->nodes[i]->body[1]);
+    }
     free(g->nodes[i]);
   }
   free(g->nodes);
@@ -350,6 +354,7 @@ static int add_node(host_graph *g, host_node *n, gd_node *out, char *err, size_t
     g->nodes = nn;
     g->cap = cap;
   }
+  n->idx = g->n;
   g->nodes[g->n++] = n;
   *out = n;
   return 0;
@@ -443,23 +448,41 @@ static int host_graph_close_loop(gd_backend *be, gd_backend_dev *d, gd_graph bod
   return 0;
 }
 
-/* The "executable graph" is the graph itself: nothing is compiled. */
-static int host_graph_instantiate(gd_backend *be, gd_backend_dev *d, gd_graph g, gd_stream s,
+/* An executable graph is a copy of the graph's nodes, so that copies of
+ * one graph point their copy nodes apart; bodies are shared. */
+static int host_graph_instantiate(gd_backend *be, gd_backend_dev *d, gd_graph gg, gd_stream s,
                                   gd_graph_exec *out, char *err, size_t errlen) {
-  (void)be, (void)d, (void)s, (void)err, (void)errlen;
-  *out = g;
+  (void)s;
+  host_graph *g = gg, *e;
+  gd_graph made;
+  int rc = host_graph_create(be, d, &made, err, errlen);
+  if (rc < 0) return rc;
+  e = made;
+  for (size_t i = 0; i < g->n; i++) {
+    host_node *n = node_new(g->nodes[i]->kind, err, errlen);
+    gd_node ignored;
+    if (!n || add_node(e, n, &ignored, err, errlen) < 0) {
+      free(n);
+      host_graph_destroy(be, d, e);
+      return -GRAPHD_RESOURCE_EXHAUSTED;
+    }
+    *n = *g->nodes[i];
+    n->copy = true;
+  }
+  *out = e;
   return 0;
 }
 
 static void host_graph_exec_destroy(gd_backend *be, gd_backend_dev *d, gd_graph_exec e) {
-  (void)be, (void)d, (void)e; /* owned by the graph */
+  host_graph_destroy(be, d, e);
 }
 
 static int host_graph_exec_repoint_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
                                           gd_node nn, uint64_t dst, uint64_t src, uint64_t bytes,
                                           bool *outside, char *err, size_t errlen) {
-  (void)be, (void)d, (void)e;
-  host_node *n = nn;
+  (void)be, (void)d;
+  host_graph *x = e;
+  host_node *n = x->nodes[((host_node *)nn)->idx];
   if (n->kind != HN_MEMCPY || bytes == 0) {
     snprintf(err, errlen, "not a memcpy node, or zero bytes");
     return -GRAPHD_INTERNAL;

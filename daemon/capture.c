@@ -86,7 +86,14 @@ bool capture_mark_built(gd_device *d, const gd_capture *c) {
 void capture_free(gd_device *d, gd_capture *c) {
   if (!c) return;
   const gd_program *p = c->prog->program;
-  if (c->exec) OPS->graph_exec_destroy(BE, c->exec);
+  for (uint32_t i = 0; i < c->nexecs; i++) {
+    gd_exec *x = &c->execs[i];
+    OPS->graph_exec_destroy(BE, x->exec);
+    free(x->node_src);
+    free(x->node_dst);
+    free(x->in_outside);
+    free(x->out_outside);
+  }
   if (c->graph) OPS->graph_destroy(BE, c->graph);
   if (c->has_event) OPS->event_destroy(BE, c->last_use);
   if (c->staging.bytes) OPS->staging_free(BE, &c->staging);
@@ -97,10 +104,8 @@ void capture_free(gd_device *d, gd_capture *c) {
   free(c->slot_addr);
   free(c->in_node);
   free(c->out_node);
-  free(c->in_outside);
-  free(c->out_outside);
-  free(c->node_src);
-  free(c->node_dst);
+  free(c->built_src);
+  free(c->built_dst);
   free(c);
 }
 
@@ -238,6 +243,35 @@ static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, ui
   return 0;
 }
 
+/* One more executable graph of c, its copy nodes where the graph made them
+ * point. */
+static int add_exec(gd_device *d, gd_capture *c, gd_stream stream, char *err, size_t errlen) {
+  uint32_t n = c->prog->program->nslots ? c->prog->program->nslots : 1;
+  gd_exec *x = &c->execs[c->nexecs];
+  memset(x, 0, sizeof *x);
+  x->node_src = malloc(n * sizeof *x->node_src);
+  x->node_dst = malloc(n * sizeof *x->node_dst);
+  x->in_outside = calloc(n, sizeof *x->in_outside);
+  x->out_outside = calloc(n, sizeof *x->out_outside);
+  int rc = -GRAPHD_RESOURCE_EXHAUSTED;
+  if (!x->node_src || !x->node_dst || !x->in_outside || !x->out_outside) {
+    snprintf(err, errlen, "out of memory instantiating a graph");
+    goto fail;
+  }
+  memcpy(x->node_src, c->built_src, n * sizeof *x->node_src);
+  memcpy(x->node_dst, c->built_dst, n * sizeof *x->node_dst);
+  if ((rc = OPS->graph_instantiate(BE, c->graph, stream, &x->exec, err, errlen)) < 0) goto fail;
+  c->nexecs++;
+  return 0;
+fail:
+  free(x->node_src);
+  free(x->node_dst);
+  free(x->in_outside);
+  free(x->out_outside);
+  memset(x, 0, sizeof *x);
+  return rc;
+}
+
 /* Builds the graph explicitly from the steps: in staged mode the copy-in
  * nodes are roots, the steps form a chain (a loop or a branch is one node
  * of it, its bodies chains of their own), and the copy-out nodes follow
@@ -251,14 +285,12 @@ static int build_graph(gd_device *d, gd_capture *c, const gd_bound *bind, gd_str
   size_t nroots = 0;
   c->in_node = calloc(n ? n : 1, sizeof *c->in_node);
   c->out_node = calloc(n ? n : 1, sizeof *c->out_node);
-  c->in_outside = calloc(n ? n : 1, sizeof *c->in_outside);
-  c->out_outside = calloc(n ? n : 1, sizeof *c->out_outside);
-  c->node_src = calloc(n ? n : 1, sizeof *c->node_src); /* copy-in source per slot */
-  c->node_dst = calloc(n ? n : 1, sizeof *c->node_dst); /* copy-out target per slot */
+  c->built_src = calloc(n ? n : 1, sizeof *c->built_src); /* copy-in source per slot */
+  c->built_dst = calloc(n ? n : 1, sizeof *c->built_dst); /* copy-out target per slot */
   c->param_buf = calloc(p->nsteps, sizeof *c->param_buf);
   c->kparams = calloc(p->nsteps, sizeof *c->kparams);
-  if (!roots || !c->in_node || !c->out_node || !c->in_outside || !c->out_outside || !c->node_src ||
-      !c->node_dst || !c->param_buf || !c->kparams) {
+  if (!roots || !c->in_node || !c->out_node || !c->built_src || !c->built_dst || !c->param_buf ||
+      !c->kparams) {
     free(roots);
     snprintf(err, errlen, "out of memory building a graph");
     return -GRAPHD_RESOURCE_EXHAUSTED;
@@ -271,7 +303,7 @@ static int build_graph(gd_device *d, gd_capture *c, const gd_bound *bind, gd_str
       rc = OPS->graph_add_memcpy(BE, c->graph, NULL, 0, c->slot_addr[s], bind[s].addr,
                                  sl->size, &c->in_node[s], err, errlen);
       if (rc < 0) goto exit;
-      c->node_src[s] = bind[s].addr;
+      c->built_src[s] = bind[s].addr;
       c->nodes++;
       roots[nroots++] = c->in_node[s];
     }
@@ -286,11 +318,11 @@ static int build_graph(gd_device *d, gd_capture *c, const gd_bound *bind, gd_str
       rc = OPS->graph_add_memcpy(BE, c->graph, &prev, 1, bind[s].addr, c->slot_addr[s],
                                  sl->size, &c->out_node[s], err, errlen);
       if (rc < 0) goto exit;
-      c->node_dst[s] = bind[s].addr;
+      c->built_dst[s] = bind[s].addr;
       c->nodes++;
     }
   }
-  rc = OPS->graph_instantiate(BE, c->graph, stream, &c->exec, err, errlen);
+  rc = add_exec(d, c, stream, err, errlen);
 exit:
   free(roots);
   return rc;
@@ -331,14 +363,65 @@ int capture_build(gd_device *d, const gd_regprog *prog, const gd_bound *bind, gd
 
 /* Points a copy node at this replay's memory; a node the backend cannot
  * point there is left off (*outside) and the caller copies outside. */
-static int repoint(gd_device *d, gd_capture *c, gd_node n, bool *outside, uint64_t *now,
-                   uint64_t want, uint64_t dst, uint64_t src, uint64_t bytes, char *err,
-                   size_t errlen) {
+static int repoint(gd_device *d, gd_capture *c, gd_exec *x, gd_node n, bool *outside,
+                   uint64_t *now, uint64_t want, uint64_t dst, uint64_t src, uint64_t bytes,
+                   char *err, size_t errlen) {
   /* Already pointing there (a loop over the same buffers): nothing to do. */
   if (!*outside && *now == want) return 0;
-  int rc = OPS->graph_exec_repoint_memcpy(BE, c->exec, n, dst, src, bytes, outside, err, errlen);
+  c->repoints++;
+  int rc = OPS->graph_exec_repoint_memcpy(BE, x->exec, n, dst, src, bytes, outside, err, errlen);
   if (rc == 0 && !*outside) *now = want;
   return rc;
+}
+
+/* Whether x's copy nodes all point at this replay's memory already. */
+static bool points_at(const gd_capture *c, const gd_exec *x, const gd_bound *bind) {
+  for (uint32_t s = 0; s < c->prog->program->nslots; s++) {
+    if (c->in_node[s] && (x->in_outside[s] || x->node_src[s] != bind[s].addr)) return false;
+    if (c->out_node[s] && (x->out_outside[s] || x->node_dst[s] != bind[s].addr)) return false;
+  }
+  return true;
+}
+
+/* A key for a binding set (FNV-1a over the bound addresses). */
+static uint64_t bind_key(const gd_capture *c, const gd_bound *bind) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint32_t s = 0; s < c->prog->program->nslots; s++) {
+    h ^= bind[s].addr;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+/* The executable graph for this replay: one already pointing at its
+ * memory; else, for a binding set seen lately (it comes back: a loop over
+ * a few sets of buffers), a new one while there is room; else the least
+ * recently used, to be re-pointed. */
+static int pick_exec(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind,
+                     gd_exec **out, char *err, size_t errlen) {
+  gd_exec *lru = &c->execs[0];
+  for (uint32_t i = 0; i < c->nexecs; i++) {
+    gd_exec *x = &c->execs[i];
+    if (points_at(c, x, bind)) {
+      *out = x;
+      return 0;
+    }
+    if (x->used_ns < lru->used_ns) lru = x;
+  }
+  uint64_t key = bind_key(c, bind);
+  bool back = false;
+  for (uint32_t i = 0; i < GD_CAPTURE_RECENT && !back; i++) back = c->recent[i] == key;
+  c->recent[c->recent_next++ % GD_CAPTURE_RECENT] = key;
+  if (back && c->nexecs < GD_CAPTURE_EXECS) {
+    int rc = add_exec(d, c, st, err, errlen);
+    if (rc == 0) {
+      *out = &c->execs[c->nexecs - 1];
+      return 0;
+    }
+    GD_LOG(GD_WARN, "capture", "another instance of a graph: %s; re-pointing one instead", err);
+  }
+  *out = lru;
+  return 0;
 }
 
 static int copy(gd_device *d, uint64_t dst, uint64_t src, uint64_t bytes, gd_stream s, char *err,
@@ -363,26 +446,28 @@ int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *b
         return rc;
     }
   }
+  gd_exec *x = &c->execs[0];
   if (p->mode == GD_MODE_STAGED) {
+    if ((rc = pick_exec(d, c, st, bind, &x, err, errlen)) < 0) return rc;
     for (uint32_t s = 0; s < p->nslots; s++) {
       const gd_slot *sl = &p->slots[s];
       if (!staged(sl)) continue;
       if (c->in_node[s] &&
-          (rc = repoint(d, c, c->in_node[s], &c->in_outside[s], &c->node_src[s], bind[s].addr,
+          (rc = repoint(d, c, x, c->in_node[s], &x->in_outside[s], &x->node_src[s], bind[s].addr,
                         c->slot_addr[s], bind[s].addr, sl->size, err, errlen)) < 0)
         return rc;
       if (c->out_node[s] &&
-          (rc = repoint(d, c, c->out_node[s], &c->out_outside[s], &c->node_dst[s], bind[s].addr,
-                        bind[s].addr, c->slot_addr[s], sl->size, err, errlen)) < 0)
+          (rc = repoint(d, c, x, c->out_node[s], &x->out_outside[s], &x->node_dst[s],
+                        bind[s].addr, bind[s].addr, c->slot_addr[s], sl->size, err, errlen)) < 0)
         return rc;
-      if (c->in_node[s] && c->in_outside[s] &&
+      if (c->in_node[s] && x->in_outside[s] &&
           (rc = copy(d, c->slot_addr[s], bind[s].addr, sl->size, st, err, errlen)) < 0)
         return rc;
     }
-    if ((rc = OPS->graph_launch(BE, c->exec, st, err, errlen)) < 0) return rc;
+    if ((rc = OPS->graph_launch(BE, x->exec, st, err, errlen)) < 0) return rc;
     for (uint32_t s = 0; s < p->nslots; s++) {
       const gd_slot *sl = &p->slots[s];
-      if (c->out_node[s] && c->out_outside[s] &&
+      if (c->out_node[s] && x->out_outside[s] &&
           (rc = copy(d, bind[s].addr, c->slot_addr[s], sl->size, st, err, errlen)) < 0)
         return rc;
     }
@@ -393,7 +478,7 @@ int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *b
           (rc = copy(d, c->slot_addr[s], bind[s].addr, sl->size, st, err, errlen)) < 0)
         return rc;
     }
-    if ((rc = OPS->graph_launch(BE, c->exec, st, err, errlen)) < 0) return rc;
+    if ((rc = OPS->graph_launch(BE, x->exec, st, err, errlen)) < 0) return rc;
     for (uint32_t s = 0; s < p->nslots; s++) {
       const gd_slot *sl = &p->slots[s];
       if (slot_is_out(sl) && staged(sl) &&
@@ -406,6 +491,7 @@ int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *b
   c->last_stream = st;
   c->replays++;
   c->last_queued_ns = gd_now_ns();
+  x->used_ns = c->last_queued_ns;
   uint32_t k = 0;
   while (k < c->npids && c->pids[k] != pid) k++;
   if (k == c->npids && c->npids < GD_CAPTURE_PIDS) c->pids[c->npids++] = pid;

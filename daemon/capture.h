@@ -28,17 +28,33 @@ typedef struct gd_bound {
 } gd_bound;
 
 #define GD_CAPTURE_PIDS 16
+#define GD_CAPTURE_EXECS 4   /* executable graphs per capture, one per binding set */
+#define GD_CAPTURE_RECENT 8  /* binding sets remembered to see one come back */
+
+/* One executable graph of a capture, and where its copy nodes point now.
+ * A capture keeps a few, so that replays that alternate between binding
+ * sets (a loop over two or three sets of buffers) find one already
+ * pointing at theirs and update no node. */
+typedef struct gd_exec {
+  gd_graph_exec exec;
+  uint64_t *node_src, *node_dst;  /* per slot: what the copy-in / copy-out node points at */
+  bool *in_outside, *out_outside; /* per slot: the node is off; the copy runs outside */
+  uint64_t used_ns;               /* its last replay */
+} gd_exec;
 
 typedef struct gd_capture {
   const gd_regprog *prog;
   gd_staging staging;
   uint64_t *slot_addr;      /* per slot: device address in staging */
   gd_graph graph;
-  gd_graph_exec exec;
+  gd_exec execs[GD_CAPTURE_EXECS];
+  uint32_t nexecs;
+  uint64_t recent[GD_CAPTURE_RECENT]; /* keys of the latest binding sets */
+  uint32_t recent_next;
+  uint64_t *built_src, *built_dst; /* per slot: where the graph's copy nodes were made to point */
   gd_node *in_node;         /* per slot: copy-in node (staged mode) or NULL */
   gd_node *out_node;        /* per slot: copy-out node (staged mode) or NULL */
-  bool *in_outside, *out_outside; /* per slot: the node is off; the copy runs outside */
-  uint64_t *node_src, *node_dst;  /* per slot: what the copy-in / copy-out node points at */
+  uint64_t repoints;        /* copy nodes re-pointed, over all replays */
   uint8_t **param_buf;      /* per step: patched parameter bytes (launches) */
   void ***kparams;          /* per step: kernelParams */
   gd_event last_use;

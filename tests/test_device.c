@@ -214,6 +214,38 @@ START_TEST(test_device_budget_drops_the_least_recently_used_capture) {
 }
 END_TEST
 
+/* Replays that alternate between binding sets get an executable graph of
+ * their own each (a set counts once it comes back), after which no copy
+ * node is re-pointed; sets that never come back re-point one graph. */
+START_TEST(test_device_capture_keeps_a_graph_per_binding_set_that_comes_back) {
+  fixture f;
+  fixture_open(&f, 0);
+  const gd_regprog *p = scale_program(&f, 3.0f);
+  static float x[3][N], y[3][N];
+  for (int k = 0; k < 3; k++) fill(x[k], 10.0f * (float)k);
+  for (int i = 0; i < 30; i++) ck_assert_int_eq(replay(&f, p, x[i % 3], y[i % 3], 1), 0);
+  gd_capture *c = capture_find(&f.d, p);
+  ck_assert_uint_eq(c->nexecs, 3);
+  uint64_t settled = c->repoints;
+  for (int i = 0; i < 30; i++) {
+    fill(y[i % 3], -1.0f);
+    ck_assert_int_eq(replay(&f, p, x[i % 3], y[i % 3], 1), 0);
+    for (uint32_t k = 0; k < N; k++) ck_assert_float_eq(y[i % 3][k], 3.0f * x[i % 3][k]);
+  }
+  ck_assert_uint_eq(c->repoints, settled); /* nothing re-pointed once each set has its graph */
+  /* Fresh buffers every time: one graph is re-pointed, no more are made. */
+  static float fx[12][N], fy[12][N];
+  for (int i = 0; i < 12; i++) {
+    fill(fx[i], (float)i);
+    ck_assert_int_eq(replay(&f, p, fx[i], fy[i], 1), 0);
+    for (uint32_t k = 0; k < N; k++) ck_assert_float_eq(fy[i][k], 3.0f * fx[i][k]);
+  }
+  ck_assert_uint_eq(c->nexecs, 3);
+  ck_assert_uint_eq(c->repoints, settled + 12 * 2);
+  fixture_close(&f);
+}
+END_TEST
+
 /* One launch of fault(kind) on a host device. */
 static const gd_regprog *fault_program(fixture *f, uint32_t kind) {
   graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
@@ -389,6 +421,7 @@ int main(void) {
   tcase_add_test(tc, test_device_budget_drops_the_least_recently_used_capture);
   tcase_add_test(tc, test_device_upkeep_resets_a_faulted_device_and_drops_its_captures);
   tcase_add_test(tc, test_device_runs_conditional_loops_and_branches);
+  tcase_add_test(tc, test_device_capture_keeps_a_graph_per_binding_set_that_comes_back);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
