@@ -32,7 +32,9 @@ typedef struct gd_host_alloc {
   uint64_t serial;
 } gd_host_alloc;
 
-#define GD_CLIENT_FLAG_SLOTS 128 /* one 4 KiB page of GRAPHD_FLAG_STRIDE-byte slots */
+/* A handle's flag page: one 4 KiB page of GRAPHD_FLAG_STRIDE-byte slots. */
+#define GD_CLIENT_FLAG_PAGE_BYTES 4096
+#define GD_CLIENT_FLAG_SLOTS (GD_CLIENT_FLAG_PAGE_BYTES / GRAPHD_FLAG_STRIDE)
 _Static_assert(GD_CLIENT_FLAG_SLOTS <= GRAPHD_MAX_FLAG_SLOTS, "flag page too large");
 
 /* The handle's flag page, shared with the daemon (Decisions 7). */
@@ -44,6 +46,15 @@ typedef struct gd_flag_page {
   _Atomic uint64_t issued[GD_CLIENT_FLAG_SLOTS]; /* highest seq sent per slot */
   bool used[GD_CLIENT_FLAG_SLOTS];               /* guarded by the handle's lock */
 } gd_flag_page;
+
+/* Word `word` (GRAPHD_FLAG_WORD_*) of flag slot `slot`: its address on the
+ * host, and as the device sees it. */
+static inline volatile uint64_t *gd_flag_word(const gd_flag_page *f, uint32_t slot, int word) {
+  return f->host + (size_t)slot * GRAPHD_FLAG_WORDS_PER_SLOT + word;
+}
+static inline uint64_t gd_flag_word_dev(const gd_flag_page *f, uint32_t slot, int word) {
+  return f->dev + (uint64_t)slot * GRAPHD_FLAG_STRIDE + sizeof(uint64_t) * (uint64_t)word;
+}
 
 struct graphd_stream {
   graphd_client *c;

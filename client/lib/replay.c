@@ -40,10 +40,6 @@
 #include "../../common/cuda_driver.h"
 #include "internal.h"
 
-#define FLAG_STRIDE_WORDS GRAPHD_FLAG_WORDS_PER_SLOT
-#define WORD_DONE GRAPHD_FLAG_WORD_DONE
-#define WORD_PASSED GRAPHD_FLAG_WORD_PASSED
-#define PAGE_BYTES (GD_CLIENT_FLAG_SLOTS * GRAPHD_FLAG_STRIDE)
 #define WATCH_PERIOD_MS 100
 #define CLOSE_WAIT_MS 2000
 #define RELEASE_PERIOD_MS 2 /* rewriting a dead daemon's done words */
@@ -77,13 +73,14 @@ void gd_client_debug(const graphd_client *c, const char *fmt, ...) {
 /* Traces the words of every slot in use (GRAPHD_CLIENT_DEBUG). */
 static void debug_slots(graphd_client *c, const char *what) {
   gd_flag_page *f = c->flags;
-  for (int i = 0; f && i < GD_CLIENT_FLAG_SLOTS; i++) {
+  for (uint32_t i = 0; f && i < GD_CLIENT_FLAG_SLOTS; i++) {
     uint64_t v = atomic_load(&f->issued[i]);
     if (!v) continue;
-    const volatile uint64_t *w = f->host + i * FLAG_STRIDE_WORDS;
-    gd_client_debug(c, "%s: slot %d issued %llu ready %llu done %llu passed %llu", what, i,
-                    (unsigned long long)v, (unsigned long long)w[0], (unsigned long long)w[1],
-                    (unsigned long long)w[2]);
+    gd_client_debug(c, "%s: slot %u issued %llu ready %llu done %llu passed %llu", what, i,
+                    (unsigned long long)v,
+                    (unsigned long long)*gd_flag_word(f, i, GRAPHD_FLAG_WORD_READY),
+                    (unsigned long long)*gd_flag_word(f, i, GRAPHD_FLAG_WORD_DONE),
+                    (unsigned long long)*gd_flag_word(f, i, GRAPHD_FLAG_WORD_PASSED));
   }
 }
 
@@ -97,16 +94,16 @@ static int64_t mono_us(void) {
 static void release_all(graphd_client *c) {
   gd_flag_page *f = c->flags;
   if (!f) return;
-  for (int i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
+  for (uint32_t i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
     uint64_t v = atomic_load(&f->issued[i]);
-    if (v) __atomic_store_n(f->host + i * FLAG_STRIDE_WORDS + WORD_DONE, v, __ATOMIC_RELEASE);
+    if (v) __atomic_store_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_DONE), v, __ATOMIC_RELEASE);
   }
 }
 
 /* Has every slot's stream got past what it issued? */
 static bool all_passed(const gd_flag_page *f) {
-  for (int i = 0; i < GD_CLIENT_FLAG_SLOTS; i++)
-    if (__atomic_load_n(f->host + i * FLAG_STRIDE_WORDS + WORD_PASSED, __ATOMIC_ACQUIRE) <
+  for (uint32_t i = 0; i < GD_CLIENT_FLAG_SLOTS; i++)
+    if (__atomic_load_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_PASSED), __ATOMIC_ACQUIRE) <
         atomic_load(&f->issued[i]))
       return false;
   return true;
@@ -231,7 +228,7 @@ static void free_page(graphd_client *c, gd_flag_page *f) {
     const gd_cuda *cu;
     if (gd_cuda_load(&cu, NULL, 0) == 0) cu->cuMemHostUnregister((void *)f->host);
   }
-  if (f->host) munmap((void *)f->host, PAGE_BYTES);
+  if (f->host) munmap((void *)f->host, GD_CLIENT_FLAG_PAGE_BYTES);
   if (f->fd >= 0) close(f->fd);
   free(f);
   (void)c;
@@ -244,12 +241,12 @@ static graphd_status make_page(graphd_client *c) {
   gd_flag_page *f = calloc(1, sizeof *f);
   if (!f) return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
   f->fd = memfd_create("graphd-flags", MFD_CLOEXEC);
-  if (f->fd < 0 || ftruncate(f->fd, PAGE_BYTES) < 0) {
+  if (f->fd < 0 || ftruncate(f->fd, GD_CLIENT_FLAG_PAGE_BYTES) < 0) {
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make the flag page: %s",
                            strerror(errno));
     goto fail;
   }
-  void *p = mmap(NULL, PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
+  void *p = mmap(NULL, GD_CLIENT_FLAG_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
   if (p == MAP_FAILED) {
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot map the flag page: %s",
                            strerror(errno));
@@ -264,7 +261,7 @@ static graphd_status make_page(graphd_client *c) {
       st = gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION, "%s", e);
       goto fail;
     }
-    if (cu->cuMemHostRegister(p, PAGE_BYTES, CU_MEMHOSTREGISTER_DEVICEMAP |
+    if (cu->cuMemHostRegister(p, GD_CLIENT_FLAG_PAGE_BYTES, CU_MEMHOSTREGISTER_DEVICEMAP |
                                                  CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
       st = gd_client_set_err(c, GRAPHD_INTERNAL, "cuMemHostRegister of the flag page failed");
       goto fail;
@@ -412,10 +409,8 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
   }
   gd_flag_page *f = c->flags;
   uint64_t seq = s->seq + 1;
-  volatile uint64_t *row = f->host + s->slot * FLAG_STRIDE_WORDS;
-  uint64_t row_dev = f->dev + (uint64_t)s->slot * GRAPHD_FLAG_STRIDE;
-  volatile uint64_t *ready = row + GRAPHD_FLAG_WORD_READY;
-  uint64_t ready_dev = row_dev + 8 * GRAPHD_FLAG_WORD_READY;
+  volatile uint64_t *ready = gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_READY);
+  uint64_t ready_dev = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_READY);
   const gd_cuda *cu = NULL;
   if (f->cuda) {
     if (gd_cuda_load(&cu, NULL, 0) < 0 ||
@@ -446,7 +441,7 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
       /* No answer in time: the session is broken; release our own wait
        * from the host, and say what that means for the outputs. (A daemon
        * that went away was handled in the call already.) */
-      __atomic_store_n(row + WORD_DONE, seq, __ATOMIC_RELEASE);
+      __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_DONE), seq, __ATOMIC_RELEASE);
       char e[GRAPHD_ERRMAX];
       snprintf(e, sizeof e, "%s", c->err);
       gd_client_set_err(c, st, "%s; the outputs of this replay are undefined", e);
@@ -461,9 +456,10 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
     info->server_ns = rep->replay->server_ns;
   }
   graphd__wire__reply__free_unpacked(rep, NULL);
-  volatile uint64_t *done = row + WORD_DONE;
+  volatile uint64_t *done = gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_DONE);
   if (f->cuda) {
-    if (cu->cuStreamWaitValue64((CUstream)s->cu_stream, row_dev + 8 * WORD_DONE, seq,
+    if (cu->cuStreamWaitValue64((CUstream)s->cu_stream,
+                                gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_DONE), seq,
                                 CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
       st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the wait for done on the stream");
   } else {
@@ -475,9 +471,10 @@ passed:
   /* The stream's last touch of the page for this seq (graphd_close). If
    * this cannot be queued, close finds the slot behind and keeps the page. */
   if (f->cuda)
-    (void)cu->cuStreamWriteValue64((CUstream)s->cu_stream, row_dev + 8 * WORD_PASSED, seq, 0);
+    (void)cu->cuStreamWriteValue64((CUstream)s->cu_stream,
+                                   gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, 0);
   else
-    __atomic_store_n(row + WORD_PASSED, seq, __ATOMIC_RELEASE);
+    __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
 exit:
   pthread_mutex_unlock(&c->lock);
   return st;
