@@ -93,6 +93,44 @@ struct graphd_client {
   int64_t rewrite_until_us; /* watcher: when it stops rewriting a dead handle's releases */
 };
 
+/* --- What the files give each other, in layers: each file uses only those
+ * listed before it, so that none reaches back.
+ *   trace.c    the $GRAPHD_CLIENT_DEBUG trace
+ *   watcher.c  releasing stream waits from the host; the watcher thread
+ *   client.c   one request, one reply; the handle's error text; connect
+ *              and close; ping and status
+ *   region.c   regions and host allocations
+ *   replay.c   streams, replays and the flag page
+ * (client.c and region.c still reach each other, and replay.c client.c).
+ * registry.c and captures.c stand on client.c; program.c on none. */
+
+/* trace.c: with $GRAPHD_CLIENT_DEBUG=1, libgraphd traces its stream
+ * releases and failures on stderr (for hunting hangs in a client
+ * process). */
+void gd_client_debug(const graphd_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* watcher.c: starts watching c's socket for the daemon's hang-up (c has a
+ * flag page). False when the watcher cannot start. */
+bool gd_watch_add(graphd_client *c);
+
+/* Stops watching c; after it, the watcher no longer touches c's page. */
+void gd_watch_remove(graphd_client *c);
+
+/* Writes every issued seq into its done word from the host (the daemon is
+ * gone), and has the watcher write them again until the streams are past.
+ * Safe from any thread. */
+void gd_client_release_streams(graphd_client *c);
+
+/* Waits up to ms for every slot's stream to pass what it issued; with
+ * rerelease, writing the done words again meanwhile (the watcher's work,
+ * for a handle it no longer lists). True when every stream is past. */
+bool gd_flags_wait_passed(graphd_client *c, int ms, bool rerelease);
+
+/* Traces the words of every slot in use, under the heading `what`. */
+void gd_flags_trace(graphd_client *c, const char *what);
+
+/* client.c: sets c's error text; returns st. */
 graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -101,24 +139,15 @@ graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *
 graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds,
                              int nfds, Graphd__Wire__Reply **out);
 
-/* Frees the region cache and host allocations (graphd_close). */
-void gd_client_regions_close(graphd_client *c);
-
-/* gd_region_register with the lock held. */
+/* region.c: gd_region_register with the lock held. */
 graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t bytes,
                                         graphd_region_ref *out);
 
-/* $GRAPHD_CLIENT_DEBUG=1: libgraphd traces its stream releases and
- * failures on stderr (for hunting hangs in a client process). */
-void gd_client_debug(const graphd_client *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* Frees the region cache and host allocations (graphd_close). */
+void gd_client_regions_close(graphd_client *c);
 
-/* Writes every issued seq into its done word from the host (the daemon is
- * gone). Safe from any thread. */
-void gd_client_release_streams(graphd_client *c);
-
-/* Stops watching c and frees its flag page once no stream still has a
- * write or wait on it queued; a page a stream never gets past is kept
+/* replay.c: stops watching c and frees its flag page once no stream still
+ * has a write or wait on it queued; a page a stream never gets past is kept
  * (graphd_close). */
 void gd_client_replay_close(graphd_client *c);
 
