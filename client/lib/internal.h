@@ -12,6 +12,7 @@
 #include "graphd/graphd.h"
 
 #define GD_CLIENT_DEFAULT_REGION_CAP 256
+#define GD_CLIENT_MAX_FRAME (64u << 20) /* the largest reply frame taken */
 
 /* One cached region registration, keyed by the allocation's base. */
 typedef struct gd_region_entry {
@@ -97,12 +98,11 @@ struct graphd_client {
  * listed before it, so that none reaches back.
  *   trace.c    the $GRAPHD_CLIENT_DEBUG trace
  *   watcher.c  releasing stream waits from the host; the watcher thread
- *   client.c   one request, one reply; the handle's error text; connect
- *              and close; ping and status
+ *   call.c     one request, one reply; the handle's error text
  *   region.c   regions and host allocations
  *   replay.c   streams, replays and the flag page
- * (client.c and region.c still reach each other, and replay.c client.c).
- * registry.c and captures.c stand on client.c; program.c on none. */
+ *   client.c   connect and close; ping and status
+ * registry.c and captures.c stand on call.c; program.c on none. */
 
 /* trace.c: with $GRAPHD_CLIENT_DEBUG=1, libgraphd traces its stream
  * releases and failures on stderr (for hunting hangs in a client
@@ -130,7 +130,7 @@ bool gd_flags_wait_passed(graphd_client *c, int ms, bool rerelease);
 /* Traces the words of every slot in use, under the heading `what`. */
 void gd_flags_trace(graphd_client *c, const char *what);
 
-/* client.c: sets c's error text; returns st. */
+/* call.c: sets c's error text; returns st. */
 graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
