@@ -1,4 +1,4 @@
-/* The CUDA driver, loaded at run time (DESIGN.md, Decisions 12).
+/* The CUDA driver, loaded at run time (docs/design.md, "The driver").
  *
  * Nothing in graphd or libgraphd links libcuda: gd_cuda_load() dlopens
  * libcuda.so.1 (or $GRAPHD_LIBCUDA, for tests) and resolves every entry

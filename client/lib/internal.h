@@ -38,7 +38,7 @@ typedef struct gd_host_alloc {
 #define GD_CLIENT_FLAG_SLOTS (GD_CLIENT_FLAG_PAGE_BYTES / GRAPHD_FLAG_STRIDE)
 _Static_assert(GD_CLIENT_FLAG_SLOTS <= GRAPHD_MAX_FLAG_SLOTS, "flag page too large");
 
-/* The handle's flag page, shared with the daemon (Decisions 7). */
+/* The handle's flag page, shared with the daemon (docs/design.md, "Ordering"). */
 typedef struct gd_flag_page {
   int fd;
   volatile uint64_t *host;  /* 4 KiB */

@@ -30,7 +30,7 @@
 #include "graphd/graphd.h"
 #include "graphd/xla.h"
 
-/* graphd's status codes are XLA's error codes (Decisions 2): one to one. */
+/* graphd's status codes are XLA's error codes, one to one (docs/design.md, "Status codes"). */
 #define GRAPHD_XLA_SAME_(name, value, desc) \
   _Static_assert((int)GRAPHD_##name == (int)XLA_FFI_Error_Code_##name, #name " differs");
 GRAPHD_STATUS_LIST(GRAPHD_XLA_SAME_)
