@@ -37,7 +37,7 @@ graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *
 static graphd_status lost(graphd_client *c, const char *why) {
   gd_client_debug(c, "lost the daemon: %s", why);
   c->broken = true;
-  atomic_store(&c->dead, 1);
+  atomic_store(&c->dead, true);
   if (c->flags) {
     gd_client_release_streams(c);
     return gd_client_set_err(c, GRAPHD_UNAVAILABLE,

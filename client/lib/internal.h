@@ -88,7 +88,7 @@ struct graphd_client {
   gd_flag_page *flags;   /* created with the first stream; freed at close */
   uint8_t (*synced)[32]; /* guarded by lock: programs graphd_registry_sync gave this handle */
   uint32_t nsynced, synced_cap;
-  _Atomic int dead;      /* set by the watcher when the daemon hung up */
+  atomic_bool dead;      /* the daemon hung up (seen by the watcher or a call) */
   int watch_fd;          /* dup of fd for the watcher, -1 when not watched */
   struct graphd_client *watch_next; /* guarded by the watcher's lock */
   int64_t rewrite_until_us; /* watcher: when it stops rewriting a dead handle's releases */

@@ -127,7 +127,7 @@ static void *watcher_main(void *arg) {
         if (c != who[i] || atomic_load(&c->dead)) continue;
         gd_client_debug(c, "watcher: the daemon hung up");
         gd_flags_trace(c, "releasing");
-        atomic_store(&c->dead, 1);
+        atomic_store(&c->dead, true);
         release_all(c);
       }
     }

@@ -252,10 +252,10 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   int64_t nb = 0;
   const int64_t *slot = slots->data;
   for (int64_t i = 0; i < nargs + nrets; i++) {
-    int is_arg = i < nargs;
+    bool is_arg = i < nargs;
     int64_t k = is_arg ? i : i - nargs;
-    int is_buffer = is_arg ? cf->args.types[k] == XLA_FFI_ArgType_BUFFER
-                           : cf->rets.types[k] == XLA_FFI_RetType_BUFFER;
+    bool is_buffer = is_arg ? cf->args.types[k] == XLA_FFI_ArgType_BUFFER
+                            : cf->rets.types[k] == XLA_FFI_RetType_BUFFER;
     if (!is_buffer)
       return fail(api, GRAPHD_INVALID_ARGUMENT, "%s %lld is not a buffer",
                   is_arg ? "operand" : "result", (long long)k);
