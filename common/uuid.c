@@ -1,22 +1,16 @@
 #include "uuid.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
-void gd_uuid_format(const uint8_t u[16], const char *prefix, char out[GD_UUID_STR_MAX]) {
-  snprintf(out, GD_UUID_STR_MAX,
-           "%s%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-           prefix ? prefix : "", u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
-           u[10], u[11], u[12], u[13], u[14], u[15]);
-}
+#include "hex.h"
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c = (char)tolower((unsigned char)c);
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
+void gd_uuid_format(const uint8_t u[16], const char *prefix, char out[GD_UUID_STR_MAX]) {
+  char h[33];
+  gd_hex_encode(u, 16, h);
+  snprintf(out, GD_UUID_STR_MAX, "%s%.8s-%.4s-%.4s-%.4s-%.12s", prefix ? prefix : "", h, h + 8,
+           h + 12, h + 16, h + 20);
 }
 
 int gd_uuid_parse(const char *s, uint8_t uuid[16]) {
@@ -28,16 +22,13 @@ int gd_uuid_parse(const char *s, uint8_t uuid[16]) {
       break;
     }
   }
-  int nib = 0;
+  /* The digits with the dashes left out: 32 of them, or it is no UUID. */
+  char digits[32];
+  size_t n = 0;
   for (; *s; s++) {
     if (*s == '-') continue;
-    int v = hexval(*s);
-    if (v < 0 || nib >= 32) return -1;
-    if (nib % 2 == 0)
-      uuid[nib / 2] = (uint8_t)(v << 4);
-    else
-      uuid[nib / 2] |= (uint8_t)v;
-    nib++;
+    if (n == sizeof digits) return -1;
+    digits[n++] = *s;
   }
-  return nib == 32 ? 0 : -1;
+  return gd_hex_decode(digits, n, uuid, 16, NULL, 0);
 }

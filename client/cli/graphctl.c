@@ -3,12 +3,14 @@
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <json-c/json.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "graphd/graphd.h"
-#include "graphctl.h"
+#include "stats.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -102,7 +104,7 @@ static void print_status_json(const graphd_daemon_status *s) {
 static void print_status_text(const graphd_daemon_status *s) {
   printf("graphd %s, pid %u, up %.1f s, %llu session(s)\n", s->version, s->pid,
          (double)s->uptime_ms / 1000.0, (unsigned long long)s->sessions);
-  int mps_off = 0;
+  bool mps_off = false;
   for (uint32_t i = 0; i < s->ndevices; i++) {
     const graphd_device_info *d = &s->devices[i];
     char tot[32], fre[32], rb[32];
@@ -121,7 +123,7 @@ static void print_status_text(const graphd_daemon_status *s) {
            (unsigned long long)d->counters.captures, sb, (unsigned long long)d->counters.replays,
            (unsigned long long)d->counters.recaptures, (unsigned long long)d->counters.inflight,
            (unsigned long long)d->counters.errors);
-    if (strcmp(d->backend, "cuda") == 0 && !d->mps_enabled) mps_off = 1;
+    if (strcmp(d->backend, "cuda") == 0 && !d->mps_enabled) mps_off = true;
   }
   char mb[32];
   human_bytes(s->module_bytes, mb, sizeof mb);
@@ -160,21 +162,12 @@ static int connect_control(const char *sock, int timeout_ms, graphd_client **c) 
 }
 
 static int cmd_status(graphd_client *c, int argc, char **argv) {
-  int json = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) {
-      json = 1;
-    } else {
-      fprintf(stderr, "graphctl: status: unknown argument '%s'\n", argv[i]);
-      return EXIT_USAGE;
-    }
-  }
+  static const char *const switches[] = {"--json"};
+  bool json;
+  if (cli_switches("status", argc, argv, switches, &json, 1) != EXIT_OK) return EXIT_USAGE;
   graphd_daemon_status *s;
   graphd_status st = graphd_get_status(c, &s);
-  if (st != GRAPHD_OK) {
-    fprintf(stderr, "graphctl: status: %s: %s\n", graphd_status_name(st), graphd_last_error(c));
-    return EXIT_DAEMON;
-  }
+  if (st != GRAPHD_OK) return cli_call_failed(c, "status", st);
   if (json)
     print_status_json(s);
   else
@@ -219,15 +212,9 @@ static void print_capture(const graphd_capture_info *ci) {
 }
 
 static int cmd_list(graphd_client *c, int argc, char **argv) {
-  int json = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) {
-      json = 1;
-    } else {
-      fprintf(stderr, "graphctl: list: unknown argument '%s'\n", argv[i]);
-      return EXIT_USAGE;
-    }
-  }
+  static const char *const switches[] = {"--json"};
+  bool json;
+  if (cli_switches("list", argc, argv, switches, &json, 1) != EXIT_OK) return EXIT_USAGE;
   graphd_capture_info *ci;
   size_t n;
   if (graphd_list_captures(c, &ci, &n) != GRAPHD_OK) {
@@ -262,7 +249,7 @@ static int parse_u64(const char *flag, const char *v, uint64_t *out) {
 static int cmd_evict(graphd_client *c, int argc, char **argv) {
   graphd_evict_options o;
   graphd_evict_options_init(&o);
-  int json = 0;
+  bool json = false;
   char program[65] = "";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -271,7 +258,7 @@ static int cmd_evict(graphd_client *c, int argc, char **argv) {
     if (strcmp(a, "--dry-run") == 0) {
       o.dry_run = 1;
     } else if (strcmp(a, "--json") == 0) {
-      json = 1;
+      json = true;
     } else if (strcmp(a, "--all") == 0) {
       o.all = 1;
     } else if (!v) {
@@ -339,10 +326,7 @@ static int cmd_ping(graphd_client *c, int argc, char **argv) {
     return EXIT_USAGE;
   }
   graphd_status st = graphd_ping(c, "graphctl", 8);
-  if (st != GRAPHD_OK) {
-    fprintf(stderr, "graphctl: ping: %s: %s\n", graphd_status_name(st), graphd_last_error(c));
-    return EXIT_DAEMON;
-  }
+  if (st != GRAPHD_OK) return cli_call_failed(c, "ping", st);
   printf("pong from graphd (session %llu)\n", (unsigned long long)graphd_session_id(c));
   return EXIT_OK;
 }

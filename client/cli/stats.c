@@ -1,13 +1,15 @@
 /* graphctl stats: per-device and per-client figures from one Status reply,
  * as text, JSON (json-c) or the Prometheus text exposition format. */
 #define _GNU_SOURCE
+#include "stats.h"
+
 #include <json-c/json.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
-#include "graphctl.h"
+#include "cli.h"
 
 /* One client process: its sessions folded together. */
 typedef struct client_row {
@@ -238,27 +240,17 @@ static void print_text(const graphd_daemon_status *s, const client_row *cl, size
 }
 
 int cmd_stats(graphd_client *c, int argc, char **argv) {
-  int json = 0, prom = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--json") == 0) {
-      json = 1;
-    } else if (strcmp(argv[i], "--prometheus") == 0) {
-      prom = 1;
-    } else {
-      fprintf(stderr, "graphctl: stats: unknown argument '%s'\n", argv[i]);
-      return EXIT_USAGE;
-    }
-  }
+  static const char *const switches[] = {"--json", "--prometheus"};
+  bool on[2];
+  if (cli_switches("stats", argc, argv, switches, on, 2) != EXIT_OK) return EXIT_USAGE;
+  bool json = on[0], prom = on[1];
   if (json && prom) {
     fprintf(stderr, "graphctl: stats: --json and --prometheus are exclusive\n");
     return EXIT_USAGE;
   }
   graphd_daemon_status *s;
   graphd_status st = graphd_get_status(c, &s);
-  if (st != GRAPHD_OK) {
-    fprintf(stderr, "graphctl: stats: %s: %s\n", graphd_status_name(st), graphd_last_error(c));
-    return EXIT_DAEMON;
-  }
+  if (st != GRAPHD_OK) return cli_call_failed(c, "stats", st);
   client_row *cl;
   size_t ncl = fold_clients(s, &cl);
   if (json)

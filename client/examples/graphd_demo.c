@@ -3,6 +3,7 @@
  * counters shown. On a host device it uses the host test kernels; on a GPU,
  * the CUBIN the build made with nvcc.
  *   graphd-demo [--socket PATH] KERNEL_DIR */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,7 @@ int main(int argc, char **argv) {
   if (graphd_get_status(ctl, &st) != GRAPHD_OK) return fail("status", ctl);
   graphd_device_info dev = st->devices[0];
   graphd_daemon_status_free(st);
-  int gpu = strcmp(dev.backend, "cuda") == 0;
+  bool gpu = strcmp(dev.backend, "cuda") == 0;
   printf("demo: device 0 is %s (%s, backend %s)\n", dev.name, dev.uuid_str, dev.backend);
 
   o.kind = GRAPHD_SESSION_DATA;

@@ -12,6 +12,7 @@
 #include "graphd/graphd.h"
 
 #define GD_CLIENT_DEFAULT_REGION_CAP 256
+#define GD_CLIENT_MAX_FRAME (64u << 20) /* the largest reply frame taken */
 
 /* One cached region registration, keyed by the allocation's base. */
 typedef struct gd_region_entry {
@@ -32,7 +33,9 @@ typedef struct gd_host_alloc {
   uint64_t serial;
 } gd_host_alloc;
 
-#define GD_CLIENT_FLAG_SLOTS 128 /* one 4 KiB page of GRAPHD_FLAG_STRIDE-byte slots */
+/* A handle's flag page: one 4 KiB page of GRAPHD_FLAG_STRIDE-byte slots. */
+#define GD_CLIENT_FLAG_PAGE_BYTES 4096
+#define GD_CLIENT_FLAG_SLOTS (GD_CLIENT_FLAG_PAGE_BYTES / GRAPHD_FLAG_STRIDE)
 _Static_assert(GD_CLIENT_FLAG_SLOTS <= GRAPHD_MAX_FLAG_SLOTS, "flag page too large");
 
 /* The handle's flag page, shared with the daemon (docs/design.md, "Ordering"). */
@@ -44,6 +47,15 @@ typedef struct gd_flag_page {
   _Atomic uint64_t issued[GD_CLIENT_FLAG_SLOTS]; /* highest seq sent per slot */
   bool used[GD_CLIENT_FLAG_SLOTS];               /* guarded by the handle's lock */
 } gd_flag_page;
+
+/* Word `word` (GRAPHD_FLAG_WORD_*) of flag slot `slot`: its address on the
+ * host, and as the device sees it. */
+static inline volatile uint64_t *gd_flag_word(const gd_flag_page *f, uint32_t slot, int word) {
+  return f->host + (size_t)slot * GRAPHD_FLAG_WORDS_PER_SLOT + word;
+}
+static inline uint64_t gd_flag_word_dev(const gd_flag_page *f, uint32_t slot, int word) {
+  return f->dev + (uint64_t)slot * GRAPHD_FLAG_STRIDE + sizeof(uint64_t) * (uint64_t)word;
+}
 
 struct graphd_stream {
   graphd_client *c;
@@ -76,12 +88,49 @@ struct graphd_client {
   gd_flag_page *flags;   /* created with the first stream; freed at close */
   uint8_t (*synced)[32]; /* guarded by lock: programs graphd_registry_sync gave this handle */
   uint32_t nsynced, synced_cap;
-  _Atomic int dead;      /* set by the watcher when the daemon hung up */
+  atomic_bool dead;      /* the daemon hung up (seen by the watcher or a call) */
   int watch_fd;          /* dup of fd for the watcher, -1 when not watched */
   struct graphd_client *watch_next; /* guarded by the watcher's lock */
   int64_t rewrite_until_us; /* watcher: when it stops rewriting a dead handle's releases */
 };
 
+/* --- What the files give each other, in layers: each file uses only those
+ * listed before it, so that none reaches back.
+ *   trace.c    the $GRAPHD_CLIENT_DEBUG trace
+ *   watcher.c  releasing stream waits from the host; the watcher thread
+ *   call.c     one request, one reply; the handle's error text
+ *   region.c   regions and host allocations
+ *   replay.c   streams, replays and the flag page
+ *   client.c   connect and close; ping and status
+ * registry.c and captures.c stand on call.c; program.c on none. */
+
+/* trace.c: with $GRAPHD_CLIENT_DEBUG=1, libgraphd traces its stream
+ * releases and failures on stderr (for hunting hangs in a client
+ * process). */
+void gd_client_debug(const graphd_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* watcher.c: starts watching c's socket for the daemon's hang-up (c has a
+ * flag page). False when the watcher cannot start. */
+bool gd_watch_add(graphd_client *c);
+
+/* Stops watching c; after it, the watcher no longer touches c's page. */
+void gd_watch_remove(graphd_client *c);
+
+/* Writes every issued seq into its done word from the host (the daemon is
+ * gone), and has the watcher write them again until the streams are past.
+ * Safe from any thread. */
+void gd_client_release_streams(graphd_client *c);
+
+/* Waits up to ms for every slot's stream to pass what it issued; with
+ * rerelease, writing the done words again meanwhile (the watcher's work,
+ * for a handle it no longer lists). True when every stream is past. */
+bool gd_flags_wait_passed(graphd_client *c, int ms, bool rerelease);
+
+/* Traces the words of every slot in use, under the heading `what`. */
+void gd_flags_trace(graphd_client *c, const char *what);
+
+/* call.c: sets c's error text; returns st. */
 graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -90,24 +139,15 @@ graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *
 graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds,
                              int nfds, Graphd__Wire__Reply **out);
 
-/* Frees the region cache and host allocations (graphd_close). */
-void gd_client_regions_close(graphd_client *c);
-
-/* gd_region_register with the lock held. */
+/* region.c: gd_region_register with the lock held. */
 graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t bytes,
                                         graphd_region_ref *out);
 
-/* $GRAPHD_CLIENT_DEBUG=1: libgraphd traces its stream releases and
- * failures on stderr (for hunting hangs in a client process). */
-void gd_client_debug(const graphd_client *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* Frees the region cache and host allocations (graphd_close). */
+void gd_client_regions_close(graphd_client *c);
 
-/* Writes every issued seq into its done word from the host (the daemon is
- * gone). Safe from any thread. */
-void gd_client_release_streams(graphd_client *c);
-
-/* Stops watching c and frees its flag page once no stream still has a
- * write or wait on it queued; a page a stream never gets past is kept
+/* replay.c: stops watching c and frees its flag page once no stream still
+ * has a write or wait on it queued; a page a stream never gets past is kept
  * (graphd_close). */
 void gd_client_replay_close(graphd_client *c);
 

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../common/hex.h"
 #include "program.h"
 
 /* The public enums are the wire values. */
@@ -598,6 +599,4 @@ graphd_status graphd_module_id(graphd_module_kind kind, const void *bytes, size_
   return rc < 0 ? (graphd_status)-rc : GRAPHD_OK;
 }
 
-void graphd_id_hex(const uint8_t id[32], char out[65]) {
-  gd_id_hex(id, 0, out);
-}
+void graphd_id_hex(const uint8_t id[32], char out[65]) { gd_hex_encode(id, GD_ID_LEN, out); }

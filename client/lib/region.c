@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../common/cuda_driver.h"
+#include "../../common/uuid.h"
 #include "internal.h"
 
 static graphd_status send_unregister(graphd_client *c, uint32_t region_id) {
@@ -150,9 +151,9 @@ static graphd_status cuda_register(graphd_client *c, uint64_t base, uint64_t siz
                              "cannot tell which GPU the memory at 0x%llx lives on",
                              (unsigned long long)base);
   if (memcmp(uuid.bytes, c->device.uuid, 16) != 0) {
-    char want[48], have[48];
-    graphd_uuid_format((const uint8_t *)uuid.bytes, "GPU-", have);
-    graphd_uuid_format(c->device.uuid, "GPU-", want);
+    char want[GD_UUID_STR_MAX], have[GD_UUID_STR_MAX];
+    gd_uuid_format((const uint8_t *)uuid.bytes, "GPU-", have);
+    gd_uuid_format(c->device.uuid, "GPU-", want);
     return gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION,
                              "the memory at 0x%llx lives on %s, but this session is bound to "
                              "%s; use the session of the memory's device",

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <unistd.h>
 
+#include "../../common/hex.h"
 #include "../../proto/program.h"
 #include "internal.h"
 
@@ -266,7 +267,7 @@ graphd_status graphd_registry_sync(graphd_client *c, const uint8_t id[32]) {
     pthread_mutex_unlock(&reg_lock);
     pthread_mutex_lock(&c->lock);
     char hex[2 * GD_ID_LEN + 1];
-    gd_id_hex(id, 0, hex);
+    gd_hex_encode(id, GD_ID_LEN, hex);
     graphd_status st = gd_client_set_err(c, GRAPHD_NOT_FOUND,
                                          "program %s is not in this process's registry "
                                          "(graphd_registry_add_program)",

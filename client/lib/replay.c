@@ -1,226 +1,27 @@
-/* libgraphd: streams, replays, and the watcher that frees a client's
- * streams when the daemon dies.
+/* libgraphd: streams, replays, and the handle's flag page.
  *
  * DESIGN: each handle owns one flag page (a 4 KiB memfd shared with the
  * daemon, registered with CUDA on GPU sessions), made with its first
- * stream. One watcher thread per process polls the sockets of handles that
- * have a flag page for a hang-up; on one it writes every issued seq into
- * the matching done word from the host, releasing stream waits within its
- * poll period, and marks the handle dead. It keeps writing them every
- * RELEASE_PERIOD_MS until every stream is past: GPU work the dead daemon
- * queued can still land a done write, lower than ours, until the driver
- * has torn its context down (seen on the H200 as a JAX loop that hung
- * about one time in four when the daemon was killed mid-loop).
+ * stream; from then on the watcher (watcher.c) watches the handle.
  *
  * Each slot has three words: ready and done, shared with the daemon, and
  * passed, the client's own: every replay's last stream operation writes
  * its seq there. The page is unregistered and unmapped only when every
  * slot has passed what it issued, since a stream still behind would write
  * or wait on memory that is gone: an illegal address in the caller's
- * context.
- *
- * Locks: the watcher's lock guards its list; a handle's lock guards its
- * calls. The watcher never takes a handle's lock (the handle's calling
- * thread may be blocked in recv holding it): it reads `issued` atomics and
- * writes flag words. A handle leaves the list (under the watcher's lock)
- * before its page is freed. */
+ * context. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../../common/cuda_driver.h"
 #include "internal.h"
 
-#define FLAG_STRIDE_WORDS GRAPHD_FLAG_WORDS_PER_SLOT
-#define WORD_DONE GRAPHD_FLAG_WORD_DONE
-#define WORD_PASSED GRAPHD_FLAG_WORD_PASSED
-#define PAGE_BYTES (GD_CLIENT_FLAG_SLOTS * GRAPHD_FLAG_STRIDE)
-#define WATCH_PERIOD_MS 100
 #define CLOSE_WAIT_MS 2000
-#define RELEASE_PERIOD_MS 2 /* rewriting a dead daemon's done words */
-#define REWRITE_FOR_MS 10000
-
-/* --- the watcher ---------------------------------------------------------- */
-
-static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
-static graphd_client *watch_list; /* guarded by watch_lock */
-static int watch_wake = -1;       /* eventfd; guarded by watch_lock */
-static bool watch_started;        /* guarded by watch_lock */
-
-void gd_client_debug(const graphd_client *c, const char *fmt, ...) {
-  static int on = -1;
-  if (on < 0) {
-    const char *e = getenv("GRAPHD_CLIENT_DEBUG");
-    on = e && *e == '1';
-  }
-  if (!on) return;
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  fprintf(stderr, "graphd-client %ld.%06ld handle %p: %s\n", (long)ts.tv_sec,
-          ts.tv_nsec / 1000, (const void *)c, msg);
-}
-
-/* Traces the words of every slot in use (GRAPHD_CLIENT_DEBUG). */
-static void debug_slots(graphd_client *c, const char *what) {
-  gd_flag_page *f = c->flags;
-  for (int i = 0; f && i < GD_CLIENT_FLAG_SLOTS; i++) {
-    uint64_t v = atomic_load(&f->issued[i]);
-    if (!v) continue;
-    const volatile uint64_t *w = f->host + i * FLAG_STRIDE_WORDS;
-    gd_client_debug(c, "%s: slot %d issued %llu ready %llu done %llu passed %llu", what, i,
-                    (unsigned long long)v, (unsigned long long)w[0], (unsigned long long)w[1],
-                    (unsigned long long)w[2]);
-  }
-}
-
-static int64_t mono_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-/* Releases every stream wait of c from the host. */
-static void release_all(graphd_client *c) {
-  gd_flag_page *f = c->flags;
-  if (!f) return;
-  for (int i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
-    uint64_t v = atomic_load(&f->issued[i]);
-    if (v) __atomic_store_n(f->host + i * FLAG_STRIDE_WORDS + WORD_DONE, v, __ATOMIC_RELEASE);
-  }
-}
-
-/* Has every slot's stream got past what it issued? */
-static bool all_passed(const gd_flag_page *f) {
-  for (int i = 0; i < GD_CLIENT_FLAG_SLOTS; i++)
-    if (__atomic_load_n(f->host + i * FLAG_STRIDE_WORDS + WORD_PASSED, __ATOMIC_ACQUIRE) <
-        atomic_load(&f->issued[i]))
-      return false;
-  return true;
-}
-
-static void *watcher_main(void *arg) {
-  (void)arg;
-  for (;;) {
-    struct pollfd pf[256];
-    graphd_client *who[256];
-    int n = 0;
-    bool releasing = false;
-    pthread_mutex_lock(&watch_lock);
-    pf[n].fd = watch_wake;
-    pf[n].events = POLLIN;
-    who[n++] = NULL;
-    for (graphd_client *c = watch_list; c && n < 256; c = c->watch_next) {
-      if (atomic_load(&c->dead)) {
-        /* The daemon is gone, but GPU work it queued can still land a done
-         * write, lower than our release, until the driver has torn its
-         * context down: write again until every stream is past (or, for a
-         * stream that never gets there, for REWRITE_FOR_MS). A dead
-         * handle's socket is not polled (it reports the hang-up forever). */
-        int64_t now = mono_us();
-        if (!c->rewrite_until_us) c->rewrite_until_us = now + REWRITE_FOR_MS * 1000;
-        if (now < c->rewrite_until_us && !all_passed(c->flags)) {
-          release_all(c);
-          releasing = true;
-        }
-        continue;
-      }
-      pf[n].fd = c->watch_fd;
-      pf[n].events = POLLRDHUP;
-      who[n++] = c;
-    }
-    pthread_mutex_unlock(&watch_lock);
-    int r = poll(pf, (nfds_t)n, releasing ? RELEASE_PERIOD_MS : WATCH_PERIOD_MS);
-    if (r < 0 && errno != EINTR) {
-      gd_client_debug(NULL, "watcher: poll failed (%s); the watcher stops", strerror(errno));
-      break;
-    }
-    if (r <= 0) continue;
-    if (pf[0].revents & POLLIN) {
-      uint64_t v;
-      if (read(watch_wake, &v, sizeof v) < 0) { /* nothing to do */
-      }
-    }
-    pthread_mutex_lock(&watch_lock);
-    for (int i = 1; i < n; i++) {
-      if (!(pf[i].revents & (POLLHUP | POLLRDHUP | POLLERR))) continue;
-      /* Still listed? graphd_close may have removed it meanwhile. */
-      for (graphd_client *c = watch_list; c; c = c->watch_next) {
-        if (c != who[i] || atomic_load(&c->dead)) continue;
-        gd_client_debug(c, "watcher: the daemon hung up");
-        debug_slots(c, "releasing");
-        atomic_store(&c->dead, 1);
-        release_all(c);
-      }
-    }
-    pthread_mutex_unlock(&watch_lock);
-  }
-  return NULL;
-}
-
-/* Wakes the watcher (to poll a new handle, or to start writing a dead
- * handle's releases again). */
-static void watch_poke(void) {
-  uint64_t one = 1;
-  if (watch_wake >= 0 && write(watch_wake, &one, sizeof one) < 0) { /* the period covers it */
-  }
-}
-
-static int watch_add(graphd_client *c) {
-  int rc = 0;
-  pthread_mutex_lock(&watch_lock);
-  if (!watch_started) {
-    watch_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    pthread_t th;
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    if (watch_wake < 0 || pthread_create(&th, &at, watcher_main, NULL) != 0) {
-      rc = -1;
-    } else {
-      watch_started = true;
-    }
-    pthread_attr_destroy(&at);
-  }
-  if (rc == 0) {
-    c->watch_fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
-    if (c->watch_fd < 0) {
-      rc = -1;
-    } else {
-      c->watch_next = watch_list;
-      watch_list = c;
-      watch_poke();
-    }
-  }
-  pthread_mutex_unlock(&watch_lock);
-  return rc;
-}
-
-static void watch_remove(graphd_client *c) {
-  pthread_mutex_lock(&watch_lock);
-  for (graphd_client **p = &watch_list; *p; p = &(*p)->watch_next)
-    if (*p == c) {
-      *p = c->watch_next;
-      break;
-    }
-  if (c->watch_fd >= 0) close(c->watch_fd);
-  c->watch_fd = -1;
-  watch_poke();
-  pthread_mutex_unlock(&watch_lock);
-}
 
 /* --- the flag page ---------------------------------------------------------- */
 
@@ -231,7 +32,7 @@ static void free_page(graphd_client *c, gd_flag_page *f) {
     const gd_cuda *cu;
     if (gd_cuda_load(&cu, NULL, 0) == 0) cu->cuMemHostUnregister((void *)f->host);
   }
-  if (f->host) munmap((void *)f->host, PAGE_BYTES);
+  if (f->host) munmap((void *)f->host, GD_CLIENT_FLAG_PAGE_BYTES);
   if (f->fd >= 0) close(f->fd);
   free(f);
   (void)c;
@@ -244,12 +45,12 @@ static graphd_status make_page(graphd_client *c) {
   gd_flag_page *f = calloc(1, sizeof *f);
   if (!f) return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
   f->fd = memfd_create("graphd-flags", MFD_CLOEXEC);
-  if (f->fd < 0 || ftruncate(f->fd, PAGE_BYTES) < 0) {
+  if (f->fd < 0 || ftruncate(f->fd, GD_CLIENT_FLAG_PAGE_BYTES) < 0) {
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make the flag page: %s",
                            strerror(errno));
     goto fail;
   }
-  void *p = mmap(NULL, PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
+  void *p = mmap(NULL, GD_CLIENT_FLAG_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
   if (p == MAP_FAILED) {
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot map the flag page: %s",
                            strerror(errno));
@@ -264,7 +65,7 @@ static graphd_status make_page(graphd_client *c) {
       st = gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION, "%s", e);
       goto fail;
     }
-    if (cu->cuMemHostRegister(p, PAGE_BYTES, CU_MEMHOSTREGISTER_DEVICEMAP |
+    if (cu->cuMemHostRegister(p, GD_CLIENT_FLAG_PAGE_BYTES, CU_MEMHOSTREGISTER_DEVICEMAP |
                                                  CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
       st = gd_client_set_err(c, GRAPHD_INTERNAL, "cuMemHostRegister of the flag page failed");
       goto fail;
@@ -286,7 +87,7 @@ static graphd_status make_page(graphd_client *c) {
   if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
   if (st != GRAPHD_OK) goto fail;
   c->flags = f;
-  if (watch_add(c) < 0)
+  if (!gd_watch_add(c))
     return gd_client_set_err(c, GRAPHD_INTERNAL, "cannot start the watcher thread");
   return GRAPHD_OK;
 fail:
@@ -294,36 +95,16 @@ fail:
   return st;
 }
 
-void gd_client_release_streams(graphd_client *c) {
-  debug_slots(c, "releasing");
-  release_all(c);
-  watch_poke(); /* it writes them again until the streams are past */
-}
-
-/* Waits up to ms for every slot's stream to pass what it issued; with
- * rerelease, writing the done words again meanwhile (the watcher's work,
- * for a handle it no longer lists). */
-static bool wait_passed(graphd_client *c, int ms, bool rerelease) {
-  int64_t end = mono_us() + (int64_t)ms * 1000;
-  for (;;) {
-    if (all_passed(c->flags)) return true;
-    if (mono_us() >= end) return false;
-    if (rerelease) release_all(c);
-    struct timespec nap = {0, 20000};
-    nanosleep(&nap, NULL);
-  }
-}
-
 void gd_client_replay_close(graphd_client *c) {
   gd_flag_page *f = c->flags;
   if (!f) return;
-  watch_remove(c);
+  gd_watch_remove(c);
   /* A live daemon writes done for what it accepted; give it the time.
    * Then release from the host whatever it did not (the daemon died, or
    * never ran it), and wait for the streams to get past the page. */
-  bool passed = !atomic_load(&c->dead) && wait_passed(c, CLOSE_WAIT_MS, false);
-  if (!passed) passed = wait_passed(c, CLOSE_WAIT_MS, true);
-  debug_slots(c, passed ? "close, streams past the page" : "close, a stream is behind: page kept");
+  bool passed = !atomic_load(&c->dead) && gd_flags_wait_passed(c, CLOSE_WAIT_MS, false);
+  if (!passed) passed = gd_flags_wait_passed(c, CLOSE_WAIT_MS, true);
+  gd_flags_trace(c, passed ? "close, streams past the page" : "close, a stream is behind: page kept");
   c->flags = NULL;
   /* A stream stuck behind other work keeps the page (4 KiB and one
    * registration) rather than lose memory from under its queued ops. */
@@ -412,10 +193,8 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
   }
   gd_flag_page *f = c->flags;
   uint64_t seq = s->seq + 1;
-  volatile uint64_t *row = f->host + s->slot * FLAG_STRIDE_WORDS;
-  uint64_t row_dev = f->dev + (uint64_t)s->slot * GRAPHD_FLAG_STRIDE;
-  volatile uint64_t *ready = row + GRAPHD_FLAG_WORD_READY;
-  uint64_t ready_dev = row_dev + 8 * GRAPHD_FLAG_WORD_READY;
+  volatile uint64_t *ready = gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_READY);
+  uint64_t ready_dev = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_READY);
   const gd_cuda *cu = NULL;
   if (f->cuda) {
     if (gd_cuda_load(&cu, NULL, 0) < 0 ||
@@ -446,7 +225,7 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
       /* No answer in time: the session is broken; release our own wait
        * from the host, and say what that means for the outputs. (A daemon
        * that went away was handled in the call already.) */
-      __atomic_store_n(row + WORD_DONE, seq, __ATOMIC_RELEASE);
+      __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_DONE), seq, __ATOMIC_RELEASE);
       char e[GRAPHD_ERRMAX];
       snprintf(e, sizeof e, "%s", c->err);
       gd_client_set_err(c, st, "%s; the outputs of this replay are undefined", e);
@@ -461,9 +240,10 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
     info->server_ns = rep->replay->server_ns;
   }
   graphd__wire__reply__free_unpacked(rep, NULL);
-  volatile uint64_t *done = row + WORD_DONE;
+  volatile uint64_t *done = gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_DONE);
   if (f->cuda) {
-    if (cu->cuStreamWaitValue64((CUstream)s->cu_stream, row_dev + 8 * WORD_DONE, seq,
+    if (cu->cuStreamWaitValue64((CUstream)s->cu_stream,
+                                gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_DONE), seq,
                                 CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
       st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the wait for done on the stream");
   } else {
@@ -475,9 +255,10 @@ passed:
   /* The stream's last touch of the page for this seq (graphd_close). If
    * this cannot be queued, close finds the slot behind and keeps the page. */
   if (f->cuda)
-    (void)cu->cuStreamWriteValue64((CUstream)s->cu_stream, row_dev + 8 * WORD_PASSED, seq, 0);
+    (void)cu->cuStreamWriteValue64((CUstream)s->cu_stream,
+                                   gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, 0);
   else
-    __atomic_store_n(row + WORD_PASSED, seq, __ATOMIC_RELEASE);
+    __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
 exit:
   pthread_mutex_unlock(&c->lock);
   return st;

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "../../common/cuda_driver.h"
+#include "../../common/hex.h"
 #include "graphd/graphd.h"
 #include "graphd/xla.h"
 
@@ -109,22 +110,6 @@ static void *find_attr(const XLA_FFI_Attrs *attrs, const char *name, XLA_FFI_Att
     }
   }
   return NULL;
-}
-
-static int parse_hex_id(const XLA_FFI_ByteSpan *s, uint8_t id[32]) {
-  if (s->len != 64) return -1;
-  for (int i = 0; i < 32; i++) {
-    int v = 0;
-    for (int k = 0; k < 2; k++) {
-      char ch = s->ptr[2 * i + k];
-      int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
-                                                 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
-      if (d < 0) return -1;
-      v = v * 16 + d;
-    }
-    id[i] = (uint8_t)v;
-  }
-  return 0;
 }
 
 /* The device behind an XLA stream, by UUID: the same GPU has other ordinals
@@ -250,7 +235,7 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   if (!prog || t != XLA_FFI_AttrType_STRING)
     return fail(api, GRAPHD_INVALID_ARGUMENT, "the 'program' attribute (a 64-digit hex id) is missing");
   uint8_t pid[32];
-  if (parse_hex_id(prog, pid) < 0)
+  if (gd_hex_decode(prog->ptr, prog->len, pid, sizeof pid, NULL, 0) < 0)
     return fail(api, GRAPHD_INVALID_ARGUMENT, "the 'program' attribute is not a 64-digit hex id");
   const XLA_FFI_Array *slots = find_attr(&cf->attrs, "slots", &t);
   if (!slots || t != XLA_FFI_AttrType_ARRAY || slots->dtype != XLA_FFI_DataType_S64)
@@ -267,10 +252,10 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   int64_t nb = 0;
   const int64_t *slot = slots->data;
   for (int64_t i = 0; i < nargs + nrets; i++) {
-    int is_arg = i < nargs;
+    bool is_arg = i < nargs;
     int64_t k = is_arg ? i : i - nargs;
-    int is_buffer = is_arg ? cf->args.types[k] == XLA_FFI_ArgType_BUFFER
-                           : cf->rets.types[k] == XLA_FFI_RetType_BUFFER;
+    bool is_buffer = is_arg ? cf->args.types[k] == XLA_FFI_ArgType_BUFFER
+                            : cf->rets.types[k] == XLA_FFI_RetType_BUFFER;
     if (!is_buffer)
       return fail(api, GRAPHD_INVALID_ARGUMENT, "%s %lld is not a buffer",
                   is_arg ? "operand" : "result", (long long)k);

@@ -1,0 +1,12 @@
+/* graphctl stats [--json | --prometheus]: per-device and per-client
+ * figures from one Status reply. */
+#ifndef GRAPHD_CLI_STATS_H
+#define GRAPHD_CLI_STATS_H
+
+#include "graphd/graphd.h"
+
+/* Runs the command on c with its arguments (argv[0] is "stats"); returns
+ * graphctl's exit code. */
+int cmd_stats(graphd_client *c, int argc, char **argv);
+
+#endif

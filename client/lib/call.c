@@ -1,0 +1,180 @@
+/* libgraphd: one request, one reply on a handle's socket, and the handle's
+ * error text. Below everything that talks to the daemon (internal.h lists
+ * the layers); a call that finds the daemon gone releases the handle's
+ * streams (watcher.c).
+ *
+ * DESIGN: blocking I/O with poll() timeouts, under the handle's lock,
+ * which the caller holds. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "graphd.pb-c.h"
+#include "graphd/graphd.h"
+#include "internal.h"
+#include "wire.h"
+
+graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->err, sizeof c->err, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+/* The daemon is gone: release our streams' waits now (the watcher would
+ * within its period) and say what that means for the outputs. */
+static graphd_status lost(graphd_client *c, const char *why) {
+  gd_client_debug(c, "lost the daemon: %s", why);
+  c->broken = true;
+  atomic_store(&c->dead, true);
+  if (c->flags) {
+    gd_client_release_streams(c);
+    return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
+                             "graphd closed the connection (%s); the outputs of replays in "
+                             "flight are undefined",
+                             why);
+  }
+  return gd_client_set_err(c, GRAPHD_UNAVAILABLE, "graphd closed the connection (%s)", why);
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits for events on c->fd until deadline. 1 ready, 0 timeout, -1 error. */
+static int wait_fd(graphd_client *c, short events, int64_t deadline) {
+  for (;;) {
+    int64_t left = deadline - now_ms();
+    if (left <= 0) return 0;
+    struct pollfd p = {.fd = c->fd, .events = events};
+    int r = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+    if (r > 0) return 1;
+    if (r == 0) continue;
+    if (errno != EINTR) return -1;
+  }
+}
+
+static graphd_status send_frame(graphd_client *c, const uint8_t *buf, size_t len,
+                                 const int *fds, int nfds, int64_t deadline) {
+  size_t off = 0;
+  while (off < len) {
+    /* The fds ride on the first sendmsg, whose data starts the frame. */
+    ssize_t n = gd_frame_sendmsg(c->fd, buf + off, len - off, off == 0 ? fds : NULL,
+                                 off == 0 ? nfds : 0, MSG_DONTWAIT);
+    if (n > 0) {
+      off += (size_t)n;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      int w = wait_fd(c, POLLOUT, deadline);
+      if (w == 0) {
+        c->broken = true;
+        return gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED, "timed out after %d ms sending to graphd",
+                       c->timeout_ms);
+      }
+      if (w > 0) continue;
+    }
+    return lost(c, n < 0 ? strerror(errno) : "short write");
+  }
+  return GRAPHD_OK;
+}
+
+static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline) {
+  for (;;) {
+    int r = gd_frame_reader_next(&c->rd, f);
+    if (r > 0) return GRAPHD_OK;
+    if (r < 0) {
+      c->broken = true;
+      return gd_client_set_err(c, GRAPHD_DATA_LOSS, "graphd sent a frame over %u bytes",
+                     GD_CLIENT_MAX_FRAME);
+    }
+    /* Blocking, bounded by SO_RCVTIMEO (the call's timeout, set at
+     * connect): the reply usually comes within tens of microseconds. */
+    ssize_t n = gd_frame_reader_recv_wait(&c->rd, c->fd);
+    if (n > 0) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      if (now_ms() >= deadline) {
+        c->broken = true;
+        return gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED,
+                       "graphd did not answer within %d ms", c->timeout_ms);
+      }
+      continue;
+    }
+    return lost(c, n < 0 ? strerror(errno) : "end of stream");
+  }
+}
+
+/* One request, one reply. On GRAPHD_OK *out holds the reply (free it with
+ * graphd__wire__reply__free_unpacked); on a daemon error the message is in
+ * c->err. Caller holds c->lock. */
+graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds,
+                             int nfds, Graphd__Wire__Reply **out) {
+  if (atomic_load(&c->dead) && !c->broken) {
+    c->broken = true;
+    return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
+                             "graphd went away; outputs of replays in flight are undefined; "
+                             "reconnect");
+  }
+  if (c->broken)
+    return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
+                   "the session with graphd is broken by an earlier error; reconnect");
+  int64_t deadline = now_ms() + c->timeout_ms;
+  req->request_id = ++c->next_request;
+  req->nfds = (uint32_t)nfds;
+  uint8_t *buf;
+  size_t len;
+  /* Over the daemon's cap, the daemon would close the session: refuse here
+   * instead, and the session stays open. */
+  uint32_t cap = c->max_frame ? c->max_frame : GD_CLIENT_MAX_FRAME;
+  if (gd_wire_pack_request(req, cap, &buf, &len) < 0) {
+    size_t need = graphd__wire__request__get_packed_size(req);
+    if (need <= cap) return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED,
+                             "request of %zu bytes is over graphd's %u-byte frame cap; start "
+                             "graphd with a larger --max-frame",
+                             need, cap);
+  }
+  graphd_status st = send_frame(c, buf, len, fds, nfds, deadline);
+  free(buf);
+  if (st != GRAPHD_OK) return st;
+  for (;;) {
+    gd_frame f;
+    st = recv_frame(c, &f, deadline);
+    if (st != GRAPHD_OK) return st;
+    for (int i = 0; i < f.nfds; i++) close(f.fds[i]); /* replies carry none yet */
+    Graphd__Wire__Reply *rep = graphd__wire__reply__unpack(NULL, f.len, f.data);
+    if (!rep) {
+      c->broken = true;
+      return gd_client_set_err(c, GRAPHD_DATA_LOSS, "graphd sent a malformed reply");
+    }
+    /* Request id 0 is the daemon speaking about the stream itself. */
+    if (rep->request_id != req->request_id && rep->request_id != 0) {
+      graphd__wire__reply__free_unpacked(rep, NULL);
+      continue;
+    }
+    if (rep->code != GRAPHD_OK) {
+      graphd_status code =
+          graphd_status_valid((int)rep->code) ? (graphd_status)rep->code : GRAPHD_INTERNAL;
+      gd_client_set_err(c, code, "%s", rep->message && *rep->message ? rep->message
+                                                           : graphd_strerror((int)code));
+      graphd__wire__reply__free_unpacked(rep, NULL);
+      return code;
+    }
+    *out = rep;
+    c->err[0] = '\0';
+    return GRAPHD_OK;
+  }
+}

@@ -1,0 +1,26 @@
+/* libgraphd: the $GRAPHD_CLIENT_DEBUG trace on stderr. The lowest layer
+ * (internal.h lists them): it uses no other file of libgraphd. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "internal.h"
+
+void gd_client_debug(const graphd_client *c, const char *fmt, ...) {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("GRAPHD_CLIENT_DEBUG");
+    on = e && *e == '1';
+  }
+  if (!on) return;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  fprintf(stderr, "graphd-client %ld.%06ld handle %p: %s\n", (long)ts.tv_sec,
+          ts.tv_nsec / 1000, (const void *)c, msg);
+}

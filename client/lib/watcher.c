@@ -1,0 +1,201 @@
+/* libgraphd: releasing a handle's stream waits from the host, and the
+ * watcher thread that does it when the daemon dies.
+ *
+ * DESIGN: one watcher thread per process polls the sockets of handles that
+ * have a flag page for a hang-up; on one it writes every issued seq into
+ * the matching done word from the host, releasing stream waits within its
+ * poll period, and marks the handle dead. It keeps writing them every
+ * RELEASE_PERIOD_MS until every stream is past: GPU work the dead daemon
+ * queued can still land a done write, lower than ours, until the driver
+ * has torn its context down (seen on the H200 as a JAX loop that hung
+ * about one time in four when the daemon was killed mid-loop). A call that
+ * finds the daemon gone releases at once (call.c, through
+ * gd_client_release_streams), and so does close for what a live daemon did
+ * not finish (replay.c).
+ *
+ * Locks: the watcher's lock guards its list; a handle's lock guards its
+ * calls. The watcher never takes a handle's lock (the handle's calling
+ * thread may be blocked in recv holding it): it reads `issued` atomics and
+ * writes flag words. A handle leaves the list (under the watcher's lock)
+ * before its page is freed. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define WATCH_PERIOD_MS 100
+#define RELEASE_PERIOD_MS 2 /* rewriting a dead daemon's done words */
+#define REWRITE_FOR_MS 10000
+
+static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static graphd_client *watch_list; /* guarded by watch_lock */
+static int watch_wake = -1;       /* eventfd; guarded by watch_lock */
+static bool watch_started;        /* guarded by watch_lock */
+
+void gd_flags_trace(graphd_client *c, const char *what) {
+  gd_flag_page *f = c->flags;
+  for (uint32_t i = 0; f && i < GD_CLIENT_FLAG_SLOTS; i++) {
+    uint64_t v = atomic_load(&f->issued[i]);
+    if (!v) continue;
+    gd_client_debug(c, "%s: slot %u issued %llu ready %llu done %llu passed %llu", what, i,
+                    (unsigned long long)v,
+                    (unsigned long long)*gd_flag_word(f, i, GRAPHD_FLAG_WORD_READY),
+                    (unsigned long long)*gd_flag_word(f, i, GRAPHD_FLAG_WORD_DONE),
+                    (unsigned long long)*gd_flag_word(f, i, GRAPHD_FLAG_WORD_PASSED));
+  }
+}
+
+static int64_t mono_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Releases every stream wait of c from the host. */
+static void release_all(graphd_client *c) {
+  gd_flag_page *f = c->flags;
+  if (!f) return;
+  for (uint32_t i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
+    uint64_t v = atomic_load(&f->issued[i]);
+    if (v) __atomic_store_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_DONE), v, __ATOMIC_RELEASE);
+  }
+}
+
+/* Has every slot's stream got past what it issued? */
+static bool all_passed(const gd_flag_page *f) {
+  for (uint32_t i = 0; i < GD_CLIENT_FLAG_SLOTS; i++)
+    if (__atomic_load_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_PASSED), __ATOMIC_ACQUIRE) <
+        atomic_load(&f->issued[i]))
+      return false;
+  return true;
+}
+
+static void *watcher_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    struct pollfd pf[256];
+    graphd_client *who[256];
+    int n = 0;
+    bool releasing = false;
+    pthread_mutex_lock(&watch_lock);
+    pf[n].fd = watch_wake;
+    pf[n].events = POLLIN;
+    who[n++] = NULL;
+    for (graphd_client *c = watch_list; c && n < 256; c = c->watch_next) {
+      if (atomic_load(&c->dead)) {
+        /* The daemon is gone, but GPU work it queued can still land a done
+         * write, lower than our release, until the driver has torn its
+         * context down: write again until every stream is past (or, for a
+         * stream that never gets there, for REWRITE_FOR_MS). A dead
+         * handle's socket is not polled (it reports the hang-up forever). */
+        int64_t now = mono_us();
+        if (!c->rewrite_until_us) c->rewrite_until_us = now + REWRITE_FOR_MS * 1000;
+        if (now < c->rewrite_until_us && !all_passed(c->flags)) {
+          release_all(c);
+          releasing = true;
+        }
+        continue;
+      }
+      pf[n].fd = c->watch_fd;
+      pf[n].events = POLLRDHUP;
+      who[n++] = c;
+    }
+    pthread_mutex_unlock(&watch_lock);
+    int r = poll(pf, (nfds_t)n, releasing ? RELEASE_PERIOD_MS : WATCH_PERIOD_MS);
+    if (r < 0 && errno != EINTR) {
+      gd_client_debug(NULL, "watcher: poll failed (%s); the watcher stops", strerror(errno));
+      break;
+    }
+    if (r <= 0) continue;
+    if (pf[0].revents & POLLIN) {
+      uint64_t v;
+      if (read(watch_wake, &v, sizeof v) < 0) { /* nothing to do */
+      }
+    }
+    pthread_mutex_lock(&watch_lock);
+    for (int i = 1; i < n; i++) {
+      if (!(pf[i].revents & (POLLHUP | POLLRDHUP | POLLERR))) continue;
+      /* Still listed? graphd_close may have removed it meanwhile. */
+      for (graphd_client *c = watch_list; c; c = c->watch_next) {
+        if (c != who[i] || atomic_load(&c->dead)) continue;
+        gd_client_debug(c, "watcher: the daemon hung up");
+        gd_flags_trace(c, "releasing");
+        atomic_store(&c->dead, true);
+        release_all(c);
+      }
+    }
+    pthread_mutex_unlock(&watch_lock);
+  }
+  return NULL;
+}
+
+/* Wakes the watcher (to poll a new handle, or to start writing a dead
+ * handle's releases again). */
+static void watch_poke(void) {
+  uint64_t one = 1;
+  if (watch_wake >= 0 && write(watch_wake, &one, sizeof one) < 0) { /* the period covers it */
+  }
+}
+
+bool gd_watch_add(graphd_client *c) {
+  pthread_mutex_lock(&watch_lock);
+  bool ok = watch_started;
+  if (!ok) {
+    watch_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    ok = watch_wake >= 0 && pthread_create(&th, &at, watcher_main, NULL) == 0;
+    watch_started = ok;
+    pthread_attr_destroy(&at);
+  }
+  if (ok) {
+    c->watch_fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
+    ok = c->watch_fd >= 0;
+  }
+  if (ok) {
+    c->watch_next = watch_list;
+    watch_list = c;
+    watch_poke();
+  }
+  pthread_mutex_unlock(&watch_lock);
+  return ok;
+}
+
+void gd_watch_remove(graphd_client *c) {
+  pthread_mutex_lock(&watch_lock);
+  for (graphd_client **p = &watch_list; *p; p = &(*p)->watch_next)
+    if (*p == c) {
+      *p = c->watch_next;
+      break;
+    }
+  if (c->watch_fd >= 0) close(c->watch_fd);
+  c->watch_fd = -1;
+  watch_poke();
+  pthread_mutex_unlock(&watch_lock);
+}
+
+void gd_client_release_streams(graphd_client *c) {
+  gd_flags_trace(c, "releasing");
+  release_all(c);
+  watch_poke(); /* it writes them again until the streams are past */
+}
+
+bool gd_flags_wait_passed(graphd_client *c, int ms, bool rerelease) {
+  int64_t end = mono_us() + (int64_t)ms * 1000;
+  for (;;) {
+    if (all_passed(c->flags)) return true;
+    if (mono_us() >= end) return false;
+    if (rerelease) release_all(c);
+    struct timespec nap = {0, 20000};
+    nanosleep(&nap, NULL);
+  }
+}
