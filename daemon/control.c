@@ -9,6 +9,7 @@
 #include "dsession.h"
 #include "evict.h"
 #include "graphd/status.h"
+#include "hex.h"
 #include "log.h"
 #include "version.h"
 
@@ -318,18 +319,8 @@ void control_handle_list(gd_session *s, uint64_t request_id) {
 }
 
 static int parse_prefix(const char *hex, gd_evict_sel *sel) {
-  size_t n = strlen(hex);
-  if (n > 2 * GD_ID_LEN) return -1;
-  for (size_t k = 0; k < n; k++) {
-    char c = hex[k];
-    int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-    if (v < 0) return -1;
-    if (k % 2 == 0)
-      sel->prefix[k / 2] = (uint8_t)(v << 4);
-    else
-      sel->prefix[k / 2] |= (uint8_t)v;
-  }
+  int n = gd_hex_decode_prefix(hex, strlen(hex), sel->prefix, 2 * GD_ID_LEN, NULL, 0);
+  if (n < 0) return -1;
   sel->prefix_nibbles = (uint32_t)n;
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "graphd/status.h"
+#include "hex.h"
 
 /* --- ids -------------------------------------------------------------- */
 
@@ -17,31 +18,11 @@ void gd_sha256(const void *data, size_t len, uint8_t out[GD_ID_LEN]) {
 }
 
 void gd_id_hex(const uint8_t id[GD_ID_LEN], int short_form, char out[2 * GD_ID_LEN + 1]) {
-  static const char hex[] = "0123456789abcdef";
-  int n = short_form ? 6 : GD_ID_LEN;
-  for (int i = 0; i < n; i++) {
-    out[2 * i] = hex[id[i] >> 4];
-    out[2 * i + 1] = hex[id[i] & 15];
-  }
-  out[2 * n] = '\0';
+  gd_hex_encode(id, short_form ? 6 : GD_ID_LEN, out);
 }
 
 int gd_id_parse_hex(const char *s, uint8_t id[GD_ID_LEN]) {
-  if (strlen(s) != 2 * GD_ID_LEN) return -1;
-  /* Digit by digit: sscanf("%2x") would take " f", "-1", "0x" and "1g". */
-  for (int i = 0; i < 2 * GD_ID_LEN; i++) {
-    char c = s[i];
-    int v = c >= '0' && c <= '9' ? c - '0'
-            : c >= 'a' && c <= 'f' ? c - 'a' + 10
-            : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                   : -1;
-    if (v < 0) return -1;
-    if (i % 2 == 0)
-      id[i / 2] = (uint8_t)(v << 4);
-    else
-      id[i / 2] |= (uint8_t)v;
-  }
-  return 0;
+  return gd_hex_decode(s, strlen(s), id, GD_ID_LEN, NULL, 0);
 }
 
 /* --- byte writer and reader --------------------------------------------- */

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../common/hex.h"
+#include "../proto/hex.h"
 #include "../common/paths.h"
 #include "../common/uuid.h"
 #include "harness.h"

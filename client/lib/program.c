@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../common/hex.h"
+#include "../../proto/hex.h"
 #include "program.h"
 
 /* The public enums are the wire values. */

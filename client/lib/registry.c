@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <unistd.h>
 
-#include "../../common/hex.h"
+#include "../../proto/hex.h"
 #include "../../proto/program.h"
 #include "internal.h"
 

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "../../common/cuda_driver.h"
-#include "../../common/hex.h"
+#include "../../proto/hex.h"
 #include "graphd/graphd.h"
 #include "graphd/xla.h"
 

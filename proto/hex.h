@@ -1,7 +1,7 @@
 /* Hex text of bytes (ids, UUIDs): written in lower case, read in either
  * case. Thread-safe. */
-#ifndef GRAPHD_COMMON_HEX_H
-#define GRAPHD_COMMON_HEX_H
+#ifndef GRAPHD_PROTO_HEX_H
+#define GRAPHD_PROTO_HEX_H
 
 #include <stddef.h>
 #include <stdint.h>
