@@ -35,15 +35,15 @@ static const gd_cuda *cu;
 static unsigned S = 250, L = 185, FLOATS = 4096;
 static long ROUNDS = 200;
 
-#define CK(call)                                                                  \
-  do {                                                                            \
-    CUresult r_ = (call);                                                         \
-    if (r_ != CUDA_SUCCESS) {                                                     \
-      const char *s_ = "?";                                                       \
-      cu->cuGetErrorName(r_, &s_);                                                \
-      fprintf(stderr, "large_bench: %s failed: %s (line %d)\n", #call, s_, __LINE__); \
-      exit(1);                                                                    \
-    }                                                                             \
+#define CK(call)                                                                                   \
+  do {                                                                                             \
+    CUresult r_ = (call);                                                                          \
+    if (r_ != CUDA_SUCCESS) {                                                                      \
+      const char *s_ = "?";                                                                        \
+      cu->cuGetErrorName(r_, &s_);                                                                 \
+      fprintf(stderr, "large_bench: %s failed: %s (line %d)\n", #call, s_, __LINE__);              \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static double now_us(void) {
@@ -138,10 +138,9 @@ static void usage(void) {
 
 int main(int argc, char **argv) {
   const char *socket = NULL, *kdir = GRAPHD_BENCH_KERNEL_DIR;
-  static const struct option opts[] = {{"socket", 1, 0, 's'},   {"kernels", 1, 0, 'k'},
-                                       {"slots", 1, 0, 'S'},    {"launches", 1, 0, 'L'},
-                                       {"floats", 1, 0, 'f'},   {"rounds", 1, 0, 'r'},
-                                       {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"socket", 1, 0, 's'}, {"kernels", 1, 0, 'k'}, {"slots", 1, 0, 'S'}, {"launches", 1, 0, 'L'},
+      {"floats", 1, 0, 'f'}, {"rounds", 1, 0, 'r'},  {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
   for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
     switch (c) {
       case 's': socket = optarg; break;
@@ -227,7 +226,8 @@ int main(int argc, char **argv) {
       graphd_program_param(p, (uint32_t)s, 16, &a, 4);
       graphd_program_param(p, (uint32_t)s, 20, &FLOATS, 4);
     }
-    if (graphd_program_finish(p, pid[m]) != GRAPHD_OK || graphd_register_program(c, p) != GRAPHD_OK) {
+    if (graphd_program_finish(p, pid[m]) != GRAPHD_OK ||
+        graphd_register_program(c, p) != GRAPHD_OK) {
       fprintf(stderr, "large_bench: %s / %s\n", graphd_program_error(p), graphd_last_error(c));
       return 1;
     }
@@ -246,10 +246,13 @@ int main(int argc, char **argv) {
     for (int w = -1; w < 4; w++) {
       for (long r = -10; r < ROUNDS; r++) {
         long i = r + 10;
-        CUdeviceptr base = w <= 0 ? set[0] : w == 1 ? set[i % 2] : w == 2 ? set[i % 3]
-                                                     : window + (size_t)(i % FRESH_EXTRA) * slot_bytes();
+        CUdeviceptr base = w <= 0   ? set[0]
+                           : w == 1 ? set[i % 2]
+                           : w == 2 ? set[i % 3]
+                                    : window + (size_t)(i % FRESH_EXTRA) * slot_bytes();
         for (unsigned k = 0; k < S; k++)
-          bd[k] = (graphd_binding){.slot = k, .ptr = base + k * slot_bytes(), .bytes = slot_bytes()};
+          bd[k] =
+              (graphd_binding){.slot = k, .ptr = base + k * slot_bytes(), .bytes = slot_bytes()};
         double t0 = now_us();
         if (graphd_replay(c, gs, pid[m], bd, S, NULL) != GRAPHD_OK) {
           fprintf(stderr, "large_bench: replay: %s\n", graphd_last_error(c));
@@ -266,8 +269,9 @@ int main(int argc, char **argv) {
       if (w >= 0) res[m][w] = median(t, ROUNDS);
     }
   }
-  printf("large_bench: %u slots of %zu bytes, %u launches, median of %ld, per call to stream sync\n",
-         S, slot_bytes(), L, ROUNDS);
+  printf(
+      "large_bench: %u slots of %zu bytes, %u launches, median of %ld, per call to stream sync\n",
+      S, slot_bytes(), L, ROUNDS);
   printf("in-process graph on fixed buffers            %9.1f us\n", fixed_us);
   printf("in-process graph with a copy in/out per slot %9.1f us\n", copies_us);
   printf("%-12s %12s %12s\n", "bindings", "staged", "staged_ex");
@@ -276,7 +280,8 @@ int main(int argc, char **argv) {
   printf("RESULT slots=%u launches=%u inproc_fixed_us=%.1f inproc_copies_us=%.1f", S, L, fixed_us,
          copies_us);
   for (int m = 0; m < 2; m++)
-    for (int w = 0; w < 4; w++) printf(" %s_%s_us=%.1f", m ? "staged_ex" : "staged", ways[w], res[m][w]);
+    for (int w = 0; w < 4; w++)
+      printf(" %s_%s_us=%.1f", m ? "staged_ex" : "staged", ways[w], res[m][w]);
   printf("\n");
   graphd_close(c);
   return 0;

@@ -42,21 +42,21 @@
 #define GRAPHD_BENCH_KERNEL_DIR "tests/kernels"
 #endif
 
-#define NFLOATS (64u * 1024u)             /* per slot: 256 KiB */
+#define NFLOATS (64u * 1024u) /* per slot: 256 KiB */
 #define SLOT_BYTES (NFLOATS * 4u)
-#define PAIR_BYTES (2u * SLOT_BYTES)      /* x at 0, y at SLOT_BYTES */
+#define PAIR_BYTES (2u * SLOT_BYTES) /* x at 0, y at SLOT_BYTES */
 #define ECHO_BYTES 64
-#define SCALE_A 1.0001f                   /* stays finite over MAX_CHAIN steps */
+#define SCALE_A 1.0001f /* stays finite over MAX_CHAIN steps */
 #define MAX_ROUNDS 10000000L
-#define MAX_CHAIN 100000L                 /* 1.0001^1e5 is about 2.2e4 */
+#define MAX_CHAIN 100000L /* 1.0001^1e5 is about 2.2e4 */
 #define EXIT_SKIP 77
 
 static const char *const mode_names[2] = {"staged", "staged_ex"};
 
 typedef struct bench_opts {
-  const char *socket;  /* NULL: libgraphd's default */
-  const char *uuid;    /* --device-uuid, or NULL */
-  int device;          /* --device, or -1 */
+  const char *socket; /* NULL: libgraphd's default */
+  const char *uuid;   /* --device-uuid, or NULL */
+  int device;         /* --device, or -1 */
   long rounds;
   long chain;
   const char *kernels; /* directory holding test_kernels.cubin */
@@ -69,13 +69,13 @@ typedef struct stats {
 } stats;
 
 typedef struct mode_result {
-  stats replay;       /* host time of graphd_replay */
-  stats server;       /* the daemon worker's time, from info.server_ns */
-  double first_us;    /* host time of the first call */
-  double capture_us;  /* info.capture_ns of the first call */
-  int captured;       /* the first call built the capture */
-  double prepare_us;  /* graphd_prepare_program round trip */
-  double chain_us;    /* per dependent replay */
+  stats replay;         /* host time of graphd_replay */
+  stats server;         /* the daemon worker's time, from info.server_ns */
+  double first_us;      /* host time of the first call */
+  double capture_us;    /* info.capture_ns of the first call */
+  int captured;         /* the first call built the capture */
+  double prepare_us;    /* graphd_prepare_program round trip */
+  double chain_us;      /* per dependent replay */
   double chain_call_us; /* mean host time of a chain's graphd_replay */
   int chain_ok;
   float chain_got, chain_want;
@@ -125,36 +125,36 @@ static void set_err(bench *b, const char *fmt, ...) {
 
 /* Checks a driver call made through the table; on failure records the
  * call's text, line and the driver's error, then jumps to label. */
-#define CU_CHECK_GOTO(b, call, label)                                                    \
-  do {                                                                                   \
-    CUresult r_ = (b)->cu->call;                                                         \
-    if (r_ != CUDA_SUCCESS) {                                                            \
-      char e_[160];                                                                      \
-      set_err(b, "%s failed (%s:%d): %s", #call, __FILE__, __LINE__,                     \
-              gd_cuda_strerror((b)->cu, r_, e_, sizeof e_));                             \
-      goto label;                                                                        \
-    }                                                                                    \
+#define CU_CHECK_GOTO(b, call, label)                                                              \
+  do {                                                                                             \
+    CUresult r_ = (b)->cu->call;                                                                   \
+    if (r_ != CUDA_SUCCESS) {                                                                      \
+      char e_[160];                                                                                \
+      set_err(b, "%s failed (%s:%d): %s", #call, __FILE__, __LINE__,                               \
+              gd_cuda_strerror((b)->cu, r_, e_, sizeof e_));                                       \
+      goto label;                                                                                  \
+    }                                                                                              \
   } while (0)
 
 /* The same for cleanup paths: a failure is reported and ignored. */
-#define CU_CHECK_IGNORE(b, call)                                                         \
-  do {                                                                                   \
-    CUresult r_ = (b)->cu->call;                                                         \
-    if (r_ != CUDA_SUCCESS) {                                                            \
-      char e_[160];                                                                      \
-      fprintf(stderr, "replay_bench: warning: %s failed: %s\n", #call,                   \
-              gd_cuda_strerror((b)->cu, r_, e_, sizeof e_));                             \
-    }                                                                                    \
+#define CU_CHECK_IGNORE(b, call)                                                                   \
+  do {                                                                                             \
+    CUresult r_ = (b)->cu->call;                                                                   \
+    if (r_ != CUDA_SUCCESS) {                                                                      \
+      char e_[160];                                                                                \
+      fprintf(stderr, "replay_bench: warning: %s failed: %s\n", #call,                             \
+              gd_cuda_strerror((b)->cu, r_, e_, sizeof e_));                                       \
+    }                                                                                              \
   } while (0)
 
 /* Checks a libgraphd call on client c; what names it in the message. */
-#define GD_CHECK_GOTO(b, c, what, call, label)                                           \
-  do {                                                                                   \
-    graphd_status s_ = (call);                                                           \
-    if (s_ != GRAPHD_OK) {                                                               \
-      set_err(b, "%s: %s: %s", what, graphd_status_name(s_), graphd_last_error(c));      \
-      goto label;                                                                        \
-    }                                                                                    \
+#define GD_CHECK_GOTO(b, c, what, call, label)                                                     \
+  do {                                                                                             \
+    graphd_status s_ = (call);                                                                     \
+    if (s_ != GRAPHD_OK) {                                                                         \
+      set_err(b, "%s: %s: %s", what, graphd_status_name(s_), graphd_last_error(c));                \
+      goto label;                                                                                  \
+    }                                                                                              \
   } while (0)
 
 static double now_us(void) {
@@ -236,8 +236,16 @@ static int parse_long(const char *flag, const char *v, long lo, long hi, long *o
 
 /* Returns 0, 1 for --help, or -1 with err set. */
 static int parse_args(int argc, char **argv, bench_opts *o, char *err, size_t errlen) {
-  enum { OPT_SOCKET = 1, OPT_DEVICE, OPT_UUID, OPT_ROUNDS, OPT_CHAIN, OPT_KERNELS, OPT_VMM_ONLY,
-         OPT_HELP };
+  enum {
+    OPT_SOCKET = 1,
+    OPT_DEVICE,
+    OPT_UUID,
+    OPT_ROUNDS,
+    OPT_CHAIN,
+    OPT_KERNELS,
+    OPT_VMM_ONLY,
+    OPT_HELP
+  };
   static const struct option longopts[] = {
       {"socket", required_argument, NULL, OPT_SOCKET},
       {"device", required_argument, NULL, OPT_DEVICE},
@@ -275,8 +283,7 @@ static int parse_args(int argc, char **argv, bench_opts *o, char *err, size_t er
       case OPT_KERNELS: o->kernels = optarg; break;
       case OPT_HELP: return 1;
       default:
-        snprintf(err, errlen, "unknown or incomplete option '%s' (see --help)",
-                 argv[optind - 1]);
+        snprintf(err, errlen, "unknown or incomplete option '%s' (see --help)", argv[optind - 1]);
         return -1;
     }
   }
@@ -544,8 +551,7 @@ static int register_programs(bench *b) {
       set_err(b, "building the %s program: %s", mode_names[m], graphd_program_error(p));
       goto exit;
     }
-    GD_CHECK_GOTO(b, b->data, "graphd_register_program", graphd_register_program(b->data, p),
-                  exit);
+    GD_CHECK_GOTO(b, b->data, "graphd_register_program", graphd_register_program(b->data, p), exit);
     graphd_program_free(p);
     p = NULL;
     /* Load the module on the daemon's device now, so that the first replay
@@ -652,9 +658,10 @@ static int measure_replay(bench *b, int m) {
     printf("[%-9s] first replay (capture): %.1f us host; capture_ns %.1f us\n", mode_names[m],
            r->first_us, r->capture_us);
   else
-    printf("[%-9s] first replay: %.1f us host; the daemon already held this capture (an "
-           "earlier run?), so this is not a capture figure\n",
-           mode_names[m], r->first_us);
+    printf(
+        "[%-9s] first replay: %.1f us host; the daemon already held this capture (an "
+        "earlier run?), so this is not a capture figure\n",
+        mode_names[m], r->first_us);
   char what[64];
   snprintf(what, sizeof what, "[%-9s] replay round trip", mode_names[m]);
   print_stats(what, &r->replay);
@@ -710,10 +717,11 @@ static int measure_chain(bench *b, int m) {
       r->chain_ok = 0;
     }
   }
-  printf("[%-9s] chain of %ld: %.2f us per dependent replay (%.2f ms total; %.2f us host per "
-         "call); result %.9g, want %.9g: %s",
-         mode_names[m], n, r->chain_us, total / 1e3, r->chain_call_us, (double)r->chain_got,
-         (double)want, r->chain_ok ? "PASS" : "FAIL");
+  printf(
+      "[%-9s] chain of %ld: %.2f us per dependent replay (%.2f ms total; %.2f us host per "
+      "call); result %.9g, want %.9g: %s",
+      mode_names[m], n, r->chain_us, total / 1e3, r->chain_call_us, (double)r->chain_got,
+      (double)want, r->chain_ok ? "PASS" : "FAIL");
   if (bad) printf(" (%u of %u elements wrong)", bad, NFLOATS);
   printf("\n");
   return 0;
@@ -732,12 +740,13 @@ static int daemon_device(bench *b, const char *when, int *mps) {
     if (memcmp(d->uuid, b->uuid, 16) != 0) continue;
     const graphd_device_counters *k = &d->counters;
     if (mps) *mps = d->mps_enabled;
-    printf("daemon %s: graphd %s, device %u (%s, %s) mps_enabled %d, state %s; captures %llu "
-           "(built %llu, recaptures %llu), replays %llu, errors %llu, regions %llu\n",
-           when, s->version, d->ordinal, d->name, d->backend, d->mps_enabled, d->state,
-           (unsigned long long)k->captures, (unsigned long long)k->captures_built,
-           (unsigned long long)k->recaptures, (unsigned long long)k->replays,
-           (unsigned long long)k->errors, (unsigned long long)k->regions);
+    printf(
+        "daemon %s: graphd %s, device %u (%s, %s) mps_enabled %d, state %s; captures %llu "
+        "(built %llu, recaptures %llu), replays %llu, errors %llu, regions %llu\n",
+        when, s->version, d->ordinal, d->name, d->backend, d->mps_enabled, d->state,
+        (unsigned long long)k->captures, (unsigned long long)k->captures_built,
+        (unsigned long long)k->recaptures, (unsigned long long)k->replays,
+        (unsigned long long)k->errors, (unsigned long long)k->regions);
     graphd_daemon_status_free(s);
     return 0;
   }
@@ -751,18 +760,17 @@ fail:
 
 static void print_summary(const bench *b) {
   const mode_result *r = b->mode;
-  printf("\n== summary (1-kernel program, %u floats; %s)\n", NFLOATS,
-         b->dev_name);
+  printf("\n== summary (1-kernel program, %u floats; %s)\n", NFLOATS, b->dev_name);
   printf("MPS: driver (CU_DEVICE_ATTRIBUTE_MPS_ENABLED) %s; daemon status mps_enabled %s\n",
          b->mps_driver ? "on" : "off", b->mps_daemon ? "on" : "off");
   if (b->mps_driver != b->mps_daemon)
-    printf("WARNING: the bench and the daemon disagree about MPS: run both with the same "
-           "CUDA_MPS_PIPE_DIRECTORY\n");
+    printf(
+        "WARNING: the bench and the daemon disagree about MPS: run both with the same "
+        "CUDA_MPS_PIPE_DIRECTORY\n");
   printf("socket echo p50 %.2f us; graphd_ping p50 %.2f us (data session)\n", b->echo.p50,
          b->ping_data.p50);
   printf("%-44s %9s %9s   %s\n", "figure", mode_names[0], mode_names[1], "target");
-  printf("%-44s %9.2f %9.2f   %s\n", "sync replay p50 (us)", r[0].replay.p50, r[1].replay.p50,
-         "");
+  printf("%-44s %9.2f %9.2f   %s\n", "sync replay p50 (us)", r[0].replay.p50, r[1].replay.p50, "");
   printf("%-44s %8.2fx %8.2fx   %s\n", "sync replay p50 / socket echo p50",
          r[0].replay.p50 / b->echo.p50, r[1].replay.p50 / b->echo.p50, "<= 2.5 under MPS");
   printf("%-44s %9.2f %9.2f   %s\n", "chain per dependent replay (us)", r[0].chain_us,
@@ -770,16 +778,17 @@ static void print_summary(const bench *b) {
   printf("%-44s %9s %9s\n", "chain correctness", r[0].chain_ok ? "PASS" : "FAIL",
          r[1].chain_ok ? "PASS" : "FAIL");
   printf("%-44s %9.1f %9.1f\n", "first replay, host (us)", r[0].first_us, r[1].first_us);
-  printf("%-44s %9.1f %9.1f%s\n", "first replay, capture_ns (us)", r[0].capture_us,
-         r[1].capture_us, r[0].captured && r[1].captured ? "" : "   (not captured by this run)");
+  printf("%-44s %9.1f %9.1f%s\n", "first replay, capture_ns (us)", r[0].capture_us, r[1].capture_us,
+         r[0].captured && r[1].captured ? "" : "   (not captured by this run)");
   printf("RESULT mps=%d echo_p50_us=%.2f ping_p50_us=%.2f", b->mps_driver, b->echo.p50,
          b->ping_data.p50);
   for (int m = 0; m < 2; m++)
-    printf(" %s_p50_us=%.2f %s_ratio=%.3f %s_chain_us=%.2f %s_chain=%s %s_first_us=%.1f "
-           "%s_capture_us=%.1f",
-           mode_names[m], r[m].replay.p50, mode_names[m], r[m].replay.p50 / b->echo.p50,
-           mode_names[m], r[m].chain_us, mode_names[m], r[m].chain_ok ? "PASS" : "FAIL",
-           mode_names[m], r[m].first_us, mode_names[m], r[m].capture_us);
+    printf(
+        " %s_p50_us=%.2f %s_ratio=%.3f %s_chain_us=%.2f %s_chain=%s %s_first_us=%.1f "
+        "%s_capture_us=%.1f",
+        mode_names[m], r[m].replay.p50, mode_names[m], r[m].replay.p50 / b->echo.p50, mode_names[m],
+        r[m].chain_us, mode_names[m], r[m].chain_ok ? "PASS" : "FAIL", mode_names[m], r[m].first_us,
+        mode_names[m], r[m].capture_us);
   printf("\n");
 }
 
@@ -815,8 +824,10 @@ int main(int argc, char **argv) {
   char e[512], gpu_err[256] = "";
   int pr = parse_args(argc, argv, &b->o, e, sizeof e);
   if (pr != 0) {
-    if (pr > 0) usage(stdout);
-    else fprintf(stderr, "replay_bench: %s\n", e);
+    if (pr > 0)
+      usage(stdout);
+    else
+      fprintf(stderr, "replay_bench: %s\n", e);
     return pr > 0 ? 0 : 1;
   }
   signal(SIGPIPE, SIG_IGN);
@@ -881,14 +892,15 @@ int main(int argc, char **argv) {
   if (register_programs(b) < 0) goto fail;
 
   const char *pairs = b->legacy ? "VMM / legacy" : "two addresses of one VMM allocation";
-  printf("== 3. sync replay: scale over %u floats (%u KiB staged in, %u KiB staged out), "
-         "bindings alternate %s, cuStreamSynchronize after each call (untimed)\n",
-         NFLOATS, SLOT_BYTES >> 10, SLOT_BYTES >> 10, pairs);
+  printf(
+      "== 3. sync replay: scale over %u floats (%u KiB staged in, %u KiB staged out), "
+      "bindings alternate %s, cuStreamSynchronize after each call (untimed)\n",
+      NFLOATS, SLOT_BYTES >> 10, SLOT_BYTES >> 10, pairs);
   for (int m = 0; m < 2; m++)
     if (measure_replay(b, m) < 0) goto fail;
 
-  printf("== 4. chain of %ld dependent replays, ping-pong between %s, a = %.4f\n",
-         b->o.chain, pairs, (double)SCALE_A);
+  printf("== 4. chain of %ld dependent replays, ping-pong between %s, a = %.4f\n", b->o.chain,
+         pairs, (double)SCALE_A);
   for (int m = 0; m < 2; m++)
     if (measure_chain(b, m) < 0) goto fail;
 

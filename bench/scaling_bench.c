@@ -55,8 +55,8 @@ typedef struct client {
   const void *cubin;
   size_t cubin_len;
   uint8_t uuid[16];
-  int ordinal; /* the daemon's device index */
-  int go_fd;   /* process layout: read one byte to start; -1 in threads */
+  int ordinal;                /* the daemon's device index */
+  int go_fd;                  /* process layout: read one byte to start; -1 in threads */
   pthread_barrier_t *barrier; /* threads layout */
   long replays;
   double seconds;
@@ -71,25 +71,25 @@ static double now_s(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-#define CU(call)                                                                  \
-  do {                                                                            \
-    CUresult r_ = cu->call;                                                       \
-    if (r_ != CUDA_SUCCESS) {                                                     \
-      const char *n_ = "?";                                                       \
-      cu->cuGetErrorName(r_, &n_);                                                \
-      snprintf(k->err, sizeof k->err, "device %d: %s: %s", k->ordinal, #call, n_); \
-      goto out;                                                                   \
-    }                                                                             \
+#define CU(call)                                                                                   \
+  do {                                                                                             \
+    CUresult r_ = cu->call;                                                                        \
+    if (r_ != CUDA_SUCCESS) {                                                                      \
+      const char *n_ = "?";                                                                        \
+      cu->cuGetErrorName(r_, &n_);                                                                 \
+      snprintf(k->err, sizeof k->err, "device %d: %s: %s", k->ordinal, #call, n_);                 \
+      goto out;                                                                                    \
+    }                                                                                              \
   } while (0)
 
-#define GD(c, call)                                                                        \
-  do {                                                                                     \
-    graphd_status s_ = (call);                                                             \
-    if (s_ != GRAPHD_OK) {                                                                 \
-      snprintf(k->err, sizeof k->err, "device %d: %s: %s: %s", k->ordinal, #call,          \
-               graphd_status_name(s_), (c) ? graphd_last_error(c) : "");                  \
-      goto out;                                                                            \
-    }                                                                                      \
+#define GD(c, call)                                                                                \
+  do {                                                                                             \
+    graphd_status s_ = (call);                                                                     \
+    if (s_ != GRAPHD_OK) {                                                                         \
+      snprintf(k->err, sizeof k->err, "device %d: %s: %s: %s", k->ordinal, #call,                  \
+               graphd_status_name(s_), (c) ? graphd_last_error(c) : "");                           \
+      goto out;                                                                                    \
+    }                                                                                              \
   } while (0)
 
 /* Sets up one client, waits for the start, replays for the set time and
@@ -273,8 +273,8 @@ static double report(const char *layout, const client *ks, int n, int ndev) {
     if (ks[i].seconds > longest) longest = ks[i].seconds;
   }
   double rate = (double)total / longest;
-  printf("FIGURE %-34s %d device(s) x %d client(s): %9.0f replays/s (%ld in %.2f s)\n", layout, ndev,
-         n / ndev, rate, total, longest);
+  printf("FIGURE %-34s %d device(s) x %d client(s): %9.0f replays/s (%ld in %.2f s)\n", layout,
+         ndev, n / ndev, rate, total, longest);
   for (int d = 0; d < ndev; d++) {
     long r = 0;
     for (int i = 0; i < n; i++)

@@ -46,18 +46,17 @@ static void load(void) {
   }
   table.lib = lib;
   table.driver_version = version;
-#define GD_CUDA_RESOLVE_(fname)                                                              \
-  do {                                                                                       \
-    void *p_ = NULL;                                                                         \
-    CUdriverProcAddressQueryResult q_ = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;                \
-    if (get_proc(#fname, &p_, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q_) !=             \
-            CUDA_SUCCESS ||                                                                  \
-        !p_) {                                                                               \
-      fail(-GRAPHD_FAILED_PRECONDITION, "driver too old: need CUDA 13 (%s is missing)",      \
-           #fname, 0, 0);                                                                    \
-      goto fail_close;                                                                       \
-    }                                                                                        \
-    memcpy(&table.fname, &p_, sizeof p_);                                                    \
+#define GD_CUDA_RESOLVE_(fname)                                                                    \
+  do {                                                                                             \
+    void *p_ = NULL;                                                                               \
+    CUdriverProcAddressQueryResult q_ = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;                      \
+    if (get_proc(#fname, &p_, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q_) != CUDA_SUCCESS ||   \
+        !p_) {                                                                                     \
+      fail(-GRAPHD_FAILED_PRECONDITION, "driver too old: need CUDA 13 (%s is missing)", #fname, 0, \
+           0);                                                                                     \
+      goto fail_close;                                                                             \
+    }                                                                                              \
+    memcpy(&table.fname, &p_, sizeof p_);                                                          \
   } while (0);
   GD_CUDA_FUNCS(GD_CUDA_RESOLVE_)
 #undef GD_CUDA_RESOLVE_

@@ -20,12 +20,12 @@
 
 /* Fixed facts about one device, learnt at enumeration. */
 typedef struct gd_device_facts {
-  int backend_index;   /* index within the backend (CUDA ordinal for cuda) */
+  int backend_index; /* index within the backend (CUDA ordinal for cuda) */
   char name[256];
   uint8_t uuid[16];
-  char uuid_str[48];   /* "GPU-…" or "HOST-…" */
+  char uuid_str[48]; /* "GPU-…" or "HOST-…" */
   uint64_t total_memory;
-  int mps_enabled;     /* CU_DEVICE_ATTRIBUTE_MPS_ENABLED; 0 for host */
+  int mps_enabled; /* CU_DEVICE_ATTRIBUTE_MPS_ENABLED; 0 for host */
 } gd_device_facts;
 
 typedef struct gd_backend_dev gd_backend_dev; /* per-device state, backend-defined */
@@ -34,40 +34,40 @@ typedef struct gd_backend_dev gd_backend_dev; /* per-device state, backend-defin
  * validation (shared code compares it with the program). */
 #define GD_FUNC_MAX_PARAMS 1024 /* as many as a program launch may pass */
 typedef struct gd_func_info {
-  int params_known;           /* 0: the backend cannot tell */
+  int params_known; /* 0: the backend cannot tell */
   uint32_t nparams;
   uint32_t param_offset[GD_FUNC_MAX_PARAMS];
   uint32_t param_size[GD_FUNC_MAX_PARAMS];
   uint32_t max_threads_per_block;
   uint32_t static_shared_bytes;
-  uint32_t max_shared_optin;  /* dynamic + static shared a block may opt in to */
+  uint32_t max_shared_optin;     /* dynamic + static shared a block may opt in to */
   uint32_t default_shared_limit; /* dynamic shared allowed without opting in */
 } gd_func_info;
 
 /* A region to import on a device. */
 typedef struct gd_region_import {
-  int kind;             /* enum graphd_region_kind (graphd/protocol.h) */
-  int fd;               /* VMM and host kinds; the backend does not close it */
-  uint64_t size;        /* bytes the client declared */
+  int kind;      /* enum graphd_region_kind (graphd/protocol.h) */
+  int fd;        /* VMM and host kinds; the backend does not close it */
+  uint64_t size; /* bytes the client declared */
   uint8_t ipc_handle[64];
 } gd_region_import;
 
 typedef struct gd_region_map {
-  uint64_t ptr;         /* device address (host backend: host address) */
-  uint64_t size;        /* usable bytes from ptr */
-  uint64_t mapped;      /* bytes mapped (rounded to granularity) */
+  uint64_t ptr;    /* device address (host backend: host address) */
+  uint64_t size;   /* usable bytes from ptr */
+  uint64_t mapped; /* bytes mapped (rounded to granularity) */
   int kind;
-  void *handle;         /* backend-private */
-  uint64_t serial;      /* the device's name for it (device.c) */
-  uint64_t epoch;       /* the device epoch it was imported in */
+  void *handle;    /* backend-private */
+  uint64_t serial; /* the device's name for it (device.c) */
+  uint64_t epoch;  /* the device epoch it was imported in */
 } gd_region_map;
 typedef struct gd_backend gd_backend;
 
 /* A staging allocation: one per capture, sub-allocated by shared code. */
 typedef struct gd_staging {
-  uint64_t ptr;     /* device address (host: host address) */
-  uint64_t bytes;   /* allocated, rounded to the granularity */
-  void *handle;     /* backend-private */
+  uint64_t ptr;   /* device address (host: host address) */
+  uint64_t bytes; /* allocated, rounded to the granularity */
+  void *handle;   /* backend-private */
 } gd_staging;
 
 /* The shared flag page, mapped on a device. */
@@ -87,10 +87,10 @@ typedef void *gd_event;
 enum gd_cond_kind { GD_COND_WHILE = 1, GD_COND_IF = 2 };
 
 typedef struct gd_kernel_desc {
-  void *fn;               /* from function_get */
+  void *fn; /* from function_get */
   uint32_t grid[3], block[3];
   uint32_t shared_bytes;
-  void **params;          /* kernelParams: one pointer per parameter */
+  void **params; /* kernelParams: one pointer per parameter */
   uint32_t nparams;
 } gd_kernel_desc;
 
@@ -110,8 +110,8 @@ typedef struct gd_backend_ops {
    * it, and makes a fresh one current. */
   int (*device_reset)(gd_backend *be, gd_backend_dev *dev, char *err, size_t errlen);
   /* Worker thread: free and total bytes. */
-  int (*mem_info)(gd_backend *be, gd_backend_dev *dev, uint64_t *free_bytes,
-                  uint64_t *total_bytes, char *err, size_t errlen);
+  int (*mem_info)(gd_backend *be, gd_backend_dev *dev, uint64_t *free_bytes, uint64_t *total_bytes,
+                  char *err, size_t errlen);
   /* Worker thread: load module bytes of the given kind. err gets the JIT or
    * loader log on failure (-GRAPHD_INVALID_ARGUMENT for bad code,
    * -GRAPHD_FAILED_PRECONDITION for a kind this backend cannot run). */
@@ -148,13 +148,12 @@ typedef struct gd_backend_ops {
    * polling, and gives up with -GRAPHD_DEADLINE_EXCEEDED when
    * give_up(arg) says so. */
   int (*wait_value)(gd_backend *be, gd_backend_dev *dev, gd_stream s, volatile uint64_t *host,
-                    uint64_t dev_addr, uint64_t value, int (*give_up)(void *), void *arg,
-                    char *err, size_t errlen);
+                    uint64_t dev_addr, uint64_t value, int (*give_up)(void *), void *arg, char *err,
+                    size_t errlen);
   /* Enqueues "*word = value". */
   int (*write_value)(gd_backend *be, gd_backend_dev *dev, gd_stream s, volatile uint64_t *host,
                      uint64_t dev_addr, uint64_t value, char *err, size_t errlen);
-  int (*graph_create)(gd_backend *be, gd_backend_dev *dev, gd_graph *out, char *err,
-                      size_t errlen);
+  int (*graph_create)(gd_backend *be, gd_backend_dev *dev, gd_graph *out, char *err, size_t errlen);
   void (*graph_destroy)(gd_backend *be, gd_backend_dev *dev, gd_graph g);
   int (*graph_add_kernel)(gd_backend *be, gd_backend_dev *dev, gd_graph g, const gd_node *deps,
                           size_t ndeps, const gd_kernel_desc *k, gd_node *out, char *err,
@@ -172,10 +171,9 @@ typedef struct gd_backend_ops {
    * (GD_COND_IF) two, then and else: empty graphs, owned by the node,
    * that the caller fills. *handle names the condition for
    * graph_close_loop. -GRAPHD_UNIMPLEMENTED when the backend cannot. */
-  int (*graph_add_conditional)(gd_backend *be, gd_backend_dev *dev, gd_graph g,
-                               const gd_node *deps, size_t ndeps, int kind, uint64_t cond,
-                               gd_node *out, gd_graph bodies[2], uint64_t *handle, char *err,
-                               size_t errlen);
+  int (*graph_add_conditional)(gd_backend *be, gd_backend_dev *dev, gd_graph g, const gd_node *deps,
+                               size_t ndeps, int kind, uint64_t cond, gd_node *out,
+                               gd_graph bodies[2], uint64_t *handle, char *err, size_t errlen);
   /* Ends a loop's body after deps (its last node; none when it is empty):
    * the condition is read again before the next pass. */
   int (*graph_close_loop)(gd_backend *be, gd_backend_dev *dev, gd_graph body, const gd_node *deps,
@@ -191,20 +189,19 @@ typedef struct gd_backend_ops {
    * *outside, and the caller runs that copy outside the graph until a
    * later call clears *outside. *outside says on entry whether the node
    * is off now (false after the graph is built). */
-  int (*graph_exec_repoint_memcpy)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e,
-                                   gd_node n, uint64_t dst, uint64_t src, uint64_t bytes,
-                                   bool *outside, char *err, size_t errlen);
-  int (*graph_launch)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_stream s,
-                      char *err, size_t errlen);
+  int (*graph_exec_repoint_memcpy)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_node n,
+                                   uint64_t dst, uint64_t src, uint64_t bytes, bool *outside,
+                                   char *err, size_t errlen);
+  int (*graph_launch)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_stream s, char *err,
+                      size_t errlen);
   int (*memcpy_async)(gd_backend *be, gd_backend_dev *dev, uint64_t dst, uint64_t src,
                       uint64_t bytes, gd_stream s, char *err, size_t errlen);
-  int (*event_create)(gd_backend *be, gd_backend_dev *dev, gd_event *out, char *err,
-                      size_t errlen);
+  int (*event_create)(gd_backend *be, gd_backend_dev *dev, gd_event *out, char *err, size_t errlen);
   void (*event_destroy)(gd_backend *be, gd_backend_dev *dev, gd_event e);
   int (*event_record)(gd_backend *be, gd_backend_dev *dev, gd_event e, gd_stream s, char *err,
                       size_t errlen);
-  int (*stream_wait_event)(gd_backend *be, gd_backend_dev *dev, gd_stream s, gd_event e,
-                           char *err, size_t errlen);
+  int (*stream_wait_event)(gd_backend *be, gd_backend_dev *dev, gd_stream s, gd_event e, char *err,
+                           size_t errlen);
   /* 1 when the work before the event's last record has finished, else 0. */
   int (*event_done)(gd_backend *be, gd_backend_dev *dev, gd_event e);
   /* Waits on the host until it has. */

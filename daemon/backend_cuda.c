@@ -26,8 +26,8 @@ struct gd_backend_dev {
   int ordinal;
   CUcontext ctx;
   size_t vmm_granularity;
-  CUmodule cond_mod;   /* the condition kernel's module, loaded on first use */
-  CUfunction cond_fn;  /* graphd_set_condition */
+  CUmodule cond_mod;  /* the condition kernel's module, loaded on first use */
+  CUfunction cond_fn; /* graphd_set_condition */
 };
 
 /* The condition kernel (daemon/kernels/condition.cu), built by nvcc into
@@ -45,8 +45,7 @@ static int cuda_open(gd_backend *be, int i, gd_backend_dev **out, char *err, siz
     snprintf(err, errlen, "out of memory opening GPU %d", i);
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
-  CU_CHECK_GOTO(cu->cuDeviceGet(&d->dev, be->devices[i].backend_index), GRAPHD_UNAVAILABLE,
-                fail);
+  CU_CHECK_GOTO(cu->cuDeviceGet(&d->dev, be->devices[i].backend_index), GRAPHD_UNAVAILABLE, fail);
   CU_CHECK_GOTO(cu->cuDevicePrimaryCtxRetain(&d->ctx, d->dev), GRAPHD_UNAVAILABLE, fail);
   CU_CHECK_GOTO(cu->cuCtxSetCurrent(d->ctx), GRAPHD_UNAVAILABLE, fail_release);
   d->ordinal = be->devices[i].backend_index;
@@ -82,10 +81,8 @@ static int sticky(CUresult r) {
     case CUDA_ERROR_INVALID_PC:
     case CUDA_ERROR_LAUNCH_FAILED:
     case CUDA_ERROR_ECC_UNCORRECTABLE:
-    case CUDA_ERROR_CONTAINED:
-      return 1;
-    default:
-      return 0;
+    case CUDA_ERROR_CONTAINED: return 1;
+    default: return 0;
   }
 }
 
@@ -170,8 +167,8 @@ static int cuda_module_load(gd_backend *be, gd_backend_dev *d, uint32_t kind, co
   if (r != CUDA_SUCCESS) {
     char e[160];
     gd_cuda_strerror(cu, r, e, sizeof e);
-    snprintf(err, errlen, "cuModuleLoadDataEx failed: %s%s%s", e, log && log[0] ? "; JIT log: " : "",
-             log ? log : "");
+    snprintf(err, errlen, "cuModuleLoadDataEx failed: %s%s%s", e,
+             log && log[0] ? "; JIT log: " : "", log ? log : "");
     free(log);
     return r == CUDA_ERROR_OUT_OF_MEMORY ? -GRAPHD_RESOURCE_EXHAUSTED : -GRAPHD_INVALID_ARGUMENT;
   }
@@ -212,12 +209,12 @@ static int cuda_function_get(gd_backend *be, gd_backend_dev *d, void *mod, const
   CU_CHECK_GOTO(cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f),
                 GRAPHD_INTERNAL, exit);
   info->max_threads_per_block = (uint32_t)v;
-  CU_CHECK_GOTO(cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f),
-                GRAPHD_INTERNAL, exit);
+  CU_CHECK_GOTO(cu->cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f), GRAPHD_INTERNAL,
+                exit);
   info->static_shared_bytes = (uint32_t)v;
-  CU_CHECK_GOTO(cu->cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                                         d->dev),
-                GRAPHD_INTERNAL, exit);
+  CU_CHECK_GOTO(
+      cu->cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d->dev),
+      GRAPHD_INTERNAL, exit);
   info->max_shared_optin = (uint32_t)v;
   info->default_shared_limit = 48u << 10;
   *fn = f;
@@ -266,8 +263,7 @@ static int import_vmm(gd_backend *be, gd_backend_dev *d, const gd_region_import 
     goto fail;
   }
   size_t gran = 0;
-  CU_CHECK_GOTO(cu->cuMemGetAllocationGranularity(&gran, &prop,
-                                                  CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+  CU_CHECK_GOTO(cu->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
                 GRAPHD_INTERNAL, fail);
   size = (in->size + gran - 1) / gran * gran;
   CU_CHECK_GOTO(cu->cuMemAddressReserve(&va, size, 0, 0, 0), GRAPHD_RESOURCE_EXHAUSTED, fail);
@@ -275,9 +271,10 @@ static int import_vmm(gd_backend *be, gd_backend_dev *d, const gd_region_import 
   r = cu->cuMemMap(va, size, 0, h, 0);
   if (r != CUDA_SUCCESS) {
     char e[160];
-    snprintf(err, errlen, "cannot map %zu bytes of the allocation (is the declared size %llu "
-             "larger than the allocation?): %s", size, (unsigned long long)in->size,
-             gd_cuda_strerror(cu, r, e, sizeof e));
+    snprintf(err, errlen,
+             "cannot map %zu bytes of the allocation (is the declared size %llu "
+             "larger than the allocation?): %s",
+             size, (unsigned long long)in->size, gd_cuda_strerror(cu, r, e, sizeof e));
     rc = -GRAPHD_INVALID_ARGUMENT;
     goto fail;
   }
@@ -313,8 +310,10 @@ static int import_legacy(gd_backend *be, gd_backend_dev *d, const gd_region_impo
   CUresult r = cu->cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
   if (r != CUDA_SUCCESS) {
     char e[160];
-    snprintf(err, errlen, "cannot open the legacy IPC handle (was the memory freed, or is the "
-             "client in another PID namespace?): %s", gd_cuda_strerror(cu, r, e, sizeof e));
+    snprintf(err, errlen,
+             "cannot open the legacy IPC handle (was the memory freed, or is the "
+             "client in another PID namespace?): %s",
+             gd_cuda_strerror(cu, r, e, sizeof e));
     return -GRAPHD_INVALID_ARGUMENT;
   }
   int ordinal = -1;
@@ -477,9 +476,9 @@ static int cuda_flags_map(gd_backend *be, gd_backend_dev *d, int fd, uint64_t by
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
   CUdeviceptr dp = 0;
-  CU_CHECK_GOTO(cu->cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_DEVICEMAP |
-                                                  CU_MEMHOSTREGISTER_PORTABLE),
-                GRAPHD_INTERNAL, fail);
+  CU_CHECK_GOTO(
+      cu->cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE),
+      GRAPHD_INTERNAL, fail);
   CU_CHECK_GOTO(cu->cuMemHostGetDevicePointer(&dp, p, 0), GRAPHD_INTERNAL, fail_unreg);
   out->host = p;
   out->dev = dp;
@@ -539,9 +538,9 @@ static void cuda_graph_destroy(gd_backend *be, gd_backend_dev *d, gd_graph g) {
   CU_CHECK_IGNORE(cu->cuGraphDestroy((CUgraph)g));
 }
 
-static int cuda_graph_add_kernel(gd_backend *be, gd_backend_dev *d, gd_graph g,
-                                 const gd_node *deps, size_t ndeps, const gd_kernel_desc *k,
-                                 gd_node *out, char *err, size_t errlen) {
+static int cuda_graph_add_kernel(gd_backend *be, gd_backend_dev *d, gd_graph g, const gd_node *deps,
+                                 size_t ndeps, const gd_kernel_desc *k, gd_node *out, char *err,
+                                 size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;
   (void)d;
@@ -564,10 +563,9 @@ exit:
   return rc;
 }
 
-static int cuda_graph_add_memset(gd_backend *be, gd_backend_dev *d, gd_graph g,
-                                 const gd_node *deps, size_t ndeps, uint64_t dst,
-                                 uint32_t element_size, uint32_t value, uint64_t count,
-                                 gd_node *out, char *err, size_t errlen) {
+static int cuda_graph_add_memset(gd_backend *be, gd_backend_dev *d, gd_graph g, const gd_node *deps,
+                                 size_t ndeps, uint64_t dst, uint32_t element_size, uint32_t value,
+                                 uint64_t count, gd_node *out, char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;
   CUDA_MEMSET_NODE_PARAMS p;
@@ -578,9 +576,9 @@ static int cuda_graph_add_memset(gd_backend *be, gd_backend_dev *d, gd_graph g,
   p.width = count;
   p.height = 1;
   CUgraphNode n;
-  CU_CHECK_GOTO(cu->cuGraphAddMemsetNode(&n, (CUgraph)g, (const CUgraphNode *)deps, ndeps, &p,
-                                         d->ctx),
-                GRAPHD_INVALID_ARGUMENT, exit);
+  CU_CHECK_GOTO(
+      cu->cuGraphAddMemsetNode(&n, (CUgraph)g, (const CUgraphNode *)deps, ndeps, &p, d->ctx),
+      GRAPHD_INVALID_ARGUMENT, exit);
   *out = n;
 exit:
   return rc;
@@ -597,17 +595,17 @@ static void copy_params(CUDA_MEMCPY3D *c, uint64_t dst, uint64_t src, uint64_t b
   c->Depth = 1;
 }
 
-static int cuda_graph_add_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph g,
-                                 const gd_node *deps, size_t ndeps, uint64_t dst, uint64_t src,
-                                 uint64_t bytes, gd_node *out, char *err, size_t errlen) {
+static int cuda_graph_add_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph g, const gd_node *deps,
+                                 size_t ndeps, uint64_t dst, uint64_t src, uint64_t bytes,
+                                 gd_node *out, char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;
   CUDA_MEMCPY3D c;
   copy_params(&c, dst, src, bytes);
   CUgraphNode n;
-  CU_CHECK_GOTO(cu->cuGraphAddMemcpyNode(&n, (CUgraph)g, (const CUgraphNode *)deps, ndeps, &c,
-                                         d->ctx),
-                GRAPHD_INVALID_ARGUMENT, exit);
+  CU_CHECK_GOTO(
+      cu->cuGraphAddMemcpyNode(&n, (CUgraph)g, (const CUgraphNode *)deps, ndeps, &c, d->ctx),
+      GRAPHD_INVALID_ARGUMENT, exit);
   *out = n;
 exit:
   return rc;
@@ -621,7 +619,8 @@ static int add_set_condition(gd_backend *be, gd_backend_dev *d, CUgraph g, const
   int rc = 0;
   if (!d->cond_fn) {
     if (gd_condition_fatbin_len == 0) {
-      snprintf(err, errlen, "this graphd was built without nvcc, so it has no condition kernel "
+      snprintf(err, errlen,
+               "this graphd was built without nvcc, so it has no condition kernel "
                "for conditional steps on GPUs");
       return -GRAPHD_UNIMPLEMENTED;
     }
@@ -648,8 +647,8 @@ exit:
  * from the word (and, for a loop, again at the end of each pass). */
 static int cuda_graph_add_conditional(gd_backend *be, gd_backend_dev *d, gd_graph g,
                                       const gd_node *deps, size_t ndeps, int kind, uint64_t cond,
-                                      gd_node *out, gd_graph bodies[2], uint64_t *handle,
-                                      char *err, size_t errlen) {
+                                      gd_node *out, gd_graph bodies[2], uint64_t *handle, char *err,
+                                      size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;
   CUgraphConditionalHandle h;
@@ -719,8 +718,8 @@ static int cuda_graph_exec_repoint_memcpy(gd_backend *be, gd_backend_dev *d, gd_
      * made with: VMM mappings and legacy IPC mappings do not mix. The node
      * keeps its last good addresses, switched off. */
     if (!*outside)
-      CU_CHECK_GOTO(cu->cuGraphNodeSetEnabled((CUgraphExec)e, (CUgraphNode)n, 0),
-                    GRAPHD_INTERNAL, exit);
+      CU_CHECK_GOTO(cu->cuGraphNodeSetEnabled((CUgraphExec)e, (CUgraphNode)n, 0), GRAPHD_INTERNAL,
+                    exit);
     *outside = true;
     return 0;
   }
@@ -772,8 +771,8 @@ static void cuda_event_destroy(gd_backend *be, gd_backend_dev *d, gd_event e) {
   CU_CHECK_IGNORE(cu->cuEventDestroy((CUevent)e));
 }
 
-static int cuda_event_record(gd_backend *be, gd_backend_dev *d, gd_event e, gd_stream s,
-                             char *err, size_t errlen) {
+static int cuda_event_record(gd_backend *be, gd_backend_dev *d, gd_event e, gd_stream s, char *err,
+                             size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;
   (void)d;

@@ -81,8 +81,7 @@ static int host_module_load(gd_backend *be, gd_backend_dev *d, uint32_t kind, co
                             size_t len, void **mod, char *err, size_t errlen) {
   (void)be;
   if (kind != GD_MODULE_HOST_ELF) {
-    snprintf(err, errlen, "host devices run host ELF modules only (this module is kind %u)",
-             kind);
+    snprintf(err, errlen, "host devices run host ELF modules only (this module is kind %u)", kind);
     return -GRAPHD_FAILED_PRECONDITION;
   }
   char name[32];
@@ -203,7 +202,7 @@ typedef struct host_node {
   int kind;
   graphd_host_kernel fn;
   uint32_t grid[3], block[3], shared;
-  void **params;     /* owned by the capture, alive as long as the graph */
+  void **params; /* owned by the capture, alive as long as the graph */
   uint64_t dst, src, bytes;
   uint32_t es, value;
   int cond_kind;              /* HN_COND: enum gd_cond_kind */
@@ -369,9 +368,9 @@ static host_node *node_new(int kind, char *err, size_t errlen) {
   return n;
 }
 
-static int host_graph_add_kernel(gd_backend *be, gd_backend_dev *d, gd_graph g,
-                                 const gd_node *deps, size_t ndeps, const gd_kernel_desc *k,
-                                 gd_node *out, char *err, size_t errlen) {
+static int host_graph_add_kernel(gd_backend *be, gd_backend_dev *d, gd_graph g, const gd_node *deps,
+                                 size_t ndeps, const gd_kernel_desc *k, gd_node *out, char *err,
+                                 size_t errlen) {
   (void)be, (void)d, (void)deps, (void)ndeps;
   host_node *n = node_new(HN_KERNEL, err, errlen);
   if (!n) return -GRAPHD_RESOURCE_EXHAUSTED;
@@ -383,10 +382,9 @@ static int host_graph_add_kernel(gd_backend *be, gd_backend_dev *d, gd_graph g,
   return add_node(g, n, out, err, errlen);
 }
 
-static int host_graph_add_memset(gd_backend *be, gd_backend_dev *d, gd_graph g,
-                                 const gd_node *deps, size_t ndeps, uint64_t dst,
-                                 uint32_t element_size, uint32_t value, uint64_t count,
-                                 gd_node *out, char *err, size_t errlen) {
+static int host_graph_add_memset(gd_backend *be, gd_backend_dev *d, gd_graph g, const gd_node *deps,
+                                 size_t ndeps, uint64_t dst, uint32_t element_size, uint32_t value,
+                                 uint64_t count, gd_node *out, char *err, size_t errlen) {
   (void)be, (void)d, (void)deps, (void)ndeps;
   host_node *n = node_new(HN_MEMSET, err, errlen);
   if (!n) return -GRAPHD_RESOURCE_EXHAUSTED;
@@ -397,9 +395,9 @@ static int host_graph_add_memset(gd_backend *be, gd_backend_dev *d, gd_graph g,
   return add_node(g, n, out, err, errlen);
 }
 
-static int host_graph_add_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph g,
-                                 const gd_node *deps, size_t ndeps, uint64_t dst, uint64_t src,
-                                 uint64_t bytes, gd_node *out, char *err, size_t errlen) {
+static int host_graph_add_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph g, const gd_node *deps,
+                                 size_t ndeps, uint64_t dst, uint64_t src, uint64_t bytes,
+                                 gd_node *out, char *err, size_t errlen) {
   (void)be, (void)d, (void)deps, (void)ndeps;
   host_node *n = node_new(HN_MEMCPY, err, errlen);
   if (!n) return -GRAPHD_RESOURCE_EXHAUSTED;
@@ -411,8 +409,8 @@ static int host_graph_add_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph g,
 
 static int host_graph_add_conditional(gd_backend *be, gd_backend_dev *d, gd_graph g,
                                       const gd_node *deps, size_t ndeps, int kind, uint64_t cond,
-                                      gd_node *out, gd_graph bodies[2], uint64_t *handle,
-                                      char *err, size_t errlen) {
+                                      gd_node *out, gd_graph bodies[2], uint64_t *handle, char *err,
+                                      size_t errlen) {
   (void)deps, (void)ndeps;
   host_node *n = node_new(HN_COND, err, errlen);
   if (!n) return -GRAPHD_RESOURCE_EXHAUSTED;
@@ -564,8 +562,8 @@ static void host_event_destroy(gd_backend *be, gd_backend_dev *d, gd_event e) {
 }
 
 /* One worker runs everything in order, so events order nothing more. */
-static int host_event_record(gd_backend *be, gd_backend_dev *d, gd_event e, gd_stream s,
-                             char *err, size_t errlen) {
+static int host_event_record(gd_backend *be, gd_backend_dev *d, gd_event e, gd_stream s, char *err,
+                             size_t errlen) {
   (void)be, (void)d, (void)e, (void)s, (void)err, (void)errlen;
   return 0;
 }

@@ -155,8 +155,7 @@ static int build_params(gd_capture *c, uint32_t i, const gd_launch *l) {
 }
 
 static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, uint32_t count,
-                     const gd_node *deps0, size_t ndeps0, gd_node *last, char *err,
-                     size_t errlen);
+                     const gd_node *deps0, size_t ndeps0, gd_node *last, char *err, size_t errlen);
 
 /* Adds conditional step i (a loop or a branch) to g after deps: the node,
  * then its bodies, built like the rest. */
@@ -179,8 +178,9 @@ static int add_cond(gd_device *d, gd_capture *c, gd_graph g, uint32_t i, const g
   gd_node body_last = NULL;
   if ((rc = add_steps(d, c, bodies[0], i + 1, cd->body, NULL, 0, &body_last, err, errlen)) < 0)
     return rc;
-  if (!loop) return add_steps(d, c, bodies[1], i + 1 + cd->body, cd->orelse, NULL, 0, &body_last,
-                              err, errlen);
+  if (!loop)
+    return add_steps(d, c, bodies[1], i + 1 + cd->body, cd->orelse, NULL, 0, &body_last, err,
+                     errlen);
   rc = OPS->graph_close_loop(BE, bodies[0], body_last ? &body_last : NULL, body_last ? 1 : 0,
                              handle, word, e, sizeof e);
   if (rc < 0) snprintf(err, errlen, "step %u (while): %s", i, e);
@@ -190,8 +190,7 @@ static int add_cond(gd_device *d, gd_capture *c, gd_graph g, uint32_t i, const g
 /* Adds steps [first, first + count) to graph g as a chain after deps0;
  * *last gets the chain's last node (NULL when count is 0). */
 static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, uint32_t count,
-                     const gd_node *deps0, size_t ndeps0, gd_node *last, char *err,
-                     size_t errlen) {
+                     const gd_node *deps0, size_t ndeps0, gd_node *last, char *err, size_t errlen) {
   const gd_program *p = c->prog->program;
   gd_node prev = NULL;
   for (uint32_t i = first; i < first + count;) {
@@ -215,8 +214,10 @@ static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, ui
         snprintf(err, errlen, "step %u (%s): internal error preparing the launch", i, lbl);
         return -GRAPHD_INTERNAL;
       }
-      gd_kernel_desc k = {.fn = f->fn, .shared_bytes = l->shared_bytes,
-                          .params = c->kparams[i], .nparams = l->nparams};
+      gd_kernel_desc k = {.fn = f->fn,
+                          .shared_bytes = l->shared_bytes,
+                          .params = c->kparams[i],
+                          .nparams = l->nparams};
       memcpy(k.grid, l->grid, sizeof k.grid);
       memcpy(k.block, l->block, sizeof k.block);
       rc = OPS->graph_add_kernel(BE, g, deps, ndeps, &k, &node, e, sizeof e);
@@ -300,8 +301,8 @@ static int build_graph(gd_device *d, gd_capture *c, const gd_bound *bind, gd_str
     for (uint32_t s = 0; s < n; s++) {
       const gd_slot *sl = &p->slots[s];
       if (!slot_is_in(sl) || !staged(sl)) continue;
-      rc = OPS->graph_add_memcpy(BE, c->graph, NULL, 0, c->slot_addr[s], bind[s].addr,
-                                 sl->size, &c->in_node[s], err, errlen);
+      rc = OPS->graph_add_memcpy(BE, c->graph, NULL, 0, c->slot_addr[s], bind[s].addr, sl->size,
+                                 &c->in_node[s], err, errlen);
       if (rc < 0) goto exit;
       c->built_src[s] = bind[s].addr;
       c->nodes++;
@@ -315,8 +316,8 @@ static int build_graph(gd_device *d, gd_capture *c, const gd_bound *bind, gd_str
     for (uint32_t s = 0; s < n; s++) {
       const gd_slot *sl = &p->slots[s];
       if (!slot_is_out(sl) || !staged(sl)) continue;
-      rc = OPS->graph_add_memcpy(BE, c->graph, &prev, 1, bind[s].addr, c->slot_addr[s],
-                                 sl->size, &c->out_node[s], err, errlen);
+      rc = OPS->graph_add_memcpy(BE, c->graph, &prev, 1, bind[s].addr, c->slot_addr[s], sl->size,
+                                 &c->out_node[s], err, errlen);
       if (rc < 0) goto exit;
       c->built_dst[s] = bind[s].addr;
       c->nodes++;
@@ -363,9 +364,9 @@ int capture_build(gd_device *d, const gd_regprog *prog, const gd_bound *bind, gd
 
 /* Points a copy node at this replay's memory; a node the backend cannot
  * point there is left off (*outside) and the caller copies outside. */
-static int repoint(gd_device *d, gd_capture *c, gd_exec *x, gd_node n, bool *outside,
-                   uint64_t *now, uint64_t want, uint64_t dst, uint64_t src, uint64_t bytes,
-                   char *err, size_t errlen) {
+static int repoint(gd_device *d, gd_capture *c, gd_exec *x, gd_node n, bool *outside, uint64_t *now,
+                   uint64_t want, uint64_t dst, uint64_t src, uint64_t bytes, char *err,
+                   size_t errlen) {
   /* Already pointing there (a loop over the same buffers): nothing to do. */
   if (!*outside && *now == want) return 0;
   c->repoints++;
@@ -397,8 +398,8 @@ static uint64_t bind_key(const gd_capture *c, const gd_bound *bind) {
  * memory; else, for a binding set seen lately (it comes back: a loop over
  * a few sets of buffers), a new one while there is room; else the least
  * recently used, to be re-pointed. */
-static int pick_exec(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind,
-                     gd_exec **out, char *err, size_t errlen) {
+static int pick_exec(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind, gd_exec **out,
+                     char *err, size_t errlen) {
   gd_exec *lru = &c->execs[0];
   for (uint32_t i = 0; i < c->nexecs; i++) {
     gd_exec *x = &c->execs[i];
@@ -457,8 +458,8 @@ int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *b
                         c->slot_addr[s], bind[s].addr, sl->size, err, errlen)) < 0)
         return rc;
       if (c->out_node[s] &&
-          (rc = repoint(d, c, x, c->out_node[s], &x->out_outside[s], &x->node_dst[s],
-                        bind[s].addr, bind[s].addr, c->slot_addr[s], sl->size, err, errlen)) < 0)
+          (rc = repoint(d, c, x, c->out_node[s], &x->out_outside[s], &x->node_dst[s], bind[s].addr,
+                        bind[s].addr, c->slot_addr[s], sl->size, err, errlen)) < 0)
         return rc;
       if (c->in_node[s] && x->in_outside[s] &&
           (rc = copy(d, c->slot_addr[s], bind[s].addr, sl->size, st, err, errlen)) < 0)

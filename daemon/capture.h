@@ -23,13 +23,13 @@
 /* A slot bound to client memory for one replay. */
 typedef struct gd_bound {
   bool bound;
-  uint64_t addr;  /* device address of the client's bytes */
+  uint64_t addr; /* device address of the client's bytes */
   uint64_t bytes;
 } gd_bound;
 
 #define GD_CAPTURE_PIDS 16
-#define GD_CAPTURE_EXECS 4   /* executable graphs per capture, one per binding set */
-#define GD_CAPTURE_RECENT 8  /* binding sets remembered to see one come back */
+#define GD_CAPTURE_EXECS 4  /* executable graphs per capture, one per binding set */
+#define GD_CAPTURE_RECENT 8 /* binding sets remembered to see one come back */
 
 /* One executable graph of a capture, and where its copy nodes point now.
  * A capture keeps a few, so that replays that alternate between binding
@@ -45,21 +45,21 @@ typedef struct gd_exec {
 typedef struct gd_capture {
   const gd_regprog *prog;
   gd_staging staging;
-  uint64_t *slot_addr;      /* per slot: device address in staging */
+  uint64_t *slot_addr; /* per slot: device address in staging */
   gd_graph graph;
   gd_exec execs[GD_CAPTURE_EXECS];
   uint32_t nexecs;
   uint64_t recent[GD_CAPTURE_RECENT]; /* keys of the latest binding sets */
   uint32_t recent_next;
   uint64_t *built_src, *built_dst; /* per slot: where the graph's copy nodes were made to point */
-  gd_node *in_node;         /* per slot: copy-in node (staged mode) or NULL */
-  gd_node *out_node;        /* per slot: copy-out node (staged mode) or NULL */
-  uint64_t repoints;        /* copy nodes re-pointed, over all replays */
-  uint8_t **param_buf;      /* per step: patched parameter bytes (launches) */
-  void ***kparams;          /* per step: kernelParams */
+  gd_node *in_node;                /* per slot: copy-in node (staged mode) or NULL */
+  gd_node *out_node;               /* per slot: copy-out node (staged mode) or NULL */
+  uint64_t repoints;               /* copy nodes re-pointed, over all replays */
+  uint8_t **param_buf;             /* per step: patched parameter bytes (launches) */
+  void ***kparams;                 /* per step: kernelParams */
   gd_event last_use;
   bool has_event;
-  gd_stream last_stream;    /* the stream of the last replay */
+  gd_stream last_stream; /* the stream of the last replay */
   uint64_t replays;
   uint32_t nodes;
   uint64_t last_queued_ns;

@@ -14,6 +14,6 @@ static inline uint64_t gd_now_ns(void) {
 }
 
 /* The struct that holds `member` at `ptr`. */
-#define gd_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define gd_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 #endif

@@ -64,7 +64,7 @@ typedef struct fanout {
   enum ask ask;
   gd_evict_sel sel;
   int pending;
-  int status;          /* the first failure (List, Evict) */
+  int status; /* the first failure (List, Evict) */
   char msg[512];
   uint64_t *free_mem;  /* Status: per device, 0 when unknown */
   gd_capture_info *ci; /* List, Evict: every device's captures */
@@ -351,8 +351,8 @@ void control_handle_evict(gd_session *s, uint64_t request_id, const Graphd__Wire
       g->sel.client_pid = (uint32_t)x->pid;
   }
   bool one_device = m->device_sel_case == GRAPHD__WIRE__EVICT__DEVICE_SEL_DEVICE;
-  bool selects = g->sel.prefix_nibbles || g->sel.client_pid || g->sel.idle_ms || one_device ||
-                 m->session;
+  bool selects =
+      g->sel.prefix_nibbles || g->sel.client_pid || g->sel.idle_ms || one_device || m->session;
   if (!why && !selects && !m->all)
     why = "say what to evict: a program, device, client, session or idle time, or all";
   if (!why && one_device && (m->device < 0 || m->device >= d->ndevices)) {

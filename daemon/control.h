@@ -17,7 +17,7 @@ void control_handle_evict(gd_session *s, uint64_t request_id, const Graphd__Wire
 
 /* Fills di (and dc, which it points at) for device i, with free_mem as its
  * free memory (0: unknown). */
-void control_fill_device(gd_daemon *d, int i, uint64_t free_mem,
-                         Graphd__Wire__DeviceInfo *di, Graphd__Wire__DeviceCounters *dc);
+void control_fill_device(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__DeviceInfo *di,
+                         Graphd__Wire__DeviceCounters *dc);
 
 #endif

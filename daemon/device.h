@@ -22,21 +22,21 @@
 enum gd_device_state { GD_DEVICE_STARTING = 0, GD_DEVICE_OK = 1, GD_DEVICE_FAILED = 2 };
 
 typedef struct gd_device {
-  int index;              /* graphd's device index */
+  int index; /* graphd's device index */
   gd_backend *be;
   int backend_index;
   gd_backend_dev *dev;
-  _Atomic int state;      /* enum gd_device_state; any thread reads it */
-  _Atomic uint64_t epoch; /* bumped at each reset; any thread reads it */
-  char fail_msg[320];     /* written before state becomes FAILED; then read-only */
-  uint64_t budget;        /* staging bytes captures may hold; 0 = no limit */
-  struct gd_modcache *mods;      /* modcache.c */
-  struct gd_capture_set *caps;   /* capture.c */
-  struct gd_holwatch *hol;       /* holwatch.c */
+  _Atomic int state;              /* enum gd_device_state; any thread reads it */
+  _Atomic uint64_t epoch;         /* bumped at each reset; any thread reads it */
+  char fail_msg[320];             /* written before state becomes FAILED; then read-only */
+  uint64_t budget;                /* staging bytes captures may hold; 0 = no limit */
+  struct gd_modcache *mods;       /* modcache.c */
+  struct gd_capture_set *caps;    /* capture.c */
+  struct gd_holwatch *hol;        /* holwatch.c */
   struct gd_live_import *imports; /* live region imports (uthash, by serial) */
-  uint64_t import_serial;        /* the last serial given */
-  bool watching;   /* upkeep.c: ready waits are watched */
-  bool maybe_busy; /* upkeep.c: a replay may still run on the device */
+  uint64_t import_serial;         /* the last serial given */
+  bool watching;                  /* upkeep.c: ready waits are watched */
+  bool maybe_busy;                /* upkeep.c: a replay may still run on the device */
 } gd_device;
 
 /* Prepares d for device `backend_index` of be (any thread, before its
@@ -50,9 +50,7 @@ int device_attach(gd_device *d);
 /* The thread tag of d's worker ("gpu0", "host1"). */
 void device_tag(const gd_device *d, char *tag, size_t len);
 
-static inline bool device_ok(const gd_device *d) {
-  return atomic_load(&d->state) == GD_DEVICE_OK;
-}
+static inline bool device_ok(const gd_device *d) { return atomic_load(&d->state) == GD_DEVICE_OK; }
 
 /* Marks d failed with the reason (printf-style). */
 void device_fail(gd_device *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -100,15 +100,16 @@ static void handle_hello(gd_session *s, Graphd__Wire__Request *req) {
         n += (size_t)snprintf(have + n, sizeof have - n, "%s%s", i ? ", " : "",
                               d->facts[i]->uuid_str);
       session_reply_error(s, req->request_id, GRAPHD_NOT_FOUND,
-                          "no device with UUID %s is served by this daemon (it serves: %s)",
-                          want, have);
+                          "no device with UUID %s is served by this daemon (it serves: %s)", want,
+                          have);
       session_close_after_flush(s);
       return;
     }
     gd_device *device = &d->devices[dev];
     if (!device_ok(device)) {
-      session_reply_error(s, req->request_id, GRAPHD_UNAVAILABLE, "device %d (%s) is not usable: %s",
-                          dev, d->facts[dev]->uuid_str, device->fail_msg);
+      session_reply_error(s, req->request_id, GRAPHD_UNAVAILABLE,
+                          "device %d (%s) is not usable: %s", dev, d->facts[dev]->uuid_str,
+                          device->fail_msg);
       session_close_after_flush(s);
       return;
     }
@@ -145,9 +146,9 @@ static void handle_hello(gd_session *s, Graphd__Wire__Request *req) {
     hr.device = &di;
   }
   GD_LOG(GD_INFO, "session", "session %llu: %s session for pid %d uid %u (%s)%s%s",
-         (unsigned long long)s->id, dev >= 0 ? "data" : "control", (int)s->pid,
-         (unsigned)s->uid, s->client_name[0] ? s->client_name : "unnamed",
-         dev >= 0 ? " on " : "", dev >= 0 ? d->facts[dev]->uuid_str : "");
+         (unsigned long long)s->id, dev >= 0 ? "data" : "control", (int)s->pid, (unsigned)s->uid,
+         s->client_name[0] ? s->client_name : "unnamed", dev >= 0 ? " on " : "",
+         dev >= 0 ? d->facts[dev]->uuid_str : "");
   session_reply(s, &r);
 }
 
@@ -171,8 +172,8 @@ static bool takes_fd(Graphd__Wire__Request__BodyCase body) {
 static bool id_ok(gd_session *s, uint64_t request_id, const ProtobufCBinaryData *id,
                   const char *field) {
   if (id->len == GD_ID_LEN) return true;
-  session_reply_error(s, request_id, GRAPHD_INVALID_ARGUMENT, "%s must be %d bytes, got %zu",
-                      field, GD_ID_LEN, id->len);
+  session_reply_error(s, request_id, GRAPHD_INVALID_ARGUMENT, "%s must be %d bytes, got %zu", field,
+                      GD_ID_LEN, id->len);
   return false;
 }
 
@@ -208,13 +209,13 @@ typedef struct reg_work {
   uint64_t request_id;
   bool program;
   uint8_t id[GD_ID_LEN];
-  gd_module *mod;          /* module: its bytes, hashed off the loop */
-  const uint8_t *enc;      /* program: its encoding, mapped from a memfd */
-  uint8_t *enc_copy;       /* ... or copied from the request */
+  gd_module *mod;     /* module: its bytes, hashed off the loop */
+  const uint8_t *enc; /* program: its encoding, mapped from a memfd */
+  uint8_t *enc_copy;  /* ... or copied from the request */
   size_t len;
-  bool maybe_known;        /* program: the id is registered already */
-  bool same;               /* ... and these bytes hash to it */
-  gd_program *prog;        /* program: decoded off the loop */
+  bool maybe_known; /* program: the id is registered already */
+  bool same;        /* ... and these bytes hash to it */
+  gd_program *prog; /* program: decoded off the loop */
   int rc;
   char err[1024];
 } reg_work;
@@ -238,8 +239,10 @@ static void reg_after_cb(uv_work_t *w, int status) {
   int rc = status < 0 ? -GRAPHD_INTERNAL : rw->rc;
   if (status < 0) snprintf(rw->err, sizeof rw->err, "the work was cancelled");
   if (rw->program) {
-    if (rc == 0 && !known) rc = registry_program_insert(reg, rw->prog, &known, rw->err, sizeof rw->err);
-    else gd_program_free(rw->prog);
+    if (rc == 0 && !known)
+      rc = registry_program_insert(reg, rw->prog, &known, rw->err, sizeof rw->err);
+    else
+      gd_program_free(rw->prog);
     if (rw->enc) munmap((void *)rw->enc, rw->len ? rw->len : 1);
     free(rw->enc_copy);
   } else if (rc == 0) {
@@ -289,8 +292,8 @@ static void handle_register_module(gd_session *s, Graphd__Wire__Request *req, in
   }
   size_t len = fd >= 0 ? (size_t)m->size : m->inline_bytes.len;
   gd_module *mod = NULL;
-  int rc = registry_module_new(&daemon_of(s)->reg, m->module_id.data, m->kind,
-                               m->inline_bytes.data, len, fd, &mod, &known, err, sizeof err);
+  int rc = registry_module_new(&daemon_of(s)->reg, m->module_id.data, m->kind, m->inline_bytes.data,
+                               len, fd, &mod, &known, err, sizeof err);
   if (rc == 0 && !known && len > OFFLOOP_BYTES) {
     reg_work *rw = calloc(1, sizeof *rw);
     if (rw) {

@@ -60,8 +60,10 @@ void dsession_close(gd_session *s) {
   c->region_bytes -= x->regions.bytes;
   end_job *ej = calloc(1, sizeof *ej);
   if (!ej || region_take_all(&x->regions, &ej->maps, &ej->nmaps) < 0) {
-    GD_LOG(GD_ERROR, "dsession", "out of memory ending session %llu on its device; its "
-           "mappings stay until exit", (unsigned long long)s->id);
+    GD_LOG(GD_ERROR, "dsession",
+           "out of memory ending session %llu on its device; its "
+           "mappings stay until exit",
+           (unsigned long long)s->id);
     free(ej);
   } else {
     /* A replay waiting on this client's ready flag stops waiting now. */
@@ -220,8 +222,7 @@ static void import_done(gd_job *j) {
   d->counters[s->device].regions++;
   d->counters[s->device].region_bytes += r->map.size;
   GD_LOG(GD_DEBUG, "dsession", "session %llu: region %u, %llu bytes, imported in %.1f us",
-         (unsigned long long)s->id, r->id, (unsigned long long)r->map.size,
-         (double)ij->ns / 1e3);
+         (unsigned long long)s->id, r->id, (unsigned long long)r->map.size, (double)ij->ns / 1e3);
   Graphd__Wire__Reply rep = GRAPHD__WIRE__REPLY__INIT;
   Graphd__Wire__RegisterRegionReply rr = GRAPHD__WIRE__REGISTER_REGION_REPLY__INIT;
   rep.request_id = ij->rq.request_id;
@@ -309,7 +310,8 @@ void dsession_handle_unregister_region(gd_session *s, uint64_t request_id,
 void dsession_cut_off(gd_daemon *d, uint64_t session_id) {
   for (gd_session *s = d->sessions.head; s; s = s->next) {
     if (s->id != session_id) continue;
-    GD_LOG(GD_WARN, "dsession", "session %llu (pid %d) is hung: its ready flag did not come "
+    GD_LOG(GD_WARN, "dsession",
+           "session %llu (pid %d) is hung: its ready flag did not come "
            "within --ready-timeout while another session waited behind it; closing it",
            (unsigned long long)s->id, (int)s->pid);
     d->counters[s->device].errors++;
@@ -334,9 +336,10 @@ void dsession_device_reset(gd_daemon *d, int dev) {
      * forever. The worker's last write to the page came before the reset,
      * whose news comes through the completion queue. */
     dstream_release(x->ds, GRAPHD_FLAG_WORD_DONE, NULL);
-    GD_LOG(GD_WARN, "dsession", "session %llu (pid %d): device %d was reset after a GPU fault; "
-           "closing the session (the client reconnects)", (unsigned long long)s->id,
-           (int)s->pid, dev);
+    GD_LOG(GD_WARN, "dsession",
+           "session %llu (pid %d): device %d was reset after a GPU fault; "
+           "closing the session (the client reconnects)",
+           (unsigned long long)s->id, (int)s->pid, dev);
     session_close(s, "device reset after a GPU fault");
   }
   gd_device *device = &d->devices[dev];
@@ -345,8 +348,10 @@ void dsession_device_reset(gd_daemon *d, int dev) {
    * process whose context took a sticky fault. Only a new process brings
    * the GPU back, so stop cleanly and let the service manager start one;
    * every client reconnects. */
-  GD_LOG(GD_ERROR, "dsession", "%s; exiting with status %d so that the service manager restarts "
-         "graphd (clients of every device reconnect)", device->fail_msg, GD_EXIT_FAULT);
+  GD_LOG(GD_ERROR, "dsession",
+         "%s; exiting with status %d so that the service manager restarts "
+         "graphd (clients of every device reconnect)",
+         device->fail_msg, GD_EXIT_FAULT);
   d->exit_code = GD_EXIT_FAULT;
   /* Through the signal path, so the shutdown starts from the loop's top
    * level rather than inside the completion callbacks it drains. */

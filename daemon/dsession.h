@@ -18,10 +18,10 @@
 #include "session.h"
 
 typedef struct gd_dsession {
-  gd_dstream *ds;          /* the device's half; the worker's from the end job on */
+  gd_dstream *ds; /* the device's half; the worker's from the end job on */
   gd_region_table regions;
-  uint32_t flag_slots;     /* 0 until RegisterFlags */
-  uint64_t *last_seq;      /* per flag slot: the last replay's seq */
+  uint32_t flag_slots; /* 0 until RegisterFlags */
+  uint64_t *last_seq;  /* per flag slot: the last replay's seq */
 } gd_dsession;
 
 /* The data session's state; NULL for a control session or once closed. */

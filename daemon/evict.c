@@ -98,8 +98,8 @@ static bool prefix_matches(const gd_evict_sel *sel, const uint8_t id[GD_ID_LEN])
 
 static bool selected(const gd_evict_sel *sel, const gd_capture *c) {
   if (!prefix_matches(sel, c->prog->id)) return false;
-  if (sel->idle_ms && (!c->last_queued_ns ||
-                       (gd_now_ns() - c->last_queued_ns) / 1000000u < sel->idle_ms))
+  if (sel->idle_ms &&
+      (!c->last_queued_ns || (gd_now_ns() - c->last_queued_ns) / 1000000u < sel->idle_ms))
     return false;
   if (sel->client_pid) {
     bool used = false;
@@ -117,7 +117,7 @@ static bool own(const gd_evict_sel *sel, const gd_capture *c) {
 }
 
 int evict_select(gd_device *d, const gd_evict_sel *sel, gd_capture_info **out, size_t *n,
-                  uint64_t *bytes, char *err, size_t errlen) {
+                 uint64_t *bytes, char *err, size_t errlen) {
   gd_capture *c;
   *out = NULL;
   *n = 0;

@@ -31,11 +31,11 @@ typedef struct gd_capture_info {
 /* Which captures an eviction takes (every selector given must match). */
 typedef struct gd_evict_sel {
   uint8_t prefix[GD_ID_LEN];
-  uint32_t prefix_nibbles;  /* 0: any program */
-  uint32_t client_pid;      /* 0: any */
-  uint64_t idle_ms;         /* 0: any */
+  uint32_t prefix_nibbles; /* 0: any program */
+  uint32_t client_pid;     /* 0: any */
+  uint64_t idle_ms;        /* 0: any */
   bool dry_run;
-  bool admin;               /* the requester may evict shared captures */
+  bool admin; /* the requester may evict shared captures */
   uint32_t requester_pid;
 } gd_evict_sel;
 

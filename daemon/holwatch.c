@@ -31,8 +31,12 @@ void holwatch_add(gd_device *d, gd_dstream *ds, uint32_t slot, uint64_t seq, dou
   struct gd_holwatch *h = d->hol;
   for (uint32_t i = 0; h && i < h->n; i++)
     if (h->w[i].key == key && h->w[i].ds != ds) h->w[i].blocking = true;
-  gd_watch x = {.ds = ds, .slot = slot, .seq = seq, .since_ns = gd_now_ns(),
-                .timeout_s = timeout_s, .key = key};
+  gd_watch x = {.ds = ds,
+                .slot = slot,
+                .seq = seq,
+                .since_ns = gd_now_ns(),
+                .timeout_s = timeout_s,
+                .key = key};
   if (timeout_s <= 0 || ds->cut_off || met(&x)) return;
   if (!h && !(h = d->hol = calloc(1, sizeof *h))) return; /* unwatched: only the timeout is lost */
   if (h->n == h->cap) {

@@ -15,9 +15,7 @@ static __thread char thread_tag[16] = "main";
 static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 static const int level_prio[] = {3, 4, 6, 7}; /* syslog priorities */
 
-void gd_log_set_thread_tag(const char *tag) {
-  snprintf(thread_tag, sizeof thread_tag, "%s", tag);
-}
+void gd_log_set_thread_tag(const char *tag) { snprintf(thread_tag, sizeof thread_tag, "%s", tag); }
 
 int gd_log_parse_level(const char *s) {
   static const char *const names[] = {"error", "warn", "info", "debug"};
@@ -51,8 +49,8 @@ void gd_log_emit(int level, const char *subsys, const char *fmt, ...) {
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
-    n += (size_t)snprintf(line + n, sizeof line - n, ".%03ldZ %-5s [%s] %s: ",
-                          ts.tv_nsec / 1000000, level_names[level], thread_tag, subsys);
+    n += (size_t)snprintf(line + n, sizeof line - n, ".%03ldZ %-5s [%s] %s: ", ts.tv_nsec / 1000000,
+                          level_names[level], thread_tag, subsys);
   }
   if (n >= sizeof line) n = sizeof line - 1;
   va_list ap;

@@ -14,9 +14,9 @@ enum gd_log_level { GD_ERROR = 0, GD_WARN = 1, GD_INFO = 2, GD_DEBUG = 3 };
 
 extern int gd_log_level;
 
-#define GD_LOG(level, subsys, ...)                              \
-  do {                                                          \
-    if ((level) <= gd_log_level) gd_log_emit((level), (subsys), __VA_ARGS__); \
+#define GD_LOG(level, subsys, ...)                                                                 \
+  do {                                                                                             \
+    if ((level) <= gd_log_level) gd_log_emit((level), (subsys), __VA_ARGS__);                      \
   } while (0)
 
 void gd_log_emit(int level, const char *subsys, const char *fmt, ...)

@@ -48,7 +48,8 @@ static void usage(FILE *f) {
           "                        (default 60, 0 = never)\n"
           "  --shutdown-grace SEC  how long shutdown waits for in-flight work (default 10)\n"
           "  --log-level L         error, warn, info (default) or debug\n"
-          "  --config PATH         config file (default " DEFAULT_CONFIG " if present)\n"
+          "  --config PATH         config file (default " DEFAULT_CONFIG
+          " if present)\n"
           "  --check-config        validate the settings, print them and exit\n"
           "  --version             print the version and exit\n"
           "  --help                this text\n");
@@ -139,11 +140,12 @@ static int open_backend(const gd_options *o, gd_backend **be) {
       GD_LOG(GD_ERROR, "main", "cannot use CUDA: %s", err);
       return rc;
     }
-    GD_LOG(GD_WARN, "main", "%s; serving one host device instead (use --backend cuda to "
-           "make this fatal)", err);
+    GD_LOG(GD_WARN, "main",
+           "%s; serving one host device instead (use --backend cuda to "
+           "make this fatal)",
+           err);
   }
-  rc = backend_host_new(o->host_devices ? o->host_devices : 1, o->host_memory, be, err,
-                        sizeof err);
+  rc = backend_host_new(o->host_devices ? o->host_devices : 1, o->host_memory, be, err, sizeof err);
   if (rc < 0) GD_LOG(GD_ERROR, "main", "%s", err);
   return rc;
 }

@@ -14,7 +14,7 @@ _Static_assert(GD_FUNC_MAX_PARAMS >= GD_MAX_PARAMS, "a function can describe eve
 
 typedef struct dev_module {
   void *mod;
-  int state;      /* 0 not loaded, 1 loaded, -1 failed */
+  int state; /* 0 not loaded, 1 loaded, -1 failed */
   int fail_code;
   char *fail_msg; /* the load error, kept so we do not re-JIT on every call */
 } dev_module;
@@ -50,8 +50,8 @@ static struct gd_modcache *state_of(gd_device *d) {
   return d->mods;
 }
 
-static int load_module(gd_device *d, struct gd_modcache *ds, const gd_module *m,
-                       uint64_t *loaded, uint64_t *load_ns, char *err, size_t errlen) {
+static int load_module(gd_device *d, struct gd_modcache *ds, const gd_module *m, uint64_t *loaded,
+                       uint64_t *load_ns, char *err, size_t errlen) {
   if (grow((void **)&ds->mods, &ds->nmods, m->index + 1, sizeof *ds->mods) < 0) {
     snprintf(err, errlen, "out of memory");
     return -GRAPHD_RESOURCE_EXHAUSTED;
@@ -67,8 +67,8 @@ static int load_module(gd_device *d, struct gd_modcache *ds, const gd_module *m,
   uint64_t t0 = gd_now_ns();
   char msg[8192];
   msg[0] = '\0';
-  int rc = d->be->ops->module_load(d->be, d->dev, m->kind, m->bytes, m->len, &dm->mod, msg,
-                                   sizeof msg);
+  int rc =
+      d->be->ops->module_load(d->be, d->dev, m->kind, m->bytes, m->len, &dm->mod, msg, sizeof msg);
   uint64_t dt = gd_now_ns() - t0;
   if (rc < 0) {
     dm->state = -1;
@@ -94,8 +94,9 @@ static int check_launch(gd_device *d, uint32_t i, const gd_launch *l, gd_dev_fun
   const gd_func_info *fi = &f->info;
   if (fi->params_known) {
     if (fi->nparams != l->nparams) {
-      snprintf(err, errlen, "step %u (launch %s): the program passes %u parameters but the kernel takes %u",
-               i, l->name, l->nparams, fi->nparams);
+      snprintf(err, errlen,
+               "step %u (launch %s): the program passes %u parameters but the kernel takes %u", i,
+               l->name, l->nparams, fi->nparams);
       return -GRAPHD_INVALID_ARGUMENT;
     }
     for (uint32_t k = 0; k < l->nparams; k++) {
@@ -111,7 +112,9 @@ static int check_launch(gd_device *d, uint32_t i, const gd_launch *l, gd_dev_fun
   }
   uint64_t threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
   if (fi->max_threads_per_block && threads > fi->max_threads_per_block) {
-    snprintf(err, errlen, "step %u (launch %s): a block of %llu threads is over the kernel's limit of %u on this device",
+    snprintf(err, errlen,
+             "step %u (launch %s): a block of %llu threads is over the kernel's limit of %u on "
+             "this device",
              i, l->name, (unsigned long long)threads, fi->max_threads_per_block);
     return -GRAPHD_INVALID_ARGUMENT;
   }
@@ -128,7 +131,8 @@ static int check_launch(gd_device *d, uint32_t i, const gd_launch *l, gd_dev_fun
     char e[256];
     int rc = d->be->ops->function_set_shared(d->be, d->dev, f->fn, l->shared_bytes, e, sizeof e);
     if (rc < 0) {
-      snprintf(err, errlen, "step %u (launch %s): cannot allow %u bytes of dynamic shared memory: %s", i,
+      snprintf(err, errlen,
+               "step %u (launch %s): cannot allow %u bytes of dynamic shared memory: %s", i,
                l->name, l->shared_bytes, e);
       return rc;
     }
@@ -138,7 +142,7 @@ static int check_launch(gd_device *d, uint32_t i, const gd_launch *l, gd_dev_fun
 }
 
 int modcache_prepare(gd_device *d, const gd_regprog *p, uint64_t *loaded, uint64_t *load_ns,
-                    char *err, size_t errlen) {
+                     char *err, size_t errlen) {
   struct gd_modcache *ds = state_of(d);
   *loaded = 0;
   *load_ns = 0;

@@ -26,7 +26,7 @@ typedef struct gd_dev_func {
  * *loaded and *load_ns report module loads done by this call. Errors name
  * the step. */
 int modcache_prepare(gd_device *d, const gd_regprog *p, uint64_t *loaded, uint64_t *load_ns,
-                    char *err, size_t errlen);
+                     char *err, size_t errlen);
 
 /* The prepared function of launch step `step` (after modcache_prepare). */
 gd_dev_func *modcache_function(gd_device *d, const gd_regprog *p, uint32_t step);

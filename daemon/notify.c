@@ -38,8 +38,8 @@ static void format_status(const gd_notify *n, char *out, size_t len) {
              (double)n->stale_ns / 1e9,
              n->watchdog_usec ? "watchdog pings stopped" : "see the log");
   else
-    snprintf(out, len, "%d of %d device(s) up (%s%s), %llu session(s)", up, s->ndevices, be,
-             extra, (unsigned long long)s->sessions.n);
+    snprintf(out, len, "%d of %d device(s) up (%s%s), %llu session(s)", up, s->ndevices, be, extra,
+             (unsigned long long)s->sessions.n);
 }
 
 static void tick_cb(uv_timer_t *t) {
@@ -81,8 +81,7 @@ int notify_start(gd_notify *n, gd_daemon *srv) {
   uint64_t usec = 0;
   int wd = sd_watchdog_enabled(0, &usec);
   if (wd < 0)
-    GD_LOG(GD_WARN, "notify", "ignoring a malformed WATCHDOG_USEC/WATCHDOG_PID: %s",
-           strerror(-wd));
+    GD_LOG(GD_WARN, "notify", "ignoring a malformed WATCHDOG_USEC/WATCHDOG_PID: %s", strerror(-wd));
   else if (wd > 0 && usec > 0) {
     n->watchdog_usec = usec;
     n->stale_ns = usec * 1000ull;

@@ -24,7 +24,7 @@
 typedef struct gd_notify {
   gd_daemon *srv;
   uv_timer_t timer;
-  bool enabled;           /* NOTIFY_SOCKET is set */
+  bool enabled; /* NOTIFY_SOCKET is set */
   bool timer_open;
   bool stopped;
   bool send_failed;       /* a send failed once: logged, not repeated */

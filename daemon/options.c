@@ -38,10 +38,26 @@ int options_parse_size(const char *s, uint64_t *out) {
   unsigned shift = 0;
   switch (*end) {
     case '\0': break;
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
+    case 'k':
+    case 'K':
+      shift = 10;
+      end++;
+      break;
+    case 'm':
+    case 'M':
+      shift = 20;
+      end++;
+      break;
+    case 'g':
+    case 'G':
+      shift = 30;
+      end++;
+      break;
+    case 't':
+    case 'T':
+      shift = 40;
+      end++;
+      break;
     default: return -1;
   }
   if (*end == 'i' || *end == 'B') end++;
@@ -77,10 +93,10 @@ static int copy_str(char *dst, size_t cap, const char *v) {
   return 0;
 }
 
-#define BAD(...)                              \
-  do {                                        \
-    snprintf(err, errlen, __VA_ARGS__);       \
-    return -GRAPHD_INVALID_ARGUMENT;          \
+#define BAD(...)                                                                                   \
+  do {                                                                                             \
+    snprintf(err, errlen, __VA_ARGS__);                                                            \
+    return -GRAPHD_INVALID_ARGUMENT;                                                               \
   } while (0)
 
 int options_set(gd_options *o, const char *key, const char *v, char *err, size_t errlen) {
@@ -192,8 +208,8 @@ void options_print(const gd_options *o, int fd) {
           "host-devices = %d\nhost-memory = %llu\ndevices = %s\nmax-frame = %u\n"
           "log-level = %s\nadmin-group = %s\ndevice-budget = %llu\nready-timeout = %g\n"
           "shutdown-grace = %g\n",
-          o->socket_path, o->socket_mode, o->socket_group, backends[o->backend],
-          o->host_devices, (unsigned long long)o->host_memory, o->devices, o->max_frame,
-          levels[o->log_level], o->admin_group,
-          (unsigned long long)o->device_budget, o->ready_timeout_s, o->shutdown_grace_s);
+          o->socket_path, o->socket_mode, o->socket_group, backends[o->backend], o->host_devices,
+          (unsigned long long)o->host_memory, o->devices, o->max_frame, levels[o->log_level],
+          o->admin_group, (unsigned long long)o->device_budget, o->ready_timeout_s,
+          o->shutdown_grace_s);
 }

@@ -9,14 +9,14 @@
 enum gd_backend_choice { GD_BACKEND_AUTO = 0, GD_BACKEND_CUDA, GD_BACKEND_HOST };
 
 typedef struct gd_options {
-  char socket_path[108];   /* sun_path size */
-  unsigned socket_mode;    /* default 0660 */
-  char socket_group[64];   /* empty: leave the group as created */
-  int backend;             /* enum gd_backend_choice */
-  int host_devices;        /* 0: not asked for */
-  uint64_t host_memory;    /* bytes per host device */
-  char devices[512];       /* --devices filter: ordinals or UUIDs, comma-separated */
-  uint32_t max_frame;      /* payload cap in bytes */
+  char socket_path[108]; /* sun_path size */
+  unsigned socket_mode;  /* default 0660 */
+  char socket_group[64]; /* empty: leave the group as created */
+  int backend;           /* enum gd_backend_choice */
+  int host_devices;      /* 0: not asked for */
+  uint64_t host_memory;  /* bytes per host device */
+  char devices[512];     /* --devices filter: ordinals or UUIDs, comma-separated */
+  uint32_t max_frame;    /* payload cap in bytes */
   int log_level;
   char admin_group[64];    /* members may use admin-only control requests */
   uint64_t device_budget;  /* staging bytes of captures per device; 0 = no limit */

@@ -68,11 +68,13 @@ int registry_module_new(gd_registry *r, const uint8_t id[GD_ID_LEN], uint32_t ki
   *out = NULL;
   *known = false;
   if (kind < GD_MODULE_PTX || kind > GD_MODULE_HOST_ELF) {
-    snprintf(err, errlen, "RegisterModule.kind %u is not PTX (1), CUBIN (2), fatbin (3) or host ELF (4)", kind);
+    snprintf(err, errlen,
+             "RegisterModule.kind %u is not PTX (1), CUBIN (2), fatbin (3) or host ELF (4)", kind);
     return -GRAPHD_INVALID_ARGUMENT;
   }
   if (len == 0 || len > GD_MAX_MODULE_BYTES) {
-    snprintf(err, errlen, "module of %zu bytes: the size must be 1 to %u", len, GD_MAX_MODULE_BYTES);
+    snprintf(err, errlen, "module of %zu bytes: the size must be 1 to %u", len,
+             GD_MAX_MODULE_BYTES);
     return len ? -GRAPHD_RESOURCE_EXHAUSTED : -GRAPHD_INVALID_ARGUMENT;
   }
   if (registry_find_module(r, id)) {

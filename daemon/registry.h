@@ -40,8 +40,8 @@ typedef struct gd_regprog {
 } gd_regprog;
 
 typedef struct gd_registry {
-  gd_module *modules;  /* uthash head */
-  gd_regprog *programs;   /* uthash head */
+  gd_module *modules;   /* uthash head */
+  gd_regprog *programs; /* uthash head */
   uint32_t nmodules, nprograms;
   uint64_t module_bytes;
 } gd_registry;

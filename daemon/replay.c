@@ -20,22 +20,22 @@ typedef struct replay_job {
   uint64_t t0;         /* the request was read */
   uint64_t latency_ns; /* from t0 until the reply was ready */
   uint64_t server_ns;
-  bool replied;        /* the worker sent the reply itself */
+  bool replied; /* the worker sent the reply itself */
   const gd_regprog *prog;
   gd_dstream *ds;
   uint32_t stream_slot;
   uint64_t seq;
   double ready_timeout_s;
   uint32_t client_pid;
-  uint64_t epoch;      /* the device epoch the bindings were resolved in */
+  uint64_t epoch; /* the device epoch the bindings were resolved in */
   /* Set by the worker: */
   bool captured;
   bool recaptured;
   uint64_t capture_ns;
   uint64_t staging_bytes;
-  uint32_t budget_evicted;        /* captures the budget dropped to fit this one */
+  uint32_t budget_evicted; /* captures the budget dropped to fit this one */
   uint64_t budget_evicted_bytes;
-  gd_bound bind[];     /* one per slot of the program */
+  gd_bound bind[]; /* one per slot of the program */
 } replay_job;
 
 /* --- on the worker --------------------------------------------------------- */
@@ -62,8 +62,7 @@ static int give_up(void *arg) {
 
 /* The capture of the job's program on d, built (and made room for) on the
  * first replay there. */
-static int get_capture(gd_device *d, replay_job *rj, gd_capture **out, char *err,
-                       size_t errlen) {
+static int get_capture(gd_device *d, replay_job *rj, gd_capture **out, char *err, size_t errlen) {
   gd_capture *c = capture_find(d, rj->prog);
   if (c) {
     *out = c;
@@ -78,8 +77,8 @@ static int get_capture(gd_device *d, replay_job *rj, gd_capture **out, char *err
     capture_free(d, c);
     return rc;
   }
-  if (d->budget && (rc = evict_make_room(d, c, &rj->budget_evicted, &rj->budget_evicted_bytes,
-                                         err, errlen)) < 0) {
+  if (d->budget && (rc = evict_make_room(d, c, &rj->budget_evicted, &rj->budget_evicted_bytes, err,
+                                         errlen)) < 0) {
     capture_remove(d, c);
     capture_free(d, c);
     return rc;
@@ -113,8 +112,10 @@ static int run_replay(gd_device *d, gd_worker *w, replay_job *rj, char *err, siz
   if (rj->epoch != epoch || ds->epoch != epoch) {
     /* Its stream, flags or regions went with the old context: nothing of
      * it can be touched, and the loop is closing the session. */
-    snprintf(err, errlen, "device %d was reset after a GPU fault; reconnect and register the "
-             "regions again", d->index);
+    snprintf(err, errlen,
+             "device %d was reset after a GPU fault; reconnect and register the "
+             "regions again",
+             d->index);
     __atomic_store_n(done, rj->seq, __ATOMIC_RELEASE);
     return -GRAPHD_UNAVAILABLE;
   }
@@ -135,16 +136,20 @@ finish:
   /* A call that failed because the device faulted (this replay's kernel
    * or an earlier one): say so; the worker resets the device next. */
   if (rc < 0 && device_faulted(d, why, sizeof why) < 0) {
-    snprintf(err, errlen, "device %d faulted (%s); it is being reset: reconnect and register "
-             "the regions again", d->index, why);
+    snprintf(err, errlen,
+             "device %d faulted (%s); it is being reset: reconnect and register "
+             "the regions again",
+             d->index, why);
     rc = -GRAPHD_UNAVAILABLE;
   }
   /* done = seq, in stream order, even for a failed replay; from the host
    * only when the stream itself cannot take it. */
   char e2[256];
   if (ops->write_value(d->be, d->dev, ds->stream, done, done_dev, rj->seq, e2, sizeof e2) < 0) {
-    GD_LOG(GD_WARN, "replay", "writing done=%llu on the stream failed (%s); writing it "
-           "from the host", (unsigned long long)rj->seq, e2);
+    GD_LOG(GD_WARN, "replay",
+           "writing done=%llu on the stream failed (%s); writing it "
+           "from the host",
+           (unsigned long long)rj->seq, e2);
     __atomic_store_n(done, rj->seq, __ATOMIC_RELEASE);
   }
   return rc;
@@ -239,16 +244,15 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
   char err[512];
   int code = GRAPHD_INVALID_ARGUMENT;
   replay_job *rj = NULL;
-#define REFUSE(c, ...)                        \
-  do {                                        \
-    code = (c);                               \
-    snprintf(err, sizeof err, __VA_ARGS__);   \
-    goto refuse;                              \
+#define REFUSE(c, ...)                                                                             \
+  do {                                                                                             \
+    code = (c);                                                                                    \
+    snprintf(err, sizeof err, __VA_ARGS__);                                                        \
+    goto refuse;                                                                                   \
   } while (0)
   gd_daemon *d = daemon_of(s);
   gd_dsession *x = dsession_of(s);
-  if (!x)
-    REFUSE(GRAPHD_FAILED_PRECONDITION, "Replay needs a data session (one bound to a device)");
+  if (!x) REFUSE(GRAPHD_FAILED_PRECONDITION, "Replay needs a data session (one bound to a device)");
   if (m->program_id.len != GD_ID_LEN)
     REFUSE(GRAPHD_INVALID_ARGUMENT, "Replay.program_id must be %d bytes", GD_ID_LEN);
   const gd_regprog *prog = registry_find_program(&d->reg, m->program_id.data);
@@ -283,8 +287,7 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
     if (sl->role == GD_ROLE_SCRATCH)
       REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u is scratch (daemon-owned) and cannot be bound",
              b->slot);
-    if (rj->bind[b->slot].bound)
-      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u is bound twice", b->slot);
+    if (rj->bind[b->slot].bound) REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u is bound twice", b->slot);
     if (b->bytes != sl->size)
       REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u (%s) is %llu bytes, but its binding covers %llu",
              b->slot, role_name(sl->role), (unsigned long long)sl->size,
@@ -294,8 +297,10 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
       REFUSE(GRAPHD_NOT_FOUND, "slot %u is bound to region %u, which this session does not have",
              b->slot, b->region_id);
     if (r->map.epoch != epoch)
-      REFUSE(GRAPHD_UNAVAILABLE, "device %d was reset after a GPU fault and region %u went with "
-             "it; reconnect and register the regions again", s->device, r->id);
+      REFUSE(GRAPHD_UNAVAILABLE,
+             "device %d was reset after a GPU fault and region %u went with "
+             "it; reconnect and register the regions again",
+             s->device, r->id);
     char e[256];
     if (region_check_range(r, b->offset, b->bytes, e, sizeof e) < 0)
       REFUSE(GRAPHD_OUT_OF_RANGE, "slot %u: %s", b->slot, e);
@@ -325,4 +330,3 @@ refuse:
   session_reply_error(s, request_id, code, "replay: %s", err);
 #undef REFUSE
 }
-

@@ -134,9 +134,10 @@ static int own_socket(gd_daemon *s, const gd_options *opt, char *err, size_t err
   if (bind_path == tmp) {
     if (link(tmp, path) < 0) {
       e = errno;
-      snprintf(err, errlen, e == EEXIST ? "%s appeared while graphd started: another daemon "
-                                          "serves it"
-                                        : "cannot create %s: %s",
+      snprintf(err, errlen,
+               e == EEXIST ? "%s appeared while graphd started: another daemon "
+                             "serves it"
+                           : "cannot create %s: %s",
                path, strerror(e));
       unlink(tmp);
       close(fd);
@@ -212,8 +213,8 @@ static void accept_cb(uv_poll_t *h, int status, int events) {
 static void signal_cb(uv_signal_t *h, int signum) {
   gd_daemon *s = h->data;
   server_shutdown(s, s->exit_code == GD_EXIT_FAULT ? "a device faulted and cannot be reset"
-                    : signum == SIGTERM                ? "SIGTERM"
-                                                       : "SIGINT");
+                     : signum == SIGTERM           ? "SIGTERM"
+                                                   : "SIGINT");
 }
 
 int server_signals_start(gd_daemon *s, uv_loop_t *loop) {
@@ -255,8 +256,8 @@ static void listen_close_cb(uv_handle_t *h) {
 void server_shutdown(gd_daemon *s, const char *why) {
   if (s->shutting_down) return;
   s->shutting_down = true;
-  GD_LOG(GD_INFO, "server", "shutting down (%s): %llu sessions open",
-         why, (unsigned long long)s->sessions.n);
+  GD_LOG(GD_INFO, "server", "shutting down (%s): %llu sessions open", why,
+         (unsigned long long)s->sessions.n);
   /* First, so systemd hears STOPPING=1 before we wait on workers. */
   if (s->on_shutdown) s->on_shutdown(s);
   if (s->listen_active) {

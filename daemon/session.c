@@ -83,8 +83,8 @@ void session_close(gd_session *s, const char *why) {
   s->closing = true;
   if (s->out_head) (void)flush_locked(s); /* best effort */
   pthread_mutex_unlock(&s->send_lock);
-  GD_LOG(GD_DEBUG, "session", "session %llu (pid %d uid %u) closed: %s",
-         (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid, why);
+  GD_LOG(GD_DEBUG, "session", "session %llu (pid %d uid %u) closed: %s", (unsigned long long)s->id,
+         (int)s->pid, (unsigned)s->uid, why);
   gd_session_set *set = s->set;
   if (s->prev)
     s->prev->next = s->next;
@@ -264,8 +264,7 @@ static void process(gd_session *s) {
 }
 
 static void on_readable(gd_session *s) {
-  for (int i = 0; i < READS_PER_WAKEUP && !s->busy && !s->closing && !s->close_after_flush;
-       i++) {
+  for (int i = 0; i < READS_PER_WAKEUP && !s->busy && !s->closing && !s->close_after_flush; i++) {
     ssize_t n = gd_frame_reader_recv(&s->rd, s->fd);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
@@ -361,8 +360,7 @@ int session_new(gd_session_set *set, int fd, gd_session **out) {
   struct ucred cred;
   socklen_t cl = sizeof cred;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0) {
-    GD_LOG(GD_WARN, "session", "SO_PEERCRED failed: %s; refusing the connection",
-           strerror(errno));
+    GD_LOG(GD_WARN, "session", "SO_PEERCRED failed: %s; refusing the connection", strerror(errno));
     close(fd);
     free(s);
     return -GRAPHD_PERMISSION_DENIED;
@@ -390,8 +388,8 @@ int session_new(gd_session_set *set, int fd, gd_session **out) {
   set->head = s;
   set->n++;
   update_poll(s);
-  GD_LOG(GD_DEBUG, "session", "session %llu accepted from pid %d uid %u",
-         (unsigned long long)s->id, (int)s->pid, (unsigned)s->uid);
+  GD_LOG(GD_DEBUG, "session", "session %llu accepted from pid %d uid %u", (unsigned long long)s->id,
+         (int)s->pid, (unsigned)s->uid);
   *out = s;
   return 0;
 }

@@ -56,8 +56,8 @@ struct gd_session {
   uid_t uid;
   gid_t gid;
   pid_t pid;
-  int kind;            /* enum gd_session_kind; NONE until Hello */
-  int device;          /* graphd device index for data sessions, else -1 */
+  int kind;   /* enum gd_session_kind; NONE until Hello */
+  int device; /* graphd device index for data sessions, else -1 */
   bool admin;
   char client_name[129];
   gd_frame_reader rd;
@@ -67,11 +67,11 @@ struct gd_session {
   pthread_mutex_t send_lock;
   gd_outbuf *out_head, *out_tail; /* guarded by send_lock */
   size_t out_bytes;               /* guarded by send_lock */
-  bool busy;           /* a request is in flight */
-  bool closing;        /* written under send_lock */
+  bool busy;                      /* a request is in flight */
+  bool closing;                   /* written under send_lock */
   bool close_after_flush;
-  int refs;            /* the poll handle + jobs in flight */
-  void *data;          /* a data session's state (dsession.c), NULL once closed */
+  int refs;   /* the poll handle + jobs in flight */
+  void *data; /* a data session's state (dsession.c), NULL once closed */
 };
 
 /* Adopts an accepted socket. Returns 0 or a negated status (fd closed). */

@@ -28,8 +28,7 @@ static void recover(gd_device *d, const char *why) {
   int rc = ops->device_reset(d->be, d->dev, err, sizeof err);
   atomic_store(&d->epoch, epoch);
   if (rc < 0) {
-    device_fail(d, "device %d faulted (%.100s) and could not be reset: %.150s", d->index, why,
-                err);
+    device_fail(d, "device %d faulted (%.100s) and could not be reset: %.150s", d->index, why, err);
     GD_LOG(GD_ERROR, "upkeep", "%s", d->fail_msg);
   } else {
     GD_LOG(GD_INFO, "upkeep", "device %d: reset; serving again at epoch %llu", d->index,

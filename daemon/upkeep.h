@@ -29,8 +29,8 @@
 #define GD_UPKEEP_MAX_CUTS 8
 
 typedef struct gd_upkeep_news {
-  bool reset;                        /* the device faulted and was reset (or failed) */
-  uint64_t cut[GD_UPKEEP_MAX_CUTS];  /* sessions cut off as hung */
+  bool reset;                       /* the device faulted and was reset (or failed) */
+  uint64_t cut[GD_UPKEEP_MAX_CUTS]; /* sessions cut off as hung */
   int ncut;
 } gd_upkeep_news;
 

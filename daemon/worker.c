@@ -117,8 +117,8 @@ static void *worker_main(void *arg) {
     if (!j && stopping) break;
     atomic_store(&w->heartbeat_ns, gd_now_ns());
     if (j) {
-      const char *why = stopping ? "graphd is shutting down; the request was not run"
-                                 : h->refusal(w->ctx);
+      const char *why =
+          stopping ? "graphd is shutting down; the request was not run" : h->refusal(w->ctx);
       if (why) {
         fail_unrun(j, why);
       } else {
@@ -234,8 +234,10 @@ int worker_pool_stop(gd_pool *p, double grace_s) {
     int rc = grace_s > 0 ? pthread_timedjoin_np(w->thread, NULL, &deadline)
                          : pthread_join(w->thread, NULL);
     if (rc != 0) {
-      GD_LOG(GD_ERROR, "worker", "device %d's worker is still running a job after the "
-             "%.1f s shutdown grace; leaving it", w->index, grace_s);
+      GD_LOG(GD_ERROR, "worker",
+             "device %d's worker is still running a job after the "
+             "%.1f s shutdown grace; leaving it",
+             w->index, grace_s);
       left++;
       continue;
     }

@@ -35,9 +35,9 @@ struct gd_job {
   gd_job_run_fn run;
   gd_job_done_fn done;
   gd_worker *worker;
-  int status;      /* 0 or a negated graphd status */
-  char msg[512];   /* error text for the client */
-  bool ran;        /* false when failed without running (shutdown, unusable context) */
+  int status;    /* 0 or a negated graphd status */
+  char msg[512]; /* error text for the client */
+  bool ran;      /* false when failed without running (shutdown, unusable context) */
 };
 
 /* What a worker serves. Every hook runs on the worker thread with ctx. */
@@ -81,7 +81,7 @@ struct gd_pool {
   gd_job *done_head, *done_tail; /* guarded by lock */
   gd_worker *workers;
   int n;
-  _Atomic int started;           /* workers past their start hook */
+  _Atomic int started; /* workers past their start hook */
   pthread_mutex_t start_lock;
   pthread_cond_t start_cond;
 };

@@ -123,8 +123,8 @@ static ssize_t reader_recv(gd_frame_reader *r, int sock, int flags) {
     struct cmsghdr align;
   } ctl;
   struct iovec iov = {.iov_base = p, .iov_len = avail};
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-                     .msg_controllen = sizeof ctl.buf};
+  struct msghdr m = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
   ssize_t n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC | flags);
   if (n < 0) return -1;
   int fds[GD_FRAME_MAX_FDS];

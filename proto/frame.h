@@ -32,7 +32,7 @@ typedef struct gd_frame {
 
 typedef struct gd_frame_reader {
   uint8_t *buf;
-  size_t len;        /* bytes held in buf */
+  size_t len; /* bytes held in buf */
   size_t cap;
   size_t consumed;   /* bytes of buf already returned as frames */
   size_t max_frame;  /* payload cap */

@@ -56,8 +56,8 @@ int gd_hex_decode(const char *s, size_t len, uint8_t *out, size_t n, char *err, 
   return decode_digits(s, len, out, err, errlen);
 }
 
-int gd_hex_decode_prefix(const char *s, size_t len, uint8_t *out, size_t max_nibbles,
-                         char *err, size_t errlen) {
+int gd_hex_decode_prefix(const char *s, size_t len, uint8_t *out, size_t max_nibbles, char *err,
+                         size_t errlen) {
   if (len > max_nibbles || len > INT_MAX) {
     if (errlen) snprintf(err, errlen, "%zu hex digits, more than %zu", len, max_nibbles);
     return -1;

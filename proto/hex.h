@@ -22,7 +22,7 @@ int gd_hex_decode(const char *s, size_t len, uint8_t *out, size_t n, char *err, 
  * byte and leaves the low half 0. Returns the number of digits (0 for
  * none); or -1, out untouched, with the reason in err when errlen > 0:
  * more than max_nibbles digits, or a character that is not a hex digit. */
-int gd_hex_decode_prefix(const char *s, size_t len, uint8_t *out, size_t max_nibbles,
-                         char *err, size_t errlen);
+int gd_hex_decode_prefix(const char *s, size_t len, uint8_t *out, size_t max_nibbles, char *err,
+                         size_t errlen);
 
 #endif

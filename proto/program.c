@@ -127,41 +127,46 @@ static int validate_launch(const gd_program *p, uint32_t i, const gd_launch *l, 
                            size_t errlen) {
   char lbl[GD_MAX_NAME + 48];
   size_t nlen = strnlen(l->name, GD_MAX_NAME + 1);
-  if (nlen == 0) return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "step %u (launch): the function name is empty", i);
+  if (nlen == 0)
+    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                "step %u (launch): the function name is empty", i);
   if (nlen > GD_MAX_NAME)
-    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "step %u (launch): the function name is longer than %u bytes", i, GD_MAX_NAME);
+    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED,
+                "step %u (launch): the function name is longer than %u bytes", i, GD_MAX_NAME);
   for (size_t k = 0; k < nlen; k++)
     if ((unsigned char)l->name[k] < 0x21 || (unsigned char)l->name[k] > 0x7e)
-      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
-                  "step %u (launch): the function name has a byte 0x%02x that is not printable ASCII", i,
-                  (unsigned char)l->name[k]);
+      return fail(
+          err, errlen, GRAPHD_INVALID_ARGUMENT,
+          "step %u (launch): the function name has a byte 0x%02x that is not printable ASCII", i,
+          (unsigned char)l->name[k]);
   /* Only now is the name known to be terminated within its array. */
   snprintf(lbl, sizeof lbl, "step %u (launch %s)", i, l->name);
   static const char *const axis[] = {"x", "y", "z"};
   for (int a = 0; a < 3; a++) {
     uint32_t gmax = a == 0 ? GD_MAX_GRID_X : GD_MAX_GRID_YZ;
     if (l->grid[a] == 0 || l->grid[a] > gmax)
-      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "%s: grid.%s is %u; it must be 1 to %u", lbl, axis[a],
-                  l->grid[a], gmax);
+      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "%s: grid.%s is %u; it must be 1 to %u",
+                  lbl, axis[a], l->grid[a], gmax);
     uint32_t bmax = a == 2 ? GD_MAX_BLOCK_Z : GD_MAX_BLOCK_THREADS;
     if (l->block[a] == 0 || l->block[a] > bmax)
-      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "%s: block.%s is %u; it must be 1 to %u", lbl, axis[a],
-                  l->block[a], bmax);
+      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "%s: block.%s is %u; it must be 1 to %u",
+                  lbl, axis[a], l->block[a], bmax);
   }
   uint64_t threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
   if (threads > GD_MAX_BLOCK_THREADS)
-    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "%s: block has %llu threads; the limit is %u", lbl,
-                (unsigned long long)threads, GD_MAX_BLOCK_THREADS);
+    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "%s: block has %llu threads; the limit is %u",
+                lbl, (unsigned long long)threads, GD_MAX_BLOCK_THREADS);
   if (l->shared_bytes > GD_MAX_SHARED_BYTES)
     return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED,
-                "%s: %u bytes of dynamic shared memory is over the limit of %u", lbl, l->shared_bytes,
-                GD_MAX_SHARED_BYTES);
+                "%s: %u bytes of dynamic shared memory is over the limit of %u", lbl,
+                l->shared_bytes, GD_MAX_SHARED_BYTES);
   if (l->nparams > GD_MAX_PARAMS)
-    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "%s: %u parameters is over the limit of %u", lbl,
-                l->nparams, GD_MAX_PARAMS);
+    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "%s: %u parameters is over the limit of %u",
+                lbl, l->nparams, GD_MAX_PARAMS);
   if (l->param_bytes > GD_MAX_PARAM_BYTES)
-    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "%s: %u parameter bytes is over the limit of %u", lbl,
-                l->param_bytes, GD_MAX_PARAM_BYTES);
+    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED,
+                "%s: %u parameter bytes is over the limit of %u", lbl, l->param_bytes,
+                GD_MAX_PARAM_BYTES);
   uint32_t end = 0;
   for (uint32_t k = 0; k < l->nparams; k++) {
     const gd_param *pa = &l->params[k];
@@ -169,8 +174,8 @@ static int validate_launch(const gd_program *p, uint32_t i, const gd_launch *l, 
       return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "%s: parameter %u has size 0", lbl, k);
     if (pa->offset < end)
       return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
-                  "%s: parameter %u at offset %u overlaps the one before or is out of order", lbl, k,
-                  pa->offset);
+                  "%s: parameter %u at offset %u overlaps the one before or is out of order", lbl,
+                  k, pa->offset);
     if (!fits(pa->offset, pa->size, l->param_bytes))
       return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
                   "%s: parameter %u (offset %u, size %u) ends past the %u parameter bytes", lbl, k,
@@ -179,7 +184,8 @@ static int validate_launch(const gd_program *p, uint32_t i, const gd_launch *l, 
   }
   if (end != l->param_bytes)
     return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
-                "%s: %u parameter bytes, but the parameters end at byte %u", lbl, l->param_bytes, end);
+                "%s: %u parameter bytes, but the parameters end at byte %u", lbl, l->param_bytes,
+                end);
   /* Canonical form: gaps between parameters are zero. */
   uint32_t at = 0;
   for (uint32_t k = 0; k <= l->nparams; k++) {
@@ -191,13 +197,13 @@ static int validate_launch(const gd_program *p, uint32_t i, const gd_launch *l, 
     if (k < l->nparams) at = l->params[k].offset + l->params[k].size;
   }
   if (l->npatches > GD_MAX_PATCHES)
-    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "%s: %u pointer patches is over the limit of %u", lbl,
-                l->npatches, GD_MAX_PATCHES);
+    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED,
+                "%s: %u pointer patches is over the limit of %u", lbl, l->npatches, GD_MAX_PATCHES);
   for (uint32_t k = 0; k < l->npatches; k++) {
     const gd_patch *pt = &l->patches[k];
     if (pt->offset % 8)
-      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "%s: patch at offset %u is not 8-byte aligned", lbl,
-                  pt->offset);
+      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                  "%s: patch at offset %u is not 8-byte aligned", lbl, pt->offset);
     if (k && pt->offset <= l->patches[k - 1].offset)
       return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
                   "%s: patch at offset %u repeats or is out of order", lbl, pt->offset);
@@ -209,8 +215,9 @@ static int validate_launch(const gd_program *p, uint32_t i, const gd_launch *l, 
       return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
                   "%s: patch at offset %u does not lie inside one parameter", lbl, pt->offset);
     if (pt->slot >= p->nslots)
-      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "%s: patch at offset %u names slot %u; there are %u slots",
-                  lbl, pt->offset, pt->slot, p->nslots);
+      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                  "%s: patch at offset %u names slot %u; there are %u slots", lbl, pt->offset,
+                  pt->slot, p->nslots);
     if (pt->slot_offset >= p->slots[pt->slot].size)
       return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
                   "%s: patch at offset %u points %llu bytes into slot %u, which has %llu", lbl,
@@ -228,8 +235,9 @@ static int validate_launch(const gd_program *p, uint32_t i, const gd_launch *l, 
 static int check_range(uint32_t i, const char *what, const gd_program *p, uint32_t slot,
                        uint64_t off, uint64_t bytes, char *err, size_t errlen) {
   if (slot >= p->nslots)
-    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "step %u (%s): slot %u does not exist; there are %u slots", i,
-                what, slot, p->nslots);
+    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                "step %u (%s): slot %u does not exist; there are %u slots", i, what, slot,
+                p->nslots);
   if (!fits(off, bytes, p->slots[slot].size))
     return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
                 "step %u (%s): bytes %llu..%llu are outside slot %u, which has %llu", i, what,
@@ -253,16 +261,16 @@ static int check_nesting(const gd_program *p, uint32_t first, uint32_t count, ui
     uint64_t span = (uint64_t)cd->body + cd->orelse;
     if (i + 1 + span > end)
       return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
-                  "step %llu (%s): its %llu steps run past the end of the %s", (unsigned long long)i,
-                  st->kind == GD_STEP_WHILE ? "while" : "if", (unsigned long long)span,
-                  depth ? "enclosing branch" : "program");
+                  "step %llu (%s): its %llu steps run past the end of the %s",
+                  (unsigned long long)i, st->kind == GD_STEP_WHILE ? "while" : "if",
+                  (unsigned long long)span, depth ? "enclosing branch" : "program");
     if (depth + 1 > GD_MAX_COND_DEPTH)
       return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED,
                   "step %llu: conditional steps nest more than %u deep", (unsigned long long)i,
                   GD_MAX_COND_DEPTH);
     int rc = check_nesting(p, (uint32_t)i + 1, cd->body, depth + 1, err, errlen);
-    if (rc == 0) rc = check_nesting(p, (uint32_t)(i + 1 + cd->body), cd->orelse, depth + 1, err,
-                                   errlen);
+    if (rc == 0)
+      rc = check_nesting(p, (uint32_t)(i + 1 + cd->body), cd->orelse, depth + 1, err, errlen);
     if (rc < 0) return rc;
     i += 1 + span;
   }
@@ -271,25 +279,32 @@ static int check_nesting(const gd_program *p, uint32_t first, uint32_t count, ui
 
 int gd_program_validate(const gd_program *p, char *err, size_t errlen) {
   if (p->mode != GD_MODE_STAGED && p->mode != GD_MODE_STAGED_EX)
-    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "mode %u is not staged (0) or staged_ex (1)", p->mode);
+    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "mode %u is not staged (0) or staged_ex (1)",
+                p->mode);
   if (p->nslots > GD_MAX_SLOTS)
-    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "%u slots is over the limit of %u", p->nslots, GD_MAX_SLOTS);
+    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "%u slots is over the limit of %u",
+                p->nslots, GD_MAX_SLOTS);
   if (p->nsteps == 0) return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "the program has no steps");
   if (p->nsteps > GD_MAX_STEPS)
-    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "%u steps is over the limit of %u", p->nsteps, GD_MAX_STEPS);
+    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "%u steps is over the limit of %u",
+                p->nsteps, GD_MAX_STEPS);
   for (uint32_t s = 0; s < p->nslots; s++) {
     const gd_slot *sl = &p->slots[s];
     if (sl->role > GD_ROLE_SCRATCH)
-      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "slot %u: role %u is not input, output, inout or scratch",
-                  s, sl->role);
+      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                  "slot %u: role %u is not input, output, inout or scratch", s, sl->role);
     if (sl->flags & ~GD_SLOT_STAGED)
-      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "slot %u: unknown flags 0x%x", s, sl->flags);
+      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "slot %u: unknown flags 0x%x", s,
+                  sl->flags);
     if (sl->role == GD_ROLE_SCRATCH && sl->flags)
-      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "slot %u: a scratch slot cannot be staged", s);
-    if (sl->size == 0) return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "slot %u: size 0 is invalid", s);
+      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "slot %u: a scratch slot cannot be staged",
+                  s);
+    if (sl->size == 0)
+      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "slot %u: size 0 is invalid", s);
     if (sl->size > GD_MAX_SLOT_BYTES)
-      return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "slot %u: %llu bytes is over the limit of %llu", s,
-                  (unsigned long long)sl->size, (unsigned long long)GD_MAX_SLOT_BYTES);
+      return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED,
+                  "slot %u: %llu bytes is over the limit of %llu", s, (unsigned long long)sl->size,
+                  (unsigned long long)GD_MAX_SLOT_BYTES);
   }
   for (uint32_t i = 0; i < p->nsteps; i++) {
     const gd_step *st = &p->steps[i];
@@ -302,8 +317,8 @@ int gd_program_validate(const gd_program *p, char *err, size_t errlen) {
         const gd_memset *m = &st->u.memset;
         uint32_t es = m->element_size;
         if (es != 1 && es != 2 && es != 4)
-          return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "step %u (memset): element_size %u is not 1, 2 or 4",
-                      i, es);
+          return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                      "step %u (memset): element_size %u is not 1, 2 or 4", i, es);
         if (m->bytes == 0 || m->bytes % es || m->offset % es)
           return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
                       "step %u (memset): offset %llu and bytes %llu must be non-zero multiples of "
@@ -344,8 +359,8 @@ int gd_program_validate(const gd_program *p, char *err, size_t errlen) {
                       "step %u (while): the body must have at least one step and there is no else",
                       i);
         if (st->kind == GD_STEP_IF && (uint64_t)cd->body + cd->orelse == 0)
-          return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
-                      "step %u (if): both branches are empty", i);
+          return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "step %u (if): both branches are empty",
+                      i);
         break;
       }
       default:
@@ -429,8 +444,9 @@ int gd_program_encode(gd_program *p, uint8_t **buf, size_t *len, char *err, size
   }
   if (w.len > GD_MAX_PROGRAM_BYTES) {
     free(w.p);
-    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "the program encodes to %zu bytes, over the limit of %u",
-                w.len, GD_MAX_PROGRAM_BYTES);
+    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED,
+                "the program encodes to %zu bytes, over the limit of %u", w.len,
+                GD_MAX_PROGRAM_BYTES);
   }
   gd_sha256(w.p, w.len, p->id);
   *buf = w.p;
@@ -467,7 +483,8 @@ static int decode_launch(rbuf *r, uint32_t i, gd_launch *l, char *err, size_t er
   const uint8_t *name = r_take(r, nlen);
   if (!name) return TRUNC();
   if (memchr(name, 0, nlen))
-    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "step %u (launch): the function name contains a NUL byte", i);
+    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                "step %u (launch): the function name contains a NUL byte", i);
   memcpy(l->name, name, nlen);
   l->name[nlen] = '\0';
   for (int a = 0; a < 3; a++) l->grid[a] = r_u32(r);
@@ -476,8 +493,9 @@ static int decode_launch(rbuf *r, uint32_t i, gd_launch *l, char *err, size_t er
   l->nparams = r_u32(r);
   if (r->short_read) return TRUNC();
   if (l->nparams > GD_MAX_PARAMS)
-    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "step %u (launch %s): %u parameters is over the limit of %u",
-                i, l->name, l->nparams, GD_MAX_PARAMS);
+    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED,
+                "step %u (launch %s): %u parameters is over the limit of %u", i, l->name,
+                l->nparams, GD_MAX_PARAMS);
   if (l->nparams && !(l->params = calloc(l->nparams, sizeof *l->params)))
     return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
   for (uint32_t k = 0; k < l->nparams; k++) {
@@ -498,8 +516,9 @@ static int decode_launch(rbuf *r, uint32_t i, gd_launch *l, char *err, size_t er
   l->npatches = r_u32(r);
   if (r->short_read) return TRUNC();
   if (l->npatches > GD_MAX_PATCHES)
-    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "step %u (launch %s): %u pointer patches is over the limit of %u",
-                i, l->name, l->npatches, GD_MAX_PATCHES);
+    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED,
+                "step %u (launch %s): %u pointer patches is over the limit of %u", i, l->name,
+                l->npatches, GD_MAX_PATCHES);
   if (l->npatches && !(l->patches = calloc(l->npatches, sizeof *l->patches)))
     return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
   for (uint32_t k = 0; k < l->npatches; k++) {
@@ -510,22 +529,23 @@ static int decode_launch(rbuf *r, uint32_t i, gd_launch *l, char *err, size_t er
   return r->short_read ? TRUNC() : 0;
 }
 
-int gd_program_decode(const uint8_t *buf, size_t len, gd_program **out, char *err,
-                      size_t errlen) {
+int gd_program_decode(const uint8_t *buf, size_t len, gd_program **out, char *err, size_t errlen) {
   rbuf r = {.p = buf, .len = len};
   gd_program *p = NULL;
   int rc;
   *out = NULL;
   if (len > GD_MAX_PROGRAM_BYTES) {
-    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "the program encoding is %zu bytes, over the limit of %u",
-                len, GD_MAX_PROGRAM_BYTES);
+    return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED,
+                "the program encoding is %zu bytes, over the limit of %u", len,
+                GD_MAX_PROGRAM_BYTES);
   }
   uint32_t magic = r_u32(&r), version = r_u32(&r);
   if (r.short_read || magic != GD_PROGRAM_MAGIC)
     return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "not a graphd program encoding (bad magic)");
   if (version != GD_ENCODING_VERSION)
-    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "program encoding version %u is not supported (want %u)",
-                version, GD_ENCODING_VERSION);
+    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                "program encoding version %u is not supported (want %u)", version,
+                GD_ENCODING_VERSION);
   p = calloc(1, sizeof *p);
   if (!p) return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
   p->mode = r_u32(&r);
@@ -536,8 +556,9 @@ int gd_program_decode(const uint8_t *buf, size_t len, gd_program **out, char *er
     goto fail;
   }
   if (p->nslots > GD_MAX_SLOTS || p->nsteps > GD_MAX_STEPS) {
-    rc = fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "%u slots and %u steps exceed the limits of %u and %u",
-              p->nslots, p->nsteps, GD_MAX_SLOTS, GD_MAX_STEPS);
+    rc = fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED,
+              "%u slots and %u steps exceed the limits of %u and %u", p->nslots, p->nsteps,
+              GD_MAX_SLOTS, GD_MAX_STEPS);
     goto fail;
   }
   p->slots = calloc(p->nslots ? p->nslots : 1, sizeof *p->slots);
@@ -593,7 +614,8 @@ int gd_program_decode(const uint8_t *buf, size_t len, gd_program **out, char *er
     goto fail;
   }
   if (r.off != len) {
-    rc = fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "%zu unexpected bytes after the last step", len - r.off);
+    rc = fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "%zu unexpected bytes after the last step",
+              len - r.off);
     goto fail;
   }
   if ((rc = gd_program_validate(p, err, errlen)) < 0) goto fail;

@@ -24,7 +24,7 @@
 #define GD_MAX_PARAM_BYTES 32764u /* what CUDA 12.1 and later take on Volta and newer */
 #define GD_MAX_PARAMS 1024u
 #define GD_MAX_PATCHES 1024u
-#define GD_MAX_COND_DEPTH 8u      /* conditional steps nested in each other */
+#define GD_MAX_COND_DEPTH 8u /* conditional steps nested in each other */
 #define GD_MAX_NAME 255u
 #define GD_MAX_SLOT_BYTES (1ull << 40)
 #define GD_MAX_GRID_X 0x7fffffffu
@@ -43,7 +43,7 @@ enum gd_step_kind {
   GD_STEP_MEMSET = 2,
   GD_STEP_COPY = 3,
   GD_STEP_WHILE = 4, /* the next `body` steps run while the condition word is non-zero */
-  GD_STEP_IF = 5,    /* the next `body` steps run if it is non-zero, the `orelse` after them if not */
+  GD_STEP_IF = 5, /* the next `body` steps run if it is non-zero, the `orelse` after them if not */
 };
 
 enum gd_mode { GD_MODE_STAGED = 0, GD_MODE_STAGED_EX = 1 };
@@ -67,7 +67,7 @@ typedef struct gd_param {
 } gd_param;
 
 typedef struct gd_patch {
-  uint32_t offset;      /* of the 8-byte pointer in the parameter buffer */
+  uint32_t offset; /* of the 8-byte pointer in the parameter buffer */
   uint32_t slot;
   uint64_t slot_offset; /* added to the slot's address */
 } gd_patch;
@@ -79,9 +79,9 @@ typedef struct gd_launch {
   uint32_t block[3];
   uint32_t shared_bytes;
   uint32_t nparams;
-  gd_param *params;      /* sorted by offset, non-overlapping */
+  gd_param *params; /* sorted by offset, non-overlapping */
   uint32_t param_bytes;
-  uint8_t *param_data;   /* param_bytes */
+  uint8_t *param_data; /* param_bytes */
   uint32_t npatches;
   gd_patch *patches;
 } gd_launch;
@@ -91,7 +91,7 @@ typedef struct gd_memset {
   uint32_t element_size; /* 1, 2 or 4 */
   uint32_t value;
   uint64_t offset;
-  uint64_t bytes;        /* multiple of element_size */
+  uint64_t bytes; /* multiple of element_size */
 } gd_memset;
 
 typedef struct gd_copy {
@@ -144,8 +144,7 @@ int gd_id_parse_hex(const char *hex, uint8_t id[GD_ID_LEN]);
  * -GRAPHD_INVALID_ARGUMENT / -GRAPHD_RESOURCE_EXHAUSTED (a cap) with err
  * naming the step, field and limit, e.g. "step 3 (launch scale2): patch at
  * offset 12 is not 8-byte aligned". */
-int gd_program_decode(const uint8_t *buf, size_t len, gd_program **out, char *err,
-                      size_t errlen);
+int gd_program_decode(const uint8_t *buf, size_t len, gd_program **out, char *err, size_t errlen);
 void gd_program_free(gd_program *p);
 
 /* Runs the structural stage on a program built in memory (the builder uses

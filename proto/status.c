@@ -5,9 +5,8 @@ static int positive(int s) { return s < 0 ? -s : s; }
 
 const char *graphd_strerror(int status) {
   switch (positive(status)) {
-#define GRAPHD_STATUS_DESC_(name, value, desc) \
-  case value:                                  \
-    return desc;
+#define GRAPHD_STATUS_DESC_(name, value, desc)                                                     \
+  case value: return desc;
     GRAPHD_STATUS_LIST(GRAPHD_STATUS_DESC_)
 #undef GRAPHD_STATUS_DESC_
   }
@@ -16,9 +15,8 @@ const char *graphd_strerror(int status) {
 
 const char *graphd_status_name(int status) {
   switch (positive(status)) {
-#define GRAPHD_STATUS_NAME_(name, value, desc) \
-  case value:                                  \
-    return #name;
+#define GRAPHD_STATUS_NAME_(name, value, desc)                                                     \
+  case value: return #name;
     GRAPHD_STATUS_LIST(GRAPHD_STATUS_NAME_)
 #undef GRAPHD_STATUS_NAME_
   }

@@ -9,9 +9,11 @@
 /* The public region kinds are the wire's, value for value. */
 _Static_assert((int)GRAPHD_REGION_VMM_FD == (int)GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD,
                "region kinds: VMM_FD");
-_Static_assert((int)GRAPHD_REGION_LEGACY_IPC == (int)GRAPHD__WIRE__REGION_KIND__REGION_KIND_LEGACY_IPC,
+_Static_assert((int)GRAPHD_REGION_LEGACY_IPC ==
+                   (int)GRAPHD__WIRE__REGION_KIND__REGION_KIND_LEGACY_IPC,
                "region kinds: LEGACY_IPC");
-_Static_assert((int)GRAPHD_REGION_HOST_MEMFD == (int)GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD,
+_Static_assert((int)GRAPHD_REGION_HOST_MEMFD ==
+                   (int)GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD,
                "region kinds: HOST_MEMFD");
 
 static int pack_frame(const ProtobufCMessage *m, size_t max_payload, uint8_t **frame,

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test suite: builds graphd with warnings as errors and runs every
+# The test suite: checks the C formatting (.clang-format), builds graphd
+# with warnings as errors and runs every
 # ctest (GPU tests skip with 77 where there is no GPU; on a GPU machine set
 # GRAPHD_REQUIRE_GPU=1 to make a skip a failure), then builds again under
 # ASan+UBSan and runs the unit tests there.
@@ -7,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc)
+scripts/check-format.sh
 
 # jaxlib's XLA FFI header, for the JAX handler and its tests (downloaded
 # once; without it the handler and test_xla are left out, with a message).

@@ -116,7 +116,8 @@ graphd_status gpu_replay_checked(graphd_client *c, graphd_stream *s, CUstream st
     hx[i] = (float)((seed * 2654435761u + i * 40503u) % 20011u) / 7.0f - 1400.0f;
     hc[i] = (float)(i % 977) * 0.25f;
   }
-  if (gcu->cuMemcpyHtoDAsync(x->ptr, hx, GN * 4, st) || gcu->cuMemsetD32Async(y->ptr, 0x7fc00000u, GN, st))
+  if (gcu->cuMemcpyHtoDAsync(x->ptr, hx, GN * 4, st) ||
+      gcu->cuMemsetD32Async(y->ptr, 0x7fc00000u, GN, st))
     return GRAPHD_INTERNAL;
   if (bind_c && gcu->cuMemcpyHtoDAsync(cc->ptr, hc, GN * 4, st)) return GRAPHD_INTERNAL;
   graphd_binding b[3] = {{0, x->ptr, GN * 4}, {3, y->ptr, GN * 4}, {1, cc->ptr, GN * 4}};
@@ -128,7 +129,8 @@ graphd_status gpu_replay_checked(graphd_client *c, graphd_stream *s, CUstream st
   if (memcmp(hy, want, sizeof hy) != 0) {
     for (uint32_t i = 0; i < GN; i++)
       if (memcmp(&hy[i], &want[i], 4)) {
-        fprintf(stderr, "y[%u] = %.9g, want %.9g (seed %u)\n", i, (double)hy[i], (double)want[i], seed);
+        fprintf(stderr, "y[%u] = %.9g, want %.9g (seed %u)\n", i, (double)hy[i], (double)want[i],
+                seed);
         break;
       }
     return GRAPHD_DATA_LOSS;

@@ -48,7 +48,8 @@ int main(int argc, char **argv) {
     int n = argc > 4 ? atoi(argv[4]) : 10;
     int captured = 0;
     for (int i = 0; i < n; i++) {
-      if (gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 1000u + (unsigned)i, &info) != GRAPHD_OK)
+      if (gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 1000u + (unsigned)i, &info) !=
+          GRAPHD_OK)
         return fail("replay", c);
       captured |= info.captured;
     }
@@ -58,8 +59,8 @@ int main(int argc, char **argv) {
       return fail("replay", c);
     /* Block the stream: the ready write of the next replay sits behind it,
      * so the daemon's stream waits for a ready value that never comes. */
-    volatile uint64_t *flag = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
-                                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    volatile uint64_t *flag =
+        mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     CUdeviceptr dflag;
     gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP);
     gcu->cuMemHostGetDevicePointer(&dflag, (void *)flag, 0);

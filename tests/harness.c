@@ -320,8 +320,8 @@ Graphd__Wire__Reply *td_raw_recv(int fd, int timeout_ms) {
   long long deadline = ms_now() + timeout_ms;
   uint8_t hdr[4];
   if (read_exact(fd, hdr, 4, deadline) < 0) return NULL;
-  uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
-                 (uint32_t)hdr[3] << 24;
+  uint32_t len =
+      (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 | (uint32_t)hdr[3] << 24;
   uint8_t *buf = malloc(len + 1);
   ck_assert_ptr_nonnull(buf);
   if (read_exact(fd, buf, len, deadline) < 0) {

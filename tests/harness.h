@@ -15,9 +15,9 @@
 
 typedef struct gd_test_daemon {
   pid_t pid;
-  char dir[64];        /* temporary directory, removed at stop */
+  char dir[64]; /* temporary directory, removed at stop */
   char socket[128];
-  char log[128];       /* the daemon's stderr */
+  char log[128]; /* the daemon's stderr */
 } gd_test_daemon;
 
 /* Starts graphd with --socket and --log-level debug plus the given args

@@ -34,9 +34,9 @@ graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_
   return st;
 }
 
-graphd_status fault_program_register(graphd_client *c, const uint8_t mod[32],
-                                     graphd_slot_role slot, uint32_t bytes, uint32_t block,
-                                     uint32_t kind, uint8_t pid[32]) {
+graphd_status fault_program_register(graphd_client *c, const uint8_t mod[32], graphd_slot_role slot,
+                                     uint32_t bytes, uint32_t block, uint32_t kind,
+                                     uint8_t pid[32]) {
   graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
   uint32_t g[3] = {1, 1, 1}, b[3] = {block, 1, 1};
   graphd_program_add_slot(p, slot, bytes, slot == GRAPHD_SLOT_INPUT);

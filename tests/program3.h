@@ -13,15 +13,15 @@
 /* Builds and registers it; pid gets its id. Returns the first failure's
  * status, with the message on stderr. */
 graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
-                                 uint32_t n, uint8_t pid[32]);
+                                uint32_t n, uint8_t pid[32]);
 
 /* The one-launch staged program of the fault tests: `fault(kind)` from mod
  * (tests/kernels), one block of `block` threads, and one slot (a staged
  * input or a scratch slot of `bytes`, as the test binds it or not).
  * Builds and registers it; pid gets its id. */
-graphd_status fault_program_register(graphd_client *c, const uint8_t mod[32],
-                                     graphd_slot_role slot, uint32_t bytes, uint32_t block,
-                                     uint32_t kind, uint8_t pid[32]);
+graphd_status fault_program_register(graphd_client *c, const uint8_t mod[32], graphd_slot_role slot,
+                                     uint32_t bytes, uint32_t block, uint32_t kind,
+                                     uint8_t pid[32]);
 
 /* The conditional test program over x (slot 0, n floats, in-out) and ctl
  * (slot 1, two 4-byte words, in-out):

@@ -43,8 +43,8 @@ END_TEST
 static int run_daemon(const char *libcuda, const char *backend, char *out, size_t n) {
   setenv("GRAPHD_LIBCUDA", libcuda, 1);
   /* A daemon that wrongly comes up is caught by td_run's time limit. */
-  char *run[] = {GRAPHD_BIN, "--backend", (char *)backend, "--socket",
-                 "/tmp/graphd-drv-test.sock", NULL};
+  char *run[] = {GRAPHD_BIN, "--backend", (char *)backend, "--socket", "/tmp/graphd-drv-test.sock",
+                 NULL};
   return td_run(run, out, n, 3000);
 }
 

@@ -294,8 +294,8 @@ START_TEST(test_daemon_devices_flag_selects_and_orders) {
   td_cleanup(&d);
 
   char out[4096];
-  char *argv[] = {GRAPHD_BIN, "--host-devices", "2", "--devices", "5", "--socket",
-                  "/tmp/graphd-never.sock", NULL};
+  char *argv[] = {GRAPHD_BIN, "--host-devices",         "2", "--devices", "5",
+                  "--socket", "/tmp/graphd-never.sock", NULL};
   ck_assert_int_ne(td_run(argv, out, sizeof out, 10000), 0);
   ck_assert_msg(strstr(out, "no host device '5'"), "%s", out);
 }

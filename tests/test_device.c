@@ -365,7 +365,8 @@ static const gd_regprog *cond_program(fixture *f) {
   set_launch(&steps[1], &lf[0], f->mod, "scale", 2, 0, 0, 2, w2);
   set_launch(&steps[2], &lf[1], f->mod, "count_down", 1, 1, 0, 0, NULL);
   steps[2].u.launch.grid[0] = 1;
-  steps[3] = (gd_step){.kind = GD_STEP_IF, .u.cond = {.slot = 1, .offset = 4, .body = 1, .orelse = 1}};
+  steps[3] =
+      (gd_step){.kind = GD_STEP_IF, .u.cond = {.slot = 1, .offset = 4, .body = 1, .orelse = 1}};
   set_launch(&steps[4], &lf[2], f->mod, "scale", 2, 0, 0, 2, w3);
   set_launch(&steps[5], &lf[3], f->mod, "scale", 2, 0, 0, 2, w5);
   gd_program p = {.mode = GD_MODE_STAGED, .nslots = 2, .slots = slots, .nsteps = 6, .steps = steps};

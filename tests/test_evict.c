@@ -222,7 +222,7 @@ START_TEST(test_fault_on_one_device_resets_it_alone) {
   }
   ck_assert_uint_eq(d1.epoch, 1);
   ck_assert_str_eq(d1.state, "ok");
-  ck_assert_uint_eq(d1.counters.captures, 0);   /* dropped with the old context */
+  ck_assert_uint_eq(d1.counters.captures, 0); /* dropped with the old context */
   ck_assert_uint_eq(d1.counters.staging_bytes, 0);
   ck_assert_uint_ge(d1.counters.errors, 1);
   /* The faulted device's session was closed: the client must reconnect. */
@@ -565,8 +565,8 @@ START_TEST(test_budget_evicts_the_least_recently_used) {
   ck_assert_int_eq(replay_n(&k, a, 1024), GRAPHD_OK);
   ck_assert_int_eq(replay_n(&k, b, 1280), GRAPHD_OK);
   ck_assert_uint_eq(counters(k.c, 0).staging_bytes, 128u << 10); /* exactly full */
-  ck_assert_int_eq(replay_n(&k, a, 1024), GRAPHD_OK);  /* a is now the more recent */
-  ck_assert_int_eq(replay_n(&k, c3, 1536), GRAPHD_OK); /* b must make room */
+  ck_assert_int_eq(replay_n(&k, a, 1024), GRAPHD_OK);            /* a is now the more recent */
+  ck_assert_int_eq(replay_n(&k, c3, 1536), GRAPHD_OK);           /* b must make room */
   ck_assert(listed(k.c, a));
   ck_assert(!listed(k.c, b));
   ck_assert(listed(k.c, c3));

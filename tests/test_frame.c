@@ -173,8 +173,8 @@ START_TEST(test_frame_too_many_fds_are_closed_not_leaked) {
     struct cmsghdr a;
   } ctl;
   struct iovec iov = {.iov_base = buf, .iov_len = 5};
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
-                     .msg_controllen = sizeof ctl.b};
+  struct msghdr m = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
   struct cmsghdr *c = CMSG_FIRSTHDR(&m);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;

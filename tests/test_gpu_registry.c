@@ -69,7 +69,8 @@ static void register_and_id(graphd_client *c, graphd_program *p, uint8_t pid[32]
 START_TEST(test_gpu_ptx_and_cubin_load_once_per_device) {
   ck_assert_msg(HAVE_CUDA_KERNELS, "the build made no CUDA test kernels (no nvcc)");
   graphd_client *c = td_data(&d, 0);
-  const char *files[] = {TEST_KERNEL_DIR "/test_kernels.ptx", TEST_KERNEL_DIR "/test_kernels.cubin"};
+  const char *files[] = {TEST_KERNEL_DIR "/test_kernels.ptx",
+                         TEST_KERNEL_DIR "/test_kernels.cubin"};
   graphd_module_kind kinds[] = {GRAPHD_MODULE_PTX, GRAPHD_MODULE_CUBIN};
   for (int k = 0; k < 2; k++) {
     size_t len;
@@ -88,9 +89,10 @@ START_TEST(test_gpu_ptx_and_cubin_load_once_per_device) {
     ck_assert_int_eq(graphd_prepare_program(c, pid, &info), GRAPHD_OK);
     double cached = now_us() - t0;
     ck_assert_uint_eq(info.modules_loaded, 0);
-    printf("FIGURE module %s (%zu bytes): first load %.2f ms on the daemon (%.2f ms round trip); "
-           "cached prepare %.1f us round trip\n",
-           k == 0 ? "PTX" : "CUBIN", len, load_ms, first / 1e3, cached);
+    printf(
+        "FIGURE module %s (%zu bytes): first load %.2f ms on the daemon (%.2f ms round trip); "
+        "cached prepare %.1f us round trip\n",
+        k == 0 ? "PTX" : "CUBIN", len, load_ms, first / 1e3, cached);
     /* Another program on the same module does not load it again. */
     graphd_program *q = program_for(mod, "accumulate", 4, 0);
     /* accumulate takes 3 parameters: this program passes 4 and fails the
@@ -138,8 +140,9 @@ START_TEST(test_gpu_device_stage_refuses_wrong_sizes_and_too_much_shared_memory)
   graphd_program *p = program_for(mod, "scale", 8, 0);
   register_and_id(c, p, pid);
   ck_assert_int_eq(graphd_prepare_program(c, pid, NULL), GRAPHD_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(graphd_last_error(c), "parameter 2 is 8 bytes at offset 16, but the "
-                                             "kernel's parameter 2 is 4 bytes at offset 16"),
+  ck_assert_msg(strstr(graphd_last_error(c),
+                       "parameter 2 is 8 bytes at offset 16, but the "
+                       "kernel's parameter 2 is 4 bytes at offset 16"),
                 "%s", graphd_last_error(c));
   graphd_program_free(p);
   /* No such function. */
@@ -175,8 +178,9 @@ static CUdeviceptr vmm_alloc(size_t size, CUdeviceptr at, CUmemGenericAllocation
   prop.location.id = 0;
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   size_t gran = 0;
-  ck_assert_int_eq(cu->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-                   CUDA_SUCCESS);
+  ck_assert_int_eq(
+      cu->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+      CUDA_SUCCESS);
   size = (size + gran - 1) / gran * gran;
   ck_assert_int_eq(cu->cuMemCreate(h, size, &prop, 0), CUDA_SUCCESS);
   CUdeviceptr va = at;
@@ -215,9 +219,10 @@ START_TEST(test_gpu_vmm_region_is_imported_and_reuse_is_detected) {
   double cached = now_us() - t0;
   ck_assert_uint_eq(r2.region_id, r.region_id);
   ck_assert_uint_eq(device_region_bytes(c), size);
-  printf("FIGURE VMM region (%zu bytes): daemon import+map %.1f us; first register %.1f us "
-         "round trip; cached lookup %.2f us\n",
-         size, (double)r.import_ns / 1e3, first, cached);
+  printf(
+      "FIGURE VMM region (%zu bytes): daemon import+map %.1f us; first register %.1f us "
+      "round trip; cached lookup %.2f us\n",
+      size, (double)r.import_ns / 1e3, first, cached);
   /* Free it and map a new allocation at the same address without telling
    * graphd: the cache sees a new identity and registers again. */
   ck_assert_int_eq(cu->cuMemUnmap(va, size), CUDA_SUCCESS);
@@ -252,9 +257,10 @@ START_TEST(test_gpu_legacy_region_is_imported) {
   ck_assert_int_eq(graphd_region_register(c, p, 256, &r2), GRAPHD_OK);
   double cached = now_us() - t0;
   ck_assert_uint_eq(r2.region_id, r.region_id);
-  printf("FIGURE legacy IPC region (%llu bytes): daemon cuIpcOpenMemHandle %.1f us; first "
-         "register %.1f us round trip; cached lookup %.2f us\n",
-         (unsigned long long)r.size, (double)r.import_ns / 1e3, first, cached);
+  printf(
+      "FIGURE legacy IPC region (%llu bytes): daemon cuIpcOpenMemHandle %.1f us; first "
+      "register %.1f us round trip; cached lookup %.2f us\n",
+      (unsigned long long)r.size, (double)r.import_ns / 1e3, first, cached);
   /* The rule for legacy memory: unregister, then free. */
   ck_assert_int_eq(graphd_region_forget(c, p), GRAPHD_OK);
   ck_assert_uint_eq(device_region_bytes(c), 0);

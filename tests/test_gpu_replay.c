@@ -89,8 +89,9 @@ static void fixture_up(fixture *f, unsigned seed) {
   ck_assert_int_eq(gbuf_alloc(&f->x, GN * 4, 1), 0);
   ck_assert_int_eq(gbuf_alloc(&f->y, GN * 4, 1), 0);
   ck_assert_int_eq(gbuf_alloc(&f->cc, GN * 4, 1), 0);
-  ck_assert_int_eq(gpu_replay_checked(f->c, f->s, f->st, f->pid, &f->x, &f->y, &f->cc, 1, seed, NULL),
-                   GRAPHD_OK);
+  ck_assert_int_eq(
+      gpu_replay_checked(f->c, f->s, f->st, f->pid, &f->x, &f->y, &f->cc, 1, seed, NULL),
+      GRAPHD_OK);
 }
 
 /* Loops and branches as CUDA conditional nodes: each count of passes and
@@ -101,8 +102,10 @@ START_TEST(test_gpu_conditional_loops_and_branches_are_exact) {
   graphd_client *c = session();
   uint8_t pid[2][32];
   for (int m = 0; m < 2; m++)
-    ck_assert_msg(gpu_cond_program(c, TEST_KERNEL_DIR, m ? GRAPHD_MODE_STAGED_EX : GRAPHD_MODE_STAGED,
-                                   pid[m]) == GRAPHD_OK, "%s", graphd_last_error(c));
+    ck_assert_msg(
+        gpu_cond_program(c, TEST_KERNEL_DIR, m ? GRAPHD_MODE_STAGED_EX : GRAPHD_MODE_STAGED,
+                         pid[m]) == GRAPHD_OK,
+        "%s", graphd_last_error(c));
   CUstream st;
   ck_assert_int_eq(gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   graphd_stream *s;
@@ -131,14 +134,16 @@ START_TEST(test_gpu_conditional_loops_and_branches_are_exact) {
       ck_assert_int_eq(gcu->cuStreamSynchronize(st), CUDA_SUCCESS);
       for (uint32_t i = 0; i < GN; i++) {
         float want = cond_program_expect(hx[i], cases[k][0], cases[k][1]);
-        ck_assert_msg(memcmp(&got[i], &want, 4) == 0, "mode %d case %zu: x[%u] = %.9g, want %.9g", m,
-                      k, i, (double)got[i], (double)want);
+        ck_assert_msg(memcmp(&got[i], &want, 4) == 0, "mode %d case %zu: x[%u] = %.9g, want %.9g",
+                      m, k, i, (double)got[i], (double)want);
       }
       ck_assert_uint_eq(back[0], 0);
       ck_assert_uint_eq(back[1], cases[k][1]);
     }
-  printf("FIGURE conditional steps: %d checked replays (loops of 0 to 40 passes, both branches, "
-         "both modes) in %.1f ms\n", n, now_ms() - t0);
+  printf(
+      "FIGURE conditional steps: %d checked replays (loops of 0 to 40 passes, both branches, "
+      "both modes) in %.1f ms\n",
+      n, now_ms() - t0);
   graphd_close(c);
 }
 END_TEST
@@ -165,8 +170,8 @@ START_TEST(test_gpu_thousand_replays_over_vmm_and_legacy_are_bit_exact_in_both_m
     int n = mode ? 300 : 1000;
     double t0 = now_ms();
     for (int i = 0; i < n; i++) {
-      graphd_status r = gpu_replay_checked(c, s, st, pid, &x[i % 4], &y[(i + 1) % 4], &cc,
-                                           i == 0, (unsigned)i, &info);
+      graphd_status r = gpu_replay_checked(c, s, st, pid, &x[i % 4], &y[(i + 1) % 4], &cc, i == 0,
+                                           (unsigned)i, &info);
       ck_assert_msg(r == GRAPHD_OK, "%s replay %d: %s", mode ? "staged_ex" : "staged", i,
                     graphd_last_error(c));
       if (i == 0) {
@@ -292,9 +297,11 @@ START_TEST(test_gpu_dead_daemon_releases_the_client_stream) {
   /* Hold our stream so the next replay's ready write waits, then let the
    * replay be queued: our stream now waits on a done the daemon will
    * never write. */
-  volatile uint64_t *flag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  volatile uint64_t *flag =
+      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   CUdeviceptr dflag;
-  ck_assert_int_eq(gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+  ck_assert_int_eq(gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP),
+                   CUDA_SUCCESS);
   ck_assert_int_eq(gcu->cuMemHostGetDevicePointer(&dflag, (void *)flag, 0), CUDA_SUCCESS);
   gcu->cuStreamWaitValue64(st, dflag, 1, CU_STREAM_WAIT_VALUE_GEQ);
   graphd_binding b[2] = {{0, x.ptr, GN * 4}, {3, y.ptr, GN * 4}};
@@ -304,8 +311,7 @@ START_TEST(test_gpu_dead_daemon_releases_the_client_stream) {
   __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
   ck_assert_int_eq(gcu->cuStreamSynchronize(st), CUDA_SUCCESS);
   double released = now_ms() - t0;
-  printf("FIGURE dead daemon: the client's stream was released %.1f ms after SIGKILL\n",
-         released);
+  printf("FIGURE dead daemon: the client's stream was released %.1f ms after SIGKILL\n", released);
   ck_assert_double_lt(released, 1000.0);
   ck_assert_int_eq(graphd_ping(c, NULL, 0), GRAPHD_UNAVAILABLE);
   ck_assert_msg(strstr(graphd_last_error(c), "undefined"), "%s", graphd_last_error(c));
@@ -329,9 +335,11 @@ static void *set_flag_later(void *arg) {
 START_TEST(test_gpu_close_after_daemon_death_waits_for_the_stream) {
   fixture f;
   fixture_up(&f, 4);
-  volatile uint64_t *flag = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  volatile uint64_t *flag =
+      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   CUdeviceptr dflag;
-  ck_assert_int_eq(gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP), CUDA_SUCCESS);
+  ck_assert_int_eq(gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP),
+                   CUDA_SUCCESS);
   ck_assert_int_eq(gcu->cuMemHostGetDevicePointer(&dflag, (void *)flag, 0), CUDA_SUCCESS);
   gcu->cuStreamWaitValue64(f.st, dflag, 1, CU_STREAM_WAIT_VALUE_GEQ);
   graphd_binding b[2] = {{0, f.x.ptr, GN * 4}, {3, f.y.ptr, GN * 4}};
@@ -381,8 +389,9 @@ START_TEST(test_gpu_fault_is_contained_and_the_device_comes_back) {
   const char *wrap = getenv("GRAPHD_TEST_WRAPPER");
   if (before.mps_enabled || (wrap && strstr(wrap, "compute-sanitizer"))) {
     /* memcheck reports the fault on purpose as an error, failing its run. */
-    printf("NOTE the fault test runs neither under MPS (a fault reaches every MPS client) nor "
-           "under compute-sanitizer\n");
+    printf(
+        "NOTE the fault test runs neither under MPS (a fault reaches every MPS client) nor "
+        "under compute-sanitizer\n");
     graphd_stream_detach(f.s);
     graphd_close(f.c);
     graphd_close(ctl);
@@ -414,9 +423,10 @@ START_TEST(test_gpu_fault_is_contained_and_the_device_comes_back) {
   graphd_close(ctl);
   if (gone == d.pid) {
     d.pid = 0;
-    printf("FIGURE GPU fault: client stream released after %.1f ms; the driver refused a new "
-           "context, graphd exited with status %d after %.1f ms\n",
-           released, WIFEXITED(wst) ? WEXITSTATUS(wst) : -1, settled);
+    printf(
+        "FIGURE GPU fault: client stream released after %.1f ms; the driver refused a new "
+        "context, graphd exited with status %d after %.1f ms\n",
+        released, WIFEXITED(wst) ? WEXITSTATUS(wst) : -1, settled);
     if (!WIFEXITED(wst) || WEXITSTATUS(wst) != 3) td_log_print(&d, "");
     ck_assert(WIFEXITED(wst));
     ck_assert_int_eq(WEXITSTATUS(wst), 3);
@@ -425,9 +435,10 @@ START_TEST(test_gpu_fault_is_contained_and_the_device_comes_back) {
     td_cleanup(&d);
     setup();
   } else {
-    printf("FIGURE GPU fault: client stream released after %.1f ms, device reset in place "
-           "(epoch %llu) after %.1f ms\n",
-           released, (unsigned long long)after.epoch, settled);
+    printf(
+        "FIGURE GPU fault: client stream released after %.1f ms, device reset in place "
+        "(epoch %llu) after %.1f ms\n",
+        released, (unsigned long long)after.epoch, settled);
     if (after.epoch != before.epoch + 1 || strcmp(after.state, "ok") != 0) td_log_print(&d, "");
     ck_assert_uint_eq(after.epoch, before.epoch + 1);
     ck_assert_str_eq(after.state, "ok");
@@ -488,9 +499,8 @@ START_TEST(test_gpu_eviction_gives_the_memory_back_and_recaptures) {
   ck_assert_uint_eq(k.evictions, 1);
   graphd_replay_info info;
   for (unsigned i = 0; i < 50; i++) {
-    ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x, &f.y, &f.cc, 1, 200 + i,
-                                        &info),
-                     GRAPHD_OK);
+    ck_assert_int_eq(
+        gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x, &f.y, &f.cc, 1, 200 + i, &info), GRAPHD_OK);
     ck_assert_int_eq(info.captured, i == 0);
   }
   k = counters(f.c);
@@ -584,9 +594,10 @@ START_TEST(test_gpu_hung_client_is_cut_off_only_when_it_blocks_someone) {
   ck_assert_int_eq(graphd_replay(c, s, pid, b, 2, NULL), GRAPHD_OK);
   ck_assert_int_eq(gcu->cuStreamSynchronize(st), CUDA_SUCCESS);
   double released = now_ms() - t0;
-  printf("FIGURE hung client (alive, 1 s ready timeout already passed): the session behind it "
-         "was released %.1f ms after its replay was queued\n",
-         released);
+  printf(
+      "FIGURE hung client (alive, 1 s ready timeout already passed): the session behind it "
+      "was released %.1f ms after its replay was queued\n",
+      released);
   ck_assert_double_lt(released, 1000.0);
   for (int i = 0; i < 100 && sessions_now(c) != 1; i++) usleep(10000);
   ck_assert_uint_eq(sessions_now(c), 1);

@@ -37,8 +37,8 @@ static void check_uniform(uint64_t scale) {
   for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
     double want = qs[i] * (double)(n * scale);
     double got = (double)gd_hist_quantile(&h, qs[i]);
-    ck_assert_msg(got >= want && got <= want * 1.125 + 1, "q %.2f scale %llu: %.0f for %.0f",
-                  qs[i], (unsigned long long)scale, got, want);
+    ck_assert_msg(got >= want && got <= want * 1.125 + 1, "q %.2f scale %llu: %.0f for %.0f", qs[i],
+                  (unsigned long long)scale, got, want);
   }
   ck_assert_uint_eq(gd_hist_quantile(&h, 1.0), n * scale);
   ck_assert_uint_eq(h.max, n * scale);
@@ -59,7 +59,7 @@ START_TEST(test_skewed_tail_and_cap_at_max) {
   uint64_t p999 = gd_hist_quantile(&h, 0.999);
   ck_assert_uint_ge(p50, 30000);
   ck_assert_uint_le(p50, 30000 * 9 / 8);
-  ck_assert_uint_eq(p99, p50);       /* the 1% of stalls is not in p99 */
+  ck_assert_uint_eq(p99, p50);      /* the 1% of stalls is not in p99 */
   ck_assert_uint_eq(p999, 5000000); /* the top bucket is capped at the max */
   gd_hist_add(&h, UINT64_MAX);
   ck_assert_uint_eq(gd_hist_quantile(&h, 1.0), UINT64_MAX);

@@ -44,13 +44,10 @@ START_TEST(test_options_set_rejects_bad_values_with_the_setting_named) {
   ck_assert_uint_eq(o.max_frame, 4u << 20);
   ck_assert_int_eq(options_set(&o, "max-frame", "12", err, sizeof err), -GRAPHD_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err, "max-frame"));
-  ck_assert_int_eq(options_set(&o, "backend", "opencl", err, sizeof err),
-                   -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_int_eq(options_set(&o, "backend", "opencl", err, sizeof err), -GRAPHD_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err, "auto, cuda, host"));
-  ck_assert_int_eq(options_set(&o, "socket-mode", "rw", err, sizeof err),
-                   -GRAPHD_INVALID_ARGUMENT);
-  ck_assert_int_eq(options_set(&o, "host-devices", "0", err, sizeof err),
-                   -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_int_eq(options_set(&o, "socket-mode", "rw", err, sizeof err), -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_int_eq(options_set(&o, "host-devices", "0", err, sizeof err), -GRAPHD_INVALID_ARGUMENT);
   ck_assert_int_eq(options_set(&o, "ready-timeout", "-3", err, sizeof err),
                    -GRAPHD_INVALID_ARGUMENT);
   ck_assert_int_eq(options_set(&o, "no-such-thing", "1", err, sizeof err),
@@ -73,8 +70,9 @@ START_TEST(test_options_config_file_is_read_in_its_section) {
   gd_options o;
   char err[256];
   options_defaults(&o);
-  const char *p = write_tmp("# comment\n[graphd]\nsocket = /tmp/conf.sock\nmax-frame = 1M\n"
-                            "host-devices = 3\nlog-level = debug\n");
+  const char *p = write_tmp(
+      "# comment\n[graphd]\nsocket = /tmp/conf.sock\nmax-frame = 1M\n"
+      "host-devices = 3\nlog-level = debug\n");
   ck_assert_int_eq(options_load_file(&o, p, err, sizeof err), 0);
   ck_assert_str_eq(o.socket_path, "/tmp/conf.sock");
   ck_assert_uint_eq(o.max_frame, 1u << 20);

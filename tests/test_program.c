@@ -40,10 +40,14 @@ static uint8_t *from_hex(const char *hex, size_t *len) {
   int half = -1;
   for (const char *c = hex; *c; c++) {
     int v;
-    if (*c >= '0' && *c <= '9') v = *c - '0';
-    else if (*c >= 'a' && *c <= 'f') v = *c - 'a' + 10;
-    else if (*c == ' ' || *c == '\n') continue;
-    else ck_abort_msg("bad hex digit '%c'", *c);
+    if (*c >= '0' && *c <= '9')
+      v = *c - '0';
+    else if (*c >= 'a' && *c <= 'f')
+      v = *c - 'a' + 10;
+    else if (*c == ' ' || *c == '\n')
+      continue;
+    else
+      ck_abort_msg("bad hex digit '%c'", *c);
     if (half < 0) {
       half = v;
     } else {
@@ -56,7 +60,7 @@ static uint8_t *from_hex(const char *hex, size_t *len) {
   return out;
 }
 
-#define ASSERT_MSG(msg, needle) \
+#define ASSERT_MSG(msg, needle)                                                                    \
   ck_assert_msg(strstr((msg), (needle)) != NULL, "message \"%s\" lacks \"%s\"", (msg), (needle))
 
 /* --- the golden program -------------------------------------------------- */
@@ -74,13 +78,13 @@ static const char golden_hex[] =
     /* step 0: launch */
     "01000000"
     "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f" /* module id */
-    "06000000 7363616c6532"         /* "scale2" */
-    "02000000 01000000 01000000"    /* grid 2,1,1 */
-    "80000000 01000000 01000000"    /* block 128,1,1 */
-    "00000000"                      /* shared bytes */
-    "02000000 00000000 04000000 08000000 08000000" /* params (0,4) (8,8) */
-    "10000000 44332211 00000000 0000000000000000"  /* 16 parameter bytes */
-    "01000000 08000000 00000000 1000000000000000"  /* patch: offset 8 -> slot 0 + 16 */
+    "06000000 7363616c6532"                                            /* "scale2" */
+    "02000000 01000000 01000000"                                       /* grid 2,1,1 */
+    "80000000 01000000 01000000"                                       /* block 128,1,1 */
+    "00000000"                                                         /* shared bytes */
+    "02000000 00000000 04000000 08000000 08000000"                     /* params (0,4) (8,8) */
+    "10000000 44332211 00000000 0000000000000000"                      /* 16 parameter bytes */
+    "01000000 08000000 00000000 1000000000000000" /* patch: offset 8 -> slot 0 + 16 */
     /* step 1: memset slot 1, element 4, value 0xdeadbeef, offset 0, 64 bytes */
     "02000000 01000000 04000000 efbeadde 0000000000000000 4000000000000000"
     /* step 2: copy to slot 1 at 8 from slot 0 at 0, 32 bytes */
@@ -92,8 +96,17 @@ static const char golden_id_hex[] =
 
 /* Byte offsets of fields in the golden encoding. */
 enum {
-  G_VERSION = 4, G_MODE = 8, G_NSLOTS = 12, G_STEP0 = 52, G_NLEN = 88, G_NAME = 92,
-  G_NPARAMS = 126, G_PARAM_BYTES = 146, G_NPATCHES = 166, G_STEP1 = 186, G_STEP2 = 218,
+  G_VERSION = 4,
+  G_MODE = 8,
+  G_NSLOTS = 12,
+  G_STEP0 = 52,
+  G_NLEN = 88,
+  G_NAME = 92,
+  G_NPARAMS = 126,
+  G_PARAM_BYTES = 146,
+  G_NPATCHES = 166,
+  G_STEP1 = 186,
+  G_STEP2 = 218,
   G_LEN = 254,
 };
 
@@ -176,8 +189,23 @@ END_TEST
 /* --- identity ------------------------------------------------------------ */
 
 enum change {
-  SAME, PARAM_ORDER, SLOT_SIZE, ROLE, STAGED, MODE, GRID, BLOCK, SHARED, PARAM_BYTE,
-  PATCH_SLOT_OFFSET, PATCH_SLOT, FUNCTION, MODULE_ID, MEMSET_VALUE, COPY_BYTES, STEP_ORDER,
+  SAME,
+  PARAM_ORDER,
+  SLOT_SIZE,
+  ROLE,
+  STAGED,
+  MODE,
+  GRID,
+  BLOCK,
+  SHARED,
+  PARAM_BYTE,
+  PATCH_SLOT_OFFSET,
+  PATCH_SLOT,
+  FUNCTION,
+  MODULE_ID,
+  MEMSET_VALUE,
+  COPY_BYTES,
+  STEP_ORDER,
   NCHANGES,
 };
 
@@ -198,22 +226,25 @@ static uint8_t *build_variant(enum change c, uint8_t id[32], size_t *len) {
                                     c == SHARED ? 16 : 0);
   ck_assert_int_ge(s, 0);
   float scale = c == PARAM_BYTE ? 2.5f : 2.0f;
-  struct { uint64_t ptr; uint32_t n, pad; } args = {0, 1024, 0};
+  struct {
+    uint64_t ptr;
+    uint32_t n, pad;
+  } args = {0, 1024, 0};
   if (c == PARAM_ORDER) {
     ck_assert_int_eq(graphd_program_param(p, (uint32_t)s, 32, &scale, 4), GRAPHD_OK);
     ck_assert_int_eq(graphd_program_param(p, (uint32_t)s, 8, &args, 16), GRAPHD_OK);
     ck_assert_int_eq(graphd_program_patch(p, (uint32_t)s, 8, 0, 0), GRAPHD_OK);
-    ck_assert_int_eq(graphd_program_param_slot(p, (uint32_t)s, 24,
-                                               c == PATCH_SLOT ? 0 : 1, 0), GRAPHD_OK);
-    ck_assert_int_eq(graphd_program_param_slot(p, (uint32_t)s, 0, 0,
-                                               c == PATCH_SLOT_OFFSET ? 8 : 0), GRAPHD_OK);
+    ck_assert_int_eq(graphd_program_param_slot(p, (uint32_t)s, 24, c == PATCH_SLOT ? 0 : 1, 0),
+                     GRAPHD_OK);
+    ck_assert_int_eq(
+        graphd_program_param_slot(p, (uint32_t)s, 0, 0, c == PATCH_SLOT_OFFSET ? 8 : 0), GRAPHD_OK);
   } else {
-    ck_assert_int_eq(graphd_program_param_slot(p, (uint32_t)s, 0, 0,
-                                               c == PATCH_SLOT_OFFSET ? 8 : 0), GRAPHD_OK);
+    ck_assert_int_eq(
+        graphd_program_param_slot(p, (uint32_t)s, 0, 0, c == PATCH_SLOT_OFFSET ? 8 : 0), GRAPHD_OK);
     ck_assert_int_eq(graphd_program_param(p, (uint32_t)s, 8, &args, 16), GRAPHD_OK);
     ck_assert_int_eq(graphd_program_patch(p, (uint32_t)s, 8, 0, 0), GRAPHD_OK);
-    ck_assert_int_eq(graphd_program_param_slot(p, (uint32_t)s, 24,
-                                               c == PATCH_SLOT ? 0 : 1, 0), GRAPHD_OK);
+    ck_assert_int_eq(graphd_program_param_slot(p, (uint32_t)s, 24, c == PATCH_SLOT ? 0 : 1, 0),
+                     GRAPHD_OK);
     ck_assert_int_eq(graphd_program_param(p, (uint32_t)s, 32, &scale, 4), GRAPHD_OK);
   }
   if (c != STEP_ORDER) graphd_program_add_memset(p, 1, 0, 4096, 4, c == MEMSET_VALUE ? 1 : 0);
@@ -254,10 +285,23 @@ START_TEST(test_program_param_order_does_not_change_the_id) {
 END_TEST
 
 START_TEST(test_program_any_single_change_gives_a_different_id) {
-  static const char *const names[NCHANGES] = {
-      "same", "param order", "slot size", "role", "staged", "mode", "grid", "block", "shared",
-      "param byte", "patch slot offset", "patch slot", "function", "module id", "memset value",
-      "copy bytes", "step order"};
+  static const char *const names[NCHANGES] = {"same",
+                                              "param order",
+                                              "slot size",
+                                              "role",
+                                              "staged",
+                                              "mode",
+                                              "grid",
+                                              "block",
+                                              "shared",
+                                              "param byte",
+                                              "patch slot offset",
+                                              "patch slot",
+                                              "function",
+                                              "module id",
+                                              "memset value",
+                                              "copy bytes",
+                                              "step order"};
   uint8_t ids[NCHANGES][32];
   for (int c = 0; c < NCHANGES; c++) {
     size_t len;
@@ -327,8 +371,8 @@ START_TEST(test_program_patch_zeroes_the_bytes_under_it) {
   ck_assert_int_eq(gd_program_decode(enc, len, &g, err, sizeof err), 0);
   const gd_launch *l = &g->steps[0].u.launch;
   ck_assert_uint_eq(l->param_bytes, 32);
-  static const uint8_t want[32] = {7, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
-                                   0xff, 0xff};
+  static const uint8_t want[32] = {7,    0,    0,    0,    0,    0,    0,    0,
+                                   0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
   ck_assert_mem_eq(l->param_data, want, 32);
   ck_assert_uint_eq(l->npatches, 2);
   ck_assert_uint_eq(l->patches[0].offset, 16);
@@ -354,16 +398,16 @@ static graphd_program *small(void) {
   return p;
 }
 
-#define EXPECT_FAIL(p, call, status, needle)                               \
-  do {                                                                     \
-    ck_assert_int_eq((call), (status));                                    \
-    ASSERT_MSG(graphd_program_error(p), needle);                           \
+#define EXPECT_FAIL(p, call, status, needle)                                                       \
+  do {                                                                                             \
+    ck_assert_int_eq((call), (status));                                                            \
+    ASSERT_MSG(graphd_program_error(p), needle);                                                   \
   } while (0)
 
-#define EXPECT_NEG(p, call, needle)                                        \
-  do {                                                                     \
-    ck_assert_int_eq((call), -1);                                          \
-    ASSERT_MSG(graphd_program_error(p), needle);                           \
+#define EXPECT_NEG(p, call, needle)                                                                \
+  do {                                                                                             \
+    ck_assert_int_eq((call), -1);                                                                  \
+    ASSERT_MSG(graphd_program_error(p), needle);                                                   \
   } while (0)
 
 START_TEST(test_program_builder_refuses_a_parameter_twice_at_one_offset) {
@@ -519,8 +563,8 @@ START_TEST(test_program_builder_refuses_bad_launches) {
              "block.z is 65; it must be 1 to 64");
   EXPECT_NEG(p, graphd_program_add_launch(p, any_module, "k", grid1, bt, 0),
              "step 2 (launch k): block has 2048 threads; the limit is 1024");
-  EXPECT_NEG(p, graphd_program_add_launch(p, any_module, "k", grid1, block32,
-                                          GD_MAX_SHARED_BYTES + 1),
+  EXPECT_NEG(p,
+             graphd_program_add_launch(p, any_module, "k", grid1, block32, GD_MAX_SHARED_BYTES + 1),
              "232449 bytes of dynamic shared memory is over the limit of 232448");
   ck_assert_int_eq(graphd_program_add_launch(p, any_module, "k", ok, bok, GD_MAX_SHARED_BYTES), 2);
   graphd_program_free(p);
@@ -533,11 +577,13 @@ START_TEST(test_program_builder_refuses_bad_memsets_and_copies) {
              "step 1 (memset): element_size 3 is not 1, 2 or 4");
   EXPECT_NEG(p, graphd_program_add_memset(p, 0, 2, 16, 4, 0),
              "step 1 (memset): offset 2 and bytes 16 must be multiples of the element size 4");
-  EXPECT_NEG(p, graphd_program_add_memset(p, 0, 0, 6, 4, 0), "offset 0 and bytes 6 must be multiples");
+  EXPECT_NEG(p, graphd_program_add_memset(p, 0, 0, 6, 4, 0),
+             "offset 0 and bytes 6 must be multiples");
   EXPECT_NEG(p, graphd_program_add_memset(p, 0, 0, 0, 1, 0), "bytes non-zero");
   EXPECT_NEG(p, graphd_program_add_memset(p, 0, 0, 16, 1, 0x100),
              "step 1 (memset): value 0x100 does not fit in 1 byte(s)");
-  EXPECT_NEG(p, graphd_program_add_memset(p, 0, 0, 16, 2, 0x10000), "value 0x10000 does not fit in 2");
+  EXPECT_NEG(p, graphd_program_add_memset(p, 0, 0, 16, 2, 0x10000),
+             "value 0x10000 does not fit in 2");
   EXPECT_NEG(p, graphd_program_add_memset(p, 2, 0, 16, 1, 0),
              "step 1 (memset): slot 2 does not exist; there are 2 slots");
   EXPECT_NEG(p, graphd_program_add_memset(p, 1, 128, 132, 4, 0),
@@ -548,7 +594,8 @@ START_TEST(test_program_builder_refuses_bad_memsets_and_copies) {
   EXPECT_NEG(p, graphd_program_add_copy(p, 1, 0, 0, 0, 0), "step 2 (copy): bytes is 0");
   EXPECT_NEG(p, graphd_program_add_copy(p, 1, 200, 0, 0, 57),
              "step 2 (copy): 57 bytes at offset 200 are outside slot 1, which has 256");
-  EXPECT_NEG(p, graphd_program_add_copy(p, 1, 0, 0, 255, 2), "2 bytes at offset 255 are outside slot 0");
+  EXPECT_NEG(p, graphd_program_add_copy(p, 1, 0, 0, 255, 2),
+             "2 bytes at offset 255 are outside slot 0");
   EXPECT_NEG(p, graphd_program_add_copy(p, 1, 0, 9, 0, 2),
              "step 2 (copy): slot 9 does not exist; there are 2 slots");
   EXPECT_NEG(p, graphd_program_add_copy(p, 0, 64, 0, 0, 65),
@@ -592,7 +639,8 @@ END_TEST
 START_TEST(test_program_finish_runs_the_validator) {
   graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
   ck_assert_str_eq(graphd_program_error(p), "");
-  EXPECT_FAIL(p, graphd_program_finish(p, NULL), GRAPHD_INVALID_ARGUMENT, "the program has no steps");
+  EXPECT_FAIL(p, graphd_program_finish(p, NULL), GRAPHD_INVALID_ARGUMENT,
+              "the program has no steps");
   graphd_program_free(p);
 
   p = graphd_program_new((graphd_mode)5);
@@ -701,8 +749,20 @@ START_TEST(test_decode_refuses_every_truncation) {
     ck_assert_msg(gd_program_decode(b, n, &g, err, sizeof err) < 0, "prefix of %zu accepted", n);
     if (n >= 8) ck_assert_msg(strstr(err, "truncated"), "prefix of %zu: %s", n, err);
   }
-  size_t points[] = {8, 19, 30, 51, 60, G_NLEN + 2, G_NAME + 3, G_NPARAMS + 5, G_PARAM_BYTES + 9,
-                     G_NPATCHES + 10, G_STEP1 + 1, G_STEP1 + 20, G_STEP2 + 4, G_LEN - 1};
+  size_t points[] = {8,
+                     19,
+                     30,
+                     51,
+                     60,
+                     G_NLEN + 2,
+                     G_NAME + 3,
+                     G_NPARAMS + 5,
+                     G_PARAM_BYTES + 9,
+                     G_NPATCHES + 10,
+                     G_STEP1 + 1,
+                     G_STEP1 + 20,
+                     G_STEP2 + 4,
+                     G_LEN - 1};
   for (size_t k = 0; k < sizeof points / sizeof points[0]; k++)
     decode_expect(b, points[k], INVALID, "the program encoding is truncated");
   free(b);
@@ -730,7 +790,8 @@ START_TEST(test_decode_step_errors) {
   decode_expect(b, len, INVALID, "step 1: kind 0 is not launch, memset, copy, while or if");
   put_u32(b + G_STEP1, GD_STEP_MEMSET);
   put_u32(b + G_NLEN, GD_MAX_NAME + 1);
-  decode_expect(b, len, EXHAUSTED, "step 0 (launch): the function name is 256 bytes, over the limit of 255");
+  decode_expect(b, len, EXHAUSTED,
+                "step 0 (launch): the function name is 256 bytes, over the limit of 255");
   put_u32(b + G_NLEN, 6);
   b[G_NAME + 2] = 0;
   decode_expect(b, len, INVALID, "step 0 (launch): the function name contains a NUL byte");
@@ -846,7 +907,8 @@ START_TEST(test_program_builder_nests_loops_and_branches) {
   graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, 64, 1);
   EXPECT_NEG(p, graphd_program_begin_while(p, 0, 6),
              "step 0 (while): the condition word at offset 6 is not 4-byte aligned");
-  EXPECT_NEG(p, graphd_program_begin_if(p, 0, 64), "step 0 (if): 4 bytes at offset 64 are outside slot 0");
+  EXPECT_NEG(p, graphd_program_begin_if(p, 0, 64),
+             "step 0 (if): 4 bytes at offset 64 are outside slot 0");
   graphd_program_free(p);
 
   p = graphd_program_new(GRAPHD_MODE_STAGED);
@@ -879,7 +941,8 @@ START_TEST(test_program_builder_nests_loops_and_branches) {
   graphd_program_add_memset(p, 0, 24, 8, 4, 2);
   graphd_program_add_memset(p, 0, 32, 8, 4, 3);
   graphd_program_end(p, (uint32_t)b);
-  EXPECT_FAIL(p, graphd_program_finish(p, NULL), GRAPHD_INVALID_ARGUMENT, "step 0 (while) is not ended");
+  EXPECT_FAIL(p, graphd_program_finish(p, NULL), GRAPHD_INVALID_ARGUMENT,
+              "step 0 (while) is not ended");
   graphd_program_free(p);
   p = graphd_program_new(GRAPHD_MODE_STAGED);
   graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, 64, 1);

@@ -29,7 +29,7 @@ static const char *lim(const char *fmt, ...) {
 #define INVALID GRAPHD_INVALID_ARGUMENT
 #define EXHAUSTED GRAPHD_RESOURCE_EXHAUSTED
 
-#define ASSERT_MSG(msg, needle) \
+#define ASSERT_MSG(msg, needle)                                                                    \
   ck_assert_msg(strstr((msg), (needle)) != NULL, "message \"%s\" lacks \"%s\"", (msg), (needle))
 
 /* Three slots (input 256, output 256, scratch 64) and three steps:
@@ -72,10 +72,11 @@ static void fx_init(fx *f) {
   l->npatches = 2;
   l->patches = f->patches;
   f->steps[1].kind = GD_STEP_MEMSET;
-  f->steps[1].u.memset = (gd_memset){.slot = 2, .element_size = 4, .value = 0, .offset = 0, .bytes = 64};
+  f->steps[1].u.memset =
+      (gd_memset){.slot = 2, .element_size = 4, .value = 0, .offset = 0, .bytes = 64};
   f->steps[2].kind = GD_STEP_COPY;
-  f->steps[2].u.copy = (gd_copy){.dst_slot = 1, .src_slot = 0, .dst_offset = 128, .src_offset = 0,
-                                 .bytes = 128};
+  f->steps[2].u.copy =
+      (gd_copy){.dst_slot = 1, .src_slot = 0, .dst_offset = 128, .src_offset = 0, .bytes = 128};
   f->p.mode = GD_MODE_STAGED;
   f->p.nslots = 3;
   f->p.slots = f->slots;
@@ -86,11 +87,10 @@ static void fx_init(fx *f) {
 static void fx_expect(fx *f, int status, const char *needle) {
   f->err[0] = '\0';
   int rc = gd_program_validate(&f->p, f->err, sizeof f->err);
-  ck_assert_msg(rc == -status, "rc %d (want %d), message \"%s\" (want \"%s\")", rc, -status,
-                f->err, needle);
+  ck_assert_msg(rc == -status, "rc %d (want %d), message \"%s\" (want \"%s\")", rc, -status, f->err,
+                needle);
   ASSERT_MSG(f->err, needle);
 }
-
 
 START_TEST(test_validate_accepts_the_fixture) {
   fx f;
@@ -156,7 +156,8 @@ START_TEST(test_validate_function_name_errors) {
   fx_expect(&f, EXHAUSTED, "step 0 (launch): the function name is longer than 255 bytes");
   fx_init(&f);
   strcpy(fx_launch(&f)->name, "scale\t2");
-  fx_expect(&f, INVALID, "step 0 (launch): the function name has a byte 0x09 that is not printable");
+  fx_expect(&f, INVALID,
+            "step 0 (launch): the function name has a byte 0x09 that is not printable");
   fx_init(&f);
   strcpy(fx_launch(&f)->name, "sc\x7f");
   fx_expect(&f, INVALID, "byte 0x7f that is not printable");
@@ -361,7 +362,8 @@ START_TEST(test_validate_conditional_steps) {
   fx_init(&f);
   steps[0] = (gd_step){.kind = GD_STEP_WHILE, .u.cond = {.slot = 2, .offset = 0, .body = 4}};
   steps[1] = f.steps[1];
-  steps[2] = (gd_step){.kind = GD_STEP_IF, .u.cond = {.slot = 2, .offset = 4, .body = 1, .orelse = 1}};
+  steps[2] =
+      (gd_step){.kind = GD_STEP_IF, .u.cond = {.slot = 2, .offset = 4, .body = 1, .orelse = 1}};
   steps[3] = f.steps[2];
   steps[4] = f.steps[1];
   steps[5] = f.steps[2];
@@ -414,7 +416,8 @@ START_TEST(test_validate_caps_conditional_nesting) {
   fx_init(&f);
   uint32_t n = GD_MAX_COND_DEPTH + 2;
   for (uint32_t i = 0; i + 1 < n; i++)
-    steps[i] = (gd_step){.kind = GD_STEP_WHILE, .u.cond = {.slot = 2, .offset = 0, .body = n - 1 - i}};
+    steps[i] =
+        (gd_step){.kind = GD_STEP_WHILE, .u.cond = {.slot = 2, .offset = 0, .body = n - 1 - i}};
   steps[n - 1] = f.steps[1];
   f.p.steps = steps;
   f.p.nsteps = n;

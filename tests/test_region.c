@@ -185,7 +185,8 @@ START_TEST(test_region_needs_a_data_session_and_its_own_memory) {
   graphd_region_ref r;
   ck_assert_int_eq(graphd_region_register(ctl, (uint64_t)(uintptr_t)a, 1, &r),
                    GRAPHD_FAILED_PRECONDITION);
-  ck_assert_msg(strstr(graphd_last_error(ctl), "need a data session"), "%s", graphd_last_error(ctl));
+  ck_assert_msg(strstr(graphd_last_error(ctl), "need a data session"), "%s",
+                graphd_last_error(ctl));
   graphd_client *c = td_data(&d, 0);
   /* Memory that is neither graphd_host_alloc'd nor CUDA's. */
   static char plain[64];
@@ -200,8 +201,7 @@ START_TEST(test_region_needs_a_data_session_and_its_own_memory) {
 }
 END_TEST
 
-static Graphd__Wire__Reply *raw_region(int fd, int kind, uint64_t size, const int *fds,
-                                       int nfds) {
+static Graphd__Wire__Reply *raw_region(int fd, int kind, uint64_t size, const int *fds, int nfds) {
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__RegisterRegion m = GRAPHD__WIRE__REGISTER_REGION__INIT;
   req.request_id = 5;
@@ -235,7 +235,8 @@ START_TEST(test_region_bad_fds_are_refused_cleanly) {
 
   const int host = GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;
   /* No fd where one is needed. */
-  td_expect_reply(raw_region(fd, host, 4096, NULL, 0), GRAPHD_INVALID_ARGUMENT, "carries exactly one fd");
+  td_expect_reply(raw_region(fd, host, 4096, NULL, 0), GRAPHD_INVALID_ARGUMENT,
+                  "carries exactly one fd");
   /* A regular file is not a memfd. */
   char path[] = "/tmp/graphd-region-XXXXXX";
   int file = mkstemp(path);
@@ -245,10 +246,11 @@ START_TEST(test_region_bad_fds_are_refused_cleanly) {
   /* A memfd smaller than declared. */
   int small = memfd_create("small", MFD_CLOEXEC);
   ck_assert_int_eq(ftruncate(small, 100), 0);
-  td_expect_reply(raw_region(fd, host, 4096, &small, 1), GRAPHD_INVALID_ARGUMENT, "declares 4096 bytes");
+  td_expect_reply(raw_region(fd, host, 4096, &small, 1), GRAPHD_INVALID_ARGUMENT,
+                  "declares 4096 bytes");
   /* CUDA kinds on a host device. */
   td_expect_reply(raw_region(fd, GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD, 100, &small, 1),
-         GRAPHD_FAILED_PRECONDITION, "graphd_host_alloc only");
+                  GRAPHD_FAILED_PRECONDITION, "graphd_host_alloc only");
   /* Zero size and an unknown kind. */
   td_expect_reply(raw_region(fd, host, 0, &small, 1), GRAPHD_INVALID_ARGUMENT, "size is 0");
   td_expect_reply(raw_region(fd, 42, 100, NULL, 0), GRAPHD_INVALID_ARGUMENT, "kind must be");

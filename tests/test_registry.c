@@ -93,7 +93,8 @@ END_TEST
 START_TEST(test_registry_module_loads_once_per_device) {
   graphd_client *c0 = td_data(&d, 0), *c1 = td_data(&d, 1);
   uint8_t mod[32], pid[32];
-  ck_assert_int_eq(graphd_register_module(c0, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod), GRAPHD_OK);
+  ck_assert_int_eq(graphd_register_module(c0, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
   graphd_program *p = scale_program(mod, "scale", 4);
   ck_assert_int_eq(graphd_register_program(c0, p), GRAPHD_OK);
   ck_assert_int_eq(graphd_program_finish(p, pid), GRAPHD_OK);
@@ -166,38 +167,42 @@ START_TEST(test_registry_refuses_wrong_ids_and_bad_fds) {
   uint8_t wrong[32];
   memcpy(wrong, id, 32);
   wrong[0] ^= 1;
-  td_expect_reply(raw_register_module(fd, wrong, GD_MODULE_HOST_ELF, plugin, plugin_len, 0, NULL, 0, 0),
-         GRAPHD_INVALID_ARGUMENT, "module id mismatch");
+  td_expect_reply(
+      raw_register_module(fd, wrong, GD_MODULE_HOST_ELF, plugin, plugin_len, 0, NULL, 0, 0),
+      GRAPHD_INVALID_ARGUMENT, "module id mismatch");
   td_expect_reply(raw_register_module(fd, id, 9, plugin, plugin_len, 0, NULL, 0, 0),
-         GRAPHD_INVALID_ARGUMENT, "kind 9");
+                  GRAPHD_INVALID_ARGUMENT, "kind 9");
   td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, plugin, 10, 0, NULL, 0, 0),
-         GRAPHD_INVALID_ARGUMENT, "module id mismatch");
+                  GRAPHD_INVALID_ARGUMENT, "module id mismatch");
   /* A pipe is not a memfd. */
   int pfd[2];
   ck_assert_int_eq(pipe(pfd), 0);
-  td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, &pfd[0], 1, 1),
-         GRAPHD_INVALID_ARGUMENT, "not a memfd");
+  td_expect_reply(
+      raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, &pfd[0], 1, 1),
+      GRAPHD_INVALID_ARGUMENT, "not a memfd");
   /* An unsealed memfd can change after we hash it: refused. */
   int mfd = memfd_create("unsealed", MFD_CLOEXEC);
   ck_assert_int_eq(write(mfd, plugin, plugin_len), (ssize_t)plugin_len);
   td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, &mfd, 1, 1),
-         GRAPHD_INVALID_ARGUMENT, "must be sealed");
+                  GRAPHD_INVALID_ARGUMENT, "must be sealed");
   /* Sealed, but the size disagrees. */
   int sfd = memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   ck_assert_int_eq(write(sfd, plugin, plugin_len), (ssize_t)plugin_len);
   ck_assert_int_eq(fcntl(sfd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW), 0);
-  td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len + 1, &sfd, 1, 1),
-         GRAPHD_INVALID_ARGUMENT, "holds");
+  td_expect_reply(
+      raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len + 1, &sfd, 1, 1),
+      GRAPHD_INVALID_ARGUMENT, "holds");
   /* Both inline bytes and a memfd. */
-  td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, plugin, plugin_len, plugin_len, &sfd, 1, 1),
-         GRAPHD_INVALID_ARGUMENT, "both inline bytes and a memfd");
+  td_expect_reply(
+      raw_register_module(fd, id, GD_MODULE_HOST_ELF, plugin, plugin_len, plugin_len, &sfd, 1, 1),
+      GRAPHD_INVALID_ARGUMENT, "both inline bytes and a memfd");
   /* Two fds where one is allowed. */
   int two[2] = {sfd, mfd};
   td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, two, 2, 2),
-         GRAPHD_INVALID_ARGUMENT, "at most one file descriptor");
+                  GRAPHD_INVALID_ARGUMENT, "at most one file descriptor");
   /* The proper sealed memfd works. */
   td_expect_reply(raw_register_module(fd, id, GD_MODULE_HOST_ELF, NULL, 0, plugin_len, &sfd, 1, 1),
-         GRAPHD_OK, NULL);
+                  GRAPHD_OK, NULL);
   /* A closed fd cannot even be sent: the kernel refuses it, and nothing
    * reaches the daemon. */
   int closed = dup(sfd);
@@ -230,7 +235,8 @@ START_TEST(test_registry_program_errors_name_the_step) {
   ck_assert_msg(strstr(graphd_last_error(c), "step 0 (launch scale): module"), "%s",
                 graphd_last_error(c));
   ck_assert_msg(strstr(graphd_last_error(c), "is not registered"), "%s", graphd_last_error(c));
-  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, NULL), GRAPHD_OK);
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, NULL),
+                   GRAPHD_OK);
   ck_assert_int_eq(graphd_register_program(c, p), GRAPHD_OK);
   /* The daemon re-hashes: a wrong id is refused. */
   const uint8_t *enc;
@@ -261,14 +267,17 @@ END_TEST
 START_TEST(test_registry_device_stage_checks_functions_and_parameters) {
   graphd_client *c = td_data(&d, 0);
   uint8_t mod[32], pid[32];
-  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod), GRAPHD_OK);
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
   /* No such function. */
   graphd_program *p = scale_program(mod, "no_such_kernel", 4);
   ck_assert_int_eq(graphd_register_program(c, p), GRAPHD_OK);
   graphd_program_finish(p, pid);
   ck_assert_int_eq(graphd_prepare_program(c, pid, NULL), GRAPHD_NOT_FOUND);
-  ck_assert_msg(strstr(graphd_last_error(c), "step 0 (launch no_such_kernel): the module has no function 'no_such_kernel'"),
-                "%s", graphd_last_error(c));
+  ck_assert_msg(
+      strstr(graphd_last_error(c),
+             "step 0 (launch no_such_kernel): the module has no function 'no_such_kernel'"),
+      "%s", graphd_last_error(c));
   graphd_program_free(p);
   /* The scalar is 8 bytes where the kernel takes 4. */
   p = scale_program(mod, "scale", 8);
@@ -307,7 +316,8 @@ START_TEST(test_registry_broken_module_reports_the_loader_error_once) {
   graphd_client *c = td_data(&d, 0);
   uint8_t mod[32], pid[32];
   const char junk[] = "this is not an ELF file";
-  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, junk, sizeof junk, mod), GRAPHD_OK);
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, junk, sizeof junk, mod),
+                   GRAPHD_OK);
   graphd_program *p = scale_program(mod, "scale", 4);
   ck_assert_int_eq(graphd_register_program(c, p), GRAPHD_OK);
   graphd_program_finish(p, pid);
@@ -430,8 +440,10 @@ START_TEST(test_registry_hashes_large_modules_off_the_loop) {
   ck_assert_ptr_nonnull(r);
   ck_assert_uint_eq(r->code, GRAPHD_INVALID_ARGUMENT);
   ck_assert_msg(strstr(r->message, "module id mismatch"), "%s", r->message);
-  printf("FIGURE 512 MiB module hashed in %.0f ms; %d pings answered meanwhile, the slowest in "
-         "%.2f ms\n", now_ms() - t0, pings, worst);
+  printf(
+      "FIGURE 512 MiB module hashed in %.0f ms; %d pings answered meanwhile, the slowest in "
+      "%.2f ms\n",
+      now_ms() - t0, pings, worst);
   ck_assert_msg(pings >= 5, "only %d pings were answered while the module was hashed", pings);
   graphd__wire__reply__free_unpacked(r, NULL);
   close(fd);

@@ -45,7 +45,8 @@ static double now_s(void) {
 /* The shared 3-kernel program (program3.h) on the host test kernels. */
 static void build(graphd_client *c, graphd_mode mode, uint8_t pid[32]) {
   uint8_t mod[32];
-  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod), GRAPHD_OK);
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
   ck_assert_int_eq(program3_register(c, mod, mode, N, pid), GRAPHD_OK);
 }
 
@@ -93,7 +94,8 @@ static graphd_device_counters counters(graphd_client *c, int dev) {
 START_TEST(test_replay_runs_conditional_loops_and_branches) {
   graphd_client *c = td_data(&d, 0);
   uint8_t mod[32], pid[2][32];
-  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod), GRAPHD_OK);
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
   ck_assert_int_eq(cond_program_register(c, mod, GRAPHD_MODE_STAGED, N, pid[0]), GRAPHD_OK);
   ck_assert_int_eq(cond_program_register(c, mod, GRAPHD_MODE_STAGED_EX, N, pid[1]), GRAPHD_OK);
   graphd_stream *s;
@@ -249,7 +251,8 @@ START_TEST(test_replay_bindings_are_checked) {
                           {1, (uint64_t)(uintptr_t)b.c, N * 4}};
   /* The capturing replay needs the unstaged input. */
   ck_assert_int_eq(graphd_replay(c, s, pid, ok, 2, NULL), GRAPHD_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(graphd_last_error(c), "slot 1 is an unstaged input: bind it on the replay that captures"),
+  ck_assert_msg(strstr(graphd_last_error(c),
+                       "slot 1 is an unstaged input: bind it on the replay that captures"),
                 "%s", graphd_last_error(c));
   graphd_binding missing[1] = {ok[0]};
   ck_assert_int_eq(graphd_replay(c, s, pid, missing, 1, NULL), GRAPHD_INVALID_ARGUMENT);
@@ -263,8 +266,9 @@ START_TEST(test_replay_bindings_are_checked) {
   ck_assert_msg(strstr(graphd_last_error(c), "slot 0 is bound twice"), "%s", graphd_last_error(c));
   graphd_binding small[2] = {{0, (uint64_t)(uintptr_t)b.x[0], N * 2}, ok[1]};
   ck_assert_int_eq(graphd_replay(c, s, pid, small, 2, NULL), GRAPHD_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(graphd_last_error(c), "slot 0 (input) is 4096 bytes, but its binding covers 2048"),
-                "%s", graphd_last_error(c));
+  ck_assert_msg(
+      strstr(graphd_last_error(c), "slot 0 (input) is 4096 bytes, but its binding covers 2048"),
+      "%s", graphd_last_error(c));
   graphd_binding past[2] = {{0, (uint64_t)(uintptr_t)b.x[0] + 8, N * 4}, ok[1]};
   ck_assert_int_eq(graphd_replay(c, s, pid, past, 2, NULL), GRAPHD_OUT_OF_RANGE);
   graphd_binding nosuch[2] = {{9, (uint64_t)(uintptr_t)b.x[0], N * 4}, ok[1]};
@@ -338,7 +342,8 @@ START_TEST(test_replay_killed_client_leaves_nothing_behind) {
     for (int i = 0;; i++) {
       k = counters(ctl, 0);
       if ((k.sessions == base.sessions && k.regions == base.regions &&
-           td_count_fds(d.pid) == base_fds) || i > 300)
+           td_count_fds(d.pid) == base_fds) ||
+          i > 300)
         break;
       usleep(10000);
     }

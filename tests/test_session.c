@@ -274,8 +274,8 @@ START_TEST(test_session_too_many_fds_close_the_session_without_leaks) {
     struct cmsghdr a;
   } ctl;
   struct iovec iov = {.iov_base = buf, .iov_len = 4};
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
-                     .msg_controllen = sizeof ctl.b};
+  struct msghdr m = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
   struct cmsghdr *c = CMSG_FIRSTHDR(&m);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;

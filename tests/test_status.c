@@ -25,10 +25,10 @@ START_TEST(test_status_values_match_absl_and_xla) {
 END_TEST
 
 START_TEST(test_status_every_code_has_a_name_and_text) {
-#define CHECK_ONE(name, value, desc)                              \
-  ck_assert_str_eq(graphd_status_name(value), #name);            \
-  ck_assert_str_eq(graphd_status_name(-(value)), #name);         \
-  ck_assert_str_eq(graphd_strerror(value), desc);                \
+#define CHECK_ONE(name, value, desc)                                                               \
+  ck_assert_str_eq(graphd_status_name(value), #name);                                              \
+  ck_assert_str_eq(graphd_status_name(-(value)), #name);                                           \
+  ck_assert_str_eq(graphd_strerror(value), desc);                                                  \
   ck_assert_int_eq(graphd_status_valid(value), 1);
   GRAPHD_STATUS_LIST(CHECK_ONE)
 #undef CHECK_ONE

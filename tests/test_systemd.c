@@ -90,8 +90,8 @@ static pid_t spawn_graphd(const child_setup *cs, const char *socket_path, const 
     setenv("LISTEN_FDS", "1", 1);
     setenv("LISTEN_PID", pidbuf, 1);
   }
-  char *argv[] = {GRAPHD_BIN, "--backend", "host", "--socket", (char *)socket_path,
-                  "--log-level", "debug", NULL};
+  char *argv[] = {GRAPHD_BIN,          "--backend",   "host",  "--socket",
+                  (char *)socket_path, "--log-level", "debug", NULL};
   execv(argv[0], argv);
   _exit(127);
 }
@@ -256,8 +256,7 @@ static void collect(phase *ph) {
     char *s = strstr(msg, "STATUS=");
     if (s) {
       ph->statuses++;
-      snprintf(ph->last_status, sizeof ph->last_status, "%.*s", (int)strcspn(s + 7, "\n"),
-               s + 7);
+      snprintf(ph->last_status, sizeof ph->last_status, "%.*s", (int)strcspn(s + 7, "\n"), s + 7);
     }
   }
 }

@@ -45,8 +45,7 @@ typedef struct frame {
   int64_t slot_values[5];
 } frame;
 
-static const char *hex_id =
-    "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+static const char *hex_id = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
 
 static void frame_init(frame *f, int nargs) {
   memset(f, 0, sizeof *f);

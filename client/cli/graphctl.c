@@ -96,8 +96,8 @@ static void print_status_json(const graphd_daemon_status *s) {
     json_object_array_add(sess, j);
   }
   json_object_object_add(o, "session_list", sess);
-  printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
-                                                       JSON_C_TO_STRING_NOSLASHESCAPE));
+  printf("%s\n", json_object_to_json_string_ext(
+                     o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
   json_object_put(o);
 }
 
@@ -117,30 +117,32 @@ static void print_status_text(const graphd_daemon_status *s) {
     printf("  memory %s total, %s free\n", tot, fre);
     char sb[32];
     human_bytes(d->counters.staging_bytes, sb, sizeof sb);
-    printf("  sessions %llu, regions %llu (%s), captures %llu (%s staging), replays %llu, "
-           "re-captures %llu, in flight %llu, errors %llu\n",
-           (unsigned long long)d->counters.sessions, (unsigned long long)d->counters.regions, rb,
-           (unsigned long long)d->counters.captures, sb, (unsigned long long)d->counters.replays,
-           (unsigned long long)d->counters.recaptures, (unsigned long long)d->counters.inflight,
-           (unsigned long long)d->counters.errors);
+    printf(
+        "  sessions %llu, regions %llu (%s), captures %llu (%s staging), replays %llu, "
+        "re-captures %llu, in flight %llu, errors %llu\n",
+        (unsigned long long)d->counters.sessions, (unsigned long long)d->counters.regions, rb,
+        (unsigned long long)d->counters.captures, sb, (unsigned long long)d->counters.replays,
+        (unsigned long long)d->counters.recaptures, (unsigned long long)d->counters.inflight,
+        (unsigned long long)d->counters.errors);
     if (strcmp(d->backend, "cuda") == 0 && !d->mps_enabled) mps_off = true;
   }
   char mb[32];
   human_bytes(s->module_bytes, mb, sizeof mb);
-  printf("registered: %llu module(s) (%s), %llu program(s)\n", (unsigned long long)s->modules,
-         mb, (unsigned long long)s->programs);
+  printf("registered: %llu module(s) (%s), %llu program(s)\n", (unsigned long long)s->modules, mb,
+         (unsigned long long)s->programs);
   for (uint32_t i = 0; i < s->nsession_info; i++) {
     const graphd_session_info *x = &s->session_info[i];
     if (!x->data) continue;
     char rb[32];
     human_bytes(x->region_bytes, rb, sizeof rb);
     printf("session %llu: pid %u uid %u%s%s, device %d, regions %llu (%s)\n",
-           (unsigned long long)x->id, x->pid, x->uid, x->client_name[0] ? ", " : "",
-           x->client_name, x->device, (unsigned long long)x->regions, rb);
+           (unsigned long long)x->id, x->pid, x->uid, x->client_name[0] ? ", " : "", x->client_name,
+           x->device, (unsigned long long)x->regions, rb);
   }
   if (mps_off)
-    printf("warning: MPS is off on some GPUs: each cross-process hand-off costs about 300 us; "
-           "see the operator guide\n");
+    printf(
+        "warning: MPS is off on some GPUs: each cross-process hand-off costs about 300 us; "
+        "see the operator guide\n");
 }
 
 static int connect_control(const char *sock, int timeout_ms, graphd_client **c) {
@@ -194,7 +196,8 @@ static json_object *capture_json(const graphd_capture_info *ci) {
   json_object_object_add(o, "idle_ms", json_object_new_uint64(ci->idle_ms));
   json_object_object_add(o, "busy", json_object_new_boolean(ci->busy));
   json_object *pids = json_object_new_array();
-  for (uint32_t k = 0; k < ci->npids; k++) json_object_array_add(pids, json_object_new_int64(ci->pids[k]));
+  for (uint32_t k = 0; k < ci->npids; k++)
+    json_object_array_add(pids, json_object_new_int64(ci->pids[k]));
   json_object_object_add(o, "pids", pids);
   return o;
 }
@@ -312,8 +315,8 @@ static int cmd_evict(graphd_client *c, int argc, char **argv) {
     for (size_t i = 0; i < n; i++) print_capture(&ci[i]);
     char hb[32];
     human_bytes(bytes, hb, sizeof hb);
-    printf("%s %zu capture(s), %llu staging bytes (%s)\n", o.dry_run ? "would evict" : "evicted",
-           n, (unsigned long long)bytes, hb);
+    printf("%s %zu capture(s), %llu staging bytes (%s)\n", o.dry_run ? "would evict" : "evicted", n,
+           (unsigned long long)bytes, hb);
   }
   free(ci);
   return EXIT_OK;

@@ -99,8 +99,8 @@ static void print_json(const graphd_daemon_status *s, const client_row *cl, size
     json_object_array_add(cls, j);
   }
   json_object_object_add(o, "clients", cls);
-  printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
-                                                       JSON_C_TO_STRING_NOSLASHESCAPE));
+  printf("%s\n", json_object_to_json_string_ext(
+                     o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
   json_object_put(o);
 }
 
@@ -120,9 +120,21 @@ static void family(const char *name, const char *type, const char *help) {
   printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-typedef enum { DEV_CAPTURES, DEV_GRAPHS, DEV_STAGING, DEV_REPLAYS, DEV_INFLIGHT, DEV_BUILT,
-               DEV_RECAPTURES, DEV_EVICTIONS, DEV_ERRORS, DEV_SESSIONS, DEV_REGIONS,
-               DEV_REGION_BYTES, DEV_N } dev_metric;
+typedef enum {
+  DEV_CAPTURES,
+  DEV_GRAPHS,
+  DEV_STAGING,
+  DEV_REPLAYS,
+  DEV_INFLIGHT,
+  DEV_BUILT,
+  DEV_RECAPTURES,
+  DEV_EVICTIONS,
+  DEV_ERRORS,
+  DEV_SESSIONS,
+  DEV_REGIONS,
+  DEV_REGION_BYTES,
+  DEV_N
+} dev_metric;
 
 static const struct {
   const char *name, *type, *help;
@@ -143,7 +155,8 @@ static const struct {
 
 static uint64_t dev_value(const graphd_device_counters *c, dev_metric m) {
   switch (m) {
-    case DEV_CAPTURES: case DEV_GRAPHS: return c->captures;
+    case DEV_CAPTURES:
+    case DEV_GRAPHS: return c->captures;
     case DEV_STAGING: return c->staging_bytes;
     case DEV_REPLAYS: return c->replays;
     case DEV_INFLIGHT: return c->inflight;
@@ -187,7 +200,9 @@ static void print_prometheus(const graphd_daemon_status *s, const client_row *cl
     const struct {
       const char *q;
       uint64_t v;
-    } qs[] = {{"0.5", c->replay_p50_ns}, {"0.9", c->replay_p90_ns}, {"0.99", c->replay_p99_ns},
+    } qs[] = {{"0.5", c->replay_p50_ns},
+              {"0.9", c->replay_p90_ns},
+              {"0.99", c->replay_p99_ns},
               {"1", c->replay_max_ns}};
     for (size_t k = 0; k < sizeof qs / sizeof qs[0]; k++) {
       printf("graphd_replay_latency_seconds");
@@ -214,9 +229,9 @@ static void print_prometheus(const graphd_daemon_status *s, const client_row *cl
 static void us(char *out, size_t n, uint64_t ns) { snprintf(out, n, "%.1f", (double)ns / 1e3); }
 
 static void print_text(const graphd_daemon_status *s, const client_row *cl, size_t ncl) {
-  printf("%-6s %8s %14s %10s %8s %8s %8s %8s %9s %9s %8s %6s\n", "DEVICE", "CAPTURES",
-         "STAGING", "REPLAYS", "P50 us", "P90 us", "P99 us", "MAX us", "CAPTURED", "RECAPTURE",
-         "EVICTED", "ERRORS");
+  printf("%-6s %8s %14s %10s %8s %8s %8s %8s %9s %9s %8s %6s\n", "DEVICE", "CAPTURES", "STAGING",
+         "REPLAYS", "P50 us", "P90 us", "P99 us", "MAX us", "CAPTURED", "RECAPTURE", "EVICTED",
+         "ERRORS");
   for (uint32_t i = 0; i < s->ndevices; i++) {
     const graphd_device_counters *c = &s->devices[i].counters;
     char p50[32], p90[32], p99[32], mx[32];
@@ -226,8 +241,8 @@ static void print_text(const graphd_daemon_status *s, const client_row *cl, size
     us(mx, sizeof mx, c->replay_max_ns);
     printf("%-6u %8llu %14llu %10llu %8s %8s %8s %8s %9llu %9llu %8llu %6llu\n",
            s->devices[i].ordinal, (unsigned long long)c->captures,
-           (unsigned long long)c->staging_bytes, (unsigned long long)c->replays, p50, p90, p99,
-           mx, (unsigned long long)c->captures_built, (unsigned long long)c->recaptures,
+           (unsigned long long)c->staging_bytes, (unsigned long long)c->replays, p50, p90, p99, mx,
+           (unsigned long long)c->captures_built, (unsigned long long)c->recaptures,
            (unsigned long long)c->evictions, (unsigned long long)c->errors);
   }
   printf("\n%-8s %-6s %-20s %8s %8s %14s\n", "PID", "UID", "NAME", "SESSIONS", "REGIONS",

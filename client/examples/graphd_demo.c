@@ -135,8 +135,8 @@ int main(int argc, char **argv) {
       graphd_host_free(c, py);
     }
     for (uint32_t i = 0; i < N; i++) bad += hy[i] != 3.0f * hx[i];
-    printf("demo: replay %d on new buffers: y[0..2] = %g %g %g%s (%s)\n", round + 1,
-           (double)hy[0], (double)hy[1], (double)hy[2], info.captured ? ", captured" : "",
+    printf("demo: replay %d on new buffers: y[0..2] = %g %g %g%s (%s)\n", round + 1, (double)hy[0],
+           (double)hy[1], (double)hy[2], info.captured ? ", captured" : "",
            bad ? "WRONG" : "correct");
   }
   graphd_stream_detach(gs);

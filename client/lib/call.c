@@ -67,8 +67,8 @@ static int wait_fd(graphd_client *c, short events, int64_t deadline) {
   }
 }
 
-static graphd_status send_frame(graphd_client *c, const uint8_t *buf, size_t len,
-                                 const int *fds, int nfds, int64_t deadline) {
+static graphd_status send_frame(graphd_client *c, const uint8_t *buf, size_t len, const int *fds,
+                                int nfds, int64_t deadline) {
   size_t off = 0;
   while (off < len) {
     /* The fds ride on the first sendmsg, whose data starts the frame. */
@@ -82,8 +82,8 @@ static graphd_status send_frame(graphd_client *c, const uint8_t *buf, size_t len
       int w = wait_fd(c, POLLOUT, deadline);
       if (w == 0) {
         c->broken = true;
-        return gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED, "timed out after %d ms sending to graphd",
-                       c->timeout_ms);
+        return gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED,
+                                 "timed out after %d ms sending to graphd", c->timeout_ms);
       }
       if (w > 0) continue;
     }
@@ -99,7 +99,7 @@ static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline)
     if (r < 0) {
       c->broken = true;
       return gd_client_set_err(c, GRAPHD_DATA_LOSS, "graphd sent a frame over %u bytes",
-                     GD_CLIENT_MAX_FRAME);
+                               GD_CLIENT_MAX_FRAME);
     }
     /* Blocking, bounded by SO_RCVTIMEO (the call's timeout, set at
      * connect): the reply usually comes within tens of microseconds. */
@@ -108,8 +108,8 @@ static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline)
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
       if (now_ms() >= deadline) {
         c->broken = true;
-        return gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED,
-                       "graphd did not answer within %d ms", c->timeout_ms);
+        return gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED, "graphd did not answer within %d ms",
+                                 c->timeout_ms);
       }
       continue;
     }
@@ -120,8 +120,8 @@ static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline)
 /* One request, one reply. On GRAPHD_OK *out holds the reply (free it with
  * graphd__wire__reply__free_unpacked); on a daemon error the message is in
  * c->err. Caller holds c->lock. */
-graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds,
-                             int nfds, Graphd__Wire__Reply **out) {
+graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds, int nfds,
+                             Graphd__Wire__Reply **out) {
   if (atomic_load(&c->dead) && !c->broken) {
     c->broken = true;
     return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
@@ -130,7 +130,7 @@ graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const
   }
   if (c->broken)
     return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
-                   "the session with graphd is broken by an earlier error; reconnect");
+                             "the session with graphd is broken by an earlier error; reconnect");
   int64_t deadline = now_ms() + c->timeout_ms;
   req->request_id = ++c->next_request;
   req->nfds = (uint32_t)nfds;
@@ -168,8 +168,8 @@ graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const
     if (rep->code != GRAPHD_OK) {
       graphd_status code =
           graphd_status_valid((int)rep->code) ? (graphd_status)rep->code : GRAPHD_INTERNAL;
-      gd_client_set_err(c, code, "%s", rep->message && *rep->message ? rep->message
-                                                           : graphd_strerror((int)code));
+      gd_client_set_err(c, code, "%s",
+                        rep->message && *rep->message ? rep->message : graphd_strerror((int)code));
       graphd__wire__reply__free_unpacked(rep, NULL);
       return code;
     }

@@ -64,8 +64,7 @@ static void copy_device(graphd_device_info *d, const Graphd__Wire__DeviceInfo *w
   }
 }
 
-static graphd_status fail_connect(graphd_client *c, graphd_status st, char *errbuf,
-                                  size_t errlen) {
+static graphd_status fail_connect(graphd_client *c, graphd_status st, char *errbuf, size_t errlen) {
   if (errbuf && errlen) snprintf(errbuf, errlen, "%s", c->err);
   if (c->fd >= 0) close(c->fd);
   gd_frame_reader_close(&c->rd);
@@ -74,8 +73,8 @@ static graphd_status fail_connect(graphd_client *c, graphd_status st, char *errb
   return st;
 }
 
-graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client **out,
-                             char *errbuf, size_t errlen) {
+graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client **out, char *errbuf,
+                             size_t errlen) {
   graphd_connect_options def;
   if (!opts) {
     graphd_connect_options_init(&def);
@@ -95,7 +94,8 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
   c->fd = -1;
   if (opts->socket_path && *opts->socket_path) {
     if (strlen(opts->socket_path) >= sizeof c->socket_path)
-      return fail_connect(c, gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "socket path is too long"),
+      return fail_connect(c,
+                          gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "socket path is too long"),
                           errbuf, errlen);
     snprintf(c->socket_path, sizeof c->socket_path, "%s", opts->socket_path);
   } else if (gd_default_socket_path(c->socket_path, sizeof c->socket_path) < 0) {
@@ -107,32 +107,34 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
     snprintf(c->socket_path, sizeof c->socket_path, "%s", GD_SYSTEM_SOCKET);
   }
   if (opts->kind != GRAPHD_SESSION_CONTROL && opts->kind != GRAPHD_SESSION_DATA)
-    return fail_connect(c, gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "unknown session kind %d",
-                                   (int)opts->kind),
-                        errbuf, errlen);
+    return fail_connect(
+        c,
+        gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "unknown session kind %d", (int)opts->kind),
+        errbuf, errlen);
   if (opts->client_name && strlen(opts->client_name) > GD_CLIENT_NAME_MAX)
-    return fail_connect(c, gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT,
-                                   "client_name is longer than %d bytes", GD_CLIENT_NAME_MAX),
-                        errbuf, errlen);
+    return fail_connect(
+        c,
+        gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "client_name is longer than %d bytes",
+                          GD_CLIENT_NAME_MAX),
+        errbuf, errlen);
 
   c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (c->fd < 0)
-    return fail_connect(c, gd_client_set_err(c, GRAPHD_INTERNAL, "socket: %s", strerror(errno)), errbuf,
-                        errlen);
+    return fail_connect(c, gd_client_set_err(c, GRAPHD_INTERNAL, "socket: %s", strerror(errno)),
+                        errbuf, errlen);
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   memcpy(a.sun_path, c->socket_path, strlen(c->socket_path) + 1);
   struct timeval tv = {.tv_sec = c->timeout_ms / 1000, .tv_usec = (c->timeout_ms % 1000) * 1000};
   (void)setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   if (connect(c->fd, (struct sockaddr *)&a, sizeof a) < 0) {
     int e = errno;
-    graphd_status st = (e == EACCES || e == EPERM) ? GRAPHD_PERMISSION_DENIED
-                                                    : GRAPHD_UNAVAILABLE;
-    return fail_connect(c, gd_client_set_err(c, st, "cannot connect to graphd at %s: %s%s", c->socket_path,
-                                   strerror(e),
-                                   (e == ENOENT || e == ECONNREFUSED)
-                                       ? " (is the daemon running?)"
-                                       : ""),
-                        errbuf, errlen);
+    graphd_status st = (e == EACCES || e == EPERM) ? GRAPHD_PERMISSION_DENIED : GRAPHD_UNAVAILABLE;
+    return fail_connect(
+        c,
+        gd_client_set_err(c, st, "cannot connect to graphd at %s: %s%s", c->socket_path,
+                          strerror(e),
+                          (e == ENOENT || e == ECONNREFUSED) ? " (is the daemon running?)" : ""),
+        errbuf, errlen);
   }
 
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
@@ -153,8 +155,9 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
   if (st != GRAPHD_OK) return fail_connect(c, st, errbuf, errlen);
   if (rep->body_case != GRAPHD__WIRE__REPLY__BODY_HELLO) {
     graphd__wire__reply__free_unpacked(rep, NULL);
-    return fail_connect(c, gd_client_set_err(c, GRAPHD_DATA_LOSS, "graphd answered Hello with another message"),
-                        errbuf, errlen);
+    return fail_connect(
+        c, gd_client_set_err(c, GRAPHD_DATA_LOSS, "graphd answered Hello with another message"),
+        errbuf, errlen);
   }
   c->session_id = rep->hello->session_id;
   c->max_frame = rep->hello->max_frame;
@@ -232,7 +235,8 @@ graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
   s->modules = sr->modules;
   s->module_bytes = sr->module_bytes;
   s->programs = sr->programs;
-  if (sr->n_session_list && !(s->session_info = calloc(sr->n_session_list, sizeof *s->session_info))) {
+  if (sr->n_session_list &&
+      !(s->session_info = calloc(sr->n_session_list, sizeof *s->session_info))) {
     graphd_daemon_status_free(s);
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;

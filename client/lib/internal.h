@@ -18,7 +18,7 @@
 typedef struct gd_region_entry {
   uint64_t base;
   uint64_t size;
-  uint64_t identity;  /* CU_POINTER_ATTRIBUTE_BUFFER_ID, or the host alloc's serial */
+  uint64_t identity; /* CU_POINTER_ATTRIBUTE_BUFFER_ID, or the host alloc's serial */
   uint32_t region_id;
   uint64_t last_use;  /* LRU clock */
   int kind;           /* wire RegionKind */
@@ -41,9 +41,9 @@ _Static_assert(GD_CLIENT_FLAG_SLOTS <= GRAPHD_MAX_FLAG_SLOTS, "flag page too lar
 /* The handle's flag page, shared with the daemon (docs/design.md, "Ordering"). */
 typedef struct gd_flag_page {
   int fd;
-  volatile uint64_t *host;  /* 4 KiB */
-  uint64_t dev;             /* device address when registered with CUDA */
-  bool cuda;                /* registered with cuMemHostRegister */
+  volatile uint64_t *host;                       /* 4 KiB */
+  uint64_t dev;                                  /* device address when registered with CUDA */
+  bool cuda;                                     /* registered with cuMemHostRegister */
   _Atomic uint64_t issued[GD_CLIENT_FLAG_SLOTS]; /* highest seq sent per slot */
   bool used[GD_CLIENT_FLAG_SLOTS];               /* guarded by the handle's lock */
 } gd_flag_page;
@@ -71,27 +71,27 @@ struct graphd_client {
   bool broken;           /* guarded by lock: stream state unknown */
   uint64_t next_request; /* guarded by lock */
   uint64_t session_id;
-  uint32_t max_frame;  /* the daemon's request cap (HelloReply); 0: unknown */
+  uint32_t max_frame; /* the daemon's request cap (HelloReply); 0: unknown */
   graphd_device_info device;
   bool has_device;
   char socket_path[108];
-  gd_frame_reader rd;    /* guarded by lock */
+  gd_frame_reader rd; /* guarded by lock */
   char err[GRAPHD_ERRMAX];
   /* Region cache, guarded by lock. */
   gd_region_entry *regions;
   uint32_t nregions, region_cap_alloc;
-  uint32_t region_cap;   /* LRU cap */
+  uint32_t region_cap; /* LRU cap */
   uint64_t lru_clock;
-  gd_host_alloc *host;   /* guarded by lock */
+  gd_host_alloc *host; /* guarded by lock */
   uint32_t nhost, host_cap;
   uint64_t host_serial;
   gd_flag_page *flags;   /* created with the first stream; freed at close */
   uint8_t (*synced)[32]; /* guarded by lock: programs graphd_registry_sync gave this handle */
   uint32_t nsynced, synced_cap;
-  atomic_bool dead;      /* the daemon hung up (seen by the watcher or a call) */
-  int watch_fd;          /* dup of fd for the watcher, -1 when not watched */
+  atomic_bool dead;                 /* the daemon hung up (seen by the watcher or a call) */
+  int watch_fd;                     /* dup of fd for the watcher, -1 when not watched */
   struct graphd_client *watch_next; /* guarded by the watcher's lock */
-  int64_t rewrite_until_us; /* watcher: when it stops rewriting a dead handle's releases */
+  int64_t rewrite_until_us;         /* watcher: when it stops rewriting a dead handle's releases */
 };
 
 /* --- What the files give each other, in layers: each file uses only those
@@ -136,8 +136,8 @@ graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *
 
 /* One request, one reply; caller holds c->lock. On GRAPHD_OK *out holds the
  * reply (free with graphd__wire__reply__free_unpacked). */
-graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds,
-                             int nfds, Graphd__Wire__Reply **out);
+graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds, int nfds,
+                             Graphd__Wire__Reply **out);
 
 /* region.c: gd_region_register with the lock held. */
 graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t bytes,

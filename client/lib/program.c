@@ -36,7 +36,8 @@ static_assert(SAME(GRAPHD_SLOT_INPUT, GD_ROLE_INPUT) && SAME(GRAPHD_SLOT_OUTPUT,
 static_assert(SAME(GRAPHD_MODE_STAGED, GD_MODE_STAGED) &&
                   SAME(GRAPHD_MODE_STAGED_EX, GD_MODE_STAGED_EX),
               "graphd_mode matches gd_mode");
-static_assert(SAME(GRAPHD_MODULE_PTX, GD_MODULE_PTX) && SAME(GRAPHD_MODULE_CUBIN, GD_MODULE_CUBIN) &&
+static_assert(SAME(GRAPHD_MODULE_PTX, GD_MODULE_PTX) &&
+                  SAME(GRAPHD_MODULE_CUBIN, GD_MODULE_CUBIN) &&
                   SAME(GRAPHD_MODULE_FATBIN, GD_MODULE_FATBIN) &&
                   SAME(GRAPHD_MODULE_HOST_ELF, GD_MODULE_HOST_ELF),
               "graphd_module_kind matches gd_module_kind");
@@ -45,13 +46,13 @@ static_assert(SAME(GRAPHD_MODULE_PTX, GD_MODULE_PTX) && SAME(GRAPHD_MODULE_CUBIN
 #define PROGRAM_ERRMAX 512
 
 struct graphd_program {
-  gd_program *prog;            /* params and patches unsorted until finish */
+  gd_program *prog; /* params and patches unsorted until finish */
   bool finished;
-  uint8_t *enc;                /* canonical encoding, once finished */
+  uint8_t *enc; /* canonical encoding, once finished */
   size_t enc_len;
-  graphd_status first_status;  /* of the first failed call; finish reports it */
+  graphd_status first_status; /* of the first failed call; finish reports it */
   char first_err[PROGRAM_ERRMAX];
-  char err[PROGRAM_ERRMAX];    /* of the last failed call */
+  char err[PROGRAM_ERRMAX]; /* of the last failed call */
 };
 
 static graphd_status fail(graphd_program *p, graphd_status st, const char *fmt, ...)
@@ -112,13 +113,14 @@ static graphd_status get_launch(graphd_program *p, uint32_t step, gd_launch **ou
 static graphd_status check_patch_slot(graphd_program *p, const char *lbl, uint32_t offset,
                                       uint32_t slot, uint64_t slot_offset) {
   if (slot >= p->prog->nslots)
-    return fail(p, GRAPHD_INVALID_ARGUMENT, "%s: patch at offset %u names slot %u; there are %u slots",
-                lbl, offset, slot, p->prog->nslots);
+    return fail(p, GRAPHD_INVALID_ARGUMENT,
+                "%s: patch at offset %u names slot %u; there are %u slots", lbl, offset, slot,
+                p->prog->nslots);
   uint64_t size = p->prog->slots[slot].size;
   if (slot_offset >= size)
     return fail(p, GRAPHD_INVALID_ARGUMENT,
-                "%s: patch at offset %u points %llu bytes into slot %u, which has %llu", lbl, offset,
-                (unsigned long long)slot_offset, slot, (unsigned long long)size);
+                "%s: patch at offset %u points %llu bytes into slot %u, which has %llu", lbl,
+                offset, (unsigned long long)slot_offset, slot, (unsigned long long)size);
   return GRAPHD_OK;
 }
 
@@ -126,8 +128,9 @@ static graphd_status check_patch_slot(graphd_program *p, const char *lbl, uint32
 static graphd_status check_range(graphd_program *p, uint32_t i, const char *what, uint32_t slot,
                                  uint64_t off, uint64_t bytes) {
   if (slot >= p->prog->nslots)
-    return fail(p, GRAPHD_INVALID_ARGUMENT, "step %u (%s): slot %u does not exist; there are %u slots",
-                i, what, slot, p->prog->nslots);
+    return fail(p, GRAPHD_INVALID_ARGUMENT,
+                "step %u (%s): slot %u does not exist; there are %u slots", i, what, slot,
+                p->prog->nslots);
   uint64_t size = p->prog->slots[slot].size;
   if (!fits(off, bytes, size))
     return fail(p, GRAPHD_INVALID_ARGUMENT,
@@ -177,14 +180,11 @@ void graphd_program_free(graphd_program *p) {
   free(p);
 }
 
-const char *graphd_program_error(const graphd_program *p) {
-  return p ? p->err : "";
-}
+const char *graphd_program_error(const graphd_program *p) { return p ? p->err : ""; }
 
 /* --- slots ------------------------------------------------------------------ */
 
-int graphd_program_add_slot(graphd_program *p, graphd_slot_role role, uint64_t bytes,
-                            int staged) {
+int graphd_program_add_slot(graphd_program *p, graphd_slot_role role, uint64_t bytes, int staged) {
   gd_program *g = p->prog;
   uint32_t s = g->nslots;
   if (check_open(p) != GRAPHD_OK) return -1;
@@ -214,7 +214,8 @@ int graphd_program_add_slot(graphd_program *p, graphd_slot_role role, uint64_t b
     fail(p, GRAPHD_RESOURCE_EXHAUSTED, "out of memory adding slot %u", s);
     return -1;
   }
-  g->slots[s] = (gd_slot){.role = (uint32_t)role, .flags = staged ? GD_SLOT_STAGED : 0, .size = bytes};
+  g->slots[s] =
+      (gd_slot){.role = (uint32_t)role, .flags = staged ? GD_SLOT_STAGED : 0, .size = bytes};
   g->nslots++;
   return (int)s;
 }
@@ -228,7 +229,10 @@ int graphd_program_add_launch(graphd_program *p, const uint8_t module_id[32], co
   if (check_open(p) != GRAPHD_OK) return -1;
   if (!module_id || !function || !grid || !block) {
     fail(p, GRAPHD_INVALID_ARGUMENT, "step %u (launch): the %s is NULL", i,
-         !module_id ? "module id" : !function ? "function name" : !grid ? "grid" : "block");
+         !module_id  ? "module id"
+         : !function ? "function name"
+         : !grid     ? "grid"
+                     : "block");
     return -1;
   }
   size_t nlen = strnlen(function, GD_MAX_NAME + 1);
@@ -237,15 +241,16 @@ int graphd_program_add_launch(graphd_program *p, const uint8_t module_id[32], co
     return -1;
   }
   if (nlen > GD_MAX_NAME) {
-    fail(p, GRAPHD_RESOURCE_EXHAUSTED, "step %u (launch): the function name is longer than %u bytes",
-         i, GD_MAX_NAME);
+    fail(p, GRAPHD_RESOURCE_EXHAUSTED,
+         "step %u (launch): the function name is longer than %u bytes", i, GD_MAX_NAME);
     return -1;
   }
   for (size_t k = 0; k < nlen; k++) {
     unsigned char c = (unsigned char)function[k];
     if (c < 0x21 || c > 0x7e) {
       fail(p, GRAPHD_INVALID_ARGUMENT,
-           "step %u (launch): the function name has a byte 0x%02x that is not printable ASCII", i, c);
+           "step %u (launch): the function name has a byte 0x%02x that is not printable ASCII", i,
+           c);
       return -1;
     }
   }
@@ -255,8 +260,8 @@ int graphd_program_add_launch(graphd_program *p, const uint8_t module_id[32], co
   for (int a = 0; a < 3; a++) {
     uint32_t gmax = a == 0 ? GD_MAX_GRID_X : GD_MAX_GRID_YZ;
     if (grid[a] == 0 || grid[a] > gmax) {
-      fail(p, GRAPHD_INVALID_ARGUMENT, "%s: grid.%s is %u; it must be 1 to %u", lbl, axis[a], grid[a],
-           gmax);
+      fail(p, GRAPHD_INVALID_ARGUMENT, "%s: grid.%s is %u; it must be 1 to %u", lbl, axis[a],
+           grid[a], gmax);
       return -1;
     }
     uint32_t bmax = a == 2 ? GD_MAX_BLOCK_Z : GD_MAX_BLOCK_THREADS;
@@ -273,8 +278,9 @@ int graphd_program_add_launch(graphd_program *p, const uint8_t module_id[32], co
     return -1;
   }
   if (shared_bytes > GD_MAX_SHARED_BYTES) {
-    fail(p, GRAPHD_RESOURCE_EXHAUSTED, "%s: %u bytes of dynamic shared memory is over the limit of %u",
-         lbl, shared_bytes, GD_MAX_SHARED_BYTES);
+    fail(p, GRAPHD_RESOURCE_EXHAUSTED,
+         "%s: %u bytes of dynamic shared memory is over the limit of %u", lbl, shared_bytes,
+         GD_MAX_SHARED_BYTES);
     return -1;
   }
   gd_step *s = new_step(p, GD_STEP_LAUNCH, "launch");
@@ -293,21 +299,24 @@ int graphd_program_add_launch(graphd_program *p, const uint8_t module_id[32], co
  * graphd_program_param(). */
 static graphd_status add_param(graphd_program *p, gd_launch *l, const char *lbl, uint32_t offset,
                                const void *bytes, uint32_t size) {
-  if (size == 0) return fail(p, GRAPHD_INVALID_ARGUMENT, "%s: parameter at offset %u has size 0", lbl, offset);
+  if (size == 0)
+    return fail(p, GRAPHD_INVALID_ARGUMENT, "%s: parameter at offset %u has size 0", lbl, offset);
   if (!fits(offset, size, GD_MAX_PARAM_BYTES))
     return fail(p, GRAPHD_RESOURCE_EXHAUSTED,
-                "%s: parameter at offset %u (size %u) ends past the limit of %u parameter bytes", lbl,
-                offset, size, GD_MAX_PARAM_BYTES);
+                "%s: parameter at offset %u (size %u) ends past the limit of %u parameter bytes",
+                lbl, offset, size, GD_MAX_PARAM_BYTES);
   for (uint32_t q = 0; q < l->nparams; q++) {
     const gd_param *o = &l->params[q];
     if (offset < o->offset + o->size && o->offset < offset + size)
-      return fail(p, GRAPHD_INVALID_ARGUMENT,
-                  "%s: parameter at offset %u (size %u) overlaps the parameter at offset %u (size %u)",
-                  lbl, offset, size, o->offset, o->size);
+      return fail(
+          p, GRAPHD_INVALID_ARGUMENT,
+          "%s: parameter at offset %u (size %u) overlaps the parameter at offset %u (size %u)", lbl,
+          offset, size, o->offset, o->size);
   }
   if (l->nparams >= GD_MAX_PARAMS)
-    return fail(p, GRAPHD_RESOURCE_EXHAUSTED, "%s: parameter at offset %u is over the limit of %u parameters",
-                lbl, offset, GD_MAX_PARAMS);
+    return fail(p, GRAPHD_RESOURCE_EXHAUSTED,
+                "%s: parameter at offset %u is over the limit of %u parameters", lbl, offset,
+                GD_MAX_PARAMS);
   if (grow((void **)&l->params, l->nparams, sizeof *l->params) < 0)
     return fail(p, GRAPHD_RESOURCE_EXHAUSTED, "%s: out of memory", lbl);
   uint32_t end = offset + size;
@@ -340,15 +349,18 @@ graphd_status graphd_program_param(graphd_program *p, uint32_t step, uint32_t of
 static graphd_status prepare_patch(graphd_program *p, gd_launch *l, const char *lbl,
                                    uint32_t offset, uint32_t slot, uint64_t slot_offset) {
   if (offset % 8)
-    return fail(p, GRAPHD_INVALID_ARGUMENT, "%s: patch at offset %u is not 8-byte aligned", lbl, offset);
+    return fail(p, GRAPHD_INVALID_ARGUMENT, "%s: patch at offset %u is not 8-byte aligned", lbl,
+                offset);
   for (uint32_t k = 0; k < l->npatches; k++)
     if (l->patches[k].offset == offset)
-      return fail(p, GRAPHD_INVALID_ARGUMENT, "%s: there is already a patch at offset %u", lbl, offset);
+      return fail(p, GRAPHD_INVALID_ARGUMENT, "%s: there is already a patch at offset %u", lbl,
+                  offset);
   graphd_status st = check_patch_slot(p, lbl, offset, slot, slot_offset);
   if (st != GRAPHD_OK) return st;
   if (l->npatches >= GD_MAX_PATCHES)
-    return fail(p, GRAPHD_RESOURCE_EXHAUSTED, "%s: patch at offset %u is over the limit of %u patches",
-                lbl, offset, GD_MAX_PATCHES);
+    return fail(p, GRAPHD_RESOURCE_EXHAUSTED,
+                "%s: patch at offset %u is over the limit of %u patches", lbl, offset,
+                GD_MAX_PATCHES);
   if (grow((void **)&l->patches, l->npatches, sizeof *l->patches) < 0)
     return fail(p, GRAPHD_RESOURCE_EXHAUSTED, "%s: out of memory", lbl);
   return GRAPHD_OK;
@@ -364,18 +376,20 @@ graphd_status graphd_program_param_slot(graphd_program *p, uint32_t step, uint32
    * failure leaves the launch as it was. */
   if ((st = prepare_patch(p, l, lbl, offset, slot, slot_offset)) != GRAPHD_OK) return st;
   if ((st = add_param(p, l, lbl, offset, NULL, 8)) != GRAPHD_OK) return st;
-  l->patches[l->npatches++] = (gd_patch){.offset = offset, .slot = slot, .slot_offset = slot_offset};
+  l->patches[l->npatches++] =
+      (gd_patch){.offset = offset, .slot = slot, .slot_offset = slot_offset};
   return GRAPHD_OK;
 }
 
-graphd_status graphd_program_patch(graphd_program *p, uint32_t step, uint32_t offset,
-                                   uint32_t slot, uint64_t slot_offset) {
+graphd_status graphd_program_patch(graphd_program *p, uint32_t step, uint32_t offset, uint32_t slot,
+                                   uint64_t slot_offset) {
   gd_launch *l;
   char lbl[GD_MAX_NAME + 48];
   graphd_status st = get_launch(p, step, &l, lbl, sizeof lbl);
   if (st != GRAPHD_OK) return st;
   if (offset % 8)
-    return fail(p, GRAPHD_INVALID_ARGUMENT, "%s: patch at offset %u is not 8-byte aligned", lbl, offset);
+    return fail(p, GRAPHD_INVALID_ARGUMENT, "%s: patch at offset %u is not 8-byte aligned", lbl,
+                offset);
   bool inside = false;
   for (uint32_t q = 0; q < l->nparams && !inside; q++)
     inside = offset >= l->params[q].offset &&
@@ -387,7 +401,8 @@ graphd_status graphd_program_patch(graphd_program *p, uint32_t step, uint32_t of
                 lbl, offset);
   if ((st = prepare_patch(p, l, lbl, offset, slot, slot_offset)) != GRAPHD_OK) return st;
   memset(l->param_data + offset, 0, 8);
-  l->patches[l->npatches++] = (gd_patch){.offset = offset, .slot = slot, .slot_offset = slot_offset};
+  l->patches[l->npatches++] =
+      (gd_patch){.offset = offset, .slot = slot, .slot_offset = slot_offset};
   return GRAPHD_OK;
 }
 

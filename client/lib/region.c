@@ -118,8 +118,7 @@ static graphd_status cuda_lookup(graphd_client *c, uint64_t ptr, uint64_t *base,
    * none, its VMM allocation handle (retaining returns the same handle for
    * the same allocation). Either changes when the address is reused. */
   unsigned long long bid = 0;
-  if (cu->cuPointerGetAttribute(&bid, CU_POINTER_ATTRIBUTE_BUFFER_ID, b) != CUDA_SUCCESS)
-    bid = 0;
+  if (cu->cuPointerGetAttribute(&bid, CU_POINTER_ATTRIBUTE_BUFFER_ID, b) != CUDA_SUCCESS) bid = 0;
   if (bid == 0) {
     CUmemGenericAllocationHandle ah;
     if (cu->cuMemRetainAllocationHandle(&ah, (void *)(uintptr_t)b) == CUDA_SUCCESS) {
@@ -137,14 +136,14 @@ static graphd_status cuda_register(graphd_client *c, uint64_t base, uint64_t siz
                                    uint64_t identity, gd_region_entry **out) {
   const gd_cuda *cu;
   char e[256];
-  if (gd_cuda_load(&cu, e, sizeof e) < 0) return gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION, "%s", e);
+  if (gd_cuda_load(&cu, e, sizeof e) < 0)
+    return gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION, "%s", e);
   CUdeviceptr b = (CUdeviceptr)base;
   /* The memory must live on this session's device. */
   int ordinal = -1;
   CUdevice dev;
   CUuuid uuid;
-  if (cu->cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, b) !=
-          CUDA_SUCCESS ||
+  if (cu->cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, b) != CUDA_SUCCESS ||
       cu->cuDeviceGet(&dev, ordinal) != CUDA_SUCCESS ||
       cu->cuDeviceGetUuid(&uuid, dev) != CUDA_SUCCESS)
     return gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION,
@@ -175,7 +174,8 @@ static graphd_status cuda_register(graphd_client *c, uint64_t base, uint64_t siz
     CUmemGenericAllocationHandle ah;
     if (cu->cuMemRetainAllocationHandle(&ah, (void *)(uintptr_t)b) == CUDA_SUCCESS) {
       int fd = -1;
-      CUresult r = cu->cuMemExportToShareableHandle(&fd, ah, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      CUresult r =
+          cu->cuMemExportToShareableHandle(&fd, ah, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
       cu->cuMemRelease(ah);
       if (r == CUDA_SUCCESS) {
         graphd_status st = register_new(c, GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD, base,
@@ -357,8 +357,8 @@ graphd_status graphd_host_alloc(graphd_client *c, size_t bytes, void **ptr) {
   pthread_mutex_lock(&c->lock);
   int fd = memfd_create("graphd-host-region", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0) {
-    st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make a %zu-byte memfd: %s",
-                           bytes, strerror(errno));
+    st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make a %zu-byte memfd: %s", bytes,
+                           strerror(errno));
     if (fd >= 0) close(fd);
     goto exit;
   }
@@ -381,7 +381,8 @@ graphd_status graphd_host_alloc(graphd_client *c, size_t bytes, void **ptr) {
     c->host = n;
     c->host_cap = cap;
   }
-  c->host[c->nhost++] = (gd_host_alloc){.ptr = p, .size = bytes, .fd = fd, .serial = ++c->host_serial};
+  c->host[c->nhost++] =
+      (gd_host_alloc){.ptr = p, .size = bytes, .fd = fd, .serial = ++c->host_serial};
   *ptr = p;
 exit:
   pthread_mutex_unlock(&c->lock);
@@ -395,7 +396,8 @@ graphd_status graphd_host_free(graphd_client *c, void *ptr) {
   for (uint32_t i = 0; i < c->nhost; i++)
     if (c->host[i].ptr == ptr) h = &c->host[i];
   if (!h) {
-    st = gd_client_set_err(c, GRAPHD_NOT_FOUND, "%p was not allocated by graphd_host_alloc on this handle", ptr);
+    st = gd_client_set_err(c, GRAPHD_NOT_FOUND,
+                           "%p was not allocated by graphd_host_alloc on this handle", ptr);
     goto exit;
   }
   gd_region_entry *e = find_entry(c, (uint64_t)(uintptr_t)ptr);

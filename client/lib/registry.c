@@ -64,8 +64,8 @@ exit:
   return st;
 }
 
-graphd_status graphd_register_module(graphd_client *c, graphd_module_kind kind,
-                                     const void *bytes, size_t len, uint8_t id_out[32]) {
+graphd_status graphd_register_module(graphd_client *c, graphd_module_kind kind, const void *bytes,
+                                     size_t len, uint8_t id_out[32]) {
   uint8_t id[GD_ID_LEN];
   if (gd_module_id((uint32_t)kind, bytes, len, id) < 0) {
     pthread_mutex_lock(&c->lock);
@@ -158,9 +158,9 @@ typedef struct reg_program {
 } reg_program;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static reg_module *reg_mods;     /* guarded by reg_lock */
+static reg_module *reg_mods; /* guarded by reg_lock */
 static size_t reg_nmods, reg_mods_cap;
-static reg_program *reg_progs;   /* guarded by reg_lock */
+static reg_program *reg_progs; /* guarded by reg_lock */
 static size_t reg_nprogs, reg_progs_cap;
 
 static reg_module *find_mod(const uint8_t id[GD_ID_LEN]) {
@@ -219,7 +219,7 @@ graphd_status graphd_registry_add_program(const uint8_t id[32], const void *enco
     gd_program_free(p);
     return GRAPHD_INVALID_ARGUMENT;
   }
-  uint8_t (*mods)[GD_ID_LEN] = calloc(p->nsteps, GD_ID_LEN);
+  uint8_t(*mods)[GD_ID_LEN] = calloc(p->nsteps, GD_ID_LEN);
   uint8_t *copy = malloc(len);
   uint32_t nmods = mods ? gd_program_modules(p, mods, p->nsteps) : 0;
   gd_program_free(p);

@@ -65,14 +65,16 @@ static graphd_status make_page(graphd_client *c) {
       st = gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION, "%s", e);
       goto fail;
     }
-    if (cu->cuMemHostRegister(p, GD_CLIENT_FLAG_PAGE_BYTES, CU_MEMHOSTREGISTER_DEVICEMAP |
-                                                 CU_MEMHOSTREGISTER_PORTABLE) != CUDA_SUCCESS) {
+    if (cu->cuMemHostRegister(p, GD_CLIENT_FLAG_PAGE_BYTES,
+                              CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE) !=
+        CUDA_SUCCESS) {
       st = gd_client_set_err(c, GRAPHD_INTERNAL, "cuMemHostRegister of the flag page failed");
       goto fail;
     }
     f->cuda = true;
     if (cu->cuMemHostGetDevicePointer(&dp, p, 0) != CUDA_SUCCESS) {
-      st = gd_client_set_err(c, GRAPHD_INTERNAL, "cuMemHostGetDevicePointer of the flag page failed");
+      st = gd_client_set_err(c, GRAPHD_INTERNAL,
+                             "cuMemHostGetDevicePointer of the flag page failed");
       goto fail;
     }
     f->dev = dp;
@@ -104,7 +106,8 @@ void gd_client_replay_close(graphd_client *c) {
    * never ran it), and wait for the streams to get past the page. */
   bool passed = !atomic_load(&c->dead) && gd_flags_wait_passed(c, CLOSE_WAIT_MS, false);
   if (!passed) passed = gd_flags_wait_passed(c, CLOSE_WAIT_MS, true);
-  gd_flags_trace(c, passed ? "close, streams past the page" : "close, a stream is behind: page kept");
+  gd_flags_trace(c,
+                 passed ? "close, streams past the page" : "close, a stream is behind: page kept");
   c->flags = NULL;
   /* A stream stuck behind other work keeps the page (4 KiB and one
    * registration) rather than lose memory from under its queued ops. */

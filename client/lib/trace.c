@@ -21,6 +21,6 @@ void gd_client_debug(const graphd_client *c, const char *fmt, ...) {
   va_end(ap);
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  fprintf(stderr, "graphd-client %ld.%06ld handle %p: %s\n", (long)ts.tv_sec,
-          ts.tv_nsec / 1000, (const void *)c, msg);
+  fprintf(stderr, "graphd-client %ld.%06ld handle %p: %s\n", (long)ts.tv_sec, ts.tv_nsec / 1000,
+          (const void *)c, msg);
 }

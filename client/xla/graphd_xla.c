@@ -31,7 +31,7 @@
 #include "graphd/xla.h"
 
 /* graphd's status codes are XLA's error codes, one to one (docs/design.md, "Status codes"). */
-#define GRAPHD_XLA_SAME_(name, value, desc) \
+#define GRAPHD_XLA_SAME_(name, value, desc)                                                        \
   _Static_assert((int)GRAPHD_##name == (int)XLA_FFI_Error_Code_##name, #name " differs");
 GRAPHD_STATUS_LIST(GRAPHD_XLA_SAME_)
 #undef GRAPHD_XLA_SAME_
@@ -54,7 +54,7 @@ typedef struct dev_session {
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static dev_session *sessions[MAX_SESSIONS]; /* guarded by table_lock */
-static int nsessions;                      /* guarded by table_lock */
+static int nsessions;                       /* guarded by table_lock */
 
 static XLA_FFI_Error *fail(const XLA_FFI_Api *api, graphd_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -78,24 +78,30 @@ static XLA_FFI_Error *fail(const XLA_FFI_Api *api, graphd_status code, const cha
 
 static size_t dtype_size(XLA_FFI_DataType t) {
   switch (t) {
-    case XLA_FFI_DataType_PRED: case XLA_FFI_DataType_S8: case XLA_FFI_DataType_U8:
-    case XLA_FFI_DataType_F8E5M2: case XLA_FFI_DataType_F8E4M3: case XLA_FFI_DataType_F8E4M3FN:
-    case XLA_FFI_DataType_F8E3M4: case XLA_FFI_DataType_F8E4M3B11FNUZ:
-    case XLA_FFI_DataType_F8E5M2FNUZ: case XLA_FFI_DataType_F8E4M3FNUZ:
-    case XLA_FFI_DataType_F8E8M0FNU:
-      return 1;
-    case XLA_FFI_DataType_S16: case XLA_FFI_DataType_U16: case XLA_FFI_DataType_F16:
-    case XLA_FFI_DataType_BF16:
-      return 2;
-    case XLA_FFI_DataType_S32: case XLA_FFI_DataType_U32: case XLA_FFI_DataType_F32:
-      return 4;
-    case XLA_FFI_DataType_S64: case XLA_FFI_DataType_U64: case XLA_FFI_DataType_F64:
-    case XLA_FFI_DataType_C64:
-      return 8;
-    case XLA_FFI_DataType_C128:
-      return 16;
-    default:
-      return 0; /* sub-byte and token types cannot be bound */
+    case XLA_FFI_DataType_PRED:
+    case XLA_FFI_DataType_S8:
+    case XLA_FFI_DataType_U8:
+    case XLA_FFI_DataType_F8E5M2:
+    case XLA_FFI_DataType_F8E4M3:
+    case XLA_FFI_DataType_F8E4M3FN:
+    case XLA_FFI_DataType_F8E3M4:
+    case XLA_FFI_DataType_F8E4M3B11FNUZ:
+    case XLA_FFI_DataType_F8E5M2FNUZ:
+    case XLA_FFI_DataType_F8E4M3FNUZ:
+    case XLA_FFI_DataType_F8E8M0FNU: return 1;
+    case XLA_FFI_DataType_S16:
+    case XLA_FFI_DataType_U16:
+    case XLA_FFI_DataType_F16:
+    case XLA_FFI_DataType_BF16: return 2;
+    case XLA_FFI_DataType_S32:
+    case XLA_FFI_DataType_U32:
+    case XLA_FFI_DataType_F32: return 4;
+    case XLA_FFI_DataType_S64:
+    case XLA_FFI_DataType_U64:
+    case XLA_FFI_DataType_F64:
+    case XLA_FFI_DataType_C64: return 8;
+    case XLA_FFI_DataType_C128: return 16;
+    default: return 0; /* sub-byte and token types cannot be bound */
   }
 }
 
@@ -233,7 +239,8 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   XLA_FFI_AttrType t;
   const XLA_FFI_ByteSpan *prog = find_attr(&cf->attrs, "program", &t);
   if (!prog || t != XLA_FFI_AttrType_STRING)
-    return fail(api, GRAPHD_INVALID_ARGUMENT, "the 'program' attribute (a 64-digit hex id) is missing");
+    return fail(api, GRAPHD_INVALID_ARGUMENT,
+                "the 'program' attribute (a 64-digit hex id) is missing");
   uint8_t pid[32];
   if (gd_hex_decode(prog->ptr, prog->len, pid, sizeof pid, NULL, 0) < 0)
     return fail(api, GRAPHD_INVALID_ARGUMENT, "the 'program' attribute is not a 64-digit hex id");
@@ -243,8 +250,8 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   int64_t nargs = cf->args.size, nrets = cf->rets.size;
   if ((int64_t)slots->size != nargs + nrets)
     return fail(api, GRAPHD_INVALID_ARGUMENT,
-                "%lld operands and %lld results, but 'slots' names %zu slots",
-                (long long)nargs, (long long)nrets, slots->size);
+                "%lld operands and %lld results, but 'slots' names %zu slots", (long long)nargs,
+                (long long)nrets, slots->size);
   if (nargs + nrets > MAX_BUFFERS)
     return fail(api, GRAPHD_INVALID_ARGUMENT, "more than %d operands and results", MAX_BUFFERS);
 

@@ -61,7 +61,7 @@ GRAPHD_EXPORT void graphd_connect_options_init(graphd_connect_options *opts);
  *  - DEADLINE_EXCEEDED when the daemon does not answer in time.
  * errbuf (may be NULL) gets a one-line reason on failure. Thread-safe. */
 GRAPHD_EXPORT graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client **out,
-                             char *errbuf, size_t errlen);
+                                           char *errbuf, size_t errlen);
 
 /* Closes the session and frees the handle. NULL is a no-op. Must not race
  * with other calls on the same handle. */
@@ -98,16 +98,16 @@ typedef struct graphd_device_counters {
 } graphd_device_counters;
 
 typedef struct graphd_device_info {
-  uint32_t ordinal;         /* the daemon's device index */
+  uint32_t ordinal; /* the daemon's device index */
   char name[256];
   uint8_t uuid[16];
-  char uuid_str[48];        /* "GPU-…" or "HOST-…" */
+  char uuid_str[48]; /* "GPU-…" or "HOST-…" */
   uint64_t total_memory;
   uint64_t free_memory;
-  char backend[16];         /* "cuda" or "host" */
-  uint64_t epoch;           /* bumped when the device is reset */
+  char backend[16]; /* "cuda" or "host" */
+  uint64_t epoch;   /* bumped when the device is reset */
   int mps_enabled;
-  char state[16];           /* "ok" or "failed" */
+  char state[16]; /* "ok" or "failed" */
   graphd_device_counters counters;
 } graphd_device_info;
 
@@ -115,8 +115,8 @@ typedef struct graphd_session_info {
   uint64_t id;
   uint32_t pid;
   uint32_t uid;
-  int data;                 /* 1 for a data session, 0 for control */
-  int32_t device;           /* the daemon's device index, -1 for control */
+  int data;       /* 1 for a data session, 0 for control */
+  int32_t device; /* the daemon's device index, -1 for control */
   char client_name[129];
   uint64_t regions;
   uint64_t region_bytes;
@@ -131,9 +131,9 @@ typedef struct graphd_daemon_status {
   graphd_device_info *devices; /* ndevices entries */
   uint32_t nsession_info;
   graphd_session_info *session_info; /* every open session */
-  uint64_t modules;         /* registered modules, daemon-wide */
+  uint64_t modules;                  /* registered modules, daemon-wide */
   uint64_t module_bytes;
-  uint64_t programs;        /* registered programs, daemon-wide */
+  uint64_t programs; /* registered programs, daemon-wide */
 } graphd_daemon_status;
 
 /* Asks the daemon for its status. On success *out must be released with
@@ -165,8 +165,7 @@ GRAPHD_EXPORT graphd_status graphd_register_module(graphd_client *c, graphd_modu
 GRAPHD_EXPORT graphd_status graphd_register_program(graphd_client *c, graphd_program *p);
 
 /* Registers a program from its canonical encoding and id. */
-GRAPHD_EXPORT graphd_status graphd_register_program_encoding(graphd_client *c,
-                                                             const uint8_t id[32],
+GRAPHD_EXPORT graphd_status graphd_register_program_encoding(graphd_client *c, const uint8_t id[32],
                                                              const void *encoding, size_t len);
 
 /* ---- The client-side registry -----------------------------------------------
@@ -226,8 +225,8 @@ GRAPHD_EXPORT graphd_status graphd_prepare_program(graphd_client *c, const uint8
 
 typedef struct graphd_region_ref {
   uint32_t region_id;
-  uint64_t offset; /* of the pointer within the region */
-  uint64_t size;   /* bytes of the region */
+  uint64_t offset;    /* of the pointer within the region */
+  uint64_t size;      /* bytes of the region */
   uint64_t import_ns; /* the daemon's import time when this call registered it, else 0 */
 } graphd_region_ref;
 
@@ -320,15 +319,15 @@ GRAPHD_EXPORT graphd_status graphd_replay(graphd_client *c, graphd_stream *s,
 
 typedef struct graphd_capture_info {
   uint8_t program_id[32];
-  uint32_t device;         /* the daemon's device index */
-  uint32_t mode;           /* GRAPHD_MODE_STAGED or GRAPHD_MODE_STAGED_EX */
+  uint32_t device; /* the daemon's device index */
+  uint32_t mode;   /* GRAPHD_MODE_STAGED or GRAPHD_MODE_STAGED_EX */
   uint64_t staging_bytes;
-  uint32_t nodes;          /* graph nodes */
+  uint32_t nodes; /* graph nodes */
   uint64_t replays;
-  uint64_t idle_ms;        /* since its last replay was queued */
-  uint32_t pids[16];       /* client processes that replayed it */
+  uint64_t idle_ms;  /* since its last replay was queued */
+  uint32_t pids[16]; /* client processes that replayed it */
   uint32_t npids;
-  int busy;                /* its last replay has not finished */
+  int busy; /* its last replay has not finished */
 } graphd_capture_info;
 
 /* Every capture on every device; free *out with free(). */
@@ -336,13 +335,13 @@ GRAPHD_EXPORT graphd_status graphd_list_captures(graphd_client *c, graphd_captur
                                                  size_t *n);
 
 typedef struct graphd_evict_options {
-  const char *program;   /* a program id in hex, or a prefix of 6+ digits; NULL: any */
-  int device;            /* the daemon's device index; -1: any */
-  uint32_t client_pid;   /* captures this process used; 0: any */
-  uint64_t session;      /* captures the process of this session used; 0: any */
-  uint64_t idle_ms;      /* idle at least this long; 0: any */
-  int all;               /* every capture (admin only) */
-  int dry_run;           /* report what would go, change nothing */
+  const char *program; /* a program id in hex, or a prefix of 6+ digits; NULL: any */
+  int device;          /* the daemon's device index; -1: any */
+  uint32_t client_pid; /* captures this process used; 0: any */
+  uint64_t session;    /* captures the process of this session used; 0: any */
+  uint64_t idle_ms;    /* idle at least this long; 0: any */
+  int all;             /* every capture (admin only) */
+  int dry_run;         /* report what would go, change nothing */
 } graphd_evict_options;
 
 /* No selector, device -1: fill in before setting what to evict. */
@@ -353,8 +352,7 @@ GRAPHD_EXPORT void graphd_evict_options_init(graphd_evict_options *o);
  * staging, unloads modules nothing else uses. evicted (may be NULL) gets
  * what went (free with free()), bytes the staging bytes freed. */
 GRAPHD_EXPORT graphd_status graphd_evict(graphd_client *c, const graphd_evict_options *o,
-                                         graphd_capture_info **evicted, size_t *n,
-                                         uint64_t *bytes);
+                                         graphd_capture_info **evicted, size_t *n, uint64_t *bytes);
 
 /* The library's version string. */
 GRAPHD_EXPORT const char *graphd_version(void);

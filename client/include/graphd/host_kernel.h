@@ -30,17 +30,17 @@ typedef struct graphd_host_launch {
   uint32_t grid[3];
   uint32_t block[3];
   uint32_t block_idx[3];
-  void *shared;          /* dynamic shared memory for this block */
+  void *shared; /* dynamic shared memory for this block */
   uint32_t shared_bytes;
-  int *fault;            /* set *fault = 1 to report a device fault (2: unrecoverable) */
+  int *fault; /* set *fault = 1 to report a device fault (2: unrecoverable) */
 } graphd_host_launch;
 
 typedef void (*graphd_host_kernel)(const graphd_host_launch *l, void *const *params);
 
-#define GRAPHD_HOST_KERNEL(name) \
+#define GRAPHD_HOST_KERNEL(name)                                                                   \
   __attribute__((visibility("default"))) void name(const graphd_host_launch *l, void *const *params)
 
-#define GRAPHD_HOST_PARAMS(name, ...) \
+#define GRAPHD_HOST_PARAMS(name, ...)                                                              \
   __attribute__((visibility("default"))) const uint32_t graphd_params_##name[] = {__VA_ARGS__}
 
 #ifdef __cplusplus

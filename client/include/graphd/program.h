@@ -100,8 +100,8 @@ GRAPHD_EXPORT const char *graphd_program_error(const graphd_program *p);
  * and must be 0 for scratch. Returns the slot's index (0, 1, ...) or -1
  * with the message in graphd_program_error(): a bad role, a size of 0 or
  * over the cap, a staged scratch slot, or too many slots (256). */
-GRAPHD_EXPORT int graphd_program_add_slot(graphd_program *p, graphd_slot_role role,
-                                          uint64_t bytes, int staged);
+GRAPHD_EXPORT int graphd_program_add_slot(graphd_program *p, graphd_slot_role role, uint64_t bytes,
+                                          int staged);
 
 /* Adds a kernel launch of function (the mangled or extern "C" name, 1 to
  * 255 printable ASCII bytes) in the module with id module_id (from
@@ -121,9 +121,8 @@ GRAPHD_EXPORT int graphd_program_add_launch(graphd_program *p, const uint8_t mod
  * between them are zero. Parameters end by byte 4096; at most 128 per
  * launch. Returns GRAPHD_OK, or INVALID_ARGUMENT / RESOURCE_EXHAUSTED /
  * FAILED_PRECONDITION (after finish) with a message. */
-GRAPHD_EXPORT graphd_status graphd_program_param(graphd_program *p, uint32_t step,
-                                                 uint32_t offset, const void *bytes,
-                                                 uint32_t size);
+GRAPHD_EXPORT graphd_status graphd_program_param(graphd_program *p, uint32_t step, uint32_t offset,
+                                                 const void *bytes, uint32_t size);
 
 /* Declares an 8-byte pointer parameter at offset (a multiple of 8) whose
  * value the daemon sets to the address of slot `slot` plus slot_offset
@@ -142,9 +141,8 @@ GRAPHD_EXPORT graphd_status graphd_program_param_slot(graphd_program *p, uint32_
  * GRAPHD_OK or an error as above (misaligned, outside every parameter, a
  * second patch at the same offset, no such slot, slot_offset past the
  * slot). */
-GRAPHD_EXPORT graphd_status graphd_program_patch(graphd_program *p, uint32_t step,
-                                                 uint32_t offset, uint32_t slot,
-                                                 uint64_t slot_offset);
+GRAPHD_EXPORT graphd_status graphd_program_patch(graphd_program *p, uint32_t step, uint32_t offset,
+                                                 uint32_t slot, uint64_t slot_offset);
 
 /* Adds a memset of bytes bytes at offset in slot `slot`, with elements of
  * element_size bytes (1, 2 or 4) set to value. bytes is a non-zero
@@ -152,15 +150,13 @@ GRAPHD_EXPORT graphd_status graphd_program_patch(graphd_program *p, uint32_t ste
  * the slot, and value fits in element_size bytes. Returns the step's index
  * or -1. */
 GRAPHD_EXPORT int graphd_program_add_memset(graphd_program *p, uint32_t slot, uint64_t offset,
-                                            uint64_t bytes, uint32_t element_size,
-                                            uint32_t value);
+                                            uint64_t bytes, uint32_t element_size, uint32_t value);
 
 /* Adds a copy of bytes bytes (1 or more) from src_slot at src_offset to
  * dst_slot at dst_offset. Both ranges lie in their slots; within one slot
  * they do not overlap. Returns the step's index or -1. */
-GRAPHD_EXPORT int graphd_program_add_copy(graphd_program *p, uint32_t dst_slot,
-                                          uint64_t dst_offset, uint32_t src_slot,
-                                          uint64_t src_offset, uint64_t bytes);
+GRAPHD_EXPORT int graphd_program_add_copy(graphd_program *p, uint32_t dst_slot, uint64_t dst_offset,
+                                          uint32_t src_slot, uint64_t src_offset, uint64_t bytes);
 
 /* Conditional steps. A loop or a branch reads a 4-byte word at `offset`
  * (a multiple of 4) of `slot` on the device; non-zero is true.
@@ -199,8 +195,8 @@ GRAPHD_EXPORT graphd_status graphd_program_encoding(graphd_program *p, const uin
  * length) followed by the module's bytes, as docs/protocol.md specifies.
  * Returns GRAPHD_OK, or INVALID_ARGUMENT for an unknown kind or a length of
  * 0 or over 512 MiB. Thread-safe. */
-GRAPHD_EXPORT graphd_status graphd_module_id(graphd_module_kind kind, const void *bytes,
-                                             size_t len, uint8_t id_out[32]);
+GRAPHD_EXPORT graphd_status graphd_module_id(graphd_module_kind kind, const void *bytes, size_t len,
+                                             uint8_t id_out[32]);
 
 /* Writes the 64 lower-case hex digits of an id and a NUL to out.
  * Thread-safe. */

@@ -16,20 +16,20 @@ extern "C" {
 #endif
 
 /* X(NAME, value, short description) */
-#define GRAPHD_STATUS_LIST(X)                                               \
-  X(OK, 0, "ok")                                                            \
-  X(INVALID_ARGUMENT, 3, "invalid argument")                                \
-  X(DEADLINE_EXCEEDED, 4, "deadline exceeded")                              \
-  X(NOT_FOUND, 5, "not found")                                              \
-  X(ALREADY_EXISTS, 6, "already exists")                                    \
-  X(PERMISSION_DENIED, 7, "permission denied")                              \
-  X(RESOURCE_EXHAUSTED, 8, "resource exhausted")                            \
-  X(FAILED_PRECONDITION, 9, "failed precondition")                          \
-  X(ABORTED, 10, "aborted")                                                 \
-  X(OUT_OF_RANGE, 11, "out of range")                                       \
-  X(UNIMPLEMENTED, 12, "unimplemented")                                     \
-  X(INTERNAL, 13, "internal error")                                         \
-  X(UNAVAILABLE, 14, "unavailable")                                         \
+#define GRAPHD_STATUS_LIST(X)                                                                      \
+  X(OK, 0, "ok")                                                                                   \
+  X(INVALID_ARGUMENT, 3, "invalid argument")                                                       \
+  X(DEADLINE_EXCEEDED, 4, "deadline exceeded")                                                     \
+  X(NOT_FOUND, 5, "not found")                                                                     \
+  X(ALREADY_EXISTS, 6, "already exists")                                                           \
+  X(PERMISSION_DENIED, 7, "permission denied")                                                     \
+  X(RESOURCE_EXHAUSTED, 8, "resource exhausted")                                                   \
+  X(FAILED_PRECONDITION, 9, "failed precondition")                                                 \
+  X(ABORTED, 10, "aborted")                                                                        \
+  X(OUT_OF_RANGE, 11, "out of range")                                                              \
+  X(UNIMPLEMENTED, 12, "unimplemented")                                                            \
+  X(INTERNAL, 13, "internal error")                                                                \
+  X(UNAVAILABLE, 14, "unavailable")                                                                \
   X(DATA_LOSS, 15, "data loss")
 
 typedef enum graphd_status {
