@@ -84,6 +84,8 @@ typedef void *gd_node;
 typedef void *gd_stream;
 typedef void *gd_event;
 
+enum gd_give_up { GD_GIVE_UP_GONE = 1, GD_GIVE_UP_HUNG = 2 };
+
 enum gd_cond_kind { GD_COND_WHILE = 1, GD_COND_IF = 2 };
 
 typedef struct gd_kernel_desc {
@@ -146,7 +148,9 @@ typedef struct gd_backend_ops {
   /* Enqueues "wait until *word >= value" (word is an address inside a
    * flag map: host and device forms). The host backend waits right here,
    * polling, and gives up with -GRAPHD_DEADLINE_EXCEEDED when
-   * give_up(arg) says so. */
+   * give_up(arg) says so: GD_GIVE_UP_GONE (the client has gone, or graphd
+   * is stopping) or GD_GIVE_UP_HUNG (the ready timeout passed while
+   * someone waits behind); 0 to go on waiting. */
   int (*wait_value)(gd_backend *be, gd_backend_dev *dev, gd_stream s, volatile uint64_t *host,
                     uint64_t dev_addr, uint64_t value, int (*give_up)(void *), void *arg, char *err,
                     size_t errlen);

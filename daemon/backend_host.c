@@ -297,11 +297,19 @@ static int host_wait_value(gd_backend *be, gd_backend_dev *d, gd_stream s, volat
     if (++spins < 2000) continue;
     struct timespec ts = {0, 50000};
     nanosleep(&ts, NULL);
-    if (spins % 20 == 0 && give_up(arg)) {
-      snprintf(err, errlen,
-               "the client's ready flag did not reach %llu (it is %llu) within the ready "
-               "timeout while other work waited behind it",
-               (unsigned long long)value, (unsigned long long)__atomic_load_n(w, __ATOMIC_ACQUIRE));
+    int why = spins % 20 == 0 ? give_up(arg) : 0;
+    if (why) {
+      uint64_t now = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+      if (why == GD_GIVE_UP_GONE)
+        snprintf(err, errlen,
+                 "the wait for the client's ready flag (%llu, it is %llu) ended: the client "
+                 "has gone or graphd is stopping",
+                 (unsigned long long)value, (unsigned long long)now);
+      else
+        snprintf(err, errlen,
+                 "the client's ready flag did not reach %llu (it is %llu) within the ready "
+                 "timeout while other work waited behind it",
+                 (unsigned long long)value, (unsigned long long)now);
       return -GRAPHD_DEADLINE_EXCEEDED;
     }
   }

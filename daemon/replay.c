@@ -54,10 +54,10 @@ static int give_up(void *arg) {
   give_up_ctx *g = arg;
   /* Waiting is work: keep the watchdog from taking it for a hang. */
   worker_heartbeat(g->w);
-  if (worker_stopping(g->w) || atomic_load(&g->ds->client_gone)) return 1;
+  if (worker_stopping(g->w) || atomic_load(&g->ds->client_gone)) return GD_GIVE_UP_GONE;
   if (g->timeout_s <= 0) return 0;
   if ((double)(gd_now_ns() - g->start_ns) < g->timeout_s * 1e9) return 0;
-  return worker_has_queued(g->w);
+  return worker_has_queued(g->w) ? GD_GIVE_UP_HUNG : 0;
 }
 
 /* The capture of the job's program on d, built (and made room for) on the

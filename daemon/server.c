@@ -145,6 +145,11 @@ static int own_socket(gd_daemon *s, const gd_options *opt, char *err, size_t err
     }
     unlink(tmp);
   }
+  struct stat st;
+  if (lstat(path, &st) == 0) {
+    s->socket_dev = st.st_dev;
+    s->socket_ino = st.st_ino;
+  }
   s->listen_fd = fd;
   s->listen_inherited = false;
   snprintf(s->socket_path, sizeof s->socket_path, "%s", path);
@@ -191,6 +196,32 @@ int server_listen(gd_daemon *s, const gd_options *opt, char *err, size_t errlen)
   return 0;
 }
 
+static void accept_cb(uv_poll_t *h, int status, int events);
+
+/* How long the listener rests when accept() finds no file descriptor left. */
+#define ACCEPT_REST_MS 100
+
+static void accept_resume_cb(uv_timer_t *t) {
+  gd_daemon *s = t->data;
+  if (s->shutting_down || !s->listen_active) return;
+  if (uv_poll_start(&s->listen_poll, UV_READABLE, accept_cb) < 0)
+    GD_LOG(GD_ERROR, "server", "cannot resume accepting connections");
+}
+
+/* Out of file descriptors: the pending connection stays pending, so polling
+ * would wake at once and spin; rest the listener instead, and say so once
+ * per episode. */
+static void accept_rest(gd_daemon *s, int e) {
+  if (!s->accept_resting)
+    GD_LOG(GD_WARN, "server",
+           "accept: %s: %llu sessions open; new connections wait until some close (raise "
+           "LimitNOFILE or lower the clients' connections)",
+           strerror(e), (unsigned long long)s->sessions.n);
+  s->accept_resting = true;
+  uv_poll_stop(&s->listen_poll);
+  uv_timer_start(&s->accept_timer, accept_resume_cb, ACCEPT_REST_MS, 0);
+}
+
 static void accept_cb(uv_poll_t *h, int status, int events) {
   gd_daemon *s = h->data;
   (void)events;
@@ -202,8 +233,16 @@ static void accept_cb(uv_poll_t *h, int status, int events) {
     int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        accept_rest(s, errno);
+        return;
+      }
       GD_LOG(GD_WARN, "server", "accept: %s", strerror(errno));
       return;
+    }
+    if (s->accept_resting) {
+      GD_LOG(GD_INFO, "server", "accepting connections again");
+      s->accept_resting = false;
     }
     gd_session *sess;
     (void)session_new(&s->sessions, fd, &sess);
@@ -239,6 +278,8 @@ int server_start(gd_daemon *s, uv_loop_t *loop) {
   s->sessions.on_close = dsession_close;
   UV_CHECK_GOTO(uv_poll_init(loop, &s->listen_poll, s->listen_fd), GRAPHD_INTERNAL, exit);
   s->listen_poll.data = s;
+  UV_CHECK_GOTO(uv_timer_init(loop, &s->accept_timer), GRAPHD_INTERNAL, exit);
+  s->accept_timer.data = s;
   UV_CHECK_GOTO(uv_poll_start(&s->listen_poll, UV_READABLE, accept_cb), GRAPHD_INTERNAL, exit);
   s->listen_active = true;
   GD_LOG(GD_INFO, "server", "listening on %s%s", s->socket_path,
@@ -260,6 +301,8 @@ void server_shutdown(gd_daemon *s, const char *why) {
          (unsigned long long)s->sessions.n);
   /* First, so systemd hears STOPPING=1 before we wait on workers. */
   if (s->on_shutdown) s->on_shutdown(s);
+  if (s->accept_timer.loop && !uv_is_closing((uv_handle_t *)&s->accept_timer))
+    uv_close((uv_handle_t *)&s->accept_timer, NULL);
   if (s->listen_active) {
     s->listen_active = false;
     uv_poll_stop(&s->listen_poll);
@@ -289,8 +332,15 @@ void server_shutdown(gd_daemon *s, const char *why) {
 }
 
 void server_cleanup(gd_daemon *s) {
-  if (!s->listen_inherited && s->socket_path[0]) {
-    if (unlink(s->socket_path) < 0 && errno != ENOENT)
-      GD_LOG(GD_WARN, "server", "cannot remove %s: %s", s->socket_path, strerror(errno));
+  if (s->listen_inherited || !s->socket_path[0]) return;
+  /* Only the file we made: another graphd may have started on this path
+   * since (after ours was removed), and its socket is not ours to remove. */
+  struct stat st;
+  if (lstat(s->socket_path, &st) < 0) return;
+  if (st.st_dev != s->socket_dev || st.st_ino != s->socket_ino) {
+    GD_LOG(GD_INFO, "server", "%s is another daemon's socket now; leaving it", s->socket_path);
+    return;
   }
+  if (unlink(s->socket_path) < 0 && errno != ENOENT)
+    GD_LOG(GD_WARN, "server", "cannot remove %s: %s", s->socket_path, strerror(errno));
 }

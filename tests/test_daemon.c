@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "graphd/graphd.h"
@@ -176,6 +177,81 @@ START_TEST(test_daemon_never_steals_a_live_socket) {
   ck_assert_int_eq(graphd_ping(c, "x", 1), GRAPHD_OK);
   graphd_close(c);
   td_stop(&d);
+  td_cleanup(&d);
+}
+END_TEST
+
+/* A daemon that exits removes its own socket file only: when the path has
+ * meanwhile become another daemon's socket, that one stays. */
+START_TEST(test_daemon_exit_leaves_a_newer_daemons_socket) {
+  gd_test_daemon a, b;
+  td_start(&a, "--backend", "host", NULL);
+  td_start(&b, "--backend", "host", NULL);
+  /* b's socket now lives at a's path (as if a's file had been removed and
+   * b started there). */
+  ck_assert_int_eq(rename(b.socket, a.socket), 0);
+  ck_assert_int_eq(td_stop(&a), 0);
+  struct stat st;
+  ck_assert_msg(stat(a.socket, &st) == 0 && S_ISSOCK(st.st_mode),
+                "the exiting daemon removed the newer daemon's socket");
+  snprintf(b.socket, sizeof b.socket, "%s", a.socket);
+  graphd_client *c = td_control(&b);
+  ck_assert_int_eq(graphd_ping(c, "x", 1), GRAPHD_OK);
+  graphd_close(c);
+  ck_assert_msg(td_log_contains(&a, "another daemon's socket now"), "a's log says nothing");
+  td_stop(&b);
+  td_cleanup(&a);
+  td_cleanup(&b);
+}
+END_TEST
+
+static double cpu_ms(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  /* Fields after the command's closing parenthesis: state is 3, utime 14. */
+  char *p = strrchr(buf, ')');
+  unsigned long ut = 0, stt = 0;
+  ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &stt),
+                   2);
+  return (double)(ut + stt) * 1000.0 / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Out of file descriptors, the daemon rests its listener instead of
+ * spinning on the connection it cannot accept, logs it once, and accepts
+ * again once sessions close. */
+START_TEST(test_daemon_out_of_fds_neither_spins_nor_floods_the_log) {
+  gd_test_daemon d;
+  setenv("GRAPHD_TEST_WRAPPER", "prlimit --nofile=40:40", 1);
+  td_start(&d, "--backend", "host", NULL);
+  unsetenv("GRAPHD_TEST_WRAPPER");
+  int fds[80];
+  for (int i = 0; i < 80; i++) fds[i] = td_raw_connect(&d);
+  pid_t pid = td_daemon_pid(&d);
+  double c0 = cpu_ms(pid), t0 = wall_ms();
+  usleep(1000 * 1000);
+  double cpu = cpu_ms(pid) - c0, wall = wall_ms() - t0;
+  printf("FIGURE out of fds: the daemon used %.0f ms of CPU in %.0f ms\n", cpu, wall);
+  ck_assert_msg(cpu < 0.2 * wall, "the daemon used %.0f ms of CPU in %.0f ms", cpu, wall);
+  ck_assert(td_log_contains(&d, "new connections wait until some close"));
+  /* Sessions close: the waiting connections are accepted, and a new one is
+   * served. */
+  for (int i = 0; i < 80; i++) close(fds[i]);
+  graphd_client *c = td_control(&d);
+  ck_assert_int_eq(graphd_ping(c, "x", 1), GRAPHD_OK);
+  graphd_close(c);
+  ck_assert(td_log_contains(&d, "accepting connections again"));
+  ck_assert_int_eq(td_stop(&d), 0);
   td_cleanup(&d);
 }
 END_TEST
@@ -346,6 +422,8 @@ int main(void) {
   tcase_add_test(tc, test_daemon_socket_mode_is_0660);
   tcase_add_test(tc, test_daemon_never_steals_a_live_socket);
   tcase_add_test(tc, test_daemon_replaces_a_stale_socket);
+  tcase_add_test(tc, test_daemon_exit_leaves_a_newer_daemons_socket);
+  tcase_add_test(tc, test_daemon_out_of_fds_neither_spins_nor_floods_the_log);
   tcase_add_test(tc, test_daemon_refuses_to_replace_a_regular_file);
   tcase_add_test(tc, test_daemon_sigint_also_stops_gracefully);
   tcase_add_test(tc, test_daemon_shutdown_closes_open_sessions_cleanly);

@@ -37,7 +37,9 @@ typedef enum graphd_session_kind {
 
 typedef struct graphd_connect_options {
   /* Socket path; NULL means $GRAPHD_SOCKET, else /run/graphd/graphd.sock
-   * for root, else $XDG_RUNTIME_DIR/graphd.sock. */
+   * for root, else $XDG_RUNTIME_DIR/graphd.sock (/tmp/graphd-UID.sock
+   * without XDG_RUNTIME_DIR); when $GRAPHD_SOCKET is unset and that
+   * per-user socket does not exist, /run/graphd/graphd.sock if it does. */
   const char *socket_path;
   graphd_session_kind kind;
   /* Data sessions: the device's 16-byte UUID (cuDeviceGetUuid, or a host
