@@ -68,7 +68,7 @@ typedef struct gd_daemon {
   uv_poll_t listen_poll;
   uv_timer_t accept_timer; /* resumes accepting after running out of fds */
   bool accept_resting;
-  dev_t socket_dev;        /* the socket file we made: only it is removed at exit */
+  dev_t socket_dev; /* the socket file we made: only it is removed at exit */
   ino_t socket_ino;
   uv_signal_t sig_term, sig_int;
 

@@ -304,12 +304,16 @@ static void handle_register_module(gd_session *s, Graphd__Wire__Request *req, in
       return;
     }
   }
-  if (rc == 0 && !known && (rc = registry_module_verify(mod, err, sizeof err)) == 0)
-    rc = registry_module_insert(&daemon_of(s)->reg, mod, &known, err, sizeof err);
-  else if (rc < 0 || known)
-    mod = NULL; /* nothing was made, or nothing to keep */
+  if (rc == 0 && mod) {
+    /* Hashed here (small, or the hand-off had no memory); insert takes the
+     * module, a failed verify leaves it to us. */
+    rc = registry_module_verify(mod, err, sizeof err);
+    if (rc < 0)
+      registry_module_discard(mod);
+    else
+      rc = registry_module_insert(&daemon_of(s)->reg, mod, &known, err, sizeof err);
+  }
   if (rc < 0) {
-    registry_module_discard(mod);
     session_reply_error(s, req->request_id, rc, "RegisterModule: %s", err);
     return;
   }

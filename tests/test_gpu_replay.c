@@ -144,6 +144,11 @@ START_TEST(test_gpu_conditional_loops_and_branches_are_exact) {
       "FIGURE conditional steps: %d checked replays (loops of 0 to 40 passes, both branches, "
       "both modes) in %.1f ms\n",
       n, now_ms() - t0);
+  graphd_stream_detach(s);
+  for (int k = 0; k < 2; k++) {
+    gbuf_free(&x[k]);
+    gbuf_free(&ctl[k]);
+  }
   graphd_close(c);
 }
 END_TEST

@@ -119,6 +119,7 @@ START_TEST(test_replay_runs_conditional_loops_and_branches) {
       ck_assert_uint_eq(ctl[0], 0);
       ck_assert_uint_eq(ctl[1], cases[k][1]);
     }
+  graphd_stream_detach(s);
   graphd_close(c);
 }
 END_TEST
