@@ -19,6 +19,7 @@
 #include "../proto/program.h"
 #include "backend.h"
 #include "check.h"
+#include "../common/memfd.h"
 #include "graphd/status.h"
 
 struct gd_backend_dev {
@@ -462,14 +463,10 @@ static int cuda_flags_map(gd_backend *be, gd_backend_dev *d, int fd, uint64_t by
   const gd_cuda *cu = be->priv;
   int rc = 0;
   (void)d;
-  struct stat st;
   long page = sysconf(_SC_PAGESIZE);
   uint64_t len = (bytes + (uint64_t)page - 1) / (uint64_t)page * (uint64_t)page;
-  if (fcntl(fd, F_GET_SEALS) < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size < len) {
-    snprintf(err, errlen, "the flag page must be a memfd of at least %llu bytes",
-             (unsigned long long)len);
+  if (gd_memfd_check(fd, gd_memfd_shared_seals(), len, "flag page", err, errlen) < 0)
     return -GRAPHD_INVALID_ARGUMENT;
-  }
   void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     snprintf(err, errlen, "cannot map the flag page: %s", strerror(errno));

@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "../proto/program.h"
 #include "graphd/host_kernel.h"
+#include "../common/memfd.h"
 #include "graphd/status.h"
 #include <openssl/sha.h>
 
@@ -161,14 +162,9 @@ static int host_region_import(gd_backend *be, gd_backend_dev *d, const gd_region
     snprintf(err, errlen, "host devices take memory from graphd_host_alloc only");
     return -GRAPHD_FAILED_PRECONDITION;
   }
-  struct stat st;
-  if (fcntl(in->fd, F_GET_SEALS) < 0 || fstat(in->fd, &st) < 0) {
-    snprintf(err, errlen, "the region's fd is not a memfd from graphd_host_alloc");
-    return -GRAPHD_INVALID_ARGUMENT;
-  }
-  if ((uint64_t)st.st_size < in->size || in->size == 0) {
-    snprintf(err, errlen, "the region declares %llu bytes but its memfd holds %lld",
-             (unsigned long long)in->size, (long long)st.st_size);
+  if (in->size == 0 ||
+      gd_memfd_check(in->fd, gd_memfd_shared_seals(), in->size, "region", err, errlen) < 0) {
+    if (in->size == 0) snprintf(err, errlen, "the region declares 0 bytes");
     return -GRAPHD_INVALID_ARGUMENT;
   }
   void *p = mmap(NULL, in->size, PROT_READ | PROT_WRITE, MAP_SHARED, in->fd, 0);
@@ -266,12 +262,8 @@ static int host_stream_sync(gd_backend *be, gd_backend_dev *d, gd_stream s, char
 static int host_flags_map(gd_backend *be, gd_backend_dev *d, int fd, uint64_t bytes,
                           gd_flags_map *out, char *err, size_t errlen) {
   (void)be, (void)d;
-  struct stat st;
-  if (fcntl(fd, F_GET_SEALS) < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size < bytes) {
-    snprintf(err, errlen, "the flag page must be a memfd of at least %llu bytes",
-             (unsigned long long)bytes);
+  if (gd_memfd_check(fd, gd_memfd_shared_seals(), bytes, "flag page", err, errlen) < 0)
     return -GRAPHD_INVALID_ARGUMENT;
-  }
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     snprintf(err, errlen, "cannot map the flag page: %s", strerror(errno));

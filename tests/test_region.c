@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../daemon/region.h"
+#include "../common/memfd.h"
 #include "harness.h"
 #include "wire.h"
 
@@ -243,11 +244,22 @@ START_TEST(test_region_bad_fds_are_refused_cleanly) {
   ck_assert_int_eq(ftruncate(file, 4096), 0);
   unlink(path);
   td_expect_reply(raw_region(fd, host, 4096, &file, 1), GRAPHD_INVALID_ARGUMENT, "not a memfd");
+  /* A memfd that could shrink under the daemon's mapping (a SIGBUS there):
+   * refused; one sealed the way graphd_host_alloc seals it cannot shrink. */
+  int loose = memfd_create("loose", MFD_CLOEXEC);
+  ck_assert_int_eq(ftruncate(loose, 4096), 0);
+  td_expect_reply(raw_region(fd, host, 4096, &loose, 1), GRAPHD_INVALID_ARGUMENT,
+                  "the region memfd must be sealed against shrink and grow");
+  close(loose);
+  int sealed = gd_memfd_new_shared("sealed", 4096);
+  ck_assert_int_ge(sealed, 0);
+  ck_assert_int_lt(ftruncate(sealed, 0), 0);
+  close(sealed);
   /* A memfd smaller than declared. */
-  int small = memfd_create("small", MFD_CLOEXEC);
-  ck_assert_int_eq(ftruncate(small, 100), 0);
+  int small = gd_memfd_new_shared("small", 100);
+  ck_assert_int_ge(small, 0);
   td_expect_reply(raw_region(fd, host, 4096, &small, 1), GRAPHD_INVALID_ARGUMENT,
-                  "declares 4096 bytes");
+                  "the region memfd holds 100 bytes, fewer than the 4096 it must");
   /* CUDA kinds on a host device. */
   td_expect_reply(raw_region(fd, GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD, 100, &small, 1),
                   GRAPHD_FAILED_PRECONDITION, "graphd_host_alloc only");

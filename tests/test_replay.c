@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/memfd.h"
 #include "harness.h"
 #include "program3.h"
 #include "wire.h"
@@ -486,8 +487,8 @@ static void raw_open(raw_client *rc, graphd_client *c) {
   graphd__wire__reply__free_unpacked(r, NULL);
   graphd_daemon_status_free(st);
 
-  rc->flags = memfd_create("flags", MFD_CLOEXEC);
-  ck_assert_int_eq(ftruncate(rc->flags, 4096), 0);
+  rc->flags = gd_memfd_new_shared("flags", 4096);
+  ck_assert_int_ge(rc->flags, 0);
   rc->page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rc->flags, 0);
   Graphd__Wire__Request fr = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__RegisterFlags rf = GRAPHD__WIRE__REGISTER_FLAGS__INIT;
@@ -501,8 +502,8 @@ static void raw_open(raw_client *rc, graphd_client *c) {
   ck_assert_msg(r->code == 0, "%s", r->message);
   graphd__wire__reply__free_unpacked(r, NULL);
 
-  rc->mem = memfd_create("region", MFD_CLOEXEC);
-  ck_assert_int_eq(ftruncate(rc->mem, 2 * N * 4), 0);
+  rc->mem = gd_memfd_new_shared("region", 2 * N * 4);
+  ck_assert_int_ge(rc->mem, 0);
   Graphd__Wire__Request rr = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__RegisterRegion rg = GRAPHD__WIRE__REGISTER_REGION__INIT;
   rr.request_id = 3;

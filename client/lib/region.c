@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../common/cuda_driver.h"
+#include "../../common/memfd.h"
 #include "../../common/uuid.h"
 #include "internal.h"
 
@@ -355,11 +356,10 @@ graphd_status graphd_host_alloc(graphd_client *c, size_t bytes, void **ptr) {
   *ptr = NULL;
   if (bytes == 0) return GRAPHD_INVALID_ARGUMENT;
   pthread_mutex_lock(&c->lock);
-  int fd = memfd_create("graphd-host-region", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, (off_t)bytes) < 0) {
+  int fd = gd_memfd_new_shared("graphd-host-region", bytes);
+  if (fd < 0) {
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make a %zu-byte memfd: %s", bytes,
                            strerror(errno));
-    if (fd >= 0) close(fd);
     goto exit;
   }
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

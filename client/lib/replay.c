@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../../common/cuda_driver.h"
+#include "../../common/memfd.h"
 #include "internal.h"
 
 #define CLOSE_WAIT_MS 2000
@@ -44,8 +45,8 @@ static graphd_status make_page(graphd_client *c) {
   graphd_status st;
   gd_flag_page *f = calloc(1, sizeof *f);
   if (!f) return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
-  f->fd = memfd_create("graphd-flags", MFD_CLOEXEC);
-  if (f->fd < 0 || ftruncate(f->fd, GD_CLIENT_FLAG_PAGE_BYTES) < 0) {
+  f->fd = gd_memfd_new_shared("graphd-flags", GD_CLIENT_FLAG_PAGE_BYTES);
+  if (f->fd < 0) {
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "cannot make the flag page: %s",
                            strerror(errno));
     goto fail;
