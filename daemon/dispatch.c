@@ -59,6 +59,46 @@ static bool peer_is_admin(gd_session *s) {
   return false;
 }
 
+/* A client's name goes into logs, status, JSON and terminals as it is: it
+ * must be UTF-8 without control characters. Returns the offending byte's
+ * offset, or -1 when the name is fine; *what says what is wrong there. */
+static long name_fault(const char *name, const char **what) {
+  const unsigned char *p = (const unsigned char *)name;
+  for (size_t i = 0; p[i];) {
+    unsigned c = p[i], need, cp;
+    if (c < 0x80) {
+      need = 0, cp = c;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+      need = 1, cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      need = 2, cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      need = 3, cp = c & 0x07;
+    } else {
+      *what = "is not valid UTF-8";
+      return (long)i;
+    }
+    for (unsigned k = 1; k <= need; k++) {
+      if ((p[i + k] & 0xc0) != 0x80) {
+        *what = "is not valid UTF-8";
+        return (long)i;
+      }
+      cp = cp << 6 | (p[i + k] & 0x3f);
+    }
+    if ((need == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (need == 3 && (cp < 0x10000 || cp > 0x10ffff))) {
+      *what = "is not valid UTF-8";
+      return (long)i;
+    }
+    if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp <= 0x9f)) {
+      *what = "has a control character";
+      return (long)i;
+    }
+    i += 1 + need;
+  }
+  return -1;
+}
+
 static void handle_hello(gd_session *s, Graphd__Wire__Request *req) {
   gd_daemon *d = daemon_of(s);
   Graphd__Wire__Hello *h = req->hello;
@@ -78,6 +118,16 @@ static void handle_hello(gd_session *s, Graphd__Wire__Request *req) {
     session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
                         "Hello.client_name is %zu bytes, over the limit of %d",
                         strlen(h->client_name), GD_CLIENT_NAME_MAX);
+    session_close_after_flush(s);
+    return;
+  }
+  const char *what = NULL;
+  long at = h->client_name ? name_fault(h->client_name, &what) : -1;
+  if (at >= 0) {
+    session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
+                        "Hello.client_name %s (byte %ld, 0x%02x): it must be UTF-8 without "
+                        "control characters",
+                        what, at, (unsigned char)h->client_name[at]);
     session_close_after_flush(s);
     return;
   }

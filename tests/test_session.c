@@ -337,6 +337,47 @@ START_TEST(test_session_refuses_other_protocol_versions_and_second_hello) {
 }
 END_TEST
 
+/* A client's name reaches logs, JSON and terminals: only UTF-8 without
+ * control characters is taken, and a refused Hello names the byte. */
+START_TEST(test_session_refuses_client_names_with_control_characters_or_bad_utf8) {
+  static const struct {
+    const char *name, *why;
+  } bad[] = {
+      {"job\n2026-12-03 graphd: forged line", "has a control character (byte 3, 0x0a)"},
+      {"evil\x1b[2J", "has a control character (byte 4, 0x1b)"},
+      {"bad\xff", "is not valid UTF-8 (byte 3, 0xff)"},
+      {"half\xc3", "is not valid UTF-8 (byte 4, 0xc3)"},
+      {"c1\xc2\x85", "has a control character (byte 2, 0xc2)"},
+      {"overlong\xe0\x80\xaf", "is not valid UTF-8 (byte 8, 0xe0)"},
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    int fd = td_raw_connect(&d);
+    Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+    Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
+    req.request_id = 1;
+    req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
+    req.hello = &h;
+    h.protocol_version = GRAPHD_PROTOCOL_VERSION;
+    h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL;
+    h.client_name = (char *)bad[k].name;
+    td_raw_send_request(fd, &req, NULL, 0);
+    expect_error(fd, GRAPHD_INVALID_ARGUMENT, bad[k].why);
+    ck_assert(td_raw_eof(fd, 5000));
+    close(fd);
+  }
+  ck_assert(!td_log_contains(&d, "forged line"));
+  /* UTF-8 names are fine. */
+  graphd_connect_options o;
+  graphd_connect_options_init(&o);
+  o.socket_path = d.socket;
+  o.client_name = "Gr\xc3\xbc\xc3\x9f\x65 \xe6\x97\xa5\xe6\x9c\xac";
+  graphd_client *c = NULL;
+  char err[GRAPHD_ERRMAX];
+  ck_assert_msg(graphd_connect(&o, &c, err, sizeof err) == GRAPHD_OK, "%s", err);
+  graphd_close(c);
+}
+END_TEST
+
 START_TEST(test_session_abrupt_disconnects_leave_nothing_behind) {
   for (int i = 0; i < 50; i++) {
     int fd = td_raw_connect(&d);
@@ -377,6 +418,7 @@ int main(void) {
   tcase_add_test(tc, test_session_too_many_fds_close_the_session_without_leaks);
   tcase_add_test(tc, test_session_requires_hello_first);
   tcase_add_test(tc, test_session_refuses_other_protocol_versions_and_second_hello);
+  tcase_add_test(tc, test_session_refuses_client_names_with_control_characters_or_bad_utf8);
   tcase_add_test(tc, test_session_abrupt_disconnects_leave_nothing_behind);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
