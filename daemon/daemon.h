@@ -67,6 +67,7 @@ typedef struct gd_daemon {
   char socket_path[108];
   uv_poll_t listen_poll;
   uv_timer_t accept_timer; /* resumes accepting after running out of fds */
+  uv_timer_t sweep_timer;  /* Hello deadline and idle timeout */
   bool accept_resting;
   dev_t socket_dev; /* the socket file we made: only it is removed at exit */
   ino_t socket_ino;

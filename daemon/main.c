@@ -47,6 +47,13 @@ static void usage(FILE *f) {
           "  --ready-timeout SEC   head-of-line timeout for a client's ready flag\n"
           "                        (default 60, 0 = never)\n"
           "  --shutdown-grace SEC  how long shutdown waits for in-flight work (default 10)\n"
+          "  --hello-timeout SEC   a connection must send Hello within this (default 10,\n"
+          "                        0 = never)\n"
+          "  --idle-timeout SEC    close sessions that send no request for this long\n"
+          "                        (default 0 = never)\n"
+          "  --max-connections N   sessions open at once (default 4096)\n"
+          "  --max-connections-per-uid N\n"
+          "                        sessions open at once per client uid (default 1024)\n"
           "  --log-level L         error, warn, info (default) or debug\n"
           "  --config PATH         config file (default " DEFAULT_CONFIG
           " if present)\n"
@@ -70,6 +77,10 @@ static const struct option long_opts[] = {
     {"device-budget", required_argument, NULL, 0},
     {"ready-timeout", required_argument, NULL, 0},
     {"shutdown-grace", required_argument, NULL, 0},
+    {"hello-timeout", required_argument, NULL, 0},
+    {"idle-timeout", required_argument, NULL, 0},
+    {"max-connections", required_argument, NULL, 0},
+    {"max-connections-per-uid", required_argument, NULL, 0},
     {"log-level", required_argument, NULL, 0},
     {"config", required_argument, NULL, OPT_CONFIG},
     {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},

@@ -27,6 +27,10 @@ void options_defaults(gd_options *o) {
   snprintf(o->admin_group, sizeof o->admin_group, "graphd-admin");
   o->ready_timeout_s = 60;
   o->shutdown_grace_s = 10;
+  o->hello_timeout_s = 10;
+  o->idle_timeout_s = 0;
+  o->max_connections = 4096;
+  o->max_connections_per_uid = 1024;
 }
 
 int options_parse_size(const char *s, uint64_t *out) {
@@ -151,6 +155,20 @@ int options_set(gd_options *o, const char *key, const char *v, char *err, size_t
   } else if (strcmp(key, "shutdown-grace") == 0) {
     if (parse_seconds(v, &o->shutdown_grace_s) < 0)
       BAD("shutdown-grace: '%s' is not a number of seconds", v);
+  } else if (strcmp(key, "hello-timeout") == 0) {
+    if (parse_seconds(v, &o->hello_timeout_s) < 0)
+      BAD("hello-timeout: '%s' is not a number of seconds (0 = never)", v);
+  } else if (strcmp(key, "idle-timeout") == 0) {
+    if (parse_seconds(v, &o->idle_timeout_s) < 0)
+      BAD("idle-timeout: '%s' is not a number of seconds (0 = never)", v);
+  } else if (strcmp(key, "max-connections") == 0 || strcmp(key, "max-connections-per-uid") == 0) {
+    long conns;
+    if (parse_int(v, 1, 1000000, &conns) < 0)
+      BAD("%s: '%s' is not a number from 1 to 1000000", key, v);
+    if (key[15] == '\0')
+      o->max_connections = (uint32_t)conns;
+    else
+      o->max_connections_per_uid = (uint32_t)conns;
   } else {
     BAD("unknown setting '%s'", key);
   }
@@ -207,9 +225,11 @@ void options_print(const gd_options *o, int fd) {
           "socket = %s\nsocket-mode = %04o\nsocket-group = %s\nbackend = %s\n"
           "host-devices = %d\nhost-memory = %llu\ndevices = %s\nmax-frame = %u\n"
           "log-level = %s\nadmin-group = %s\ndevice-budget = %llu\nready-timeout = %g\n"
-          "shutdown-grace = %g\n",
+          "shutdown-grace = %g\nhello-timeout = %g\nidle-timeout = %g\nmax-connections = %u\n"
+          "max-connections-per-uid = %u\n",
           o->socket_path, o->socket_mode, o->socket_group, backends[o->backend], o->host_devices,
           (unsigned long long)o->host_memory, o->devices, o->max_frame, levels[o->log_level],
           o->admin_group, (unsigned long long)o->device_budget, o->ready_timeout_s,
-          o->shutdown_grace_s);
+          o->shutdown_grace_s, o->hello_timeout_s, o->idle_timeout_s, o->max_connections,
+          o->max_connections_per_uid);
 }

@@ -198,6 +198,53 @@ int server_listen(gd_daemon *s, const gd_options *opt, char *err, size_t errlen)
 
 static void accept_cb(uv_poll_t *h, int status, int events);
 
+/* A connection past --max-connections or --max-connections-per-uid is told
+ * which limit it met, and closed. */
+static void refuse_over_limit(gd_daemon *s, gd_session *sess) {
+  const gd_options *o = s->opt;
+  uint64_t same_uid = 0;
+  for (gd_session *x = s->sessions.head; x; x = x->next) same_uid += x->uid == sess->uid;
+  if (s->sessions.n > o->max_connections)
+    session_reply_error(sess, 0, GRAPHD_RESOURCE_EXHAUSTED,
+                        "graphd holds the most connections it takes (--max-connections %u); "
+                        "try again when some close",
+                        o->max_connections);
+  else if (same_uid > o->max_connections_per_uid)
+    session_reply_error(sess, 0, GRAPHD_RESOURCE_EXHAUSTED,
+                        "uid %u holds the most connections one user may "
+                        "(--max-connections-per-uid %u); close some first",
+                        (unsigned)sess->uid, o->max_connections_per_uid);
+  else
+    return;
+  GD_LOG(GD_WARN, "server", "refused a connection from pid %d uid %u: connection limit",
+         (int)sess->pid, (unsigned)sess->uid);
+  session_close_after_flush(sess);
+}
+
+/* Once a second: closes connections that never said Hello within
+ * --hello-timeout, and sessions idle past --idle-timeout. */
+static void sweep_cb(uv_timer_t *t) {
+  gd_daemon *s = t->data;
+  const gd_options *o = s->opt;
+  uint64_t now = gd_now_ns();
+  for (gd_session *x = s->sessions.head, *next; x; x = next) {
+    next = x->next;
+    if (x->closing || x->close_after_flush || x->busy) continue;
+    if (x->kind == GD_SESSION_NONE && o->hello_timeout_s > 0 &&
+        (double)(now - x->opened_ns) > o->hello_timeout_s * 1e9) {
+      session_reply_error(x, 0, GRAPHD_DEADLINE_EXCEEDED,
+                          "no Hello within %g s (--hello-timeout); closing", o->hello_timeout_s);
+      session_close_after_flush(x);
+    } else if (x->kind != GD_SESSION_NONE && o->idle_timeout_s > 0 &&
+               (double)(now - x->active_ns) > o->idle_timeout_s * 1e9) {
+      GD_LOG(GD_INFO, "server",
+             "session %llu (pid %d) idle for over %g s (--idle-timeout); closing",
+             (unsigned long long)x->id, (int)x->pid, o->idle_timeout_s);
+      session_close(x, "idle");
+    }
+  }
+}
+
 /* How long the listener rests when accept() finds no file descriptor left. */
 #define ACCEPT_REST_MS 100
 
@@ -245,7 +292,7 @@ static void accept_cb(uv_poll_t *h, int status, int events) {
       s->accept_resting = false;
     }
     gd_session *sess;
-    (void)session_new(&s->sessions, fd, &sess);
+    if (session_new(&s->sessions, fd, &sess) == 0) refuse_over_limit(s, sess);
   }
 }
 
@@ -280,6 +327,15 @@ int server_start(gd_daemon *s, uv_loop_t *loop) {
   s->listen_poll.data = s;
   UV_CHECK_GOTO(uv_timer_init(loop, &s->accept_timer), GRAPHD_INTERNAL, exit);
   s->accept_timer.data = s;
+  UV_CHECK_GOTO(uv_timer_init(loop, &s->sweep_timer), GRAPHD_INTERNAL, exit);
+  s->sweep_timer.data = s;
+  {
+    double least = s->opt->hello_timeout_s;
+    if (s->opt->idle_timeout_s > 0 && (least <= 0 || s->opt->idle_timeout_s < least))
+      least = s->opt->idle_timeout_s;
+    uint64_t every = least > 0 && least < 4 ? (uint64_t)(least * 250) + 1 : 1000;
+    UV_CHECK_GOTO(uv_timer_start(&s->sweep_timer, sweep_cb, every, every), GRAPHD_INTERNAL, exit);
+  }
   UV_CHECK_GOTO(uv_poll_start(&s->listen_poll, UV_READABLE, accept_cb), GRAPHD_INTERNAL, exit);
   s->listen_active = true;
   GD_LOG(GD_INFO, "server", "listening on %s%s", s->socket_path,
@@ -303,6 +359,8 @@ void server_shutdown(gd_daemon *s, const char *why) {
   if (s->on_shutdown) s->on_shutdown(s);
   if (s->accept_timer.loop && !uv_is_closing((uv_handle_t *)&s->accept_timer))
     uv_close((uv_handle_t *)&s->accept_timer, NULL);
+  if (s->sweep_timer.loop && !uv_is_closing((uv_handle_t *)&s->sweep_timer))
+    uv_close((uv_handle_t *)&s->sweep_timer, NULL);
   if (s->listen_active) {
     s->listen_active = false;
     uv_poll_stop(&s->listen_poll);

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "graphd/status.h"
 #include "log.h"
 #include "wire.h"
@@ -225,6 +226,7 @@ static void close_fds(int *fds, int n) {
 }
 
 static void handle_frame(gd_session *s, gd_frame *f) {
+  s->active_ns = gd_now_ns();
   Graphd__Wire__Request *req = graphd__wire__request__unpack(NULL, f->len, f->data);
   if (!req) {
     close_fds(f->fds, f->nfds);
@@ -336,6 +338,7 @@ void session_submit(gd_session *s, uint64_t request_id, gd_request *rq, gd_worke
 }
 
 void session_end_request(gd_session *s) {
+  s->active_ns = gd_now_ns();
   request_done(s);
   session_unref(s);
 }
@@ -382,6 +385,7 @@ int session_new(gd_session_set *set, int fd, gd_session **out) {
   s->device = -1;
   s->refs = 1;
   s->id = ++set->next_id;
+  s->opened_ns = s->active_ns = gd_now_ns();
   gd_frame_reader_init(&s->rd, set->max_frame);
   s->next = set->head;
   if (set->head) set->head->prev = s;

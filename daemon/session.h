@@ -70,8 +70,10 @@ struct gd_session {
   bool busy;                      /* a request is in flight */
   bool closing;                   /* written under send_lock */
   bool close_after_flush;
-  int refs;   /* the poll handle + jobs in flight */
-  void *data; /* a data session's state (dsession.c), NULL once closed */
+  int refs;           /* the poll handle + jobs in flight */
+  void *data;         /* a data session's state (dsession.c), NULL once closed */
+  uint64_t opened_ns; /* accepted */
+  uint64_t active_ns; /* its last request came in or ended */
 };
 
 /* Adopts an accepted socket. Returns 0 or a negated status (fd closed). */

@@ -41,13 +41,23 @@ int gd_frame_reader_space(gd_frame_reader *r, uint8_t **p, size_t *avail) {
     r->base_off += r->consumed;
     r->consumed = 0;
   }
+  /* A buffer grown for a large frame goes back to a chunk once it is
+   * consumed, so an idle session holds little. */
+  if (r->len == 0 && r->cap > 4 * READ_CHUNK) {
+    free(r->buf);
+    r->buf = NULL;
+    r->cap = 0;
+  }
   /* Read at most up to the end of the frame in progress (or a chunk when
-   * its length is not known yet), so a huge declared length never makes us
-   * allocate before the cap check. */
+   * its length is not known yet), and grow with what has arrived rather
+   * than with what the header declares: a peer that declares 4 MiB and
+   * sends nothing more costs one chunk, not 4 MiB. */
   size_t want = READ_CHUNK;
   if (r->len >= GD_FRAME_HEADER) {
     size_t total = GD_FRAME_HEADER + (size_t)get_le32(r->buf);
+    size_t grow = r->len > READ_CHUNK ? r->len : READ_CHUNK;
     if (total > r->len && total - r->len > want) want = total - r->len;
+    if (want > grow) want = grow;
     if (total - GD_FRAME_HEADER > r->max_frame) want = READ_CHUNK;
   }
   if (r->cap - r->len < want) {

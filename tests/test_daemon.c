@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "graphd/graphd.h"
+#include "frame.h"
 #include "harness.h"
 
 static graphd_client *data_session(const gd_test_daemon *d, const uint8_t uuid[16],
@@ -256,6 +257,97 @@ START_TEST(test_daemon_out_of_fds_neither_spins_nor_floods_the_log) {
 }
 END_TEST
 
+static long vm_kib(pid_t pid, const char *field) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  long v = -1;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, field, strlen(field)) == 0) v = strtol(line + strlen(field) + 1, NULL, 10);
+  fclose(f);
+  return v;
+}
+
+/* A connection must say Hello in time; one that declares a huge frame and
+ * then goes quiet costs a read chunk, not the declared size; sessions idle
+ * past --idle-timeout are closed. */
+START_TEST(test_daemon_slow_and_silent_connections_cost_little_and_go) {
+  gd_test_daemon d;
+  td_start(&d, "--backend", "host", "--hello-timeout", "1", "--idle-timeout", "1.5", NULL);
+  pid_t pid = td_daemon_pid(&d);
+  long vm0 = vm_kib(pid, "VmSize:");
+  int fds[100];
+  for (int i = 0; i < 100; i++) {
+    fds[i] = td_raw_connect(&d);
+    uint8_t hdr[GD_FRAME_HEADER];
+    gd_frame_put_header(hdr, 4u << 20); /* 4 MiB declared, never sent */
+    td_raw_send(fds[i], hdr, sizeof hdr, NULL, 0);
+  }
+  graphd_client *c = td_control(&d); /* served meanwhile */
+  ck_assert_int_eq(graphd_ping(c, "x", 1), GRAPHD_OK);
+  long grown = vm_kib(pid, "VmSize:") - vm0;
+  printf("FIGURE 100 connections declaring 4 MiB frames: the daemon grew by %ld KiB\n", grown);
+  ck_assert_msg(grown < 64 * 1024, "the daemon grew by %ld KiB", grown);
+  /* None said Hello: all are closed after the deadline, with a reason. */
+  for (int i = 0; i < 100; i++) {
+    Graphd__Wire__Reply *r = td_raw_recv(fds[i], 5000);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_uint_eq(r->code, GRAPHD_DEADLINE_EXCEEDED);
+    ck_assert_msg(strstr(r->message, "no Hello within 1 s"), "%s", r->message);
+    graphd__wire__reply__free_unpacked(r, NULL);
+    ck_assert(td_raw_eof(fds[i], 5000));
+    close(fds[i]);
+  }
+  /* The control session said Hello but then nothing for 1.5 s: closed. */
+  usleep(2600 * 1000);
+  ck_assert_int_ne(graphd_ping(c, "x", 1), GRAPHD_OK);
+  graphd_close(c);
+  ck_assert(td_log_contains(&d, "(--idle-timeout); closing"));
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+END_TEST
+
+/* Connections past the caps are told which limit they met; the count
+ * drops as sessions close. */
+START_TEST(test_daemon_caps_connections_in_all_and_per_uid) {
+  gd_test_daemon d;
+  td_start(&d, "--backend", "host", "--max-connections", "6", "--max-connections-per-uid", "4",
+           NULL);
+  graphd_client *c[4];
+  for (int i = 0; i < 4; i++) c[i] = td_control(&d);
+  int fd = td_raw_connect(&d);
+  Graphd__Wire__Reply *r = td_raw_recv(fd, 5000);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_uint_eq(r->code, GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(r->message, "(--max-connections-per-uid 4)"), "%s", r->message);
+  graphd__wire__reply__free_unpacked(r, NULL);
+  ck_assert(td_raw_eof(fd, 5000));
+  close(fd);
+  graphd_close(c[3]);
+  usleep(200 * 1000);
+  c[3] = td_control(&d); /* room again */
+  ck_assert_int_eq(graphd_ping(c[3], "x", 1), GRAPHD_OK);
+  for (int i = 0; i < 4; i++) graphd_close(c[i]);
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+
+  td_start(&d, "--backend", "host", "--max-connections", "3", NULL);
+  for (int i = 0; i < 3; i++) c[i] = td_control(&d);
+  fd = td_raw_connect(&d);
+  r = td_raw_recv(fd, 5000);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_uint_eq(r->code, GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(r->message, "(--max-connections 3)"), "%s", r->message);
+  graphd__wire__reply__free_unpacked(r, NULL);
+  close(fd);
+  for (int i = 0; i < 3; i++) graphd_close(c[i]);
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+END_TEST
+
 START_TEST(test_daemon_replaces_a_stale_socket) {
   char dir[] = "/tmp/graphd-stale-XXXXXX";
   ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -424,6 +516,8 @@ int main(void) {
   tcase_add_test(tc, test_daemon_replaces_a_stale_socket);
   tcase_add_test(tc, test_daemon_exit_leaves_a_newer_daemons_socket);
   tcase_add_test(tc, test_daemon_out_of_fds_neither_spins_nor_floods_the_log);
+  tcase_add_test(tc, test_daemon_slow_and_silent_connections_cost_little_and_go);
+  tcase_add_test(tc, test_daemon_caps_connections_in_all_and_per_uid);
   tcase_add_test(tc, test_daemon_refuses_to_replace_a_regular_file);
   tcase_add_test(tc, test_daemon_sigint_also_stops_gracefully);
   tcase_add_test(tc, test_daemon_shutdown_closes_open_sessions_cleanly);
