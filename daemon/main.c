@@ -151,10 +151,14 @@ static int open_backend(const gd_options *o, gd_backend **be) {
       GD_LOG(GD_ERROR, "main", "cannot use CUDA: %s", err);
       return rc;
     }
-    GD_LOG(GD_WARN, "main",
-           "%s; serving one host device instead (use --backend cuda to "
-           "make this fatal)",
+    /* Host devices run clients' native code inside graphd: they are for
+     * tests and machines without a GPU, and only when asked for. */
+    GD_LOG(GD_ERROR, "main",
+           "cannot use CUDA: %s; graphd serves GPUs. For host devices (tests, machines "
+           "without a GPU: clients' modules run as native code inside graphd) ask with "
+           "--backend host or --host-devices N",
            err);
+    return rc;
   }
   rc = backend_host_new(o->host_devices ? o->host_devices : 1, o->host_memory, be, err, sizeof err);
   if (rc < 0) GD_LOG(GD_ERROR, "main", "%s", err);

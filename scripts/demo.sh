@@ -36,4 +36,8 @@ daemon_pid=$$ # exec below makes this shell's pid the daemon's
     echo "=== graphd is serving on $sock; try 'build/graphctl --socket $sock status'. Ctrl-C stops it."
   fi
 ) &
-exec build/graphd --socket "$sock"
+# Without a GPU, host devices, asked for by name (graphd never falls back to
+# them on its own: their clients' modules run as native code inside it).
+backend=(--backend auto)
+[[ -e /dev/nvidia0 ]] || backend=(--backend host)
+exec build/graphd "${backend[@]}" --socket "$sock"

@@ -67,12 +67,18 @@ START_TEST(test_daemon_backend_cuda_without_gpu_is_fatal) {
 }
 END_TEST
 
-START_TEST(test_daemon_without_gpu_falls_back_to_a_host_device) {
+START_TEST(test_daemon_without_gpu_serves_host_devices_only_when_asked) {
+  /* --backend auto on a machine without a GPU: a clear refusal that names
+   * the host backend, never a silent fallback to running native code. */
+  char out[4096];
+  int rc = run_daemon(FAKE_CUDA_DIR "/libfake_cuda_nodev.so", "auto", out, sizeof out);
+  ck_assert_int_eq(rc, 1);
+  ck_assert_msg(strstr(out, "ask with --backend host or --host-devices N"), "%s", out);
+  /* Asked for by name, host devices are served. */
   gd_test_daemon d;
-  char *args[] = {"--backend", "auto", NULL};
+  char *args[] = {"--backend", "host", NULL};
   char *env[] = {"GRAPHD_LIBCUDA=" FAKE_CUDA_DIR "/libfake_cuda_nodev.so", NULL};
   ck_assert_int_eq(td_start_env(&d, args, env, NULL), 0);
-  ck_assert(td_log_contains(&d, "serving one host device instead"));
   graphd_client *c = td_control(&d);
   graphd_daemon_status *s;
   ck_assert_int_eq(graphd_get_status(c, &s), GRAPHD_OK);
@@ -94,7 +100,7 @@ int main(void) {
   tcase_add_test(tc, test_cuda_driver_without_devices_is_unavailable);
   tcase_add_test(tc, test_daemon_refuses_an_old_driver_even_in_auto_mode);
   tcase_add_test(tc, test_daemon_backend_cuda_without_gpu_is_fatal);
-  tcase_add_test(tc, test_daemon_without_gpu_falls_back_to_a_host_device);
+  tcase_add_test(tc, test_daemon_without_gpu_serves_host_devices_only_when_asked);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }
