@@ -55,6 +55,32 @@ def small():
     return p
 
 
+class ContractTest(unittest.TestCase):
+    """The Python builder's constants are the C ones (proto/program.h)."""
+
+    def test_limits_and_version_match_the_c_header(self):
+        import os
+        import re
+        header = os.path.join(os.path.dirname(__file__), "..", "..", "..", "proto", "program.h")
+        if not os.path.exists(header):
+            self.skipTest("proto/program.h is not beside this package (an installed copy)")
+        with open(header) as f:
+            text = f.read()
+        defs = {}
+        for m in re.finditer(r"#define GD_(\w+) \(?(\w+)(?: << (\d+))?\)?", text):
+            name, value, shift = m.groups()
+            v = int(value.rstrip("uUlL"), 0) if re.fullmatch(r"(0x)?[0-9a-fA-F]+[uUlL]*", value) else None
+            if v is not None:
+                defs[name] = v << int(shift) if shift else v
+        checked = 0
+        for name in dir(gp):
+            if (name.startswith("MAX_") or name.endswith("_VERSION") or name.endswith("_MAGIC")) \
+                    and name in defs:
+                self.assertEqual(getattr(gp, name), defs[name], name)
+                checked += 1
+        self.assertGreaterEqual(checked, 14)
+
+
 class GoldenTest(unittest.TestCase):
     def test_golden_program_has_the_pinned_bytes_and_id(self):
         enc, pid = build_golden().finish()
