@@ -305,13 +305,20 @@ static void poll_cb(uv_poll_t *h, int status, int events) {
       return;
     }
   }
+  if ((events & UV_DISCONNECT) && s->busy) {
+    /* The client is gone while its request is with a worker (a replay
+     * waiting for its ready flag, say): end the session now, so that the
+     * wait is released, rather than after the ready timeout. */
+    session_close(s, "peer hung up during a request");
+    return;
+  }
   if (events & UV_READABLE) on_readable(s);
   if (!s->closing) update_poll(s);
 }
 
 static void update_poll(gd_session *s) {
   if (s->closing) return;
-  int ev = 0;
+  int ev = UV_DISCONNECT; /* a peer that hangs up is noticed, busy or not */
   if (!s->busy && !s->close_after_flush) ev |= UV_READABLE;
   if (has_output(s)) ev |= UV_WRITABLE;
   if (ev == s->poll_events) return;

@@ -545,10 +545,42 @@ static void raw_replay(raw_client *rc, const uint8_t pid[32], uint64_t seq) {
 
 static void raw_close(raw_client *rc) {
   munmap((void *)rc->page, 4096);
-  close(rc->fd);
+  if (rc->fd >= 0) close(rc->fd);
   close(rc->flags);
   close(rc->mem);
 }
+
+/* A client that dies while its replay waits for its ready flag is noticed
+ * at once (its socket hangs up), not after the ready timeout: the wait is
+ * released and whoever was behind it goes on. */
+START_TEST(test_replay_client_dying_mid_wait_is_noticed_at_once) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t pid[32];
+  build(c, GRAPHD_MODE_STAGED, pid);
+  graphd_stream *s;
+  graphd_stream_attach(c, NULL, &s);
+  bufs b;
+  alloc_bufs(c, &b);
+  unsigned rng = 17;
+  ck_assert_int_eq(run_one(c, s, pid, &b, 0, &rng, NULL, 1), GRAPHD_OK);
+  raw_client rc;
+  raw_open(&rc, c);
+  raw_replay(&rc, pid, 1); /* ready[0] stays 0 */
+  usleep(50000);
+  double t0 = now_s();
+  close(rc.fd); /* the client dies */
+  rc.fd = -1;
+  ck_assert_int_eq(run_one(c, s, pid, &b, 1, &rng, NULL, 0), GRAPHD_OK);
+  double behind = now_s() - t0;
+  printf("FIGURE client died mid-wait: the replay behind it ran %.1f ms later\n", behind * 1e3);
+  ck_assert_msg(behind < 0.3, "the replay behind waited %.3f s (the ready timeout is 0.5 s)",
+                behind);
+  ck_assert(td_log_contains(&d, "peer hung up during a request"));
+  raw_close(&rc);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
 
 START_TEST(test_replay_hung_client_is_cut_off_after_the_ready_timeout) {
   graphd_client *c = td_data(&d, 0);
@@ -683,6 +715,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_replay_thousand_replays_with_changing_bindings_are_exact);
   tcase_add_test(tc, test_replay_runs_conditional_loops_and_branches);
+  tcase_add_test(tc, test_replay_client_dying_mid_wait_is_noticed_at_once);
   tcase_add_test(tc, test_replay_staged_and_staged_ex_agree);
   tcase_add_test(tc, test_replay_two_sessions_share_a_capture_without_disturbing_each_other);
   tcase_add_test(tc, test_replay_bindings_are_checked);
