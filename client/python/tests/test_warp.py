@@ -667,8 +667,8 @@ class RefusalTest(unittest.TestCase):
             self.assertEqual(e.code, "RESOURCE_EXHAUSTED")
         finally:
             gprog.MAX_PATCHES = saved
-        # 2 arguments and 260 scratch arrays fit the daemon's slots, and
-        # are refused, with the whole count, under a lower cap.
+        # 2 arguments and 260 scratch arrays (a MuJoCo Warp humanoid's) fit the
+        # daemon's slots, and are refused under a cap below 262.
         self.assertEqual(self.build(f_260_arrays).nsteps, 261)
         saved = gprog.MAX_SLOTS
         gprog.MAX_SLOTS = 256
