@@ -416,6 +416,10 @@ class ConditionalTest(unittest.TestCase):
             ("while", 2, 0, 2), ("launch", scale_in_place.key), ("launch", above.key),
             ("copy", 1, 3)])
         self.check_launches(b)
+        d = b.describe()
+        self.assertIn("step 0: memset slot 2 offset 0 4 bytes of 0x0 (4-byte elements)", d)
+        self.assertIn("step 1: copy 256 bytes from slot 0 offset 0 to slot 3 offset 0", d)
+        self.assertIn("step 3: while slot 2 offset 0 (body 2)", d)
         # The keyword reached the body: a = 0.5 in the loop's launch.
         l = [l for l in b.launches if l.kernel.key == scale_in_place.key][0]
         _, off, _, _, _ = l.params[2]

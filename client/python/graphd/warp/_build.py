@@ -153,14 +153,23 @@ class Built:
         lines = [f"program {self.id_hex}: {len(self.slots)} slots, {self.nsteps} steps, "
                  f"{len(self.modules)} modules"]
         lines += [f"  {s!r}" for s in self.slots]
-        rows = []
-        for l in self.launches:
-            rows.append((l.step, f"  step {l.step}: {l.entry} grid {l.grid} block {l.block_dim} shared {l.shared} "
-                                 f"({len(l.params)} params, {sum(len(p[4]) for p in l.params)} patches)"))
-        for c in self.conds:
-            sides = f"body {c.body}" + (f", else {c.orelse}" if c.kind == "if" else "")
-            rows.append((c.step, f"  step {c.step}: {c.kind} slot {c.slot} offset {c.offset} ({sides})"))
-        lines += [r for _, r in sorted(rows)]
+        launches = {l.step: l for l in self.launches}
+        conds = {c.step: c for c in self.conds}
+        for i, st in enumerate(self.program._steps):
+            if i in launches:
+                l = launches[i]
+                lines.append(f"  step {i}: {l.entry} grid {l.grid} block {l.block_dim} shared {l.shared} "
+                             f"({len(l.params)} params, {sum(len(p[4]) for p in l.params)} patches)")
+            elif i in conds:
+                c = conds[i]
+                sides = f"body {c.body}" + (f", else {c.orelse}" if c.kind == "if" else "")
+                lines.append(f"  step {i}: {c.kind} slot {c.slot} offset {c.offset} ({sides})")
+            elif st.kind == _program.STEP_MEMSET:
+                lines.append(f"  step {i}: memset slot {st.slot} offset {st.offset} {st.nbytes} bytes "
+                             f"of 0x{st.value:x} ({st.element_size}-byte elements)")
+            else:
+                lines.append(f"  step {i}: copy {st.nbytes} bytes from slot {st.src_slot} offset {st.src_offset} "
+                             f"to slot {st.dst_slot} offset {st.dst_offset}")
         return "\n".join(lines)
 
 
