@@ -8,7 +8,9 @@
 #     (API errors are not reported: the negative tests cause them on purpose,
 #     and cuFuncGetParamInfo ends its list with one; memory errors and device
 #     leaks are).
-# Lines starting FIGURE are the measurements the tests print.
+# Lines starting FIGURE are the measurements the tests print. The gpu label
+# includes test_warp_gpu, which needs Warp on PYTHONPATH (or in
+# $GRAPHD_WARP_PATH); without it that test fails here.
 # Usage: scripts/gpu-check.sh BUILD_DIR OUT_DIR [STEPS]
 #   STEPS: which of the steps to run, e.g. "1 3" (default "1 2 3 4").
 set -uo pipefail
@@ -21,7 +23,7 @@ pick='FIGURE|Test +#| \.\.\. |Ran [0-9]+ tests|: (OK|FAILED)|(FAIL|ERROR): |test
 nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version --format=csv,noheader
 if want 1; then
 echo "== 1. ctest -L gpu, no MPS"
-(cd "$build" && GRAPHD_EXPECT_MPS=0 timeout 400 ctest -L gpu --output-on-failure -V 2>&1) \
+(cd "$build" && GRAPHD_EXPECT_MPS=0 timeout 1500 ctest -L gpu --output-on-failure -V 2>&1) \
   | tee "$out/gpu-nomps.log" | grep -E "$pick"
 grep -q "100% tests passed" "$out/gpu-nomps.log" || rc=1
 fi
@@ -36,7 +38,7 @@ echo "== 3. ctest -L gpu under MPS"
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
 mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 nvidia-cuda-mps-control -d -M && sleep 1
-(cd "$build" && GRAPHD_EXPECT_MPS=1 timeout 400 ctest -L gpu --output-on-failure -V 2>&1) \
+(cd "$build" && GRAPHD_EXPECT_MPS=1 timeout 1500 ctest -L gpu --output-on-failure -V 2>&1) \
   | tee "$out/gpu-mps.log" | grep -E "$pick"
 grep -q "100% tests passed" "$out/gpu-mps.log" || rc=1
 echo quit | nvidia-cuda-mps-control; sleep 1

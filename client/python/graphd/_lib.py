@@ -176,6 +176,10 @@ _PROTOS = {
     "graphd_program_patch": (_int, [_P, _u32, _u32, _u32, _u64]),
     "graphd_program_add_memset": (_int, [_P, _u32, _u64, _u64, _u32, _u32]),
     "graphd_program_add_copy": (_int, [_P, _u32, _u64, _u32, _u64, _u64]),
+    "graphd_program_begin_while": (_int, [_P, _u32, _u64]),
+    "graphd_program_begin_if": (_int, [_P, _u32, _u64]),
+    "graphd_program_else": (_int, [_P, _u32]),
+    "graphd_program_end": (_int, [_P, _u32]),
     "graphd_program_finish": (_int, [_P, _ID]),
     "graphd_program_encoding": (_int, [_P, ctypes.POINTER(ctypes.POINTER(_u8)),
                                        ctypes.POINTER(ctypes.c_size_t)]),
@@ -638,6 +642,18 @@ class CProgram:
     def add_copy(self, dst_slot, dst_offset, src_slot, src_offset, nbytes):
         return self._idx(self._l.graphd_program_add_copy(self._p, dst_slot, dst_offset, src_slot,
                                                          src_offset, nbytes))
+
+    def begin_while(self, slot, offset=0):
+        return self._idx(self._l.graphd_program_begin_while(self._p, slot, offset))
+
+    def begin_if(self, slot, offset=0):
+        return self._idx(self._l.graphd_program_begin_if(self._p, slot, offset))
+
+    def else_(self, step):
+        self._st(self._l.graphd_program_else(self._p, step))
+
+    def end(self, step):
+        self._st(self._l.graphd_program_end(self._p, step))
 
     def finish(self):
         out = (_u8 * ID_LEN)()

@@ -9,6 +9,10 @@ as the same program built in C; the daemon recomputes the id and refuses a
 mismatch. Nothing here loads libgraphd or talks to the daemon: a program can
 be named at trace time with no daemon running.
 
+Steps are launches, memsets and copies, and loops and branches around them
+(begin_while, begin_if, else_, end: the conditional steps of docs/protocol.md,
+"While body" and "If body").
+
 Errors raise GraphdError with the C library's status name and, where the C
 builder has one, its message ("step 0 (launch scale): patch at offset 12 is
 not 8-byte aligned"). A refused call changes nothing in the program.
@@ -32,6 +36,7 @@ MAX_STEPS = 65536
 MAX_PARAM_BYTES = 32764
 MAX_PARAMS = 1024
 MAX_PATCHES = 1024
+MAX_COND_DEPTH = 8
 MAX_NAME = 255
 MAX_SLOT_BYTES = 1 << 40
 MAX_GRID_X = 0x7FFFFFFF
@@ -46,7 +51,7 @@ ROLES = {"input": 0, "output": 1, "inout": 2, "scratch": 3}
 MODES = {"staged": 0, "staged_ex": 1}
 MODULE_KINDS = {"ptx": 1, "cubin": 2, "fatbin": 3, "host_elf": 4}
 
-STEP_LAUNCH, STEP_MEMSET, STEP_COPY = 1, 2, 3
+STEP_LAUNCH, STEP_MEMSET, STEP_COPY, STEP_WHILE, STEP_IF = 1, 2, 3, 4, 5
 SLOT_STAGED = 1
 
 _INVALID = "INVALID_ARGUMENT"
@@ -310,12 +315,32 @@ class _Copy:
         return "copy"
 
 
+class _Cond:
+    """A loop (STEP_WHILE) or a branch (STEP_IF) over the 4-byte word at
+    `offset` of `slot`. body and orelse count the steps after it; None
+    while the builder has not fixed them (an if's body is fixed by else_(),
+    the rest by end())."""
+
+    def __init__(self, kind, slot, offset):
+        self.kind, self.slot, self.offset = kind, slot, offset
+        self.body = None
+        self.orelse = None
+
+    def label(self):
+        return "while" if self.kind == STEP_WHILE else "if"
+
+
+def _is_cond(s):
+    return s.kind in (STEP_WHILE, STEP_IF)
+
+
 class Program:
     """A builder for one program, the mirror of graphd_program.
 
-    Add slots, then steps (launches, memsets, copies) that refer to them,
-    then call finish(), which validates the program, lays it out in its
-    canonical encoding and computes its id. For
+    Add slots, then steps (launches, memsets, copies, and loops and
+    branches around them) that refer to them, then call finish(), which
+    validates the program, lays it out in its canonical encoding and
+    computes its id. For
     scale(const float *x, float *y, float a, uint32_t n):
 
         p = Program("staged")
@@ -648,6 +673,74 @@ class Program:
         self._steps.append(_Copy(dst_slot, src_slot, dst_offset, src_offset, nbytes))
         return i
 
+    # --- loops and branches ---------------------------------------------
+
+    def _begin_cond(self, kind, slot, offset):
+        self._check_open()
+        i = len(self._steps)
+        what = "while" if kind == STEP_WHILE else "if"
+        slot = _u32(slot, f"step {i} ({what}): slot")
+        offset = _u64(offset, f"step {i} ({what}): offset")
+        if offset % 4:
+            raise GraphdError(_INVALID, f"step {i} ({what}): the condition word at offset {offset} is not "
+                              "4-byte aligned")
+        self._check_range(i, what, slot, offset, 4)
+        self._new_step(what)
+        self._steps.append(_Cond(kind, slot, offset))
+        return i
+
+    def begin_while(self, slot, offset=0):
+        """Begins a loop over the 4-byte word at `offset` (a multiple of 4)
+        of `slot`, read on the device before each pass: the steps added
+        until end(step) run while it is non-zero, so they must change it (a
+        body that never does never ends). Returns the step's index."""
+        return self._begin_cond(STEP_WHILE, slot, offset)
+
+    def begin_if(self, slot, offset=0):
+        """Begins a branch over the 4-byte word at `offset` of `slot`: the
+        steps added until else_(step) (or end(step) when there is no else)
+        run when it is non-zero, those added after else_() until end() when
+        it is zero. Returns the step's index."""
+        return self._begin_cond(STEP_IF, slot, offset)
+
+    def _open_cond(self, step, call):
+        """The open loop or branch at index `step`, checked to be the
+        innermost open one."""
+        self._check_open()
+        step = _u32(step, f"{call}: step")
+        n = len(self._steps)
+        if step >= n or not _is_cond(self._steps[step]):
+            raise GraphdError(_INVALID, f"{call}: step {step} is not a loop or a branch")
+        c = self._steps[step]
+        if c.orelse is not None:
+            raise GraphdError("FAILED_PRECONDITION", f"{call}: step {step} is ended already")
+        for k in range(step + 1, n):
+            s = self._steps[k]
+            if _is_cond(s) and s.orelse is None:
+                raise GraphdError("FAILED_PRECONDITION", f"{call}: step {step} is inside step {k}, which is "
+                                  "not ended yet")
+        return step, c
+
+    def else_(self, step):
+        """Ends the then-steps of branch `step` (begin_if's index): the
+        steps added from here until end(step) run when its word is zero.
+        Loops and branches are ended innermost first."""
+        step, c = self._open_cond(step, "else")
+        if c.kind != STEP_IF or c.body is not None:
+            raise GraphdError("FAILED_PRECONDITION", f"else: step {step} is not a branch before its else")
+        c.body = len(self._steps) - step - 1
+
+    def end(self, step):
+        """Ends loop or branch `step` (the index begin_while or begin_if
+        returned). Loops and branches nest (at most 8 deep) and are ended
+        innermost first."""
+        step, c = self._open_cond(step, "end")
+        after = len(self._steps) - step - 1
+        if c.body is None:
+            c.body, c.orelse = after, 0
+        else:
+            c.orelse = after - c.body
+
     # --- finish ---------------------------------------------------------
 
     def finish(self):
@@ -659,6 +752,9 @@ class Program:
         RESOURCE_EXHAUSTED for a cap)."""
         if self._encoding is not None:
             return self._encoding, self._id
+        for k, s in enumerate(self._steps):
+            if _is_cond(s) and s.orelse is None:
+                raise GraphdError(_INVALID, f"step {k} ({s.label()}) is not ended")
         for s in self._steps:
             if s.kind == STEP_LAUNCH:
                 s.params.sort()
@@ -698,8 +794,12 @@ def _encode(mode, slots, steps):
             w.extend(struct.pack("<IIQ", o, sl, so) for o, sl, so in s.patches)
         elif s.kind == STEP_MEMSET:
             w.append(struct.pack("<IIIQQ", s.slot, s.element_size, s.value, s.offset, s.nbytes))
-        else:
+        elif s.kind == STEP_COPY:
             w.append(struct.pack("<IIQQQ", s.dst_slot, s.src_slot, s.dst_offset, s.src_offset, s.nbytes))
+        elif s.kind == STEP_WHILE:
+            w.append(struct.pack("<IQI", s.slot, s.offset, s.body))
+        else:
+            w.append(struct.pack("<IQII", s.slot, s.offset, s.body, s.orelse))
     return b"".join(w)
 
 
@@ -793,7 +893,7 @@ def validate(mode, slots, steps):
             if es < 4 and st.value >> (8 * es):
                 raise GraphdError(_INVALID, f"step {i} (memset): value 0x{st.value:x} does not fit in {es} byte(s)")
             _check_step_range(slots, i, "memset", st.slot, st.offset, st.nbytes)
-        else:
+        elif st.kind == STEP_COPY:
             if st.nbytes == 0:
                 raise GraphdError(_INVALID, f"step {i} (copy): bytes is 0")
             _check_step_range(slots, i, "copy", st.dst_slot, st.dst_offset, st.nbytes)
@@ -801,3 +901,39 @@ def validate(mode, slots, steps):
             if (st.dst_slot == st.src_slot and st.dst_offset < st.src_offset + st.nbytes
                     and st.src_offset < st.dst_offset + st.nbytes):
                 raise GraphdError(_INVALID, f"step {i} (copy): source and destination overlap in slot {st.dst_slot}")
+        elif _is_cond(st):
+            what = st.label()
+            if st.offset % 4:
+                raise GraphdError(_INVALID, f"step {i} ({what}): the condition word at offset {st.offset} is not "
+                                  "4-byte aligned")
+            _check_step_range(slots, i, what, st.slot, st.offset, 4)
+            if st.kind == STEP_WHILE and (st.body == 0 or st.orelse):
+                raise GraphdError(_INVALID, f"step {i} (while): the body must have at least one step and there "
+                                  "is no else")
+            if st.kind == STEP_IF and st.body + st.orelse == 0:
+                raise GraphdError(_INVALID, f"step {i} (if): both branches are empty")
+        else:
+            raise GraphdError(_INVALID, f"step {i}: kind {st.kind} is not launch, memset, copy, while or if")
+    _check_nesting(steps, 0, len(steps), 0)
+
+
+def _check_nesting(steps, first, count, depth):
+    """check_nesting() of proto/program.c: every loop's and branch's steps
+    lie inside the block around it (the program or the enclosing branch),
+    nested at most MAX_COND_DEPTH deep."""
+    end = first + count
+    i = first
+    while i < end:
+        st = steps[i]
+        if not _is_cond(st):
+            i += 1
+            continue
+        span = st.body + st.orelse
+        if i + 1 + span > end:
+            raise GraphdError(_INVALID, f"step {i} ({st.label()}): its {span} steps run past the end of the "
+                              f"{'enclosing branch' if depth else 'program'}")
+        if depth + 1 > MAX_COND_DEPTH:
+            raise GraphdError(_EXHAUSTED, f"step {i}: conditional steps nest more than {MAX_COND_DEPTH} deep")
+        _check_nesting(steps, i + 1, st.body, depth + 1)
+        _check_nesting(steps, i + 1 + st.body, st.orelse, depth + 1)
+        i += 1 + span

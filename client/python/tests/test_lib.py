@@ -184,6 +184,119 @@ class CrossTest(unittest.TestCase):
             msgs.append(cm.exception.message)
         self.assertEqual(msgs[0], msgs[1])
 
+    def test_loops_and_branches_match_c(self):
+        b = _Both()
+        b.add_slot("inout", 64)
+        x = b.add_slot("input", 4096)
+        w = b.begin_while(0, 0)
+        s = b.add_launch(MOD, "dec", 1, 32)
+        b.param_slot(s, 0, 0)
+        br = b.begin_if(0, 4)
+        b.add_memset(0, 16, 8, 4, 1)
+        b.else_(br)
+        b.add_copy(0, 24, x, 0, 8)
+        b.add_memset(0, 32, 8, 4, 3)
+        b.end(br)
+        b.end(w)
+        e = b.begin_if(0, 60)
+        b.else_(e)
+        b.add_memset(0, 40, 8, 4, 4)
+        b.end(e)
+        self.same(b)
+
+    def test_random_nested_programs_match_c(self):
+        rng = random.Random(11)
+        for _ in range(60):
+            b = _Both(rng.choice(["staged", "staged_ex"]))
+            b.add_slot("inout", 256)
+            b.add_slot("scratch", 64, staged=False)
+            open_ = []  # [step, kind, steps inside it so far, in its else]
+            for _ in range(rng.randint(1, 30)):
+                r = rng.random()
+                if r < 0.2 and len(open_) < 8:
+                    kind = rng.choice(["while", "if"])
+                    slot = rng.randrange(2)
+                    off = 4 * rng.randrange(16)
+                    st = b.begin_while(slot, off) if kind == "while" else b.begin_if(slot, off)
+                    open_.append([st, kind, 0, False])
+                elif r < 0.35 and open_:
+                    top = open_[-1]
+                    if top[1] == "if" and not top[3] and rng.random() < 0.5:
+                        b.else_(top[0])
+                        top[3] = True
+                    elif top[2]:
+                        b.end(top[0])
+                        open_.pop()
+                        if open_:
+                            open_[-1][2] += 1 + top[2]
+                else:
+                    if rng.random() < 0.5:
+                        b.add_memset(rng.randrange(2), 4 * rng.randrange(8), 8, 4, rng.randrange(1 << 32))
+                    else:
+                        st = b.add_launch(MOD, f"k{rng.randrange(9)}", rng.randint(1, 9), 32)
+                        b.param_slot(st, 0, rng.randrange(2), 8)
+                        b.param(st, 8, struct.pack("<I", rng.randrange(1 << 32)))
+                    if open_:
+                        open_[-1][2] += 1
+            # Close what is still open, with a step in each that has none.
+            while open_:
+                st, kind, n, _ = open_.pop()
+                if n == 0:
+                    b.add_memset(0, 0, 4, 4, 7)
+                    n = 1
+                b.end(st)
+                if open_:
+                    open_[-1][2] += 1 + n
+            if b.py.nsteps == 0:
+                b.add_memset(0, 0, 4, 4, 0)
+            self.same(b)
+
+    def test_loop_and_branch_refusals_match_c(self):
+        def nest(p, depth):
+            opened = [p.begin_while(0, 0) for _ in range(depth)]
+            p.add_memset(0, 8, 8, 4, 0)
+            for st in reversed(opened):
+                p.end(st)
+        def calls(*fs):
+            """Runs the calls in order (each takes the builder)."""
+            return lambda p: [f(p) for f in fs]
+        W = lambda p: p.begin_while(0, 0)  # noqa: E731
+        I = lambda p: p.begin_if(0, 4)  # noqa: E731
+        M = lambda p: p.add_memset(0, 8, 8, 4, 0)  # noqa: E731
+        cases = [
+            lambda p: p.begin_while(0, 6),
+            lambda p: p.begin_if(0, 64),
+            lambda p: p.begin_if(3, 0),
+            calls(W, M, I, lambda p: p.end(0)),
+            calls(W, I, lambda p: p.else_(0)),
+            calls(I, lambda p: p.else_(0), lambda p: p.else_(0)),
+            calls(I, M, lambda p: p.end(0), lambda p: p.end(0)),
+            calls(M, lambda p: p.end(0)),
+            lambda p: p.end(7),
+            calls(W, lambda p: p.else_(0)),
+            calls(W, lambda p: p.param(0, 0, b"x")),
+            # Refused at finish.
+            calls(W, M, lambda p: p.finish()),
+            calls(W, lambda p: p.end(0), lambda p: p.finish()),
+            calls(I, lambda p: p.else_(0), lambda p: p.end(0), lambda p: p.finish()),
+            calls(lambda p: nest(p, 9), lambda p: p.finish()),
+        ]
+        for i, case in enumerate(cases):
+            msgs = []
+            for p in (Program(), _lib.CProgram()):
+                p.add_slot("inout", 64)
+                with self.assertRaises(GraphdError, msg=f"case {i}") as cm:
+                    case(p)
+                msgs.append(cm.exception.message)
+            self.assertEqual(msgs[0], msgs[1], f"case {i}")
+        # 8 deep is allowed, and the same in both.
+        built = []
+        for p in (Program(), _lib.CProgram()):
+            p.add_slot("inout", 64)
+            nest(p, 8)
+            built.append(p.finish())
+        self.assertEqual(built[0], built[1])
+
     def test_launch_args_match_hand_written_c_calls(self):
         py = Program()
         py.add_slot("input", 64)

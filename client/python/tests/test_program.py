@@ -437,5 +437,162 @@ class ErrorsTest(unittest.TestCase):
         self.expect(lambda: gp.validate(0, [(0, 2, 8)], [l]), "INVALID_ARGUMENT", "slot 0: unknown flags 0x2")
 
 
+# A loop around a memset, then a branch with one step on each side, over an
+# inout slot of 64 bytes; derived by hand from docs/protocol.md ("While
+# body", "If body").
+COND_HEX = (
+    "47445047 01000000 00000000 01000000 05000000"
+    "02000000 01000000 4000000000000000"
+    "04000000 00000000 0000000000000000 01000000"
+    "02000000 00000000 04000000 00000000 0800000000000000 0800000000000000"
+    "05000000 00000000 0400000000000000 01000000 01000000"
+    "02000000 00000000 04000000 01000000 1000000000000000 0800000000000000"
+    "02000000 00000000 04000000 02000000 1800000000000000 0800000000000000"
+)
+
+
+def cond_program():
+    p = Program()
+    p.add_slot("inout", 64)
+    return p
+
+
+class ConditionalTest(unittest.TestCase):
+    expect = ErrorsTest.expect
+
+    def test_encoding_is_the_hand_derived_one(self):
+        p = cond_program()
+        w = p.begin_while(0, 0)
+        self.assertEqual(w, 0)
+        self.assertEqual(p.add_memset(0, 8, 8, 4, 0), 1)
+        self.assertIsNone(p.end(w))
+        b = p.begin_if(0, 4)
+        self.assertEqual(b, 2)
+        p.add_memset(0, 16, 8, 4, 1)
+        self.assertIsNone(p.else_(b))
+        p.add_memset(0, 24, 8, 4, 2)
+        p.end(b)
+        enc, pid = p.finish()
+        want = bytes.fromhex(COND_HEX.replace(" ", ""))
+        self.assertEqual(len(want), 20 + 16 + 20 + 32 + 24 + 32 + 32)
+        self.assertEqual(enc.hex(), want.hex())
+        self.assertEqual(pid, hashlib.sha256(want).digest())
+        steps = p._steps
+        self.assertEqual([s.kind for s in steps], [gp.STEP_WHILE, gp.STEP_MEMSET, gp.STEP_IF, gp.STEP_MEMSET,
+                                                   gp.STEP_MEMSET])
+        self.assertEqual((steps[0].body, steps[0].orelse), (1, 0))
+        self.assertEqual((steps[2].body, steps[2].orelse), (1, 1))
+
+    def test_nested_counts(self):
+        # The C builder's test: a loop holding a memset and a branch with
+        # one step, then an else of two; one step after the loop.
+        p = cond_program()
+        w = p.begin_while(0, 0)
+        p.add_memset(0, 8, 8, 4, 0)
+        b = p.begin_if(0, 4)
+        p.add_memset(0, 16, 8, 4, 1)
+        p.else_(b)
+        p.add_memset(0, 24, 8, 4, 2)
+        p.add_memset(0, 32, 8, 4, 3)
+        p.end(b)
+        self.expect(p.finish, "INVALID_ARGUMENT", "step 0 (while) is not ended")
+        p.end(w)
+        p.add_memset(0, 40, 8, 4, 4)
+        p.finish()
+        s = p._steps
+        self.assertEqual((s[0].body, s[0].orelse, s[2].body, s[2].orelse, len(s)), (5, 0, 1, 2, 7))
+
+    def test_if_without_then_steps_and_without_else(self):
+        p = cond_program()
+        b = p.begin_if(0, 0)
+        p.else_(b)
+        p.add_memset(0, 8, 8, 4, 0)
+        p.end(b)
+        b2 = p.begin_if(0, 60)
+        p.add_memset(0, 8, 8, 4, 1)
+        p.end(b2)
+        p.finish()
+        s = p._steps
+        self.assertEqual([(s[0].body, s[0].orelse), (s[2].body, s[2].orelse)], [(0, 1), (1, 0)])
+        self.assertEqual(p.encoding[-28:], struct.pack("<IIIQQ", 0, 4, 1, 8, 8))
+
+    def test_refusals(self):
+        p = cond_program()
+        self.expect(lambda: p.begin_while(0, 6), "INVALID_ARGUMENT",
+                    "step 0 (while): the condition word at offset 6 is not 4-byte aligned")
+        self.expect(lambda: p.begin_if(0, 64), "INVALID_ARGUMENT",
+                    "step 0 (if): 4 bytes at offset 64 are outside slot 0, which has 64")
+        self.expect(lambda: p.begin_if(1, 0), "INVALID_ARGUMENT",
+                    "step 0 (if): slot 1 does not exist; there are 1 slots")
+        self.assertEqual(p.nsteps, 0)
+        w = p.begin_while(0, 0)
+        p.add_memset(0, 8, 8, 4, 0)
+        b = p.begin_if(0, 4)
+        p.add_memset(0, 16, 8, 4, 1)
+        self.expect(lambda: p.end(w), "FAILED_PRECONDITION", "end: step 0 is inside step 2, which is not ended yet")
+        self.expect(lambda: p.else_(w), "FAILED_PRECONDITION",
+                    "else: step 0 is inside step 2, which is not ended yet")
+        p.else_(b)
+        self.expect(lambda: p.else_(b), "FAILED_PRECONDITION", "else: step 2 is not a branch before its else")
+        p.end(b)
+        self.expect(lambda: p.end(b), "FAILED_PRECONDITION", "end: step 2 is ended already")
+        self.expect(lambda: p.end(1), "INVALID_ARGUMENT", "end: step 1 is not a loop or a branch")
+        self.expect(lambda: p.end(9), "INVALID_ARGUMENT", "end: step 9 is not a loop or a branch")
+        self.expect(lambda: p.else_(w), "FAILED_PRECONDITION", "else: step 0 is not a branch before its else")
+        self.expect(lambda: p.param(0, 0, b"x"), "INVALID_ARGUMENT", "step 0 (while): only a launch has parameters")
+        p.end(w)
+        p.finish()
+        self.expect(lambda: p.begin_while(0, 0), "FAILED_PRECONDITION", "the program is finished")
+        self.expect(lambda: p.end(0), "FAILED_PRECONDITION", "the program is finished")
+
+    def test_empty_bodies_are_refused_at_finish(self):
+        p = cond_program()
+        p.end(p.begin_while(0, 0))
+        self.expect(p.finish, "INVALID_ARGUMENT",
+                    "step 0 (while): the body must have at least one step and there is no else")
+        p = cond_program()
+        b = p.begin_if(0, 0)
+        p.else_(b)
+        p.end(b)
+        self.expect(p.finish, "INVALID_ARGUMENT", "step 0 (if): both branches are empty")
+
+    def test_nesting_depth(self):
+        def nested(depth):
+            p = cond_program()
+            opened = [p.begin_if(0, 0) if d % 2 else p.begin_while(0, 0) for d in range(depth)]
+            p.add_memset(0, 8, 8, 4, 0)
+            for s in reversed(opened):
+                p.end(s)
+            return p
+        nested(gp.MAX_COND_DEPTH).finish()
+        self.expect(nested(gp.MAX_COND_DEPTH + 1).finish, "RESOURCE_EXHAUSTED",
+                    f"step {gp.MAX_COND_DEPTH}: conditional steps nest more than {gp.MAX_COND_DEPTH} deep")
+
+    def test_validator_backstop(self):
+        def m():
+            return gp._Memset(0, 4, 0, 0, 4)
+
+        def cond(kind, body, orelse, slot=0, offset=0):
+            c = gp._Cond(kind, slot, offset)
+            c.body, c.orelse = body, orelse
+            return c
+        slots = [(2, 1, 64)]
+        self.expect(lambda: gp.validate(0, slots, [cond(gp.STEP_WHILE, 2, 0), m()]), "INVALID_ARGUMENT",
+                    "step 0 (while): its 2 steps run past the end of the program")
+        self.expect(lambda: gp.validate(0, slots, [cond(gp.STEP_IF, 2, 0), cond(gp.STEP_WHILE, 2, 0), m(), m()]),
+                    "INVALID_ARGUMENT", "step 1 (while): its 2 steps run past the end of the enclosing branch")
+        self.expect(lambda: gp.validate(0, slots, [cond(gp.STEP_WHILE, 1, 1), m(), m()]), "INVALID_ARGUMENT",
+                    "step 0 (while): the body must have at least one step and there is no else")
+        self.expect(lambda: gp.validate(0, slots, [cond(gp.STEP_IF, 1, 0, offset=62), m()]), "INVALID_ARGUMENT",
+                    "step 0 (if): the condition word at offset 62 is not 4-byte aligned")
+        self.expect(lambda: gp.validate(0, slots, [cond(gp.STEP_IF, 1, 0, offset=64), m()]), "INVALID_ARGUMENT",
+                    "step 0 (if): bytes 64..68 are outside slot 0, which has 64")
+        bad = m()
+        bad.kind = 9
+        self.expect(lambda: gp.validate(0, slots, [bad]), "INVALID_ARGUMENT",
+                    "step 0: kind 9 is not launch, memset, copy, while or if")
+        gp.validate(0, slots, [cond(gp.STEP_IF, 0, 1), m()])
+
+
 if __name__ == "__main__":
     unittest.main()

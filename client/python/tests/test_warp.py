@@ -9,6 +9,7 @@ build/pywarp."""
 import ctypes
 import os
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -271,10 +272,215 @@ class ProgramFromWarpTest(unittest.TestCase):
         self.assertEqual(gw.grid_for(1 << 30, 256, False, 0), (65536, 64, 1))
 
 
+# --- loops and branches (wp.capture_while, wp.capture_if) -------------------------
+
+if HAVE_WARP:
+    @wp.kernel
+    def count_down(c: wp.array(dtype=wp.int32)):
+        c[0] = c[0] - 1
+
+    @wp.kernel
+    def scale_in_place(x: wp.array(dtype=float), a: float):
+        i = wp.tid()
+        x[i] = x[i] * a
+
+    @wp.kernel
+    def above(x: wp.array(dtype=float), tol: float, flag: wp.array(dtype=wp.int32)):
+        if x[0] > tol:
+            flag[0] = 1
+        else:
+            flag[0] = 0
+
+    def w_loop(counter: wp.array(dtype=wp.int32), x: wp.array(dtype=float)):
+        """x halved `counter` times: a counter loop."""
+        def body():
+            wp.launch(count_down, dim=1, inputs=[counter])
+            wp.launch(scale_in_place, dim=x.shape[0], inputs=[x, 0.5])
+        wp.capture_while(counter, body)
+
+    def w_loop_flag(x: wp.array(dtype=float), tol: float, y: wp.array(dtype=float)):
+        """x halved until x[0] <= tol, into y: a loop over a flag the
+        function allocates, with the factor passed to the body as a
+        keyword (capture_while forwards it)."""
+        flag = wp.zeros(1, dtype=wp.int32)
+        t = wp.empty_like(x)
+        wp.copy(t, x)
+        wp.launch(above, dim=1, inputs=[t, tol, flag])
+
+        def body(a):
+            wp.launch(scale_in_place, dim=t.shape[0], inputs=[t, a])
+            wp.launch(above, dim=1, inputs=[t, tol, flag])
+        wp.capture_while(flag, body, a=0.5)
+        wp.copy(y, t)
+
+    def w_branch(flag: wp.array(dtype=wp.int32), x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        """An if/else on flag[0], an else-only branch on flag[1], and a
+        branch with nothing on either side."""
+        n = x.shape[0]
+        wp.capture_if(flag, on_true=lambda: wp.launch(scale, dim=n, inputs=[x, y, 2.0]),
+                      on_false=lambda: wp.launch(scale, dim=n, inputs=[x, y, -1.0]))
+        wp.capture_if(flag[1:], on_false=lambda: wp.launch(scale_in_place, dim=n, inputs=[y, 3.0]))
+        wp.capture_if(flag, on_true=lambda: None)
+        wp.capture_if(flag)
+
+    def w_nested(counter: wp.array(dtype=wp.int32), flag: wp.array(dtype=wp.int32), x: wp.array(dtype=float)):
+        """A loop holding a branch whose then-side holds a loop."""
+        n = x.shape[0]
+
+        def inner():
+            wp.launch(count_down, dim=1, inputs=[counter[1:]])
+            wp.launch(scale_in_place, dim=n, inputs=[x, 0.5])
+
+        def then():
+            wp.launch(scale_in_place, dim=n, inputs=[x, 2.0])
+            counter[1:].fill_(3)
+            wp.capture_while(counter[1:], inner)
+
+        def body():
+            wp.launch(count_down, dim=1, inputs=[counter])
+            wp.capture_if(flag, then, lambda: wp.launch(scale_in_place, dim=n, inputs=[x, 3.0]))
+        wp.capture_while(counter, body)
+
+    DEPTH = [8]
+
+    def w_deep(counter: wp.array(dtype=wp.int32)):
+        def nest(d):
+            if d == 0:
+                wp.launch(count_down, dim=1, inputs=[counter])
+            else:
+                wp.capture_while(counter, lambda: nest(d - 1))
+        nest(DEPTH[0])
+
+
+@unittest.skipUnless(HAVE_WARP, WHY)
+class ConditionalTest(unittest.TestCase):
+    def build(self, f, shapes, nout, statics=None, **kw):
+        spec = FuncSpec.of_function(f, nout, **kw)
+        return Function(f, spec).build(shapes, statics or {}, ARCH, "staged")
+
+    def steps(self, b):
+        """(kind, cond slot, offset, body, else) of each step; launches and
+        memsets as their kind and the launch's kernel or memset's slot."""
+        out = []
+        by_step = {l.step: l for l in b.launches}
+        for i, st in enumerate(b.program._steps):
+            if st.kind == gprog.STEP_WHILE:
+                out.append(("while", st.slot, st.offset, st.body))
+            elif st.kind == gprog.STEP_IF:
+                out.append(("if", st.slot, st.offset, st.body, st.orelse))
+            elif st.kind == gprog.STEP_LAUNCH:
+                out.append(("launch", by_step[i].kernel.key))
+            elif st.kind == gprog.STEP_MEMSET:
+                out.append(("memset", st.slot, st.offset, st.nbytes, st.value))
+            else:
+                out.append(("copy", st.dst_slot, st.src_slot))
+        return out
+
+    def check_launches(self, b):
+        """Every launch, inside loops and branches too, against its PTX
+        entry, with its patches on the data pointers."""
+        self.assertEqual(len(b.launches), sum(1 for st in b.program._steps if st.kind == gprog.STEP_LAUNCH))
+        for l in b.launches:
+            ptx = gw.compile_module(l.kernel.module, l.block_dim, ARCH, ptx=True).data
+            want = ptx_params(ptx, l.entry)
+            self.assertEqual([(off, size) for _, off, size, _, _ in l.params], natural_offsets(want), l.entry)
+            self.assertEqual([p[3] for p in l.params], [a for a, _ in want], l.entry)
+            step = b.program._steps[l.step]
+            self.assertEqual(step.kind, gprog.STEP_LAUNCH)
+            self.assertEqual(sorted(step.patches),
+                             sorted((off + o, s, so) for _, off, _, _, pl in l.params for o, s, so in pl))
+
+    def test_counter_loop(self):
+        b = self.build(w_loop, {0: (1,), 1: (100,)}, 2, in_out_argnames=["counter", "x"])
+        self.assertEqual(self.steps(b), [("while", 0, 0, 2), ("launch", count_down.key),
+                                         ("launch", scale_in_place.key)])
+        self.assertEqual([(c.step, c.kind, c.slot, c.offset, c.body, c.orelse) for c in b.conds],
+                         [(0, "while", 0, 0, 2, 0)])
+        self.assertEqual(b.nsteps, 3)
+        self.check_launches(b)
+        arr = wp._src.types.array_t
+        self.assertEqual([p[4] for p in b.launches[0].params], [[], [(arr.data.offset, 0, 0)]])
+        self.assertEqual([p[4] for p in b.launches[1].params], [[], [(arr.data.offset, 1, 0)], []])
+        # The encoding holds the loop as docs/protocol.md says: kind 4, slot,
+        # offset, body.
+        self.assertIn(struct.pack("<IIQI", gprog.STEP_WHILE, 0, 0, 2), b.encoding)
+        self.assertIn("step 0: while slot 0 offset 0 (body 2)", b.describe())
+
+    def test_loop_over_an_allocated_flag(self):
+        b = self.build(w_loop_flag, {0: (64,), 2: (64,)}, 1, statics={1: 0.01})
+        # Slots: x, y, then the scratch flag and t in allocation order.
+        self.assertEqual([(s.role, s.nbytes) for s in b.slots],
+                         [("input", 256), ("output", 256), ("scratch", 4), ("scratch", 256)])
+        self.assertEqual(self.steps(b), [
+            ("memset", 2, 0, 4, 0), ("copy", 3, 0), ("launch", above.key),
+            ("while", 2, 0, 2), ("launch", scale_in_place.key), ("launch", above.key),
+            ("copy", 1, 3)])
+        self.check_launches(b)
+        d = b.describe()
+        self.assertIn("step 0: memset slot 2 offset 0 4 bytes of 0x0 (4-byte elements)", d)
+        self.assertIn("step 1: copy 256 bytes from slot 0 offset 0 to slot 3 offset 0", d)
+        self.assertIn("step 3: while slot 2 offset 0 (body 2)", d)
+        # The keyword reached the body: a = 0.5 in the loop's launch.
+        l = [l for l in b.launches if l.kernel.key == scale_in_place.key][0]
+        _, off, _, _, _ = l.params[2]
+        self.assertEqual(bytes(b.program._steps[l.step].data[off:off + 4]), struct.pack("<f", 0.5))
+
+    def test_branches(self):
+        b = self.build(w_branch, {0: (2,), 1: (50,), 2: (50,)}, 1)
+        self.assertEqual(self.steps(b), [
+            ("if", 0, 0, 1, 1), ("launch", scale.key), ("launch", scale.key),
+            ("if", 0, 4, 0, 1), ("launch", scale_in_place.key)])
+        self.check_launches(b)
+        # The then-side scales by 2, the else-side by -1.
+        a = [bytes(b.program._steps[l.step].data[l.params[3][1]:l.params[3][1] + 4]) for l in b.launches[:2]]
+        self.assertEqual(a, [struct.pack("<f", 2.0), struct.pack("<f", -1.0)])
+        self.assertIn(struct.pack("<IIQII", gprog.STEP_IF, 0, 4, 0, 1), b.encoding)
+
+    def test_nested(self):
+        b = self.build(w_nested, {0: (2,), 1: (1,), 2: (32,)}, 2, in_out_argnames=["counter", "x"])
+        self.assertEqual(self.steps(b), [
+            ("while", 0, 0, 8),
+            ("launch", count_down.key),
+            ("if", 1, 0, 5, 1),
+            ("launch", scale_in_place.key),
+            ("memset", 0, 4, 4, 3),
+            ("while", 0, 4, 2),
+            ("launch", count_down.key),
+            ("launch", scale_in_place.key),
+            ("launch", scale_in_place.key)])
+        self.check_launches(b)
+        # The inner count_down works on counter[1]: 4 bytes into slot 0.
+        self.assertEqual(b.launches[2].params[1][4], [(0, 0, 4)])
+        self.assertEqual([(c.kind, c.body, c.orelse) for c in b.conds], [("while", 8, 0), ("if", 5, 1),
+                                                                        ("while", 2, 0)])
+
+    def test_ids_are_stable_and_follow_the_structure(self):
+        shapes = {0: (2,), 1: (1,), 2: (32,)}
+        a = self.build(w_nested, shapes, 2, in_out_argnames=["counter", "x"])
+        again = self.build(w_nested, shapes, 2, in_out_argnames=["counter", "x"])
+        self.assertEqual(a.id, again.id)
+        loop = self.build(w_loop, {0: (2,), 1: (32,)}, 2, in_out_argnames=["counter", "x"])
+        self.assertNotEqual(loop.id, a.id)
+
+    def test_nesting_limit(self):
+        b = self.build(w_deep, {0: (1,)}, 1, in_out_argnames=["counter"])
+        self.assertEqual(self.steps(b), [("while", 0, 0, 8 - d) for d in range(8)] + [("launch", count_down.key)])
+        DEPTH[0] = 9
+        try:
+            with self.assertRaises(gw.Refused) as cm:
+                self.build(w_deep, {0: (1,)}, 1, in_out_argnames=["counter"])
+        finally:
+            DEPTH[0] = 8
+        self.assertEqual(cm.exception.reason, "limits")
+        self.assertEqual(cm.exception.code, "RESOURCE_EXHAUSTED")
+        self.assertIn("nest more than 8 deep", str(cm.exception))
+
+
 # --- refusals --------------------------------------------------------------------
 
 if HAVE_WARP:
     GLOBAL = None
+    GLOBAL_FLAG = None
     CALLS = [0]
 
     def f_numpy(x: wp.array(dtype=float), y: wp.array(dtype=float)):
@@ -288,11 +494,32 @@ if HAVE_WARP:
     def f_pause(x: wp.array(dtype=float), y: wp.array(dtype=float)):
         wp.capture_pause()
 
-    def f_while(x: wp.array(dtype=float), flag: wp.array(dtype=wp.int32)):
-        wp.capture_while(flag, lambda: wp.launch(cond_step, dim=x.shape[0], inputs=[x, flag]))
+    def f_while_graph(x: wp.array(dtype=float), flag: wp.array(dtype=wp.int32)):
+        wp.capture_while(flag, wp.Graph(wp.get_device("cpu")))
 
-    def f_if(x: wp.array(dtype=float), flag: wp.array(dtype=wp.int32)):
-        wp.capture_if(flag, on_true=lambda: wp.launch(cond_step, dim=x.shape[0], inputs=[x, flag]))
+    def f_while_empty(x: wp.array(dtype=float), flag: wp.array(dtype=wp.int32)):
+        wp.capture_while(flag, lambda: None)
+
+    def f_while_type(x: wp.array(dtype=float), flag: wp.array(dtype=wp.int32)):
+        wp.capture_while(x, lambda: wp.launch(cond_step, dim=x.shape[0], inputs=[x, flag]))
+
+    def f_if_global(x: wp.array(dtype=float), flag: wp.array(dtype=wp.int32)):
+        wp.capture_if(GLOBAL_FLAG, on_true=lambda: wp.launch(cond_step, dim=x.shape[0], inputs=[x, flag]))
+
+    EARLY_WHILE, EARLY_IF = wp.capture_while, wp.capture_if
+
+    def f_while_early(x: wp.array(dtype=float), flag: wp.array(dtype=wp.int32)):
+        EARLY_WHILE(flag, lambda: wp.launch(cond_step, dim=x.shape[0], inputs=[x, flag]))
+
+    def f_if_early(x: wp.array(dtype=float), flag: wp.array(dtype=wp.int32)):
+        EARLY_IF(flag, on_true=lambda: wp.launch(cond_step, dim=x.shape[0], inputs=[x, flag]))
+
+    def f_body_counter(x: wp.array(dtype=float), flag: wp.array(dtype=wp.int32)):
+        def body():
+            CALLS[0] += 1
+            for _ in range(CALLS[0]):
+                wp.launch(cond_step, dim=x.shape[0], inputs=[x, flag])
+        wp.capture_while(flag, body)
 
     def f_capture(x: wp.array(dtype=float), y: wp.array(dtype=float)):
         wp.capture_begin()
@@ -387,8 +614,16 @@ class RefusalTest(unittest.TestCase):
         self.refused("host_callback", self.build, f_pause, pattern="capture_pause")
 
     def test_conditional_nodes(self):
-        self.refused("conditional", self.build, f_while, pattern="capture_while.*not supported by the graphd daemon")
-        self.refused("conditional", self.build, f_if, pattern="capture_if")
+        global GLOBAL_FLAG
+        self.refused("conditional", self.build, f_while_graph, pattern="wp.Graph as while_body")
+        self.refused("conditional", self.build, f_while_empty, pattern="never end")
+        self.refused("conditional", self.build, f_while_early, pattern="reference taken before recording")
+        self.refused("conditional", self.build, f_if_early, pattern="reference taken before recording")
+        with self.assertRaisesRegex(TypeError, "Condition must be a Warp array of int32"):
+            self.build(f_while_type)
+        GLOBAL_FLAG = wp.zeros(1, dtype=wp.int32, device="cpu")
+        self.refused("unknown_pointer", self.build, f_if_global, pattern="condition of wp.capture_if")
+        self.refused("value_dependent", self.build, f_body_counter)
 
     def test_nested_capture(self):
         self.refused("nested_capture", self.build, f_capture)
@@ -505,11 +740,17 @@ class RefusalTest(unittest.TestCase):
         self.refused("arch", gw.compile_module, scale.module, 256, 12)
 
     def test_recording_leaves_warp_as_it_was(self):
-        launch, sync = wp.launch, wp.synchronize
+        launch, sync, cwhile = wp.launch, wp.synchronize, wp.capture_while
+        apic = wp._src.context._get_apic_capture_for_device
         with self.assertRaises(gw.Refused):
             self.build(f_numpy)
+        with self.assertRaises(gw.Refused):
+            self.build(f_while_empty)
         self.assertIs(wp.launch, launch)
         self.assertIs(wp.synchronize, sync)
+        self.assertIs(wp.capture_while, cwhile)
+        self.assertIs(wp._src.context.capture_while, cwhile)
+        self.assertIs(wp._src.context._get_apic_capture_for_device, apic)
         x = wp.zeros(4, dtype=float, device="cpu")
         self.assertEqual(x.numpy().tolist(), [0.0] * 4)
 
@@ -588,6 +829,14 @@ class JaxTest(unittest.TestCase):
         self.assertEqual([s.nbytes for s in b.slots], [1200, 720, 720, 1200, 1200])
         out = jax.eval_shape(g, xs, vs, vs)
         self.assertEqual([o.shape for o in out], [(3, 4, 5, 3), (3, 100)])
+
+    def test_loop_lowers_to_a_graphd_replay(self):
+        f = gw.jax_callable(w_loop, num_outputs=2, in_out_argnames=["counter", "x"], device=90)
+        c = custom_calls(self.lower(f, jnp.zeros(1, jnp.int32), jnp.zeros(100, jnp.float32)))
+        self.assertEqual(len(c), 1)
+        (b,) = f.programs.values()
+        self.assertEqual(c[0], (b.id_hex, [0, 1, 0, 1]))
+        self.assertEqual([(x.kind, x.slot, x.body) for x in b.conds], [("while", 0, 2)])
 
     def test_kernel(self):
         k = gw.jax_kernel(count, device=90, output_dims=1)

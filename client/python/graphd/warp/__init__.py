@@ -16,7 +16,8 @@ that capture.
 How the program is made (docs/warp.md has the whole story): the function
 runs once on Warp's CPU device with reserved, untouched memory while
 graphd.warp records its launches, memsets and copies instead of running
-them (twice, to check that they depend on shapes only); array arguments
+them, and its capture_while loops and capture_if branches around them
+(twice, to check that they depend on shapes only); array arguments
 become slots, arrays the function allocates become scratch slots, the
 pointers inside the packed parameters become pointer patches; the modules
 are compiled to CUBIN for the GPU's architecture by Warp's bundled NVRTC.

@@ -1,6 +1,8 @@
 """From a recording to a graphd program: CUBINs compiled by Warp's NVRTC
 for the target architecture, one slot per array argument, one scratch slot
-per allocation the steps use, and the steps in the order they ran."""
+per allocation the steps use, and the steps in the order they ran, loops
+and branches (wp.capture_while, wp.capture_if) around the steps their
+callbacks recorded."""
 
 import json
 import os
@@ -9,6 +11,7 @@ import threading
 from .. import program as _program
 from ..errors import GraphdError
 from ..program import Program, module_id
+from ._record import count_steps
 from ._support import Refused, warp_modules
 
 _compiled = {}
@@ -119,10 +122,20 @@ class LaunchInfo:
         self.params = params  # [(name, offset, size, align, [(offset in param, slot, slot offset)])]
 
 
+class CondInfo:
+    """A loop (kind "while") or a branch ("if") of the program: its step,
+    the slot and offset of the int32 it reads, and how many steps its body
+    (the then-steps) and its else hold."""
+
+    def __init__(self, step, kind, slot, offset, body, orelse):
+        self.step, self.kind, self.slot, self.offset = step, kind, slot, offset
+        self.body, self.orelse = body, orelse
+
+
 class Built:
     """A Warp function's program for one signature."""
 
-    def __init__(self, program, slots, arg_slots, modules, launches, nsteps):
+    def __init__(self, program, slots, arg_slots, modules, launches, nsteps, conds=()):
         self.program = program
         self.encoding, self.id = program.finish()
         self.id_hex = self.id.hex()
@@ -130,6 +143,7 @@ class Built:
         self.arg_slots = arg_slots  # {argument index: slot}
         self.modules = modules  # [CompiledModule]
         self.launches = launches
+        self.conds = list(conds)
         self.nsteps = nsteps
 
     def spec_modules(self):
@@ -139,9 +153,23 @@ class Built:
         lines = [f"program {self.id_hex}: {len(self.slots)} slots, {self.nsteps} steps, "
                  f"{len(self.modules)} modules"]
         lines += [f"  {s!r}" for s in self.slots]
-        for l in self.launches:
-            lines.append(f"  step {l.step}: {l.entry} grid {l.grid} block {l.block_dim} shared {l.shared} "
-                         f"({len(l.params)} params, {sum(len(p[4]) for p in l.params)} patches)")
+        launches = {l.step: l for l in self.launches}
+        conds = {c.step: c for c in self.conds}
+        for i, st in enumerate(self.program._steps):
+            if i in launches:
+                l = launches[i]
+                lines.append(f"  step {i}: {l.entry} grid {l.grid} block {l.block_dim} shared {l.shared} "
+                             f"({len(l.params)} params, {sum(len(p[4]) for p in l.params)} patches)")
+            elif i in conds:
+                c = conds[i]
+                sides = f"body {c.body}" + (f", else {c.orelse}" if c.kind == "if" else "")
+                lines.append(f"  step {i}: {c.kind} slot {c.slot} offset {c.offset} ({sides})")
+            elif st.kind == _program.STEP_MEMSET:
+                lines.append(f"  step {i}: memset slot {st.slot} offset {st.offset} {st.nbytes} bytes "
+                             f"of 0x{st.value:x} ({st.element_size}-byte elements)")
+            else:
+                lines.append(f"  step {i}: copy {st.nbytes} bytes from slot {st.src_slot} offset {st.src_offset} "
+                             f"to slot {st.dst_slot} offset {st.dst_offset}")
         return "\n".join(lines)
 
 
@@ -184,38 +212,55 @@ def _assemble(rec, args, mode, arch, name):
         by_buffer[id(b)] = s
     if not rec.steps:
         raise Refused("empty", f"{name} launches nothing, sets and copies nothing: there is no program to run")
-    if len(rec.steps) > _program.MAX_STEPS:
-        raise Refused("limits", f"{name}: {len(rec.steps)} steps are over the daemon's limit of "
+    nsteps = count_steps(rec.steps)
+    if nsteps > _program.MAX_STEPS:
+        raise Refused("limits", f"{name}: {nsteps} steps are over the daemon's limit of "
                       f"{_program.MAX_STEPS}", code="RESOURCE_EXHAUSTED")
-    modules, launches = [], []
-    for st in rec.steps:
-        if st.kind == "memset":
-            p.add_memset(by_buffer[id(st.buf)], st.offset, st.nbytes, st.element_size, st.value)
-        elif st.kind == "copy":
-            p.add_copy(by_buffer[id(st.dst)], st.dst_offset, by_buffer[id(st.src)], st.src_offset, st.nbytes)
-        else:
-            k = st.kernel
-            cm = compile_module(k.module, st.block_dim, arch)
-            if cm not in modules:
-                modules.append(cm)
-            entry = entry_name(k, st.block_dim, st.adjoint)
-            shared = cm.meta.get(entry + "_smem_bytes")
-            if shared is None:
-                raise Refused("kernel", f"the compiled module {os.path.basename(cm.path)} has no entry {entry}")
-            total = 1
-            for d in st.dim:
-                total *= d
-            grid = grid_for(total, st.block_dim, _grid_stride(k, st.block_dim), st.max_blocks)
-            i = p.add_launch(cm.id, entry, grid, (st.block_dim, 1, 1), int(shared))
-            off, plist = 0, []
-            for prm in st.params:
-                off = _align_up(off, prm.align)
-                p.param(i, off, prm.data)
-                pl = []
-                for o, buf, bo in prm.pointers:
-                    p.patch(i, off + o, by_buffer[id(buf)], bo)
-                    pl.append((o, by_buffer[id(buf)], bo))
-                plist.append((prm.name, off, len(prm.data), prm.align, pl))
-                off += len(prm.data)
-            launches.append(LaunchInfo(i, k, entry, cm, grid, st.block_dim, int(shared), plist))
-    return Built(p, slots, arg_slots, modules, launches, len(rec.steps))
+    modules, launches, conds = [], [], []
+
+    def add(steps):
+        for st in steps:
+            if st.kind == "memset":
+                p.add_memset(by_buffer[id(st.buf)], st.offset, st.nbytes, st.element_size, st.value)
+            elif st.kind == "copy":
+                p.add_copy(by_buffer[id(st.dst)], st.dst_offset, by_buffer[id(st.src)], st.src_offset, st.nbytes)
+            elif st.kind in ("while", "if"):
+                slot = by_buffer[id(st.buf)]
+                i = p.begin_while(slot, st.offset) if st.kind == "while" else p.begin_if(slot, st.offset)
+                conds.append(CondInfo(i, st.kind, slot, st.offset, count_steps(st.body), count_steps(st.orelse)))
+                add(st.body)
+                if st.orelse:
+                    p.else_(i)
+                    add(st.orelse)
+                p.end(i)
+            else:
+                add_launch(st)
+
+    def add_launch(st):
+        k = st.kernel
+        cm = compile_module(k.module, st.block_dim, arch)
+        if cm not in modules:
+            modules.append(cm)
+        entry = entry_name(k, st.block_dim, st.adjoint)
+        shared = cm.meta.get(entry + "_smem_bytes")
+        if shared is None:
+            raise Refused("kernel", f"the compiled module {os.path.basename(cm.path)} has no entry {entry}")
+        total = 1
+        for d in st.dim:
+            total *= d
+        grid = grid_for(total, st.block_dim, _grid_stride(k, st.block_dim), st.max_blocks)
+        i = p.add_launch(cm.id, entry, grid, (st.block_dim, 1, 1), int(shared))
+        off, plist = 0, []
+        for prm in st.params:
+            off = _align_up(off, prm.align)
+            p.param(i, off, prm.data)
+            pl = []
+            for o, buf, bo in prm.pointers:
+                p.patch(i, off + o, by_buffer[id(buf)], bo)
+                pl.append((o, by_buffer[id(buf)], bo))
+            plist.append((prm.name, off, len(prm.data), prm.align, pl))
+            off += len(prm.data)
+        launches.append(LaunchInfo(i, k, entry, cm, grid, st.block_dim, int(shared), plist))
+
+    add(rec.steps)
+    return Built(p, slots, arg_slots, modules, launches, nsteps, conds)

@@ -13,12 +13,15 @@ nothing here writes them). While it runs:
 - the CPU device's memset and memtile (array.zero_, fill_, wp.zeros) and
   the native host-to-host copy (wp.copy) are recorded as steps instead of
   being run;
+- wp.capture_while and wp.capture_if become loops and branches: their
+  callbacks run once each, while the recorder collects what they launch
+  as the loop body or the branch's sides, over the int32 that the
+  condition array's pointer (its first element) points at;
 - everything else that would run work or read values on the host is
   refused: other native host functions (scans, sorts, mesh builds,
   non-contiguous copies and fills), reading values (array.numpy(),
   .list(), numpy conversion), synchronisation, graph capture inside the
-  function, capture_pause/resume (host code between graph parts) and
-  conditional nodes (capture_if, capture_while).
+  function and capture_pause/resume (host code between graph parts).
 
 Everything is put back when the function returns or raises. Recording
 holds a process-wide lock: two recordings never overlap, and other threads
@@ -26,6 +29,7 @@ should not use Warp's CPU device meanwhile."""
 
 import ctypes
 import mmap
+import sys
 import threading
 
 from ._support import Refused, warp_modules
@@ -123,8 +127,37 @@ class CopyRec:
         return ("copy", self.dst.key(), self.dst_offset, self.src.key(), self.src_offset, self.nbytes)
 
 
+class CondRec:
+    """A loop (kind "while") or a branch ("if") over the 4-byte int32 at
+    `offset` of `buf`: a loop runs `body` while it is non-zero, reading it
+    before each pass; a branch runs `body` when it is non-zero and `orelse`
+    when it is zero. body and orelse are lists of records, nested ones
+    included."""
+
+    def __init__(self, kind, buf, offset, body, orelse):
+        self.kind, self.buf, self.offset = kind, buf, offset
+        self.body, self.orelse = body, orelse
+
+    def key(self):
+        return (self.kind, self.buf.key(), self.offset, tuple(s.key() for s in self.body),
+                tuple(s.key() for s in self.orelse))
+
+
+def count_steps(steps):
+    """Program steps of a list of records: a loop or a branch is one step
+    plus those of its sides."""
+    n = 0
+    for s in steps:
+        n += 1
+        if s.kind in ("while", "if"):
+            n += count_steps(s.body) + count_steps(s.orelse)
+    return n
+
+
 class Recording:
-    """The buffers and steps of one run of the function."""
+    """The buffers and steps of one run of the function. `steps` is where
+    records go: a loop's or a branch's callbacks run with it swapped for
+    their own list."""
 
     def __init__(self):
         self.buffers = []
@@ -280,11 +313,25 @@ class Recorder:
                          "is a host callback, which graphd does not replay")
             self._patch(wp, name, r)
             self._patch(ctx, name, r)
-        for name in ("capture_if", "capture_while"):
-            r = _refuser("conditional", f"wp.{name}: conditional graph nodes are not supported by the graphd "
-                         "daemon yet")
-            self._patch(wp, name, r)
-            self._patch(ctx, name, r)
+        # Warp's own capture_if/capture_while, reached through a reference
+        # taken before recording, would read the condition on the host (the
+        # reserved memory: zero) and record nothing for the branch or loop.
+        # Both ask _get_apic_capture_for_device first: that is where they
+        # are stopped.
+        stale = {getattr(getattr(ctx, n, None), "__code__", None) for n in ("capture_if", "capture_while")}
+        stale.discard(None)
+        apic = getattr(ctx, "_get_apic_capture_for_device", None)
+        if apic is not None and stale:
+            def apic_guard(*args, **kwargs):
+                if sys._getframe(1).f_code in stale:
+                    raise Refused("conditional", "Warp's capture_if or capture_while was called through a reference "
+                                  "taken before recording (for example `from warp import capture_while` at import): "
+                                  "it would read the condition on the host; call wp.capture_if / wp.capture_while")
+                return apic(*args, **kwargs)
+            self._patch(ctx, "_get_apic_capture_for_device", apic_guard)
+        for name, ours in (("capture_if", self._capture_if), ("capture_while", self._capture_while)):
+            self._patch(wp, name, ours)
+            self._patch(ctx, name, ours)
         for name in ("capture_begin", "capture_end", "capture_launch"):
             r = _refuser("nested_capture", f"wp.{name} inside the function: graphd captures the whole function "
                          "itself")
@@ -302,13 +349,14 @@ class Recorder:
 
     # --- the recorded operations ---
 
-    def _resolve(self, ptr, nbytes, what):
+    def _resolve(self, ptr, nbytes, what, mark=True):
         hit = self.rec.find(ptr, max(int(nbytes), 1))
         if hit is None:
             raise Refused("unknown_pointer", f"{what} uses memory at 0x{ptr:x} ({nbytes} bytes) that is neither an "
                           "argument of the function nor allocated inside it (a global array, an array cached "
                           "across calls, or host data); pass it as an argument")
-        hit[0].used = True
+        if mark:
+            hit[0].used = True
         return hit
 
     def _memset(self, ptr, value, nbytes):
@@ -360,6 +408,52 @@ class Recorder:
         s[0].used = True
         self.rec.steps.append(CopyRec(d[0], d[1], s[0], s[1], nbytes))
         return True
+
+    def _condition(self, condition, call, mark=True):
+        """(buffer, offset) of the int32 a conditional step reads: the first
+        element of the condition array, as Warp's conditional nodes read it."""
+        wp, _, _ = warp_modules()
+        if not isinstance(condition, wp.array) or condition.dtype is not wp.int32:
+            raise TypeError("Condition must be a Warp array of int32 with a single element")
+        if not condition.ptr:
+            raise Refused("unknown_pointer", f"the condition of wp.{call} is an empty array: the condition is its "
+                          "first element")
+        return self._resolve(condition.ptr, 4, f"the condition of wp.{call}", mark=mark)
+
+    def _side(self, fn, call, what, kwargs):
+        """The records fn(**kwargs) makes, collected apart from the rest."""
+        _, ctx, _ = warp_modules()
+        if isinstance(fn, ctx.Graph):
+            raise Refused("conditional", f"wp.{call} with a captured wp.Graph as {what}: graphd records the {what} "
+                          "from a function; pass the function that launches its work")
+        if not callable(fn):
+            raise TypeError(f"{what} must be a Callable or a Graph")
+        outer = self.rec.steps
+        self.rec.steps = []
+        try:
+            fn(**kwargs)
+            return self.rec.steps
+        finally:
+            self.rec.steps = outer
+
+    def _capture_while(self, condition, while_body, stream=None, **kwargs):
+        buf, off = self._condition(condition, "capture_while")
+        body = self._side(while_body, "capture_while", "while_body", kwargs)
+        if not body:
+            raise Refused("conditional", "wp.capture_while: the loop body launches, sets and copies nothing, so "
+                          "nothing in it can change the condition: the loop would never end once the condition is "
+                          "non-zero")
+        self.rec.steps.append(CondRec("while", buf, off, body, []))
+
+    def _capture_if(self, condition, on_true=None, on_false=None, stream=None, **kwargs):
+        if on_true is None and on_false is None:
+            return  # Warp's no-op
+        buf, off = self._condition(condition, "capture_if", mark=False)
+        then = self._side(on_true, "capture_if", "on_true", kwargs) if on_true is not None else []
+        orelse = self._side(on_false, "capture_if", "on_false", kwargs) if on_false is not None else []
+        if then or orelse:  # with nothing on either side there is no step, and the condition is unused
+            buf.used = True
+            self.rec.steps.append(CondRec("if", buf, off, then, orelse))
 
     def _launch(self, kernel, dim, inputs=(), outputs=(), adj_inputs=(), adj_outputs=(), device=None,
                 stream=None, adjoint=False, record_tape=True, record_cmd=False, max_blocks=0, block_dim=None):

@@ -28,7 +28,8 @@ REASONS = {
     "cpu_device": "a CPU device",
     "host_sync": "host synchronisation or reading values on the host",
     "host_callback": "host code between parts of the graph",
-    "conditional": "conditional graph nodes (capture_if, capture_while)",
+    "conditional": "a capture_while/capture_if graphd cannot record (a wp.Graph as a body, a loop body that "
+                   "does nothing, Warp's own function through a reference taken before recording)",
     "nested_capture": "graph capture inside the function",
     "value_dependent": "a launch sequence that depends on something other than shapes",
     "native": "native host work graphd cannot record",

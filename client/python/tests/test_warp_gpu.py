@@ -1,0 +1,396 @@
+"""graphd.warp on the GPU, against Warp's own JAX interop:
+
+(a) a particle step (gravity and a floor bounce) under jax.jit + lax.scan
+    for 1000 steps through graphd.warp.jax_callable in staged and
+    staged_ex modes, bit for bit equal to warp.jax_callable's (its default
+    graph mode), with one capture per program that all 1000 replays use;
+(b) the same under vmap (broadcast_all and sequential), equal to Warp's
+    vmap and to each environment run alone;
+(c) a step whose substeps are a wp.capture_while loop over a count that
+    is data (one program for every count), equal to the same substeps
+    unrolled in a Warp function run by Warp's jax_callable;
+(d) `graphctl evict --all` in the middle of a scan (from a host callback
+    at step 500): exactly one re-capture, the replays of the evicted and
+    the new capture add up, and the result is the one without eviction.
+
+Warp's result is first checked to be deterministic (two runs, bit for
+bit); the comparisons are then bit for bit. Were Warp's own runs to differ,
+the comparisons fall back to a tolerance and say so in a FIGURE line.
+
+Run by tests/run_warp_gpu.sh (ctest label gpu) in a python that has jax
+with CUDA and Warp (warp-lang 1.19) on PYTHONPATH, against a daemon it
+starts ($GRAPHD_BIN, graphctl from $GRAPHCTL_BIN). Without a GPU, jax or
+Warp it skips; with GRAPHD_REQUIRE_GPU=1 each of those is a failure."""
+
+import faulthandler
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+REQUIRE = os.environ.get("GRAPHD_REQUIRE_GPU") == "1"
+HANG_S = 300  # a test that takes longer is hung: dump every thread and exit
+STEPS = 1000
+DT = 0.005
+
+try:
+    import numpy as np
+    import warp as wp
+    WARP_ERROR = None
+except Exception as e:  # noqa: BLE001: any failure to import Warp
+    WARP_ERROR = e
+
+if WARP_ERROR is None:
+    # The kernels live in this module, with the functions that launch them:
+    # Warp's jax_callable loads the module of the function it calls.
+
+    @wp.kernel
+    def integrate(pos: wp.array(dtype=wp.vec3), vel: wp.array(dtype=wp.vec3), dt: float,
+                  pos_out: wp.array(dtype=wp.vec3), vel_out: wp.array(dtype=wp.vec3)):
+        i = wp.tid()
+        v = vel[i] + wp.vec3(0.0, -9.81, 0.0) * dt
+        p = pos[i] + v * dt
+        if p[1] < 0.0:
+            p = wp.vec3(p[0], -0.8 * p[1], p[2])
+            v = wp.vec3(v[0], -0.8 * v[1], v[2])
+        pos_out[i] = p
+        vel_out[i] = v
+
+    @wp.kernel
+    def integrate_in_place(pos: wp.array(dtype=wp.vec3), vel: wp.array(dtype=wp.vec3), dt: float):
+        i = wp.tid()
+        v = vel[i] + wp.vec3(0.0, -9.81, 0.0) * dt
+        p = pos[i] + v * dt
+        if p[1] < 0.0:
+            p = wp.vec3(p[0], -0.8 * p[1], p[2])
+            v = wp.vec3(v[0], -0.8 * v[1], v[2])
+        pos[i] = p
+        vel[i] = v
+
+    @wp.kernel
+    def count_down(c: wp.array(dtype=wp.int32)):
+        c[0] = c[0] - 1
+
+    def particles(pos: wp.array(dtype=wp.vec3), vel: wp.array(dtype=wp.vec3), dt: float,
+                  pos_out: wp.array(dtype=wp.vec3), vel_out: wp.array(dtype=wp.vec3)):
+        wp.launch(integrate, dim=pos.shape[0], inputs=[pos, vel, dt], outputs=[pos_out, vel_out])
+
+    def substeps_loop(pos: wp.array(dtype=wp.vec3), vel: wp.array(dtype=wp.vec3), nsub: wp.array(dtype=wp.int32),
+                      dt: float, pos_out: wp.array(dtype=wp.vec3), vel_out: wp.array(dtype=wp.vec3)):
+        """nsub[0] substeps, counted down on the device by a capture_while loop."""
+        counter = wp.empty(1, dtype=wp.int32)
+        wp.copy(counter, nsub)
+        wp.copy(pos_out, pos)
+        wp.copy(vel_out, vel)
+
+        def body():
+            wp.launch(integrate_in_place, dim=pos.shape[0], inputs=[pos_out, vel_out, dt])
+            wp.launch(count_down, dim=1, inputs=[counter])
+        wp.capture_while(counter, body)
+
+    def substeps_unrolled(pos: wp.array(dtype=wp.vec3), vel: wp.array(dtype=wp.vec3), k: int, dt: float,
+                          pos_out: wp.array(dtype=wp.vec3), vel_out: wp.array(dtype=wp.vec3)):
+        """The same k substeps, unrolled on the host (k is static)."""
+        wp.copy(pos_out, pos)
+        wp.copy(vel_out, vel)
+        for _ in range(k):
+            wp.launch(integrate_in_place, dim=pos.shape[0], inputs=[pos_out, vel_out, dt])
+
+
+def _unavailable(why):
+    if REQUIRE:
+        raise AssertionError(f"GRAPHD_REQUIRE_GPU=1 but {why}")
+    raise unittest.SkipTest(why)
+
+
+def _check_environment():
+    """jax with a GPU, Warp that graphd.warp supports, and the paths the
+    test needs; a skip, or under GRAPHD_REQUIRE_GPU=1 a failure."""
+    try:
+        import jax
+        if not jax.devices("gpu"):
+            _unavailable("jax sees no GPU")
+    except (ImportError, RuntimeError) as e:
+        _unavailable(f"no jax with CUDA here ({e})")
+    if WARP_ERROR is not None:
+        _unavailable(f"Warp is not importable ({WARP_ERROR}); put warp-lang 1.19 on PYTHONPATH "
+                     "(or in $GRAPHD_WARP_PATH for tests/run_warp_gpu.sh)")
+    import graphd.warp as gw
+    try:
+        gw.warp_modules()  # the version and layout checks
+    except gw.Refused as e:
+        _unavailable(f"graphd.warp refuses this Warp: {e}")
+    for var in ("GRAPHD_BIN", "GRAPHD_LIB", "GRAPHD_XLA_LIB"):
+        p = os.environ.get(var)
+        if not p or not os.path.exists(p):
+            raise AssertionError(f"${var} is {p!r}: set it to the build's file (ctest sets it)")
+
+
+def _graphctl():
+    p = os.environ.get("GRAPHCTL_BIN") or os.path.join(os.path.dirname(os.environ["GRAPHD_BIN"]), "graphctl")
+    if not os.path.exists(p):
+        raise AssertionError(f"no graphctl at {p}: set $GRAPHCTL_BIN")
+    return p
+
+
+class Daemon:
+    """A graphd on its own socket, every wait bounded."""
+
+    def __init__(self, sock, log):
+        self.sock, self.log = sock, log
+        self.proc = None
+
+    def start(self):
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+        with open(self.log, "ab") as f:
+            self.proc = subprocess.Popen([os.environ["GRAPHD_BIN"], "--backend", "cuda", "--socket", self.sock,
+                                          "--log-level", "info"], stdout=f, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if os.path.exists(self.sock):
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"graphd exited with {self.proc.returncode}; see {self.log}")
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError(f"graphd did not create its socket in 30 s; see {self.log}")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+
+class WarpGpuTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        _check_environment()
+        import jax
+        import jax.numpy as jnp
+        import graphd
+        import graphd.warp as gw
+        cls.jax, cls.jnp, cls.graphd, cls.gw = jax, jnp, graphd, gw
+        cls.dir = tempfile.mkdtemp(prefix="graphd-warp-")
+        cls.daemon = Daemon(os.path.join(cls.dir, "graphd.sock"), os.path.join(cls.dir, "graphd.log"))
+        os.environ["GRAPHD_SOCKET"] = cls.daemon.sock
+        cls.daemon.start()
+        try:
+            # Warp's own jax_callable, even if graphd.warp.install() made
+            # warp.jax_callable graphd's.
+            if gw.installed():
+                gw.uninstall()
+            cls.warp_jax_callable = staticmethod(wp.jax_callable)
+            wp.init()
+            print(f"FIGURE Warp {wp.__version__}, jax {jax.__version__}, device "
+                  f"{jax.devices('gpu')[0].device_kind}, graphd.warp compiles for sm_{gw.resolve_arch()}")
+        except BaseException:
+            cls.daemon.stop()  # tearDownClass does not run after a failed setUpClass
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if getattr(cls, "daemon", None):
+            cls.daemon.stop()
+
+    def setUp(self):
+        faulthandler.dump_traceback_later(HANG_S, exit=True)
+
+    def tearDown(self):
+        faulthandler.cancel_dump_traceback_later()
+
+    # --- helpers -----------------------------------------------------------------
+
+    def state(self, n, batch=None, seed=0):
+        """Particles between 0 and 2 m high with random velocities."""
+        rng = np.random.default_rng(seed)
+        shape = (n, 3) if batch is None else (batch, n, 3)
+        pos = rng.uniform(0.0, 2.0, size=shape).astype(np.float32)
+        vel = rng.normal(0.0, 1.0, size=shape).astype(np.float32)
+        return self.jnp.asarray(pos), self.jnp.asarray(vel)
+
+    def scan(self, call, pos, vel, steps=STEPS):
+        """steps of call(pos, vel) -> (pos, vel) under jit + lax.scan,
+        blocked on; returns numpy arrays."""
+        jax = self.jax
+
+        def step(c, _):
+            p, v = call(*c)
+            return (p, v), None
+        out = jax.jit(lambda p, v: jax.lax.scan(step, (p, v), None, length=steps)[0])(pos, vel)
+        out = jax.block_until_ready(out)
+        return np.asarray(out[0]), np.asarray(out[1])
+
+    def same(self, got, want, what, deterministic=True):
+        """Bit for bit, or to a tolerance when Warp's own result is not
+        deterministic (said in a FIGURE line)."""
+        for g, w, name in zip(got, want, ("positions", "velocities")):
+            if deterministic:
+                self.assertTrue(np.array_equal(g, w), f"{what}: {name} differ, max |diff| "
+                                f"{np.max(np.abs(g - w)) if g.shape == w.shape else 'shape'}")
+            else:
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=f"{what}: {name}")
+        print(f"FIGURE {what}: {'bit for bit equal' if deterministic else 'equal within rtol/atol 1e-5 (Warp not deterministic)'}")
+
+    def warp_reference(self, call, *state, steps=STEPS, what="Warp"):
+        """Warp's result, run twice: (result, deterministic)."""
+        a = self.scan(call, *state, steps=steps)
+        b = self.scan(call, *state, steps=steps)
+        det = all(np.array_equal(x, y) for x, y in zip(a, b))
+        if not det:
+            print(f"FIGURE {what}: two runs of Warp's own jax_callable differ; comparing to a tolerance")
+        return a, det
+
+    def captures_of(self, pid_hex):
+        with self.graphd.Client.connect(self.daemon.sock) as c:
+            return [x for x in c.list_captures() if x["program"] == pid_hex]
+
+    def counters(self):
+        """Sum over the daemon's devices of the capture counters."""
+        with self.graphd.Client.connect(self.daemon.sock) as c:
+            devs = c.status()["devices"]
+        return {k: sum(d["counters"][k] for d in devs) for k in ("captures_built", "recaptures", "evictions")}
+
+    # --- (a) ---------------------------------------------------------------------
+
+    def test_a_particles_scan_matches_warp(self):
+        n = 4096 + 1  # not a multiple of the block: the last block is partial
+        pos, vel = self.state(n)
+        results = {}
+        # graphd.warp first: its recording must not overlap Warp work.
+        for mode in ("staged", "staged_ex"):
+            f = self.gw.jax_callable(particles, num_outputs=2, mode=mode)
+            results[mode] = self.scan(lambda p, v, f=f: f(p, v, DT), pos, vel)
+            (b,) = f.programs.values()
+            caps = self.captures_of(b.id_hex)
+            self.assertEqual(len(caps), 1, caps)
+            self.assertEqual(caps[0]["replays"], STEPS, caps)
+            self.assertEqual(caps[0]["mode"], mode)
+        warp_f = self.warp_jax_callable(particles, num_outputs=2)
+        want, det = self.warp_reference(lambda p, v: warp_f(p, v, DT), pos, vel, what="particles")
+        # The particles moved and some bounced.
+        self.assertFalse(np.array_equal(want[0], np.asarray(pos)))
+        for mode, got in results.items():
+            self.same(got, want, f"particles scan of {STEPS} steps, graphd.warp {mode} vs Warp's jax_callable", det)
+
+    # --- (b) ---------------------------------------------------------------------
+
+    def test_b_vmap(self):
+        jax = self.jax
+        n, batch = 1024, 4
+        pos, vel = self.state(n, batch=batch, seed=1)
+        got = {}
+        for method in ("broadcast_all", "sequential"):
+            f = self.gw.jax_callable(particles, num_outputs=2, vmap_method=method, mode="staged")
+            got[method] = self.scan(jax.vmap(lambda p, v, f=f: f(p, v, DT)), pos, vel)
+        # Each environment alone, through the unbatched program.
+        one = self.gw.jax_callable(particles, num_outputs=2, mode="staged")
+        alone = [self.scan(lambda p, v: one(p, v, DT), pos[k], vel[k]) for k in range(batch)]
+        warp_f = self.warp_jax_callable(particles, num_outputs=2)
+        want, det = self.warp_reference(jax.vmap(lambda p, v: warp_f(p, v, DT)), pos, vel, what="vmap")
+        for method, g in got.items():
+            self.same(g, want, f"vmap ({batch} environments), graphd.warp {method} vs Warp's vmap", det)
+        stacked = (np.stack([a[0] for a in alone]), np.stack([a[1] for a in alone]))
+        self.same(got["broadcast_all"], stacked, "vmap broadcast_all vs each environment alone")
+
+    # --- (c) ---------------------------------------------------------------------
+
+    def test_c_capture_while_matches_the_unrolled_substeps(self):
+        jnp = self.jnp
+        n, steps = 2048, 200
+        pos, vel = self.state(n, seed=2)
+        loops = {mode: self.gw.jax_callable(substeps_loop, num_outputs=2, mode=mode)
+                 for mode in ("staged", "staged_ex")}
+        got = {}
+        for k in (3, 5, 0):
+            nsub = jnp.asarray([k], dtype=jnp.int32)
+            for mode, f in loops.items():
+                got[k, mode] = self.scan(lambda p, v, f=f, nsub=nsub: f(p, v, nsub, DT / 4), pos, vel, steps=steps)
+        for mode, f in loops.items():
+            # One program for every count: the loop runs on the device.
+            (b,) = f.programs.values()
+            self.assertEqual([(c.kind, c.body) for c in b.conds], [("while", 2)])
+            caps = self.captures_of(b.id_hex)
+            self.assertEqual(len(caps), 1, caps)
+            self.assertEqual(caps[0]["replays"], 3 * steps, caps)
+        unrolled = self.warp_jax_callable(substeps_unrolled, num_outputs=2)
+        for k in (3, 5, 0):
+            want, det = self.warp_reference(lambda p, v, k=k: unrolled(p, v, k, DT / 4), pos, vel, steps=steps,
+                                            what=f"{k} substeps")
+            for mode in loops:
+                self.same(got[k, mode], want, f"{k} substeps a step for {steps} steps, graphd.warp capture_while "
+                          f"{mode} vs the substeps unrolled in Warp", det)
+        self.assertFalse(np.array_equal(got[3, "staged"][0], got[5, "staged"][0]))
+        self.assertTrue(np.array_equal(got[0, "staged"][0], np.asarray(pos)))
+
+    # --- (d) ---------------------------------------------------------------------
+
+    def test_d_evict_all_in_the_middle_of_a_scan(self):
+        jax, jnp = self.jax, self.jnp
+        from jax.experimental import io_callback
+        n = 4096 + 3  # this test's own program
+        pos, vel = self.state(n, seed=3)
+        f = self.gw.jax_callable(particles, num_outputs=2, mode="staged")
+        evict_at = [-1]
+        done = {}
+        ctl = _graphctl()
+
+        def at_step(i):
+            # On the host, in stream order: every replay before this step
+            # has finished, none after it has started.
+            if int(i) == evict_at[0]:
+                try:
+                    r = subprocess.run([ctl, "--socket", self.daemon.sock, "evict", "--all", "--json"],
+                                       capture_output=True, text=True, timeout=60)
+                    done["rc"], done["out"], done["err"] = r.returncode, r.stdout, r.stderr
+                except Exception as e:  # noqa: BLE001: reported after the scan
+                    done["error"] = repr(e)
+            return np.int32(0)
+
+        def step(c, i):
+            p, v = c
+            zero = io_callback(at_step, jax.ShapeDtypeStruct((), jnp.int32), i, ordered=True)
+            # The step's replay waits for the callback: its input depends
+            # on the callback's result (a zero).
+            p, v = f(p + zero.astype(p.dtype), v, DT)
+            return (p, v), None
+
+        run = jax.jit(lambda p, v: jax.lax.scan(step, (p, v), jnp.arange(STEPS))[0])
+        want = [np.asarray(x) for x in jax.block_until_ready(run(pos, vel))]  # captures; no eviction
+        (b,) = f.programs.values()
+        before = self.counters()
+        evict_at[0] = STEPS // 2
+        t = time.monotonic()
+        got = [np.asarray(x) for x in jax.block_until_ready(run(pos, vel))]
+        took = time.monotonic() - t
+        after = self.counters()
+        self.assertNotIn("error", done, done.get("error"))
+        self.assertIn("rc", done, "the host callback never ran graphctl")
+        self.assertEqual(done["rc"], 0, f"graphctl evict --all failed: {done.get('err')}")
+        evicted = [c for c in json.loads(done["out"])["evicted"] if c["program"] == b.id_hex]
+        self.assertEqual(len(evicted), 1, done["out"])
+        now = self.captures_of(b.id_hex)
+        self.assertEqual(len(now), 1, now)
+        print(f"FIGURE evict --all at step {STEPS // 2}: the evicted capture had {evicted[0]['replays']} replays, "
+              f"the new one has {now[0]['replays']}; counters before {before}, after {after}; the scan took "
+              f"{took * 1e3:.0f} ms")
+        # Exactly one capture built again, by the replay after the eviction.
+        self.assertEqual(after["recaptures"] - before["recaptures"], 1)
+        self.assertEqual(after["captures_built"] - before["captures_built"], 1)
+        self.assertGreaterEqual(after["evictions"] - before["evictions"], 1)
+        # Every replay of both scans went to one of the two captures; the
+        # second scan's first half to the old one.
+        self.assertEqual(evicted[0]["replays"] + now[0]["replays"], 2 * STEPS)
+        self.assertEqual(now[0]["replays"], STEPS - STEPS // 2)
+        self.same(got, want, "scan with evict --all in the middle vs the same scan without")
+
+
+if __name__ == "__main__":
+    unittest.main()

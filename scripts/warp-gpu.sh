@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# graphd.warp on the lent GPU machine, from the repository root, over a
+# build made here (same absolute path) and bundled with
+# scripts/gpu-bundle.sh, with Warp (warp-lang 1.19) on the PYTHONPATH this
+# script is given (or in $GRAPHD_WARP_PATH, a directory holding warp/):
+#  1. without MPS: ctest's test_warp_gpu (GRAPHD_REQUIRE_GPU=1: a missing
+#     GPU, jax or Warp fails), which starts its own daemon; then
+#     bench/warp_scan_bench.py against a fresh daemon;
+#  2. the same under MPS (nvidia-cuda-mps-control -d -M).
+# The Python is $GRAPHD_JAX_PYTHON (default /opt/torch/.venv/bin/python3).
+# Every process is bounded by timeout. Output is shown and kept in OUT_DIR:
+# warp-test-{nomps,mps}.log, warp-bench-{nomps,mps}.log and the bench
+# daemons' logs graphd-warp-bench-*.log. Lines starting FIGURE are the
+# measurements. Exit status 1 when a step failed, 2 for a missing
+# prerequisite.
+# GRAPHD_WARP_RUNS picks the runs ("nomps mps" by default);
+# GRAPHD_WARP_STEPS the steps ("test bench" by default); extra arguments go
+# to the bench (for example --steps 1000 --repeats 7 --n 65536).
+# Usage: scripts/warp-gpu.sh BUILD_DIR OUT_DIR [bench flags]
+set -uo pipefail
+[[ $# -ge 2 ]] || { echo "usage: scripts/warp-gpu.sh BUILD_DIR OUT_DIR [bench flags]"; exit 2; }
+build=$(realpath "$1"); out=$2; shift 2
+mkdir -p "$out"; out=$(realpath "$out")
+src=$(cd "$(dirname "$0")/.." && pwd)
+export LD_LIBRARY_PATH="$build/rtlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$PATH:/usr/local/nvidia/bin"
+py=${GRAPHD_JAX_PYTHON:-/opt/torch/.venv/bin/python3}
+export GRAPHD_JAX_PYTHON=$py
+export PYTHONPATH="$src/client/python${GRAPHD_WARP_PATH:+:$GRAPHD_WARP_PATH}${PYTHONPATH:+:$PYTHONPATH}"
+export GRAPHD_LIB="$build/libgraphd.so" GRAPHD_XLA_LIB="$build/libgraphd_xla.so"
+export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONDONTWRITEBYTECODE=1
+export WARP_CACHE_PATH=${WARP_CACHE_PATH:-$out/warp-cache}
+sock=/tmp/graphd-warp-bench-$$.sock
+rc=0
+dpid=
+
+for f in "$build/graphd" "$build/graphctl" "$GRAPHD_LIB" "$GRAPHD_XLA_LIB"; do
+  [[ -e $f ]] || { echo "missing $f: build with the XLA handler (scripts/fetch-xla-headers.sh) and bundle"; exit 2; }
+done
+[[ -x $py ]] || command -v "$py" >/dev/null || { echo "no python at $py: set GRAPHD_JAX_PYTHON"; exit 2; }
+if ! timeout 120 "$py" -c 'import jax, warp, graphd.warp as gw; gw.warp_modules(); print("python", __import__("sys").version.split()[0], "jax", jax.__version__, "warp", warp.__version__, "from", warp.__file__)'; then
+  echo "jax, Warp or graphd.warp is not usable in $py with PYTHONPATH=$PYTHONPATH"
+  echo "(put warp-lang 1.19 on PYTHONPATH, or set GRAPHD_WARP_PATH)"
+  exit 2
+fi
+nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,compute_mode --format=csv,noheader
+
+# Starts graphd on $sock, logging to $1; waits until it answers a ping.
+start_daemon() {
+  rm -f "$sock"
+  timeout 1200 "$build/graphd" --backend cuda --socket "$sock" --log-level info >"$1" 2>&1 &
+  dpid=$!
+  for _ in $(seq 150); do
+    if [[ -S $sock ]] && timeout 5 "$build/graphctl" --socket "$sock" ping >/dev/null 2>&1; then
+      return 0
+    fi
+    kill -0 "$dpid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "graphd did not come up on $sock:"; tail -5 "$1"
+  stop_daemon
+  return 1
+}
+
+# SIGTERM (timeout passes it on to graphd) and wait for it.
+stop_daemon() {
+  [[ -n $dpid ]] || return 0
+  kill -TERM "$dpid" 2>/dev/null
+  wait "$dpid"; local r=$?
+  echo "graphd exit status $r"
+  dpid=
+  rm -f "$sock"
+}
+trap 'stop_daemon' EXIT
+
+steps=" ${GRAPHD_WARP_STEPS:-test bench} "
+
+# run NAME [bench flags]: the GPU test, then the bench.
+run() {
+  local name=$1 r
+  shift
+  if [[ $steps == *" test "* ]]; then
+    echo "== test_warp_gpu ($name)"
+    (cd "$build" && GRAPHD_REQUIRE_GPU=1 timeout 960 ctest -R '^test_warp_gpu$' -V 2>&1) \
+      | tee "$out/warp-test-$name.log" | grep -E 'FIGURE| \.\.\. |Ran [0-9]+ tests|^[0-9]+: (OK|FAILED)|(FAIL|ERROR): |Error|tests passed|tests failed'
+    grep -q "100% tests passed" "$out/warp-test-$name.log" || { echo "test_warp_gpu ($name) failed"; rc=1; }
+  fi
+  if [[ $steps == *" bench "* ]]; then
+    echo "== warp_scan_bench ($name)"
+    start_daemon "$out/graphd-warp-bench-$name.log" || { rc=1; return; }
+    timeout 1200 "$py" "$src/bench/warp_scan_bench.py" --socket "$sock" "$@" 2>&1 | tee "$out/warp-bench-$name.log"
+    r=${PIPESTATUS[0]}
+    echo "warp_scan_bench ($name) exit status $r"
+    [[ $r == 0 ]] || rc=1
+    stop_daemon
+  fi
+}
+
+runs=" ${GRAPHD_WARP_RUNS:-nomps mps} "
+if [[ $runs == *" nomps "* ]]; then
+  echo "== 1. without MPS"
+  run nomps "$@"
+fi
+if [[ $runs == *" mps "* ]]; then
+  echo "== 2. under MPS (-M)"
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
+  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+  if timeout 30 nvidia-cuda-mps-control -d -M; then
+    sleep 1
+    run mps "$@"
+    echo quit | timeout 30 nvidia-cuda-mps-control; sleep 1
+  else
+    echo "nvidia-cuda-mps-control -d -M failed"; rc=1
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
+exit $rc
