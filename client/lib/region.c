@@ -198,7 +198,8 @@ static graphd_status cuda_register(graphd_client *c, uint64_t base, uint64_t siz
       c, GRAPHD_FAILED_PRECONDITION,
       "the memory at 0x%llx is neither cuMemAlloc memory (legacy IPC) nor VMM memory exportable "
       "as a POSIX fd; allocate it with cudaMalloc/cuMemAlloc, or with cuMemCreate using "
-      "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR",
+      "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (under JAX: an array the jitted function closes "
+      "over is a constant in XLA's module memory; pass it in as an argument)",
       (unsigned long long)base);
 }
 

@@ -216,15 +216,19 @@ class WarpGpuTest(unittest.TestCase):
         vel = rng.normal(0.0, 1.0, size=shape).astype(np.float32)
         return self.jnp.asarray(pos), self.jnp.asarray(vel)
 
-    def scan(self, call, pos, vel, steps=STEPS):
-        """steps of call(pos, vel) -> (pos, vel) under jit + lax.scan,
-        blocked on; returns numpy arrays."""
+    def scan(self, call, pos, vel, steps=STEPS, extra=()):
+        """steps of call(pos, vel, *extra) -> (pos, vel) under jit +
+        lax.scan, blocked on; returns numpy arrays. Arrays a step needs
+        besides the carry come in `extra`, as arguments of the jitted
+        function: an array the function closes over becomes a constant in
+        XLA's own module memory, which no other process can map."""
         jax = self.jax
 
-        def step(c, _):
-            p, v = call(*c)
-            return (p, v), None
-        out = jax.jit(lambda p, v: jax.lax.scan(step, (p, v), None, length=steps)[0])(pos, vel)
+        def run(p, v, *e):
+            def step(c, _):
+                return call(*c, *e), None
+            return jax.lax.scan(step, (p, v), None, length=steps)[0]
+        out = jax.jit(run)(pos, vel, *extra)
         out = jax.block_until_ready(out)
         return np.asarray(out[0]), np.asarray(out[1])
 
@@ -312,7 +316,8 @@ class WarpGpuTest(unittest.TestCase):
         for k in (3, 5, 0):
             nsub = jnp.asarray([k], dtype=jnp.int32)
             for mode, f in loops.items():
-                got[k, mode] = self.scan(lambda p, v, f=f, nsub=nsub: f(p, v, nsub, DT / 4), pos, vel, steps=steps)
+                got[k, mode] = self.scan(lambda p, v, ns, f=f: f(p, v, ns, DT / 4), pos, vel,
+                                         steps=steps, extra=(nsub,))
         for mode, f in loops.items():
             # One program for every count: the loop runs on the device.
             (b,) = f.programs.values()
