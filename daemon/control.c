@@ -58,12 +58,22 @@ enum ask { ASK_STATUS, ASK_LIST, ASK_EVICT };
 
 /* One request spread over the devices; the reply goes out when the last
  * device has answered. */
+/* How long Status waits for the devices' workers before it answers
+ * without the busy ones: a worker in a long job (a replay waiting for a
+ * client's ready flag on a host device, say) must not stall health checks. */
+#define STATUS_WAIT_MS 500
+
 typedef struct fanout {
   gd_session *s;
   uint64_t request_id;
   enum ask ask;
   gd_evict_sel sel;
   int pending;
+  int refs; /* jobs out, plus the timer while it is open */
+  bool replied;
+  bool *answered;   /* Status: per device */
+  uv_timer_t timer; /* Status: the bound on the wait */
+  bool timer_open;
   int status; /* the first failure (List, Evict) */
   char msg[512];
   uint64_t *free_mem;  /* Status: per device, 0 when unknown */
@@ -117,6 +127,8 @@ static void reply_status(fanout *g) {
   }
   for (int i = 0; i < n; i++) {
     control_fill_device(d, i, g->free_mem[i], &di[i], &dc[i]);
+    /* Its worker did not answer in time: it is in a long job. */
+    if (!g->answered[i] && device_ok(&d->devices[i])) di[i].state = "busy";
     dp[i] = &di[i];
   }
   r.request_id = g->request_id;
@@ -213,7 +225,11 @@ static void reply_captures(fanout *g) {
   free(wp);
 }
 
-static void finish(fanout *f) {
+/* Replies (once): when the last device answered, or when Status stops
+ * waiting. */
+static void reply_once(fanout *f) {
+  if (f->replied) return;
+  f->replied = true;
   gd_session *s = f->s;
   if (!s->closing) {
     if (f->ask == ASK_STATUS)
@@ -222,9 +238,35 @@ static void finish(fanout *f) {
       reply_captures(f);
   }
   session_end_request(s);
+}
+
+/* Drops one reference; the last frees f (its jobs are all back). */
+static void release(fanout *f) {
+  if (--f->refs > 0) return;
+  session_unref(f->s);
   free(f->free_mem);
+  free(f->answered);
   free(f->ci);
   free(f);
+}
+
+static void timer_closed_cb(uv_handle_t *h) { release(h->data); }
+
+static void close_timer(fanout *f) {
+  if (!f->timer_open) return;
+  f->timer_open = false;
+  uv_close((uv_handle_t *)&f->timer, timer_closed_cb);
+}
+
+static void status_wait_over_cb(uv_timer_t *t) {
+  fanout *f = t->data;
+  reply_once(f);
+  close_timer(f);
+}
+
+static void finish(fanout *f) {
+  reply_once(f);
+  close_timer(f);
 }
 
 static void dev_done(gd_job *j) {
@@ -232,6 +274,7 @@ static void dev_done(gd_job *j) {
   fanout *g = dj->f;
   gd_daemon *d = daemon_of(g->s);
   if (g->ask == ASK_STATUS) {
+    g->answered[dj->dev] = true;
     if (j->status == 0) g->free_mem[dj->dev] = dj->free_b;
   } else if (j->status < 0 && g->status == 0) {
     g->status = j->status;
@@ -261,6 +304,7 @@ static void dev_done(gd_job *j) {
   free(dj->ci);
   free(dj);
   if (--g->pending == 0) finish(g);
+  release(g);
 }
 
 /* Sends one job to each device in [first, last]; f is the session's
@@ -269,7 +313,15 @@ static void fan_out(fanout *f, int first, int last) {
   gd_session *s = f->s;
   gd_daemon *d = daemon_of(s);
   f->pending = last - first + 1;
+  f->refs = f->pending;
   session_begin_request(s);
+  session_ref(s); /* until the last job is back, which may be after the reply */
+  if (f->ask == ASK_STATUS && uv_timer_init(d->loop, &f->timer) == 0) {
+    f->refs++;
+    f->timer_open = true;
+    f->timer.data = f;
+    uv_timer_start(&f->timer, status_wait_over_cb, STATUS_WAIT_MS, 0);
+  }
   for (int i = first; i <= last; i++) {
     dev_job *dj = calloc(1, sizeof *dj);
     if (!dj) {
@@ -279,6 +331,7 @@ static void fan_out(fanout *f, int first, int last) {
         snprintf(f->msg, sizeof f->msg, "out of memory");
       }
       if (--f->pending == 0) finish(f);
+      release(f);
       continue;
     }
     dj->f = f;
@@ -304,7 +357,9 @@ void control_handle_status(gd_session *s, uint64_t request_id) {
   gd_daemon *d = daemon_of(s);
   fanout *f = fanout_new(s, request_id, ASK_STATUS);
   if (!f) return;
-  if (!(f->free_mem = calloc((size_t)d->ndevices + 1, sizeof *f->free_mem))) {
+  if (!(f->free_mem = calloc((size_t)d->ndevices + 1, sizeof *f->free_mem)) ||
+      !(f->answered = calloc((size_t)d->ndevices + 1, sizeof *f->answered))) {
+    free(f->free_mem);
     free(f);
     session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED,
                         "out of memory handling a status request");

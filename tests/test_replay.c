@@ -661,6 +661,53 @@ static void setup_grace(void) {
   plugin = td_read_file(HOST_KERNELS_SO, &plugin_len);
 }
 
+static void setup_no_timeout(void) {
+  td_start(&d, "--host-devices", "1", "--ready-timeout", "0", NULL);
+  plugin = td_read_file(HOST_KERNELS_SO, &plugin_len);
+}
+
+/* A worker held in a long job (a replay waiting for a ready flag that
+ * never times out) does not stall Status: it answers within its bound and
+ * says which device is busy; once the job ends the device is ok again. */
+START_TEST(test_status_answers_while_a_worker_is_held) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t pid[32];
+  build(c, GRAPHD_MODE_STAGED, pid);
+  graphd_stream *s;
+  graphd_stream_attach(c, NULL, &s);
+  bufs b;
+  alloc_bufs(c, &b);
+  unsigned rng = 21;
+  ck_assert_int_eq(run_one(c, s, pid, &b, 0, &rng, NULL, 1), GRAPHD_OK); /* the capture */
+  raw_client rc;
+  raw_open(&rc, c);
+  raw_replay(&rc, pid, 1); /* ready[0] stays 0: the worker waits */
+  usleep(100000);
+  graphd_client *ctl = td_control(&d);
+  double t0 = now_s();
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  double took = now_s() - t0;
+  printf("FIGURE status with the device's worker held: answered in %.0f ms, state %s\n", took * 1e3,
+         st->devices[0].state);
+  ck_assert_double_lt(took, 2.0);
+  ck_assert_str_eq(st->devices[0].state, "busy");
+  graphd_daemon_status_free(st);
+  rc.page[0] = 1; /* the client's stream gets there after all */
+  Graphd__Wire__Reply *r = td_raw_recv(rc.fd, 5000);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_uint_eq(r->code, 0);
+  graphd__wire__reply__free_unpacked(r, NULL);
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  ck_assert_str_eq(st->devices[0].state, "ok");
+  graphd_daemon_status_free(st);
+  raw_close(&rc);
+  graphd_close(ctl);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
 typedef struct slow_call {
   graphd_client *c;
   graphd_stream *s;
@@ -728,6 +775,11 @@ int main(void) {
   TCase *tg = tcase_create("grace");
   tcase_set_timeout(tg, 60);
   tcase_add_checked_fixture(tg, setup_grace, teardown);
+  TCase *tn = tcase_create("no_timeout");
+  tcase_set_timeout(tn, 60);
+  tcase_add_checked_fixture(tn, setup_no_timeout, teardown);
+  tcase_add_test(tn, test_status_answers_while_a_worker_is_held);
+  suite_add_tcase(su, tn);
   tcase_add_test(tg, test_replay_shutdown_grace_bounds_a_stuck_device);
   suite_add_tcase(su, tg);
   return td_run_suite(su);
