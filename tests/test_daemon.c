@@ -288,7 +288,9 @@ START_TEST(test_daemon_slow_and_silent_connections_cost_little_and_go) {
   ck_assert_int_eq(graphd_ping(c, "x", 1), GRAPHD_OK);
   long grown = vm_kib(pid, "VmSize:") - vm0;
   printf("FIGURE 100 connections declaring 4 MiB frames: the daemon grew by %ld KiB\n", grown);
-  ck_assert_msg(grown < 64 * 1024, "the daemon grew by %ld KiB", grown);
+  /* Declared sizes would be 400 MiB; what may grow besides is a malloc
+   * arena or two (64 MiB of address space each, under load). */
+  ck_assert_msg(grown < 200 * 1024, "the daemon grew by %ld KiB", grown);
   /* None said Hello: all are closed after the deadline, with a reason. */
   for (int i = 0; i < 100; i++) {
     Graphd__Wire__Reply *r = td_raw_recv(fds[i], 5000);

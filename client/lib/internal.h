@@ -11,8 +11,8 @@
 #include "graphd.pb-c.h"
 #include "graphd/graphd.h"
 
-#define GD_CLIENT_DEFAULT_REGION_CAP 256
-#define GD_CLIENT_MAX_FRAME (64u << 20) /* the largest reply frame taken */
+#define GD_CLIENT_DEFAULT_REGION_CAP 4096 /* the daemon takes 4096 a session */
+#define GD_CLIENT_MAX_FRAME (64u << 20)   /* the largest reply frame taken */
 
 /* One cached region registration, keyed by the allocation's base. */
 typedef struct gd_region_entry {

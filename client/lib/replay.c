@@ -20,6 +20,7 @@
 
 #include "../../common/cuda_driver.h"
 #include "../../common/memfd.h"
+#include "../../proto/program.h"
 #include "internal.h"
 
 #define CLOSE_WAIT_MS 2000
@@ -168,15 +169,22 @@ void graphd_stream_detach(graphd_stream *s) {
 graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
                             const graphd_binding *b, size_t n, graphd_replay_info *info) {
   graphd_status st = GRAPHD_OK;
-  Graphd__Wire__Binding wb[256];
-  Graphd__Wire__Binding *wp[256];
+  Graphd__Wire__Binding *wb = NULL;
+  Graphd__Wire__Binding **wp = NULL;
   pthread_mutex_lock(&c->lock);
   if (!s || s->c != c || !c->flags) {
     st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "the stream does not belong to this handle");
     goto exit;
   }
-  if (n > 256) {
-    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "%zu bindings: at most 256", n);
+  if (n > GD_MAX_SLOTS) {
+    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "%zu bindings: at most %u (one a slot)", n,
+                           GD_MAX_SLOTS);
+    goto exit;
+  }
+  wb = calloc(n ? n : 1, sizeof *wb);
+  wp = calloc(n ? n : 1, sizeof *wp);
+  if (!wb || !wp) {
+    st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory for %zu bindings", n);
     goto exit;
   }
   for (size_t i = 0; i < n; i++) {
@@ -265,5 +273,7 @@ passed:
     __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
 exit:
   pthread_mutex_unlock(&c->lock);
+  free(wb);
+  free(wp);
   return st;
 }

@@ -210,7 +210,7 @@ GRAPHD_EXPORT graphd_status graphd_prepare_program(graphd_client *c, const uint8
  * (CU_POINTER_ATTRIBUTE_BUFFER_ID), so calling it for every replay is cheap;
  * when an address has been reused by a new allocation, the old region is
  * unregistered and the new one registered. Each handle keeps at most
- * graphd_set_region_cap() regions (default 256), unregistering the least
+ * graphd_set_region_cap() regions (default 4096, what the daemon takes a session), unregistering the least
  * recently used.
  *
  * Memory kinds:
