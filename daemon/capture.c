@@ -431,7 +431,7 @@ static int copy(gd_device *d, uint64_t dst, uint64_t src, uint64_t bytes, gd_str
 }
 
 int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind, bool first,
-                    uint32_t pid, char *err, size_t errlen) {
+                    uint32_t pid, uint32_t uid, char *err, size_t errlen) {
   const gd_program *p = c->prog->program;
   int rc;
   /* The last replay of this capture, from any session, is done with the
@@ -494,8 +494,11 @@ int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *b
   c->last_queued_ns = gd_now_ns();
   x->used_ns = c->last_queued_ns;
   uint32_t k = 0;
-  while (k < c->npids && c->pids[k] != pid) k++;
-  if (k == c->npids && c->npids < GD_CAPTURE_PIDS) c->pids[c->npids++] = pid;
+  while (k < c->npids && (c->pids[k] != pid || c->uids[k] != uid)) k++;
+  if (k == c->npids && c->npids < GD_CAPTURE_PIDS) {
+    c->pids[c->npids] = pid;
+    c->uids[c->npids++] = uid;
+  }
   return 0;
 }
 

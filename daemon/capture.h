@@ -64,6 +64,7 @@ typedef struct gd_capture {
   uint32_t nodes;
   uint64_t last_queued_ns;
   uint32_t pids[GD_CAPTURE_PIDS]; /* client processes that replayed it */
+  uint32_t uids[GD_CAPTURE_PIDS]; /* ... and the user each ran as */
   uint32_t npids;
 } gd_capture;
 
@@ -94,9 +95,10 @@ void capture_free(gd_device *d, gd_capture *c);
 
 /* Queues one replay of c on s: waits for the last replay of c from another
  * stream, copies in (the unstaged inputs too when `first`), launches,
- * copies out, and records c's last-use event; pid joins c's users. */
+ * copies out, and records c's last-use event; the process (pid, running as
+ * uid) joins c's users. */
 int capture_enqueue(gd_device *d, gd_capture *c, gd_stream s, const gd_bound *bind, bool first,
-                    uint32_t pid, char *err, size_t errlen);
+                    uint32_t pid, uint32_t uid, char *err, size_t errlen);
 
 /* True while c's last queued replay has not finished. */
 bool capture_busy(gd_device *d, const gd_capture *c);

@@ -388,7 +388,7 @@ void control_handle_evict(gd_session *s, uint64_t request_id, const Graphd__Wire
   g->sel.idle_ms = m->idle_ms;
   g->sel.client_pid = m->client_pid;
   g->sel.admin = s->admin;
-  g->sel.requester_pid = (uint32_t)s->pid;
+  g->sel.requester_uid = (uint32_t)s->uid;
   const char *why = NULL;
   int code = GRAPHD_INVALID_ARGUMENT;
   if (m->program && *m->program &&

@@ -109,11 +109,44 @@ static bool selected(const gd_evict_sel *sel, const gd_capture *c) {
   return true;
 }
 
-/* A capture only the requester's process used. */
-static bool own(const gd_evict_sel *sel, const gd_capture *c) {
+/* Every process that used c ran as uid. */
+static bool only_user(const gd_capture *c, uint32_t uid) {
   for (uint32_t k = 0; k < c->npids; k++)
-    if (c->pids[k] != sel->requester_pid) return false;
+    if (c->uids[k] != uid) return false;
   return true;
+}
+
+/* c was used by the one process pid and no other. */
+static bool only_process(const gd_capture *c, uint32_t pid) {
+  for (uint32_t k = 0; k < c->npids; k++)
+    if (c->pids[k] != pid) return false;
+  return true;
+}
+
+/* Whether c goes: 1 yes, 0 it stays (shared, selected by client), or a
+ * negated status with err filled. */
+static int may_take(gd_device *d, const gd_evict_sel *sel, const gd_capture *c, char *err,
+                    size_t errlen) {
+  if (sel->admin) return 1;
+  if (sel->client_pid) {
+    for (uint32_t k = 0; k < c->npids; k++)
+      if (c->pids[k] == sel->client_pid && c->uids[k] != sel->requester_uid) {
+        snprintf(err, errlen,
+                 "process %u runs as another user: evicting its captures needs an admin session "
+                 "(root, graphd's user, or the admin group)",
+                 sel->client_pid);
+        return -GRAPHD_PERMISSION_DENIED;
+      }
+    return only_process(c, sel->client_pid) ? 1 : 0;
+  }
+  if (only_user(c, sel->requester_uid)) return 1;
+  char hex[2 * GD_ID_LEN + 1];
+  gd_id_hex(c->prog->id, 1, hex);
+  snprintf(err, errlen,
+           "capture %s@%d is shared with another user's process: evicting it needs an admin "
+           "session (root, graphd's user, or the admin group)",
+           hex, d->index);
+  return -GRAPHD_PERMISSION_DENIED;
 }
 
 int evict_select(gd_device *d, const gd_evict_sel *sel, gd_capture_info **out, size_t *n,
@@ -125,22 +158,15 @@ int evict_select(gd_device *d, const gd_evict_sel *sel, gd_capture_info **out, s
   size_t count = 0;
   for (uint32_t i = 0; (c = capture_next(d, &i));) {
     if (!selected(sel, c)) continue;
-    if (!sel->admin && !own(sel, c)) {
-      char hex[2 * GD_ID_LEN + 1];
-      gd_id_hex(c->prog->id, 1, hex);
-      snprintf(err, errlen,
-               "capture %s@%d is shared with other processes: evicting it needs an admin "
-               "session (root, graphd's user, or the admin group)",
-               hex, d->index);
-      return -GRAPHD_PERMISSION_DENIED;
-    }
-    count++;
+    int take = may_take(d, sel, c, err, errlen);
+    if (take < 0) return take;
+    count += (size_t)take;
   }
   if (!count) return 0;
   gd_capture_info *ci = calloc(count, sizeof *ci);
   if (!ci) return -GRAPHD_RESOURCE_EXHAUSTED;
   for (uint32_t i = 0; (c = capture_next(d, &i));) {
-    if (!selected(sel, c)) continue;
+    if (!selected(sel, c) || may_take(d, sel, c, err, errlen) != 1) continue;
     info_of(d, c, &ci[*n]);
     *bytes += c->staging.bytes;
     (*n)++;

@@ -35,8 +35,8 @@ typedef struct gd_evict_sel {
   uint32_t client_pid;     /* 0: any */
   uint64_t idle_ms;        /* 0: any */
   bool dry_run;
-  bool admin; /* the requester may evict shared captures */
-  uint32_t requester_pid;
+  bool admin; /* the requester may evict other users' captures */
+  uint32_t requester_uid;
 } gd_evict_sel;
 
 /* The device budget: makes room for the new capture nc (already in d's
@@ -52,8 +52,11 @@ int evict_make_room(gd_device *d, const gd_capture *nc, uint32_t *n, uint64_t *b
 int evict_list(gd_device *d, gd_capture_info **out, size_t *n);
 
 /* Drops the selected captures and reports them (with dry_run, reports and
- * drops nothing). A requester that is not admin may only take captures its
- * own process alone used: another's gives PERMISSION_DENIED naming it, and
+ * drops nothing). A requester that is not admin may take only captures
+ * that processes of its own user alone used. Selected by client (a pid),
+ * the captures that process alone used go and those it shares stay;
+ * otherwise a selected capture another user's process used gives
+ * PERMISSION_DENIED naming it, as does naming another user's process, and
  * nothing is dropped. */
 int evict_select(gd_device *d, const gd_evict_sel *sel, gd_capture_info **out, size_t *n,
                  uint64_t *bytes, char *err, size_t errlen);

@@ -27,6 +27,7 @@ typedef struct replay_job {
   uint64_t seq;
   double ready_timeout_s;
   uint32_t client_pid;
+  uint32_t client_uid;
   uint64_t epoch; /* the device epoch the bindings were resolved in */
   /* Set by the worker: */
   bool captured;
@@ -128,7 +129,8 @@ static int run_replay(gd_device *d, gd_worker *w, replay_job *rj, char *err, siz
   rc = ops->wait_value(d->be, d->dev, ds->stream, ready, ready_dev, rj->seq, give_up, &g, err,
                        errlen);
   if (rc < 0) goto finish;
-  rc = capture_enqueue(d, c, ds->stream, rj->bind, rj->captured, rj->client_pid, err, errlen);
+  rc = capture_enqueue(d, c, ds->stream, rj->bind, rj->captured, rj->client_pid, rj->client_uid,
+                       err, errlen);
   if (rc < 0) goto finish;
   if (!d->be->waits_on_worker)
     holwatch_add(d, ds, rj->stream_slot, rj->seq, rj->ready_timeout_s, c);
@@ -320,6 +322,7 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
   rj->seq = m->seq;
   rj->ready_timeout_s = d->opt->ready_timeout_s;
   rj->client_pid = (uint32_t)s->pid;
+  rj->client_uid = (uint32_t)s->uid;
   rj->epoch = epoch;
   d->counters[s->device].inflight++;
   session_submit(s, request_id, &rj->rq, daemon_worker(d, s->device), replay_run, replay_done);

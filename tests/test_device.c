@@ -99,7 +99,8 @@ static int replay(fixture *f, const gd_regprog *prog, float *x, float *y, uint32
     (void)capture_mark_built(&f->d, c);
     first = true;
   }
-  rc = capture_enqueue(&f->d, c, f->stream, bind, first, pid, err, sizeof err);
+  /* Each test process runs as its own user here: uid = pid. */
+  rc = capture_enqueue(&f->d, c, f->stream, bind, first, pid, pid, err, sizeof err);
   ck_assert_msg(rc == 0, "enqueue: %s", err);
   return 0;
 }
@@ -147,14 +148,27 @@ START_TEST(test_device_evict_selects_by_program_and_client_and_guards_shared_cap
   uint64_t bytes;
   char err[512] = "";
   /* A non-admin may not take a capture another process also used. */
-  gd_evict_sel all = {.requester_pid = 100};
+  gd_evict_sel all = {.requester_uid = 100};
   ck_assert_int_eq(evict_select(&f.d, &all, &ci, &n, &bytes, err, sizeof err),
                    -GRAPHD_PERMISSION_DENIED);
-  ck_assert_msg(strstr(err, "shared with other processes") != NULL, "%s", err);
+  ck_assert_msg(strstr(err, "shared with another user's process") != NULL, "%s", err);
+  ck_assert_ptr_nonnull(capture_find(&f.d, a));
+  /* Selected by its own process, the shared capture stays and no error
+   * comes: what clear() asks for. */
+  gd_evict_sel mine = {.client_pid = 100, .requester_uid = 100, .dry_run = true};
+  ck_assert_int_eq(evict_select(&f.d, &mine, &ci, &n, &bytes, err, sizeof err), 0);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_mem_eq(ci[0].program_id, a->id, GD_ID_LEN);
+  free(ci);
+  /* Naming another user's process is refused. */
+  gd_evict_sel theirs = {.client_pid = 200, .requester_uid = 100};
+  ck_assert_int_eq(evict_select(&f.d, &theirs, &ci, &n, &bytes, err, sizeof err),
+                   -GRAPHD_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err, "process 200 runs as another user") != NULL, "%s", err);
   ck_assert_ptr_nonnull(capture_find(&f.d, a));
   ck_assert_ptr_nonnull(capture_find(&f.d, b));
   /* By program prefix, dry run: reported, nothing dropped. */
-  gd_evict_sel sel = {.requester_pid = 100, .dry_run = true};
+  gd_evict_sel sel = {.requester_uid = 100, .dry_run = true};
   memcpy(sel.prefix, a->id, 3);
   sel.prefix_nibbles = 6;
   ck_assert_int_eq(evict_select(&f.d, &sel, &ci, &n, &bytes, err, sizeof err), 0);
@@ -171,7 +185,7 @@ START_TEST(test_device_evict_selects_by_program_and_client_and_guards_shared_cap
   ck_assert_ptr_null(capture_find(&f.d, a));
   ck_assert_ptr_nonnull(capture_find(&f.d, b));
   /* An admin may take the shared one by client. */
-  gd_evict_sel by_client = {.client_pid = 200, .admin = true, .requester_pid = 1};
+  gd_evict_sel by_client = {.client_pid = 200, .admin = true, .requester_uid = 1};
   ck_assert_int_eq(evict_select(&f.d, &by_client, &ci, &n, &bytes, err, sizeof err), 0);
   ck_assert_uint_eq(n, 1);
   ck_assert_uint_eq(ci[0].npids, 2);
@@ -274,7 +288,7 @@ static void run_fault(fixture *f, uint32_t kind) {
   ck_assert_int_eq(modcache_prepare(&f->d, p, &loaded, &ns, err, sizeof err), 0);
   ck_assert_int_eq(capture_build(&f->d, p, bind, f->stream, &c, err, sizeof err), 0);
   ck_assert_int_eq(capture_insert(&f->d, c), 0);
-  (void)capture_enqueue(&f->d, c, f->stream, bind, true, 1, err, sizeof err);
+  (void)capture_enqueue(&f->d, c, f->stream, bind, true, 1, 1, err, sizeof err);
 }
 
 START_TEST(test_device_upkeep_resets_a_faulted_device_and_drops_its_captures) {
@@ -402,7 +416,7 @@ START_TEST(test_device_runs_conditional_loops_and_branches) {
       ck_assert_msg(capture_build(&f.d, p, bind, f.stream, &c, err, sizeof err) == 0, "%s", err);
       ck_assert_int_eq(capture_insert(&f.d, c), 0);
     }
-    ck_assert_msg(capture_enqueue(&f.d, c, f.stream, bind, first, 1, err, sizeof err) == 0, "%s",
+    ck_assert_msg(capture_enqueue(&f.d, c, f.stream, bind, first, 1, 1, err, sizeof err) == 0, "%s",
                   err);
     float factor = (float)(1u << cases[k].count) * (cases[k].flag ? 3.0f : 5.0f);
     for (uint32_t i = 0; i < N; i++) ck_assert_float_eq(x[i], factor * (1.0f + (float)i));

@@ -300,6 +300,13 @@ static int unprivileged_child(const char *what) {
     graphd_status st = graphd_evict(k.c, &o, NULL, &n, NULL);
     return st == GRAPHD_PERMISSION_DENIED && strstr(graphd_last_error(k.c), "shared") ? 0 : 14;
   }
+  if (strcmp(what, "clear") == 0) {
+    /* What clear() asks: this process's captures; the shared one stays,
+     * and that is no error. */
+    o.client_pid = (uint32_t)getpid();
+    graphd_status st = graphd_evict(k.c, &o, NULL, &n, NULL);
+    return st == GRAPHD_OK && n == 0 ? 0 : 16;
+  }
   /* "own": a capture only this process used goes. */
   o.client_pid = (uint32_t)getpid();
   graphd_status st = graphd_evict(k.c, &o, NULL, &n, NULL);
@@ -335,6 +342,7 @@ START_TEST(test_evict_privilege_rule) {
   ck_assert_int_eq(client_open(&k, 0), GRAPHD_OK);
   ck_assert_int_eq(replay_checked(&k, 1, NULL), 0);
   ck_assert_int_eq(run_child("shared"), 0);
+  ck_assert_int_eq(run_child("clear"), 0);
   ck_assert_uint_eq(counters(k.c, 0).captures, 1);
   /* An admin (root) may. */
   graphd_evict_options o;

@@ -315,9 +315,11 @@ GRAPHD_EXPORT graphd_status graphd_replay(graphd_client *c, graphd_stream *s,
 
 /* ---- Captures: list and evict -----------------------------------------------
  * Any session may list captures. Any session may evict captures that only
- * its own process used; shared captures and `all` need an admin session
- * (root, the daemon's user, or its admin group). The next replay of an
- * evicted program captures again. */
+ * processes of its own user used; selected by client_pid, the ones that
+ * process shares with others stay (no error). Captures another user's
+ * process used, and `all`, need an admin session (root, the daemon's user,
+ * or its admin group). The next replay of an evicted program captures
+ * again. */
 
 typedef struct graphd_capture_info {
   uint8_t program_id[32];
