@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "allowlist.h"
 #include "backend.h"
 #include "clock.h"
 #include "device.h"
@@ -59,6 +60,7 @@ typedef struct gd_daemon {
   gd_device_counters *counters;  /* ndevices entries */
   gd_pool pool;                  /* worker i serves devices[i] */
   gd_registry reg;               /* modules and programs */
+  gd_allowlist host_allow;       /* host modules non-admins may register */
   gd_session_set sessions;
 
   int listen_fd;

@@ -323,6 +323,13 @@ static void reg_work_start(gd_session *s, reg_work *rw) {
   }
 }
 
+/* Host modules are native code that the daemon loads: only admins bring
+ * new ones, or anyone when an admin listed the id. One already registered
+ * (by an admin) may be named again by anyone. */
+static bool host_module_allowed(gd_session *s, uint32_t kind, const uint8_t *id) {
+  return kind != GD_MODULE_HOST_ELF || s->admin || allowlist_has(&daemon_of(s)->host_allow, id);
+}
+
 static void handle_register_module(gd_session *s, Graphd__Wire__Request *req, int fd) {
   Graphd__Wire__RegisterModule *m = req->register_module;
   char err[512];
@@ -344,6 +351,14 @@ static void handle_register_module(gd_session *s, Graphd__Wire__Request *req, in
   gd_module *mod = NULL;
   int rc = registry_module_new(&daemon_of(s)->reg, m->module_id.data, m->kind, m->inline_bytes.data,
                                len, fd, &mod, &known, err, sizeof err);
+  if (rc == 0 && mod && !host_module_allowed(s, m->kind, m->module_id.data)) {
+    registry_module_discard(mod);
+    session_reply_error(s, req->request_id, GRAPHD_PERMISSION_DENIED,
+                        "RegisterModule: a host module runs as graphd's user, so registering a "
+                        "new one needs an admin session (root, graphd's user, or the admin "
+                        "group) or its id in graphd's --host-module-allow file");
+    return;
+  }
   if (rc == 0 && !known && len > OFFLOOP_BYTES) {
     reg_work *rw = calloc(1, sizeof *rw);
     if (rw) {

@@ -54,6 +54,9 @@ static void usage(FILE *f) {
           "  --max-connections N   sessions open at once (default 4096)\n"
           "  --max-connections-per-uid N\n"
           "                        sessions open at once per client uid (default 1024)\n"
+          "  --host-module-allow FILE\n"
+          "                        host module ids (64 hex digits a line) that clients\n"
+          "                        who are not admins may register\n"
           "  --log-level L         error, warn, info (default) or debug\n"
           "  --config PATH         config file (default " DEFAULT_CONFIG
           " if present)\n"
@@ -78,6 +81,7 @@ static const struct option long_opts[] = {
     {"ready-timeout", required_argument, NULL, 0},
     {"shutdown-grace", required_argument, NULL, 0},
     {"hello-timeout", required_argument, NULL, 0},
+    {"host-module-allow", required_argument, NULL, 0},
     {"idle-timeout", required_argument, NULL, 0},
     {"max-connections", required_argument, NULL, 0},
     {"max-connections-per-uid", required_argument, NULL, 0},
@@ -229,14 +233,26 @@ int main(int argc, char **argv) {
   gd_log_init();
   if (parse_settings(argc, argv, &opt, &check_only) < 0) return EXIT_USAGE;
   gd_log_level = opt.log_level;
+  memset(&srv, 0, sizeof srv);
+  if (opt.host_module_allow[0] &&
+      allowlist_load(&srv.host_allow, opt.host_module_allow, err, sizeof err) < 0) {
+    fprintf(stderr, "graphd: %s\n", err);
+    return EXIT_USAGE;
+  }
   if (check_only) {
+    allowlist_free(&srv.host_allow);
     printf("graphd: configuration is valid\n");
     fflush(stdout);
     options_print(&opt, STDOUT_FILENO);
     return 0;
   }
-  memset(&srv, 0, sizeof srv);
-  if (open_backend(&opt, &be) < 0) return 1;
+  if (srv.host_allow.n)
+    GD_LOG(GD_INFO, "main", "%zu host module(s) allowed for every client, from %s",
+           srv.host_allow.n, opt.host_module_allow);
+  if (open_backend(&opt, &be) < 0) {
+    allowlist_free(&srv.host_allow);
+    return 1;
+  }
   idx = calloc((size_t)be->ndevices, sizeof *idx);
   if (!idx || select_devices(&opt, be, idx, &n) < 0) goto exit;
   srv.be = be;
@@ -295,6 +311,7 @@ exit:
   worker_pool_free(&srv.pool);
   devices_free(&srv);
   registry_close(&srv.reg);
+  allowlist_free(&srv.host_allow);
   free(srv.facts);
   free(srv.counters);
   free(idx);

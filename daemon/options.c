@@ -161,6 +161,9 @@ int options_set(gd_options *o, const char *key, const char *v, char *err, size_t
   } else if (strcmp(key, "idle-timeout") == 0) {
     if (parse_seconds(v, &o->idle_timeout_s) < 0)
       BAD("idle-timeout: '%s' is not a number of seconds (0 = never)", v);
+  } else if (strcmp(key, "host-module-allow") == 0) {
+    if (copy_str(o->host_module_allow, sizeof o->host_module_allow, v) < 0)
+      BAD("host-module-allow: path too long");
   } else if (strcmp(key, "max-connections") == 0 || strcmp(key, "max-connections-per-uid") == 0) {
     long conns;
     if (parse_int(v, 1, 1000000, &conns) < 0)
@@ -226,10 +229,10 @@ void options_print(const gd_options *o, int fd) {
           "host-devices = %d\nhost-memory = %llu\ndevices = %s\nmax-frame = %u\n"
           "log-level = %s\nadmin-group = %s\ndevice-budget = %llu\nready-timeout = %g\n"
           "shutdown-grace = %g\nhello-timeout = %g\nidle-timeout = %g\nmax-connections = %u\n"
-          "max-connections-per-uid = %u\n",
+          "max-connections-per-uid = %u\nhost-module-allow = %s\n",
           o->socket_path, o->socket_mode, o->socket_group, backends[o->backend], o->host_devices,
           (unsigned long long)o->host_memory, o->devices, o->max_frame, levels[o->log_level],
           o->admin_group, (unsigned long long)o->device_budget, o->ready_timeout_s,
           o->shutdown_grace_s, o->hello_timeout_s, o->idle_timeout_s, o->max_connections,
-          o->max_connections_per_uid);
+          o->max_connections_per_uid, o->host_module_allow);
 }

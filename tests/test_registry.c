@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../proto/program.h"
@@ -452,6 +454,65 @@ START_TEST(test_registry_hashes_large_modules_off_the_loop) {
 }
 END_TEST
 
+/* Host modules are native code the daemon loads: a client that is not an
+ * admin may register a new one only when its id is in the allow-list, and
+ * may name again one an admin registered. */
+static int nobody_registers(const uint8_t *bytes, size_t len) {
+  if (setgid(65534) != 0 || setuid(65534) != 0) return 10;
+  graphd_client *c = td_control(&d);
+  uint8_t mod[32];
+  graphd_status st = graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, bytes, len, mod);
+  int out = st == GRAPHD_OK ? 0 : st == GRAPHD_PERMISSION_DENIED ? 1 : 20 + (int)st;
+  if (out == 1 && !strstr(graphd_last_error(c), "--host-module-allow")) out = 30;
+  graphd_close(c);
+  return out;
+}
+
+static int as_nobody(const uint8_t *bytes, size_t len) {
+  pid_t p = fork();
+  if (p == 0) _exit(nobody_registers(bytes, len));
+  int st;
+  ck_assert_int_eq(waitpid(p, &st, 0), p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+START_TEST(test_registry_host_modules_need_an_admin_or_the_allow_list) {
+  if (geteuid() != 0) {
+    fprintf(stderr, "not root: the host module rule is not exercised here\n");
+    return;
+  }
+  /* A second module: the plugin with bytes after its end, another id. */
+  size_t len2 = plugin_len + 64;
+  uint8_t *listed = calloc(1, len2);
+  memcpy(listed, plugin, plugin_len);
+  uint8_t id[32];
+  ck_assert_int_eq(graphd_module_id(GRAPHD_MODULE_HOST_ELF, listed, len2, id), GRAPHD_OK);
+  char path[] = "/tmp/graphd-allow-XXXXXX";
+  int afd = mkstemp(path);
+  ck_assert_int_ge(afd, 0);
+  char hex[65];
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02X", id[i]);
+  dprintf(afd, "# modules anyone may bring\n\n  %s  # the listed one\n", hex);
+  close(afd);
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+  td_start(&d, "--host-devices", "1", "--host-module-allow", path, "--socket-mode", "0666", NULL);
+  ck_assert_int_eq(chmod(d.dir, 0755), 0);
+
+  ck_assert_int_eq(as_nobody(plugin, plugin_len), 1);
+  ck_assert_int_eq(as_nobody(listed, len2), 0);
+  graphd_client *root = td_control(&d);
+  uint8_t mod[32];
+  ck_assert_int_eq(graphd_register_module(root, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
+  graphd_close(root);
+  ck_assert_int_eq(as_nobody(plugin, plugin_len), 0);
+  ck_assert(td_log_contains(&d, "1 host module(s) allowed"));
+  unlink(path);
+  free(listed);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("registry");
   TCase *tc = tcase_create("registry");
@@ -467,6 +528,7 @@ int main(void) {
   tcase_add_test(tc, test_registry_prepare_needs_a_data_session);
   tcase_add_test(tc, test_registry_client_side_registry_syncs_sessions_on_demand);
   tcase_add_test(tc, test_registry_hashes_large_modules_off_the_loop);
+  tcase_add_test(tc, test_registry_host_modules_need_an_admin_or_the_allow_list);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }

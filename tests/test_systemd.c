@@ -450,6 +450,18 @@ START_TEST(test_check_config_rejects_a_bad_file_with_path_and_line) {
   snprintf(want, sizeof want, "%s:4: unknown section [gpu]", conf);
   ck_assert_msg(strstr(out, want), "no '%s' in: %s", want, out);
 
+  /* The host module allow-list is read at start: a bad id names its line. */
+  char allow[128], body[256];
+  snprintf(allow, sizeof allow, "%s/host-modules.allow", dir);
+  write_file(allow,
+             "# ids\n0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\nxyz\n");
+  snprintf(body, sizeof body, "[graphd]\nhost-module-allow = %s\n", allow);
+  write_file(conf, body);
+  rc = td_run(argv, out, sizeof out, 10000);
+  ck_assert_msg(rc != 0, "a bad allow-list passed: %s", out);
+  snprintf(body, sizeof body, "%s:3: not a module id", allow);
+  ck_assert_msg(strstr(out, body), "no '%s' in: %s", body, out);
+
   /* A config named explicitly must exist. */
   char missing[160];
   snprintf(missing, sizeof missing, "%s/absent.conf", dir);
