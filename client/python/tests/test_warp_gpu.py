@@ -226,7 +226,7 @@ class WarpGpuTest(unittest.TestCase):
 
         def run(p, v, *e):
             def step(c, _):
-                return call(*c, *e), None
+                return tuple(call(*c, *e)), None
             return jax.lax.scan(step, (p, v), None, length=steps)[0]
         out = jax.jit(run)(pos, vel, *extra)
         out = jax.block_until_ready(out)
