@@ -46,6 +46,7 @@ want -f "$libdir/libgraphd.so.0" "$libdir/pkgconfig/libgraphd.pc" \
   "$libdir/cmake/graphd/graphdConfig.cmake" "$libdir/cmake/graphd/graphdConfigVersion.cmake" \
   "$libdir/cmake/graphd/graphdTargets.cmake" \
   "$unitdir/graphd.service" "$unitdir/graphd.socket" "$unitdir/graphd-mps.service" \
+  "$unitdir/graphd@.service" "$unitdir/graphd@.socket" \
   "$sysusersdir/graphd.conf" \
   "$mandir/man8/graphd.8" "$mandir/man1/graphctl.1" \
   "$sysconfdir/graphd/graphd.conf.example" "$sysconfdir/graphd/mps.env.example" \

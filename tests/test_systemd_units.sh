@@ -22,16 +22,25 @@ trap 'rm -rf "$tmp"' EXIT
 printf '#!/bin/sh\nexit 0\n' >"$tmp/nvidia-cuda-mps-control"
 chmod +x "$tmp/nvidia-cuda-mps-control"
 
-for u in graphd.service graphd.socket graphd-mps.service; do
+for u in graphd.service graphd.socket graphd-mps.service graphd@.service graphd@.socket; do
   [ -f "$units/$u" ] || { echo "FAIL: $units/$u was not generated" >&2; exit 1; }
+  # A template is verified as an instance, tenant "alpha".
   sed -e "s|$sbindir/graphd |$graphd |g" -e "s|$mps|$tmp/nvidia-cuda-mps-control|g" \
-    "$units/$u" >"$tmp/$u"
+    "$units/$u" >"$tmp/$(echo "$u" | sed 's|@|@alpha|')"
 done
 # The substitutions must have hit, or this would verify something else.
 grep -qx "ExecStart=$graphd --backend cuda" "$tmp/graphd.service" ||
   { echo "FAIL: graphd.service ExecStart is not $sbindir/graphd --backend cuda" >&2; exit 1; }
 grep -q "ExecStart=$tmp/nvidia-cuda-mps-control -f -M" "$tmp/graphd-mps.service" ||
   { echo "FAIL: graphd-mps.service does not run $mps -f -M" >&2; exit 1; }
+# A tenant's daemon has its own socket, group and runtime directory.
+for want in "ExecStart=$graphd --backend cuda --socket /run/graphd-%i/graphd.sock --admin-group graphd-%i-admin \$GRAPHD_OPTS" \
+  "Group=graphd-%i" "RuntimeDirectory=graphd-%i" "Requires=graphd@%i.socket"; do
+  grep -qxF "$want" "$tmp/graphd@alpha.service" ||
+    { echo "FAIL: graphd@.service lacks '$want'" >&2; exit 1; }
+done
+grep -qxF "ListenStream=/run/graphd-%i/graphd.sock" "$tmp/graphd@alpha.socket" ||
+  { echo "FAIL: graphd@.socket does not listen at /run/graphd-%i/graphd.sock" >&2; exit 1; }
 
 man=no
 if command -v man >/dev/null 2>&1; then
@@ -49,10 +58,11 @@ fi
 cd "$tmp"
 rc=0
 out=$(SYSTEMD_LOG_LEVEL=notice systemd-analyze verify --man=$man \
-  ./graphd.socket ./graphd.service ./graphd-mps.service 2>&1) || rc=$?
+  ./graphd.socket ./graphd.service ./graphd-mps.service ./graphd@alpha.socket \
+  ./graphd@alpha.service 2>&1) || rc=$?
 if [ $rc -ne 0 ] || [ -n "$out" ]; then
   echo "FAIL: systemd-analyze verify (exit $rc):" >&2
   echo "$out" >&2
   exit 1
 fi
-echo "systemd-analyze verify: graphd.socket graphd.service graphd-mps.service OK"
+echo "systemd-analyze verify: graphd.socket graphd.service graphd-mps.service graphd@alpha.socket graphd@alpha.service OK"
