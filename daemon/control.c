@@ -56,12 +56,14 @@ void control_fill_device(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__D
 
 enum ask { ASK_STATUS, ASK_LIST, ASK_EVICT };
 
+/* How long Status, List and Evict wait for the devices' workers before
+ * they answer without the busy ones: a worker in a long job (a replay
+ * waiting for a client's ready flag, say) must not stall health checks or
+ * an operator. A busy device's job still runs when its worker is free. */
+#define CONTROL_WAIT_MS 500
+
 /* One request spread over the devices; the reply goes out when the last
- * device has answered. */
-/* How long Status waits for the devices' workers before it answers
- * without the busy ones: a worker in a long job (a replay waiting for a
- * client's ready flag on a host device, say) must not stall health checks. */
-#define STATUS_WAIT_MS 500
+ * device has answered, or when the wait is over. */
 
 typedef struct fanout {
   gd_session *s;
@@ -71,8 +73,8 @@ typedef struct fanout {
   int pending;
   int refs; /* jobs out, plus the timer while it is open */
   bool replied;
-  bool *answered;   /* Status: per device */
-  uv_timer_t timer; /* Status: the bound on the wait */
+  bool *answered;   /* per device */
+  uv_timer_t timer; /* the bound on the wait */
   bool timer_open;
   int status; /* the first failure (List, Evict) */
   char msg[512];
@@ -192,11 +194,14 @@ static void reply_captures(fanout *g) {
     session_reply_error(s, g->request_id, g->status, "%s", g->msg);
     return;
   }
+  int ndev = daemon_of(s)->ndevices;
   Graphd__Wire__CaptureInfo *wi = calloc(g->n + 1, sizeof *wi);
   Graphd__Wire__CaptureInfo **wp = calloc(g->n + 1, sizeof *wp);
-  if (!wi || !wp) {
+  uint32_t *busy = calloc((size_t)ndev + 1, sizeof *busy);
+  if (!wi || !wp || !busy) {
     free(wi);
     free(wp);
+    free(busy);
     session_reply_error(s, g->request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
@@ -204,6 +209,10 @@ static void reply_captures(fanout *g) {
     fill_info(&wi[i], &g->ci[i]);
     wp[i] = &wi[i];
   }
+  /* Devices whose worker has not answered: their part is missing. */
+  size_t nbusy = 0;
+  for (int i = 0; i < ndev; i++)
+    if (!g->answered[i]) busy[nbusy++] = (uint32_t)i;
   Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
   Graphd__Wire__ListCapturesReply lr = GRAPHD__WIRE__LIST_CAPTURES_REPLY__INIT;
   Graphd__Wire__EvictReply er = GRAPHD__WIRE__EVICT_REPLY__INIT;
@@ -214,13 +223,18 @@ static void reply_captures(fanout *g) {
     er.n_evicted = g->n;
     er.evicted = wp;
     er.bytes = g->bytes;
+    er.n_busy_devices = nbusy;
+    er.busy_devices = busy;
   } else {
     r.body_case = GRAPHD__WIRE__REPLY__BODY_LIST_CAPTURES;
     r.list_captures = &lr;
     lr.n_captures = g->n;
     lr.captures = wp;
+    lr.n_busy_devices = nbusy;
+    lr.busy_devices = busy;
   }
   session_reply(s, &r);
+  free(busy);
   free(wi);
   free(wp);
 }
@@ -258,7 +272,7 @@ static void close_timer(fanout *f) {
   uv_close((uv_handle_t *)&f->timer, timer_closed_cb);
 }
 
-static void status_wait_over_cb(uv_timer_t *t) {
+static void wait_over_cb(uv_timer_t *t) {
   fanout *f = t->data;
   reply_once(f);
   close_timer(f);
@@ -273,8 +287,8 @@ static void dev_done(gd_job *j) {
   dev_job *dj = gd_container_of(j, dev_job, job);
   fanout *g = dj->f;
   gd_daemon *d = daemon_of(g->s);
+  g->answered[dj->dev] = true;
   if (g->ask == ASK_STATUS) {
-    g->answered[dj->dev] = true;
     if (j->status == 0) g->free_mem[dj->dev] = dj->free_b;
   } else if (j->status < 0 && g->status == 0) {
     g->status = j->status;
@@ -286,7 +300,7 @@ static void dev_done(gd_job *j) {
       GD_LOG(GD_INFO, "control", "device %d: %zu capture(s), %llu staging bytes freed for pid %d",
              dj->dev, dj->n, (unsigned long long)dj->bytes, (int)g->s->pid);
   }
-  if (dj->n) {
+  if (dj->n && !g->replied) {
     if (g->n + dj->n > g->cap) {
       size_t cap = g->n + dj->n + 16;
       gd_capture_info *n = realloc(g->ci, cap * sizeof *n);
@@ -314,18 +328,20 @@ static void fan_out(fanout *f, int first, int last) {
   gd_daemon *d = daemon_of(s);
   f->pending = last - first + 1;
   f->refs = f->pending;
+  for (int i = 0; i < d->ndevices; i++) f->answered[i] = i < first || i > last;
   session_begin_request(s);
   session_ref(s); /* until the last job is back, which may be after the reply */
-  if (f->ask == ASK_STATUS && uv_timer_init(d->loop, &f->timer) == 0) {
+  if (uv_timer_init(d->loop, &f->timer) == 0) {
     f->refs++;
     f->timer_open = true;
     f->timer.data = f;
-    uv_timer_start(&f->timer, status_wait_over_cb, STATUS_WAIT_MS, 0);
+    uv_timer_start(&f->timer, wait_over_cb, CONTROL_WAIT_MS, 0);
   }
   for (int i = first; i <= last; i++) {
     dev_job *dj = calloc(1, sizeof *dj);
     if (!dj) {
       /* Answer for this device here, as failed. */
+      f->answered[i] = true;
       if (f->ask != ASK_STATUS) {
         f->status = -GRAPHD_RESOURCE_EXHAUSTED;
         snprintf(f->msg, sizeof f->msg, "out of memory");
@@ -343,7 +359,12 @@ static void fan_out(fanout *f, int first, int last) {
 }
 
 static fanout *fanout_new(gd_session *s, uint64_t request_id, enum ask ask) {
+  size_t n = (size_t)daemon_of(s)->ndevices + 1;
   fanout *f = calloc(1, sizeof *f);
+  if (f && !(f->answered = calloc(n, sizeof *f->answered))) {
+    free(f);
+    f = NULL;
+  }
   if (f) {
     f->s = s;
     f->request_id = request_id;
@@ -357,9 +378,8 @@ void control_handle_status(gd_session *s, uint64_t request_id) {
   gd_daemon *d = daemon_of(s);
   fanout *f = fanout_new(s, request_id, ASK_STATUS);
   if (!f) return;
-  if (!(f->free_mem = calloc((size_t)d->ndevices + 1, sizeof *f->free_mem)) ||
-      !(f->answered = calloc((size_t)d->ndevices + 1, sizeof *f->answered))) {
-    free(f->free_mem);
+  if (!(f->free_mem = calloc((size_t)d->ndevices + 1, sizeof *f->free_mem))) {
+    free(f->answered);
     free(f);
     session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED,
                         "out of memory handling a status request");

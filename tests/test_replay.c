@@ -669,7 +669,7 @@ static void setup_no_timeout(void) {
 /* A worker held in a long job (a replay waiting for a ready flag that
  * never times out) does not stall Status: it answers within its bound and
  * says which device is busy; once the job ends the device is ok again. */
-START_TEST(test_status_answers_while_a_worker_is_held) {
+START_TEST(test_status_list_and_evict_answer_while_a_worker_is_held) {
   graphd_client *c = td_data(&d, 0);
   uint8_t pid[32];
   build(c, GRAPHD_MODE_STAGED, pid);
@@ -693,13 +693,47 @@ START_TEST(test_status_answers_while_a_worker_is_held) {
   ck_assert_double_lt(took, 2.0);
   ck_assert_str_eq(st->devices[0].state, "busy");
   graphd_daemon_status_free(st);
+
+  /* List and evict answer too, naming the busy device. */
+  graphd_capture_info *ci;
+  size_t n = 99;
+  uint32_t busy[4] = {99};
+  t0 = now_s();
+  ck_assert_int_eq(graphd_list_captures(ctl, &ci, &n), GRAPHD_OK);
+  took = now_s() - t0;
+  free(ci);
+  ck_assert_uint_eq(n, 0);
+  ck_assert_uint_eq(graphd_busy_devices(ctl, busy, 4), 1);
+  ck_assert_uint_eq(busy[0], 0);
+  printf("FIGURE list with the device's worker held: answered in %.0f ms\n", took * 1e3);
+  ck_assert_double_lt(took, 2.0);
+  graphd_evict_options o;
+  graphd_evict_options_init(&o);
+  o.all = 1;
+  uint64_t bytes = 99;
+  t0 = now_s();
+  ck_assert_int_eq(graphd_evict(ctl, &o, NULL, &n, &bytes), GRAPHD_OK);
+  took = now_s() - t0;
+  ck_assert_uint_eq(n, 0);
+  ck_assert_uint_eq(bytes, 0);
+  ck_assert_uint_eq(graphd_busy_devices(ctl, busy, 4), 1);
+  printf("FIGURE evict with the device's worker held: answered in %.0f ms\n", took * 1e3);
+  ck_assert_double_lt(took, 2.0);
+
   rc.page[0] = 1; /* the client's stream gets there after all */
   Graphd__Wire__Reply *r = td_raw_recv(rc.fd, 5000);
   ck_assert_ptr_nonnull(r);
   ck_assert_uint_eq(r->code, 0);
   graphd__wire__reply__free_unpacked(r, NULL);
+  /* The eviction ran once the worker was free. */
+  ck_assert_int_eq(graphd_list_captures(ctl, &ci, &n), GRAPHD_OK);
+  free(ci);
+  ck_assert_uint_eq(n, 0);
+  ck_assert_uint_eq(graphd_busy_devices(ctl, busy, 4), 0);
   ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
   ck_assert_str_eq(st->devices[0].state, "ok");
+  ck_assert_uint_eq(st->devices[0].counters.captures, 0);
+  ck_assert_uint_eq(st->devices[0].counters.evictions, 1);
   graphd_daemon_status_free(st);
   raw_close(&rc);
   graphd_close(ctl);
@@ -778,7 +812,7 @@ int main(void) {
   TCase *tn = tcase_create("no_timeout");
   tcase_set_timeout(tn, 60);
   tcase_add_checked_fixture(tn, setup_no_timeout, teardown);
-  tcase_add_test(tn, test_status_answers_while_a_worker_is_held);
+  tcase_add_test(tn, test_status_list_and_evict_answer_while_a_worker_is_held);
   suite_add_tcase(su, tn);
   tcase_add_test(tg, test_replay_shutdown_grace_bounds_a_stuck_device);
   suite_add_tcase(su, tg);

@@ -214,6 +214,20 @@ static void print_capture(const graphd_capture_info *ci) {
          (double)ci->idle_ms / 1000.0, ci->busy ? "busy" : "idle", n ? pids : "-");
 }
 
+/* Says on stderr which devices the daemon could not reach in time, and
+ * returns them as a JSON array. */
+static json_object *busy_devices(graphd_client *c, const char *cmd, const char *what) {
+  uint32_t devs[64];
+  size_t n = graphd_busy_devices(c, devs, 64);
+  json_object *a = json_object_new_array();
+  for (size_t i = 0; i < n && i < 64; i++) {
+    json_object_array_add(a, json_object_new_int((int)devs[i]));
+    fprintf(stderr, "graphctl: %s: device %u is busy (its worker is inside a long job): %s\n", cmd,
+            devs[i], what);
+  }
+  return a;
+}
+
 static int cmd_list(graphd_client *c, int argc, char **argv) {
   static const char *const switches[] = {"--json"};
   bool json;
@@ -224,6 +238,7 @@ static int cmd_list(graphd_client *c, int argc, char **argv) {
     fprintf(stderr, "graphctl: list: %s\n", graphd_last_error(c));
     return EXIT_DAEMON;
   }
+  json_object_put(busy_devices(c, "list", "its captures are not listed"));
   if (json) {
     json_object *a = json_object_new_array();
     for (size_t i = 0; i < n; i++) json_object_array_add(a, capture_json(&ci[i]));
@@ -302,8 +317,12 @@ static int cmd_evict(graphd_client *c, int argc, char **argv) {
     fprintf(stderr, "graphctl: evict: %s\n", graphd_last_error(c));
     return EXIT_DAEMON;
   }
+  json_object *busy =
+      busy_devices(c, "evict", "the eviction there runs when it is free and is not in this count");
   if (json) {
     json_object *r = json_object_new_object();
+    json_object_object_add(r, "busy_devices", busy);
+    busy = NULL;
     json_object *a = json_object_new_array();
     for (size_t i = 0; i < n; i++) json_object_array_add(a, capture_json(&ci[i]));
     json_object_object_add(r, o.dry_run ? "would_evict" : "evicted", a);
@@ -318,6 +337,7 @@ static int cmd_evict(graphd_client *c, int argc, char **argv) {
     printf("%s %zu capture(s), %llu staging bytes (%s)\n", o.dry_run ? "would evict" : "evicted", n,
            (unsigned long long)bytes, hb);
   }
+  json_object_put(busy);
   free(ci);
   return EXIT_OK;
 }

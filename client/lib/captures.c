@@ -29,6 +29,23 @@ static graphd_status copy_infos(graphd_client *c, Graphd__Wire__CaptureInfo **w,
   return GRAPHD_OK;
 }
 
+/* Keeps the devices a list or evict reply says were busy (none on error). */
+static void keep_busy(graphd_client *c, const uint32_t *devs, size_t n) {
+  uint32_t *b = n ? malloc(n * sizeof *b) : NULL;
+  if (b) memcpy(b, devs, n * sizeof *b);
+  free(c->busy);
+  c->busy = b;
+  c->nbusy = b ? n : 0;
+}
+
+size_t graphd_busy_devices(graphd_client *c, uint32_t *devs, size_t max) {
+  pthread_mutex_lock(&c->lock);
+  size_t n = c->nbusy;
+  for (size_t i = 0; i < n && i < max; i++) devs[i] = c->busy[i];
+  pthread_mutex_unlock(&c->lock);
+  return n;
+}
+
 graphd_status graphd_list_captures(graphd_client *c, graphd_capture_info **out, size_t *n) {
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__ListCaptures m = GRAPHD__WIRE__LIST_CAPTURES__INIT;
@@ -39,8 +56,11 @@ graphd_status graphd_list_captures(graphd_client *c, graphd_capture_info **out, 
   pthread_mutex_lock(&c->lock);
   Graphd__Wire__Reply *rep = NULL;
   graphd_status st = gd_client_call(c, &req, NULL, 0, &rep);
-  if (st == GRAPHD_OK && rep->body_case == GRAPHD__WIRE__REPLY__BODY_LIST_CAPTURES)
+  keep_busy(c, NULL, 0);
+  if (st == GRAPHD_OK && rep->body_case == GRAPHD__WIRE__REPLY__BODY_LIST_CAPTURES) {
+    keep_busy(c, rep->list_captures->busy_devices, rep->list_captures->n_busy_devices);
     st = copy_infos(c, rep->list_captures->captures, rep->list_captures->n_captures, out, n);
+  }
   if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
   pthread_mutex_unlock(&c->lock);
   return st;
@@ -73,7 +93,9 @@ graphd_status graphd_evict(graphd_client *c, const graphd_evict_options *o,
   pthread_mutex_lock(&c->lock);
   Graphd__Wire__Reply *rep = NULL;
   graphd_status st = gd_client_call(c, &req, NULL, 0, &rep);
+  keep_busy(c, NULL, 0);
   if (st == GRAPHD_OK && rep->body_case == GRAPHD__WIRE__REPLY__BODY_EVICT) {
+    keep_busy(c, rep->evict->busy_devices, rep->evict->n_busy_devices);
     if (bytes) *bytes = rep->evict->bytes;
     if (evicted) {
       size_t k;

@@ -175,6 +175,7 @@ void graphd_close(graphd_client *c) {
   gd_client_replay_close(c);
   gd_client_regions_close(c);
   free(c->synced);
+  free(c->busy);
   if (c->fd >= 0) close(c->fd);
   gd_frame_reader_close(&c->rd);
   pthread_mutex_destroy(&c->lock);

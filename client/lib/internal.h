@@ -88,6 +88,8 @@ struct graphd_client {
   gd_flag_page *flags;   /* created with the first stream; freed at close */
   uint8_t (*synced)[32]; /* guarded by lock: programs graphd_registry_sync gave this handle */
   uint32_t nsynced, synced_cap;
+  uint32_t *busy; /* guarded by lock: devices the last list or evict could not reach in time */
+  size_t nbusy;
   atomic_bool dead;                 /* the daemon hung up (seen by the watcher or a call) */
   int watch_fd;                     /* dup of fd for the watcher, -1 when not watched */
   struct graphd_client *watch_next; /* guarded by the watcher's lock */

@@ -358,6 +358,15 @@ GRAPHD_EXPORT void graphd_evict_options_init(graphd_evict_options *o);
 GRAPHD_EXPORT graphd_status graphd_evict(graphd_client *c, const graphd_evict_options *o,
                                          graphd_capture_info **evicted, size_t *n, uint64_t *bytes);
 
+/* The devices that the last graphd_list_captures or graphd_evict on c
+ * could not reach: their worker was inside a long job (a replay waiting
+ * for a client's ready flag, say) past the daemon's bound of 500 ms. A
+ * list lacks their captures; an eviction there still runs, in order, when
+ * the worker is free, and shows in that device's evictions counter, but
+ * is not in the reply. Writes up to max device indexes to devs and returns
+ * how many there are (0 after a call that failed). */
+GRAPHD_EXPORT size_t graphd_busy_devices(graphd_client *c, uint32_t *devs, size_t max);
+
 /* The library's version string. */
 GRAPHD_EXPORT const char *graphd_version(void);
 

@@ -187,6 +187,7 @@ _PROTOS = {
     "graphd_list_captures": (_int, [_P, ctypes.POINTER(ctypes.POINTER(graphd_capture_info)),
                                     ctypes.POINTER(ctypes.c_size_t)]),
     "graphd_evict_options_init": (None, [ctypes.POINTER(graphd_evict_options)]),
+    "graphd_busy_devices": (ctypes.c_size_t, [_P, ctypes.POINTER(_u32), ctypes.c_size_t]),
     "graphd_evict": (_int, [_P, ctypes.POINTER(graphd_evict_options),
                             ctypes.POINTER(ctypes.POINTER(graphd_capture_info)),
                             ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(_u64)]),
@@ -561,6 +562,15 @@ class Client:
         self._check(lib().graphd_evict(self._handle(), ctypes.byref(o), ctypes.byref(ptr),
                                        ctypes.byref(n), ctypes.byref(nbytes)))
         return self._captures(ptr, n.value), nbytes.value
+
+    def busy_devices(self):
+        """The devices the last list_captures or evict could not reach
+        within the daemon's bound (their worker was inside a long job): a
+        list lacks their captures; an eviction there runs when the worker
+        is free and is not in the result."""
+        buf = (_u32 * 64)()
+        n = lib().graphd_busy_devices(self._handle(), buf, 64)
+        return [buf[i] for i in range(min(n, 64))]
 
     def clear(self):
         """Evicts every capture this process alone used, on every device."""

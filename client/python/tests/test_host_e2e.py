@@ -112,6 +112,7 @@ class HostDaemonTest(unittest.TestCase):
         self.assertEqual(len(caps), 1)
         self.assertEqual(caps[0]["replays"], 1)
         self.assertIn(os.getpid(), caps[0]["pids"])
+        self.assertEqual(self.c.busy_devices(), [])  # every worker answered
         # A dry run reports the capture and frees nothing.
         went, _ = self.c.evict(program=pid, dry_run=True)
         self.assertEqual([c["program"] for c in went], [pid.hex()])
