@@ -439,6 +439,7 @@ void control_handle_evict(gd_session *s, uint64_t request_id, const Graphd__Wire
     code = GRAPHD_PERMISSION_DENIED;
   }
   if (why) {
+    free(g->answered);
     free(g);
     session_reply_error(s, request_id, code, "%s", why);
     return;
