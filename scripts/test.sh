@@ -3,7 +3,8 @@
 # with warnings as errors and runs every
 # ctest (GPU tests skip with 77 where there is no GPU; on a GPU machine set
 # GRAPHD_REQUIRE_GPU=1 to make a skip a failure), then builds again under
-# ASan+UBSan and runs the unit tests there.
+# ASan+UBSan and runs the unit tests there, and last runs each libFuzzer
+# harness for a bounded time (scripts/fuzz.sh, 30 s each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -25,3 +26,5 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs"
+
+scripts/fuzz.sh "${GRAPHD_FUZZ_SECONDS:-30}"
