@@ -198,6 +198,32 @@ static void import_run(gd_job *j, void *ctx) {
   ij->in.fd = -1;
 }
 
+/* Bytes of regions the sessions of uid have mapped, on every device. */
+static uint64_t uid_region_bytes(gd_daemon *d, uid_t uid) {
+  uint64_t sum = 0;
+  for (gd_session *y = d->sessions.head; y; y = y->next) {
+    const gd_dsession *yx = y->uid == uid ? dsession_of(y) : NULL;
+    if (yx) sum += yx->regions.bytes;
+  }
+  return sum;
+}
+
+/* Whether mapping `more` bytes keeps s's uid within
+ * --max-region-bytes-per-uid; if not, err says so. */
+static bool region_bytes_fit(gd_session *s, uint64_t more, char *err, size_t errlen) {
+  gd_daemon *d = daemon_of(s);
+  uint64_t cap = d->opt->max_region_bytes_per_uid;
+  if (!cap) return true;
+  uint64_t held = uid_region_bytes(d, s->uid);
+  if (more <= cap && held <= cap - more) return true;
+  snprintf(err, errlen,
+           "uid %u has %llu bytes of regions mapped and this one needs %llu: over "
+           "--max-region-bytes-per-uid %llu; unregister some first",
+           (unsigned)s->uid, (unsigned long long)held, (unsigned long long)more,
+           (unsigned long long)cap);
+  return false;
+}
+
 static void import_done(gd_job *j) {
   import_job *ij = gd_container_of(j, import_job, rq.job);
   gd_session *s = ij->rq.s;
@@ -213,6 +239,14 @@ static void import_done(gd_job *j) {
     goto exit;
   }
   gd_dsession *x = dsession_of(s);
+  char over[256];
+  /* The mapping may be larger than asked (granularity): check what it is. */
+  if (!region_bytes_fit(s, ij->out.size, over, sizeof over)) {
+    release_map(d, s->device, &ij->out, NULL);
+    session_reply_error(s, ij->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "RegisterRegion: %s",
+                        over);
+    goto exit;
+  }
   gd_region *r = region_add(&x->regions, &ij->out, ij->client_base);
   if (!r) {
     release_map(d, s->device, &ij->out, NULL);
@@ -241,6 +275,7 @@ void dsession_handle_register_region(gd_session *s, uint64_t request_id,
                                      const Graphd__Wire__RegisterRegion *m, int fd) {
   gd_dsession *x = dsession_of(s);
   const char *why = NULL;
+  char over[256];
   int code = GRAPHD_INVALID_ARGUMENT;
   bool wants_fd = m->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD ||
                   m->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;
@@ -261,6 +296,9 @@ void dsession_handle_register_region(gd_session *s, uint64_t request_id,
     why = "RegisterRegion.ipc_handle must be 64 bytes (a CUipcMemHandle)";
   } else if (x->regions.n >= GD_MAX_REGIONS_PER_SESSION) {
     why = "this session holds the most regions allowed (4096); unregister some first";
+    code = GRAPHD_RESOURCE_EXHAUSTED;
+  } else if (!region_bytes_fit(s, m->size, over, sizeof over)) {
+    why = over;
     code = GRAPHD_RESOURCE_EXHAUSTED;
   }
   if (why) {

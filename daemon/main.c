@@ -54,6 +54,9 @@ static void usage(FILE *f) {
           "  --max-connections N   sessions open at once (default 4096)\n"
           "  --max-connections-per-uid N\n"
           "                        sessions open at once per client uid (default 1024)\n"
+          "  --max-region-bytes-per-uid SIZE\n"
+          "                        bytes of client memory the sessions of one uid may\n"
+          "                        have mapped at once (default 0 = no limit)\n"
           "  --host-module-allow FILE\n"
           "                        host module ids (64 hex digits a line) that clients\n"
           "                        who are not admins may register\n"
@@ -82,6 +85,7 @@ static const struct option long_opts[] = {
     {"shutdown-grace", required_argument, NULL, 0},
     {"hello-timeout", required_argument, NULL, 0},
     {"host-module-allow", required_argument, NULL, 0},
+    {"max-region-bytes-per-uid", required_argument, NULL, 0},
     {"idle-timeout", required_argument, NULL, 0},
     {"max-connections", required_argument, NULL, 0},
     {"max-connections-per-uid", required_argument, NULL, 0},

@@ -161,6 +161,10 @@ int options_set(gd_options *o, const char *key, const char *v, char *err, size_t
   } else if (strcmp(key, "idle-timeout") == 0) {
     if (parse_seconds(v, &o->idle_timeout_s) < 0)
       BAD("idle-timeout: '%s' is not a number of seconds (0 = never)", v);
+  } else if (strcmp(key, "max-region-bytes-per-uid") == 0) {
+    if (options_parse_size(v, &sz) < 0)
+      BAD("max-region-bytes-per-uid: '%s' is not a size (e.g. 64G; 0 = no limit)", v);
+    o->max_region_bytes_per_uid = sz;
   } else if (strcmp(key, "host-module-allow") == 0) {
     if (copy_str(o->host_module_allow, sizeof o->host_module_allow, v) < 0)
       BAD("host-module-allow: path too long");
@@ -229,10 +233,12 @@ void options_print(const gd_options *o, int fd) {
           "host-devices = %d\nhost-memory = %llu\ndevices = %s\nmax-frame = %u\n"
           "log-level = %s\nadmin-group = %s\ndevice-budget = %llu\nready-timeout = %g\n"
           "shutdown-grace = %g\nhello-timeout = %g\nidle-timeout = %g\nmax-connections = %u\n"
-          "max-connections-per-uid = %u\nhost-module-allow = %s\n",
+          "max-connections-per-uid = %u\nmax-region-bytes-per-uid = %llu\n"
+          "host-module-allow = %s\n",
           o->socket_path, o->socket_mode, o->socket_group, backends[o->backend], o->host_devices,
           (unsigned long long)o->host_memory, o->devices, o->max_frame, levels[o->log_level],
           o->admin_group, (unsigned long long)o->device_budget, o->ready_timeout_s,
           o->shutdown_grace_s, o->hello_timeout_s, o->idle_timeout_s, o->max_connections,
-          o->max_connections_per_uid, o->host_module_allow);
+          o->max_connections_per_uid, (unsigned long long)o->max_region_bytes_per_uid,
+          o->host_module_allow);
 }

@@ -26,6 +26,7 @@ typedef struct gd_options {
   double idle_timeout_s;            /* a session with no request this long is closed; 0 = never */
   uint32_t max_connections;         /* sessions open at once, in all */
   uint32_t max_connections_per_uid; /* ... per peer uid */
+  uint64_t max_region_bytes_per_uid; /* bytes of regions one uid's sessions map; 0 = no limit */
   char host_module_allow[256];      /* file of host module ids non-admins may register */
 } gd_options;
 

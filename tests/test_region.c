@@ -294,6 +294,35 @@ START_TEST(test_region_range_check_does_not_overflow) {
 }
 END_TEST
 
+/* --max-region-bytes-per-uid bounds what one user's sessions map, across
+ * sessions and devices; the refusal names the limit and clears once a
+ * region goes. */
+START_TEST(test_region_bytes_per_uid_are_capped) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+  td_start(&d, "--host-devices", "2", "--max-region-bytes-per-uid", "3M", NULL);
+  graphd_client *c0 = td_data(&d, 0);
+  graphd_client *c1 = td_data(&d, 1);
+  void *a, *b, *e;
+  graphd_region_ref r;
+  ck_assert_int_eq(graphd_host_alloc(c0, 2 << 20, &a), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c0, (uint64_t)(uintptr_t)a, 8, &r), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c1, 1 << 20, &b), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c1, (uint64_t)(uintptr_t)b, 8, &r), GRAPHD_OK);
+  /* 3 MiB mapped: one byte more is over, from either session. */
+  ck_assert_int_eq(graphd_host_alloc(c1, 4096, &e), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c1, (uint64_t)(uintptr_t)e, 8, &r),
+                   GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(graphd_last_error(c1), "--max-region-bytes-per-uid 3145728"), "%s",
+                graphd_last_error(c1));
+  /* The first session's region goes: room again. */
+  ck_assert_int_eq(graphd_host_free(c0, a), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c1, (uint64_t)(uintptr_t)e, 8, &r), GRAPHD_OK);
+  graphd_close(c0);
+  graphd_close(c1);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("region");
   TCase *tc = tcase_create("region");
@@ -305,6 +334,7 @@ int main(void) {
   tcase_add_test(tc, test_region_unregister_and_release_on_close);
   tcase_add_test(tc, test_region_needs_a_data_session_and_its_own_memory);
   tcase_add_test(tc, test_region_bad_fds_are_refused_cleanly);
+  tcase_add_test(tc, test_region_bytes_per_uid_are_capped);
   suite_add_tcase(s, tc);
   TCase *pure = tcase_create("range");
   tcase_add_test(pure, test_region_range_check_does_not_overflow);
