@@ -18,16 +18,16 @@ typedef struct gd_options {
   char devices[512];     /* --devices filter: ordinals or UUIDs, comma-separated */
   uint32_t max_frame;    /* payload cap in bytes */
   int log_level;
-  char admin_group[64];             /* members may use admin-only control requests */
-  uint64_t device_budget;           /* staging bytes of captures per device; 0 = no limit */
-  double ready_timeout_s;           /* head-of-line ready timeout; 0 = never */
-  double shutdown_grace_s;          /* how long shutdown waits for in-flight work */
-  double hello_timeout_s;           /* a connection must say Hello within this; 0 = never */
-  double idle_timeout_s;            /* a session with no request this long is closed; 0 = never */
-  uint32_t max_connections;         /* sessions open at once, in all */
-  uint32_t max_connections_per_uid; /* ... per peer uid */
+  char admin_group[64];              /* members may use admin-only control requests */
+  uint64_t device_budget;            /* staging bytes of captures per device; 0 = no limit */
+  double ready_timeout_s;            /* head-of-line ready timeout; 0 = never */
+  double shutdown_grace_s;           /* how long shutdown waits for in-flight work */
+  double hello_timeout_s;            /* a connection must say Hello within this; 0 = never */
+  double idle_timeout_s;             /* a session with no request this long is closed; 0 = never */
+  uint32_t max_connections;          /* sessions open at once, in all */
+  uint32_t max_connections_per_uid;  /* ... per peer uid */
   uint64_t max_region_bytes_per_uid; /* bytes of regions one uid's sessions map; 0 = no limit */
-  char host_module_allow[256];      /* file of host module ids non-admins may register */
+  char host_module_allow[256];       /* file of host module ids non-admins may register */
 } gd_options;
 
 #include <stddef.h>
