@@ -24,6 +24,7 @@
 #include "../common/cuda_driver.h"
 #include "../common/file.h"
 #include "graphd/graphd.h"
+#include "bench_util.h"
 
 #ifndef GRAPHD_BENCH_KERNEL_DIR
 #define GRAPHD_BENCH_KERNEL_DIR "tests/kernels"
@@ -46,19 +47,8 @@ static long ROUNDS = 200;
     }                                                                                              \
   } while (0)
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static double median(double *v, long n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
   return v[n / 2];
 }
 
@@ -120,10 +110,10 @@ static CUgraphExec anchor_graph(CUfunction fn, CUdeviceptr base, CUdeviceptr cli
 static double time_anchor(CUgraphExec e, CUstream st) {
   double *t = calloc((size_t)ROUNDS, sizeof *t);
   for (long r = -10; r < ROUNDS; r++) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     CK(cu->cuGraphLaunch(e, st));
     CK(cu->cuStreamSynchronize(st));
-    if (r >= 0) t[r] = now_us() - t0;
+    if (r >= 0) t[r] = bench_now_us() - t0;
   }
   double m = median(t, ROUNDS);
   free(t);
@@ -253,13 +243,13 @@ int main(int argc, char **argv) {
         for (unsigned k = 0; k < S; k++)
           bd[k] =
               (graphd_binding){.slot = k, .ptr = base + k * slot_bytes(), .bytes = slot_bytes()};
-        double t0 = now_us();
+        double t0 = bench_now_us();
         if (graphd_replay(c, gs, pid[m], bd, S, NULL) != GRAPHD_OK) {
           fprintf(stderr, "large_bench: replay: %s\n", graphd_last_error(c));
           return 1;
         }
         CK(cu->cuStreamSynchronize(st));
-        double dt = now_us() - t0;
+        double dt = bench_now_us() - t0;
         if (w < 0) { /* the first call captures; time it, then warm up */
           first[m] = dt;
           break;

@@ -37,6 +37,7 @@
 #include "../common/cuda_driver.h"
 #include "../common/file.h"
 #include "graphd/graphd.h"
+#include "bench_util.h"
 
 #ifndef GRAPHD_BENCH_KERNEL_DIR
 #define GRAPHD_BENCH_KERNEL_DIR "tests/kernels"
@@ -157,17 +158,6 @@ static void set_err(bench *b, const char *fmt, ...) {
     }                                                                                              \
   } while (0)
 
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* Nearest-rank percentile of a sorted array. */
 static double pct(const double *v, size_t n, double q) {
   size_t k = (size_t)ceil(q * (double)n);
@@ -180,7 +170,7 @@ static double pct(const double *v, size_t n, double q) {
 static stats stats_of(double *v, size_t n) {
   stats s = {.n = n};
   if (n == 0) return s;
-  qsort(v, n, sizeof *v, cmp_double);
+  qsort(v, n, sizeof *v, bench_cmp_double);
   double sum = 0;
   for (size_t i = 0; i < n; i++) sum += v[i];
   s.p50 = pct(v, n, 0.50);
@@ -364,12 +354,12 @@ static int measure_echo(bench *b) {
   long warm = warmup_of(b->o.rounds);
   errno = 0;
   for (long i = 0; i < warm + b->o.rounds; i++) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     if (write_full(sv[0], buf, sizeof buf) < 0 || read_full(sv[0], buf, sizeof buf) != 1) {
       set_err(b, "echo round trip %ld failed: %s", i, errno ? strerror(errno) : "EOF");
       goto exit;
     }
-    if (i >= warm) b->samples[i - warm] = now_us() - t0;
+    if (i >= warm) b->samples[i - warm] = bench_now_us() - t0;
   }
   b->echo = stats_of(b->samples, (size_t)b->o.rounds);
   rc = 0;
@@ -391,9 +381,9 @@ static int measure_ping(bench *b, graphd_client *c, stats *out) {
   memset(payload, 0xa5, sizeof payload);
   long warm = warmup_of(b->o.rounds);
   for (long i = 0; i < warm + b->o.rounds; i++) {
-    double t0 = now_us();
+    double t0 = bench_now_us();
     GD_CHECK_GOTO(b, c, "graphd_ping", graphd_ping(c, payload, sizeof payload), fail);
-    if (i >= warm) b->samples[i - warm] = now_us() - t0;
+    if (i >= warm) b->samples[i - warm] = bench_now_us() - t0;
   }
   *out = stats_of(b->samples, (size_t)b->o.rounds);
   return 0;
@@ -557,10 +547,10 @@ static int register_programs(bench *b) {
     /* Load the module on the daemon's device now, so that the first replay
      * times the capture alone. */
     graphd_prepare_info info;
-    double t0 = now_us();
+    double t0 = bench_now_us();
     GD_CHECK_GOTO(b, b->data, "graphd_prepare_program",
                   graphd_prepare_program(b->data, b->prog[m], &info), exit);
-    b->mode[m].prepare_us = now_us() - t0;
+    b->mode[m].prepare_us = bench_now_us() - t0;
     printf("[%-9s] prepare: %.1f us round trip; %llu module load(s), %.1f us on the daemon\n",
            mode_names[m], b->mode[m].prepare_us, (unsigned long long)info.modules_loaded,
            (double)info.load_ns / 1e3);
@@ -578,11 +568,11 @@ static int register_regions(bench *b) {
   static const char *const kinds[2] = {"VMM (cuMemCreate, POSIX fd)", "legacy (cuMemAlloc)"};
   for (int i = 0; i < (b->legacy ? 2 : 1); i++) {
     graphd_region_ref r;
-    double t0 = now_us();
+    double t0 = bench_now_us();
     GD_CHECK_GOTO(b, b->data, "graphd_region_register",
                   graphd_region_register(b->data, b->x[i], PAIR_BYTES, &r), fail);
     printf("region %d, %-28s %8llu bytes: register %.1f us round trip, daemon import %.1f us\n", i,
-           kinds[i], (unsigned long long)r.size, now_us() - t0, (double)r.import_ns / 1e3);
+           kinds[i], (unsigned long long)r.size, bench_now_us() - t0, (double)r.import_ns / 1e3);
   }
   return 0;
 fail:
@@ -638,10 +628,10 @@ static int measure_replay(bench *b, int m) {
     int p = (int)((i + 2) % 2); /* the first call uses pair 1: legacy */
     bind_pair(bd, b->x[p], b->y[p]);
     memset(&info, 0, sizeof info);
-    double t0 = now_us();
+    double t0 = bench_now_us();
     GD_CHECK_GOTO(b, b->data, mode_names[m],
                   graphd_replay(b->data, b->gs, b->prog[m], bd, 2, &info), fail);
-    double dt = now_us() - t0;
+    double dt = bench_now_us() - t0;
     CU_CHECK_GOTO(b, cuStreamSynchronize(b->stream), fail);
     if (i < 0) {
       r->first_us = dt;
@@ -689,16 +679,16 @@ static int measure_chain(bench *b, int m) {
   memcpy(&one_bits, &one, 4);
   CU_CHECK_GOTO(b, cuStreamSynchronize(b->stream), fail);
   CU_CHECK_GOTO(b, cuMemsetD32Async(b->x[0], one_bits, NFLOATS, b->stream), fail);
-  double calls = 0, t0 = now_us();
+  double calls = 0, t0 = bench_now_us();
   for (long i = 0; i < n; i++) {
     bind_pair(bd, b->x[i % 2], b->x[(i + 1) % 2]);
-    double c0 = now_us();
+    double c0 = bench_now_us();
     GD_CHECK_GOTO(b, b->data, mode_names[m],
                   graphd_replay(b->data, b->gs, b->prog[m], bd, 2, &info), fail);
-    calls += now_us() - c0;
+    calls += bench_now_us() - c0;
   }
   CU_CHECK_GOTO(b, cuStreamSynchronize(b->stream), fail);
-  double total = now_us() - t0;
+  double total = bench_now_us() - t0;
   r->chain_us = total / (double)n;
   r->chain_call_us = calls / (double)n;
   /* One IEEE single multiply per step, as the kernel does (no FMA to
