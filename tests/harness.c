@@ -264,6 +264,17 @@ graphd_client *td_data(const gd_test_daemon *d, int index) {
   return c;
 }
 
+const char *td_fmt(const char *fmt, ...) {
+  static char bufs[4][256];
+  static int next;
+  char *b = bufs[next++ % 4];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(b, sizeof bufs[0], fmt, ap);
+  va_end(ap);
+  return b;
+}
+
 void *td_read_file(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   ck_assert_msg(f != NULL, "cannot open %s", path);

@@ -55,6 +55,10 @@ graphd_client *td_data(const gd_test_daemon *d, int index);
 /* Reads a whole file (malloc'd). Fails the test on error. */
 void *td_read_file(const char *path, size_t *len);
 
+/* A formatted string in one of 4 static buffers of 256 bytes, used in
+ * turn: messages built from the limits, so that tests follow them. */
+const char *td_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Raw socket to the daemon, for malformed input. */
 int td_raw_connect(const gd_test_daemon *d);
 /* Sends bytes with fds in one sendmsg. */

@@ -3,7 +3,6 @@
  * decoding (proto/program.c). The validator's errors on programs filled in
  * directly are in test_program_validate.c. */
 #include <check.h>
-#include <stdarg.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,19 +11,6 @@
 #include "../proto/program.h"
 #include "graphd/program.h"
 #include "harness.h"
-
-/* A message built from the limits, so that the tests follow them. */
-static const char *lim(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static const char *lim(const char *fmt, ...) {
-  static char bufs[4][256];
-  static int next;
-  char *b = bufs[next++ % 4];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(b, sizeof bufs[0], fmt, ap);
-  va_end(ap);
-  return b;
-}
 
 /* --- helpers ------------------------------------------------------------- */
 
@@ -435,8 +421,8 @@ START_TEST(test_program_builder_refuses_bad_parameters) {
               "step 0 (launch scale2): parameter at offset 0 has size 0");
   EXPECT_FAIL(p, graphd_program_param(p, 0, 8, big, GD_MAX_PARAM_BYTES - 7),
               GRAPHD_RESOURCE_EXHAUSTED,
-              lim("parameter at offset 8 (size %u) ends past the limit of %u parameter bytes",
-                  GD_MAX_PARAM_BYTES - 7, GD_MAX_PARAM_BYTES));
+              td_fmt("parameter at offset 8 (size %u) ends past the limit of %u parameter bytes",
+                     GD_MAX_PARAM_BYTES - 7, GD_MAX_PARAM_BYTES));
   EXPECT_FAIL(p, graphd_program_param(p, 0, UINT32_MAX, big, 2), GRAPHD_RESOURCE_EXHAUSTED,
               "ends past the limit");
   ck_assert_int_eq(graphd_program_param(p, 0, 0, big, 4096), GRAPHD_OK);
@@ -457,8 +443,8 @@ START_TEST(test_program_builder_caps_parameters_and_patches) {
   for (uint32_t k = 0; k < GD_MAX_PARAMS; k++)
     ck_assert_int_eq(graphd_program_param(p, 0, k, &b, 1), GRAPHD_OK);
   EXPECT_FAIL(p, graphd_program_param(p, 0, GD_MAX_PARAMS + 72, &b, 1), GRAPHD_RESOURCE_EXHAUSTED,
-              lim("parameter at offset %u is over the limit of %u parameters", GD_MAX_PARAMS + 72,
-                  GD_MAX_PARAMS));
+              td_fmt("parameter at offset %u is over the limit of %u parameters",
+                     GD_MAX_PARAMS + 72, GD_MAX_PARAMS));
   graphd_program_free(p);
 
   p = small();
@@ -467,8 +453,8 @@ START_TEST(test_program_builder_caps_parameters_and_patches) {
   for (uint32_t k = 0; k < GD_MAX_PATCHES; k++)
     ck_assert_int_eq(graphd_program_patch(p, 0, 8 * k, 0, 0), GRAPHD_OK);
   EXPECT_FAIL(p, graphd_program_patch(p, 0, 8 * GD_MAX_PATCHES, 0, 0), GRAPHD_RESOURCE_EXHAUSTED,
-              lim("patch at offset %u is over the limit of %u patches", 8 * GD_MAX_PATCHES,
-                  GD_MAX_PATCHES));
+              td_fmt("patch at offset %u is over the limit of %u patches", 8 * GD_MAX_PATCHES,
+                     GD_MAX_PATCHES));
   ck_assert_msg(graphd_program_finish(p, NULL) != GRAPHD_OK, "a refused patch must fail finish");
   graphd_program_free(p);
 }
@@ -519,7 +505,7 @@ START_TEST(test_program_builder_refuses_bad_slots) {
   for (int s = 1; s < (int)GD_MAX_SLOTS; s++)
     ck_assert_int_eq(graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, 8, 0), s);
   EXPECT_NEG(p, graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, 8, 0),
-             lim("slot %u: over the limit of %u slots", GD_MAX_SLOTS, GD_MAX_SLOTS));
+             td_fmt("slot %u: over the limit of %u slots", GD_MAX_SLOTS, GD_MAX_SLOTS));
   graphd_program_free(p);
 }
 END_TEST
@@ -611,9 +597,9 @@ START_TEST(test_program_builder_caps_steps) {
   for (uint32_t i = 1; i < GD_MAX_STEPS; i++)
     ck_assert_int_eq(graphd_program_add_memset(p, 0, 0, 4, 4, i), (int)i);
   EXPECT_NEG(p, graphd_program_add_memset(p, 0, 0, 4, 4, 0),
-             lim("step %u (memset): over the limit of %u steps", GD_MAX_STEPS, GD_MAX_STEPS));
+             td_fmt("step %u (memset): over the limit of %u steps", GD_MAX_STEPS, GD_MAX_STEPS));
   EXPECT_NEG(p, graphd_program_add_launch(p, any_module, "k", grid1, block32, 0),
-             lim("over the limit of %u steps", GD_MAX_STEPS));
+             td_fmt("over the limit of %u steps", GD_MAX_STEPS));
   graphd_program_free(p);
 }
 END_TEST
@@ -661,7 +647,7 @@ START_TEST(test_program_finish_refuses_an_encoding_over_the_cap) {
     ck_assert_int_eq(graphd_program_param(p, i, 0, params, sizeof params), GRAPHD_OK);
   }
   EXPECT_FAIL(p, graphd_program_finish(p, NULL), GRAPHD_RESOURCE_EXHAUSTED,
-              lim("over the limit of %u", GD_MAX_PROGRAM_BYTES));
+              td_fmt("over the limit of %u", GD_MAX_PROGRAM_BYTES));
   graphd_program_free(p);
 }
 END_TEST
@@ -720,8 +706,8 @@ START_TEST(test_decode_header_errors) {
   b[G_VERSION] = 1;
   put_u32(b + G_NSLOTS, GD_MAX_SLOTS + 1);
   decode_expect(b, len, EXHAUSTED,
-                lim("%u slots and 3 steps exceed the limits of %u and %u", GD_MAX_SLOTS + 1,
-                    GD_MAX_SLOTS, GD_MAX_STEPS));
+                td_fmt("%u slots and 3 steps exceed the limits of %u and %u", GD_MAX_SLOTS + 1,
+                       GD_MAX_SLOTS, GD_MAX_STEPS));
   put_u32(b + G_NSLOTS, 2);
   b[G_MODE] = 2;
   decode_expect(b, len, INVALID, "mode 2 is not staged (0) or staged_ex (1)");
@@ -729,8 +715,8 @@ START_TEST(test_decode_header_errors) {
   uint8_t *big = calloc(1, GD_MAX_PROGRAM_BYTES + 1);
   memcpy(big, b, len);
   decode_expect(big, GD_MAX_PROGRAM_BYTES + 1, EXHAUSTED,
-                lim("the program encoding is %u bytes, over the limit of %u",
-                    GD_MAX_PROGRAM_BYTES + 1, GD_MAX_PROGRAM_BYTES));
+                td_fmt("the program encoding is %u bytes, over the limit of %u",
+                       GD_MAX_PROGRAM_BYTES + 1, GD_MAX_PROGRAM_BYTES));
   free(big);
   free(b);
 }
@@ -800,18 +786,18 @@ START_TEST(test_decode_step_errors) {
   b[G_NAME + 2] = 'a';
   put_u32(b + G_NPARAMS, GD_MAX_PARAMS + 1);
   decode_expect(b, len, EXHAUSTED,
-                lim("step 0 (launch scale2): %u parameters is over the limit of %u",
-                    GD_MAX_PARAMS + 1, GD_MAX_PARAMS));
+                td_fmt("step 0 (launch scale2): %u parameters is over the limit of %u",
+                       GD_MAX_PARAMS + 1, GD_MAX_PARAMS));
   put_u32(b + G_NPARAMS, 2);
   put_u32(b + G_PARAM_BYTES, GD_MAX_PARAM_BYTES + 1);
   decode_expect(b, len, EXHAUSTED,
-                lim("step 0 (launch scale2): %u parameter bytes is over the limit of %u",
-                    GD_MAX_PARAM_BYTES + 1, GD_MAX_PARAM_BYTES));
+                td_fmt("step 0 (launch scale2): %u parameter bytes is over the limit of %u",
+                       GD_MAX_PARAM_BYTES + 1, GD_MAX_PARAM_BYTES));
   put_u32(b + G_PARAM_BYTES, 16);
   put_u32(b + G_NPATCHES, GD_MAX_PATCHES + 1);
   decode_expect(b, len, EXHAUSTED,
-                lim("step 0 (launch scale2): %u pointer patches is over the limit of %u",
-                    GD_MAX_PATCHES + 1, GD_MAX_PATCHES));
+                td_fmt("step 0 (launch scale2): %u pointer patches is over the limit of %u",
+                       GD_MAX_PATCHES + 1, GD_MAX_PATCHES));
   put_u32(b + G_NPATCHES, 1);
   /* Restored: it decodes again. */
   gd_program *g;

@@ -3,7 +3,6 @@
  * Decoding errors (magic, version, truncation, trailing bytes, caps read
  * from the encoding) are in test_program.c, next to the golden encoding. */
 #include <check.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -12,19 +11,6 @@
 #include "../proto/program.h"
 #include "graphd/status.h"
 #include "harness.h"
-
-/* A message built from the limits, so that the tests follow them. */
-static const char *lim(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static const char *lim(const char *fmt, ...) {
-  static char bufs[4][256];
-  static int next;
-  char *b = bufs[next++ % 4];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(b, sizeof bufs[0], fmt, ap);
-  va_end(ap);
-  return b;
-}
 
 #define INVALID GRAPHD_INVALID_ARGUMENT
 #define EXHAUSTED GRAPHD_RESOURCE_EXHAUSTED
@@ -115,10 +101,12 @@ START_TEST(test_validate_program_level_errors) {
   fx_expect(&f, INVALID, "the program has no steps");
   fx_init(&f);
   f.p.nslots = GD_MAX_SLOTS + 1;
-  fx_expect(&f, EXHAUSTED, lim("%u slots is over the limit of %u", GD_MAX_SLOTS + 1, GD_MAX_SLOTS));
+  fx_expect(&f, EXHAUSTED,
+            td_fmt("%u slots is over the limit of %u", GD_MAX_SLOTS + 1, GD_MAX_SLOTS));
   fx_init(&f);
   f.p.nsteps = GD_MAX_STEPS + 1;
-  fx_expect(&f, EXHAUSTED, lim("%u steps is over the limit of %u", GD_MAX_STEPS + 1, GD_MAX_STEPS));
+  fx_expect(&f, EXHAUSTED,
+            td_fmt("%u steps is over the limit of %u", GD_MAX_STEPS + 1, GD_MAX_STEPS));
   fx_init(&f);
   f.steps[1].kind = 9;
   fx_expect(&f, INVALID, "step 1: kind 9 is not launch, memset, copy, while or if");
@@ -208,13 +196,13 @@ START_TEST(test_validate_parameter_errors) {
   fx_init(&f);
   fx_launch(&f)->nparams = GD_MAX_PARAMS + 1;
   fx_expect(&f, EXHAUSTED,
-            lim("step 0 (launch scale2): %u parameters is over the limit of %u", GD_MAX_PARAMS + 1,
-                GD_MAX_PARAMS));
+            td_fmt("step 0 (launch scale2): %u parameters is over the limit of %u",
+                   GD_MAX_PARAMS + 1, GD_MAX_PARAMS));
   fx_init(&f);
   fx_launch(&f)->param_bytes = GD_MAX_PARAM_BYTES + 1;
   fx_expect(&f, EXHAUSTED,
-            lim("%u parameter bytes is over the limit of %u", GD_MAX_PARAM_BYTES + 1,
-                GD_MAX_PARAM_BYTES));
+            td_fmt("%u parameter bytes is over the limit of %u", GD_MAX_PARAM_BYTES + 1,
+                   GD_MAX_PARAM_BYTES));
   fx_init(&f);
   f.params[1].offset = 4; /* overlaps (0,8) */
   fx_expect(&f, INVALID, "step 0 (launch scale2): parameter 1 at offset 4 overlaps the one before");
@@ -255,8 +243,8 @@ START_TEST(test_validate_patch_errors) {
   fx_init(&f);
   fx_launch(&f)->npatches = GD_MAX_PATCHES + 1;
   fx_expect(&f, EXHAUSTED,
-            lim("step 0 (launch scale2): %u pointer patches is over the limit of %u",
-                GD_MAX_PATCHES + 1, GD_MAX_PATCHES));
+            td_fmt("step 0 (launch scale2): %u pointer patches is over the limit of %u",
+                   GD_MAX_PATCHES + 1, GD_MAX_PATCHES));
   fx_init(&f);
   f.patches[1].offset = 12;
   fx_expect(&f, INVALID, "step 0 (launch scale2): patch at offset 12 is not 8-byte aligned");
@@ -421,7 +409,7 @@ START_TEST(test_validate_caps_conditional_nesting) {
   steps[n - 1] = f.steps[1];
   f.p.steps = steps;
   f.p.nsteps = n;
-  fx_expect(&f, EXHAUSTED, lim("conditional steps nest more than %u deep", GD_MAX_COND_DEPTH));
+  fx_expect(&f, EXHAUSTED, td_fmt("conditional steps nest more than %u deep", GD_MAX_COND_DEPTH));
   f.p.steps = steps + 1; /* one level less: allowed */
   f.p.nsteps = n - 1;
   ck_assert_int_eq(gd_program_validate(&f.p, f.err, sizeof f.err), 0);
