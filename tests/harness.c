@@ -264,6 +264,15 @@ graphd_client *td_data(const gd_test_daemon *d, int index) {
   return c;
 }
 
+int td_as_nobody(int (*fn)(const void *arg), const void *arg) {
+  pid_t p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) _exit(setgid(65534) != 0 || setuid(65534) != 0 ? 10 : fn(arg));
+  int st;
+  ck_assert_int_eq(waitpid(p, &st, 0), p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 const char *td_fmt(const char *fmt, ...) {
   static char bufs[4][256];
   static int next;

@@ -55,6 +55,11 @@ graphd_client *td_data(const gd_test_daemon *d, int index);
 /* Reads a whole file (malloc'd). Fails the test on error. */
 void *td_read_file(const char *path, size_t *len);
 
+/* Runs fn(arg) in a child process as uid and gid 65534 (nobody: not an
+ * admin of the daemon; needs root) and returns its exit status: fn's
+ * value, 10 when the switch of user failed, -1 when it died of a signal. */
+int td_as_nobody(int (*fn)(const void *arg), const void *arg);
+
 /* A formatted string in one of 4 static buffers of 256 bytes, used in
  * turn: messages built from the limits, so that tests follow them. */
 const char *td_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

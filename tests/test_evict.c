@@ -282,8 +282,8 @@ START_TEST(test_unrecoverable_fault_makes_graphd_exit_for_a_restart) {
 END_TEST
 
 /* A client process running as nobody: not an admin. */
-static int unprivileged_child(const char *what) {
-  if (setgid(65534) != 0 || setuid(65534) != 0) return 10;
+static int unprivileged_child(const void *arg) {
+  const char *what = arg;
   client k;
   if (client_open(&k, 0) != GRAPHD_OK) return 11;
   if (replay_checked(&k, 5, NULL) != 0) return 12;
@@ -313,13 +313,7 @@ static int unprivileged_child(const char *what) {
   return st == GRAPHD_OK && n == 1 ? 0 : 15;
 }
 
-static int run_child(const char *what) {
-  pid_t p = fork();
-  if (p == 0) _exit(unprivileged_child(what));
-  int st;
-  waitpid(p, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+static int run_child(const char *what) { return td_as_nobody(unprivileged_child, what); }
 
 START_TEST(test_evict_privilege_rule) {
   if (geteuid() != 0) {

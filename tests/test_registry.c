@@ -10,7 +10,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../proto/program.h"
@@ -457,11 +456,16 @@ END_TEST
 /* Host modules are native code the daemon loads: a client that is not an
  * admin may register a new one only when its id is in the allow-list, and
  * may name again one an admin registered. */
-static int nobody_registers(const uint8_t *bytes, size_t len) {
-  if (setgid(65534) != 0 || setuid(65534) != 0) return 10;
+typedef struct module_bytes {
+  const uint8_t *bytes;
+  size_t len;
+} module_bytes;
+
+static int nobody_registers(const void *arg) {
+  const module_bytes *m = arg;
   graphd_client *c = td_control(&d);
   uint8_t mod[32];
-  graphd_status st = graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, bytes, len, mod);
+  graphd_status st = graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, m->bytes, m->len, mod);
   int out = st == GRAPHD_OK ? 0 : st == GRAPHD_PERMISSION_DENIED ? 1 : 20 + (int)st;
   if (out == 1 && !strstr(graphd_last_error(c), "--host-module-allow")) out = 30;
   graphd_close(c);
@@ -469,11 +473,8 @@ static int nobody_registers(const uint8_t *bytes, size_t len) {
 }
 
 static int as_nobody(const uint8_t *bytes, size_t len) {
-  pid_t p = fork();
-  if (p == 0) _exit(nobody_registers(bytes, len));
-  int st;
-  ck_assert_int_eq(waitpid(p, &st, 0), p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  module_bytes m = {bytes, len};
+  return td_as_nobody(nobody_registers, &m);
 }
 
 START_TEST(test_registry_host_modules_need_an_admin_or_the_allow_list) {
