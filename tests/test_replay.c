@@ -550,72 +550,78 @@ static void raw_close(raw_client *rc) {
   close(rc->mem);
 }
 
+/* A libgraphd client with the test program captured on device 0 (its
+ * first replay), and a raw client of the same program whose replays the
+ * tests hold back through its ready flag. */
+typedef struct held {
+  graphd_client *c;
+  uint8_t pid[32];
+  graphd_stream *s;
+  bufs b;
+  unsigned rng;
+  raw_client rc;
+} held;
+
+static void held_open(held *h, unsigned seed) {
+  h->c = td_data(&d, 0);
+  build(h->c, GRAPHD_MODE_STAGED, h->pid);
+  graphd_stream_attach(h->c, NULL, &h->s);
+  alloc_bufs(h->c, &h->b);
+  h->rng = seed;
+  ck_assert_int_eq(run_one(h->c, h->s, h->pid, &h->b, 0, &h->rng, NULL, 1), GRAPHD_OK);
+  raw_open(&h->rc, h->c);
+}
+
+static void held_close(held *h) {
+  raw_close(&h->rc);
+  graphd_stream_detach(h->s);
+  graphd_close(h->c);
+}
+
 /* A client that dies while its replay waits for its ready flag is noticed
  * at once (its socket hangs up), not after the ready timeout: the wait is
  * released and whoever was behind it goes on. */
 START_TEST(test_replay_client_dying_mid_wait_is_noticed_at_once) {
-  graphd_client *c = td_data(&d, 0);
-  uint8_t pid[32];
-  build(c, GRAPHD_MODE_STAGED, pid);
-  graphd_stream *s;
-  graphd_stream_attach(c, NULL, &s);
-  bufs b;
-  alloc_bufs(c, &b);
-  unsigned rng = 17;
-  ck_assert_int_eq(run_one(c, s, pid, &b, 0, &rng, NULL, 1), GRAPHD_OK);
-  raw_client rc;
-  raw_open(&rc, c);
-  raw_replay(&rc, pid, 1); /* ready[0] stays 0 */
+  held h;
+  held_open(&h, 17);
+  raw_replay(&h.rc, h.pid, 1); /* ready[0] stays 0 */
   usleep(50000);
   double t0 = now_s();
-  close(rc.fd); /* the client dies */
-  rc.fd = -1;
-  ck_assert_int_eq(run_one(c, s, pid, &b, 1, &rng, NULL, 0), GRAPHD_OK);
+  close(h.rc.fd); /* the client dies */
+  h.rc.fd = -1;
+  ck_assert_int_eq(run_one(h.c, h.s, h.pid, &h.b, 1, &h.rng, NULL, 0), GRAPHD_OK);
   double behind = now_s() - t0;
   printf("FIGURE client died mid-wait: the replay behind it ran %.1f ms later\n", behind * 1e3);
   ck_assert_msg(behind < 0.3, "the replay behind waited %.3f s (the ready timeout is 0.5 s)",
                 behind);
   ck_assert(td_log_contains(&d, "peer hung up during a request"));
-  raw_close(&rc);
-  graphd_stream_detach(s);
-  graphd_close(c);
+  held_close(&h);
 }
 END_TEST
 
 START_TEST(test_replay_hung_client_is_cut_off_after_the_ready_timeout) {
-  graphd_client *c = td_data(&d, 0);
-  uint8_t pid[32];
-  build(c, GRAPHD_MODE_STAGED, pid);
-  graphd_stream *s;
-  graphd_stream_attach(c, NULL, &s);
-  bufs b;
-  alloc_bufs(c, &b);
-  unsigned rng = 13;
-  ck_assert_int_eq(run_one(c, s, pid, &b, 0, &rng, NULL, 1), GRAPHD_OK);
-  raw_client rc;
-  raw_open(&rc, c);
+  held h;
+  held_open(&h, 13);
   double t0 = now_s();
-  raw_replay(&rc, pid, 1); /* ready[0] stays 0: this client never gets there */
+  raw_replay(&h.rc, h.pid, 1); /* ready[0] stays 0: this client never gets there */
   usleep(100000);
   /* Another client, blocked behind the hung one on the same device. */
   for (int i = 1; i < 5; i++) {
-    graphd_status s2 = run_one(c, s, pid, &b, i, &rng, NULL, 0);
-    ck_assert_msg(s2 == GRAPHD_OK, "%s", graphd_last_error(c));
+    graphd_status s2 = run_one(h.c, h.s, h.pid, &h.b, i, &h.rng, NULL, 0);
+    ck_assert_msg(s2 == GRAPHD_OK, "%s", graphd_last_error(h.c));
   }
   double unblocked = now_s() - t0;
   ck_assert_double_ge(unblocked, 0.5);
   ck_assert_double_lt(unblocked, 3.0);
-  Graphd__Wire__Reply *r = td_raw_recv(rc.fd, 5000);
+  Graphd__Wire__Reply *r = td_raw_recv(h.rc.fd, 5000);
   ck_assert_ptr_nonnull(r);
   ck_assert_uint_eq(r->code, GRAPHD_DEADLINE_EXCEEDED);
   ck_assert_msg(strstr(r->message, "ready flag did not reach 1"), "%s", r->message);
   graphd__wire__reply__free_unpacked(r, NULL);
-  ck_assert(td_raw_eof(rc.fd, 5000)); /* and its session is closed */
+  ck_assert(td_raw_eof(h.rc.fd, 5000)); /* and its session is closed */
   /* The failed replay still wrote done = seq. */
-  ck_assert_uint_eq(rc.page[1], 1);
-  raw_close(&rc);
-  graphd_stream_detach(s);
-  graphd_close(c);
+  ck_assert_uint_eq(h.rc.page[1], 1);
+  held_close(&h);
 }
 END_TEST
 
@@ -670,18 +676,9 @@ static void setup_no_timeout(void) {
  * never times out) does not stall Status: it answers within its bound and
  * says which device is busy; once the job ends the device is ok again. */
 START_TEST(test_status_list_and_evict_answer_while_a_worker_is_held) {
-  graphd_client *c = td_data(&d, 0);
-  uint8_t pid[32];
-  build(c, GRAPHD_MODE_STAGED, pid);
-  graphd_stream *s;
-  graphd_stream_attach(c, NULL, &s);
-  bufs b;
-  alloc_bufs(c, &b);
-  unsigned rng = 21;
-  ck_assert_int_eq(run_one(c, s, pid, &b, 0, &rng, NULL, 1), GRAPHD_OK); /* the capture */
-  raw_client rc;
-  raw_open(&rc, c);
-  raw_replay(&rc, pid, 1); /* ready[0] stays 0: the worker waits */
+  held h;
+  held_open(&h, 21);
+  raw_replay(&h.rc, h.pid, 1); /* ready[0] stays 0: the worker waits */
   usleep(100000);
   graphd_client *ctl = td_control(&d);
   double t0 = now_s();
@@ -720,8 +717,8 @@ START_TEST(test_status_list_and_evict_answer_while_a_worker_is_held) {
   printf("FIGURE evict with the device's worker held: answered in %.0f ms\n", took * 1e3);
   ck_assert_double_lt(took, 2.0);
 
-  rc.page[0] = 1; /* the client's stream gets there after all */
-  Graphd__Wire__Reply *r = td_raw_recv(rc.fd, 5000);
+  h.rc.page[0] = 1; /* the client's stream gets there after all */
+  Graphd__Wire__Reply *r = td_raw_recv(h.rc.fd, 5000);
   ck_assert_ptr_nonnull(r);
   ck_assert_uint_eq(r->code, 0);
   graphd__wire__reply__free_unpacked(r, NULL);
@@ -735,10 +732,8 @@ START_TEST(test_status_list_and_evict_answer_while_a_worker_is_held) {
   ck_assert_uint_eq(st->devices[0].counters.captures, 0);
   ck_assert_uint_eq(st->devices[0].counters.evictions, 1);
   graphd_daemon_status_free(st);
-  raw_close(&rc);
   graphd_close(ctl);
-  graphd_stream_detach(s);
-  graphd_close(c);
+  held_close(&h);
 }
 END_TEST
 
