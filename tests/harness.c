@@ -243,6 +243,19 @@ graphd_device_info td_device_info(graphd_client *c, int dev) {
   return d;
 }
 
+long td_rss_kib(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  long kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  fclose(f);
+  ck_assert_int_ge(kib, 0);
+  return kib;
+}
+
 graphd_client *td_data(const gd_test_daemon *d, int index) {
   graphd_client *ctl = td_control(d);
   graphd_daemon_status *s;

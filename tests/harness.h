@@ -98,4 +98,7 @@ int td_run_suite(Suite *s);
  * Fails the test on error. */
 graphd_device_info td_device_info(graphd_client *c, int dev);
 
+/* A process's resident set in KiB (VmRSS); fails the test when unreadable. */
+long td_rss_kib(pid_t pid);
+
 #endif

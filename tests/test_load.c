@@ -84,26 +84,13 @@ static int round_of_clients(const uint8_t *plugin, size_t plugin_len) {
   return failed;
 }
 
-/* The daemon's resident set in KiB. */
-static long rss_kib(pid_t pid) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  ck_assert_ptr_nonnull(f);
-  long kib = -1;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
-  fclose(f);
-  return kib;
-}
-
 START_TEST(test_load_32_clients_lose_nothing_and_memory_stays_flat) {
   size_t plugin_len;
   uint8_t *plugin = td_read_file(HOST_KERNELS_SO, &plugin_len);
   ck_assert_int_eq(round_of_clients(plugin, plugin_len), 0);
-  long after_first = rss_kib(d.pid);
+  long after_first = td_rss_kib(d.pid);
   ck_assert_int_eq(round_of_clients(plugin, plugin_len), 0);
-  long after_second = rss_kib(d.pid);
+  long after_second = td_rss_kib(d.pid);
 
   graphd_client *ctl = td_control(&d);
   graphd_daemon_status *st;
