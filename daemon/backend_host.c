@@ -30,7 +30,8 @@ struct gd_backend_dev {
   int index;
   uint64_t total;
   _Atomic uint64_t used;
-  int fault; /* a kernel reported a fault: sticky until the reset (2: past it too) */
+  _Atomic uint64_t mapped; /* bytes of client regions mapped (at most total) */
+  int fault;               /* a kernel reported a fault: sticky until the reset (2: past it too) */
 };
 
 static int host_open(gd_backend *be, int i, gd_backend_dev **out, char *err, size_t errlen) {
@@ -167,8 +168,21 @@ static int host_region_import(gd_backend *be, gd_backend_dev *d, const gd_region
     if (in->size == 0) snprintf(err, errlen, "the region declares 0 bytes");
     return -GRAPHD_INVALID_ARGUMENT;
   }
+  /* Like a GPU's memory, a host device's holds at most --host-memory of
+   * client regions: a sparse memfd cannot fill the daemon's address space. */
+  uint64_t mapped = atomic_fetch_add(&d->mapped, in->size);
+  if (in->size > d->total || mapped > d->total - in->size) {
+    atomic_fetch_sub(&d->mapped, in->size);
+    snprintf(err, errlen,
+             "a region of %llu bytes does not fit on host device %d: %llu of its %llu bytes "
+             "(--host-memory) hold regions already",
+             (unsigned long long)in->size, d->index, (unsigned long long)mapped,
+             (unsigned long long)d->total);
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
   void *p = mmap(NULL, in->size, PROT_READ | PROT_WRITE, MAP_SHARED, in->fd, 0);
   if (p == MAP_FAILED) {
+    atomic_fetch_sub(&d->mapped, in->size);
     snprintf(err, errlen, "mmap of the region: %s", strerror(errno));
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
@@ -181,8 +195,9 @@ static int host_region_import(gd_backend *be, gd_backend_dev *d, const gd_region
 }
 
 static void host_region_release(gd_backend *be, gd_backend_dev *d, gd_region_map *m) {
-  (void)be, (void)d;
+  (void)be;
   munmap(m->handle, m->mapped);
+  atomic_fetch_sub(&d->mapped, m->mapped);
 }
 
 /* --- captures and replay ------------------------------------------------

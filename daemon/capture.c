@@ -533,6 +533,15 @@ void capture_drop(gd_device *d, gd_capture *c) {
   }
 }
 
+bool capture_forget_program(gd_device *d, const gd_regprog *p, uint64_t *staging_bytes) {
+  gd_capture *c = capture_find(d, p);
+  *staging_bytes = c ? c->staging.bytes : 0;
+  if (c) capture_drop(d, c);
+  if (d->caps && p->index < d->caps->n) d->caps->ever[p->index] = false;
+  modcache_forget_program(d, p);
+  return c != NULL;
+}
+
 void capture_close_all(gd_device *d) {
   gd_capture_set *cs = d->caps;
   if (!cs) return;

@@ -90,6 +90,12 @@ void capture_remove(gd_device *d, gd_capture *c);
  * before (a re-capture). */
 bool capture_mark_built(gd_device *d, const gd_capture *c);
 
+/* The registry frees p: its capture on d, if any, is dropped (the size
+ * of its staging in *staging_bytes; returns whether there was one), and
+ * everything d keeps under p's index is forgotten, so that the index can
+ * serve another program. */
+bool capture_forget_program(gd_device *d, const gd_regprog *p, uint64_t *staging_bytes);
+
 /* Frees a capture that is not in the set. */
 void capture_free(gd_device *d, gd_capture *c);
 

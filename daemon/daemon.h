@@ -68,8 +68,10 @@ typedef struct gd_daemon {
   bool listen_active;
   char socket_path[108];
   uv_poll_t listen_poll;
-  uv_timer_t accept_timer; /* resumes accepting after running out of fds */
-  uv_timer_t sweep_timer;  /* Hello deadline and idle timeout */
+  uv_timer_t accept_timer;         /* resumes accepting after running out of fds */
+  uv_timer_t sweep_timer;          /* Hello deadline and idle timeout */
+  uv_timer_t wait_timer;           /* polls replays held back by --max-inflight-replays */
+  struct replay_job *held_replays; /* ... those replays (replay.c) */
   bool accept_resting;
   dev_t socket_dev; /* the socket file we made: only it is removed at exit */
   ino_t socket_ino;

@@ -16,6 +16,7 @@
 #include "graphd/status.h"
 #include "log.h"
 #include "modcache.h"
+#include "reclaim.h"
 #include "registry.h"
 #include "replay.h"
 #include "version.h"
@@ -248,6 +249,33 @@ static void reply_registered(gd_session *s, uint64_t request_id, bool program,
   session_reply(s, &r);
 }
 
+/* A registration went through (the entry is new or known): the session's
+ * user pays for it and the session holds it, then the reply. Over the
+ * user's limit, the user's unused entries make room or the answer is
+ * RESOURCE_EXHAUSTED. */
+static void registered(gd_session *s, uint64_t request_id, bool program,
+                       const uint8_t id[GD_ID_LEN], bool known) {
+  gd_daemon *d = daemon_of(s);
+  void *e = program ? (void *)registry_find_program(&d->reg, id)
+                    : (void *)registry_find_module(&d->reg, id);
+  char err[512];
+  int rc = e ? registry_claim(&d->reg, (uint32_t)s->uid, program, e, err, sizeof err) : 0;
+  if (rc == 0 && e && registry_hold(&d->reg, &s->holds, program, e) < 0) {
+    snprintf(err, sizeof err, "out of memory");
+    rc = -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  if (rc < 0)
+    session_reply_error(s, request_id, rc, "%s: %s", program ? "RegisterProgram" : "RegisterModule",
+                        err);
+  else
+    reply_registered(s, request_id, program, id, known);
+}
+
+void dispatch_session_closed(gd_session *s) {
+  registry_release(&daemon_of(s)->reg, &s->holds);
+  dsession_close(s);
+}
+
 /* Registrations whose bytes take time to hash or decode (over this size)
  * go to libuv's thread pool, so the loop serves other sessions meanwhile;
  * the registry itself changes on the loop only. */
@@ -305,8 +333,9 @@ static void reg_after_cb(uv_work_t *w, int status) {
       session_reply_error(s, rw->request_id, rc, "%s: %s",
                           rw->program ? "RegisterProgram" : "RegisterModule", rw->err);
     else
-      reply_registered(s, rw->request_id, rw->program, rw->id, known);
+      registered(s, rw->request_id, rw->program, rw->id, known);
   }
+  reclaim_flush(daemon_of(s)); /* an insert may have made room */
   session_end_request(s);
   free(rw);
 }
@@ -382,7 +411,7 @@ static void handle_register_module(gd_session *s, Graphd__Wire__Request *req, in
     session_reply_error(s, req->request_id, rc, "RegisterModule: %s", err);
     return;
   }
-  reply_registered(s, req->request_id, false, m->module_id.data, known);
+  registered(s, req->request_id, false, m->module_id.data, known);
 }
 
 static void handle_register_program(gd_session *s, Graphd__Wire__Request *req, int fd) {
@@ -439,7 +468,7 @@ static void handle_register_program(gd_session *s, Graphd__Wire__Request *req, i
     session_reply_error(s, req->request_id, rc, "RegisterProgram: %s", err);
     return;
   }
-  reply_registered(s, req->request_id, true, m->program_id.data, known);
+  registered(s, req->request_id, true, m->program_id.data, known);
 }
 
 typedef struct prepare_job {
@@ -483,7 +512,7 @@ static void handle_prepare_program(gd_session *s, Graphd__Wire__Request *req) {
                         "PrepareProgram needs a data session (one bound to a device)");
     return;
   }
-  const gd_regprog *p = registry_find_program(&daemon_of(s)->reg, m->program_id.data);
+  gd_regprog *p = registry_find_program(&daemon_of(s)->reg, m->program_id.data);
   if (!p) {
     char hex[2 * GD_ID_LEN + 1];
     gd_id_hex(m->program_id.data, 0, hex);
@@ -492,7 +521,8 @@ static void handle_prepare_program(gd_session *s, Graphd__Wire__Request *req) {
     return;
   }
   prepare_job *pj = calloc(1, sizeof *pj);
-  if (!pj) {
+  if (!pj || registry_hold(&daemon_of(s)->reg, &s->holds, true, p) < 0) {
+    free(pj);
     session_reply_error(s, req->request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
@@ -566,4 +596,5 @@ void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int n
 exit:
   if (fd >= 0) close(fd);
   graphd__wire__request__free_unpacked(req, NULL);
+  reclaim_flush(daemon_of(s)); /* what a registration made room by */
 }

@@ -11,4 +11,8 @@
  * req->nfds). */
 void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int nfds);
 
+/* The session closed: it lets go of the registry entries it held, and of
+ * its data session. */
+void dispatch_session_closed(gd_session *s);
+
 #endif

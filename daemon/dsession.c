@@ -74,6 +74,7 @@ void dsession_close(gd_session *s) {
     worker_submit(daemon_worker(d, s->device), &ej->job);
   }
   free(x->last_seq);
+  free(x->used_slots);
   free(x);
   s->data = NULL;
 }
@@ -100,10 +101,12 @@ static void flags_done(gd_job *j) {
   if (!s->closing) {
     if (j->status < 0) {
       session_reply_error(s, fj->rq.request_id, j->status, "RegisterFlags: %s", j->msg);
-    } else if (!(x->last_seq = calloc(fj->slots, sizeof *x->last_seq))) {
+    } else if (!(x->last_seq = calloc(fj->slots, sizeof *x->last_seq)) ||
+               !(x->used_slots = calloc(fj->slots, sizeof *x->used_slots))) {
       session_reply_error(s, fj->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     } else {
       x->flag_slots = fj->slots;
+      x->flags_host = fj->ds->flags.host;
       Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
       Graphd__Wire__RegisterFlagsReply fr = GRAPHD__WIRE__REGISTER_FLAGS_REPLY__INIT;
       r.request_id = fj->rq.request_id;
@@ -198,30 +201,59 @@ static void import_run(gd_job *j, void *ctx) {
   ij->in.fd = -1;
 }
 
-/* Bytes of regions the sessions of uid have mapped, on every device. */
-static uint64_t uid_region_bytes(gd_daemon *d, uid_t uid) {
-  uint64_t sum = 0;
+/* Regions and their bytes that the sessions of uid have mapped, on every
+ * device. */
+static void uid_regions(gd_daemon *d, uid_t uid, uint64_t *n, uint64_t *bytes) {
+  *n = *bytes = 0;
   for (gd_session *y = d->sessions.head; y; y = y->next) {
     const gd_dsession *yx = y->uid == uid ? dsession_of(y) : NULL;
-    if (yx) sum += yx->regions.bytes;
+    if (!yx) continue;
+    *n += yx->regions.n;
+    *bytes += yx->regions.bytes;
   }
-  return sum;
 }
 
-/* Whether mapping `more` bytes keeps s's uid within
- * --max-region-bytes-per-uid; if not, err says so. */
-static bool region_bytes_fit(gd_session *s, uint64_t more, char *err, size_t errlen) {
+/* Whether one more region of `more` bytes keeps s within the region
+ * limits, per session and per uid; if not, err names the limit. */
+static bool region_fits(gd_session *s, uint64_t more, char *err, size_t errlen) {
   gd_daemon *d = daemon_of(s);
-  uint64_t cap = d->opt->max_region_bytes_per_uid;
-  if (!cap) return true;
-  uint64_t held = uid_region_bytes(d, s->uid);
-  if (more <= cap && held <= cap - more) return true;
-  snprintf(err, errlen,
-           "uid %u has %llu bytes of regions mapped and this one needs %llu: over "
-           "--max-region-bytes-per-uid %llu; unregister some first",
-           (unsigned)s->uid, (unsigned long long)held, (unsigned long long)more,
-           (unsigned long long)cap);
-  return false;
+  const gd_options *o = d->opt;
+  const gd_region_table *t = &dsession_of(s)->regions;
+  if (t->n >= o->max_regions_per_session) {
+    snprintf(err, errlen,
+             "this session holds %llu regions, the most --max-regions-per-session %u allows; "
+             "unregister some first",
+             (unsigned long long)t->n, o->max_regions_per_session);
+    return false;
+  }
+  uint64_t cap = o->max_region_bytes_per_session;
+  if (cap && (more > cap || t->bytes > cap - more)) {
+    snprintf(err, errlen,
+             "this session has %llu bytes of regions mapped and this one needs %llu: over "
+             "--max-region-bytes-per-session %llu; unregister some first",
+             (unsigned long long)t->bytes, (unsigned long long)more, (unsigned long long)cap);
+    return false;
+  }
+  if (!o->max_regions_per_uid && !o->max_region_bytes_per_uid) return true;
+  uint64_t n, held;
+  uid_regions(d, s->uid, &n, &held);
+  if (o->max_regions_per_uid && n >= o->max_regions_per_uid) {
+    snprintf(err, errlen,
+             "uid %u holds %llu regions over its sessions, the most --max-regions-per-uid %u "
+             "allows; unregister some first",
+             (unsigned)s->uid, (unsigned long long)n, o->max_regions_per_uid);
+    return false;
+  }
+  cap = o->max_region_bytes_per_uid;
+  if (cap && (more > cap || held > cap - more)) {
+    snprintf(err, errlen,
+             "uid %u has %llu bytes of regions mapped and this one needs %llu: over "
+             "--max-region-bytes-per-uid %llu; unregister some first",
+             (unsigned)s->uid, (unsigned long long)held, (unsigned long long)more,
+             (unsigned long long)cap);
+    return false;
+  }
+  return true;
 }
 
 static void import_done(gd_job *j) {
@@ -241,7 +273,7 @@ static void import_done(gd_job *j) {
   gd_dsession *x = dsession_of(s);
   char over[256];
   /* The mapping may be larger than asked (granularity): check what it is. */
-  if (!region_bytes_fit(s, ij->out.size, over, sizeof over)) {
+  if (!region_fits(s, ij->out.size, over, sizeof over)) {
     release_map(d, s->device, &ij->out, NULL);
     session_reply_error(s, ij->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "RegisterRegion: %s",
                         over);
@@ -294,10 +326,7 @@ void dsession_handle_register_region(gd_session *s, uint64_t request_id,
   } else if (m->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_LEGACY_IPC &&
              m->ipc_handle.len != 64) {
     why = "RegisterRegion.ipc_handle must be 64 bytes (a CUipcMemHandle)";
-  } else if (x->regions.n >= GD_MAX_REGIONS_PER_SESSION) {
-    why = "this session holds the most regions allowed (4096); unregister some first";
-    code = GRAPHD_RESOURCE_EXHAUSTED;
-  } else if (!region_bytes_fit(s, m->size, over, sizeof over)) {
+  } else if (!region_fits(s, m->size, over, sizeof over)) {
     why = over;
     code = GRAPHD_RESOURCE_EXHAUSTED;
   }

@@ -22,6 +22,11 @@ typedef struct gd_dsession {
   gd_region_table regions;
   uint32_t flag_slots; /* 0 until RegisterFlags */
   uint64_t *last_seq;  /* per flag slot: the last replay's seq */
+  /* What --max-inflight-replays counts: the slots replayed on, and the
+   * flag page as the daemon maps it (to read their done words). */
+  uint32_t *used_slots;
+  uint32_t nused_slots;
+  const volatile uint64_t *flags_host;
 } gd_dsession;
 
 /* The data session's state; NULL for a control session or once closed. */

@@ -57,6 +57,26 @@ static void usage(FILE *f) {
           "  --max-region-bytes-per-uid SIZE\n"
           "                        bytes of client memory the sessions of one uid may\n"
           "                        have mapped at once (default 0 = no limit)\n"
+          "  --max-region-bytes-per-session SIZE\n"
+          "                        ... one session (default 0 = no limit)\n"
+          "  --max-regions-per-session N\n"
+          "                        regions one session holds (default 4096)\n"
+          "  --max-regions-per-uid N\n"
+          "                        regions the sessions of one uid hold (default 16384,\n"
+          "                        0 = no limit)\n"
+          "  --max-programs N      programs registered in all (default 65536)\n"
+          "  --max-programs-per-uid N\n"
+          "                        programs one uid registered (default 8192, 0 = no\n"
+          "                        limit); past it its unused ones are freed, least\n"
+          "                        recently used first\n"
+          "  --max-module-bytes SIZE\n"
+          "                        module bytes registered in all (default 8G)\n"
+          "  --max-module-bytes-per-uid SIZE\n"
+          "                        module bytes one uid registered (default 2G, 0 = no\n"
+          "                        limit), freed like programs\n"
+          "  --max-inflight-replays N\n"
+          "                        replays a session may have queued on its device and\n"
+          "                        not finished; more wait (default 1024)\n"
           "  --host-module-allow FILE\n"
           "                        host module ids (64 hex digits a line) that clients\n"
           "                        who are not admins may register\n"
@@ -86,6 +106,14 @@ static const struct option long_opts[] = {
     {"hello-timeout", required_argument, NULL, 0},
     {"host-module-allow", required_argument, NULL, 0},
     {"max-region-bytes-per-uid", required_argument, NULL, 0},
+    {"max-region-bytes-per-session", required_argument, NULL, 0},
+    {"max-regions-per-session", required_argument, NULL, 0},
+    {"max-regions-per-uid", required_argument, NULL, 0},
+    {"max-programs", required_argument, NULL, 0},
+    {"max-programs-per-uid", required_argument, NULL, 0},
+    {"max-module-bytes", required_argument, NULL, 0},
+    {"max-module-bytes-per-uid", required_argument, NULL, 0},
+    {"max-inflight-replays", required_argument, NULL, 0},
     {"idle-timeout", required_argument, NULL, 0},
     {"max-connections", required_argument, NULL, 0},
     {"max-connections-per-uid", required_argument, NULL, 0},
@@ -238,6 +266,13 @@ int main(int argc, char **argv) {
   if (parse_settings(argc, argv, &opt, &check_only) < 0) return EXIT_USAGE;
   gd_log_level = opt.log_level;
   memset(&srv, 0, sizeof srv);
+  gd_reg_limits limits = {
+      .max_programs = opt.max_programs,
+      .max_module_bytes = opt.max_module_bytes,
+      .max_programs_per_uid = opt.max_programs_per_uid,
+      .max_module_bytes_per_uid = opt.max_module_bytes_per_uid,
+  };
+  registry_set_limits(&srv.reg, &limits);
   if (opt.host_module_allow[0] &&
       allowlist_load(&srv.host_allow, opt.host_module_allow, err, sizeof err) < 0) {
     fprintf(stderr, "graphd: %s\n", err);

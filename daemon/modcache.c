@@ -222,6 +222,23 @@ void modcache_release_module(gd_device *d, const gd_module *m) {
   ds->mods[m->index].mod = NULL;
 }
 
+void modcache_forget_program(gd_device *d, const gd_regprog *p) {
+  struct gd_modcache *ds = d->mods;
+  if (!ds || p->index >= ds->nprogs) return;
+  dev_prog *dp = &ds->progs[p->index];
+  for (uint32_t k = 0; dp->step_func && k < dp->nsteps; k++) free(dp->step_func[k]);
+  free(dp->step_func);
+  memset(dp, 0, sizeof *dp);
+}
+
+void modcache_forget_module(gd_device *d, const gd_module *m) {
+  struct gd_modcache *ds = d->mods;
+  if (!ds || m->index >= ds->nmods) return;
+  modcache_release_module(d, m);
+  free(ds->mods[m->index].fail_msg);
+  memset(&ds->mods[m->index], 0, sizeof ds->mods[m->index]);
+}
+
 void modcache_close(gd_device *d) {
   struct gd_modcache *ds = d->mods;
   if (!ds) return;

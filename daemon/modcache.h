@@ -35,6 +35,12 @@ gd_dev_func *modcache_function(gd_device *d, const gd_regprog *p, uint32_t step)
  * prepared against it will prepare again. */
 void modcache_release_module(gd_device *d, const gd_module *m);
 
+/* The registry frees p or m: what this device keeps under its index goes
+ * (a module is unloaded), so that the index can serve another entry. A
+ * program goes before the modules it launches. */
+void modcache_forget_program(gd_device *d, const gd_regprog *p);
+void modcache_forget_module(gd_device *d, const gd_module *m);
+
 /* Unloads everything (worker exit, device reset). */
 void modcache_close(gd_device *d);
 

@@ -4,6 +4,7 @@
 #include "options.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <ini.h>
 #include <math.h>
 #include <stdio.h>
@@ -31,6 +32,75 @@ void options_defaults(gd_options *o) {
   o->idle_timeout_s = 0;
   o->max_connections = 4096;
   o->max_connections_per_uid = 1024;
+  o->max_regions_per_session = 4096;
+  o->max_regions_per_uid = 16384;
+  o->max_programs = 65536;
+  o->max_programs_per_uid = 8192;
+  o->max_module_bytes = 8ull << 30;
+  o->max_module_bytes_per_uid = 2ull << 30;
+  o->max_inflight_replays = 1024;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out);
+
+/* The limits that are a count: name, where, the range (min 0: 0 turns
+ * the limit off). */
+typedef struct count_limit {
+  const char *key;
+  size_t off;
+  long min, max;
+} count_limit;
+
+static const count_limit count_limits[] = {
+    {"max-regions-per-session", offsetof(gd_options, max_regions_per_session), 1, 1 << 20},
+    {"max-regions-per-uid", offsetof(gd_options, max_regions_per_uid), 0, 1 << 24},
+    {"max-programs", offsetof(gd_options, max_programs), 1, 65536},
+    {"max-programs-per-uid", offsetof(gd_options, max_programs_per_uid), 0, 65536},
+    {"max-inflight-replays", offsetof(gd_options, max_inflight_replays), 1, 1 << 20},
+};
+
+/* The limits that are a size, as count_limit. */
+typedef struct size_limit {
+  const char *key;
+  size_t off;
+  uint64_t min, max;
+} size_limit;
+
+static const size_limit size_limits[] = {
+    {"max-region-bytes-per-uid", offsetof(gd_options, max_region_bytes_per_uid), 0, UINT64_MAX},
+    {"max-region-bytes-per-session", offsetof(gd_options, max_region_bytes_per_session), 0,
+     UINT64_MAX},
+    {"max-module-bytes", offsetof(gd_options, max_module_bytes), 1u << 20, 8ull << 30},
+    {"max-module-bytes-per-uid", offsetof(gd_options, max_module_bytes_per_uid), 0, 8ull << 30},
+};
+
+/* Sets a count or size limit named key; 1 when key is none of them. */
+static int set_limit(gd_options *o, const char *key, const char *v, char *err, size_t errlen) {
+  for (size_t i = 0; i < sizeof count_limits / sizeof count_limits[0]; i++) {
+    const count_limit *l = &count_limits[i];
+    if (strcmp(key, l->key) != 0) continue;
+    long n;
+    if (parse_int(v, l->min, l->max, &n) < 0) {
+      snprintf(err, errlen, "%s: '%s' is not a number from %ld to %ld%s", key, v, l->min, l->max,
+               l->min ? "" : " (0 = no limit)");
+      return -GRAPHD_INVALID_ARGUMENT;
+    }
+    *(uint32_t *)((char *)o + l->off) = (uint32_t)n;
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof size_limits / sizeof size_limits[0]; i++) {
+    const size_limit *l = &size_limits[i];
+    if (strcmp(key, l->key) != 0) continue;
+    uint64_t sz;
+    if (options_parse_size(v, &sz) < 0 || sz < l->min || sz > l->max) {
+      snprintf(err, errlen, "%s: '%s' is not a size (e.g. 512M, 2G)%s", key, v,
+               l->min ? " of at least 1M and at most 8G" : "; 0 = no limit");
+      return -GRAPHD_INVALID_ARGUMENT;
+    }
+    *(uint64_t *)((char *)o + l->off) = sz;
+    return 0;
+  }
+  return 1;
 }
 
 int options_parse_size(const char *s, uint64_t *out) {
@@ -161,10 +231,6 @@ int options_set(gd_options *o, const char *key, const char *v, char *err, size_t
   } else if (strcmp(key, "idle-timeout") == 0) {
     if (parse_seconds(v, &o->idle_timeout_s) < 0)
       BAD("idle-timeout: '%s' is not a number of seconds (0 = never)", v);
-  } else if (strcmp(key, "max-region-bytes-per-uid") == 0) {
-    if (options_parse_size(v, &sz) < 0)
-      BAD("max-region-bytes-per-uid: '%s' is not a size (e.g. 64G; 0 = no limit)", v);
-    o->max_region_bytes_per_uid = sz;
   } else if (strcmp(key, "host-module-allow") == 0) {
     if (copy_str(o->host_module_allow, sizeof o->host_module_allow, v) < 0)
       BAD("host-module-allow: path too long");
@@ -177,6 +243,8 @@ int options_set(gd_options *o, const char *key, const char *v, char *err, size_t
     else
       o->max_connections_per_uid = (uint32_t)conns;
   } else {
+    int rc = set_limit(o, key, v, err, errlen);
+    if (rc <= 0) return rc;
     BAD("unknown setting '%s'", key);
   }
   return 0;
@@ -233,12 +301,17 @@ void options_print(const gd_options *o, int fd) {
           "host-devices = %d\nhost-memory = %llu\ndevices = %s\nmax-frame = %u\n"
           "log-level = %s\nadmin-group = %s\ndevice-budget = %llu\nready-timeout = %g\n"
           "shutdown-grace = %g\nhello-timeout = %g\nidle-timeout = %g\nmax-connections = %u\n"
-          "max-connections-per-uid = %u\nmax-region-bytes-per-uid = %llu\n"
+          "max-connections-per-uid = %u\n"
           "host-module-allow = %s\n",
           o->socket_path, o->socket_mode, o->socket_group, backends[o->backend], o->host_devices,
           (unsigned long long)o->host_memory, o->devices, o->max_frame, levels[o->log_level],
           o->admin_group, (unsigned long long)o->device_budget, o->ready_timeout_s,
           o->shutdown_grace_s, o->hello_timeout_s, o->idle_timeout_s, o->max_connections,
-          o->max_connections_per_uid, (unsigned long long)o->max_region_bytes_per_uid,
-          o->host_module_allow);
+          o->max_connections_per_uid, o->host_module_allow);
+  for (size_t i = 0; i < sizeof count_limits / sizeof count_limits[0]; i++)
+    dprintf(fd, "%s = %u\n", count_limits[i].key,
+            *(const uint32_t *)((const char *)o + count_limits[i].off));
+  for (size_t i = 0; i < sizeof size_limits / sizeof size_limits[0]; i++)
+    dprintf(fd, "%s = %llu\n", size_limits[i].key,
+            (unsigned long long)*(const uint64_t *)((const char *)o + size_limits[i].off));
 }

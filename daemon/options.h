@@ -27,7 +27,15 @@ typedef struct gd_options {
   uint32_t max_connections;          /* sessions open at once, in all */
   uint32_t max_connections_per_uid;  /* ... per peer uid */
   uint64_t max_region_bytes_per_uid; /* bytes of regions one uid's sessions map; 0 = no limit */
-  char host_module_allow[256];       /* file of host module ids non-admins may register */
+  uint64_t max_region_bytes_per_session; /* ... one session maps; 0 = no limit */
+  uint32_t max_regions_per_session;      /* regions one session holds */
+  uint32_t max_regions_per_uid;          /* ... one uid's sessions hold; 0 = no limit */
+  uint32_t max_programs;                 /* programs registered, in all */
+  uint32_t max_programs_per_uid;         /* ... charged to one uid; 0 = no limit */
+  uint64_t max_module_bytes;             /* module bytes registered, in all */
+  uint64_t max_module_bytes_per_uid;     /* ... charged to one uid; 0 = no limit */
+  uint32_t max_inflight_replays;         /* replays queued on a session's stream, not done */
+  char host_module_allow[256];           /* file of host module ids non-admins may register */
 } gd_options;
 
 #include <stddef.h>

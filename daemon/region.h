@@ -17,8 +17,6 @@
 
 #include "backend.h"
 
-#define GD_MAX_REGIONS_PER_SESSION 4096u
-
 typedef struct gd_region {
   uint32_t id;
   gd_region_map map;

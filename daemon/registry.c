@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "graphd/status.h"
 
 gd_module *registry_find_module(gd_registry *r, const uint8_t id[GD_ID_LEN]) {
@@ -23,6 +24,287 @@ gd_regprog *registry_find_program(gd_registry *r, const uint8_t id[GD_ID_LEN]) {
   gd_regprog *p = NULL;
   HASH_FIND(hh, r->programs, id, GD_ID_LEN, p);
   return p;
+}
+
+/* --- indexes, owners, users ------------------------------------------------- */
+
+static uint32_t index_take(gd_reg_index *ix) {
+  return ix->nfree ? ix->free[--ix->nfree] : ix->next++;
+}
+
+static void index_give(gd_reg_index *ix, uint32_t i) {
+  if (ix->nfree == ix->free_cap) {
+    uint32_t cap = ix->free_cap ? 2 * ix->free_cap : 64;
+    uint32_t *n = realloc(ix->free, cap * sizeof *n);
+    if (!n) return; /* the index is not reused: tables stay a little larger */
+    ix->free = n;
+    ix->free_cap = cap;
+  }
+  ix->free[ix->nfree++] = i;
+}
+
+static gd_reg_user *user_get(gd_registry *r, uint32_t uid, bool make) {
+  gd_reg_user *u = NULL;
+  HASH_FIND(hh, r->users, &uid, sizeof uid, u);
+  if (!u && make && (u = calloc(1, sizeof *u))) {
+    u->uid = uid;
+    HASH_ADD(hh, r->users, uid, sizeof u->uid, u);
+  }
+  return u;
+}
+
+gd_reg_user registry_user(gd_registry *r, uint32_t uid) {
+  gd_reg_user *u = user_get(r, uid, false);
+  gd_reg_user z = {.uid = uid};
+  return u ? *u : z;
+}
+
+static bool owned_by(const gd_reg_use *u, uint32_t uid) {
+  for (uint32_t i = 0; i < u->nowners; i++)
+    if (u->owners[i] == uid) return true;
+  return false;
+}
+
+/* What an entry costs its owners: one program, or the module's bytes. */
+static void charge(gd_registry *r, uint32_t uid, bool program, uint64_t bytes, int sign) {
+  gd_reg_user *u = user_get(r, uid, sign > 0);
+  if (!u) return;
+  if (program)
+    u->programs = sign > 0 ? u->programs + 1 : u->programs - 1;
+  else
+    u->module_bytes = sign > 0 ? u->module_bytes + bytes : u->module_bytes - bytes;
+  if (!u->programs && !u->module_bytes) {
+    HASH_DEL(r->users, u);
+    free(u);
+  }
+}
+
+static void unlink_program(gd_registry *r, gd_regprog *p) {
+  HASH_DEL(r->programs, p);
+  r->nprograms--;
+  for (uint32_t i = 0; i < p->program->nsteps; i++)
+    if (p->step_module[i]) p->step_module[i]->nlaunches--;
+  for (uint32_t i = 0; i < p->use.nowners; i++) charge(r, p->use.owners[i], true, 0, -1);
+  p->use.nowners = 0;
+  p->next_dead = r->dead_programs;
+  r->dead_programs = p;
+}
+
+static void unlink_module(gd_registry *r, gd_module *m) {
+  HASH_DEL(r->modules, m);
+  r->nmodules--;
+  r->module_bytes -= m->len;
+  for (uint32_t i = 0; i < m->use.nowners; i++) charge(r, m->use.owners[i], false, m->len, -1);
+  m->use.nowners = 0;
+  m->next_dead = r->dead_modules;
+  r->dead_modules = m;
+}
+
+/* Whether an entry may go: nobody holds it, and (a module) no registered
+ * program launches it. */
+static bool unused_program(const gd_regprog *p) { return p->use.holders == 0; }
+static bool unused_module(const gd_module *m) { return m->use.holders == 0 && !m->nlaunches; }
+
+/* The least recently used unused entry of the kind, owned by uid (or by
+ * anyone when !by_uid), other than `keep`; NULL when none. */
+static void *lru_victim(gd_registry *r, bool program, bool by_uid, uint32_t uid, const void *keep) {
+  void *best = NULL;
+  uint64_t best_ns = UINT64_MAX;
+  if (program) {
+    for (gd_regprog *p = r->programs; p; p = p->hh.next)
+      if ((void *)p != keep && unused_program(p) && (!by_uid || owned_by(&p->use, uid)) &&
+          p->use.used_ns < best_ns) {
+        best = p;
+        best_ns = p->use.used_ns;
+      }
+  } else {
+    for (gd_module *m = r->modules; m; m = m->hh.next)
+      if ((void *)m != keep && unused_module(m) && (!by_uid || owned_by(&m->use, uid)) &&
+          m->use.used_ns < best_ns) {
+        best = m;
+        best_ns = m->use.used_ns;
+      }
+  }
+  return best;
+}
+
+static uint32_t max_programs(const gd_registry *r) {
+  uint32_t l = r->limits.max_programs;
+  return l && l < GD_REGISTRY_MAX_PROGRAMS ? l : GD_REGISTRY_MAX_PROGRAMS;
+}
+
+static uint64_t max_module_bytes(const gd_registry *r) {
+  uint64_t l = r->limits.max_module_bytes;
+  return l && l < GD_REGISTRY_MAX_MODULE_BYTES ? l : GD_REGISTRY_MAX_MODULE_BYTES;
+}
+
+/* Room in the whole registry for one more program, or one more module of
+ * len bytes: unused entries go, least recently used first. */
+static int global_room(gd_registry *r, bool program, size_t len, char *err, size_t errlen) {
+  for (;;) {
+    bool fits = program ? r->nprograms < max_programs(r)
+                        : r->nmodules < GD_REGISTRY_MAX_MODULES &&
+                              r->module_bytes + len <= max_module_bytes(r);
+    if (fits) return 0;
+    void *v = lru_victim(r, program, false, 0, NULL);
+    if (v) {
+      if (program)
+        unlink_program(r, v);
+      else
+        unlink_module(r, v);
+      continue;
+    }
+    /* Modules in use only by unused programs: those programs go first. */
+    gd_regprog *p = program ? NULL : lru_victim(r, true, false, 0, NULL);
+    if (!p) break;
+    unlink_program(r, p);
+  }
+  if (program)
+    snprintf(err, errlen,
+             "the program registry is full (max-programs %u) and every program in it is held "
+             "by an open session",
+             max_programs(r));
+  else
+    snprintf(err, errlen,
+             "the module registry is full (%u modules, %llu bytes; max-module-bytes %llu) and "
+             "every module in it is in use",
+             r->nmodules, (unsigned long long)r->module_bytes,
+             (unsigned long long)max_module_bytes(r));
+  return -GRAPHD_RESOURCE_EXHAUSTED;
+}
+
+void registry_set_limits(gd_registry *r, const gd_reg_limits *l) { r->limits = *l; }
+
+int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char *err,
+                   size_t errlen) {
+  gd_reg_use *use = program ? &((gd_regprog *)entry)->use : &((gd_module *)entry)->use;
+  uint64_t bytes = program ? 0 : ((gd_module *)entry)->len;
+  if (owned_by(use, uid)) return 0;
+  uint64_t limit = program ? r->limits.max_programs_per_uid : r->limits.max_module_bytes_per_uid;
+  for (;;) {
+    gd_reg_user u = registry_user(r, uid);
+    uint64_t have = program ? u.programs : u.module_bytes;
+    uint64_t need = program ? 1 : bytes;
+    if (!limit || have + need <= limit) break;
+    void *v = lru_victim(r, program, true, uid, entry);
+    bool vprog = program;
+    if (!v && !program) {
+      /* The user's modules may be in use only by its own unused programs. */
+      v = lru_victim(r, true, true, uid, NULL);
+      vprog = true;
+    }
+    if (!v) {
+      if (program)
+        snprintf(err, errlen,
+                 "max-programs-per-uid (%llu) reached: uid %u has %u programs registered and "
+                 "open sessions hold every one; close sessions or raise the limit",
+                 (unsigned long long)limit, uid, u.programs);
+      else
+        snprintf(err, errlen,
+                 "max-module-bytes-per-uid (%llu) reached: uid %u has %llu module bytes "
+                 "registered and this module is %llu more; the rest are in use",
+                 (unsigned long long)limit, uid, (unsigned long long)u.module_bytes,
+                 (unsigned long long)bytes);
+      /* Nobody else wants the entry either: it goes. */
+      bool orphan = use->nowners == 0 && use->holders == 0 &&
+                    (program || ((gd_module *)entry)->nlaunches == 0);
+      if (orphan) {
+        if (program)
+          unlink_program(r, entry);
+        else
+          unlink_module(r, entry);
+      }
+      return -GRAPHD_RESOURCE_EXHAUSTED;
+    }
+    /* The user lets go of its least recently used unused entry; it goes
+     * when nobody else owns it. */
+    gd_reg_use *vu = vprog ? &((gd_regprog *)v)->use : &((gd_module *)v)->use;
+    for (uint32_t i = 0; i < vu->nowners; i++)
+      if (vu->owners[i] == uid) {
+        vu->owners[i] = vu->owners[--vu->nowners];
+        break;
+      }
+    charge(r, uid, vprog, vprog ? 0 : ((gd_module *)v)->len, -1);
+    if (!vu->nowners) {
+      if (vprog)
+        unlink_program(r, v);
+      else
+        unlink_module(r, v);
+    }
+  }
+  if (use->nowners == use->owners_cap) {
+    uint32_t cap = use->owners_cap ? 2 * use->owners_cap : 2;
+    uint32_t *n = realloc(use->owners, cap * sizeof *n);
+    if (!n) {
+      snprintf(err, errlen, "out of memory");
+      return -GRAPHD_RESOURCE_EXHAUSTED;
+    }
+    use->owners = n;
+    use->owners_cap = cap;
+  }
+  use->owners[use->nowners++] = uid;
+  charge(r, uid, program, bytes, +1);
+  return 0;
+}
+
+/* --- what sessions hold ------------------------------------------------------ */
+
+typedef struct held {
+  void *entry; /* the key */
+  bool program;
+  UT_hash_handle hh;
+} held;
+
+struct gd_reg_holds {
+  held *set;
+};
+
+int registry_hold(gd_registry *r, gd_reg_holds **h, bool program, void *entry) {
+  (void)r;
+  gd_reg_use *use = program ? &((gd_regprog *)entry)->use : &((gd_module *)entry)->use;
+  use->used_ns = gd_now_ns();
+  if (!*h && !(*h = calloc(1, sizeof **h))) return -GRAPHD_RESOURCE_EXHAUSTED;
+  held *x = NULL;
+  HASH_FIND_PTR((*h)->set, &entry, x);
+  if (x) return 0;
+  if (!(x = calloc(1, sizeof *x))) return -GRAPHD_RESOURCE_EXHAUSTED;
+  x->entry = entry;
+  x->program = program;
+  HASH_ADD_PTR((*h)->set, entry, x);
+  use->holders++;
+  return 0;
+}
+
+void registry_release(gd_registry *r, gd_reg_holds **h) {
+  (void)r;
+  if (!*h) return;
+  uint64_t now = gd_now_ns();
+  held *x, *tmp;
+  HASH_ITER(hh, (*h)->set, x, tmp) {
+    gd_reg_use *use = x->program ? &((gd_regprog *)x->entry)->use : &((gd_module *)x->entry)->use;
+    use->holders--;
+    use->used_ns = now; /* in use until now */
+    HASH_DEL((*h)->set, x);
+    free(x);
+  }
+  free(*h);
+  *h = NULL;
+}
+
+/* --- freeing ---------------------------------------------------------------- */
+
+void registry_take_dead(gd_registry *r, gd_regprog **programs, gd_module **modules) {
+  *programs = r->dead_programs;
+  *modules = r->dead_modules;
+  r->dead_programs = NULL;
+  r->dead_modules = NULL;
+}
+
+static void free_program(gd_regprog *p) {
+  gd_program_free(p->program);
+  free(p->step_module);
+  free(p->use.owners);
+  free(p);
 }
 
 /* Maps a sealed memfd read-only. Sealing is what makes the bytes we hash the
@@ -59,7 +341,20 @@ static void free_module(gd_module *m) {
     munmap((void *)m->bytes, m->len);
   else
     free((void *)m->bytes);
+  free(m->use.owners);
   free(m);
+}
+
+void registry_free_dead_program(gd_registry *r, gd_regprog *p) {
+  index_give(&r->program_index, p->index);
+  r->freed_programs++;
+  free_program(p);
+}
+
+void registry_free_dead_module(gd_registry *r, gd_module *m) {
+  index_give(&r->module_index, m->index);
+  r->freed_modules++;
+  free_module(m);
 }
 
 int registry_module_new(gd_registry *r, const uint8_t id[GD_ID_LEN], uint32_t kind,
@@ -82,10 +377,9 @@ int registry_module_new(gd_registry *r, const uint8_t id[GD_ID_LEN], uint32_t ki
     *known = true;
     return 0;
   }
-  if (r->nmodules >= GD_REGISTRY_MAX_MODULES ||
-      r->module_bytes + len > GD_REGISTRY_MAX_MODULE_BYTES) {
-    snprintf(err, errlen, "the module registry is full (%u modules, %llu bytes)", r->nmodules,
-             (unsigned long long)r->module_bytes);
+  if (len > max_module_bytes(r)) {
+    snprintf(err, errlen, "module of %zu bytes: over max-module-bytes (%llu)", len,
+             (unsigned long long)max_module_bytes(r));
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
   gd_module *m = calloc(1, sizeof *m);
@@ -137,15 +431,15 @@ int registry_module_insert(gd_registry *r, gd_module *m, bool *known, char *err,
     free_module(m);
     return 0;
   }
-  if (r->nmodules >= GD_REGISTRY_MAX_MODULES ||
-      r->module_bytes + m->len > GD_REGISTRY_MAX_MODULE_BYTES) {
-    snprintf(err, errlen, "the module registry is full (%u modules, %llu bytes)", r->nmodules,
-             (unsigned long long)r->module_bytes);
+  int rc = global_room(r, false, m->len, err, errlen);
+  if (rc < 0) {
     free_module(m);
-    return -GRAPHD_RESOURCE_EXHAUSTED;
+    return rc;
   }
-  m->index = r->nmodules++;
+  m->index = index_take(&r->module_index);
+  r->nmodules++;
   r->module_bytes += m->len;
+  m->use.used_ns = gd_now_ns();
   HASH_ADD(hh, r->modules, id, GD_ID_LEN, m);
   return 0;
 }
@@ -194,10 +488,10 @@ int registry_program_insert(gd_registry *r, gd_program *prog, bool *known, char 
     gd_program_free(prog);
     return 0;
   }
-  if (r->nprograms >= GD_REGISTRY_MAX_PROGRAMS) {
-    snprintf(err, errlen, "the program registry is full (%u programs)", r->nprograms);
+  int rc = global_room(r, true, 0, err, errlen);
+  if (rc < 0) {
     gd_program_free(prog);
-    return -GRAPHD_RESOURCE_EXHAUSTED;
+    return rc;
   }
   gd_regprog *p = calloc(1, sizeof *p);
   gd_module **mods = calloc(prog->nsteps, sizeof *mods);
@@ -225,7 +519,11 @@ int registry_program_insert(gd_registry *r, gd_program *prog, bool *known, char 
   memcpy(p->id, prog->id, GD_ID_LEN);
   p->program = prog;
   p->step_module = mods;
-  p->index = r->nprograms++;
+  for (uint32_t i = 0; i < prog->nsteps; i++)
+    if (mods[i]) mods[i]->nlaunches++;
+  p->index = index_take(&r->program_index);
+  r->nprograms++;
+  p->use.used_ns = gd_now_ns();
   HASH_ADD(hh, r->programs, id, GD_ID_LEN, p);
   return 0;
 }
@@ -245,10 +543,6 @@ int registry_add_program(gd_registry *r, const uint8_t id[GD_ID_LEN], const uint
     *known = true;
     return 0;
   }
-  if (r->nprograms >= GD_REGISTRY_MAX_PROGRAMS) {
-    snprintf(err, errlen, "the program registry is full (%u programs)", r->nprograms);
-    return -GRAPHD_RESOURCE_EXHAUSTED;
-  }
   gd_program *prog;
   int rc = registry_program_decode(id, enc, len, &prog, err, errlen);
   if (rc < 0) return rc;
@@ -259,14 +553,27 @@ void registry_close(gd_registry *r) {
   gd_regprog *p, *ptmp;
   HASH_ITER(hh, r->programs, p, ptmp) {
     HASH_DEL(r->programs, p);
-    gd_program_free(p->program);
-    free(p->step_module);
-    free(p);
+    free_program(p);
   }
   gd_module *m, *mtmp;
   HASH_ITER(hh, r->modules, m, mtmp) {
     HASH_DEL(r->modules, m);
     free_module(m);
   }
+  while ((p = r->dead_programs)) {
+    r->dead_programs = p->next_dead;
+    free_program(p);
+  }
+  while ((m = r->dead_modules)) {
+    r->dead_modules = m->next_dead;
+    free_module(m);
+  }
+  gd_reg_user *u, *utmp;
+  HASH_ITER(hh, r->users, u, utmp) {
+    HASH_DEL(r->users, u);
+    free(u);
+  }
+  free(r->module_index.free);
+  free(r->program_index.free);
   memset(r, 0, sizeof *r);
 }

@@ -1,11 +1,24 @@
 /* The daemon-wide registry of modules and programs, keyed by SHA-256 id.
  *
- * DESIGN: the loop thread adds entries (the hashing and decoding before
- * that may run on any thread, see the phases below); entries are immutable once added
- * and are never removed while the daemon runs (eviction frees captures and
- * per-device loads, not registrations: a device reset keeps programs and
- * modules across device resets). Workers therefore read an entry without a
- * lock once a job that names it has crossed their queue's mutex. */
+ * DESIGN: the loop thread adds and removes entries (the hashing and
+ * decoding before adding may run on any thread, see the phases below);
+ * entries are immutable while registered. Workers read an entry without a
+ * lock once a job that names it has crossed their queue's mutex.
+ *
+ * Who pays for an entry, and when it may go: every user (uid) that
+ * registered an entry owns it, and is charged for it against the per-uid
+ * limits; every open session that registered it, or prepared or replayed a
+ * program, holds it. An entry nobody holds is unused and may be freed,
+ * least recently used first: when its owner needs room under a per-uid
+ * limit (the owner lets go of it; it goes when no owner is left), or when
+ * the registry as a whole is full (it goes at once). A module that a
+ * registered program launches is never freed before the program.
+ *
+ * Removal has two halves: the registry unlinks the entry at once (its id
+ * is unknown from then on, its counts are given back) and keeps it on a
+ * dead list; the daemon then has every device forget its index (after the
+ * jobs queued before, which may still use it) and frees it
+ * (registry_free_dead), which is when its index may be handed out again. */
 #ifndef GRAPHD_REGISTRY_H
 #define GRAPHD_REGISTRY_H
 
@@ -21,13 +34,24 @@
 #define GD_REGISTRY_MAX_PROGRAMS 65536u
 #define GD_REGISTRY_MAX_MODULE_BYTES (8ull << 30)
 
+/* Who owns and holds an entry, and when it was last used (see above). */
+typedef struct gd_reg_use {
+  uint64_t used_ns;
+  uint32_t holders; /* open sessions holding it */
+  uint32_t nowners, owners_cap;
+  uint32_t *owners; /* uids charged for it */
+} gd_reg_use;
+
 typedef struct gd_module {
   uint8_t id[GD_ID_LEN];
   uint32_t kind;
   const uint8_t *bytes;
   size_t len;
-  bool mapped;    /* bytes is an mmap of a sealed memfd, else malloc'd */
-  uint32_t index; /* dense index, for per-device tables */
+  bool mapped;        /* bytes is an mmap of a sealed memfd, else malloc'd */
+  uint32_t index;     /* dense index, for per-device tables */
+  uint32_t nlaunches; /* launch steps of registered programs that use it */
+  gd_reg_use use;
+  struct gd_module *next_dead;
   UT_hash_handle hh;
 } gd_module;
 
@@ -36,15 +60,50 @@ typedef struct gd_regprog {
   gd_program *program;
   gd_module **step_module; /* per step: the launch's module, NULL otherwise */
   uint32_t index;          /* dense index, for per-device tables */
+  gd_reg_use use;
+  struct gd_regprog *next_dead;
   UT_hash_handle hh;
 } gd_regprog;
+
+/* What one user is charged for. */
+typedef struct gd_reg_user {
+  uint32_t uid;
+  uint32_t programs;
+  uint64_t module_bytes;
+  UT_hash_handle hh;
+} gd_reg_user;
+
+/* The limits; 0 leaves a per-uid one off. */
+typedef struct gd_reg_limits {
+  uint32_t max_programs;     /* in all (at most GD_REGISTRY_MAX_PROGRAMS) */
+  uint64_t max_module_bytes; /* in all (at most GD_REGISTRY_MAX_MODULE_BYTES) */
+  uint32_t max_programs_per_uid;
+  uint64_t max_module_bytes_per_uid;
+} gd_reg_limits;
+
+/* A dense index that is handed out again once freed. */
+typedef struct gd_reg_index {
+  uint32_t next;
+  uint32_t *free;
+  uint32_t nfree, free_cap;
+} gd_reg_index;
 
 typedef struct gd_registry {
   gd_module *modules;   /* uthash head */
   gd_regprog *programs; /* uthash head */
   uint32_t nmodules, nprograms;
   uint64_t module_bytes;
+  gd_reg_limits limits;
+  gd_reg_user *users; /* uthash head */
+  gd_reg_index module_index, program_index;
+  /* Unlinked, to be forgotten by every device and then freed. */
+  gd_module *dead_modules;
+  gd_regprog *dead_programs;
+  uint64_t freed_programs, freed_modules; /* since start */
 } gd_registry;
+
+/* The set of entries one session holds (opaque). */
+typedef struct gd_reg_holds gd_reg_holds;
 
 /* Registers module bytes (inline: bytes/len; or a sealed memfd of len
  * bytes: fd >= 0, not closed here). The daemon recomputes the id and
@@ -92,6 +151,36 @@ bool registry_same_program(const uint8_t id[GD_ID_LEN], const uint8_t *enc, size
 
 gd_module *registry_find_module(gd_registry *r, const uint8_t id[GD_ID_LEN]);
 gd_regprog *registry_find_program(gd_registry *r, const uint8_t id[GD_ID_LEN]);
+
+/* The registry's limits; a zero total means the compiled-in maximum.
+ * Before the first entry. */
+void registry_set_limits(gd_registry *r, const gd_reg_limits *l);
+
+/* Charges user uid for an entry it registered (program, or module), once
+ * per user: if that takes the user over a per-uid limit, the user's unused
+ * entries are let go, least recently used first, and when that is not
+ * enough the charge is refused with RESOURCE_EXHAUSTED naming the limit
+ * (and an entry nobody owns or holds is unlinked). */
+int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char *err,
+                   size_t errlen);
+
+/* The session *h holds the entry from now on (once); it is used now. */
+int registry_hold(gd_registry *r, gd_reg_holds **h, bool program, void *entry);
+
+/* The entry is used now (a replay). */
+static inline void registry_touch(gd_reg_use *u, uint64_t now_ns) { u->used_ns = now_ns; }
+
+/* The session closed: it holds nothing any more; frees *h. */
+void registry_release(gd_registry *r, gd_reg_holds **h);
+
+/* What a user is charged for (zeros for a stranger). */
+gd_reg_user registry_user(gd_registry *r, uint32_t uid);
+
+/* Takes the dead lists (unlinked entries); the caller has every device
+ * forget them, then frees each with registry_free_dead_*. */
+void registry_take_dead(gd_registry *r, gd_regprog **programs, gd_module **modules);
+void registry_free_dead_program(gd_registry *r, gd_regprog *p);
+void registry_free_dead_module(gd_registry *r, gd_module *m);
 
 /* Frees everything (at exit, after the workers stopped). */
 void registry_close(gd_registry *r);

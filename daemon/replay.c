@@ -36,6 +36,8 @@ typedef struct replay_job {
   uint64_t staging_bytes;
   uint32_t budget_evicted; /* captures the budget dropped to fit this one */
   uint64_t budget_evicted_bytes;
+  struct replay_job *next_held; /* held back by --max-inflight-replays */
+  uint64_t held_ns;
   gd_bound bind[]; /* one per slot of the program */
 } replay_job;
 
@@ -236,6 +238,80 @@ static void replay_done(gd_job *j) {
   free(rj);
 }
 
+/* --- replays held back ------------------------------------------------------
+ * A session may have at most --max-inflight-replays replays queued on its
+ * device and not done (by the done words of its flag page): past that the
+ * device's queue would grow without bound, and a client far ahead of its
+ * GPU could fill the driver's queue and block the device's worker for
+ * everyone. The next replay is held on the loop, its session not read,
+ * until the count drops: the client waits in its call, as a launch into a
+ * full queue waits in-process. */
+
+static uint64_t session_inflight(const gd_dsession *x) {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < x->nused_slots; i++) {
+    uint32_t slot = x->used_slots[i];
+    uint64_t done = __atomic_load_n(
+        x->flags_host + (uint64_t)slot * GRAPHD_FLAG_WORDS_PER_SLOT + GRAPHD_FLAG_WORD_DONE,
+        __ATOMIC_ACQUIRE);
+    if (x->last_seq[slot] > done) n += x->last_seq[slot] - done;
+  }
+  return n;
+}
+
+static void fail_held(replay_job *rj, int code, const char *msg) {
+  rj->rq.job.status = -code;
+  snprintf(rj->rq.job.msg, sizeof rj->rq.job.msg, "%s", msg);
+  replay_done(&rj->rq.job);
+}
+
+static void wait_cb(uv_timer_t *t) {
+  gd_daemon *d = t->data;
+  uint64_t now = gd_now_ns();
+  for (replay_job **pp = &d->held_replays; *pp;) {
+    replay_job *rj = *pp;
+    gd_session *s = rj->rq.s;
+    gd_dsession *x = s->closing ? NULL : dsession_of(s);
+    double waited = (double)(now - rj->held_ns) / 1e9;
+    if (x && session_inflight(x) >= d->opt->max_inflight_replays &&
+        (d->opt->ready_timeout_s <= 0 || waited < d->opt->ready_timeout_s)) {
+      pp = &rj->next_held;
+      continue;
+    }
+    *pp = rj->next_held;
+    char msg[256];
+    if (!x) {
+      fail_held(rj, GRAPHD_UNAVAILABLE, "the session closed while the replay waited");
+    } else if (session_inflight(x) >= d->opt->max_inflight_replays) {
+      snprintf(msg, sizeof msg,
+               "over --max-inflight-replays %u: the session's earlier replays did not finish "
+               "within the ready timeout (%.1f s)",
+               d->opt->max_inflight_replays, waited);
+      fail_held(rj, GRAPHD_RESOURCE_EXHAUSTED, msg);
+    } else {
+      worker_submit(daemon_worker(d, s->device), &rj->rq.job);
+    }
+  }
+  if (!d->held_replays) uv_timer_stop(t);
+}
+
+static void hold(gd_daemon *d, replay_job *rj) {
+  rj->held_ns = gd_now_ns();
+  session_begin_request(rj->rq.s);
+  rj->next_held = d->held_replays;
+  d->held_replays = rj;
+  if (!uv_is_active((uv_handle_t *)&d->wait_timer)) uv_timer_start(&d->wait_timer, wait_cb, 1, 1);
+}
+
+void replay_release_held(gd_daemon *d) {
+  while (d->held_replays) {
+    replay_job *rj = d->held_replays;
+    d->held_replays = rj->next_held;
+    fail_held(rj, GRAPHD_UNAVAILABLE, "graphd is shutting down; the replay was not run");
+  }
+  if (d->wait_timer.loop) uv_timer_stop(&d->wait_timer);
+}
+
 static const char *role_name(uint32_t role) {
   static const char *const n[] = {"input", "output", "inout", "scratch"};
   return role < 4 ? n[role] : "?";
@@ -257,7 +333,7 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
   if (!x) REFUSE(GRAPHD_FAILED_PRECONDITION, "Replay needs a data session (one bound to a device)");
   if (m->program_id.len != GD_ID_LEN)
     REFUSE(GRAPHD_INVALID_ARGUMENT, "Replay.program_id must be %d bytes", GD_ID_LEN);
-  const gd_regprog *prog = registry_find_program(&d->reg, m->program_id.data);
+  gd_regprog *prog = registry_find_program(&d->reg, m->program_id.data);
   if (!prog) {
     char hex[2 * GD_ID_LEN + 1];
     gd_id_hex(m->program_id.data, 0, hex);
@@ -315,6 +391,15 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
     if (sl->role != GD_ROLE_SCRATCH && (sl->flags & GD_SLOT_STAGED) && !rj->bind[k].bound)
       REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u (staged %s) is not bound", k, role_name(sl->role));
   }
+  /* The session holds the program while it is open (the fast path: the
+   * same program as last time). */
+  if (s->last_held != prog) {
+    if (registry_hold(&d->reg, &s->holds, true, prog) < 0)
+      REFUSE(GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    s->last_held = prog;
+  }
+  if (!x->last_seq[m->stream_slot]) x->used_slots[x->nused_slots++] = m->stream_slot;
+  bool full = session_inflight(x) >= d->opt->max_inflight_replays;
   x->last_seq[m->stream_slot] = m->seq;
   rj->prog = prog;
   rj->ds = x->ds;
@@ -325,6 +410,14 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
   rj->client_uid = (uint32_t)s->uid;
   rj->epoch = epoch;
   d->counters[s->device].inflight++;
+  if (full) {
+    rj->rq.s = s;
+    rj->rq.request_id = request_id;
+    rj->rq.job.run = replay_run;
+    rj->rq.job.done = replay_done;
+    hold(d, rj);
+    return;
+  }
   session_submit(s, request_id, &rj->rq, daemon_worker(d, s->device), replay_run, replay_done);
   return;
 refuse:

@@ -15,6 +15,12 @@
 #include "graphd.pb-c.h"
 #include "session.h"
 
+#include "daemon.h"
+
 void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Replay *m);
+
+/* Shutdown: the replays held back by --max-inflight-replays fail with
+ * UNAVAILABLE, not run. */
+void replay_release_held(gd_daemon *d);
 
 #endif

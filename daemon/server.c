@@ -21,6 +21,7 @@
 #include "check.h"
 #include "dispatch.h"
 #include "dsession.h"
+#include "replay.h"
 #include "session.h"
 
 static int set_nonblock_cloexec(int fd) {
@@ -322,13 +323,15 @@ int server_start(gd_daemon *s, uv_loop_t *loop) {
   s->sessions.loop = loop;
   s->sessions.max_frame = s->opt->max_frame;
   s->sessions.on_request = dispatch_request;
-  s->sessions.on_close = dsession_close;
+  s->sessions.on_close = dispatch_session_closed;
   UV_CHECK_GOTO(uv_poll_init(loop, &s->listen_poll, s->listen_fd), GRAPHD_INTERNAL, exit);
   s->listen_poll.data = s;
   UV_CHECK_GOTO(uv_timer_init(loop, &s->accept_timer), GRAPHD_INTERNAL, exit);
   s->accept_timer.data = s;
   UV_CHECK_GOTO(uv_timer_init(loop, &s->sweep_timer), GRAPHD_INTERNAL, exit);
   s->sweep_timer.data = s;
+  UV_CHECK_GOTO(uv_timer_init(loop, &s->wait_timer), GRAPHD_INTERNAL, exit);
+  s->wait_timer.data = s;
   {
     double least = s->opt->hello_timeout_s;
     if (s->opt->idle_timeout_s > 0 && (least <= 0 || s->opt->idle_timeout_s < least))
@@ -361,6 +364,9 @@ void server_shutdown(gd_daemon *s, const char *why) {
     uv_close((uv_handle_t *)&s->accept_timer, NULL);
   if (s->sweep_timer.loop && !uv_is_closing((uv_handle_t *)&s->sweep_timer))
     uv_close((uv_handle_t *)&s->sweep_timer, NULL);
+  replay_release_held(s); /* before the workers stop: they run or refuse them */
+  if (s->wait_timer.loop && !uv_is_closing((uv_handle_t *)&s->wait_timer))
+    uv_close((uv_handle_t *)&s->wait_timer, NULL);
   if (s->listen_active) {
     s->listen_active = false;
     uv_poll_stop(&s->listen_poll);

@@ -70,10 +70,12 @@ struct gd_session {
   bool busy;                      /* a request is in flight */
   bool closing;                   /* written under send_lock */
   bool close_after_flush;
-  int refs;           /* the poll handle + jobs in flight */
-  void *data;         /* a data session's state (dsession.c), NULL once closed */
-  uint64_t opened_ns; /* accepted */
-  uint64_t active_ns; /* its last request came in or ended */
+  int refs;                   /* the poll handle + jobs in flight */
+  void *data;                 /* a data session's state (dsession.c), NULL once closed */
+  struct gd_reg_holds *holds; /* registry entries it holds (dispatch.c, replay.c) */
+  const void *last_held;      /* the program it held last, to skip the lookup */
+  uint64_t opened_ns;         /* accepted */
+  uint64_t active_ns;         /* its last request came in or ended */
 };
 
 /* Adopts an accepted socket. Returns 0 or a negated status (fd closed). */

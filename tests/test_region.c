@@ -5,9 +5,11 @@
 #include <check.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../daemon/region.h"
@@ -323,6 +325,119 @@ START_TEST(test_region_bytes_per_uid_are_capped) {
 }
 END_TEST
 
+/* The daemon's memory mappings (lines of /proc/PID/maps). */
+static int map_count(pid_t pid) {
+  char path[64], line[512];
+  snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  int n = 0;
+  while (fgets(line, sizeof line, f)) n++;
+  fclose(f);
+  return n;
+}
+
+/* The region limits per session (count and bytes) and per uid (count):
+ * each refusal names its limit, and clears once regions go. */
+START_TEST(test_region_counts_and_session_bytes_are_capped) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+  td_start(&d, "--host-devices", "2", "--max-regions-per-session", "3", "--max-regions-per-uid",
+           "4", "--max-region-bytes-per-session", "64K", NULL);
+  graphd_client *c0 = td_data(&d, 0);
+  graphd_client *c1 = td_data(&d, 1);
+  void *p[5], *big;
+  graphd_region_ref r;
+  for (int i = 0; i < 5; i++) ck_assert_int_eq(graphd_host_alloc(c0, 4096, &p[i]), GRAPHD_OK);
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(graphd_region_register(c0, (uint64_t)(uintptr_t)p[i], 8, &r), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c0, (uint64_t)(uintptr_t)p[3], 8, &r),
+                   GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(graphd_last_error(c0), "--max-regions-per-session 3"), "%s",
+                graphd_last_error(c0));
+  /* The other session of the same user: one more makes 4, the uid's most. */
+  void *q[2];
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(graphd_host_alloc(c1, 4096, &q[i]), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c1, (uint64_t)(uintptr_t)q[0], 8, &r), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c1, (uint64_t)(uintptr_t)q[1], 8, &r),
+                   GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(graphd_last_error(c1), "--max-regions-per-uid 4"), "%s",
+                graphd_last_error(c1));
+  /* One of the first session's regions goes: room for both again. */
+  ck_assert_int_eq(graphd_host_free(c0, p[0]), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c1, (uint64_t)(uintptr_t)q[1], 8, &r), GRAPHD_OK);
+  /* Bytes per session: 64 KiB. */
+  ck_assert_int_eq(graphd_host_free(c1, q[0]), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c1, 128 << 10, &big), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c1, (uint64_t)(uintptr_t)big, 8, &r),
+                   GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(graphd_last_error(c1), "--max-region-bytes-per-session 65536"), "%s",
+                graphd_last_error(c1));
+  graphd_close(c0);
+  graphd_close(c1);
+}
+END_TEST
+
+/* A host device holds at most --host-memory of client regions, as a GPU
+ * holds at most its memory: a sparse memfd of any size cannot fill the
+ * daemon's address space. */
+START_TEST(test_region_host_regions_fit_the_host_memory) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+  td_start(&d, "--host-devices", "1", "--host-memory", "4M", NULL);
+  graphd_client *c = td_data(&d, 0);
+  void *big, *a, *b;
+  graphd_region_ref r;
+  ck_assert_int_eq(graphd_host_alloc(c, 8 << 20, &big), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)big, 8, &r),
+                   GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(graphd_last_error(c), "--host-memory"), "%s", graphd_last_error(c));
+  ck_assert_int_eq(graphd_host_alloc(c, 3 << 20, &a), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, 3 << 20, &b), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a, 8, &r), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)b, 8, &r),
+                   GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(graphd_host_free(c, a), GRAPHD_OK);
+  ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)b, 8, &r), GRAPHD_OK);
+  graphd_close(c);
+}
+END_TEST
+
+/* A client that leaves (closes, or is killed) takes its host regions with
+ * it: the daemon's mappings come back to where they were, so sessions
+ * coming and going never exhaust the kernel's mapping limit. */
+START_TEST(test_region_host_mappings_go_with_the_client) {
+  graphd_client *ctl = td_control(&d);
+  (void)td_device_info(ctl, 0); /* the daemon is up and settled */
+  int before = map_count(d.pid);
+  for (int round = 0; round < 2; round++) {
+    pid_t kid = fork();
+    ck_assert_int_ge(kid, 0);
+    if (kid == 0) {
+      graphd_client *c = td_data(&d, 0);
+      for (int i = 0; i < 200; i++) {
+        void *p;
+        graphd_region_ref r;
+        if (graphd_host_alloc(c, 4096, &p) != GRAPHD_OK ||
+            graphd_region_register(c, (uint64_t)(uintptr_t)p, 8, &r) != GRAPHD_OK)
+          _exit(1);
+      }
+      if (round == 0) graphd_close(c);
+      _exit(0); /* round 1: killed by exit, without a close */
+    }
+    int st;
+    ck_assert_int_eq(waitpid(kid, &st, 0), kid);
+    ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  /* The session ends on the loop shortly after the socket closes. */
+  int after = -1;
+  for (int i = 0; i < 200 && (after = map_count(d.pid)) > before + 8; i++) usleep(10000);
+  ck_assert_msg(after <= before + 8, "the daemon had %d mappings before and %d after", before,
+                after);
+  graphd_close(ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("region");
   TCase *tc = tcase_create("region");
@@ -335,6 +450,9 @@ int main(void) {
   tcase_add_test(tc, test_region_needs_a_data_session_and_its_own_memory);
   tcase_add_test(tc, test_region_bad_fds_are_refused_cleanly);
   tcase_add_test(tc, test_region_bytes_per_uid_are_capped);
+  tcase_add_test(tc, test_region_counts_and_session_bytes_are_capped);
+  tcase_add_test(tc, test_region_host_mappings_go_with_the_client);
+  tcase_add_test(tc, test_region_host_regions_fit_the_host_memory);
   suite_add_tcase(s, tc);
   TCase *pure = tcase_create("range");
   tcase_add_test(pure, test_region_range_check_does_not_overflow);

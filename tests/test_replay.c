@@ -599,6 +599,52 @@ START_TEST(test_replay_client_dying_mid_wait_is_noticed_at_once) {
 }
 END_TEST
 
+/* --max-inflight-replays: a session whose replays are not done (by its
+ * flag page's done word) past the limit has its next replay held, unread
+ * and unanswered, until the count drops; held longer than the ready
+ * timeout, it fails naming the limit. (The raw client writes its own done
+ * word down to stand for replays still queued on a GPU.) */
+START_TEST(test_replay_past_the_inflight_limit_waits_then_fails) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+  td_start(&d, "--host-devices", "1", "--ready-timeout", "0.5", "--max-inflight-replays", "2",
+           NULL);
+  held h;
+  held_open(&h, 29);
+  h.rc.page[0] = 100; /* ready: every replay may run */
+  for (uint64_t seq = 1; seq <= 3; seq++) {
+    raw_replay(&h.rc, h.pid, seq);
+    Graphd__Wire__Reply *r = td_raw_recv(h.rc.fd, 5000);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->code == 0, "%s", r->message);
+    graphd__wire__reply__free_unpacked(r, NULL);
+  }
+  ck_assert_uint_eq(h.rc.page[1], 3);
+  h.rc.page[1] = 0; /* three not done: over the limit of 2 */
+  raw_replay(&h.rc, h.pid, 4);
+  ck_assert_ptr_null(td_raw_recv(h.rc.fd, 200)); /* held */
+  h.rc.page[1] = 3;                              /* they finished */
+  Graphd__Wire__Reply *r = td_raw_recv(h.rc.fd, 2000);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_msg(r->code == 0, "%s", r->message);
+  graphd__wire__reply__free_unpacked(r, NULL);
+  ck_assert_uint_eq(h.rc.page[1], 4);
+  /* Held past the ready timeout: refused, naming the limit. */
+  h.rc.page[1] = 0;
+  double t0 = now_s();
+  raw_replay(&h.rc, h.pid, 5);
+  r = td_raw_recv(h.rc.fd, 5000);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_uint_eq(r->code, GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(r->message, "--max-inflight-replays 2"), "%s", r->message);
+  ck_assert_double_ge(now_s() - t0, 0.45);
+  graphd__wire__reply__free_unpacked(r, NULL);
+  /* Nothing ran for it. */
+  ck_assert_uint_eq(h.rc.page[1], 0);
+  held_close(&h);
+}
+END_TEST
+
 START_TEST(test_replay_hung_client_is_cut_off_after_the_ready_timeout) {
   held h;
   held_open(&h, 13);
@@ -799,6 +845,7 @@ int main(void) {
   tcase_add_test(tc, test_replay_daemon_killed_mid_call_returns_unavailable_within_a_second);
   tcase_add_test(tc, test_dead_daemon_release_is_rewritten_until_the_stream_is_past);
   tcase_add_test(tc, test_replay_hung_client_is_cut_off_after_the_ready_timeout);
+  tcase_add_test(tc, test_replay_past_the_inflight_limit_waits_then_fails);
   tcase_add_test(tc, test_replay_slow_client_blocking_nobody_is_not_cut_off);
   suite_add_tcase(su, tc);
   TCase *tg = tcase_create("grace");

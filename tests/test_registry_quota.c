@@ -1,0 +1,238 @@
+/* The registry's limits on the host backend: per-uid and total limits on
+ * programs and module bytes, unused entries freed least recently used
+ * first (with their captures on every device), a refusal that names the
+ * limit while every entry is held, and that clears once sessions close;
+ * a freed program registered again replays exactly. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "program3.h"
+
+static gd_test_daemon d;
+static uint8_t *plugin;
+static size_t plugin_len;
+
+static void setup(void) { plugin = td_read_file(HOST_KERNELS_SO, &plugin_len); }
+
+static void teardown(void) {
+  free(plugin);
+  if (d.pid > 0) ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* A data session on device 0 with the host module registered. */
+static graphd_client *session(uint8_t mod[32]) {
+  graphd_client *c = td_data(&d, 0);
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
+  return c;
+}
+
+/* Program k: the 3-kernel program over 256 (k + 1) floats. */
+static graphd_status program_k(graphd_client *c, const uint8_t mod[32], int k, uint8_t pid[32]) {
+  return program3_register(c, mod, GRAPHD_MODE_STAGED, 256u * (uint32_t)(k + 1), pid);
+}
+
+/* Whether program k is registered: PrepareProgram finds it or not. */
+static bool registered(graphd_client *c, const uint8_t pid[32]) {
+  graphd_status st = graphd_prepare_program(c, pid, NULL);
+  ck_assert_msg(st == GRAPHD_OK || st == GRAPHD_NOT_FOUND, "%s", graphd_last_error(c));
+  return st == GRAPHD_OK;
+}
+
+/* One replay of program k on c, checked element by element. */
+static void replay_checked(graphd_client *c, const uint8_t pid[32], int k) {
+  uint32_t n = 256u * (uint32_t)(k + 1);
+  graphd_stream *s;
+  float *x, *cc, *y;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, n * 4, (void **)&x), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, n * 4, (void **)&cc), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, n * 4, (void **)&y), GRAPHD_OK);
+  for (uint32_t i = 0; i < n; i++) {
+    x[i] = (float)(i % 97);
+    cc[i] = (float)(i % 5);
+  }
+  graphd_binding b[3] = {{0, (uint64_t)(uintptr_t)x, n * 4},
+                         {3, (uint64_t)(uintptr_t)y, n * 4},
+                         {1, (uint64_t)(uintptr_t)cc, n * 4}};
+  ck_assert_int_eq(graphd_replay(c, s, pid, b, 3, NULL), GRAPHD_OK);
+  for (uint32_t i = 0; i < n; i++) ck_assert(y[i] == (2.0f * x[i] + cc[i]) * 2.0f + 1.0f);
+  graphd_stream_detach(s);
+  graphd_host_free(c, x);
+  graphd_host_free(c, cc);
+  graphd_host_free(c, y);
+}
+
+static uint64_t programs_registered(void) {
+  graphd_client *ctl = td_control(&d);
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  uint64_t n = st->programs;
+  graphd_daemon_status_free(st);
+  graphd_close(ctl);
+  return n;
+}
+
+/* --max-programs-per-uid 4: programs of closed sessions make room for new
+ * ones, the least recently used first; a freed program's capture goes with
+ * it, and registered again it replays exactly. */
+START_TEST(test_quota_unused_programs_make_room_least_recently_used_first) {
+  td_start(&d, "--host-devices", "1", "--max-programs-per-uid", "4", NULL);
+  uint8_t mod[32], pid[8][32];
+  graphd_client *a = session(mod);
+  ck_assert_int_eq(program_k(a, mod, 0, pid[0]), GRAPHD_OK);
+  ck_assert_int_eq(program_k(a, mod, 1, pid[1]), GRAPHD_OK);
+  replay_checked(a, pid[0], 0); /* a capture on device 0 */
+  graphd_close(a);
+  usleep(20000);
+  graphd_client *b = session(mod);
+  ck_assert_int_eq(program_k(b, mod, 2, pid[2]), GRAPHD_OK);
+  ck_assert_int_eq(program_k(b, mod, 3, pid[3]), GRAPHD_OK);
+  graphd_close(b);
+  graphd_client *ctl = td_control(&d);
+  graphd_device_counters before = td_device_info(ctl, 0).counters;
+  ck_assert_uint_eq(before.captures, 1);
+
+  /* Four registered; a fifth frees one of the first session's two. */
+  graphd_client *c = session(mod);
+  ck_assert_int_eq(program_k(c, mod, 4, pid[4]), GRAPHD_OK);
+  ck_assert_uint_eq(programs_registered(), 4);
+  ck_assert_int_eq(program_k(c, mod, 5, pid[5]), GRAPHD_OK);
+  ck_assert_uint_eq(programs_registered(), 4);
+  ck_assert(!registered(c, pid[0]));
+  ck_assert(!registered(c, pid[1]));
+  ck_assert(registered(c, pid[2]));
+  ck_assert(registered(c, pid[3]));
+  /* Program 0's capture went with it (the devices forget after the reply:
+   * wait for the count). */
+  graphd_device_counters after = td_device_info(ctl, 0).counters;
+  for (int i = 0; i < 100 && after.captures; i++) {
+    usleep(10000);
+    after = td_device_info(ctl, 0).counters;
+  }
+  ck_assert_uint_eq(after.captures, 0);
+  ck_assert_uint_eq(after.staging_bytes, 0);
+  ck_assert_uint_eq(after.evictions, before.evictions + 1);
+
+  /* This session now holds 2, 3, 4 and 5: registering 0 again is over the
+   * limit with nothing to free. */
+  ck_assert_int_eq(program_k(c, mod, 0, pid[0]), GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(graphd_last_error(c), "max-programs-per-uid (4)"), "%s",
+                graphd_last_error(c));
+  graphd_close(c);
+  /* Once it closed, program 0 comes back and replays exactly. */
+  graphd_client *e = session(mod);
+  ck_assert_int_eq(program_k(e, mod, 0, pid[0]), GRAPHD_OK);
+  replay_checked(e, pid[0], 0);
+  ck_assert_uint_eq(programs_registered(), 4);
+  graphd_close(e);
+  graphd_close(ctl);
+}
+END_TEST
+
+/* The limit held by open sessions: the refusal names it, and it clears
+ * once the session holding them closes. */
+START_TEST(test_quota_refusal_while_held_clears_when_the_holder_closes) {
+  td_start(&d, "--host-devices", "1", "--max-programs-per-uid", "2", NULL);
+  uint8_t mod[32], pid[3][32];
+  graphd_client *a = session(mod);
+  ck_assert_int_eq(program_k(a, mod, 0, pid[0]), GRAPHD_OK);
+  ck_assert_int_eq(program_k(a, mod, 1, pid[1]), GRAPHD_OK);
+  graphd_client *b = session(mod);
+  ck_assert_int_eq(program_k(b, mod, 2, pid[2]), GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(graphd_last_error(b), "max-programs-per-uid (2)"), "%s",
+                graphd_last_error(b));
+  /* A program already registered costs nothing more. */
+  ck_assert_int_eq(program_k(b, mod, 1, pid[1]), GRAPHD_OK);
+  graphd_close(a);
+  /* 0 is unused now (b holds 1): it makes room. */
+  ck_assert_int_eq(program_k(b, mod, 2, pid[2]), GRAPHD_OK);
+  ck_assert(registered(b, pid[1]));
+  ck_assert(!registered(b, pid[0]));
+  graphd_close(b);
+}
+END_TEST
+
+/* The registry as a whole (--max-programs), with no per-uid limit. */
+START_TEST(test_quota_total_programs_free_unused_ones) {
+  td_start(&d, "--host-devices", "1", "--max-programs", "3", "--max-programs-per-uid", "0", NULL);
+  uint8_t mod[32], pid[5][32];
+  graphd_client *a = session(mod);
+  for (int k = 0; k < 3; k++) ck_assert_int_eq(program_k(a, mod, k, pid[k]), GRAPHD_OK);
+  graphd_client *b = session(mod);
+  ck_assert_int_eq(program_k(b, mod, 3, pid[3]), GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(graphd_last_error(b), "max-programs 3"), "%s", graphd_last_error(b));
+  graphd_close(a);
+  ck_assert_int_eq(program_k(b, mod, 3, pid[3]), GRAPHD_OK);
+  ck_assert_int_eq(program_k(b, mod, 4, pid[4]), GRAPHD_OK);
+  ck_assert_uint_eq(programs_registered(), 3);
+  graphd_close(b);
+}
+END_TEST
+
+/* Module bytes per uid: unused modules make room, least recently used
+ * first; a module a registered program launches stays. Modules are only
+ * bytes to the registry (nothing loads them here), so PTX-kind blobs of
+ * 1 MiB serve. */
+START_TEST(test_quota_module_bytes_per_uid) {
+  td_start(&d, "--host-devices", "1", "--max-module-bytes-per-uid", "3M", NULL);
+  size_t mb = 1u << 20;
+  uint8_t *blob = calloc(1, mb);
+  uint8_t id[5][32], mod[32], pid[32];
+  graphd_client *a = td_control(&d);
+  for (int k = 0; k < 2; k++) {
+    memset(blob, 'a' + k, mb - 1); /* PTX is text ending in a NUL */
+    ck_assert_int_eq(graphd_register_module(a, GRAPHD_MODULE_PTX, blob, mb, id[k]), GRAPHD_OK);
+  }
+  graphd_close(a);
+  usleep(20000);
+  /* The host module (small) and a program that launches it, held open. */
+  graphd_client *p = session(mod);
+  ck_assert_int_eq(program_k(p, mod, 0, pid), GRAPHD_OK);
+  graphd_client *b = td_control(&d);
+  memset(blob, 'c', mb - 1);
+  ck_assert_int_eq(graphd_register_module(b, GRAPHD_MODULE_PTX, blob, mb, id[2]), GRAPHD_OK);
+  /* 3 MiB and the host module: one of the first two went, the older. */
+  graphd_client *ctl = td_control(&d);
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  ck_assert_uint_eq(st->modules, 3);
+  ck_assert_uint_le(st->module_bytes, 3u << 20);
+  graphd_daemon_status_free(st);
+  /* b holds one, a held none: the fourth frees the other of a's. */
+  memset(blob, 'd', mb - 1);
+  ck_assert_int_eq(graphd_register_module(b, GRAPHD_MODULE_PTX, blob, mb, id[3]), GRAPHD_OK);
+  /* Now b holds two and the host module is launched: a fifth cannot fit. */
+  memset(blob, 'e', mb - 1);
+  ck_assert_int_eq(graphd_register_module(b, GRAPHD_MODULE_PTX, blob, mb, id[4]),
+                   GRAPHD_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(graphd_last_error(b), "max-module-bytes-per-uid (3145728)"), "%s",
+                graphd_last_error(b));
+  /* The program still prepares: its module stayed. */
+  graphd_prepare_info info;
+  ck_assert_int_eq(graphd_prepare_program(p, pid, &info), GRAPHD_OK);
+  free(blob);
+  graphd_close(b);
+  graphd_close(p);
+  graphd_close(ctl);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("registry_quota");
+  TCase *tc = tcase_create("registry_quota");
+  tcase_set_timeout(tc, 60);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_quota_unused_programs_make_room_least_recently_used_first);
+  tcase_add_test(tc, test_quota_refusal_while_held_clears_when_the_holder_closes);
+  tcase_add_test(tc, test_quota_total_programs_free_unused_ones);
+  tcase_add_test(tc, test_quota_module_bytes_per_uid);
+  suite_add_tcase(s, tc);
+  return td_run_suite(s);
+}
