@@ -617,6 +617,64 @@ START_TEST(test_gpu_hung_client_is_cut_off_only_when_it_blocks_someone) {
 }
 END_TEST
 
+typedef struct late_replay {
+  fixture *f;
+  graphd_status st;
+  double returned_ms;
+} late_replay;
+
+static void *replay_in_thread(void *arg) {
+  late_replay *l = arg;
+  graphd_binding b[2] = {{0, l->f->x.ptr, GN * 4}, {3, l->f->y.ptr, GN * 4}};
+  l->st = graphd_replay(l->f->c, l->f->s, l->f->pid, b, 2, NULL);
+  l->returned_ms = now_ms();
+  return NULL;
+}
+
+/* --max-inflight-replays 4 on the GPU: a client whose stream is held runs
+ * four replays ahead; the fifth call waits in the daemon (the loop and
+ * the worker stay free for others) until the stream moves, then everything completes in
+ * order and exactly. */
+START_TEST(test_gpu_replays_past_the_inflight_limit_wait_for_the_stream) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+  td_start(&d, "--backend", "cuda", "--max-inflight-replays", "4", NULL);
+  fixture f;
+  fixture_up(&f, 6);
+  volatile uint64_t *flag =
+      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CUdeviceptr dflag;
+  ck_assert_int_eq(gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP),
+                   CUDA_SUCCESS);
+  ck_assert_int_eq(gcu->cuMemHostGetDevicePointer(&dflag, (void *)flag, 0), CUDA_SUCCESS);
+  gcu->cuStreamWaitValue64(f.st, dflag, 1, CU_STREAM_WAIT_VALUE_GEQ);
+  graphd_binding b[2] = {{0, f.x.ptr, GN * 4}, {3, f.y.ptr, GN * 4}};
+  for (int i = 0; i < 4; i++)
+    ck_assert_msg(graphd_replay(f.c, f.s, f.pid, b, 2, NULL) == GRAPHD_OK, "%s",
+                  graphd_last_error(f.c));
+  late_replay l = {.f = &f};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, replay_in_thread, &l), 0);
+  usleep(300000);
+  ck_assert_double_eq(l.returned_ms, 0); /* still held */
+  /* The daemon serves others meanwhile. */
+  graphd_client *ctl = td_control(&d);
+  ck_assert_uint_eq(td_device_info(ctl, 0).counters.inflight, 1); /* the held one */
+  graphd_close(ctl);
+  double t0 = now_ms();
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  pthread_join(th, NULL);
+  ck_assert_msg(l.st == GRAPHD_OK, "%s", graphd_last_error(f.c));
+  printf("FIGURE held replay (4 in flight): answered %.1f ms after the stream moved\n",
+         l.returned_ms - t0);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(f.st), CUDA_SUCCESS);
+  ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x, &f.y, &f.cc, 1, 8, NULL),
+                   GRAPHD_OK);
+  gcu->cuMemHostUnregister((void *)flag);
+  munmap((void *)flag, 4096);
+}
+END_TEST
+
 int main(void) {
   td_gpu_or_skip();
   Suite *su = suite_create("gpu_replay");
@@ -631,6 +689,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_close_after_daemon_death_waits_for_the_stream);
   tcase_add_test(tc, test_gpu_eviction_gives_the_memory_back_and_recaptures);
   tcase_add_test(tc, test_gpu_eviction_under_load_from_several_processes);
+  tcase_add_test(tc, test_gpu_replays_past_the_inflight_limit_wait_for_the_stream);
   tcase_add_test(tc, test_gpu_fault_is_contained_and_the_device_comes_back);
   suite_add_tcase(su, tc);
   TCase *th = tcase_create("gpu_replay_hung");
