@@ -66,6 +66,38 @@ START_TEST(test_options_set_rejects_bad_values_with_the_setting_named) {
 }
 END_TEST
 
+/* The count and size limits: their defaults, which of them 0 turns off,
+ * and their ranges. */
+START_TEST(test_options_limits_take_their_ranges) {
+  gd_options o;
+  char err[256];
+  options_defaults(&o);
+  ck_assert_uint_eq(o.max_programs_per_uid, 8192);
+  ck_assert_uint_eq(o.max_module_bytes_per_uid, 2ull << 30);
+  ck_assert_uint_eq(o.max_regions_per_session, 4096);
+  ck_assert_uint_eq(o.max_inflight_replays, 1024);
+  ck_assert_int_eq(options_set(&o, "max-programs-per-uid", "0", err, sizeof err), 0);
+  ck_assert_uint_eq(o.max_programs_per_uid, 0);
+  ck_assert_int_eq(options_set(&o, "max-programs", "0", err, sizeof err), -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err, "max-programs: '0' is not a number from 1 to 65536"));
+  ck_assert_int_eq(options_set(&o, "max-programs", "65537", err, sizeof err),
+                   -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_int_eq(options_set(&o, "max-module-bytes", "512K", err, sizeof err),
+                   -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_int_eq(options_set(&o, "max-module-bytes", "16G", err, sizeof err),
+                   -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_int_eq(options_set(&o, "max-module-bytes-per-uid", "1G", err, sizeof err), 0);
+  ck_assert_uint_eq(o.max_module_bytes_per_uid, 1ull << 30);
+  ck_assert_int_eq(options_set(&o, "max-region-bytes-per-session", "3M", err, sizeof err), 0);
+  ck_assert_uint_eq(o.max_region_bytes_per_session, 3u << 20);
+  ck_assert_int_eq(options_set(&o, "max-inflight-replays", "0", err, sizeof err),
+                   -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_int_eq(options_set(&o, "max-regions-per-uid", "x", err, sizeof err),
+                   -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err, "(0 = no limit)"));
+}
+END_TEST
+
 START_TEST(test_options_config_file_is_read_in_its_section) {
   gd_options o;
   char err[256];
@@ -105,6 +137,7 @@ int main(void) {
   TCase *tc = tcase_create("options");
   tcase_add_test(tc, test_options_sizes_accept_binary_suffixes);
   tcase_add_test(tc, test_options_set_rejects_bad_values_with_the_setting_named);
+  tcase_add_test(tc, test_options_limits_take_their_ranges);
   tcase_add_test(tc, test_options_config_file_is_read_in_its_section);
   tcase_add_test(tc, test_options_config_errors_name_file_and_line);
   suite_add_tcase(s, tc);
