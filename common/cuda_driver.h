@@ -92,6 +92,7 @@
   X(cuGraphUpload)                                                                                 \
   X(cuGraphExecDestroy)                                                                            \
   X(cuGraphExecMemcpyNodeSetParams)                                                                \
+  X(cuGraphExecKernelNodeSetParams)                                                                \
   X(cuGraphNodeSetEnabled)                                                                         \
   X(cuGraphLaunch)                                                                                 \
   X(cuMemcpyDtoDAsync)                                                                             \

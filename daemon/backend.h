@@ -196,6 +196,11 @@ typedef struct gd_backend_ops {
   int (*graph_exec_repoint_memcpy)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_node n,
                                    uint64_t dst, uint64_t src, uint64_t bytes, bool *outside,
                                    char *err, size_t errlen);
+  /* Gives a kernel node of an instantiated graph new parameters (the same
+   * function and shape; k->params is read during the call, or kept by the
+   * host backend: it must live as long as the executable graph). */
+  int (*graph_exec_kernel_params)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_node n,
+                                  const gd_kernel_desc *k, char *err, size_t errlen);
   int (*graph_launch)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_stream s, char *err,
                       size_t errlen);
   int (*memcpy_async)(gd_backend *be, gd_backend_dev *dev, uint64_t dst, uint64_t src,

@@ -535,6 +535,33 @@ static void cuda_graph_destroy(gd_backend *be, gd_backend_dev *d, gd_graph g) {
   CU_CHECK_IGNORE(cu->cuGraphDestroy((CUgraph)g));
 }
 
+static void kernel_node_params(const gd_kernel_desc *k, CUDA_KERNEL_NODE_PARAMS *p) {
+  memset(p, 0, sizeof *p);
+  p->func = (CUfunction)k->fn;
+  p->gridDimX = k->grid[0];
+  p->gridDimY = k->grid[1];
+  p->gridDimZ = k->grid[2];
+  p->blockDimX = k->block[0];
+  p->blockDimY = k->block[1];
+  p->blockDimZ = k->block[2];
+  p->sharedMemBytes = k->shared_bytes;
+  p->kernelParams = k->params;
+}
+
+static int cuda_graph_exec_kernel_params(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
+                                         gd_node n, const gd_kernel_desc *k, char *err,
+                                         size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d;
+  CUDA_KERNEL_NODE_PARAMS p;
+  kernel_node_params(k, &p);
+  CU_CHECK_GOTO(cu->cuGraphExecKernelNodeSetParams((CUgraphExec)e, (CUgraphNode)n, &p),
+                GRAPHD_INTERNAL, exit);
+exit:
+  return rc;
+}
+
 static int cuda_graph_add_kernel(gd_backend *be, gd_backend_dev *d, gd_graph g, const gd_node *deps,
                                  size_t ndeps, const gd_kernel_desc *k, gd_node *out, char *err,
                                  size_t errlen) {
@@ -542,16 +569,7 @@ static int cuda_graph_add_kernel(gd_backend *be, gd_backend_dev *d, gd_graph g, 
   int rc = 0;
   (void)d;
   CUDA_KERNEL_NODE_PARAMS p;
-  memset(&p, 0, sizeof p);
-  p.func = (CUfunction)k->fn;
-  p.gridDimX = k->grid[0];
-  p.gridDimY = k->grid[1];
-  p.gridDimZ = k->grid[2];
-  p.blockDimX = k->block[0];
-  p.blockDimY = k->block[1];
-  p.blockDimZ = k->block[2];
-  p.sharedMemBytes = k->shared_bytes;
-  p.kernelParams = k->params;
+  kernel_node_params(k, &p);
   CUgraphNode n;
   CU_CHECK_GOTO(cu->cuGraphAddKernelNode(&n, (CUgraph)g, (const CUgraphNode *)deps, ndeps, &p),
                 GRAPHD_INVALID_ARGUMENT, exit);
@@ -840,6 +858,7 @@ static const gd_backend_ops cuda_ops = {
     .graph_instantiate = cuda_graph_instantiate,
     .graph_exec_destroy = cuda_graph_exec_destroy,
     .graph_exec_repoint_memcpy = cuda_graph_exec_repoint_memcpy,
+    .graph_exec_kernel_params = cuda_graph_exec_kernel_params,
     .graph_launch = cuda_graph_launch,
     .memcpy_async = cuda_memcpy_async,
     .event_create = cuda_event_create,

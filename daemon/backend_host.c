@@ -507,6 +507,20 @@ static int host_graph_exec_repoint_memcpy(gd_backend *be, gd_backend_dev *d, gd_
   return 0;
 }
 
+static int host_graph_exec_kernel_params(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
+                                         gd_node nn, const gd_kernel_desc *k, char *err,
+                                         size_t errlen) {
+  (void)be, (void)d;
+  host_graph *x = e;
+  host_node *n = x->nodes[((host_node *)nn)->idx];
+  if (n->kind != HN_KERNEL) {
+    snprintf(err, errlen, "not a kernel node");
+    return -GRAPHD_INTERNAL;
+  }
+  n->params = k->params;
+  return 0;
+}
+
 static void run_kernel(gd_backend_dev *d, const host_node *n) {
   graphd_host_launch l;
   memset(&l, 0, sizeof l);
@@ -636,6 +650,7 @@ static const gd_backend_ops host_ops = {
     .graph_instantiate = host_graph_instantiate,
     .graph_exec_destroy = host_graph_exec_destroy,
     .graph_exec_repoint_memcpy = host_graph_exec_repoint_memcpy,
+    .graph_exec_kernel_params = host_graph_exec_kernel_params,
     .graph_launch = host_graph_launch,
     .memcpy_async = host_memcpy_async,
     .event_create = host_event_create,

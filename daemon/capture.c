@@ -93,6 +93,11 @@ void capture_free(gd_device *d, gd_capture *c) {
     free(x->node_dst);
     free(x->in_outside);
     free(x->out_outside);
+    free(x->direct_addr);
+    for (uint32_t k = 0; x->param_buf && k < p->nsteps; k++) free(x->param_buf[k]);
+    for (uint32_t k = 0; x->kparams && k < p->nsteps; k++) free(x->kparams[k]);
+    free(x->param_buf);
+    free(x->kparams);
   }
   if (c->graph) OPS->graph_destroy(BE, c->graph);
   if (c->has_event) OPS->event_destroy(BE, c->last_use);
@@ -106,6 +111,9 @@ void capture_free(gd_device *d, gd_capture *c) {
   free(c->out_node);
   free(c->built_src);
   free(c->built_dst);
+  free(c->direct);
+  free(c->step_node);
+  free(c->built_direct);
   free(c);
 }
 
@@ -117,6 +125,7 @@ static int place_slots(gd_device *d, gd_capture *c, char *err, size_t errlen) {
   if (!offs) goto oom;
   for (uint32_t s = 0; s < p->nslots; s++) {
     offs[s] = off;
+    if (c->direct && c->direct[s]) continue; /* the client's buffer, bound per replay */
     uint64_t sz = (p->slots[s].size + STAGING_ALIGN - 1) / STAGING_ALIGN * STAGING_ALIGN;
     off += sz;
   }
@@ -126,7 +135,8 @@ static int place_slots(gd_device *d, gd_capture *c, char *err, size_t errlen) {
     free(offs);
     return rc;
   }
-  for (uint32_t s = 0; s < p->nslots; s++) offs[s] += c->staging.ptr;
+  for (uint32_t s = 0; s < p->nslots; s++)
+    offs[s] = c->direct && c->direct[s] ? c->built_direct[s] : offs[s] + c->staging.ptr;
   c->slot_addr = offs;
   return 0;
 oom:
@@ -134,24 +144,40 @@ oom:
   return -GRAPHD_RESOURCE_EXHAUSTED;
 }
 
-/* The launch's parameter bytes with every patch pointing into staging. */
-static int build_params(gd_capture *c, uint32_t i, const gd_launch *l) {
-  uint8_t *buf = malloc(l->param_bytes ? l->param_bytes : 1);
-  void **kp = calloc(l->nparams ? l->nparams : 1, sizeof *kp);
-  if (!buf || !kp) {
-    free(buf);
-    free(kp);
-    return -1;
+/* The launch's parameter bytes in (*buf, *kp), made on first use, with
+ * every patch pointing at addr[slot]. */
+static int fill_params(const gd_launch *l, const uint64_t *addr, uint8_t **buf, void ***kp) {
+  if (!*buf) {
+    *buf = malloc(l->param_bytes ? l->param_bytes : 1);
+    *kp = calloc(l->nparams ? l->nparams : 1, sizeof **kp);
+    if (!*buf || !*kp) {
+      free(*buf);
+      free(*kp);
+      *buf = NULL;
+      *kp = NULL;
+      return -1;
+    }
+    for (uint32_t k = 0; k < l->nparams; k++) (*kp)[k] = *buf + l->params[k].offset;
   }
-  memcpy(buf, l->param_data, l->param_bytes);
+  memcpy(*buf, l->param_data, l->param_bytes);
   for (uint32_t k = 0; k < l->npatches; k++) {
-    uint64_t v = c->slot_addr[l->patches[k].slot] + l->patches[k].slot_offset;
-    memcpy(buf + l->patches[k].offset, &v, 8);
+    uint64_t v = addr[l->patches[k].slot] + l->patches[k].slot_offset;
+    memcpy(*buf + l->patches[k].offset, &v, 8);
   }
-  for (uint32_t k = 0; k < l->nparams; k++) kp[k] = buf + l->params[k].offset;
-  c->param_buf[i] = buf;
-  c->kparams[i] = kp;
   return 0;
+}
+
+/* The launch's parameters as the graph is built: patches into staging, or
+ * at the bound buffers of direct slots. */
+static int build_params(gd_capture *c, uint32_t i, const gd_launch *l) {
+  return fill_params(l, c->slot_addr, &c->param_buf[i], &c->kparams[i]);
+}
+
+/* Whether launch l patches a direct slot. */
+static bool uses_direct(const gd_capture *c, const gd_launch *l) {
+  for (uint32_t k = 0; c->direct && k < l->npatches; k++)
+    if (c->direct[l->patches[k].slot]) return true;
+  return false;
 }
 
 static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, uint32_t count,
@@ -221,6 +247,10 @@ static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, ui
       memcpy(k.grid, l->grid, sizeof k.grid);
       memcpy(k.block, l->block, sizeof k.block);
       rc = OPS->graph_add_kernel(BE, g, deps, ndeps, &k, &node, e, sizeof e);
+      if (rc == 0 && g == c->graph && uses_direct(c, l)) {
+        c->step_node[i] = node;
+        c->direct_nodes++;
+      }
     } else if (st->kind == GD_STEP_MEMSET) {
       const gd_memset *m = &st->u.memset;
       rc = OPS->graph_add_memset(BE, g, deps, ndeps, c->slot_addr[m->slot] + m->offset,
@@ -261,6 +291,17 @@ static int add_exec(gd_device *d, gd_capture *c, gd_stream stream, char *err, si
   }
   memcpy(x->node_src, c->built_src, n * sizeof *x->node_src);
   memcpy(x->node_dst, c->built_dst, n * sizeof *x->node_dst);
+  if (c->direct) {
+    uint32_t nsteps = c->prog->program->nsteps;
+    x->direct_addr = malloc(n * sizeof *x->direct_addr);
+    x->param_buf = calloc(nsteps, sizeof *x->param_buf);
+    x->kparams = calloc(nsteps, sizeof *x->kparams);
+    if (!x->direct_addr || !x->param_buf || !x->kparams) {
+      snprintf(err, errlen, "out of memory instantiating a graph");
+      goto fail;
+    }
+    memcpy(x->direct_addr, c->built_direct, n * sizeof *x->direct_addr);
+  }
   if ((rc = OPS->graph_instantiate(BE, c->graph, stream, &x->exec, err, errlen)) < 0) goto fail;
   c->nexecs++;
   return 0;
@@ -269,6 +310,9 @@ fail:
   free(x->node_dst);
   free(x->in_outside);
   free(x->out_outside);
+  free(x->direct_addr);
+  free(x->param_buf);
+  free(x->kparams);
   memset(x, 0, sizeof *x);
   return rc;
 }
@@ -297,7 +341,13 @@ static int build_graph(gd_device *d, gd_capture *c, const gd_bound *bind, gd_str
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
   if ((rc = OPS->graph_create(BE, &c->graph, err, errlen)) < 0) goto exit;
-  if (p->mode == GD_MODE_STAGED) {
+  c->step_node = calloc(p->nsteps, sizeof *c->step_node);
+  if (!c->step_node) {
+    free(roots);
+    snprintf(err, errlen, "out of memory building a graph");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  if (c->mode == GD_MODE_STAGED) {
     for (uint32_t s = 0; s < n; s++) {
       const gd_slot *sl = &p->slots[s];
       if (!slot_is_in(sl) || !staged(sl)) continue;
@@ -312,7 +362,7 @@ static int build_graph(gd_device *d, gd_capture *c, const gd_bound *bind, gd_str
   gd_node prev = NULL;
   if ((rc = add_steps(d, c, c->graph, 0, p->nsteps, roots, nroots, &prev, err, errlen)) < 0)
     goto exit;
-  if (p->mode == GD_MODE_STAGED) {
+  if (c->mode == GD_MODE_STAGED) {
     for (uint32_t s = 0; s < n; s++) {
       const gd_slot *sl = &p->slots[s];
       if (!slot_is_out(sl) || !staged(sl)) continue;
@@ -327,6 +377,73 @@ static int build_graph(gd_device *d, gd_capture *c, const gd_bound *bind, gd_str
 exit:
   free(roots);
   return rc;
+}
+
+/* Bound bytes per kernel node to re-point above which auto mode goes
+ * direct: below it, copying the slots costs less than giving the nodes new
+ * parameters when the buffers move. */
+#define AUTO_DIRECT_BYTES_PER_NODE (64u << 10)
+
+/* Which staged slots direct mode binds straight into the kernels: those
+ * only top-level launches use (a copy or memset step, a condition word, or
+ * a launch inside a loop or branch keeps its slot staged, copied outside
+ * the graph); and for auto, whether that is worth it. Sets c->mode. */
+static int choose_mode(gd_capture *c, const gd_bound *bind, char *err, size_t errlen) {
+  const gd_program *p = c->prog->program;
+  c->mode = p->mode == GD_MODE_STAGED_EX ? GD_MODE_STAGED_EX : GD_MODE_STAGED;
+  if (p->mode != GD_MODE_DIRECT && p->mode != GD_MODE_AUTO) return 0;
+  uint32_t n = p->nslots ? p->nslots : 1;
+  bool *direct = calloc(n, sizeof *direct);
+  bool *in_cond = calloc(p->nsteps, sizeof *in_cond);
+  uint64_t *addr = calloc(n, sizeof *addr);
+  if (!direct || !in_cond || !addr) {
+    free(direct);
+    free(in_cond);
+    free(addr);
+    snprintf(err, errlen, "out of memory");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  for (uint32_t s = 0; s < p->nslots; s++)
+    direct[s] = staged(&p->slots[s]) && p->slots[s].role != GD_ROLE_SCRATCH && bind[s].bound;
+  for (uint32_t i = 0; i < p->nsteps; i++) {
+    const gd_step *st = &p->steps[i];
+    if (st->kind == GD_STEP_WHILE || st->kind == GD_STEP_IF) {
+      direct[st->u.cond.slot] = false;
+      for (uint32_t k = i + 1; k <= i + st->u.cond.body + st->u.cond.orelse; k++) in_cond[k] = true;
+    } else if (st->kind == GD_STEP_MEMSET) {
+      direct[st->u.memset.slot] = false;
+    } else if (st->kind == GD_STEP_COPY) {
+      direct[st->u.copy.src_slot] = direct[st->u.copy.dst_slot] = false;
+    }
+  }
+  for (uint32_t i = 0; i < p->nsteps; i++)
+    if (in_cond[i] && p->steps[i].kind == GD_STEP_LAUNCH)
+      for (uint32_t k = 0; k < p->steps[i].u.launch.npatches; k++)
+        direct[p->steps[i].u.launch.patches[k].slot] = false;
+  uint64_t bytes = 0;
+  uint32_t nodes = 0;
+  for (uint32_t s = 0; s < p->nslots; s++) {
+    if (direct[s]) bytes += p->slots[s].size;
+    addr[s] = bind[s].addr;
+  }
+  for (uint32_t i = 0; i < p->nsteps; i++) {
+    if (in_cond[i] || p->steps[i].kind != GD_STEP_LAUNCH) continue;
+    const gd_launch *l = &p->steps[i].u.launch;
+    bool uses = false;
+    for (uint32_t k = 0; k < l->npatches && !uses; k++) uses = direct[l->patches[k].slot];
+    nodes += uses;
+  }
+  free(in_cond);
+  if (p->mode == GD_MODE_AUTO &&
+      (bytes == 0 || bytes < (uint64_t)nodes * AUTO_DIRECT_BYTES_PER_NODE)) {
+    free(direct);
+    free(addr);
+    return 0; /* staged */
+  }
+  c->mode = GD_MODE_DIRECT;
+  c->direct = direct;
+  c->built_direct = addr;
+  return 0;
 }
 
 int capture_build(gd_device *d, const gd_regprog *prog, const gd_bound *bind, gd_stream stream,
@@ -348,7 +465,8 @@ int capture_build(gd_device *d, const gd_regprog *prog, const gd_bound *bind, gd
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
   c->prog = prog;
-  int rc = place_slots(d, c, err, errlen);
+  int rc = choose_mode(c, bind, err, errlen);
+  if (rc == 0) rc = place_slots(d, c, err, errlen);
   if (rc == 0) rc = build_graph(d, c, bind, stream, err, errlen);
   if (rc == 0) {
     rc = OPS->event_create(BE, &c->last_use, err, errlen);
@@ -378,6 +496,7 @@ static int repoint(gd_device *d, gd_capture *c, gd_exec *x, gd_node n, bool *out
 /* Whether x's copy nodes all point at this replay's memory already. */
 static bool points_at(const gd_capture *c, const gd_exec *x, const gd_bound *bind) {
   for (uint32_t s = 0; s < c->prog->program->nslots; s++) {
+    if (c->direct && c->direct[s] && x->direct_addr[s] != bind[s].addr) return false;
     if (c->in_node[s] && (x->in_outside[s] || x->node_src[s] != bind[s].addr)) return false;
     if (c->out_node[s] && (x->out_outside[s] || x->node_dst[s] != bind[s].addr)) return false;
   }
@@ -430,6 +549,57 @@ static int copy(gd_device *d, uint64_t dst, uint64_t src, uint64_t bytes, gd_str
   return OPS->memcpy_async(BE, dst, src, bytes, s, err, errlen);
 }
 
+/* Direct mode: gives x's kernel nodes that use a moved direct slot their
+ * new parameters. */
+static int repoint_direct(gd_device *d, gd_capture *c, gd_exec *x, const gd_bound *bind, char *err,
+                          size_t errlen) {
+  const gd_program *p = c->prog->program;
+  bool moved = false;
+  for (uint32_t s = 0; s < p->nslots && !moved; s++)
+    moved = c->direct[s] && x->direct_addr[s] != bind[s].addr;
+  if (!moved) return 0;
+  /* Where each slot is now: the bound buffer for direct slots, staging
+   * for the rest. */
+  uint64_t *addr = malloc((p->nslots ? p->nslots : 1) * sizeof *addr);
+  if (!addr) {
+    snprintf(err, errlen, "out of memory");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  for (uint32_t s = 0; s < p->nslots; s++) addr[s] = c->direct[s] ? bind[s].addr : c->slot_addr[s];
+  int rc = 0;
+  for (uint32_t i = 0; i < p->nsteps && rc == 0; i++) {
+    if (!c->step_node[i]) continue;
+    const gd_launch *l = &p->steps[i].u.launch;
+    bool uses = false;
+    for (uint32_t k = 0; k < l->npatches && !uses; k++) {
+      uint32_t s = l->patches[k].slot;
+      uses = c->direct[s] && x->direct_addr[s] != bind[s].addr;
+    }
+    if (!uses) continue;
+    if (fill_params(l, addr, &x->param_buf[i], &x->kparams[i]) < 0) {
+      snprintf(err, errlen, "out of memory");
+      rc = -GRAPHD_RESOURCE_EXHAUSTED;
+      break;
+    }
+    gd_dev_func *f = modcache_function(d, c->prog, i);
+    gd_kernel_desc k = {.fn = f->fn,
+                        .shared_bytes = l->shared_bytes,
+                        .params = x->kparams[i],
+                        .nparams = l->nparams};
+    memcpy(k.grid, l->grid, sizeof k.grid);
+    memcpy(k.block, l->block, sizeof k.block);
+    char e[256];
+    rc = OPS->graph_exec_kernel_params(BE, x->exec, c->step_node[i], &k, e, sizeof e);
+    if (rc < 0) snprintf(err, errlen, "step %u (launch %s): re-pointing: %s", i, l->name, e);
+    c->repoints++;
+  }
+  if (rc == 0)
+    for (uint32_t s = 0; s < p->nslots; s++)
+      if (c->direct[s]) x->direct_addr[s] = bind[s].addr;
+  free(addr);
+  return rc;
+}
+
 int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind, bool first,
                     uint32_t pid, uint32_t uid, char *err, size_t errlen) {
   const gd_program *p = c->prog->program;
@@ -448,7 +618,7 @@ int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *b
     }
   }
   gd_exec *x = &c->execs[0];
-  if (p->mode == GD_MODE_STAGED) {
+  if (c->mode == GD_MODE_STAGED) {
     if ((rc = pick_exec(d, c, st, bind, &x, err, errlen)) < 0) return rc;
     for (uint32_t s = 0; s < p->nslots; s++) {
       const gd_slot *sl = &p->slots[s];
@@ -473,16 +643,22 @@ int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *b
         return rc;
     }
   } else {
+    /* staged_ex, and direct mode's slots that stay staged */
+    if (c->mode == GD_MODE_DIRECT) {
+      if ((rc = pick_exec(d, c, st, bind, &x, err, errlen)) < 0 ||
+          (rc = repoint_direct(d, c, x, bind, err, errlen)) < 0)
+        return rc;
+    }
     for (uint32_t s = 0; s < p->nslots; s++) {
       const gd_slot *sl = &p->slots[s];
-      if (slot_is_in(sl) && staged(sl) &&
+      if (slot_is_in(sl) && staged(sl) && !(c->direct && c->direct[s]) &&
           (rc = copy(d, c->slot_addr[s], bind[s].addr, sl->size, st, err, errlen)) < 0)
         return rc;
     }
     if ((rc = OPS->graph_launch(BE, x->exec, st, err, errlen)) < 0) return rc;
     for (uint32_t s = 0; s < p->nslots; s++) {
       const gd_slot *sl = &p->slots[s];
-      if (slot_is_out(sl) && staged(sl) &&
+      if (slot_is_out(sl) && staged(sl) && !(c->direct && c->direct[s]) &&
           (rc = copy(d, bind[s].addr, c->slot_addr[s], sl->size, st, err, errlen)) < 0)
         return rc;
     }

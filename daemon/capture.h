@@ -40,10 +40,24 @@ typedef struct gd_exec {
   uint64_t *node_src, *node_dst;  /* per slot: what the copy-in / copy-out node points at */
   bool *in_outside, *out_outside; /* per slot: the node is off; the copy runs outside */
   uint64_t used_ns;               /* its last replay */
+  /* Direct mode: per slot, where its kernel nodes point now; per step, the
+   * parameters it was last given (allocated when first re-pointed). */
+  uint64_t *direct_addr;
+  uint8_t **param_buf;
+  void ***kparams;
 } gd_exec;
 
 typedef struct gd_capture {
   const gd_regprog *prog;
+  uint32_t mode; /* how it runs: staged, staged_ex or direct (auto chose one) */
+  /* Direct mode: per slot, whether the kernels use the bound buffer itself
+   * (else a staged slot is copied outside the graph); per step, the kernel
+   * node to re-point when a direct slot it uses moves (top-level launches
+   * only); and the addresses the graph was built with. */
+  bool *direct;
+  gd_node *step_node;
+  uint64_t *built_direct;
+  uint32_t direct_nodes;
   gd_staging staging;
   uint64_t *slot_addr; /* per slot: device address in staging */
   gd_graph graph;

@@ -63,7 +63,7 @@ static void info_of(gd_device *d, const gd_capture *c, gd_capture_info *ci) {
   memset(ci, 0, sizeof *ci);
   memcpy(ci->program_id, c->prog->id, GD_ID_LEN);
   ci->device = (uint32_t)d->index;
-  ci->mode = c->prog->program->mode;
+  ci->mode = c->mode; /* what it runs as: auto shows its choice */
   ci->staging_bytes = c->staging.bytes;
   ci->nodes = c->nodes;
   ci->replays = c->replays;

@@ -278,9 +278,9 @@ static int check_nesting(const gd_program *p, uint32_t first, uint32_t count, ui
 }
 
 int gd_program_validate(const gd_program *p, char *err, size_t errlen) {
-  if (p->mode != GD_MODE_STAGED && p->mode != GD_MODE_STAGED_EX)
-    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "mode %u is not staged (0) or staged_ex (1)",
-                p->mode);
+  if (p->mode > GD_MODE_AUTO)
+    return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                "mode %u is not staged (0), staged_ex (1), direct (2) or auto (3)", p->mode);
   if (p->nslots > GD_MAX_SLOTS)
     return fail(err, errlen, GRAPHD_RESOURCE_EXHAUSTED, "%u slots is over the limit of %u",
                 p->nslots, GD_MAX_SLOTS);

@@ -46,7 +46,10 @@ enum gd_step_kind {
   GD_STEP_IF = 5, /* the next `body` steps run if it is non-zero, the `orelse` after them if not */
 };
 
-enum gd_mode { GD_MODE_STAGED = 0, GD_MODE_STAGED_EX = 1 };
+/* How replays move data (docs/design.md, "Modes"): staged copies in the
+ * graph, staged copies outside it, the client's buffers themselves
+ * (direct), or the daemon's choice between staged and direct (auto). */
+enum gd_mode { GD_MODE_STAGED = 0, GD_MODE_STAGED_EX = 1, GD_MODE_DIRECT = 2, GD_MODE_AUTO = 3 };
 
 enum gd_module_kind {
   GD_MODULE_PTX = 1,

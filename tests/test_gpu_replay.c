@@ -95,17 +95,17 @@ static void fixture_up(fixture *f, unsigned seed) {
 }
 
 /* Loops and branches as CUDA conditional nodes: each count of passes and
- * each side of the branch, bit exact, in both modes, on VMM and legacy
+ * each side of the branch, bit exact, in every mode, on VMM and legacy
  * memory. */
 START_TEST(test_gpu_conditional_loops_and_branches_are_exact) {
   ck_assert_msg(HAVE_CUDA_KERNELS, "the build made no CUDA test kernels (no nvcc)");
   graphd_client *c = session();
-  uint8_t pid[2][32];
-  for (int m = 0; m < 2; m++)
-    ck_assert_msg(
-        gpu_cond_program(c, TEST_KERNEL_DIR, m ? GRAPHD_MODE_STAGED_EX : GRAPHD_MODE_STAGED,
-                         pid[m]) == GRAPHD_OK,
-        "%s", graphd_last_error(c));
+  static const graphd_mode modes[3] = {GRAPHD_MODE_STAGED, GRAPHD_MODE_STAGED_EX,
+                                       GRAPHD_MODE_DIRECT};
+  uint8_t pid[3][32];
+  for (int m = 0; m < 3; m++)
+    ck_assert_msg(gpu_cond_program(c, TEST_KERNEL_DIR, modes[m], pid[m]) == GRAPHD_OK, "%s",
+                  graphd_last_error(c));
   CUstream st;
   ck_assert_int_eq(gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   graphd_stream *s;
@@ -119,7 +119,7 @@ START_TEST(test_gpu_conditional_loops_and_branches_are_exact) {
   uint32_t cases[][2] = {{3, 1}, {0, 0}, {17, 0}, {1, 1}, {0, 1}, {40, 1}};
   int n = 0;
   double t0 = now_ms();
-  for (int m = 0; m < 2; m++)
+  for (int m = 0; m < 3; m++)
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++, n++) {
       gbuf *bx = &x[n % 2], *bc = &ctl[(n / 2) % 2];
       for (uint32_t i = 0; i < GN; i++) hx[i] = (float)(i % 1000) * 0.37f - 150.0f;
@@ -142,7 +142,7 @@ START_TEST(test_gpu_conditional_loops_and_branches_are_exact) {
     }
   printf(
       "FIGURE conditional steps: %d checked replays (loops of 0 to 40 passes, both branches, "
-      "both modes) in %.1f ms\n",
+      "every mode) in %.1f ms\n",
       n, now_ms() - t0);
   graphd_stream_detach(s);
   for (int k = 0; k < 2; k++) {
@@ -153,12 +153,16 @@ START_TEST(test_gpu_conditional_loops_and_branches_are_exact) {
 }
 END_TEST
 
-START_TEST(test_gpu_thousand_replays_over_vmm_and_legacy_are_bit_exact_in_both_modes) {
+START_TEST(test_gpu_thousand_replays_over_vmm_and_legacy_are_bit_exact_in_every_mode) {
   ck_assert_msg(HAVE_CUDA_KERNELS, "the build made no CUDA test kernels (no nvcc)");
   graphd_client *c = session();
-  uint8_t staged[32], ex[32];
-  ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, staged), GRAPHD_OK);
-  ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED_EX, ex), GRAPHD_OK);
+  static const graphd_mode modes[3] = {GRAPHD_MODE_STAGED, GRAPHD_MODE_STAGED_EX,
+                                       GRAPHD_MODE_DIRECT};
+  static const char *const names[3] = {"staged", "staged_ex", "direct"};
+  static const int counts[3] = {1000, 300, 1000};
+  uint8_t pid[3][32];
+  for (int m = 0; m < 3; m++)
+    ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, modes[m], pid[m]), GRAPHD_OK);
   CUstream st;
   ck_assert_int_eq(gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   graphd_stream *s;
@@ -170,29 +174,29 @@ START_TEST(test_gpu_thousand_replays_over_vmm_and_legacy_are_bit_exact_in_both_m
   }
   ck_assert_int_eq(gbuf_alloc(&cc, GN * 4, 1), 0);
   graphd_replay_info info;
-  for (int mode = 0; mode < 2; mode++) {
-    const uint8_t *pid = mode ? ex : staged;
-    int n = mode ? 300 : 1000;
+  for (int m = 0; m < 3; m++) {
     double t0 = now_ms();
-    for (int i = 0; i < n; i++) {
-      graphd_status r = gpu_replay_checked(c, s, st, pid, &x[i % 4], &y[(i + 1) % 4], &cc, i == 0,
-                                           (unsigned)i, &info);
-      ck_assert_msg(r == GRAPHD_OK, "%s replay %d: %s", mode ? "staged_ex" : "staged", i,
-                    graphd_last_error(c));
+    for (int i = 0; i < counts[m]; i++) {
+      /* Direct mode also walks through more binding sets than it keeps
+       * executable graphs for, so its kernel nodes are re-pointed. */
+      int xi = m == 2 ? (i * 3) % 4 : i % 4, yi = m == 2 ? (i / 4 + i) % 4 : (i + 1) % 4;
+      graphd_status r =
+          gpu_replay_checked(c, s, st, pid[m], &x[xi], &y[yi], &cc, i == 0, (unsigned)i, &info);
+      ck_assert_msg(r == GRAPHD_OK, "%s replay %d: %s", names[m], i, graphd_last_error(c));
       if (i == 0) {
         ck_assert_int_eq(info.captured, 1);
-        printf("FIGURE first replay (capture) %s: capture %.1f us on the daemon\n",
-               mode ? "staged_ex" : "staged", (double)info.capture_ns / 1e3);
+        printf("FIGURE first replay (capture) %s: capture %.1f us on the daemon\n", names[m],
+               (double)info.capture_ns / 1e3);
       } else {
         ck_assert_int_eq(info.captured, 0);
       }
     }
-    printf("FIGURE %d checked replays (%s): %.1f ms, copies and checks included\n", n,
-           mode ? "staged_ex" : "staged", now_ms() - t0);
+    printf("FIGURE %d checked replays (%s): %.1f ms, copies and checks included\n", counts[m],
+           names[m], now_ms() - t0);
   }
   graphd_device_counters k = counters(c);
-  ck_assert_uint_eq(k.captures, 2);
-  ck_assert_uint_eq(k.replays, 1300);
+  ck_assert_uint_eq(k.captures, 3);
+  ck_assert_uint_eq(k.replays, 2300);
   ck_assert_uint_eq(k.errors, 0);
   ck_assert_uint_eq(k.regions, 9);
   graphd_stream_detach(s);
@@ -681,7 +685,7 @@ int main(void) {
   TCase *tc = tcase_create("gpu_replay");
   tcase_set_timeout(tc, 240);
   tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_add_test(tc, test_gpu_thousand_replays_over_vmm_and_legacy_are_bit_exact_in_both_modes);
+  tcase_add_test(tc, test_gpu_thousand_replays_over_vmm_and_legacy_are_bit_exact_in_every_mode);
   tcase_add_test(tc, test_gpu_conditional_loops_and_branches_are_exact);
   tcase_add_test(tc, test_gpu_a_second_process_shares_the_capture_and_it_outlives_sessions);
   tcase_add_test(tc, test_gpu_killed_client_stalls_nobody);

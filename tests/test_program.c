@@ -633,7 +633,7 @@ START_TEST(test_program_finish_runs_the_validator) {
   graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, 16, 1);
   graphd_program_add_memset(p, 0, 0, 16, 1, 0);
   EXPECT_FAIL(p, graphd_program_finish(p, NULL), GRAPHD_INVALID_ARGUMENT,
-              "mode 5 is not staged (0) or staged_ex (1)");
+              "mode 5 is not staged (0), staged_ex (1), direct (2) or auto (3)");
   graphd_program_free(p);
 }
 END_TEST
@@ -709,8 +709,8 @@ START_TEST(test_decode_header_errors) {
                 td_fmt("%u slots and 3 steps exceed the limits of %u and %u", GD_MAX_SLOTS + 1,
                        GD_MAX_SLOTS, GD_MAX_STEPS));
   put_u32(b + G_NSLOTS, 2);
-  b[G_MODE] = 2;
-  decode_expect(b, len, INVALID, "mode 2 is not staged (0) or staged_ex (1)");
+  b[G_MODE] = 4;
+  decode_expect(b, len, INVALID, "mode 4 is not staged (0), staged_ex (1), direct (2) or auto (3)");
   b[G_MODE] = 0;
   uint8_t *big = calloc(1, GD_MAX_PROGRAM_BYTES + 1);
   memcpy(big, b, len);

@@ -95,7 +95,7 @@ START_TEST(test_validate_program_level_errors) {
   fx f;
   fx_init(&f);
   f.p.mode = 7;
-  fx_expect(&f, INVALID, "mode 7 is not staged (0) or staged_ex (1)");
+  fx_expect(&f, INVALID, "mode 7 is not staged (0), staged_ex (1), direct (2) or auto (3)");
   fx_init(&f);
   f.p.nsteps = 0;
   fx_expect(&f, INVALID, "the program has no steps");

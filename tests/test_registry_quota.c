@@ -25,6 +25,25 @@ static void teardown(void) {
   td_cleanup(&d);
 }
 
+/* Closes c and waits until the daemon has ended its session (a closed
+ * session lets go of what it held only then). */
+static void close_and_wait(graphd_client *c) {
+  graphd_client *ctl = td_control(&d);
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  uint64_t before = st->sessions;
+  graphd_daemon_status_free(st);
+  graphd_close(c);
+  for (int i = 0; i < 500; i++) {
+    ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+    uint64_t now = st->sessions;
+    graphd_daemon_status_free(st);
+    if (now < before) break;
+    usleep(2000);
+  }
+  graphd_close(ctl);
+}
+
 /* A data session on device 0 with the host module registered. */
 static graphd_client *session(uint8_t mod[32]) {
   graphd_client *c = td_data(&d, 0);
@@ -89,12 +108,12 @@ START_TEST(test_quota_unused_programs_make_room_least_recently_used_first) {
   ck_assert_int_eq(program_k(a, mod, 0, pid[0]), GRAPHD_OK);
   ck_assert_int_eq(program_k(a, mod, 1, pid[1]), GRAPHD_OK);
   replay_checked(a, pid[0], 0); /* a capture on device 0 */
-  graphd_close(a);
-  usleep(20000);
+  close_and_wait(a);
+  usleep(2000); /* a later last use */
   graphd_client *b = session(mod);
   ck_assert_int_eq(program_k(b, mod, 2, pid[2]), GRAPHD_OK);
   ck_assert_int_eq(program_k(b, mod, 3, pid[3]), GRAPHD_OK);
-  graphd_close(b);
+  close_and_wait(b);
   graphd_client *ctl = td_control(&d);
   graphd_device_counters before = td_device_info(ctl, 0).counters;
   ck_assert_uint_eq(before.captures, 1);
@@ -125,13 +144,13 @@ START_TEST(test_quota_unused_programs_make_room_least_recently_used_first) {
   ck_assert_int_eq(program_k(c, mod, 0, pid[0]), GRAPHD_RESOURCE_EXHAUSTED);
   ck_assert_msg(strstr(graphd_last_error(c), "max-programs-per-uid (4)"), "%s",
                 graphd_last_error(c));
-  graphd_close(c);
+  close_and_wait(c);
   /* Once it closed, program 0 comes back and replays exactly. */
   graphd_client *e = session(mod);
   ck_assert_int_eq(program_k(e, mod, 0, pid[0]), GRAPHD_OK);
   replay_checked(e, pid[0], 0);
   ck_assert_uint_eq(programs_registered(), 4);
-  graphd_close(e);
+  close_and_wait(e);
   graphd_close(ctl);
 }
 END_TEST
@@ -150,12 +169,12 @@ START_TEST(test_quota_refusal_while_held_clears_when_the_holder_closes) {
                 graphd_last_error(b));
   /* A program already registered costs nothing more. */
   ck_assert_int_eq(program_k(b, mod, 1, pid[1]), GRAPHD_OK);
-  graphd_close(a);
+  close_and_wait(a);
   /* 0 is unused now (b holds 1): it makes room. */
   ck_assert_int_eq(program_k(b, mod, 2, pid[2]), GRAPHD_OK);
   ck_assert(registered(b, pid[1]));
   ck_assert(!registered(b, pid[0]));
-  graphd_close(b);
+  close_and_wait(b);
 }
 END_TEST
 
@@ -168,11 +187,11 @@ START_TEST(test_quota_total_programs_free_unused_ones) {
   graphd_client *b = session(mod);
   ck_assert_int_eq(program_k(b, mod, 3, pid[3]), GRAPHD_RESOURCE_EXHAUSTED);
   ck_assert_msg(strstr(graphd_last_error(b), "max-programs 3"), "%s", graphd_last_error(b));
-  graphd_close(a);
+  close_and_wait(a);
   ck_assert_int_eq(program_k(b, mod, 3, pid[3]), GRAPHD_OK);
   ck_assert_int_eq(program_k(b, mod, 4, pid[4]), GRAPHD_OK);
   ck_assert_uint_eq(programs_registered(), 3);
-  graphd_close(b);
+  close_and_wait(b);
 }
 END_TEST
 
@@ -190,8 +209,8 @@ START_TEST(test_quota_module_bytes_per_uid) {
     memset(blob, 'a' + k, mb - 1); /* PTX is text ending in a NUL */
     ck_assert_int_eq(graphd_register_module(a, GRAPHD_MODULE_PTX, blob, mb, id[k]), GRAPHD_OK);
   }
-  graphd_close(a);
-  usleep(20000);
+  close_and_wait(a);
+  usleep(2000); /* a later last use */
   /* The host module (small) and a program that launches it, held open. */
   graphd_client *p = session(mod);
   ck_assert_int_eq(program_k(p, mod, 0, pid), GRAPHD_OK);
@@ -218,8 +237,8 @@ START_TEST(test_quota_module_bytes_per_uid) {
   graphd_prepare_info info;
   ck_assert_int_eq(graphd_prepare_program(p, pid, &info), GRAPHD_OK);
   free(blob);
-  graphd_close(b);
-  graphd_close(p);
+  close_and_wait(b);
+  close_and_wait(p);
   graphd_close(ctl);
 }
 END_TEST

@@ -154,6 +154,122 @@ START_TEST(test_replay_thousand_replays_with_changing_bindings_are_exact) {
 }
 END_TEST
 
+/* The mode pid's capture runs as, and its staging bytes, from
+ * ListCaptures. */
+static uint32_t capture_mode(graphd_client *c, const uint8_t pid[32], uint64_t *staging) {
+  graphd_capture_info *ci;
+  size_t n;
+  ck_assert_int_eq(graphd_list_captures(c, &ci, &n), GRAPHD_OK);
+  uint32_t mode = 99;
+  for (size_t i = 0; i < n; i++)
+    if (!memcmp(ci[i].program_id, pid, 32)) {
+      mode = ci[i].mode;
+      if (staging) *staging = ci[i].staging_bytes;
+    }
+  free(ci);
+  return mode;
+}
+
+/* Direct mode: the kernels work on the bound buffers themselves, re-pointed
+ * as they move over eight binding sets. Exact over 1200 replays. */
+START_TEST(test_replay_direct_mode_follows_changing_buffers_exactly) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t pid[32];
+  build(c, GRAPHD_MODE_DIRECT, pid);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  bufs b;
+  alloc_bufs(c, &b);
+  unsigned rng = 5;
+  graphd_replay_info info;
+  for (int i = 0; i < 1200; i++) {
+    graphd_status st = run_one(c, s, pid, &b, (i * 7) % 11, &rng, &info, i == 0);
+    ck_assert_msg(st == GRAPHD_OK, "replay %d: %s", i, graphd_last_error(c));
+  }
+  graphd_device_counters k = counters(c, 0);
+  ck_assert_uint_eq(k.captures, 1);
+  ck_assert_uint_eq(k.recaptures, 0);
+  ck_assert_uint_eq(capture_mode(c, pid, NULL), GRAPHD_MODE_DIRECT);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
+/* Loops and branches in direct mode: their condition word and the slots of
+ * launches inside them stay staged; results are exact in every case. */
+START_TEST(test_replay_direct_mode_keeps_conditional_slots_staged) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t mod[32], pid[32];
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
+  ck_assert_int_eq(cond_program_register(c, mod, GRAPHD_MODE_DIRECT, N, pid), GRAPHD_OK);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  float *x[2];
+  uint32_t *ctl;
+  for (int j = 0; j < 2; j++)
+    ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&x[j]), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, 8, (void **)&ctl), GRAPHD_OK);
+  uint32_t cases[][2] = {{3, 1}, {0, 0}, {7, 0}, {1, 1}, {0, 1}};
+  for (size_t k = 0; k < 2 * sizeof cases / sizeof cases[0]; k++) {
+    const uint32_t *cs = cases[k % 5];
+    float *xx = x[k % 2];
+    for (uint32_t i = 0; i < N; i++) xx[i] = (float)i - 100.0f;
+    ctl[0] = cs[0];
+    ctl[1] = cs[1];
+    graphd_binding bd[2] = {{.slot = 0, .ptr = (uint64_t)(uintptr_t)xx, .bytes = N * 4},
+                            {.slot = 1, .ptr = (uint64_t)(uintptr_t)ctl, .bytes = 8}};
+    ck_assert_msg(graphd_replay(c, s, pid, bd, 2, NULL) == GRAPHD_OK, "%s", graphd_last_error(c));
+    for (uint32_t i = 0; i < N; i++)
+      ck_assert_float_eq(xx[i], cond_program_expect((float)i - 100.0f, cs[0], cs[1]));
+    ck_assert_uint_eq(ctl[0], 0);
+  }
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
+/* Auto mode chooses by the bound bytes against the kernel nodes to
+ * re-point: 1024 floats a slot over three launches stay staged; 64 Ki
+ * floats go direct, with staging for the scratch slot and the unstaged
+ * input only. Both exact. */
+START_TEST(test_replay_auto_mode_chooses_by_bytes_against_nodes) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t mod[32], small[32], big[32];
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
+  ck_assert_int_eq(program3_register(c, mod, GRAPHD_MODE_AUTO, N, small), GRAPHD_OK);
+  uint32_t nb = 64u * 1024u;
+  ck_assert_int_eq(program3_register(c, mod, GRAPHD_MODE_AUTO, nb, big), GRAPHD_OK);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  bufs b;
+  alloc_bufs(c, &b);
+  unsigned rng = 9;
+  for (int i = 0; i < 4; i++)
+    ck_assert_int_eq(run_one(c, s, small, &b, i, &rng, NULL, i == 0), GRAPHD_OK);
+  ck_assert_uint_eq(capture_mode(c, small, NULL), GRAPHD_MODE_STAGED);
+  float *x, *y, *cc;
+  ck_assert_int_eq(graphd_host_alloc(c, nb * 4, (void **)&x), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, nb * 4, (void **)&y), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, nb * 4, (void **)&cc), GRAPHD_OK);
+  for (uint32_t i = 0; i < nb; i++) {
+    x[i] = (float)(i % 301) - 7.0f;
+    cc[i] = (float)(i % 13);
+  }
+  graphd_binding bd[3] = {{0, (uint64_t)(uintptr_t)x, nb * 4},
+                          {3, (uint64_t)(uintptr_t)y, nb * 4},
+                          {1, (uint64_t)(uintptr_t)cc, nb * 4}};
+  ck_assert_int_eq(graphd_replay(c, s, big, bd, 3, NULL), GRAPHD_OK);
+  for (uint32_t i = 0; i < nb; i++) ck_assert(y[i] == (2.0f * x[i] + cc[i]) * 2.0f + 1.0f);
+  uint64_t staging = 0;
+  ck_assert_uint_eq(capture_mode(c, big, &staging), GRAPHD_MODE_DIRECT);
+  ck_assert_uint_eq(staging, 2ull * nb * 4); /* t and c only: x and y are the client's */
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
 START_TEST(test_replay_staged_and_staged_ex_agree) {
   graphd_client *c = td_data(&d, 0);
   uint8_t a[32], e[32];
@@ -836,6 +952,9 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_replay_thousand_replays_with_changing_bindings_are_exact);
+  tcase_add_test(tc, test_replay_direct_mode_follows_changing_buffers_exactly);
+  tcase_add_test(tc, test_replay_direct_mode_keeps_conditional_slots_staged);
+  tcase_add_test(tc, test_replay_auto_mode_chooses_by_bytes_against_nodes);
   tcase_add_test(tc, test_replay_runs_conditional_loops_and_branches);
   tcase_add_test(tc, test_replay_client_dying_mid_wait_is_noticed_at_once);
   tcase_add_test(tc, test_replay_staged_and_staged_ex_agree);

@@ -34,7 +34,8 @@ static_assert(SAME(GRAPHD_SLOT_INPUT, GD_ROLE_INPUT) && SAME(GRAPHD_SLOT_OUTPUT,
                   SAME(GRAPHD_SLOT_SCRATCH, GD_ROLE_SCRATCH),
               "graphd_slot_role matches gd_slot_role");
 static_assert(SAME(GRAPHD_MODE_STAGED, GD_MODE_STAGED) &&
-                  SAME(GRAPHD_MODE_STAGED_EX, GD_MODE_STAGED_EX),
+                  SAME(GRAPHD_MODE_STAGED_EX, GD_MODE_STAGED_EX) &&
+                  SAME(GRAPHD_MODE_DIRECT, GD_MODE_DIRECT) && SAME(GRAPHD_MODE_AUTO, GD_MODE_AUTO),
               "graphd_mode matches gd_mode");
 static_assert(SAME(GRAPHD_MODULE_PTX, GD_MODULE_PTX) &&
                   SAME(GRAPHD_MODULE_CUBIN, GD_MODULE_CUBIN) &&

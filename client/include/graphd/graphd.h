@@ -324,7 +324,8 @@ GRAPHD_EXPORT graphd_status graphd_replay(graphd_client *c, graphd_stream *s,
 typedef struct graphd_capture_info {
   uint8_t program_id[32];
   uint32_t device; /* the daemon's device index */
-  uint32_t mode;   /* GRAPHD_MODE_STAGED or GRAPHD_MODE_STAGED_EX */
+  uint32_t
+      mode; /* how it runs: GRAPHD_MODE_STAGED, _STAGED_EX or _DIRECT (auto shows its choice) */
   uint64_t staging_bytes;
   uint32_t nodes; /* graph nodes */
   uint64_t replays;

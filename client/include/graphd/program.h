@@ -69,10 +69,14 @@ typedef enum graphd_slot_role {
 } graphd_slot_role;
 
 /* How replays move data: staged copies inside the graph, or outside it
- * (staged_ex). */
+ * (staged_ex); no copies, the graph's kernels re-pointed at the bound
+ * buffers (direct); or the daemon's choice of staged or direct by the bytes
+ * against the nodes to re-point (auto). */
 typedef enum graphd_mode {
   GRAPHD_MODE_STAGED = 0,
   GRAPHD_MODE_STAGED_EX = 1,
+  GRAPHD_MODE_DIRECT = 2,
+  GRAPHD_MODE_AUTO = 3,
 } graphd_mode;
 
 /* The kind of code in a module. */

@@ -598,7 +598,7 @@ class CProgram:
 
     def __init__(self, mode="staged"):
         self._l = lib()
-        m = {"staged": 0, "staged_ex": 1}.get(mode, mode)
+        m = MODES.get(mode, mode)
         self._p = self._l.graphd_program_new(m)
         if not self._p:
             raise GraphdError("RESOURCE_EXHAUSTED", "graphd_program_new failed")

@@ -196,7 +196,8 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
     and dtypes, and the slot of each operand and result. It is called once
     per distinct tuple of (shape, dtype) in the process.
 
-    mode          "staged" or "staged_ex": the mode the program must have.
+    mode          "staged", "staged_ex", "direct" or "auto": the mode the
+                  program must have.
     name          the FFI target name (registered once per process, for
                   CUDA, with graphd_xla_replay from libgraphd_xla).
     vmap_method   how the function batches under jax.vmap:
@@ -217,7 +218,7 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
     list of arrays, one per result (a single array when there is one
     result). It works inside and outside jax.jit."""
     if mode not in MODES:
-        raise GraphdError("INVALID_ARGUMENT", f"mode {mode!r} is not staged or staged_ex")
+        raise GraphdError("INVALID_ARGUMENT", f"mode {mode!r} is not staged, staged_ex, direct or auto")
     if vmap_method not in VMAP_METHODS:
         raise GraphdError("INVALID_ARGUMENT",
                           f"vmap_method {vmap_method!r} is not None, 'sequential' or 'broadcast_all'")

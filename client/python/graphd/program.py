@@ -48,7 +48,7 @@ MAX_MODULE_BYTES = 512 << 20
 MAX_PROGRAM_BYTES = 64 << 20
 
 ROLES = {"input": 0, "output": 1, "inout": 2, "scratch": 3}
-MODES = {"staged": 0, "staged_ex": 1}
+MODES = {"staged": 0, "staged_ex": 1, "direct": 2, "auto": 3}
 MODULE_KINDS = {"ptx": 1, "cubin": 2, "fatbin": 3, "host_elf": 4}
 
 STEP_LAUNCH, STEP_MEMSET, STEP_COPY, STEP_WHILE, STEP_IF = 1, 2, 3, 4, 5
@@ -353,8 +353,9 @@ class Program:
 
     def __init__(self, mode="staged"):
         m = MODES.get(mode, mode) if isinstance(mode, str) else mode
-        if not isinstance(m, int) or m not in (0, 1):
-            raise GraphdError(_INVALID, f"mode {mode!r} is not staged (0) or staged_ex (1)")
+        if not isinstance(m, int) or m not in MODES.values():
+            raise GraphdError(_INVALID, f"mode {mode!r} is not staged (0), staged_ex (1), "
+                                        "direct (2) or auto (3)")
         self.mode = m
         self._slots = []  # (role, flags, size)
         self._steps = []
@@ -861,8 +862,9 @@ def validate(mode, slots, steps):
     """The structural stage of proto/program.c (gd_program_validate), with
     its messages. The builder's calls already refuse most of this; this is
     the backstop that finish() runs."""
-    if mode not in (0, 1):
-        raise GraphdError(_INVALID, f"mode {mode} is not staged (0) or staged_ex (1)")
+    if mode not in MODES.values():
+        raise GraphdError(_INVALID, f"mode {mode} is not staged (0), staged_ex (1), direct (2) "
+                                    "or auto (3)")
     if len(slots) > MAX_SLOTS:
         raise GraphdError(_EXHAUSTED, f"{len(slots)} slots is over the limit of {MAX_SLOTS}")
     if not steps:

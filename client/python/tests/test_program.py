@@ -417,8 +417,9 @@ class ErrorsTest(unittest.TestCase):
 
     def test_finish_refuses_an_empty_program_and_a_bad_mode(self):
         self.expect(lambda: Program().finish(), "INVALID_ARGUMENT", "the program has no steps")
-        self.expect(lambda: Program("direct"), "INVALID_ARGUMENT", "mode 'direct' is not staged (0) or staged_ex (1)")
-        self.expect(lambda: Program(2), "INVALID_ARGUMENT", "mode 2 is not staged (0) or staged_ex (1)")
+        self.expect(lambda: Program("bogus"), "INVALID_ARGUMENT",
+                    "mode 'bogus' is not staged (0), staged_ex (1), direct (2) or auto (3)")
+        self.expect(lambda: Program(4), "INVALID_ARGUMENT", "mode 4 is not staged (0), staged_ex (1), direct (2) or auto (3)")
 
     def test_validator_backstop_has_the_daemons_messages(self):
         # Structures the builder cannot make, handed to validate() directly.

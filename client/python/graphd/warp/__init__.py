@@ -55,17 +55,15 @@ _VMAP = {None: None, "broadcast_all": "broadcast_all", "sequential": "sequential
 
 
 def resolve_mode(mode, graph_mode=None):
-    """graphd's replay mode: "staged" or "staged_ex" as given; "auto" (or
-    None) follows Warp's graph_mode (WARP_STAGED_EX gives staged_ex, any
-    other staged); "direct" is refused until the daemon has it."""
+    """graphd's replay mode: "staged", "staged_ex" or "direct" as given;
+    "auto" (or None) follows Warp's graph_mode: WARP_STAGED_EX gives
+    staged_ex, any other the daemon's auto (staged or direct by the bytes
+    against the kernel nodes to re-point)."""
     if mode in (None, "auto"):
         gm = int(graph_mode) if graph_mode is not None else None
-        return "staged_ex" if gm == _GRAPH_MODE_WARP_STAGED_EX else "staged"
+        return "staged_ex" if gm == _GRAPH_MODE_WARP_STAGED_EX else "auto"
     if mode in _program.MODES:
         return mode
-    if mode == "direct":
-        raise Refused("mode", "mode 'direct' is not available: the graphd daemon has no direct mode yet; use "
-                      "'staged', 'staged_ex' or 'auto'")
     raise GraphdError("INVALID_ARGUMENT", f"mode {mode!r} is not staged, staged_ex, direct or auto")
 
 
@@ -328,8 +326,8 @@ def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_al
     replays a captured graph, so NONE and JAX have no meaning).
 
     graphd's options: mode ("auto" follows graph_mode: WARP_STAGED_EX gives
-    "staged_ex", anything else "staged"; "direct" is refused until the
-    daemon has it), device (the architecture to compile for) and socket."""
+    "staged_ex", anything else the daemon's auto choice of staged or
+    direct), device (the architecture to compile for) and socket."""
     spec = FuncSpec.of_function(func, num_outputs, in_out_argnames=in_out_argnames,
                                 stage_in_argnames=stage_in_argnames, stage_out_argnames=stage_out_argnames)
     return JaxCallable(_Fn(func, spec), vmap_method=vmap_method, output_dims=output_dims,

@@ -137,7 +137,8 @@ def callable(func, *, inputs=(), outputs=(), mode="staged", device=None, socket=
     """A function of Warp arrays (on one CUDA device) and scalars that
     replays func's graphd program on Warp's current stream of that device.
     inputs / outputs name the arrays that are only read / only written
-    (the rest are read and written). mode is "staged" or "staged_ex";
+    (the rest are read and written). mode is "staged", "staged_ex",
+    "direct" or "auto";
     device overrides the architecture to compile for; socket is the
     daemon's socket (default: libgraphd's). Returns the replay's info
     (captured, capture_ns, server_ns)."""
