@@ -33,7 +33,7 @@ def main():
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--n", type=int, default=1 << 16, help="floats per buffer")
-    ap.add_argument("--modes", default="staged,staged_ex")
+    ap.add_argument("--modes", default="staged,staged_ex,direct")
     a = ap.parse_args()
     if a.socket:
         os.environ["GRAPHD_SOCKET"] = a.socket

@@ -4,7 +4,7 @@
  * (185) of the test kernel `scale`, launch i reading slot i mod S and
  * writing slot (i + 1) mod S.
  *
- * Per mode (staged, staged_ex), the time of one replay to stream sync,
+ * Per mode (staged, staged_ex, direct), the time of one replay to stream sync,
  * median of --rounds, for four ways of binding:
  *   fixed      the same buffers every call;
  *   alternate  two sets of buffers in turn (a JAX scan's carry);
@@ -31,6 +31,7 @@
 #endif
 
 #define FRESH_EXTRA 64 /* slots the fresh window slides over */
+#define NMODES 3
 
 static const gd_cuda *cu;
 static unsigned S = 250, L = 185, FLOATS = 4096;
@@ -199,13 +200,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "large_bench: %s\n", err);
     return 1;
   }
-  uint8_t mid[32], pid[2][32];
+  static const graphd_mode modes[NMODES] = {GRAPHD_MODE_STAGED, GRAPHD_MODE_STAGED_EX,
+                                            GRAPHD_MODE_DIRECT};
+  static const char *const mode_names[NMODES] = {"staged", "staged_ex", "direct"};
+  uint8_t mid[32], pid[NMODES][32];
   if (graphd_register_module(c, GRAPHD_MODULE_CUBIN, mod_bytes, mlen, mid) != GRAPHD_OK) {
     fprintf(stderr, "large_bench: %s\n", graphd_last_error(c));
     return 1;
   }
-  for (int m = 0; m < 2; m++) {
-    graphd_program *p = graphd_program_new(m ? GRAPHD_MODE_STAGED_EX : GRAPHD_MODE_STAGED);
+  for (int m = 0; m < NMODES; m++) {
+    graphd_program *p = graphd_program_new(modes[m]);
     for (unsigned k = 0; k < S; k++) graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, slot_bytes(), 1);
     uint32_t grid[3] = {FLOATS / 256, 1, 1}, block[3] = {256, 1, 1};
     float a = 1.0f;
@@ -231,8 +235,8 @@ int main(int argc, char **argv) {
   graphd_binding *bd = calloc(S, sizeof *bd);
   double *t = calloc((size_t)ROUNDS, sizeof *t);
   static const char *const ways[4] = {"fixed", "alternate", "rotate", "fresh"};
-  double res[2][4], first[2];
-  for (int m = 0; m < 2; m++) {
+  double res[NMODES][4], first[NMODES];
+  for (int m = 0; m < NMODES; m++) {
     for (int w = -1; w < 4; w++) {
       for (long r = -10; r < ROUNDS; r++) {
         long i = r + 10;
@@ -264,14 +268,16 @@ int main(int argc, char **argv) {
       S, slot_bytes(), L, ROUNDS);
   printf("in-process graph on fixed buffers            %9.1f us\n", fixed_us);
   printf("in-process graph with a copy in/out per slot %9.1f us\n", copies_us);
-  printf("%-12s %12s %12s\n", "bindings", "staged", "staged_ex");
-  for (int w = 0; w < 4; w++) printf("%-12s %9.1f us %9.1f us\n", ways[w], res[0][w], res[1][w]);
-  printf("first call (capture) %9.1f us %9.1f us\n", first[0], first[1]);
+  printf("%-12s %12s %12s %12s\n", "bindings", "staged", "staged_ex", "direct");
+  for (int w = 0; w < 4; w++)
+    printf("%-12s %9.1f us %9.1f us %9.1f us\n", ways[w], res[0][w], res[1][w], res[2][w]);
+  printf("first call (capture) %9.1f us %9.1f us %9.1f us\n", first[0], first[1], first[2]);
+  printf("direct, fixed buffers, against the in-process graph with copies: %.2fx faster\n",
+         copies_us / res[2][0]);
   printf("RESULT slots=%u launches=%u inproc_fixed_us=%.1f inproc_copies_us=%.1f", S, L, fixed_us,
          copies_us);
-  for (int m = 0; m < 2; m++)
-    for (int w = 0; w < 4; w++)
-      printf(" %s_%s_us=%.1f", m ? "staged_ex" : "staged", ways[w], res[m][w]);
+  for (int m = 0; m < NMODES; m++)
+    for (int w = 0; w < 4; w++) printf(" %s_%s_us=%.1f", mode_names[m], ways[w], res[m][w]);
   printf("\n");
   graphd_close(c);
   return 0;
