@@ -1,5 +1,5 @@
 """The time per step of a Warp step in a jax.jit + lax.scan loop, through
-graphd.warp (staged, staged_ex), through Warp's own warp.jax_callable (its
+graphd.warp (staged, staged_ex, direct), through Warp's own warp.jax_callable (its
 graph modes: JAX, the default, WARP, WARP_STAGED, WARP_STAGED_EX) and as the
 same step in pure JAX.
 
@@ -38,7 +38,7 @@ GRAVITY = -9.81
 BOUNCE = 0.8
 DAMPING = 0.999
 WARP_MODES = ("JAX", "WARP", "WARP_STAGED", "WARP_STAGED_EX")
-GRAPHD_MODES = ("staged", "staged_ex")
+GRAPHD_MODES = ("staged", "staged_ex", "direct")
 
 _kernels = {}
 

@@ -11,7 +11,14 @@
     unrolled in a Warp function run by Warp's jax_callable;
 (d) `graphctl evict --all` in the middle of a scan (from a host callback
     at step 500): exactly one re-capture, the replays of the evicted and
-    the new capture add up, and the result is the one without eviction.
+    the new capture add up, and the result is the one without eviction;
+(e) graphd.warp.callable outside JAX, on Warp arrays that change every
+    step (ping-pong), staged and direct, equal to the same launches in
+    Warp;
+(f) a second process running the same function shares its capture: one
+    capture, both processes' pids on it.
+Mode "direct" and "auto" run in (a) too (auto goes direct there: its
+buffers outweigh its one kernel node).
 
 Warp's result is first checked to be deterministic (two runs, bit for
 bit); the comparisons are then bit for bit. Were Warp's own runs to differ,
@@ -27,6 +34,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -269,14 +277,17 @@ class WarpGpuTest(unittest.TestCase):
         pos, vel = self.state(n)
         results = {}
         # graphd.warp first: its recording must not overlap Warp work.
-        for mode in ("staged", "staged_ex"):
+        for mode in ("staged", "staged_ex", "direct", "auto"):
             f = self.gw.jax_callable(particles, num_outputs=2, mode=mode)
+            t = time.monotonic()
             results[mode] = self.scan(lambda p, v, f=f: f(p, v, DT), pos, vel)
+            took = time.monotonic() - t
             (b,) = f.programs.values()
             caps = self.captures_of(b.id_hex)
             self.assertEqual(len(caps), 1, caps)
             self.assertEqual(caps[0]["replays"], STEPS, caps)
-            self.assertEqual(caps[0]["mode"], mode)
+            self.assertEqual(caps[0]["mode"], "direct" if mode == "auto" else mode)
+            print(f"FIGURE particles scan, graphd.warp {mode}: {took * 1e6 / STEPS:.1f} us/step (jit included)")
         warp_f = self.warp_jax_callable(particles, num_outputs=2)
         want, det = self.warp_reference(lambda p, v: warp_f(p, v, DT), pos, vel, what="particles")
         # The particles moved and some bounced.
@@ -395,6 +406,67 @@ class WarpGpuTest(unittest.TestCase):
         self.assertEqual(evicted[0]["replays"] + now[0]["replays"], 2 * STEPS)
         self.assertEqual(now[0]["replays"], STEPS - STEPS // 2)
         self.same(got, want, "scan with evict --all in the middle vs the same scan without")
+
+    # --- (e) ---------------------------------------------------------------------
+
+    def test_e_callable_on_warp_arrays(self):
+        n = 2048 + 5
+        p0, v0 = (np.asarray(a) for a in self.state(n, seed=4))
+        steps = 200
+        # Warp alone: the same launches, ping-ponging between two pairs.
+        a = [wp.array(p0, dtype=wp.vec3), wp.array(v0, dtype=wp.vec3)]
+        b = [wp.zeros(n, dtype=wp.vec3), wp.zeros(n, dtype=wp.vec3)]
+        for _ in range(steps):
+            wp.launch(integrate, dim=n, inputs=[a[0], a[1], DT], outputs=[b[0], b[1]])
+            a, b = b, a
+        want = (a[0].numpy(), a[1].numpy())
+        for mode in ("staged", "direct"):
+            f = self.gw.callable(particles, inputs=["pos", "vel"], outputs=["pos_out", "vel_out"], mode=mode)
+            a = [wp.array(p0, dtype=wp.vec3), wp.array(v0, dtype=wp.vec3)]
+            b = [wp.zeros(n, dtype=wp.vec3), wp.zeros(n, dtype=wp.vec3)]
+            try:
+                for _ in range(steps):
+                    f(a[0], a[1], DT, b[0], b[1])
+                    a, b = b, a
+                got = (a[0].numpy(), a[1].numpy())  # Warp's stream: after the replays
+            finally:
+                f.close()
+            self.same(got, want, f"graphd.warp.callable {mode}, {steps} steps on ping-ponging Warp arrays vs Warp")
+
+    # --- (f) ---------------------------------------------------------------------
+
+    def test_f_a_second_process_shares_the_capture(self):
+        n = 4096 + 7  # this test's own program
+        pos, vel = self.state(n, seed=5)
+        f = self.gw.jax_callable(particles, num_outputs=2, mode="staged")
+        mine = self.scan(lambda p, v: f(p, v, DT), pos, vel, steps=100)
+        (b,) = f.programs.values()
+        child = (
+            "import numpy as np, jax, jax.numpy as jnp, graphd.warp as gw, test_warp_gpu as t\n"
+            f"rng = np.random.default_rng(5); n = {n}\n"
+            "pos = jnp.asarray(rng.uniform(0.0, 2.0, size=(n, 3)).astype(np.float32))\n"
+            "vel = jnp.asarray(rng.normal(0.0, 1.0, size=(n, 3)).astype(np.float32))\n"
+            "f = gw.jax_callable(t.particles, num_outputs=2, mode='staged')\n"
+            "def step(c, _): return tuple(f(*c, t.DT)), None\n"
+            "out = jax.jit(lambda p, v: jax.lax.scan(step, (p, v), None, length=100)[0])(pos, vel)\n"
+            "out = [np.asarray(x) for x in jax.block_until_ready(out)]\n"
+            "(b,) = f.programs.values()\n"
+            "import sys; np.save(sys.argv[1], np.stack(out)); print(b.id_hex)\n")
+        out_path = os.path.join(self.dir, "second.npy")
+        here = os.path.dirname(os.path.abspath(__file__))  # the child imports this module
+        r = subprocess.run([sys.executable, "-c", child, out_path], capture_output=True, text=True, timeout=240,
+                           cwd=here)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        self.assertEqual(r.stdout.strip().splitlines()[-1], b.id_hex, "the same function, another program id")
+        caps = self.captures_of(b.id_hex)
+        self.assertEqual(len(caps), 1, caps)
+        self.assertEqual(caps[0]["replays"], 200, caps)
+        self.assertIn(os.getpid(), caps[0]["pids"])
+        self.assertEqual(len(caps[0]["pids"]), 2, caps)
+        theirs = np.load(out_path)
+        self.same((theirs[0], theirs[1]), mine, "a second process's scan of the shared capture vs this process's")
+        print(f"FIGURE two processes, one capture of program {b.id_hex[:16]}: {caps[0]['replays']} replays, "
+              f"pids {caps[0]['pids']}")
 
 
 if __name__ == "__main__":
