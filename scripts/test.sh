@@ -2,7 +2,9 @@
 # The test suite: checks the C formatting (.clang-format), builds graphd
 # with warnings as errors and runs every
 # ctest (GPU tests skip with 77 where there is no GPU; on a GPU machine set
-# GRAPHD_REQUIRE_GPU=1 to make a skip a failure), then builds again under
+# GRAPHD_REQUIRE_GPU=1 to make a skip a failure), builds the Python wheel
+# in a fresh virtual environment and runs the Python tests against it
+# (scripts/wheel-test.sh), then builds again under
 # ASan+UBSan and runs the unit tests there, and last runs each libFuzzer
 # harness for a bounded time (scripts/fuzz.sh, 30 s each).
 set -euo pipefail
@@ -20,6 +22,10 @@ mkdir -p build-asan && cp -r build/xla-include build-asan/ 2>/dev/null || true
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAPHD_WERROR=ON
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
+
+# The Python wheel as a user gets it (pip install ./client/python), built in
+# a fresh virtual environment, and the Python tests against it.
+scripts/wheel-test.sh build
 
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DGRAPHD_SANITIZE=address,undefined -DGRAPHD_WERROR=ON

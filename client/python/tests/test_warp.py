@@ -31,6 +31,7 @@ try:
 except ImportError:
     HAVE_JAX = False
 
+import _env
 from graphd import program as gprog
 from graphd.errors import GraphdError
 
@@ -797,7 +798,10 @@ def custom_calls(text):
 @unittest.skipUnless(HAVE_WARP and HAVE_JAX, WHY or "jax is not importable")
 class JaxTest(unittest.TestCase):
     def setUp(self):
-        if not os.environ.get("GRAPHD_XLA_LIB") or not os.environ.get("GRAPHD_LIB"):
+        if _env.INSTALLED:
+            _env.path(self, "GRAPHD_LIB")
+            _env.path(self, "GRAPHD_XLA_LIB")
+        elif not os.environ.get("GRAPHD_XLA_LIB") or not os.environ.get("GRAPHD_LIB"):
             raise unittest.SkipTest("$GRAPHD_LIB or $GRAPHD_XLA_LIB is not set (libgraphd_xla not built)")
 
     def lower(self, f, *args):
