@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "clock.h"
 #include "graphd/status.h"
@@ -16,7 +17,7 @@
 /* A device's captures, by program index. */
 typedef struct gd_capture_set {
   gd_capture **caps;
-  bool *ever; /* captured before on this device (re-captures are counted) */
+  uint32_t *ever; /* captures of the program built on this device (its generation) */
   uint32_t n;
 } gd_capture_set;
 
@@ -41,7 +42,7 @@ static gd_capture_set *set_of(gd_device *d, uint32_t want) {
     gd_capture **c = realloc(cs->caps, n * sizeof *c);
     if (!c) return NULL;
     cs->caps = c;
-    bool *e = realloc(cs->ever, n * sizeof *e);
+    uint32_t *e = realloc(cs->ever, n * sizeof *e);
     if (!e) return NULL;
     cs->ever = e;
     memset(cs->caps + cs->n, 0, (n - cs->n) * sizeof *c);
@@ -76,11 +77,13 @@ void capture_remove(gd_device *d, gd_capture *c) {
   if (capture_find(d, c->prog) == c) d->caps->caps[c->prog->index] = NULL;
 }
 
-bool capture_mark_built(gd_device *d, const gd_capture *c) {
+bool capture_mark_built(gd_device *d, gd_capture *c) {
   gd_capture_set *cs = d->caps;
-  bool before = cs->ever[c->prog->index];
-  cs->ever[c->prog->index] = true;
-  return before;
+  c->generation = ++cs->ever[c->prog->index];
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  c->created_unix_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+  return c->generation > 1;
 }
 
 void capture_free(gd_device *d, gd_capture *c) {
@@ -713,7 +716,7 @@ bool capture_forget_program(gd_device *d, const gd_regprog *p, uint64_t *staging
   gd_capture *c = capture_find(d, p);
   *staging_bytes = c ? c->staging.bytes : 0;
   if (c) capture_drop(d, c);
-  if (d->caps && p->index < d->caps->n) d->caps->ever[p->index] = false;
+  if (d->caps && p->index < d->caps->n) d->caps->ever[p->index] = 0;
   modcache_forget_program(d, p);
   return c != NULL;
 }

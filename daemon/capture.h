@@ -80,6 +80,8 @@ typedef struct gd_capture {
   uint32_t pids[GD_CAPTURE_PIDS]; /* client processes that replayed it */
   uint32_t uids[GD_CAPTURE_PIDS]; /* ... and the user each ran as */
   uint32_t npids;
+  uint32_t generation;      /* 1 for the program's first capture on the device, +1 per re-capture */
+  uint64_t created_unix_ms; /* when it was built */
 } gd_capture;
 
 /* The next capture on d from index *i on (start with *i = 0), or NULL at
@@ -100,9 +102,9 @@ int capture_build(gd_device *d, const gd_regprog *p, const gd_bound *bind, gd_st
 int capture_insert(gd_device *d, gd_capture *c);
 void capture_remove(gd_device *d, gd_capture *c);
 
-/* Records that c's program was captured on d; returns whether it had been
- * before (a re-capture). */
-bool capture_mark_built(gd_device *d, const gd_capture *c);
+/* Records that c's program was captured on d (c's generation and creation
+ * time); returns whether it had been before (a re-capture). */
+bool capture_mark_built(gd_device *d, gd_capture *c);
 
 /* The registry frees p: its capture on d, if any, is dropped (the size
  * of its staging in *staging_bytes; returns whether there was one), and

@@ -183,6 +183,8 @@ static void fill_info(Graphd__Wire__CaptureInfo *w, const gd_capture_info *c) {
   w->nodes = c->nodes;
   w->replays = c->replays;
   w->idle_ms = c->idle_ms;
+  w->generation = c->generation;
+  w->created_unix_ms = c->created_unix_ms;
   w->n_pids = c->npids;
   w->pids = (uint32_t *)c->pids;
   w->busy = c->busy;

@@ -67,6 +67,8 @@ static void info_of(gd_device *d, const gd_capture *c, gd_capture_info *ci) {
   ci->staging_bytes = c->staging.bytes;
   ci->nodes = c->nodes;
   ci->replays = c->replays;
+  ci->generation = c->generation;
+  ci->created_unix_ms = c->created_unix_ms;
   ci->idle_ms = c->last_queued_ns ? (gd_now_ns() - c->last_queued_ns) / 1000000u : 0;
   memcpy(ci->pids, c->pids, sizeof ci->pids);
   ci->npids = c->npids;

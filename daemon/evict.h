@@ -26,6 +26,8 @@ typedef struct gd_capture_info {
   uint32_t pids[GD_CAPTURE_PIDS];
   uint32_t npids;
   bool busy;
+  uint32_t generation;
+  uint64_t created_unix_ms;
 } gd_capture_info;
 
 /* Which captures an eviction takes (every selector given must match). */

@@ -63,6 +63,8 @@ int main(void) {
   OFF(graphd_capture_info, pids);
   OFF(graphd_capture_info, npids);
   OFF(graphd_capture_info, busy);
+  OFF(graphd_capture_info, generation);
+  OFF(graphd_capture_info, created_unix_ms);
   SIZE(graphd_evict_options);
   OFF(graphd_evict_options, device);
   OFF(graphd_evict_options, client_pid);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -101,6 +102,13 @@ START_TEST(test_evict_list_dry_run_evict_and_recapture) {
   ck_assert_uint_eq(ci[0].replays, 5);
   ck_assert_uint_eq(ci[0].npids, 1);
   ck_assert_uint_eq(ci[0].pids[0], (uint32_t)getpid());
+  ck_assert_uint_eq(ci[0].generation, 1);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  uint64_t now_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
+  ck_assert_uint_le(ci[0].created_unix_ms, now_ms);
+  ck_assert_uint_gt(ci[0].created_unix_ms, now_ms - 60000u);
+  uint64_t created = ci[0].created_unix_ms;
   uint64_t staging = ci[0].staging_bytes;
   ck_assert_uint_gt(staging, 0);
   ck_assert_uint_eq(staging, counters(k.c, 0).staging_bytes);
@@ -139,6 +147,12 @@ START_TEST(test_evict_list_dry_run_evict_and_recapture) {
   ck_assert_uint_eq(c0.captures, 1);
   ck_assert_uint_eq(c0.recaptures, 1);
   ck_assert_uint_eq(c0.captures_built, 2);
+  /* The new capture says it is the second, and when it was made. */
+  ck_assert_int_eq(graphd_list_captures(k.c, &ci, &n), GRAPHD_OK);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_uint_eq(ci[0].generation, 2);
+  ck_assert_uint_ge(ci[0].created_unix_ms, created);
+  free(ci);
   /* Nothing matches: nothing goes. */
   o.program = "ffffffffffff";
   ck_assert_int_eq(graphd_evict(k.c, &o, NULL, &n, &bytes), GRAPHD_OK);

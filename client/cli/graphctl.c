@@ -178,7 +178,9 @@ static int cmd_status(graphd_client *c, int argc, char **argv) {
   return EXIT_OK;
 }
 
-static const char *mode_name(uint32_t m) { return m == 0 ? "staged" : m == 1 ? "staged_ex" : "?"; }
+static const char *mode_name(uint32_t m) {
+  return m == 0 ? "staged" : m == 1 ? "staged_ex" : m == 2 ? "direct" : "?";
+}
 
 static json_object *capture_json(const graphd_capture_info *ci) {
   char hex[65];
@@ -195,6 +197,8 @@ static json_object *capture_json(const graphd_capture_info *ci) {
   json_object_object_add(o, "replays", json_object_new_uint64(ci->replays));
   json_object_object_add(o, "idle_ms", json_object_new_uint64(ci->idle_ms));
   json_object_object_add(o, "busy", json_object_new_boolean(ci->busy));
+  json_object_object_add(o, "generation", json_object_new_int64(ci->generation));
+  json_object_object_add(o, "created_unix_ms", json_object_new_uint64(ci->created_unix_ms));
   json_object *pids = json_object_new_array();
   for (uint32_t k = 0; k < ci->npids; k++)
     json_object_array_add(pids, json_object_new_int64(ci->pids[k]));
@@ -209,9 +213,9 @@ static void print_capture(const graphd_capture_info *ci) {
   size_t n = 0;
   for (uint32_t k = 0; k < ci->npids && n < sizeof pids; k++)
     n += (size_t)snprintf(pids + n, sizeof pids - n, "%s%u", k ? "," : "", ci->pids[k]);
-  printf("%.12s@%-3u %-9s %10s %5u nodes %10llu replays  idle %8.1f s  %s  pids %s\n", hex,
+  printf("%.12s@%-3u %-9s %10s %5u nodes %10llu replays  idle %8.1f s  %s  gen %u  pids %s\n", hex,
          ci->device, mode_name(ci->mode), sb, ci->nodes, (unsigned long long)ci->replays,
-         (double)ci->idle_ms / 1000.0, ci->busy ? "busy" : "idle", n ? pids : "-");
+         (double)ci->idle_ms / 1000.0, ci->busy ? "busy" : "idle", ci->generation, n ? pids : "-");
 }
 
 /* Says on stderr which devices the daemon could not reach in time, and

@@ -332,7 +332,9 @@ typedef struct graphd_capture_info {
   uint64_t idle_ms;  /* since its last replay was queued */
   uint32_t pids[16]; /* client processes that replayed it */
   uint32_t npids;
-  int busy; /* its last replay has not finished */
+  int busy;                 /* its last replay has not finished */
+  uint32_t generation;      /* 1 for the program's first capture on the device, +1 per re-capture */
+  uint64_t created_unix_ms; /* when this capture was built (wall clock, ms since 1970) */
 } graphd_capture_info;
 
 /* Every capture on every device; free *out with free(). */

@@ -116,7 +116,8 @@ class graphd_prepare_info(ctypes.Structure):
 class graphd_capture_info(ctypes.Structure):
     _fields_ = [("program_id", _u8 * 32), ("device", _u32), ("mode", _u32),
                 ("staging_bytes", _u64), ("nodes", _u32), ("replays", _u64),
-                ("idle_ms", _u64), ("pids", _u32 * 16), ("npids", _u32), ("busy", _int)]
+                ("idle_ms", _u64), ("pids", _u32 * 16), ("npids", _u32), ("busy", _int),
+                ("generation", _u32), ("created_unix_ms", _u64)]
 
 
 class graphd_evict_options(ctypes.Structure):
@@ -527,7 +528,8 @@ class Client:
                         "mode": _MODE_NAMES.get(c.mode, c.mode),
                         "staging_bytes": c.staging_bytes, "nodes": c.nodes,
                         "replays": c.replays, "idle_ms": c.idle_ms,
-                        "pids": list(c.pids[:c.npids]), "busy": bool(c.busy)})
+                        "pids": list(c.pids[:c.npids]), "busy": bool(c.busy),
+                        "generation": c.generation, "created_unix_ms": c.created_unix_ms})
         if ptr:
             _libc_free(ptr)
         return out
