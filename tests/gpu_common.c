@@ -4,6 +4,7 @@
 #include "../common/file.h"
 
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,4 +155,22 @@ graphd_client *gpu_session(const char *socket, char *err, size_t errlen) {
   graphd_client *c = NULL;
   if (graphd_connect(&o, &c, err, errlen) != GRAPHD_OK) return NULL;
   return c;
+}
+
+volatile uint64_t *gpu_hold_stream(CUstream st) {
+  void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  CUdeviceptr dflag;
+  if (gcu->cuMemHostRegister(p, 4096, CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS ||
+      gcu->cuMemHostGetDevicePointer(&dflag, p, 0) != CUDA_SUCCESS ||
+      gcu->cuStreamWaitValue64(st, dflag, 1, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
+    munmap(p, 4096);
+    return NULL;
+  }
+  return p;
+}
+
+void gpu_hold_free(volatile uint64_t *flag) {
+  gcu->cuMemHostUnregister((void *)flag);
+  munmap((void *)flag, 4096);
 }

@@ -54,6 +54,12 @@ graphd_status gpu_replay_checked(graphd_client *c, graphd_stream *s, CUstream st
                                  const uint8_t pid[32], gbuf *x, gbuf *y, gbuf *cc, int bind_c,
                                  unsigned seed, graphd_replay_info *info);
 
+/* Holds stream st: queues a wait for a host flag to reach 1 (a mapped,
+ * host-registered page); the caller releases it by storing 1 there, and
+ * unregisters and unmaps it with gpu_hold_free. NULL on failure. */
+volatile uint64_t *gpu_hold_stream(CUstream st);
+void gpu_hold_free(volatile uint64_t *flag);
+
 /* A data session on device 0 of this process, named by its UUID. */
 graphd_client *gpu_session(const char *socket, char *err, size_t errlen);
 

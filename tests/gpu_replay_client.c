@@ -59,12 +59,7 @@ int main(int argc, char **argv) {
       return fail("replay", c);
     /* Block the stream: the ready write of the next replay sits behind it,
      * so the daemon's stream waits for a ready value that never comes. */
-    volatile uint64_t *flag =
-        mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    CUdeviceptr dflag;
-    gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP);
-    gcu->cuMemHostGetDevicePointer(&dflag, (void *)flag, 0);
-    gcu->cuStreamWaitValue64(st, dflag, 1, CU_STREAM_WAIT_VALUE_GEQ);
+    if (!gpu_hold_stream(st)) return fail("hold the stream", NULL);
     graphd_binding b[2] = {{0, x.ptr, GN * 4}, {3, y.ptr, GN * 4}};
     if (graphd_replay(c, s, pid, b, 2, NULL) != GRAPHD_OK) return fail("hung replay", c);
     printf("hung\n");

@@ -306,13 +306,8 @@ START_TEST(test_gpu_dead_daemon_releases_the_client_stream) {
   /* Hold our stream so the next replay's ready write waits, then let the
    * replay be queued: our stream now waits on a done the daemon will
    * never write. */
-  volatile uint64_t *flag =
-      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  CUdeviceptr dflag;
-  ck_assert_int_eq(gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP),
-                   CUDA_SUCCESS);
-  ck_assert_int_eq(gcu->cuMemHostGetDevicePointer(&dflag, (void *)flag, 0), CUDA_SUCCESS);
-  gcu->cuStreamWaitValue64(st, dflag, 1, CU_STREAM_WAIT_VALUE_GEQ);
+  volatile uint64_t *flag = gpu_hold_stream(st);
+  ck_assert_ptr_nonnull((void *)flag);
   graphd_binding b[2] = {{0, x.ptr, GN * 4}, {3, y.ptr, GN * 4}};
   ck_assert_int_eq(graphd_replay(c, s, pid, b, 2, NULL), GRAPHD_OK);
   double t0 = now_ms();
@@ -344,13 +339,8 @@ static void *set_flag_later(void *arg) {
 START_TEST(test_gpu_close_after_daemon_death_waits_for_the_stream) {
   fixture f;
   fixture_up(&f, 4);
-  volatile uint64_t *flag =
-      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  CUdeviceptr dflag;
-  ck_assert_int_eq(gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP),
-                   CUDA_SUCCESS);
-  ck_assert_int_eq(gcu->cuMemHostGetDevicePointer(&dflag, (void *)flag, 0), CUDA_SUCCESS);
-  gcu->cuStreamWaitValue64(f.st, dflag, 1, CU_STREAM_WAIT_VALUE_GEQ);
+  volatile uint64_t *flag = gpu_hold_stream(f.st);
+  ck_assert_ptr_nonnull((void *)flag);
   graphd_binding b[2] = {{0, f.x.ptr, GN * 4}, {3, f.y.ptr, GN * 4}};
   ck_assert_int_eq(graphd_replay(f.c, f.s, f.pid, b, 2, NULL), GRAPHD_OK);
   kill(td_daemon_pid(&d), SIGKILL);
@@ -373,8 +363,7 @@ START_TEST(test_gpu_close_after_daemon_death_waits_for_the_stream) {
   ck_assert_int_eq(gcu->cuMemsetD32Async(f.y.ptr, 7, GN, f.st), CUDA_SUCCESS);
   ck_assert_int_eq(gcu->cuStreamSynchronize(f.st), CUDA_SUCCESS);
   ck_assert_int_eq(gcu->cuStreamQuery(NULL), CUDA_SUCCESS);
-  gcu->cuMemHostUnregister((void *)flag);
-  munmap((void *)flag, 4096);
+  gpu_hold_free(flag);
 }
 END_TEST
 
@@ -645,13 +634,8 @@ START_TEST(test_gpu_replays_past_the_inflight_limit_wait_for_the_stream) {
   td_start(&d, "--backend", "cuda", "--max-inflight-replays", "4", NULL);
   fixture f;
   fixture_up(&f, 6);
-  volatile uint64_t *flag =
-      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  CUdeviceptr dflag;
-  ck_assert_int_eq(gcu->cuMemHostRegister((void *)flag, 4096, CU_MEMHOSTREGISTER_DEVICEMAP),
-                   CUDA_SUCCESS);
-  ck_assert_int_eq(gcu->cuMemHostGetDevicePointer(&dflag, (void *)flag, 0), CUDA_SUCCESS);
-  gcu->cuStreamWaitValue64(f.st, dflag, 1, CU_STREAM_WAIT_VALUE_GEQ);
+  volatile uint64_t *flag = gpu_hold_stream(f.st);
+  ck_assert_ptr_nonnull((void *)flag);
   graphd_binding b[2] = {{0, f.x.ptr, GN * 4}, {3, f.y.ptr, GN * 4}};
   for (int i = 0; i < 4; i++)
     ck_assert_msg(graphd_replay(f.c, f.s, f.pid, b, 2, NULL) == GRAPHD_OK, "%s",
@@ -674,8 +658,7 @@ START_TEST(test_gpu_replays_past_the_inflight_limit_wait_for_the_stream) {
   ck_assert_int_eq(gcu->cuStreamSynchronize(f.st), CUDA_SUCCESS);
   ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x, &f.y, &f.cc, 1, 8, NULL),
                    GRAPHD_OK);
-  gcu->cuMemHostUnregister((void *)flag);
-  munmap((void *)flag, 4096);
+  gpu_hold_free(flag);
 }
 END_TEST
 
