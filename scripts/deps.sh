@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler check
       libssl-dev libsystemd-dev libjson-c-dev libinih-dev uthash-dev
-      systemd man-db clang-format clang libclang-rt-dev python3-venv)
+      systemd man-db clang-format clang libclang-rt-dev python3-venv python3-jsonschema)
 if [[ "${1:-}" == "--print" ]]; then echo "${PKGS[*]}"; exit 0; fi
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,101 @@
+"""graphctl's JSON against its schemas (docs/schemas/graphctl-*.schema.json,
+JSON Schema 2020-12, every object closed to keys the schema does not name):
+status, list, evict (dry run and real) and stats on a host daemon with a
+capture made by graphd-demo; and the exit codes graphctl documents (0 ok,
+2 usage, 3 no daemon).
+
+Run by ctest with GRAPHD_BIN, GRAPHCTL_BIN, GRAPHD_DEMO_BIN and
+GRAPHD_KERNELS set; needs python3-jsonschema (scripts/deps.sh)."""
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+import unittest
+
+import jsonschema
+
+SCHEMAS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "schemas")
+
+
+def schema(name):
+    with open(os.path.join(SCHEMAS, f"graphctl-{name}.schema.json"), encoding="utf-8") as f:
+        s = json.load(f)
+    jsonschema.Draft202012Validator.check_schema(s)
+    return s
+
+
+class GraphctlJsonTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="graphctl-json-")
+        cls.sock = os.path.join(cls.dir, "graphd.sock")
+        cls.log = open(os.path.join(cls.dir, "graphd.log"), "w")
+        cls.daemon = subprocess.Popen([os.environ["GRAPHD_BIN"], "--host-devices", "2", "--socket", cls.sock],
+                                      stdout=cls.log, stderr=subprocess.STDOUT)
+        for _ in range(100):
+            if os.path.exists(cls.sock) and cls.ctl("ping").returncode == 0:
+                break
+            time.sleep(0.05)
+        demo = subprocess.run([os.environ["GRAPHD_DEMO_BIN"], os.environ["GRAPHD_KERNELS"]],
+                              env=dict(os.environ, GRAPHD_SOCKET=cls.sock), capture_output=True, text=True,
+                              timeout=60)
+        assert demo.returncode == 0, demo.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.terminate()
+        cls.daemon.wait(30)
+        cls.log.close()
+
+    @classmethod
+    def ctl(cls, *args, sock=None):
+        return subprocess.run([os.environ["GRAPHCTL_BIN"], "--socket", sock or cls.sock, *args],
+                              capture_output=True, text=True, timeout=60)
+
+    def check(self, name, *args):
+        r = self.ctl(*args)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        jsonschema.validate(doc, schema(name), cls=jsonschema.Draft202012Validator)
+        return doc
+
+    def test_status(self):
+        doc = self.check("status", "status", "--json")
+        self.assertEqual(len(doc["devices"]), 2)
+        self.assertEqual(doc["programs"], 1)
+
+    def test_list_and_stats(self):
+        caps = self.check("list", "list", "--json")
+        self.assertEqual(len(caps), 1)
+        self.assertEqual(caps[0]["generation"], 1)
+        stats = self.check("stats", "stats", "--json")
+        self.assertEqual(stats["devices"][0]["captures"], 1)
+
+    def test_z_evict(self):  # last: it empties the daemon
+        dry = self.check("evict", "evict", "--all", "--dry-run", "--json")
+        self.assertTrue(dry["dry_run"])
+        self.assertEqual(len(dry["would_evict"]), 1)
+        real = self.check("evict", "evict", "--all", "--json")
+        self.assertEqual(len(real["evicted"]), 1)
+        self.assertEqual(real["bytes"], dry["bytes"])
+
+    def test_a_schemas_are_closed(self):
+        # An undocumented key fails validation: the schemas cannot drift
+        # behind the output silently.
+        doc = self.check("status", "status", "--json")
+        doc["surprise"] = 1
+        with self.assertRaises(jsonschema.ValidationError):
+            jsonschema.validate(doc, schema("status"), cls=jsonschema.Draft202012Validator)
+
+    def test_exit_codes(self):
+        self.assertEqual(self.ctl("frobnicate").returncode, 2)
+        r = self.ctl("evict", "--json")  # no selector: the daemon refuses
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("say what to evict", r.stderr)
+        self.assertEqual(self.ctl("ping", sock=os.path.join(self.dir, "nobody.sock")).returncode, 3)
+
+
+if __name__ == "__main__":
+    unittest.main()
