@@ -422,8 +422,12 @@ class WarpGpuTest(unittest.TestCase):
         want = (a[0].numpy(), a[1].numpy())
         for mode in ("staged", "direct"):
             f = self.gw.callable(particles, inputs=["pos", "vel"], outputs=["pos_out", "vel_out"], mode=mode)
-            a = [wp.array(p0, dtype=wp.vec3), wp.array(v0, dtype=wp.vec3)]
-            b = [wp.zeros(n, dtype=wp.vec3), wp.zeros(n, dtype=wp.vec3)]
+            # Warp allocates from CUDA's stream-ordered pool by default,
+            # which cannot be shared with another process: these come from
+            # cuMemAlloc (docs/warp.md, "graphd.warp.callable").
+            with wp.ScopedMempool(wp.get_device(), False):
+                a = [wp.array(p0, dtype=wp.vec3), wp.array(v0, dtype=wp.vec3)]
+                b = [wp.zeros(n, dtype=wp.vec3), wp.zeros(n, dtype=wp.vec3)]
             try:
                 for _ in range(steps):
                     f(a[0], a[1], DT, b[0], b[1])
