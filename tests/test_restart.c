@@ -176,8 +176,9 @@ START_TEST(test_restart_replay_loop_goes_on_across_sigterm_and_a_new_daemon) {
   uint64_t on_new = replays_on_daemon();
   ck_assert_uint_gt(on_new, 0);
   ck_assert_uint_le(on_new, (uint64_t)(LOOP - at_stop) + 1);
-  printf("FIGURE restart: %d replays before SIGTERM, %llu on the new daemon, none lost or doubled\n",
-         at_stop, (unsigned long long)on_new);
+  printf(
+      "FIGURE restart: %d replays before SIGTERM, %llu on the new daemon, none lost or doubled\n",
+      at_stop, (unsigned long long)on_new);
   client_close(&l.k);
 }
 END_TEST
@@ -409,8 +410,7 @@ START_TEST(test_restart_gives_up_within_the_reconnect_bound) {
   t0 = now_s();
   ck_assert_int_eq(graphd_ping(k.c, NULL, 0), GRAPHD_UNAVAILABLE);
   ck_assert_double_lt(now_s() - t0, 10.0);
-  ck_assert_msg(strstr(graphd_last_error(k.c), "did not come back"), "%s",
-                graphd_last_error(k.c));
+  ck_assert_msg(strstr(graphd_last_error(k.c), "did not come back"), "%s", graphd_last_error(k.c));
   /* And the handle recovers once a daemon is back. */
   td_start_again(&d, "--host-devices", "1", NULL);
   ck_assert_msg(add_one(&k) == GRAPHD_OK, "%s", k.err);
