@@ -84,7 +84,8 @@ typedef void *gd_node;
 typedef void *gd_stream;
 typedef void *gd_event;
 
-enum gd_give_up { GD_GIVE_UP_GONE = 1, GD_GIVE_UP_HUNG = 2 };
+/* Why a host-side wait gives up (wait_value). */
+enum gd_give_up { GD_GIVE_UP_GONE = 1, GD_GIVE_UP_HUNG = 2, GD_GIVE_UP_STOPPING = 3 };
 
 enum gd_cond_kind { GD_COND_WHILE = 1, GD_COND_IF = 2 };
 
@@ -102,6 +103,9 @@ typedef struct gd_backend_ops {
                      size_t errlen);
   /* Worker thread: give it back. */
   void (*device_close)(gd_backend *be, gd_backend_dev *dev);
+  /* Worker thread: waits until every stream of the device has run what it
+   * was given (a graceful stop, before anything is freed). */
+  int (*device_sync)(gd_backend *be, gd_backend_dev *dev, char *err, size_t errlen);
   /* Worker thread: 0 while the device works; -GRAPHD_UNAVAILABLE, with err
    * naming the error, once a sticky error (a kernel fault: illegal
    * address, illegal instruction, ...) has made its context unusable.
@@ -148,9 +152,11 @@ typedef struct gd_backend_ops {
   /* Enqueues "wait until *word >= value" (word is an address inside a
    * flag map: host and device forms). The host backend waits right here,
    * polling, and gives up with -GRAPHD_DEADLINE_EXCEEDED when
-   * give_up(arg) says so: GD_GIVE_UP_GONE (the client has gone, or graphd
-   * is stopping) or GD_GIVE_UP_HUNG (the ready timeout passed while
-   * someone waits behind); 0 to go on waiting. */
+   * give_up(arg) says so: GD_GIVE_UP_GONE (the client has gone) or
+   * GD_GIVE_UP_HUNG (the ready timeout passed while someone waits
+   * behind); 0 to go on waiting. With GD_GIVE_UP_STOPPING (graphd is
+   * stopping) it returns -GRAPHD_UNAVAILABLE instead: nothing was
+   * started. */
   int (*wait_value)(gd_backend *be, gd_backend_dev *dev, gd_stream s, volatile uint64_t *host,
                     uint64_t dev_addr, uint64_t value, int (*give_up)(void *), void *arg, char *err,
                     size_t errlen);

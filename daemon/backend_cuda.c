@@ -445,6 +445,15 @@ static void cuda_stream_destroy(gd_backend *be, gd_backend_dev *d, gd_stream s) 
   CU_CHECK_IGNORE(cu->cuStreamDestroy((CUstream)s));
 }
 
+static int cuda_device_sync(gd_backend *be, gd_backend_dev *d, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuCtxSynchronize(), GRAPHD_UNAVAILABLE, exit);
+exit:
+  return rc;
+}
+
 static int cuda_stream_sync(gd_backend *be, gd_backend_dev *d, gd_stream s, char *err,
                             size_t errlen) {
   const gd_cuda *cu = be->priv;
@@ -830,6 +839,7 @@ static void cuda_destroy(gd_backend *be) {
 static const gd_backend_ops cuda_ops = {
     .device_open = cuda_open,
     .device_close = cuda_close,
+    .device_sync = cuda_device_sync,
     .mem_info = cuda_mem_info,
     .module_load = cuda_module_load,
     .module_unload = cuda_module_unload,

@@ -51,6 +51,11 @@ static void host_close(gd_backend *be, gd_backend_dev *d) {
   free(d);
 }
 
+static int host_sync(gd_backend *be, gd_backend_dev *d, char *err, size_t errlen) {
+  (void)be, (void)d, (void)err, (void)errlen;
+  return 0; /* the worker is the stream: nothing runs after its job */
+}
+
 static int host_health(gd_backend *be, gd_backend_dev *d, char *err, size_t errlen) {
   (void)be;
   if (!d->fault) return 0;
@@ -307,6 +312,13 @@ static int host_wait_value(gd_backend *be, gd_backend_dev *d, gd_stream s, volat
     int why = spins % 20 == 0 ? give_up(arg) : 0;
     if (why) {
       uint64_t now = __atomic_load_n(w, __ATOMIC_ACQUIRE);
+      if (why == GD_GIVE_UP_STOPPING) {
+        snprintf(err, errlen,
+                 "graphd is stopping and the client's ready flag had not reached %llu (it is "
+                 "%llu): the replay was not started",
+                 (unsigned long long)value, (unsigned long long)now);
+        return -GRAPHD_UNAVAILABLE;
+      }
       if (why == GD_GIVE_UP_GONE)
         snprintf(err, errlen,
                  "the wait for the client's ready flag (%llu, it is %llu) ended: the client "
@@ -622,6 +634,7 @@ static void host_destroy(gd_backend *be) {
 static const gd_backend_ops host_ops = {
     .device_open = host_open,
     .device_close = host_close,
+    .device_sync = host_sync,
     .mem_info = host_mem_info,
     .device_health = host_health,
     .device_reset = host_reset,

@@ -48,6 +48,7 @@ typedef struct give_up_ctx {
   gd_dstream *ds;
   uint64_t start_ns;
   double timeout_s;
+  bool stopping; /* gave up because graphd is stopping */
 } give_up_ctx;
 
 /* The head-of-line policy where the worker itself waits for the ready flag
@@ -57,7 +58,12 @@ static int give_up(void *arg) {
   give_up_ctx *g = arg;
   /* Waiting is work: keep the watchdog from taking it for a hang. */
   worker_heartbeat(g->w);
-  if (worker_stopping(g->w) || atomic_load(&g->ds->client_gone)) return GD_GIVE_UP_GONE;
+  if (atomic_load(&g->ds->client_gone)) return GD_GIVE_UP_GONE;
+  if (worker_stopping(g->w)) {
+    /* Nothing of the replay has run: it is the next daemon's to run. */
+    g->stopping = true;
+    return GD_GIVE_UP_STOPPING;
+  }
   if (g->timeout_s <= 0) return 0;
   if ((double)(gd_now_ns() - g->start_ns) < g->timeout_s * 1e9) return 0;
   return worker_has_queued(g->w) ? GD_GIVE_UP_HUNG : 0;
@@ -100,8 +106,12 @@ static int get_capture(gd_device *d, replay_job *rj, gd_capture **out, char *err
 }
 
 /* Runs one replay. Whatever happens once the flags are known, done = seq is
- * written after the work ordered before it. */
-static int run_replay(gd_device *d, gd_worker *w, replay_job *rj, char *err, size_t errlen) {
+ * written after the work ordered before it; but for a replay given up
+ * before it started because graphd is stopping (*not_started): that one
+ * writes nothing, so that the next daemon may run it under the same
+ * ordering. */
+static int run_replay(gd_device *d, gd_worker *w, replay_job *rj, bool *not_started, char *err,
+                      size_t errlen) {
   const gd_backend_ops *ops = d->be->ops;
   gd_dstream *ds = rj->ds;
   volatile uint64_t *ready = dstream_word(ds, rj->stream_slot, GRAPHD_FLAG_WORD_READY);
@@ -130,6 +140,10 @@ static int run_replay(gd_device *d, gd_worker *w, replay_job *rj, char *err, siz
   give_up_ctx g = {.w = w, .ds = ds, .start_ns = gd_now_ns(), .timeout_s = rj->ready_timeout_s};
   rc = ops->wait_value(d->be, d->dev, ds->stream, ready, ready_dev, rj->seq, give_up, &g, err,
                        errlen);
+  if (rc < 0 && g.stopping) {
+    *not_started = true;
+    return rc;
+  }
   if (rc < 0) goto finish;
   rc = capture_enqueue(d, c, ds->stream, rj->bind, rj->captured, rj->client_pid, rj->client_uid,
                        err, errlen);
@@ -166,6 +180,7 @@ static void fill_reply(replay_job *rj, Graphd__Wire__Reply *r, Graphd__Wire__Rep
   r->request_id = rj->rq.request_id;
   if (rj->rq.job.status < 0) {
     r->code = (uint32_t)-rj->rq.job.status;
+    r->not_started = rj->rq.job.not_started;
     snprintf(msg, msglen, "replay: %s", rj->rq.job.msg);
     r->message = msg;
     return;
@@ -180,7 +195,7 @@ static void fill_reply(replay_job *rj, Graphd__Wire__Reply *r, Graphd__Wire__Rep
 static void replay_run(gd_job *j, void *ctx) {
   replay_job *rj = gd_container_of(j, replay_job, rq.job);
   uint64_t t0 = gd_now_ns();
-  j->status = run_replay(ctx, j->worker, rj, j->msg, sizeof j->msg);
+  j->status = run_replay(ctx, j->worker, rj, &j->not_started, j->msg, sizeof j->msg);
   uint64_t t1 = gd_now_ns();
   rj->server_ns = t1 - t0;
   rj->latency_ns = t1 - rj->t0;
@@ -307,6 +322,7 @@ void replay_release_held(gd_daemon *d) {
   while (d->held_replays) {
     replay_job *rj = d->held_replays;
     d->held_replays = rj->next_held;
+    rj->rq.s->unrun_request_id = rj->rq.request_id; /* never began: it may be sent again */
     fail_held(rj, GRAPHD_UNAVAILABLE, "graphd is shutting down; the replay was not run");
   }
   if (d->wait_timer.loop) uv_timer_stop(&d->wait_timer);

@@ -375,7 +375,12 @@ void server_shutdown(gd_daemon *s, const char *why) {
     close(s->listen_fd);
     s->listen_fd = -1;
   }
-  /* No new requests; what is in flight finishes or fails with UNAVAILABLE. */
+  /* No new requests: each socket is shut for reading, so a client's later
+   * send fails at once; what a client had sent is answered UNAVAILABLE
+   * with not_started (its request never began, so it may go to the next
+   * daemon). Then the workers finish the job each runs and answer their
+   * queued jobs the same way; a replay still waiting for its client's
+   * ready flag on a host device was not started either. */
   for (gd_session *x = s->sessions.head, *next; x; x = next) {
     next = x->next;
     session_stop_reading(x);
@@ -388,6 +393,10 @@ void server_shutdown(gd_daemon *s, const char *why) {
     GD_LOG(GD_ERROR, "server", "exiting without a clean shutdown (--shutdown-grace %.1f s)",
            s->opt->shutdown_grace_s);
     _exit(1);
+  }
+  for (gd_session *x = s->sessions.head, *next; x; x = next) {
+    next = x->next;
+    if (!x->busy) session_refuse_unread(x);
   }
   while (s->sessions.head) session_close(s->sessions.head, "daemon shutting down");
   worker_pool_close(&s->pool);

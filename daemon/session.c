@@ -20,6 +20,7 @@
 
 static void update_poll(gd_session *s);
 static void request_done(gd_session *s);
+static void close_fds(int *fds, int n);
 
 void session_ref(gd_session *s) { s->refs++; }
 
@@ -108,11 +109,45 @@ void session_close_after_flush(gd_session *s) {
 }
 
 void session_stop_reading(gd_session *s) {
+  if (s->closing) return;
+  /* From here a client's send fails with EPIPE: it knows that request
+   * never arrived. What arrived before is answered as not started. */
+  (void)shutdown(s->fd, SHUT_RD);
+  s->stopped_reading = true;
   s->close_after_flush = true; /* reads nothing more; closes once replies are out */
-  if (!s->busy && !has_output(s))
+  if (!s->busy) session_refuse_unread(s);
+  if (!s->closing && !s->busy && !has_output(s))
     session_close(s, "daemon shutting down");
-  else
+  else if (!s->closing)
     update_poll(s);
+}
+
+/* Bounds the requests answered at shutdown for one session; libgraphd
+ * sends one at a time. */
+#define MAX_REFUSED 1024
+
+void session_refuse_unread(gd_session *s) {
+  for (int i = 0; i < MAX_REFUSED && !s->closing;) {
+    gd_frame f;
+    int r = gd_frame_reader_next(&s->rd, &f);
+    if (r < 0) return; /* over the cap: no request id to answer */
+    if (r == 0) {
+      /* The socket is shut for reading: recv gives what was queued, then 0. */
+      if (gd_frame_reader_recv(&s->rd, s->fd) <= 0) return;
+      continue;
+    }
+    i++;
+    close_fds(f.fds, f.nfds);
+    Graphd__Wire__Request *req = graphd__wire__request__unpack(NULL, f.len, f.data);
+    if (!req) continue; /* nothing a client waits on by id */
+    Graphd__Wire__Reply rep = GRAPHD__WIRE__REPLY__INIT;
+    rep.request_id = req->request_id;
+    rep.code = GRAPHD_UNAVAILABLE;
+    rep.message = "graphd is shutting down; the request was not started (send it again)";
+    rep.not_started = true;
+    graphd__wire__request__free_unpacked(req, NULL);
+    session_reply(s, &rep);
+  }
 }
 
 static void queue_frame(gd_session *s, uint8_t *frame, size_t len) {
@@ -167,6 +202,8 @@ int session_pack_reply(gd_session *s, Graphd__Wire__Reply *r, uint8_t **frame, s
 
 void session_reply(gd_session *s, Graphd__Wire__Reply *r) {
   if (s->closing) return;
+  if (r->code != GRAPHD_OK && r->request_id && r->request_id == s->unrun_request_id)
+    r->not_started = true;
   uint8_t *frame;
   size_t len;
   if (session_pack_reply(s, r, &frame, &len) < 0) {
@@ -334,24 +371,36 @@ void session_begin_request(gd_session *s) {
   session_ref(s);
 }
 
+/* A request's job is back: a job graphd did not start because it is
+ * stopping marks the handler's error reply as not started. */
+static void submitted_done(gd_job *j) {
+  gd_request *rq = session_request_of(j);
+  if (j->not_started) rq->s->unrun_request_id = rq->request_id;
+  rq->done(j); /* may free rq; ends the request */
+}
+
 void session_submit(gd_session *s, uint64_t request_id, gd_request *rq, gd_worker *w,
                     gd_job_run_fn run, gd_job_done_fn done) {
   rq->s = s;
   rq->request_id = request_id;
+  rq->done = done;
   rq->job.run = run;
-  rq->job.done = done;
+  rq->job.done = submitted_done;
   session_begin_request(s);
   worker_submit(w, &rq->job);
 }
 
 void session_end_request(gd_session *s) {
   s->active_ns = gd_now_ns();
+  s->unrun_request_id = 0;
   request_done(s);
   session_unref(s);
 }
 
 static void request_done(gd_session *s) {
   s->busy = false;
+  if (s->closing) return;
+  if (s->stopped_reading) session_refuse_unread(s);
   if (s->closing) return;
   if (s->close_after_flush && !has_output(s)) {
     session_close(s, "closed by the daemon");

@@ -70,12 +70,16 @@ struct gd_session {
   bool busy;                      /* a request is in flight */
   bool closing;                   /* written under send_lock */
   bool close_after_flush;
+  bool stopped_reading;       /* shutdown: the socket is shut for reading */
   int refs;                   /* the poll handle + jobs in flight */
   void *data;                 /* a data session's state (dsession.c), NULL once closed */
   struct gd_reg_holds *holds; /* registry entries it holds (dispatch.c, replay.c) */
   const void *last_held;      /* the program it held last, to skip the lookup */
   uint64_t opened_ns;         /* accepted */
   uint64_t active_ns;         /* its last request came in or ended */
+  /* The request in flight whose job was not started because graphd is
+   * stopping: its error reply says so (Reply.not_started). 0: none. */
+  uint64_t unrun_request_id;
 };
 
 /* Adopts an accepted socket. Returns 0 or a negated status (fd closed). */
@@ -92,6 +96,7 @@ typedef struct gd_request {
   gd_job job;
   gd_session *s;
   uint64_t request_id;
+  gd_job_done_fn done; /* the handler's; session_submit puts its own first */
 } gd_request;
 
 /* The session's request in flight begins: nothing more is read from the
@@ -116,8 +121,17 @@ void session_close_after_flush(gd_session *s);
 /* Closes now; queued replies are written best-effort first. */
 void session_close(gd_session *s, const char *why);
 
-/* Stops reading new requests (shutdown). */
+/* Stops reading new requests (shutdown): the socket is shut for reading,
+ * so that a client's later send fails (EPIPE) instead of being lost, and a
+ * session with no request in flight answers what it had been sent
+ * (session_refuse_unread) and closes. */
 void session_stop_reading(gd_session *s);
+
+/* Shutdown, once reading has stopped and no request is in flight: answers
+ * every whole request the client sent before reading stopped with
+ * UNAVAILABLE and Reply.not_started (nothing of it ran), closing the fds
+ * it carried. */
+void session_refuse_unread(gd_session *s);
 
 /* Packs a reply into a new frame. Any thread. Returns 0 or a negated
  * status. */

@@ -66,6 +66,13 @@ void upkeep_after(gd_device *d, bool had_job, bool ran, int status, gd_upkeep_ne
 }
 
 void upkeep_close(gd_device *d) {
+  /* A graceful stop finishes what the session streams were given (replays
+   * already answered, their done writes included) before anything they
+   * use is freed and before the sessions close. A stream held by a ready
+   * flag that never comes holds this until --shutdown-grace. */
+  char err[256];
+  if (d->dev && device_ok(d) && d->be->ops->device_sync(d->be, d->dev, err, sizeof err) < 0)
+    GD_LOG(GD_WARN, "upkeep", "device %d: finishing its streams at stop failed: %s", d->index, err);
   holwatch_close(d);
   capture_close_all(d);
   modcache_close(d);

@@ -37,11 +37,16 @@ static void complete(gd_pool *p, gd_job *j) {
   uv_async_send(&p->async);
 }
 
-static void fail_unrun(gd_job *j, const char *why) {
+/* stopping: graphd is stopping, so the job was not started and may be
+ * sent again to the next daemon. */
+static void fail_unrun(gd_job *j, const char *why, bool stopping) {
   j->ran = false;
+  j->not_started = stopping;
   j->status = -GRAPHD_UNAVAILABLE;
   snprintf(j->msg, sizeof j->msg, "%s", why);
 }
+
+#define STOPPING_MSG "graphd is shutting down; the request was not started (send it again)"
 
 /* How often a worker that wants ticks wakes while idle. */
 #define TICK_NS 10000000L
@@ -117,13 +122,13 @@ static void *worker_main(void *arg) {
     if (!j && stopping) break;
     atomic_store(&w->heartbeat_ns, gd_now_ns());
     if (j) {
-      const char *why =
-          stopping ? "graphd is shutting down; the request was not run" : h->refusal(w->ctx);
+      const char *why = stopping ? STOPPING_MSG : h->refusal(w->ctx);
       if (why) {
-        fail_unrun(j, why);
+        fail_unrun(j, why, stopping);
       } else {
         atomic_store(&w->busy, true);
         j->ran = true;
+        j->not_started = false;
         j->status = 0;
         j->msg[0] = '\0';
         j->run(j, w->ctx);
@@ -202,8 +207,8 @@ void worker_submit(gd_worker *w, gd_job *j) {
   }
   pthread_mutex_unlock(&w->lock);
   if (refuse) {
-    fail_unrun(j, w->thread_started ? "graphd is shutting down; the request was not run"
-                                    : "this device's worker thread did not start");
+    fail_unrun(j, w->thread_started ? STOPPING_MSG : "this device's worker thread did not start",
+               w->thread_started);
     complete(w->pool, j);
   }
 }

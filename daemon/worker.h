@@ -38,6 +38,10 @@ struct gd_job {
   int status;    /* 0 or a negated graphd status */
   char msg[512]; /* error text for the client */
   bool ran;      /* false when failed without running (shutdown, unusable context) */
+  /* Nothing of it was started because graphd is stopping (it was still
+   * queued, or gave up waiting to begin): the client may send it again to
+   * the next daemon (Reply.not_started). */
+  bool not_started;
 };
 
 /* What a worker serves. Every hook runs on the worker thread with ctx. */

@@ -38,12 +38,9 @@ static int try_connect(const char *path) {
   return -1;
 }
 
-int td_start_env(gd_test_daemon *d, char *const *args, char *const *env, int *status) {
-  memset(d, 0, sizeof *d);
-  snprintf(d->dir, sizeof d->dir, "/tmp/graphd-test-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(d->dir));
-  snprintf(d->socket, sizeof d->socket, "%s/graphd.sock", d->dir);
-  snprintf(d->log, sizeof d->log, "%s/graphd.log", d->dir);
+/* Starts graphd on d's socket, its stderr into d's log (appended when
+ * append). */
+static int spawn(gd_test_daemon *d, char *const *args, char *const *env, int *status, bool append) {
   char *argv[64];
   int n = 0;
   /* GRAPHD_TEST_WRAPPER runs the daemon under a tool, e.g.
@@ -66,7 +63,7 @@ int td_start_env(gd_test_daemon *d, char *const *args, char *const *env, int *st
   pid_t pid = fork();
   ck_assert_int_ge(pid, 0);
   if (pid == 0) {
-    int lf = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int lf = open(d->log, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0644);
     dup2(lf, 2);
     int nul = open("/dev/null", O_RDWR);
     dup2(nul, 0);
@@ -102,6 +99,29 @@ int td_start_env(gd_test_daemon *d, char *const *args, char *const *env, int *st
   d->pid = 0;
   ck_abort_msg("graphd did not start listening within 20 s");
   return -1;
+}
+
+int td_start_env(gd_test_daemon *d, char *const *args, char *const *env, int *status) {
+  memset(d, 0, sizeof *d);
+  snprintf(d->dir, sizeof d->dir, "/tmp/graphd-test-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(d->dir));
+  snprintf(d->socket, sizeof d->socket, "%s/graphd.sock", d->dir);
+  snprintf(d->log, sizeof d->log, "%s/graphd.log", d->dir);
+  return spawn(d, args, env, status, false);
+}
+
+void td_start_again(gd_test_daemon *d, ...) {
+  char *args[48];
+  int n = 0;
+  va_list ap;
+  va_start(ap, d);
+  const char *a;
+  while ((a = va_arg(ap, const char *)) != NULL && n < 47) args[n++] = (char *)a;
+  va_end(ap);
+  args[n] = NULL;
+  ck_assert_int_eq(d->pid, 0);
+  int st = 0;
+  if (spawn(d, args, NULL, &st, true) < 0) ck_abort_msg("graphd exited at start (status %d)", st);
 }
 
 int td_start(gd_test_daemon *d, ...) {

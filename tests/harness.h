@@ -28,6 +28,11 @@ typedef struct gd_test_daemon {
 int td_start_env(gd_test_daemon *d, char *const *args, char *const *env, int *status);
 int td_start(gd_test_daemon *d, ...); /* varargs: const char *, NULL-terminated */
 
+/* Starts a new graphd on the socket of d, whose daemon has stopped (a
+ * restart: same socket path, the log appended), with these args
+ * (NULL-terminated). Fails the test if it does not start. */
+void td_start_again(gd_test_daemon *d, ...);
+
 /* SIGTERM (or sig) and wait up to timeout_ms. Returns the exit status as
  * from waitpid, or -1 on timeout (then the daemon is SIGKILLed). */
 int td_stop_sig(gd_test_daemon *d, int sig, int timeout_ms);

@@ -288,7 +288,8 @@ START_TEST(test_unrecoverable_fault_makes_graphd_exit_for_a_restart) {
   ck_assert(td_log_contains(&d, "no reset clears"));
   ck_assert(td_log_contains(&d, "exiting with status 3"));
   ck_assert(td_log_contains(&d, "stopped"));
-  /* Device 0's client learns on its next call. */
+  /* Device 0's client learns on its next call (no daemon comes back). */
+  graphd_set_reconnect_wait(a.c, 0);
   ck_assert_int_eq(replay_checked(&a, 2, NULL), GRAPHD_UNAVAILABLE);
   client_close(&a);
   client_close(&b);

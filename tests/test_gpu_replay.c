@@ -299,6 +299,7 @@ START_TEST(test_gpu_dead_daemon_releases_the_client_stream) {
   fixture f;
   fixture_up(&f, 3);
   graphd_client *c = f.c;
+  graphd_set_reconnect_wait(c, 0); /* the daemon stays dead: no waiting for another */
   const uint8_t *pid = f.pid;
   CUstream st = f.st;
   graphd_stream *s = f.s;
@@ -339,6 +340,7 @@ static void *set_flag_later(void *arg) {
 START_TEST(test_gpu_close_after_daemon_death_waits_for_the_stream) {
   fixture f;
   fixture_up(&f, 4);
+  graphd_set_reconnect_wait(f.c, 0); /* the daemon stays dead: no waiting for another */
   volatile uint64_t *flag = gpu_hold_stream(f.st);
   ck_assert_ptr_nonnull((void *)flag);
   graphd_binding b[2] = {{0, f.x.ptr, GN * 4}, {3, f.y.ptr, GN * 4}};

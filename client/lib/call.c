@@ -4,7 +4,11 @@
  * streams (watcher.c).
  *
  * DESIGN: blocking I/O with poll() timeouts, under the handle's lock,
- * which the caller holds. */
+ * which the caller holds. A call records how it failed when the daemon
+ * went away (c->fail): before the request reached it (the daemon shuts a
+ * stopping session's socket for reading, so a send then fails at once),
+ * answered "not started", or lost after it was sent. Requests that are
+ * safe to send twice are sent again after c->reconnect. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -67,6 +71,8 @@ static int wait_fd(graphd_client *c, short events, int64_t deadline) {
   }
 }
 
+/* Sends a whole frame. A failure because the daemon is gone marks the call
+ * GD_FAIL_UNSENT: a frame cut short is never decoded. */
 static graphd_status send_frame(graphd_client *c, const uint8_t *buf, size_t len, const int *fds,
                                 int nfds, int64_t deadline) {
   size_t off = 0;
@@ -87,6 +93,7 @@ static graphd_status send_frame(graphd_client *c, const uint8_t *buf, size_t len
       }
       if (w > 0) continue;
     }
+    c->fail = GD_FAIL_UNSENT;
     return lost(c, n < 0 ? strerror(errno) : "short write");
   }
   return GRAPHD_OK;
@@ -113,6 +120,7 @@ static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline)
       }
       continue;
     }
+    c->fail = GD_FAIL_LOST;
     return lost(c, n < 0 ? strerror(errno) : "end of stream");
   }
 }
@@ -120,13 +128,17 @@ static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline)
 /* One request, one reply. On GRAPHD_OK *out holds the reply (free it with
  * graphd__wire__reply__free_unpacked); on a daemon error the message is in
  * c->err. Caller holds c->lock. */
-graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds, int nfds,
-                             Graphd__Wire__Reply **out) {
-  if (atomic_load(&c->dead) && !c->broken) {
-    c->broken = true;
-    return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
-                             "graphd went away; outputs of replays in flight are undefined; "
-                             "reconnect");
+static graphd_status call_once(graphd_client *c, Graphd__Wire__Request *req, const int *fds,
+                               int nfds, Graphd__Wire__Reply **out) {
+  c->fail = GD_FAIL_NONE;
+  if (atomic_load(&c->dead)) {
+    c->fail = GD_FAIL_UNSENT;
+    if (!c->broken) {
+      c->broken = true;
+      return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
+                               "graphd went away; outputs of replays in flight are undefined; "
+                               "reconnect");
+    }
   }
   if (c->broken)
     return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
@@ -168,6 +180,8 @@ graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const
     if (rep->code != GRAPHD_OK) {
       graphd_status code =
           graphd_status_valid((int)rep->code) ? (graphd_status)rep->code : GRAPHD_INTERNAL;
+      /* A stopping daemon that did not start it: the next one may. */
+      if (code == GRAPHD_UNAVAILABLE && rep->not_started) c->fail = GD_FAIL_NOT_STARTED;
       gd_client_set_err(c, code, "%s",
                         rep->message && *rep->message ? rep->message : graphd_strerror((int)code));
       graphd__wire__reply__free_unpacked(rep, NULL);
@@ -177,4 +191,32 @@ graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const
     c->err[0] = '\0';
     return GRAPHD_OK;
   }
+}
+
+/* Requests that may reach a daemon twice: they change nothing or only the
+ * daemon-wide registry, which takes the same content again. */
+static bool resendable(const Graphd__Wire__Request *req) {
+  switch (req->body_case) {
+    case GRAPHD__WIRE__REQUEST__BODY_PING:
+    case GRAPHD__WIRE__REQUEST__BODY_STATUS:
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_MODULE:
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_PROGRAM:
+    case GRAPHD__WIRE__REQUEST__BODY_PREPARE_PROGRAM:
+    case GRAPHD__WIRE__REQUEST__BODY_LIST_CAPTURES:
+    case GRAPHD__WIRE__REQUEST__BODY_EVICT: return true;
+    default: return false;
+  }
+}
+
+graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds, int nfds,
+                             Graphd__Wire__Reply **out) {
+  graphd_status st = call_once(c, req, fds, nfds, out);
+  if (st != GRAPHD_UNAVAILABLE || c->fail == GD_FAIL_NONE || c->reconnecting || !c->reconnect ||
+      c->reconnect_ms <= 0 || !resendable(req))
+    return st;
+  gd_client_debug(c, "the daemon went away during a request of type %d; reconnecting",
+                  (int)req->body_case);
+  st = c->reconnect(c);
+  if (st != GRAPHD_OK) return st;
+  return call_once(c, req, fds, nfds, out);
 }

@@ -1,12 +1,15 @@
-/* libgraphd: a handle's life (connect, close) and the session calls (ping,
- * status, the session's device). The top layer (internal.h lists them):
- * close tears down the handle's streams (replay.c) and regions (region.c).
+/* libgraphd: a handle's life (connect, reconnect, close) and the session
+ * calls (ping, status, the session's device). The top layer (internal.h
+ * lists them): close tears down the handle's streams (replay.c) and regions
+ * (region.c); a reconnect gives a new session what the old one had.
  *
  * DESIGN: each handle has one mutex that serialises every call on it
  * (connect creates the handle, close destroys it). Never aborts, never
- * prints. */
+ * prints. A reconnect runs inside the call that found the daemon gone,
+ * with the lock held, reached through c->reconnect. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -15,6 +18,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../common/paths.h"
@@ -27,6 +31,9 @@
 #include "wire.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
+#define DEFAULT_RECONNECT_MS 30000
+#define BACKOFF_FIRST_MS 10
+#define BACKOFF_MAX_MS 500
 
 void graphd_connect_options_init(graphd_connect_options *o) {
   memset(o, 0, sizeof *o);
@@ -71,6 +78,179 @@ static graphd_status fail_connect(graphd_client *c, graphd_status st, char *errb
   pthread_mutex_destroy(&c->lock);
   free(c);
   return st;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Connects c's socket and says Hello as c's kind, device and name. On
+ * failure c->fd is -1 and c->err says why. Lock held, or c not yet shared. */
+static graphd_status open_session(graphd_client *c) {
+  c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c->fd < 0) return gd_client_set_err(c, GRAPHD_INTERNAL, "socket: %s", strerror(errno));
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  memcpy(a.sun_path, c->socket_path, strlen(c->socket_path) + 1);
+  struct timeval tv = {.tv_sec = c->timeout_ms / 1000, .tv_usec = (c->timeout_ms % 1000) * 1000};
+  (void)setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  graphd_status st;
+  if (connect(c->fd, (struct sockaddr *)&a, sizeof a) < 0) {
+    int e = errno;
+    st = (e == EACCES || e == EPERM) ? GRAPHD_PERMISSION_DENIED : GRAPHD_UNAVAILABLE;
+    gd_client_set_err(c, st, "cannot connect to graphd at %s: %s%s", c->socket_path, strerror(e),
+                      (e == ENOENT || e == ECONNREFUSED) ? " (is the daemon running?)" : "");
+    goto fail;
+  }
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
+  req.hello = &h;
+  h.protocol_version = GRAPHD_PROTOCOL_VERSION;
+  h.client_name = c->client_name;
+  if (c->kind == GRAPHD_SESSION_DATA) {
+    h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
+    h.device_uuid.data = c->device_uuid;
+    h.device_uuid.len = 16;
+  } else {
+    h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL;
+  }
+  Graphd__Wire__Reply *rep = NULL;
+  st = gd_client_call(c, &req, NULL, 0, &rep);
+  if (st != GRAPHD_OK) goto fail;
+  if (rep->body_case != GRAPHD__WIRE__REPLY__BODY_HELLO) {
+    graphd__wire__reply__free_unpacked(rep, NULL);
+    st = gd_client_set_err(c, GRAPHD_DATA_LOSS, "graphd answered Hello with another message");
+    goto fail;
+  }
+  c->session_id = rep->hello->session_id;
+  c->max_frame = rep->hello->max_frame;
+  if (rep->hello->device) {
+    copy_device(&c->device, rep->hello->device);
+    c->has_device = true;
+  }
+  graphd__wire__reply__free_unpacked(rep, NULL);
+  return GRAPHD_OK;
+fail:
+  close(c->fd);
+  c->fd = -1;
+  return st;
+}
+
+/* Waits (until deadline) for the old daemon to close the connection: a
+ * stopping daemon answers what it will not run, then closes; replies to
+ * nothing are dropped. */
+static void wait_hangup(graphd_client *c, int64_t deadline) {
+  while (c->fd >= 0) {
+    int64_t left = deadline - now_ms();
+    if (left <= 0) return;
+    struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+    int r = poll(&p, 1, left > 1000 ? 1000 : (int)left);
+    if (r < 0 && errno != EINTR) return;
+    if (r <= 0) continue;
+    char buf[4096];
+    ssize_t n = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return;
+  }
+}
+
+/* The reconnect behind c->reconnect (internal.h): the daemon went away
+ * (or is stopping). Waits for its end, checks that it finished every
+ * replay it had taken, releases the streams, waits with backoff for a
+ * daemon on the socket (at most reconnect_ms in all), then gives the new
+ * session the flag page, an empty region cache and the programs the
+ * client-side registry gave the old one. Lock held. */
+static graphd_status gd_client_reconnect(graphd_client *c) {
+  char why[GRAPHD_ERRMAX];
+  snprintf(why, sizeof why, "%s", c->err[0] ? c->err : "graphd went away");
+  if (c->reconnect_ms <= 0)
+    return gd_client_set_err(c, GRAPHD_UNAVAILABLE, "%s; reconnecting is off", why);
+  int64_t deadline = now_ms() + c->reconnect_ms;
+  c->reconnecting = true;
+  wait_hangup(c, deadline);
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+  c->broken = true;
+  atomic_store(&c->dead, true);
+  graphd_status st = GRAPHD_OK;
+  uint32_t slot = 0;
+  uint64_t done = 0, want = 0;
+  bool cut = false;
+  if (c->flags) {
+    gd_client_release_streams(c); /* keeps the done words as the daemon left them */
+    cut = gd_flags_cut_off(c, &slot, &done, &want);
+    /* GPU work of a daemon that died can land a done write lower than the
+     * release until its context is torn down: keep writing the release
+     * until every stream is past (the watcher's work, which stops next). */
+    int64_t left = deadline - now_ms();
+    (void)gd_flags_wait_passed(c, left > 0 ? (int)left : 0, true);
+    gd_watch_remove(c);
+  }
+  gd_frame_reader_close(&c->rd);
+  gd_frame_reader_init(&c->rd, GD_CLIENT_MAX_FRAME);
+  for (int backoff = BACKOFF_FIRST_MS;;) {
+    atomic_store(&c->dead, false);
+    c->broken = false;
+    st = open_session(c);
+    if (st == GRAPHD_OK) break;
+    gd_frame_reader_close(&c->rd);
+    gd_frame_reader_init(&c->rd, GD_CLIENT_MAX_FRAME);
+    /* Not there yet (no socket, or nobody accepting in time), or not
+     * serving yet: wait. Anything else will not change by waiting. */
+    bool wait = st == GRAPHD_UNAVAILABLE || st == GRAPHD_DEADLINE_EXCEEDED;
+    int64_t left = deadline - now_ms();
+    if (!wait || left <= 0) {
+      char e[GRAPHD_ERRMAX];
+      snprintf(e, sizeof e, "%s", c->err);
+      if (wait)
+        gd_client_set_err(c, GRAPHD_UNAVAILABLE,
+                          "%s; graphd did not come back within %d ms (the reconnect bound: "
+                          "graphd_set_reconnect_wait, $GRAPHD_RECONNECT_MS): %s",
+                          why, c->reconnect_ms, e);
+      else
+        gd_client_set_err(c, st, "%s; reconnecting failed: %s", why, e);
+      st = wait ? GRAPHD_UNAVAILABLE : st;
+      goto fail;
+    }
+    struct timespec nap = {.tv_sec = 0,
+                           .tv_nsec = (long)(left < backoff ? left : backoff) * 1000000L};
+    nanosleep(&nap, NULL);
+    backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+  }
+  gd_client_debug(c, "reconnected: session %llu", (unsigned long long)c->session_id);
+  gd_client_regions_reset(c);
+  if (c->flags && (st = gd_client_flags_again(c)) != GRAPHD_OK) goto fail_session;
+  if ((st = gd_registry_sync_again(c)) != GRAPHD_OK) goto fail_session;
+  c->reconnecting = false;
+  if (cut)
+    return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
+                             "%s before it finished a replay it had taken (stream slot %u: done "
+                             "%llu, expected %llu): the outputs of the replays in flight then "
+                             "are undefined; the handle is connected again",
+                             why, slot, (unsigned long long)done, (unsigned long long)want);
+  c->err[0] = '\0';
+  return GRAPHD_OK;
+fail_session : {
+  char e[GRAPHD_ERRMAX];
+  snprintf(e, sizeof e, "%s", c->err);
+  gd_client_set_err(c, st, "%s; the new session could not be set up: %s", why, e);
+}
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
+fail:
+  c->broken = true;
+  atomic_store(&c->dead, true);
+  c->reconnecting = false;
+  return st;
+}
+
+graphd_status graphd_set_reconnect_wait(graphd_client *c, int ms) {
+  if (ms < 0) return GRAPHD_INVALID_ARGUMENT;
+  pthread_mutex_lock(&c->lock);
+  c->reconnect_ms = ms;
+  pthread_mutex_unlock(&c->lock);
+  return GRAPHD_OK;
 }
 
 graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client **out, char *errbuf,
@@ -118,54 +298,26 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
                           GD_CLIENT_NAME_MAX),
         errbuf, errlen);
 
-  c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (c->fd < 0)
-    return fail_connect(c, gd_client_set_err(c, GRAPHD_INTERNAL, "socket: %s", strerror(errno)),
-                        errbuf, errlen);
-  struct sockaddr_un a = {.sun_family = AF_UNIX};
-  memcpy(a.sun_path, c->socket_path, strlen(c->socket_path) + 1);
-  struct timeval tv = {.tv_sec = c->timeout_ms / 1000, .tv_usec = (c->timeout_ms % 1000) * 1000};
-  (void)setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (connect(c->fd, (struct sockaddr *)&a, sizeof a) < 0) {
-    int e = errno;
-    graphd_status st = (e == EACCES || e == EPERM) ? GRAPHD_PERMISSION_DENIED : GRAPHD_UNAVAILABLE;
-    return fail_connect(
-        c,
-        gd_client_set_err(c, st, "cannot connect to graphd at %s: %s%s", c->socket_path,
-                          strerror(e),
-                          (e == ENOENT || e == ECONNREFUSED) ? " (is the daemon running?)" : ""),
-        errbuf, errlen);
+  c->kind = opts->kind;
+  if (opts->kind == GRAPHD_SESSION_DATA) memcpy(c->device_uuid, opts->device_uuid, 16);
+  snprintf(c->client_name, sizeof c->client_name, "%s", opts->client_name ? opts->client_name : "");
+  c->reconnect_ms = DEFAULT_RECONNECT_MS;
+  const char *rw = getenv("GRAPHD_RECONNECT_MS");
+  if (rw && *rw) {
+    char *end;
+    long v = strtol(rw, &end, 10);
+    if (*end || v < 0 || v > INT32_MAX)
+      return fail_connect(c,
+                          gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT,
+                                            "GRAPHD_RECONNECT_MS=%s is not a number of "
+                                            "milliseconds (0 turns reconnecting off)",
+                                            rw),
+                          errbuf, errlen);
+    c->reconnect_ms = (int)v;
   }
-
-  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
-  Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
-  req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
-  req.hello = &h;
-  h.protocol_version = GRAPHD_PROTOCOL_VERSION;
-  h.client_name = (char *)(opts->client_name ? opts->client_name : "");
-  if (opts->kind == GRAPHD_SESSION_DATA) {
-    h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
-    h.device_uuid.data = (uint8_t *)opts->device_uuid;
-    h.device_uuid.len = 16;
-  } else {
-    h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL;
-  }
-  Graphd__Wire__Reply *rep = NULL;
-  graphd_status st = gd_client_call(c, &req, NULL, 0, &rep);
+  c->reconnect = gd_client_reconnect;
+  graphd_status st = open_session(c);
   if (st != GRAPHD_OK) return fail_connect(c, st, errbuf, errlen);
-  if (rep->body_case != GRAPHD__WIRE__REPLY__BODY_HELLO) {
-    graphd__wire__reply__free_unpacked(rep, NULL);
-    return fail_connect(
-        c, gd_client_set_err(c, GRAPHD_DATA_LOSS, "graphd answered Hello with another message"),
-        errbuf, errlen);
-  }
-  c->session_id = rep->hello->session_id;
-  c->max_frame = rep->hello->max_frame;
-  if (rep->hello->device) {
-    copy_device(&c->device, rep->hello->device);
-    c->has_device = true;
-  }
-  graphd__wire__reply__free_unpacked(rep, NULL);
   *out = c;
   return GRAPHD_OK;
 }

@@ -46,6 +46,16 @@ typedef struct gd_flag_page {
   bool cuda;                                     /* registered with cuMemHostRegister */
   _Atomic uint64_t issued[GD_CLIENT_FLAG_SLOTS]; /* highest seq sent per slot */
   bool used[GD_CLIENT_FLAG_SLOTS];               /* guarded by the handle's lock */
+  /* The done words as they were when the daemon was first seen gone,
+   * before any release from here (guarded by the watcher's lock), so that
+   * a reconnect can tell whether the daemon finished what it had taken. */
+  bool snapped;
+  uint64_t hangup_done[GD_CLIENT_FLAG_SLOTS];
+  /* Guarded by the handle's lock, cleared by a reconnect: per slot, a seq
+   * the gone daemon never ran (unsent, or answered not started), and a seq
+   * already reported as cut off; the reconnect's check leaves both out. */
+  uint64_t unrun[GD_CLIENT_FLAG_SLOTS];
+  uint64_t reported[GD_CLIENT_FLAG_SLOTS];
 } gd_flag_page;
 
 /* Word `word` (GRAPHD_FLAG_WORD_*) of flag slot `slot`: its address on the
@@ -64,10 +74,30 @@ struct graphd_stream {
   uint64_t seq;
 };
 
+/* How a call that got no answer from the daemon failed (the handle's
+ * `fail`), which decides whether it may be sent again to a new daemon. */
+enum gd_call_fail {
+  GD_FAIL_NONE = 0,    /* answered (OK or an error), or failed here */
+  GD_FAIL_UNSENT,      /* the daemon was gone before the request reached it */
+  GD_FAIL_NOT_STARTED, /* the daemon is stopping and answered that it did not start it */
+  GD_FAIL_LOST,        /* sent, and the daemon went away without an answer: it may have run */
+};
+
 struct graphd_client {
   pthread_mutex_t lock;
   int fd;
   int timeout_ms;
+  /* What a new session needs, from graphd_connect. */
+  int kind; /* graphd_session_kind */
+  uint8_t device_uuid[16];
+  char client_name[129];
+  int reconnect_ms;  /* guarded by lock: the bound on waiting for a new daemon; 0: off */
+  bool reconnecting; /* guarded by lock: inside the reconnect (no retry within) */
+  int fail;          /* guarded by lock: enum gd_call_fail of the last call */
+  /* Set by client.c: waits for a daemon on the socket and gives the handle
+   * a new session like the old one (client.c, gd_client_reconnect). Lock
+   * held. A hook, so that call.c and replay.c below it can ask. */
+  graphd_status (*reconnect)(struct graphd_client *c);
   bool broken;           /* guarded by lock: stream state unknown */
   uint64_t next_request; /* guarded by lock */
   uint64_t session_id;
@@ -104,7 +134,8 @@ struct graphd_client {
  *   region.c   regions and host allocations
  *   replay.c   streams, replays and the flag page
  *   client.c   connect and close; ping and status
- * registry.c and captures.c stand on call.c; program.c on none. */
+ * registry.c and captures.c stand on call.c; program.c on none; client.c,
+ * which reconnects, on all of them. */
 
 /* trace.c: with $GRAPHD_CLIENT_DEBUG=1, libgraphd traces its stream
  * releases and failures on stderr (for hunting hangs in a client
@@ -121,8 +152,15 @@ void gd_watch_remove(graphd_client *c);
 
 /* Writes every issued seq into its done word from the host (the daemon is
  * gone), and has the watcher write them again until the streams are past.
- * Safe from any thread. */
+ * The first release on a page (here or the watcher's) first keeps the done
+ * words as they were (gd_flag_page.hangup_done). Safe from any thread. */
 void gd_client_release_streams(graphd_client *c);
+
+/* Whether the gone daemon left a replay it had taken unfinished: a slot
+ * whose done word, when it was first seen gone, was not what it issued
+ * (less the seqs in unrun and reported). Fills *slot, *done and *want for
+ * the first such slot. Handle's lock held. */
+bool gd_flags_cut_off(graphd_client *c, uint32_t *slot, uint64_t *done, uint64_t *want);
 
 /* Waits up to ms for every slot's stream to pass what it issued; with
  * rerelease, writing the done words again meanwhile (the watcher's work,
@@ -137,7 +175,11 @@ graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *
     __attribute__((format(printf, 3, 4)));
 
 /* One request, one reply; caller holds c->lock. On GRAPHD_OK *out holds the
- * reply (free with graphd__wire__reply__free_unpacked). */
+ * reply (free with graphd__wire__reply__free_unpacked). c->fail says how a
+ * call that got no answer failed. A request that changes nothing beyond the
+ * daemon's registry (Ping, Status, registrations, PrepareProgram,
+ * ListCaptures, Evict) is sent once more, after c->reconnect, when the
+ * daemon went away; the others are the caller's to retry. */
 graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds, int nfds,
                              Graphd__Wire__Reply **out);
 
@@ -148,9 +190,25 @@ graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t
 /* Frees the region cache and host allocations (graphd_close). */
 void gd_client_regions_close(graphd_client *c);
 
+/* Forgets every cached region (a new session has none); host allocations
+ * stay and register again on their next use. */
+void gd_client_regions_reset(graphd_client *c);
+
 /* replay.c: stops watching c and frees its flag page once no stream still
  * has a write or wait on it queued; a page a stream never gets past is kept
  * (graphd_close). */
 void gd_client_replay_close(graphd_client *c);
+
+/* Gives a new session the handle's flag page (RegisterFlags with the same
+ * memfd), so that its streams and slots go on: every ready word is set back
+ * to what its slot issued (a daemon that closed the session may have
+ * written it far ahead), and the watcher watches the new socket. Lock
+ * held. */
+graphd_status gd_client_flags_again(graphd_client *c);
+
+/* registry.c: registers again, from the client-side registry, every
+ * program graphd_registry_sync gave the handle (a new session after a
+ * reconnect). Lock held. */
+graphd_status gd_registry_sync_again(graphd_client *c);
 
 #endif

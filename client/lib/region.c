@@ -415,6 +415,8 @@ exit:
   return st;
 }
 
+void gd_client_regions_reset(graphd_client *c) { c->nregions = 0; }
+
 void gd_client_regions_close(graphd_client *c) {
   for (uint32_t i = 0; i < c->nhost; i++) {
     munmap(c->host[i].ptr, c->host[i].size);

@@ -37,12 +37,11 @@ fail:
 
 /* Sends req with `bytes` either inline (in *inline_field) or, when large,
  * as a sealed memfd (never as a giant frame): above the inline cap, or above
- * half the daemon's frame cap. Takes and releases c->lock. */
-static graphd_status call_with_bytes(graphd_client *c, Graphd__Wire__Request *req,
-                                     const char *memfd_name, const void *bytes, size_t len,
-                                     ProtobufCBinaryData *inline_field) {
+ * half the daemon's frame cap. Lock held. */
+static graphd_status call_with_bytes_locked(graphd_client *c, Graphd__Wire__Request *req,
+                                            const char *memfd_name, const void *bytes, size_t len,
+                                            ProtobufCBinaryData *inline_field) {
   int fd = -1;
-  pthread_mutex_lock(&c->lock);
   graphd_status st = GRAPHD_OK;
   if (len > INLINE_MAX || (c->max_frame && len > c->max_frame / 2)) {
     fd = sealed_memfd(memfd_name, bytes, len);
@@ -60,37 +59,26 @@ static graphd_status call_with_bytes(graphd_client *c, Graphd__Wire__Request *re
   if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
 exit:
   if (fd >= 0) close(fd);
-  pthread_mutex_unlock(&c->lock);
   return st;
 }
 
-graphd_status graphd_register_module(graphd_client *c, graphd_module_kind kind, const void *bytes,
-                                     size_t len, uint8_t id_out[32]) {
-  uint8_t id[GD_ID_LEN];
-  if (gd_module_id((uint32_t)kind, bytes, len, id) < 0) {
-    pthread_mutex_lock(&c->lock);
-    graphd_status st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT,
-                                         "module kind %d with %zu bytes: the kind must be PTX, "
-                                         "CUBIN, fatbin or host ELF and the size 1 to %u bytes",
-                                         (int)kind, len, GD_MAX_MODULE_BYTES);
-    pthread_mutex_unlock(&c->lock);
-    return st;
-  }
+/* RegisterModule of bytes under id, lock held. */
+static graphd_status module_locked(graphd_client *c, uint32_t kind, const uint8_t id[GD_ID_LEN],
+                                   const void *bytes, size_t len) {
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__RegisterModule m = GRAPHD__WIRE__REGISTER_MODULE__INIT;
   req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_MODULE;
   req.register_module = &m;
-  m.module_id.data = id;
+  m.module_id.data = (uint8_t *)id;
   m.module_id.len = GD_ID_LEN;
-  m.kind = (uint32_t)kind;
+  m.kind = kind;
   m.size = len;
-  graphd_status st = call_with_bytes(c, &req, "graphd-module", bytes, len, &m.inline_bytes);
-  if (st == GRAPHD_OK && id_out) memcpy(id_out, id, GD_ID_LEN);
-  return st;
+  return call_with_bytes_locked(c, &req, "graphd-module", bytes, len, &m.inline_bytes);
 }
 
-graphd_status graphd_register_program_encoding(graphd_client *c, const uint8_t id[32],
-                                               const void *encoding, size_t len) {
+/* RegisterProgram of an encoding under id, lock held. */
+static graphd_status program_locked(graphd_client *c, const uint8_t id[GD_ID_LEN],
+                                    const void *encoding, size_t len) {
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__RegisterProgram m = GRAPHD__WIRE__REGISTER_PROGRAM__INIT;
   req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_PROGRAM;
@@ -98,7 +86,32 @@ graphd_status graphd_register_program_encoding(graphd_client *c, const uint8_t i
   m.program_id.data = (uint8_t *)id;
   m.program_id.len = GD_ID_LEN;
   m.size = len;
-  return call_with_bytes(c, &req, "graphd-program", encoding, len, &m.encoding);
+  return call_with_bytes_locked(c, &req, "graphd-program", encoding, len, &m.encoding);
+}
+
+graphd_status graphd_register_module(graphd_client *c, graphd_module_kind kind, const void *bytes,
+                                     size_t len, uint8_t id_out[32]) {
+  uint8_t id[GD_ID_LEN];
+  graphd_status st;
+  pthread_mutex_lock(&c->lock);
+  if (gd_module_id((uint32_t)kind, bytes, len, id) < 0)
+    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT,
+                           "module kind %d with %zu bytes: the kind must be PTX, "
+                           "CUBIN, fatbin or host ELF and the size 1 to %u bytes",
+                           (int)kind, len, GD_MAX_MODULE_BYTES);
+  else
+    st = module_locked(c, (uint32_t)kind, id, bytes, len);
+  pthread_mutex_unlock(&c->lock);
+  if (st == GRAPHD_OK && id_out) memcpy(id_out, id, GD_ID_LEN);
+  return st;
+}
+
+graphd_status graphd_register_program_encoding(graphd_client *c, const uint8_t id[32],
+                                               const void *encoding, size_t len) {
+  pthread_mutex_lock(&c->lock);
+  graphd_status st = program_locked(c, id, encoding, len);
+  pthread_mutex_unlock(&c->lock);
+  return st;
 }
 
 graphd_status graphd_register_program(graphd_client *c, graphd_program *p) {
@@ -299,5 +312,26 @@ graphd_status graphd_registry_sync(graphd_client *c, const uint8_t id[32]) {
   }
   if (c->nsynced < c->synced_cap) memcpy(c->synced[c->nsynced++], id, GD_ID_LEN);
   pthread_mutex_unlock(&c->lock);
+  return GRAPHD_OK;
+}
+
+graphd_status gd_registry_sync_again(graphd_client *c) {
+  for (uint32_t k = 0; k < c->nsynced; k++) {
+    /* Entries are never freed: their bytes stay valid without reg_lock. */
+    pthread_mutex_lock(&reg_lock);
+    reg_program *r = find_prog(c->synced[k]);
+    reg_program prog = r ? *r : (reg_program){0};
+    pthread_mutex_unlock(&reg_lock);
+    if (!r) continue;
+    for (uint32_t i = 0; i < prog.nmods; i++) {
+      pthread_mutex_lock(&reg_lock);
+      reg_module m = *find_mod(prog.mods[i]);
+      pthread_mutex_unlock(&reg_lock);
+      graphd_status st = module_locked(c, m.kind, m.id, m.bytes, m.len);
+      if (st != GRAPHD_OK) return st;
+    }
+    graphd_status st = program_locked(c, prog.id, prog.enc, prog.len);
+    if (st != GRAPHD_OK) return st;
+  }
   return GRAPHD_OK;
 }

@@ -40,6 +40,19 @@ static void free_page(graphd_client *c, gd_flag_page *f) {
   (void)c;
 }
 
+/* Gives the session the page (RegisterFlags). Lock held. */
+static graphd_status send_flags(graphd_client *c, gd_flag_page *f) {
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__RegisterFlags m = GRAPHD__WIRE__REGISTER_FLAGS__INIT;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS;
+  req.register_flags = &m;
+  m.slots = GD_CLIENT_FLAG_SLOTS;
+  Graphd__Wire__Reply *rep = NULL;
+  graphd_status st = gd_client_call(c, &req, &f->fd, 1, &rep);
+  if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
+  return st;
+}
+
 /* Creates the page, registers it with CUDA (GPU sessions) and the daemon,
  * and starts watching the handle. Lock held. */
 static graphd_status make_page(graphd_client *c) {
@@ -81,15 +94,7 @@ static graphd_status make_page(graphd_client *c) {
     }
     f->dev = dp;
   }
-  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
-  Graphd__Wire__RegisterFlags m = GRAPHD__WIRE__REGISTER_FLAGS__INIT;
-  req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS;
-  req.register_flags = &m;
-  m.slots = GD_CLIENT_FLAG_SLOTS;
-  Graphd__Wire__Reply *rep = NULL;
-  st = gd_client_call(c, &req, &f->fd, 1, &rep);
-  if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
-  if (st != GRAPHD_OK) goto fail;
+  if ((st = send_flags(c, f)) != GRAPHD_OK) goto fail;
   c->flags = f;
   if (!gd_watch_add(c))
     return gd_client_set_err(c, GRAPHD_INTERNAL, "cannot start the watcher thread");
@@ -97,6 +102,24 @@ static graphd_status make_page(graphd_client *c) {
 fail:
   free_page(c, f);
   return st;
+}
+
+graphd_status gd_client_flags_again(graphd_client *c) {
+  gd_flag_page *f = c->flags;
+  graphd_status st = send_flags(c, f);
+  if (st != GRAPHD_OK) return st;
+  /* The streams go on from what they issued; a daemon that closed the old
+   * session may have written the ready words far ahead (a release), which
+   * would let the new one run a replay before its stream is ready. */
+  for (uint32_t i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
+    __atomic_store_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_READY), atomic_load(&f->issued[i]),
+                     __ATOMIC_RELEASE);
+    f->unrun[i] = f->reported[i] = 0;
+  }
+  f->snapped = false; /* the watcher is off this handle until gd_watch_add */
+  if (!gd_watch_add(c))
+    return gd_client_set_err(c, GRAPHD_INTERNAL, "cannot start the watcher thread");
+  return GRAPHD_OK;
 }
 
 void gd_client_replay_close(graphd_client *c) {
@@ -166,16 +189,17 @@ void graphd_stream_detach(graphd_stream *s) {
   free(s);
 }
 
-graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
-                            const graphd_binding *b, size_t n, graphd_replay_info *info) {
+/* One attempt at a replay, lock held. *unrun says, on a failure, that the
+ * daemon certainly did not run it (it went away before the request
+ * reached it, or answered that it had not started it), so it may be sent
+ * to the next daemon. */
+static graphd_status replay_once(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
+                                 const graphd_binding *b, size_t n, graphd_replay_info *info,
+                                 bool *unrun) {
   graphd_status st = GRAPHD_OK;
   Graphd__Wire__Binding *wb = NULL;
   Graphd__Wire__Binding **wp = NULL;
-  pthread_mutex_lock(&c->lock);
-  if (!s || s->c != c || !c->flags) {
-    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "the stream does not belong to this handle");
-    goto exit;
-  }
+  *unrun = false;
   if (n > GD_MAX_SLOTS) {
     st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "%zu bindings: at most %u (one a slot)", n,
                            GD_MAX_SLOTS);
@@ -191,6 +215,8 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
     graphd_region_ref r;
     st = gd_region_register_locked(c, b[i].ptr, b[i].bytes, &r);
     if (st != GRAPHD_OK) {
+      /* The daemon went away: the replay was never sent. */
+      *unrun = st == GRAPHD_UNAVAILABLE && c->fail != GD_FAIL_NONE;
       char e[GRAPHD_ERRMAX];
       snprintf(e, sizeof e, "%s", c->err);
       gd_client_set_err(c, st, "binding of slot %u: %s", b[i].slot, e);
@@ -233,6 +259,22 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
   Graphd__Wire__Reply *rep = NULL;
   st = gd_client_call(c, &req, NULL, 0, &rep);
   if (st != GRAPHD_OK) {
+    if (st == GRAPHD_UNAVAILABLE && (c->fail == GD_FAIL_UNSENT || c->fail == GD_FAIL_NOT_STARTED)) {
+      /* The daemon did not run it and never writes done = seq: the seq is
+       * left unused (a retry takes the next one), and a reconnect does not
+       * count it as cut off. */
+      *unrun = true;
+      f->unrun[s->slot] = seq;
+    } else if (st == GRAPHD_UNAVAILABLE && c->fail == GD_FAIL_LOST) {
+      /* It may have run, in part: never sent again, reported here once. */
+      f->reported[s->slot] = seq;
+      char e[GRAPHD_ERRMAX];
+      snprintf(e, sizeof e, "%s", c->err);
+      gd_client_set_err(c, st,
+                        "%s; graphd went away after taking this replay (seq %llu), which may "
+                        "have run in part: it is not sent again",
+                        e, (unsigned long long)seq);
+    }
     if (st == GRAPHD_DEADLINE_EXCEEDED) {
       /* No answer in time: the session is broken; release our own wait
        * from the host, and say what that means for the outputs. (A daemon
@@ -272,8 +314,33 @@ passed:
   else
     __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
 exit:
-  pthread_mutex_unlock(&c->lock);
   free(wb);
   free(wp);
+  return st;
+}
+
+graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
+                            const graphd_binding *b, size_t n, graphd_replay_info *info) {
+  graphd_status st;
+  pthread_mutex_lock(&c->lock);
+  if (!s || s->c != c || !c->flags) {
+    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "the stream does not belong to this handle");
+    goto exit;
+  }
+  /* The daemon went away since the last call: a new session first. */
+  if (atomic_load(&c->dead) && c->reconnect_ms > 0 && (st = c->reconnect(c)) != GRAPHD_OK)
+    goto exit;
+  bool unrun;
+  st = replay_once(c, s, program_id, b, n, info, &unrun);
+  if (st != GRAPHD_OK && unrun && c->reconnect_ms > 0) {
+    /* Never run: once more, on the next daemon, under a new seq (its
+     * stream's ready write for the old one is harmless: waits are >=). */
+    gd_client_debug(c, "replay on slot %u was not run (%s); reconnecting to send it again", s->slot,
+                    c->err);
+    st = c->reconnect(c);
+    if (st == GRAPHD_OK) st = replay_once(c, s, program_id, b, n, info, &unrun);
+  }
+exit:
+  pthread_mutex_unlock(&c->lock);
   return st;
 }

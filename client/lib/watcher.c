@@ -58,10 +58,18 @@ static int64_t mono_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Releases every stream wait of c from the host. */
+/* Releases every stream wait of c from the host. The first release after
+ * the daemon went away keeps the done words as the daemon left them. Under
+ * watch_lock, or once the page is snapped. */
 static void release_all(graphd_client *c) {
   gd_flag_page *f = c->flags;
   if (!f) return;
+  if (!f->snapped) {
+    for (uint32_t i = 0; i < GD_CLIENT_FLAG_SLOTS; i++)
+      f->hangup_done[i] =
+          __atomic_load_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_DONE), __ATOMIC_ACQUIRE);
+    f->snapped = true;
+  }
   for (uint32_t i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
     uint64_t v = atomic_load(&f->issued[i]);
     if (v) __atomic_store_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_DONE), v, __ATOMIC_RELEASE);
@@ -185,8 +193,32 @@ void gd_watch_remove(graphd_client *c) {
 
 void gd_client_release_streams(graphd_client *c) {
   gd_flags_trace(c, "releasing");
+  pthread_mutex_lock(&watch_lock);
   release_all(c);
   watch_poke(); /* it writes them again until the streams are past */
+  pthread_mutex_unlock(&watch_lock);
+}
+
+bool gd_flags_cut_off(graphd_client *c, uint32_t *slot, uint64_t *done, uint64_t *want) {
+  gd_flag_page *f = c->flags;
+  pthread_mutex_lock(&watch_lock);
+  bool snapped = f && f->snapped;
+  pthread_mutex_unlock(&watch_lock);
+  if (!snapped) return false;
+  for (uint32_t i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
+    uint64_t v = atomic_load(&f->issued[i]);
+    if (!v || f->reported[i] == v) continue;
+    uint64_t w = f->unrun[i] == v ? v - 1 : v;
+    /* Below: the daemon never finished it. Above: it released the slot
+     * itself (a device reset), which it does only for work it lost. */
+    if (f->hangup_done[i] != w) {
+      *slot = i;
+      *done = f->hangup_done[i];
+      *want = w;
+      return true;
+    }
+  }
+  return false;
 }
 
 bool gd_flags_wait_passed(graphd_client *c, int ms, bool rerelease) {

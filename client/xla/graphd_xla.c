@@ -14,10 +14,13 @@
  * under shard_map or pmap). The session table is guarded by table_lock;
  * each session handle serialises its own calls; the (handle, CUstream)
  * stream cache lives in the session entry, under table_lock. A call holds
- * a reference on its entry while it uses the handle. A session whose
- * daemon went away leaves the table at once, so the next call connects
- * again and the client-side registry gives the new session the program
- * again; the last call still using it closes it. */
+ * a reference on its entry while it uses the handle. libgraphd itself
+ * reconnects a handle whose daemon went away (a restart), gives the new
+ * session the programs synced from the client-side registry and sends a
+ * replay the old daemon never ran again; a call that still fails with
+ * UNAVAILABLE (a replay cut off, no daemon within the reconnect bound)
+ * drops its session from the table, so the next call connects afresh; the
+ * last call still using it closes it. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>

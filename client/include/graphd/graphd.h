@@ -65,6 +65,26 @@ GRAPHD_EXPORT void graphd_connect_options_init(graphd_connect_options *opts);
 GRAPHD_EXPORT graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client **out,
                                            char *errbuf, size_t errlen);
 
+/* RECONNECTING. When a call finds that the daemon went away (a restart:
+ * `systemctl restart graphd`), the handle waits for a daemon on the same
+ * socket, at most `ms` milliseconds in all (retrying with backoff), gives
+ * the new session what the old one had (the flag page and streams, regions
+ * as they are next used, and the programs graphd_registry_sync gave it),
+ * and sends the call again, once, when it is sure the call never ran:
+ * it never reached the daemon, or a stopping daemon answered that it had
+ * not started it. A replay that may have run (the daemon went away after
+ * taking it, without an answer) is never sent again: it fails with
+ * UNAVAILABLE, its outputs undefined. Calls that change nothing but the
+ * daemon's registry (ping, status, registrations, prepare, list, evict)
+ * are sent again in either case. A reconnect that finds the old daemon had
+ * not finished a replay it had answered (GPU work cut off by a crash or a
+ * device reset) fails that call with UNAVAILABLE saying so, once, and the
+ * handle goes on connected. Region ids from before a reconnect are
+ * stale. The default is 30000 ms, or $GRAPHD_RECONNECT_MS at connect; 0
+ * turns reconnecting off (every call after the daemon went away then
+ * fails with UNAVAILABLE). */
+GRAPHD_EXPORT graphd_status graphd_set_reconnect_wait(graphd_client *c, int ms);
+
 /* Closes the session and frees the handle. NULL is a no-op. Must not race
  * with other calls on the same handle. */
 GRAPHD_EXPORT void graphd_close(graphd_client *c);
@@ -272,8 +292,11 @@ GRAPHD_EXPORT graphd_status graphd_host_free(graphd_client *c, void *ptr);
  *
  * If the daemon dies, a watcher thread in this library writes every
  * outstanding "done" value from the host within about 200 ms, so no stream
- * waits forever; the call in progress and every later call on the handle
- * return UNAVAILABLE, and the outputs of the lost replays are undefined.
+ * waits forever; the call in progress returns UNAVAILABLE and the outputs
+ * of the lost replays are undefined. A replay the daemon never started
+ * (it was stopping: a restart) is sent again to the next daemon, under a
+ * new seq on the same stream, so the ordering contract holds; see
+ * RECONNECTING above graphd_close.
  * On an error reply no wait is enqueued on s; the ready write was enqueued
  * before the request went out and stays (harmless: the next replay writes a
  * higher value). */

@@ -158,6 +158,7 @@ _PROTOS = {
     "graphd_region_forget": (_int, [_P, _u64]),
     "graphd_region_unregister": (_int, [_P, _u32]),
     "graphd_set_region_cap": (_int, [_P, _u32]),
+    "graphd_set_reconnect_wait": (_int, [_P, _int]),
     "graphd_region_count": (_u32, [_P]),
     "graphd_host_alloc": (_int, [_P, ctypes.c_size_t, ctypes.POINTER(_P)]),
     "graphd_host_free": (_int, [_P, _P]),
@@ -195,6 +196,7 @@ _PROTOS = {
     # The client-side registry (for the XLA handler).
     "graphd_registry_add_module": (_int, [_int, ctypes.c_char_p, ctypes.c_size_t, _ID]),
     "graphd_registry_add_program": (_int, [_ID, ctypes.c_char_p, ctypes.c_size_t]),
+    "graphd_registry_sync": (_int, [_P, _ID]),
 }
 
 _lib = None
@@ -333,10 +335,18 @@ class Client:
         self._host = []
 
     @classmethod
-    def connect(cls, socket_path=None, device_uuid=None, timeout_ms=0, client_name="graphd-python"):
+    def connect(cls, socket_path=None, device_uuid=None, timeout_ms=0, client_name="graphd-python",
+                reconnect_ms=None):
         """Connects: a data session when device_uuid (16 bytes, or a string
         such as "HOST-…" or "GPU-…") is given, else a control session.
-        socket_path None means libgraphd's default ($GRAPHD_SOCKET, …)."""
+        socket_path None means libgraphd's default ($GRAPHD_SOCKET, …).
+
+        Every call goes through libgraphd, which reconnects by itself when
+        the daemon went away (a restart): it waits up to reconnect_ms for a
+        daemon on the socket (None: libgraphd's default, 30000 or
+        $GRAPHD_RECONNECT_MS; 0: off) and sends the call again when it
+        never ran. A replay that may have run is not sent again: it raises
+        GraphdError UNAVAILABLE (see set_reconnect_wait)."""
         l = lib()
         o = graphd_connect_options()
         l.graphd_connect_options_init(ctypes.byref(o))
@@ -359,7 +369,20 @@ class Client:
         st = l.graphd_connect(ctypes.byref(o), ctypes.byref(h), err, ERRMAX)
         if st:
             raise GraphdError(st, err.value.decode(errors="replace"))
-        return cls(h.value)
+        c = cls(h.value)
+        if reconnect_ms is not None:
+            c.set_reconnect_wait(reconnect_ms)
+        return c
+
+    def set_reconnect_wait(self, ms):
+        """How long a call that finds the daemon gone waits for a new one,
+        in milliseconds, retrying with backoff (0: never reconnect). The
+        call is then sent again, once, if the old daemon never started it;
+        the flag page, streams and programs synced from the registry carry
+        over, and regions register again as they are next used."""
+        st = lib().graphd_set_reconnect_wait(self._h, int(ms))
+        if st:
+            raise GraphdError(st, "the reconnect wait must be 0 or more milliseconds")
 
     def __enter__(self):
         return self
@@ -432,25 +455,36 @@ class Client:
 
     def register_module(self, kind, data):
         """Registers a module (kind "ptx", "cubin", "fatbin", "host_elf" or
-        1 to 4) and returns its 32-byte id."""
+        1 to 4) and returns its 32-byte id. A copy goes into the process's
+        client-side registry too, so that a session made after a daemon
+        restart can be given it again."""
         k = MODULE_KINDS.get(kind, kind) if isinstance(kind, str) else kind
         if not isinstance(k, int) or not 1 <= k <= 4:
             raise GraphdError("INVALID_ARGUMENT", f"module kind {kind!r} is not ptx, cubin, fatbin or host_elf")
         data = bytes(data)
         out = (_u8 * ID_LEN)()
         self._check(lib().graphd_register_module(self._handle(), k, data, len(data), out))
+        lib().graphd_registry_add_module(k, data, len(data), None)
         return bytes(out)
 
     def register_program(self, program, program_id=None):
         """Registers a program: a Program (finished here if it is not), or
-        its canonical encoding with program_id. Returns the id."""
+        its canonical encoding with program_id. Returns the id. It goes
+        through the client-side registry when its modules are there (they
+        are when this class registered them), so that libgraphd gives it to
+        the new session after a daemon restart before sending a replay
+        again."""
         if isinstance(program, Program):
             enc, pid = program.finish()
         else:
             if program_id is None:
                 raise GraphdError("INVALID_ARGUMENT", "an encoding needs its program id")
             enc, pid = bytes(program), bytes(program_id)
-        self._check(lib().graphd_register_program_encoding(self._handle(), _id_arg(pid), enc, len(enc)))
+        l = lib()
+        if l.graphd_registry_add_program(_id_arg(pid), enc, len(enc)) == 0:
+            self._check(l.graphd_registry_sync(self._handle(), _id_arg(pid)))
+        else:
+            self._check(l.graphd_register_program_encoding(self._handle(), _id_arg(pid), enc, len(enc)))
         return pid
 
     def prepare_program(self, program_id):

@@ -102,6 +102,45 @@ class HostDaemonTest(unittest.TestCase):
         with self.assertRaises(GraphdError):
             x.view
 
+    def start_daemon_again(self):
+        """A new daemon on the same socket (a restart), its log appended."""
+        graphd_bin = _env.path(self, "GRAPHD_BIN")
+        self.daemon = subprocess.Popen([graphd_bin, "--backend", "host", "--socket", self.sock],
+                                       stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(self.sock):
+            if time.monotonic() > deadline:
+                self.fail(f"graphd did not come back in 20 s: {self.daemon_log()}")
+            time.sleep(0.02)
+
+    def test_replays_go_on_across_a_restart(self):
+        p = self.scale_program(a=2.0)
+        pid = self.c.register_program(p)
+        x, y = self.c.host_alloc(4 * N), self.c.host_alloc(4 * N)
+        xs, ys = x.view.cast("f"), y.view.cast("f")
+        stream = self.c.stream_attach()
+        for i in range(N):
+            xs[i] = float(i)
+        self.c.replay(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])
+        self.assertEqual(ys[N - 1], 2.0 * (N - 1))
+        self.daemon.terminate()  # SIGTERM, as systemctl restart does
+        self.assertEqual(self.daemon.wait(10), 0)
+        self.start_daemon_again()
+        # The next replay reconnects, gives the new session the program, and runs.
+        for i in range(N):
+            xs[i] = float(2 * i)
+        info = self.c.replay(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])
+        self.assertEqual(info["captured"], 1)
+        self.assertEqual(list(ys), [4.0 * i for i in range(N)])
+        stream.detach()
+        # With reconnecting off, a call after the daemon went away fails at once.
+        self.c.set_reconnect_wait(0)
+        self.daemon.terminate()
+        self.daemon.wait(10)
+        with self.assertRaises(GraphdError) as e:
+            self.c.replay(self.c.stream_attach(), pid, [(0, x, 4 * N), (1, y, 4 * N)])
+        self.assertEqual(e.exception.code, "UNAVAILABLE")
+
     def test_list_and_evict_captures(self):
         p = self.scale_program(a=5.0)
         pid = self.c.register_program(p)
