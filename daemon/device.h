@@ -34,6 +34,7 @@ typedef struct gd_device {
   struct gd_capture_set *caps;    /* capture.c */
   struct gd_holwatch *hol;        /* holwatch.c */
   struct gd_live_import *imports; /* live region imports (uthash, by serial) */
+  struct gd_dstream *dstreams;    /* dstream.c: sessions' halves with a flag page mapped */
   uint64_t import_serial;         /* the last serial given */
   bool watching;                  /* upkeep.c: ready waits are watched */
   bool maybe_busy;                /* upkeep.c: a replay may still run on the device */

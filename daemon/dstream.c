@@ -38,7 +38,24 @@ int dstream_map_flags(gd_device *d, gd_dstream *ds, int fd, uint32_t slots, char
   if (rc < 0) return rc;
   ds->has_flags = true;
   ds->nslots = slots;
+  ds->prev = NULL;
+  ds->next = d->dstreams;
+  if (d->dstreams) d->dstreams->prev = ds;
+  d->dstreams = ds;
   return 0;
+}
+
+/* Unmaps the flag page and takes ds off the device's list. */
+static void unmap_flags(gd_device *d, gd_dstream *ds) {
+  if (!ds->has_flags) return;
+  if (ds->prev)
+    ds->prev->next = ds->next;
+  else
+    d->dstreams = ds->next;
+  if (ds->next) ds->next->prev = ds->prev;
+  ds->prev = ds->next = NULL;
+  OPS->flags_unmap(BE, &ds->flags);
+  ds->has_flags = false;
 }
 
 /* Writes values[i] into one word of each of the session's flag slots. */
@@ -99,7 +116,16 @@ void dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps
   if (!ds) return;
   /* After a reset the flag page's registration is gone with the old
    * context (unregistering fails, harmlessly) but the mapping is ours. */
-  if (ds->has_flags) OPS->flags_unmap(BE, &ds->flags);
+  unmap_flags(d, ds);
   if (ds->has_stream && ds->epoch == atomic_load(&d->epoch)) OPS->stream_destroy(BE, ds->stream);
   free(ds);
+}
+
+void dstream_close_all(gd_device *d) {
+  while (d->dstreams) {
+    gd_dstream *ds = d->dstreams;
+    unmap_flags(d, ds);
+    if (ds->has_stream && ds->epoch == atomic_load(&d->epoch)) OPS->stream_destroy(BE, ds->stream);
+    ds->has_stream = false;
+  }
 }
