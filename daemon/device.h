@@ -26,17 +26,18 @@ typedef struct gd_device {
   gd_backend *be;
   int backend_index;
   gd_backend_dev *dev;
-  _Atomic int state;              /* enum gd_device_state; any thread reads it */
-  _Atomic uint64_t epoch;         /* bumped at each reset; any thread reads it */
-  char fail_msg[320];             /* written before state becomes FAILED; then read-only */
-  uint64_t budget;                /* staging bytes captures may hold; 0 = no limit */
-  struct gd_modcache *mods;       /* modcache.c */
-  struct gd_capture_set *caps;    /* capture.c */
-  struct gd_holwatch *hol;        /* holwatch.c */
-  struct gd_live_import *imports; /* live region imports (uthash, by serial) */
-  uint64_t import_serial;         /* the last serial given */
-  bool watching;                  /* upkeep.c: ready waits are watched */
-  bool maybe_busy;                /* upkeep.c: a replay may still run on the device */
+  _Atomic int state;               /* enum gd_device_state; any thread reads it */
+  _Atomic uint64_t epoch;          /* bumped at each reset; any thread reads it */
+  char fail_msg[320];              /* written before state becomes FAILED; then read-only */
+  uint64_t budget;                 /* staging bytes captures may hold; 0 = no limit */
+  struct gd_modcache *mods;        /* modcache.c */
+  struct gd_capture_set *caps;     /* capture.c */
+  struct gd_holwatch *hol;         /* holwatch.c */
+  struct gd_live_import *imports;  /* live region imports (uthash, by serial) */
+  struct gd_dstream_set *dstreams; /* dstream.c: sessions' halves with a flag page mapped */
+  uint64_t import_serial;          /* the last serial given */
+  bool watching;                   /* upkeep.c: ready waits are watched */
+  bool maybe_busy;                 /* upkeep.c: a replay may still run on the device */
 } gd_device;
 
 /* Prepares d for device `backend_index` of be (any thread, before its

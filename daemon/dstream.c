@@ -12,6 +12,11 @@
 #define OPS (d->be->ops)
 #define BE d->be, d->dev
 
+/* The device's sessions with a flag page mapped, made on the first. */
+struct gd_dstream_set {
+  gd_dstream *head;
+};
+
 gd_dstream *dstream_new(uint64_t session_id) {
   gd_dstream *ds = calloc(1, sizeof *ds);
   if (ds) ds->session_id = session_id;
@@ -32,13 +37,34 @@ int dstream_map_flags(gd_device *d, gd_dstream *ds, int fd, uint32_t slots, char
     snprintf(err, errlen, "this session already registered its flags");
     return -GRAPHD_ALREADY_EXISTS;
   }
+  if (!d->dstreams && !(d->dstreams = calloc(1, sizeof *d->dstreams))) {
+    snprintf(err, errlen, "out of memory");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
   int rc = ensure_stream(d, ds, err, errlen);
   if (rc < 0) return rc;
   rc = OPS->flags_map(BE, fd, (uint64_t)slots * GRAPHD_FLAG_STRIDE, &ds->flags, err, errlen);
   if (rc < 0) return rc;
   ds->has_flags = true;
   ds->nslots = slots;
+  ds->prev = NULL;
+  ds->next = d->dstreams->head;
+  if (ds->next) ds->next->prev = ds;
+  d->dstreams->head = ds;
   return 0;
+}
+
+/* Unmaps the flag page and takes ds off the device's list. */
+static void unmap_flags(gd_device *d, gd_dstream *ds) {
+  if (!ds->has_flags) return;
+  if (ds->prev)
+    ds->prev->next = ds->next;
+  else
+    d->dstreams->head = ds->next;
+  if (ds->next) ds->next->prev = ds->prev;
+  ds->prev = ds->next = NULL;
+  OPS->flags_unmap(BE, &ds->flags);
+  ds->has_flags = false;
 }
 
 /* Writes values[i] into one word of each of the session's flag slots. */
@@ -99,7 +125,18 @@ void dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps
   if (!ds) return;
   /* After a reset the flag page's registration is gone with the old
    * context (unregistering fails, harmlessly) but the mapping is ours. */
-  if (ds->has_flags) OPS->flags_unmap(BE, &ds->flags);
+  unmap_flags(d, ds);
   if (ds->has_stream && ds->epoch == atomic_load(&d->epoch)) OPS->stream_destroy(BE, ds->stream);
   free(ds);
+}
+
+void dstream_close_all(gd_device *d) {
+  while (d->dstreams && d->dstreams->head) {
+    gd_dstream *ds = d->dstreams->head;
+    unmap_flags(d, ds);
+    if (ds->has_stream && ds->epoch == atomic_load(&d->epoch)) OPS->stream_destroy(BE, ds->stream);
+    ds->has_stream = false;
+  }
+  free(d->dstreams);
+  d->dstreams = NULL;
 }

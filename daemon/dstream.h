@@ -25,9 +25,10 @@ typedef struct gd_dstream {
   gd_flags_map flags;
   bool has_flags;
   uint32_t nslots;
-  _Atomic bool client_gone; /* set by the loop when the session closes */
-  bool cut_off;             /* released as hung; its waits are not watched */
-  uint64_t epoch;           /* the device epoch its stream and flags were made in */
+  _Atomic bool client_gone;       /* set by the loop when the session closes */
+  bool cut_off;                   /* released as hung; its waits are not watched */
+  uint64_t epoch;                 /* the device epoch its stream and flags were made in */
+  struct gd_dstream *prev, *next; /* in the device's dstreams while the flag page is mapped */
 } gd_dstream;
 
 /* A fresh dstream for a data session. Loop thread. NULL when out of memory. */
@@ -60,5 +61,10 @@ void dstream_sync(gd_device *d, gd_dstream *ds);
  * host first; then the stream drains, the session's imports (maps) are
  * released, the flags unmapped and ds freed (it may be NULL). */
 void dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps);
+
+/* The worker is stopping: unmaps the flag page and destroys the stream of
+ * every session whose end did not run (a job queued as graphd shuts down
+ * is refused). Their dstreams are freed by their end job's completion. */
+void dstream_close_all(gd_device *d);
 
 #endif

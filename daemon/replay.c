@@ -333,6 +333,55 @@ static const char *role_name(uint32_t role) {
   return role < 4 ? n[role] : "?";
 }
 
+int replay_bind(const gd_program *p, gd_region_table *regions, uint64_t epoch, int dev,
+                Graphd__Wire__Binding *const *bindings, size_t n, gd_bound *bind, char *err,
+                size_t errlen) {
+#define REFUSE(c, ...)                                                                             \
+  do {                                                                                             \
+    snprintf(err, errlen, __VA_ARGS__);                                                            \
+    return -(c);                                                                                   \
+  } while (0)
+  if (n > p->nslots)
+    REFUSE(GRAPHD_INVALID_ARGUMENT, "%zu bindings for a program of %u slots", n, p->nslots);
+  for (size_t i = 0; i < n; i++) {
+    const Graphd__Wire__Binding *b = bindings[i];
+    if (b->slot >= p->nslots)
+      REFUSE(GRAPHD_INVALID_ARGUMENT, "binding %zu names slot %u; the program has %u slots", i,
+             b->slot, p->nslots);
+    const gd_slot *sl = &p->slots[b->slot];
+    if (sl->role == GD_ROLE_SCRATCH)
+      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u is scratch (daemon-owned) and cannot be bound",
+             b->slot);
+    if (bind[b->slot].bound) REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u is bound twice", b->slot);
+    if (b->bytes != sl->size)
+      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u (%s) is %llu bytes, but its binding covers %llu",
+             b->slot, role_name(sl->role), (unsigned long long)sl->size,
+             (unsigned long long)b->bytes);
+    gd_region *r = region_find(regions, b->region_id);
+    if (!r)
+      REFUSE(GRAPHD_NOT_FOUND, "slot %u is bound to region %u, which this session does not have",
+             b->slot, b->region_id);
+    if (r->map.epoch != epoch)
+      REFUSE(GRAPHD_UNAVAILABLE,
+             "device %d was reset after a GPU fault and region %u went with "
+             "it; reconnect and register the regions again",
+             dev, r->id);
+    char e[256];
+    if (region_check_range(r, b->offset, b->bytes, e, sizeof e) < 0)
+      REFUSE(GRAPHD_OUT_OF_RANGE, "slot %u: %s", b->slot, e);
+    bind[b->slot].bound = true;
+    bind[b->slot].addr = r->map.ptr + b->offset;
+    bind[b->slot].bytes = b->bytes;
+  }
+  for (uint32_t k = 0; k < p->nslots; k++) {
+    const gd_slot *sl = &p->slots[k];
+    if (sl->role != GD_ROLE_SCRATCH && (sl->flags & GD_SLOT_STAGED) && !bind[k].bound)
+      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u (staged %s) is not bound", k, role_name(sl->role));
+  }
+  return 0;
+#undef REFUSE
+}
+
 void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Replay *m) {
   uint64_t t0 = gd_now_ns();
   char err[512];
@@ -369,43 +418,11 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
   rj = calloc(1, sizeof *rj + (size_t)p->nslots * sizeof rj->bind[0]);
   if (!rj) REFUSE(GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
   rj->t0 = t0;
-  if (m->n_bindings > p->nslots)
-    REFUSE(GRAPHD_INVALID_ARGUMENT, "%zu bindings for a program of %u slots", m->n_bindings,
-           p->nslots);
-  for (size_t i = 0; i < m->n_bindings; i++) {
-    const Graphd__Wire__Binding *b = m->bindings[i];
-    if (b->slot >= p->nslots)
-      REFUSE(GRAPHD_INVALID_ARGUMENT, "binding %zu names slot %u; the program has %u slots", i,
-             b->slot, p->nslots);
-    const gd_slot *sl = &p->slots[b->slot];
-    if (sl->role == GD_ROLE_SCRATCH)
-      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u is scratch (daemon-owned) and cannot be bound",
-             b->slot);
-    if (rj->bind[b->slot].bound) REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u is bound twice", b->slot);
-    if (b->bytes != sl->size)
-      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u (%s) is %llu bytes, but its binding covers %llu",
-             b->slot, role_name(sl->role), (unsigned long long)sl->size,
-             (unsigned long long)b->bytes);
-    gd_region *r = region_find(&x->regions, b->region_id);
-    if (!r)
-      REFUSE(GRAPHD_NOT_FOUND, "slot %u is bound to region %u, which this session does not have",
-             b->slot, b->region_id);
-    if (r->map.epoch != epoch)
-      REFUSE(GRAPHD_UNAVAILABLE,
-             "device %d was reset after a GPU fault and region %u went with "
-             "it; reconnect and register the regions again",
-             s->device, r->id);
-    char e[256];
-    if (region_check_range(r, b->offset, b->bytes, e, sizeof e) < 0)
-      REFUSE(GRAPHD_OUT_OF_RANGE, "slot %u: %s", b->slot, e);
-    rj->bind[b->slot].bound = true;
-    rj->bind[b->slot].addr = r->map.ptr + b->offset;
-    rj->bind[b->slot].bytes = b->bytes;
-  }
-  for (uint32_t k = 0; k < p->nslots; k++) {
-    const gd_slot *sl = &p->slots[k];
-    if (sl->role != GD_ROLE_SCRATCH && (sl->flags & GD_SLOT_STAGED) && !rj->bind[k].bound)
-      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u (staged %s) is not bound", k, role_name(sl->role));
+  int rc = replay_bind(p, &x->regions, epoch, s->device, m->bindings, m->n_bindings, rj->bind, err,
+                       sizeof err);
+  if (rc < 0) {
+    code = -rc;
+    goto refuse;
   }
   /* The session holds the program while it is open (the fast path: the
    * same program as last time). */

@@ -12,10 +12,27 @@
 #ifndef GRAPHD_REPLAY_H
 #define GRAPHD_REPLAY_H
 
+#include <stddef.h>
+#include <stdint.h>
+
+#include "capture.h"
 #include "graphd.pb-c.h"
+#include "region.h"
 #include "session.h"
 
 #include "daemon.h"
+
+/* The checks of a Replay's bindings, and their resolution: each of the n
+ * bindings names a slot of p that is not scratch, once, with the slot's
+ * size, and a range inside a region of the table imported in `epoch` (the
+ * device's now; dev names the device in the message); every staged slot
+ * that is not scratch is bound. bind has p->nslots entries, zeroed; on
+ * success each bound one holds its address (the region's plus the
+ * offset) and bytes. Returns 0, or a negated status with err saying why.
+ * Pure: no session, no device. */
+int replay_bind(const gd_program *p, gd_region_table *regions, uint64_t epoch, int dev,
+                Graphd__Wire__Binding *const *bindings, size_t n, gd_bound *bind, char *err,
+                size_t errlen);
 
 void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Replay *m);
 

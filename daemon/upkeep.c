@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "capture.h"
+#include "dstream.h"
 #include "graphd/status.h"
 #include "holwatch.h"
 #include "log.h"
@@ -76,5 +77,8 @@ void upkeep_close(gd_device *d) {
   holwatch_close(d);
   capture_close_all(d);
   modcache_close(d);
+  /* What sessions whose end was refused at shutdown still hold. */
+  dstream_close_all(d);
+  device_release_imports(d);
   device_detach(d);
 }

@@ -4,9 +4,10 @@
 # ctest (GPU tests skip with 77 where there is no GPU; on a GPU machine set
 # GRAPHD_REQUIRE_GPU=1 to make a skip a failure), builds the Python wheel
 # in a fresh virtual environment and runs the Python tests against it
-# (scripts/wheel-test.sh), then builds again under
-# ASan+UBSan and runs the unit tests there, and last runs each libFuzzer
-# harness for a bounded time (scripts/fuzz.sh, 30 s each).
+# (scripts/wheel-test.sh), then builds again under ASan+UBSan and runs the
+# unit tests there, then under ThreadSanitizer (any race fails the test
+# whose process, client or graphd, saw it), and last runs each libFuzzer
+# harness for a bounded time (scripts/fuzz.sh: four harnesses, 30 s each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -17,7 +18,9 @@ scripts/check-format.sh
 # once; without it the handler and test_xla are left out, with a message).
 scripts/fetch-xla-headers.sh build/xla-include ||
   echo "warning: no XLA FFI headers; the JAX handler is not built or tested"
-mkdir -p build-asan && cp -r build/xla-include build-asan/ 2>/dev/null || true
+for b in build-asan build-tsan; do
+  mkdir -p $b && cp -r build/xla-include $b/ 2>/dev/null || true
+done
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAPHD_WERROR=ON
 cmake --build build -j "$jobs"
@@ -32,5 +35,12 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan -L unit --output-on-failure -j "$jobs"
+
+# No suppressions: every report is a race in graphd, libgraphd or a test.
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DGRAPHD_SANITIZE=thread -DGRAPHD_WERROR=ON -DGRAPHD_BUILD_BENCH=OFF
+cmake --build build-tsan -j "$jobs"
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan -L unit --output-on-failure -j "$jobs"
 
 scripts/fuzz.sh "${GRAPHD_FUZZ_SECONDS:-30}"

@@ -5,11 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/file.h"
+#include "../common/memfd.h"
 #include "../daemon/backend.h"
 #include "../daemon/capture.h"
 #include "../daemon/device.h"
+#include "../daemon/dstream.h"
 #include "../daemon/evict.h"
 #include "../daemon/modcache.h"
 #include "../daemon/registry.h"
@@ -427,6 +430,50 @@ START_TEST(test_device_runs_conditional_loops_and_branches) {
 }
 END_TEST
 
+/* Mappings in this process of memfds named `name`. */
+static int mapped(const char *name) {
+  FILE *f = fopen("/proc/self/maps", "r");
+  ck_assert_ptr_nonnull(f);
+  char line[512], want[128];
+  snprintf(want, sizeof want, "/memfd:%s ", name);
+  int n = 0;
+  while (fgets(line, sizeof line, f))
+    if (strstr(line, want)) n++;
+  fclose(f);
+  return n;
+}
+
+/* A session whose end job is refused because graphd is shutting down
+ * never runs dstream_end: the worker's teardown still unmaps its flag page
+ * and releases its region imports. */
+START_TEST(test_device_teardown_releases_what_unended_sessions_hold) {
+  char err[512];
+  gd_backend *be;
+  gd_device d;
+  ck_assert_int_eq(backend_host_new(1, 64u << 20, &be, err, sizeof err), 0);
+  device_init(&d, 0, be, 0, 0);
+  ck_assert_int_eq(device_attach(&d), 0);
+  int ffd = gd_memfd_new_shared("test-device-flags", 4 * GRAPHD_FLAG_STRIDE);
+  int rfd = gd_memfd_new_shared("test-device-region", 8192);
+  ck_assert_int_ge(ffd, 0);
+  ck_assert_int_ge(rfd, 0);
+  gd_dstream *ds = dstream_new(1);
+  ck_assert_int_eq(dstream_map_flags(&d, ds, ffd, 4, err, sizeof err), 0);
+  gd_region_import in = {.kind = GRAPHD_REGION_HOST_MEMFD, .fd = rfd, .size = 8192};
+  gd_region_map map;
+  ck_assert_int_eq(device_import(&d, &in, &map, err, sizeof err), 0);
+  close(ffd);
+  close(rfd);
+  ck_assert_int_eq(mapped("test-device-flags"), 1);
+  ck_assert_int_eq(mapped("test-device-region"), 1);
+  upkeep_close(&d); /* no dstream_end: its job was refused */
+  ck_assert_int_eq(mapped("test-device-flags"), 0);
+  ck_assert_int_eq(mapped("test-device-region"), 0);
+  free(ds); /* as the refused end job's completion does */
+  be->ops->destroy(be);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("device");
   TCase *tc = tcase_create("device");
@@ -437,6 +484,7 @@ int main(void) {
   tcase_add_test(tc, test_device_upkeep_resets_a_faulted_device_and_drops_its_captures);
   tcase_add_test(tc, test_device_runs_conditional_loops_and_branches);
   tcase_add_test(tc, test_device_capture_keeps_a_graph_per_binding_set_that_comes_back);
+  tcase_add_test(tc, test_device_teardown_releases_what_unended_sessions_hold);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

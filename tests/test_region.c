@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../daemon/region.h"
+#include "../daemon/replay.h"
 #include "../common/memfd.h"
 #include "harness.h"
 #include "wire.h"
@@ -438,6 +439,75 @@ START_TEST(test_region_host_mappings_go_with_the_client) {
 }
 END_TEST
 
+/* replay_bind, the binding checks of a Replay, on a table of two made-up
+ * regions: an in-range binding resolves to the region's address plus the
+ * offset; each broken rule is refused with its status, an offset whose sum
+ * with the bytes wraps past 2^64 included. */
+START_TEST(test_replay_bind_checks_each_rule) {
+  gd_region_table t;
+  memset(&t, 0, sizeof t);
+  gd_region_map m;
+  memset(&m, 0, sizeof m);
+  m.ptr = 0x10000;
+  m.size = 4096;
+  m.epoch = 1;
+  uint32_t r1 = region_add(&t, &m, 0)->id;
+  m.ptr = 0x40000;
+  m.epoch = 0; /* from before a reset */
+  uint32_t r2 = region_add(&t, &m, 0)->id;
+  gd_slot slots[3] = {{GD_ROLE_INPUT, GD_SLOT_STAGED, 1024},
+                      {GD_ROLE_OUTPUT, GD_SLOT_STAGED, 1024},
+                      {GD_ROLE_SCRATCH, 0, 64}};
+  gd_program p = {.nslots = 3, .slots = slots};
+  Graphd__Wire__Binding b[3], *bp[3] = {&b[0], &b[1], &b[2]};
+  for (int i = 0; i < 3; i++) graphd__wire__binding__init(&b[i]);
+  gd_bound bind[3];
+  char err[512];
+#define BIND(n, want)                                                                              \
+  do {                                                                                             \
+    memset(bind, 0, sizeof bind);                                                                  \
+    ck_assert_int_eq(replay_bind(&p, &t, 1, 0, bp, (n), bind, err, sizeof err), (want));           \
+  } while (0)
+  b[0] = (Graphd__Wire__Binding){b[0].base, .slot = 0, .region_id = r1, .offset = 0, .bytes = 1024};
+  b[1] =
+      (Graphd__Wire__Binding){b[1].base, .slot = 1, .region_id = r1, .offset = 3072, .bytes = 1024};
+  BIND(2, 0);
+  ck_assert(bind[0].bound && bind[1].bound && !bind[2].bound);
+  ck_assert_uint_eq(bind[1].addr, 0x10000 + 3072);
+  ck_assert_uint_eq(bind[1].bytes, 1024);
+  BIND(1, -GRAPHD_INVALID_ARGUMENT); /* slot 1 is staged and unbound */
+  ck_assert_msg(strstr(err, "slot 1"), "%s", err);
+  b[1].offset = 3073; /* one byte past the end */
+  BIND(2, -GRAPHD_OUT_OF_RANGE);
+  b[1].offset = UINT64_MAX - 1000; /* offset + bytes wraps */
+  BIND(2, -GRAPHD_OUT_OF_RANGE);
+  b[1].offset = 0;
+  b[1].bytes = 1023; /* not the slot's size */
+  BIND(2, -GRAPHD_INVALID_ARGUMENT);
+  b[1].bytes = 1024;
+  b[1].region_id = r2; /* imported before the reset */
+  BIND(2, -GRAPHD_UNAVAILABLE);
+  b[1].region_id = r2 + 1; /* no such region */
+  BIND(2, -GRAPHD_NOT_FOUND);
+  b[1].region_id = r1;
+  b[1].slot = 0; /* slot 0 twice */
+  BIND(2, -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err, "twice"), "%s", err);
+  b[1].slot = 1;
+  b[2] = (Graphd__Wire__Binding){b[2].base, .slot = 2, .region_id = r1, .offset = 0, .bytes = 64};
+  BIND(3, -GRAPHD_INVALID_ARGUMENT); /* scratch is the daemon's */
+  ck_assert_msg(strstr(err, "scratch"), "%s", err);
+  b[2].slot = 3;
+  BIND(3, -GRAPHD_INVALID_ARGUMENT); /* no slot 3 */
+#undef BIND
+  gd_region_map *maps;
+  size_t n;
+  ck_assert_int_eq(region_take_all(&t, &maps, &n), 0);
+  ck_assert_uint_eq(n, 2);
+  free(maps);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("region");
   TCase *tc = tcase_create("region");
@@ -456,6 +526,7 @@ int main(void) {
   suite_add_tcase(s, tc);
   TCase *pure = tcase_create("range");
   tcase_add_test(pure, test_region_range_check_does_not_overflow);
+  tcase_add_test(pure, test_replay_bind_checks_each_rule);
   suite_add_tcase(s, pure);
   return td_run_suite(s);
 }

@@ -537,10 +537,18 @@ static volatile uint64_t *own_flag_page(void) {
   return (volatile uint64_t *)lo;
 }
 
+static uint64_t word(volatile uint64_t *w, int i) {
+  return __atomic_load_n(&w[i], __ATOMIC_ACQUIRE);
+}
+static void put_word(volatile uint64_t *w, int i, uint64_t v) {
+  __atomic_store_n(&w[i], v, __ATOMIC_RELEASE);
+}
+
 /* After the daemon dies, GPU work it queued can still land a done write
  * lower than libgraphd's release. The watcher writes the release again
  * until the stream has passed what it issued, then stops. Simulated here
- * on slot 0's words: (ready, done, passed) at words 0, 1, 2. */
+ * on slot 0's words: (ready, done, passed) at words 0, 1, 2, written and
+ * read atomically, as the watcher thread reads them meanwhile. */
 START_TEST(test_dead_daemon_release_is_rewritten_until_the_stream_is_past) {
   uint8_t pid[32];
   graphd_stream *s;
@@ -550,34 +558,34 @@ START_TEST(test_dead_daemon_release_is_rewritten_until_the_stream_is_past) {
   unsigned rng = 5;
   for (int i = 0; i < 10; i++) ck_assert_int_eq(run_one(c, s, pid, &b, i, &rng, NULL, i == 0), 0);
   volatile uint64_t *w = own_flag_page();
-  ck_assert_uint_eq(w[1], 10); /* done, from the daemon */
-  ck_assert_uint_eq(w[2], 10); /* passed */
+  ck_assert_uint_eq(word(w, 1), 10); /* done, from the daemon */
+  ck_assert_uint_eq(word(w, 2), 10); /* passed */
   /* A stream behind: passed back to 7, done still 10 when the daemon dies. */
-  w[2] = 7;
+  put_word(w, 2, 7);
   kill(d.pid, SIGKILL);
   waitpid(d.pid, NULL, 0);
   d.pid = 0;
   ck_assert_int_eq(graphd_ping(c, NULL, 0), GRAPHD_UNAVAILABLE);
   /* A late write from the dead daemon's GPU work: done falls to 8. */
-  w[1] = 8;
+  put_word(w, 1, 8);
   double t0 = now_s();
-  while (w[1] != 10 && now_s() - t0 < 1.0) usleep(100);
-  ck_assert_uint_eq(w[1], 10);
+  while (word(w, 1) != 10 && now_s() - t0 < 1.0) usleep(100);
+  ck_assert_uint_eq(word(w, 1), 10);
   double again = now_s() - t0;
   /* And again, later. */
   usleep(20000);
-  w[1] = 9;
+  put_word(w, 1, 9);
   t0 = now_s();
-  while (w[1] != 10 && now_s() - t0 < 1.0) usleep(100);
-  ck_assert_uint_eq(w[1], 10);
+  while (word(w, 1) != 10 && now_s() - t0 < 1.0) usleep(100);
+  ck_assert_uint_eq(word(w, 1), 10);
   printf("FIGURE late done writes after the daemon died were overwritten after %.2f ms\n",
          again * 1e3);
   /* The stream gets past: the watcher stops writing. */
-  w[2] = 10;
+  put_word(w, 2, 10);
   usleep(20000);
-  w[1] = 3;
+  put_word(w, 1, 3);
   usleep(50000);
-  ck_assert_uint_eq(w[1], 3);
+  ck_assert_uint_eq(word(w, 1), 3);
   graphd_stream_detach(s);
   graphd_close(c);
 }

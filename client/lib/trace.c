@@ -1,6 +1,7 @@
 /* libgraphd: the $GRAPHD_CLIENT_DEBUG trace on stderr. The lowest layer
  * (internal.h lists them): it uses no other file of libgraphd. */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -8,12 +9,16 @@
 #include "internal.h"
 
 void gd_client_debug(const graphd_client *c, const char *fmt, ...) {
-  static int on = -1;
-  if (on < 0) {
+  /* Read on first use by whichever thread traces first (the watcher, a
+   * caller): every thread computes the same value. */
+  static _Atomic int on = -1;
+  int o = atomic_load_explicit(&on, memory_order_relaxed);
+  if (o < 0) {
     const char *e = getenv("GRAPHD_CLIENT_DEBUG");
-    on = e && *e == '1';
+    o = e && *e == '1';
+    atomic_store_explicit(&on, o, memory_order_relaxed);
   }
-  if (!on) return;
+  if (!o) return;
   char msg[512];
   va_list ap;
   va_start(ap, fmt);

@@ -44,11 +44,16 @@ void gd_flags_trace(graphd_client *c, const char *what) {
   for (uint32_t i = 0; f && i < GD_CLIENT_FLAG_SLOTS; i++) {
     uint64_t v = atomic_load(&f->issued[i]);
     if (!v) continue;
+    /* The words change under us (the caller, the daemon, the watcher
+     * write them): atomic reads, as everywhere else. */
     gd_client_debug(c, "%s: slot %u issued %llu ready %llu done %llu passed %llu", what, i,
                     (unsigned long long)v,
-                    (unsigned long long)*gd_flag_word(f, i, GRAPHD_FLAG_WORD_READY),
-                    (unsigned long long)*gd_flag_word(f, i, GRAPHD_FLAG_WORD_DONE),
-                    (unsigned long long)*gd_flag_word(f, i, GRAPHD_FLAG_WORD_PASSED));
+                    (unsigned long long)__atomic_load_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_READY),
+                                                        __ATOMIC_RELAXED),
+                    (unsigned long long)__atomic_load_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_DONE),
+                                                        __ATOMIC_RELAXED),
+                    (unsigned long long)__atomic_load_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_PASSED),
+                                                        __ATOMIC_RELAXED));
   }
 }
 
