@@ -45,7 +45,7 @@ static void end_run(gd_job *j, void *ctx) {
 
 static void end_done(gd_job *j) {
   end_job *ej = gd_container_of(j, end_job, job);
-  free(ej->ds); /* only when the worker was gone and nothing ran */
+  dstream_drop(ej->ds); /* only when the end was refused and nothing ran */
   free(ej->maps);
   free(ej);
 }

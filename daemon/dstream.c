@@ -19,8 +19,15 @@ struct gd_dstream_set {
 
 gd_dstream *dstream_new(uint64_t session_id) {
   gd_dstream *ds = calloc(1, sizeof *ds);
-  if (ds) ds->session_id = session_id;
+  if (ds) {
+    ds->session_id = session_id;
+    atomic_init(&ds->holders, 1);
+  }
   return ds;
+}
+
+void dstream_drop(gd_dstream *ds) {
+  if (ds && atomic_fetch_sub(&ds->holders, 1) == 1) free(ds);
 }
 
 static int ensure_stream(gd_device *d, gd_dstream *ds, char *err, size_t errlen) {
@@ -46,6 +53,7 @@ int dstream_map_flags(gd_device *d, gd_dstream *ds, int fd, uint32_t slots, char
   rc = OPS->flags_map(BE, fd, (uint64_t)slots * GRAPHD_FLAG_STRIDE, &ds->flags, err, errlen);
   if (rc < 0) return rc;
   ds->has_flags = true;
+  atomic_fetch_add(&ds->holders, 1);
   ds->nslots = slots;
   ds->prev = NULL;
   ds->next = d->dstreams->head;
@@ -54,7 +62,8 @@ int dstream_map_flags(gd_device *d, gd_dstream *ds, int fd, uint32_t slots, char
   return 0;
 }
 
-/* Unmaps the flag page and takes ds off the device's list. */
+/* Unmaps the flag page and takes ds off the device's list, which lets go
+ * of it: ds may be freed on return. */
 static void unmap_flags(gd_device *d, gd_dstream *ds) {
   if (!ds->has_flags) return;
   if (ds->prev)
@@ -65,6 +74,12 @@ static void unmap_flags(gd_device *d, gd_dstream *ds) {
   ds->prev = ds->next = NULL;
   OPS->flags_unmap(BE, &ds->flags);
   ds->has_flags = false;
+  dstream_drop(ds);
+}
+
+static void destroy_stream(gd_device *d, gd_dstream *ds) {
+  if (ds->has_stream && ds->epoch == atomic_load(&d->epoch)) OPS->stream_destroy(BE, ds->stream);
+  ds->has_stream = false;
 }
 
 /* Writes values[i] into one word of each of the session's flag slots. */
@@ -125,17 +140,16 @@ void dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps
   if (!ds) return;
   /* After a reset the flag page's registration is gone with the old
    * context (unregistering fails, harmlessly) but the mapping is ours. */
+  destroy_stream(d, ds);
   unmap_flags(d, ds);
-  if (ds->has_stream && ds->epoch == atomic_load(&d->epoch)) OPS->stream_destroy(BE, ds->stream);
-  free(ds);
+  dstream_drop(ds);
 }
 
 void dstream_close_all(gd_device *d) {
   while (d->dstreams && d->dstreams->head) {
     gd_dstream *ds = d->dstreams->head;
+    destroy_stream(d, ds);
     unmap_flags(d, ds);
-    if (ds->has_stream && ds->epoch == atomic_load(&d->epoch)) OPS->stream_destroy(BE, ds->stream);
-    ds->has_stream = false;
   }
   free(d->dstreams);
   d->dstreams = NULL;

@@ -4,9 +4,13 @@
  * docs/design.md, "Ordering", and graphd/protocol.h for the layout).
  *
  * DESIGN: made on the loop thread (dstream_new) when the session opens,
- * then filled, used and freed by the device's worker; the loop only reads
+ * then filled and used by the device's worker; the loop only reads
  * session_id and sets client_gone. dstream_release() touches only the
- * shared page and may run on any thread while the session holds it. */
+ * shared page and may run on any thread while the session holds it.
+ * Two holders keep it: the session, until its end job ran or was refused,
+ * and the device's list while the flag page is mapped. At shutdown a
+ * refused end job (loop thread) and the stopping worker's teardown
+ * (dstream_close_all) let go of it in either order; the last one frees. */
 #ifndef GRAPHD_DSTREAM_H
 #define GRAPHD_DSTREAM_H
 
@@ -29,10 +33,15 @@ typedef struct gd_dstream {
   bool cut_off;                   /* released as hung; its waits are not watched */
   uint64_t epoch;                 /* the device epoch its stream and flags were made in */
   struct gd_dstream *prev, *next; /* in the device's dstreams while the flag page is mapped */
+  atomic_int holders;             /* the session, and the device's list while mapped */
 } gd_dstream;
 
 /* A fresh dstream for a data session. Loop thread. NULL when out of memory. */
 gd_dstream *dstream_new(uint64_t session_id);
+
+/* The session lets go of ds without ending it on the device (its end job
+ * was refused: the worker is stopping or gone). Any thread. */
+void dstream_drop(gd_dstream *ds);
 
 /* Makes the session stream and maps the flag page of `slots` slots (fd is
  * not closed here). */
@@ -62,9 +71,10 @@ void dstream_sync(gd_device *d, gd_dstream *ds);
  * released, the flags unmapped and ds freed (it may be NULL). */
 void dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps);
 
-/* The worker is stopping: unmaps the flag page and destroys the stream of
+/* The worker is stopping: destroys the stream and unmaps the flag page of
  * every session whose end did not run (a job queued as graphd shuts down
- * is refused). Their dstreams are freed by their end job's completion. */
+ * is refused). Each is freed here or by its refused end job's completion,
+ * whichever comes last. */
 void dstream_close_all(gd_device *d);
 
 #endif

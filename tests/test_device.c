@@ -469,7 +469,7 @@ START_TEST(test_device_teardown_releases_what_unended_sessions_hold) {
   upkeep_close(&d); /* no dstream_end: its job was refused */
   ck_assert_int_eq(mapped("test-device-flags"), 0);
   ck_assert_int_eq(mapped("test-device-region"), 0);
-  free(ds); /* as the refused end job's completion does */
+  dstream_drop(ds); /* as the refused end job's completion does */
   be->ops->destroy(be);
 }
 END_TEST
