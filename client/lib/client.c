@@ -189,6 +189,19 @@ static graphd_status gd_client_reconnect(graphd_client *c) {
   }
   gd_frame_reader_close(&c->rd);
   gd_frame_reader_init(&c->rd, GD_CLIENT_MAX_FRAME);
+  if (cut) {
+    /* The daemon died with GPU work it had answered for unfinished (a
+     * crash, not a graceful stop): the caller learns it now, not after a
+     * wait for a daemon that may never come, and the next call connects
+     * again. Reported once. */
+    gd_flags_mark_reported(c);
+    c->reconnecting = false;
+    return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
+                             "%s before it finished a replay it had taken (stream slot %u: done "
+                             "%llu, expected %llu): the outputs of the replays in flight then "
+                             "are undefined; the next call connects again",
+                             why, slot, (unsigned long long)done, (unsigned long long)want);
+  }
   for (int backoff = BACKOFF_FIRST_MS;;) {
     atomic_store(&c->dead, false);
     c->broken = false;
@@ -223,12 +236,6 @@ static graphd_status gd_client_reconnect(graphd_client *c) {
   if (c->flags && (st = gd_client_flags_again(c)) != GRAPHD_OK) goto fail_session;
   if ((st = gd_registry_sync_again(c)) != GRAPHD_OK) goto fail_session;
   c->reconnecting = false;
-  if (cut)
-    return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
-                             "%s before it finished a replay it had taken (stream slot %u: done "
-                             "%llu, expected %llu): the outputs of the replays in flight then "
-                             "are undefined; the handle is connected again",
-                             why, slot, (unsigned long long)done, (unsigned long long)want);
   c->err[0] = '\0';
   return GRAPHD_OK;
 fail_session : {

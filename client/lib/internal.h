@@ -162,6 +162,10 @@ void gd_client_release_streams(graphd_client *c);
  * the first such slot. Handle's lock held. */
 bool gd_flags_cut_off(graphd_client *c, uint32_t *slot, uint64_t *done, uint64_t *want);
 
+/* What every slot issued so far counts as reported: gd_flags_cut_off finds
+ * it no more. Handle's lock held. */
+void gd_flags_mark_reported(graphd_client *c);
+
 /* Waits up to ms for every slot's stream to pass what it issued; with
  * rerelease, writing the done words again meanwhile (the watcher's work,
  * for a handle it no longer lists). True when every stream is past. */

@@ -78,9 +78,9 @@ GRAPHD_EXPORT graphd_status graphd_connect(const graphd_connect_options *opts, g
  * daemon's registry (ping, status, registrations, prepare, list, evict)
  * are sent again in either case. A reconnect that finds the old daemon had
  * not finished a replay it had answered (GPU work cut off by a crash or a
- * device reset) fails that call with UNAVAILABLE saying so, once, and the
- * handle goes on connected. Region ids from before a reconnect are
- * stale. The default is 30000 ms, or $GRAPHD_RECONNECT_MS at connect; 0
+ * device reset) fails that call at once with UNAVAILABLE saying so, once,
+ * without waiting for a new daemon; the next call connects again. Region
+ * ids from before a reconnect are stale. The default is 30000 ms, or $GRAPHD_RECONNECT_MS at connect; 0
  * turns reconnecting off (every call after the daemon went away then
  * fails with UNAVAILABLE). */
 GRAPHD_EXPORT graphd_status graphd_set_reconnect_wait(graphd_client *c, int ms);
