@@ -79,6 +79,23 @@ static graphd_status register_cubin(graphd_client *c, const char *kdir, uint8_t 
   return st;
 }
 
+graphd_status gpu_program_in_registry(graphd_client *c, const char *kdir, graphd_mode mode,
+                                      uint8_t pid[32]) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/test_kernels.cubin", kdir);
+  size_t len;
+  void *bytes = gd_read_file(path, &len);
+  if (!bytes) {
+    fprintf(stderr, "cannot read %s\n", path);
+    return GRAPHD_NOT_FOUND;
+  }
+  uint8_t mod[32];
+  graphd_status st = graphd_registry_add_module(GRAPHD_MODULE_CUBIN, bytes, len, mod);
+  free(bytes);
+  if (st == GRAPHD_OK) st = program3_register(NULL, mod, mode, GN, pid);
+  return st == GRAPHD_OK ? graphd_registry_sync(c, pid) : st;
+}
+
 graphd_status gpu_program(graphd_client *c, const char *kdir, graphd_mode mode, uint8_t pid[32]) {
   uint8_t mod[32];
   graphd_status st = register_cubin(c, kdir, mod);

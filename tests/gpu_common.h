@@ -38,6 +38,12 @@ graphd_status gpu_program(graphd_client *c, const char *kernel_dir, graphd_mode 
  * scratch slot, so nothing is bound. */
 graphd_status gpu_fault_program(graphd_client *c, const char *kernel_dir, uint8_t pid[32]);
 
+/* The same program, put in the client-side registry (module and program)
+ * and synced to c from there, so that a reconnect gives it to the new
+ * daemon. */
+graphd_status gpu_program_in_registry(graphd_client *c, const char *kernel_dir, graphd_mode mode,
+                                      uint8_t pid[32]);
+
 /* Registers the CUBIN and the conditional program of program3.h over GN
  * floats. */
 graphd_status gpu_cond_program(graphd_client *c, const char *kernel_dir, graphd_mode mode,

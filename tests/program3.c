@@ -28,8 +28,14 @@ graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_
   /* The builder keeps the first failure, so checking finish is enough. */
   graphd_status st = graphd_program_finish(p, pid);
   if (st != GRAPHD_OK) fprintf(stderr, "program3: %s\n", graphd_program_error(p));
-  if (st == GRAPHD_OK && (st = graphd_register_program(c, p)) != GRAPHD_OK)
+  if (st == GRAPHD_OK && !c) {
+    const uint8_t *enc;
+    size_t len;
+    if ((st = graphd_program_encoding(p, &enc, &len)) == GRAPHD_OK)
+      st = graphd_registry_add_program(pid, enc, len);
+  } else if (st == GRAPHD_OK && (st = graphd_register_program(c, p)) != GRAPHD_OK) {
     fprintf(stderr, "program3: %s\n", graphd_last_error(c));
+  }
   graphd_program_free(p);
   return st;
 }

@@ -10,7 +10,8 @@
 
 #include "graphd/graphd.h"
 
-/* Builds and registers it; pid gets its id. Returns the first failure's
+/* Builds and registers it with c, or with c NULL puts it in the
+ * client-side registry; pid gets its id. Returns the first failure's
  * status, with the message on stderr. */
 graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
                                 uint32_t n, uint8_t pid[32]);

@@ -11,6 +11,7 @@
 #include <check.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -664,6 +665,82 @@ START_TEST(test_gpu_replays_past_the_inflight_limit_wait_for_the_stream) {
 }
 END_TEST
 
+/* --- a graceful restart -------------------------------------------------------- */
+
+typedef struct looper {
+  graphd_client *c;
+  graphd_stream *s;
+  CUstream st;
+  uint8_t pid[32];
+  gbuf x, y, cc;
+  int total;
+  atomic_int done, fails;
+  graphd_status first_fail;
+  char first_err[GRAPHD_ERRMAX];
+} looper;
+
+static void *replay_loop(void *arg) {
+  looper *l = arg;
+  (void)gpu_up(); /* this thread's context */
+  for (int i = 0; i < l->total; i++) {
+    graphd_status r =
+        gpu_replay_checked(l->c, l->s, l->st, l->pid, &l->x, &l->y, &l->cc, 1, 500u + (unsigned)i, NULL);
+    if (r != GRAPHD_OK && atomic_fetch_add(&l->fails, 1) == 0) {
+      l->first_fail = r;
+      snprintf(l->first_err, sizeof l->first_err, "replay %d: %s", i, graphd_last_error(l->c));
+    }
+    atomic_fetch_add(&l->done, 1);
+  }
+  return NULL;
+}
+
+/* graphd is stopped with SIGTERM while a client replays in a loop on its
+ * GPU, and a new graphd is started on the same socket: the client goes on
+ * without a failed, lost or wrong replay. The old daemon finishes what it
+ * took (its streams drain before anything is freed), what it had not
+ * started is sent again, and the new daemon takes the flag page with the
+ * words where the old one left them. */
+START_TEST(test_gpu_replays_go_on_across_a_restart) {
+  static looper l;
+  memset(&l, 0, sizeof l);
+  l.total = 600;
+  l.c = session();
+  ck_assert_int_eq(gpu_program_in_registry(l.c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, l.pid),
+                   GRAPHD_OK);
+  ck_assert_int_eq(gcu->cuStreamCreate(&l.st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ck_assert_int_eq(graphd_stream_attach(l.c, l.st, &l.s), GRAPHD_OK);
+  ck_assert_int_eq(gbuf_alloc(&l.x, GN * 4, 1), 0); /* VMM */
+  ck_assert_int_eq(gbuf_alloc(&l.y, GN * 4, 0), 0); /* legacy */
+  ck_assert_int_eq(gbuf_alloc(&l.cc, GN * 4, 1), 0);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, replay_loop, &l), 0);
+  while (atomic_load(&l.done) < 200 && !atomic_load(&l.fails)) usleep(1000);
+  double t0 = now_ms();
+  int st = td_stop(&d);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "graphd stopped with status %d", st);
+  double stop_ms = now_ms() - t0;
+  int at_stop = atomic_load(&l.done);
+  usleep(200000); /* the client waits for the socket meanwhile */
+  td_start_again(&d, "--backend", "cuda", NULL);
+  pthread_join(t, NULL);
+  ck_assert_msg(!atomic_load(&l.fails), "%d replays failed; the first (%d): %s",
+                atomic_load(&l.fails), (int)l.first_fail, l.first_err);
+  graphd_device_counters k = counters(l.c);
+  ck_assert_uint_gt(k.replays, 0);
+  ck_assert_uint_le(k.replays, (uint64_t)(l.total - at_stop) + 1);
+  ck_assert_uint_eq(k.captures_built, 1);
+  ck_assert_uint_eq(k.errors, 0);
+  printf("FIGURE restart on the GPU: SIGTERM to exit %.1f ms; %d checked replays before it, %llu "
+         "on the new daemon, none failed\n",
+         stop_ms, at_stop, (unsigned long long)k.replays);
+  graphd_stream_detach(l.s);
+  graphd_close(l.c);
+  gbuf_free(&l.x);
+  gbuf_free(&l.y);
+  gbuf_free(&l.cc);
+}
+END_TEST
+
 int main(void) {
   td_gpu_or_skip();
   Suite *su = suite_create("gpu_replay");
@@ -679,6 +756,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_eviction_gives_the_memory_back_and_recaptures);
   tcase_add_test(tc, test_gpu_eviction_under_load_from_several_processes);
   tcase_add_test(tc, test_gpu_replays_past_the_inflight_limit_wait_for_the_stream);
+  tcase_add_test(tc, test_gpu_replays_go_on_across_a_restart);
   tcase_add_test(tc, test_gpu_fault_is_contained_and_the_device_comes_back);
   suite_add_tcase(su, tc);
   TCase *th = tcase_create("gpu_replay_hung");
