@@ -961,12 +961,59 @@ START_TEST(test_replay_shutdown_grace_bounds_a_stuck_device) {
 }
 END_TEST
 
+/* A flag page the client could shrink under the daemon's mapping (a SIGBUS
+ * in graphd) is refused; the page libgraphd makes cannot shrink, and the
+ * daemon goes on serving. */
+START_TEST(test_replay_flag_page_must_be_sealed) {
+  graphd_client *ctl = td_control(&d);
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  int fd = td_raw_connect(&d);
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
+  req.request_id = 1;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
+  req.hello = &h;
+  h.protocol_version = GRAPHD_PROTOCOL_VERSION;
+  h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
+  h.device_uuid.data = st->devices[0].uuid;
+  h.device_uuid.len = 16;
+  td_raw_send_request(fd, &req, NULL, 0);
+  td_expect_reply(td_raw_recv(fd, 5000), GRAPHD_OK, NULL);
+  graphd_daemon_status_free(st);
+  Graphd__Wire__Request fr = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__RegisterFlags rf = GRAPHD__WIRE__REGISTER_FLAGS__INIT;
+  fr.request_id = 2;
+  fr.nfds = 1;
+  fr.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS;
+  fr.register_flags = &rf;
+  rf.slots = 4;
+  int loose = memfd_create("loose-flags", MFD_CLOEXEC);
+  ck_assert_int_eq(ftruncate(loose, 4096), 0);
+  td_raw_send_request(fd, &fr, &loose, 1);
+  td_expect_reply(td_raw_recv(fd, 5000), GRAPHD_INVALID_ARGUMENT,
+                  "the flag page memfd must be sealed against shrink and grow");
+  close(loose);
+  int sealed = gd_memfd_new_shared("flags", 4096);
+  ck_assert_int_ge(sealed, 0);
+  fr.request_id = 3;
+  td_raw_send_request(fd, &fr, &sealed, 1);
+  td_expect_reply(td_raw_recv(fd, 5000), GRAPHD_OK, NULL);
+  ck_assert_int_lt(ftruncate(sealed, 0), 0); /* the seal holds */
+  close(sealed);
+  close(fd);
+  ck_assert_int_eq(graphd_ping(ctl, NULL, 0), GRAPHD_OK);
+  graphd_close(ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *su = suite_create("replay");
   TCase *tc = tcase_create("replay");
   tcase_set_timeout(tc, 60);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_replay_thousand_replays_with_changing_bindings_are_exact);
+  tcase_add_test(tc, test_replay_flag_page_must_be_sealed);
   tcase_add_test(tc, test_replay_direct_mode_follows_changing_buffers_exactly);
   tcase_add_test(tc, test_replay_direct_mode_keeps_conditional_slots_staged);
   tcase_add_test(tc, test_replay_auto_mode_chooses_by_bytes_against_nodes);
