@@ -65,6 +65,8 @@ void gbuf_free(gbuf *b) {
   b->ptr = 0;
 }
 
+/* Registers the test CUBIN with c, or with c NULL puts it in the
+ * client-side registry. */
 static graphd_status register_cubin(graphd_client *c, const char *kdir, uint8_t mod[32]) {
   char path[512];
   snprintf(path, sizeof path, "%s/test_kernels.cubin", kdir);
@@ -74,24 +76,16 @@ static graphd_status register_cubin(graphd_client *c, const char *kdir, uint8_t 
     fprintf(stderr, "cannot read %s\n", path);
     return GRAPHD_NOT_FOUND;
   }
-  graphd_status st = graphd_register_module(c, GRAPHD_MODULE_CUBIN, bytes, len, mod);
+  graphd_status st = c ? graphd_register_module(c, GRAPHD_MODULE_CUBIN, bytes, len, mod)
+                       : graphd_registry_add_module(GRAPHD_MODULE_CUBIN, bytes, len, mod);
   free(bytes);
   return st;
 }
 
 graphd_status gpu_program_in_registry(graphd_client *c, const char *kdir, graphd_mode mode,
                                       uint8_t pid[32]) {
-  char path[512];
-  snprintf(path, sizeof path, "%s/test_kernels.cubin", kdir);
-  size_t len;
-  void *bytes = gd_read_file(path, &len);
-  if (!bytes) {
-    fprintf(stderr, "cannot read %s\n", path);
-    return GRAPHD_NOT_FOUND;
-  }
   uint8_t mod[32];
-  graphd_status st = graphd_registry_add_module(GRAPHD_MODULE_CUBIN, bytes, len, mod);
-  free(bytes);
+  graphd_status st = register_cubin(NULL, kdir, mod);
   if (st == GRAPHD_OK) st = program3_register(NULL, mod, mode, GN, pid);
   return st == GRAPHD_OK ? graphd_registry_sync(c, pid) : st;
 }

@@ -86,6 +86,14 @@ void td_expect_reply(Graphd__Wire__Reply *r, uint32_t code, const char *needle);
 /* Sends a control Hello and checks the reply. */
 void td_raw_hello(int fd);
 
+/* Opens a data session on the raw connection fd for device `dev` of d
+ * (its uuid from the daemon's status). */
+void td_raw_data_hello(const gd_test_daemon *d, int fd, int dev);
+
+/* Sends RegisterFlags (request id `id`, `slots` slots) with the memfd
+ * flags_fd on the raw data session fd and returns the reply. */
+Graphd__Wire__Reply *td_raw_register_flags(int fd, uint64_t id, int flags_fd, uint32_t slots);
+
 /* Spawns argv, collecting stdout and stderr into out (NUL-terminated).
  * Returns the exit status (WEXITSTATUS) or -1. */
 int td_run(char *const argv[], char *out, size_t outlen, int timeout_ms);

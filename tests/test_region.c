@@ -220,21 +220,8 @@ static Graphd__Wire__Reply *raw_region(int fd, int kind, uint64_t size, const in
 
 START_TEST(test_region_bad_fds_are_refused_cleanly) {
   graphd_client *ctl = td_control(&d);
-  graphd_daemon_status *s;
-  ck_assert_int_eq(graphd_get_status(ctl, &s), GRAPHD_OK);
   int fd = td_raw_connect(&d);
-  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
-  Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
-  req.request_id = 1;
-  req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
-  req.hello = &h;
-  h.protocol_version = GRAPHD_PROTOCOL_VERSION;
-  h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
-  h.device_uuid.data = s->devices[0].uuid;
-  h.device_uuid.len = 16;
-  td_raw_send_request(fd, &req, NULL, 0);
-  td_expect_reply(td_raw_recv(fd, 5000), GRAPHD_OK, NULL);
-  graphd_daemon_status_free(s);
+  td_raw_data_hello(&d, fd, 0);
   int base = td_count_fds(d.pid);
 
   const int host = GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;

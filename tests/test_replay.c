@@ -599,39 +599,15 @@ typedef struct raw_client {
   volatile uint64_t *page;
 } raw_client;
 
-static void raw_open(raw_client *rc, graphd_client *c) {
-  graphd_daemon_status *st;
-  ck_assert_int_eq(graphd_get_status(c, &st), GRAPHD_OK);
+static void raw_open(raw_client *rc) {
   rc->fd = td_raw_connect(&d);
-  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
-  Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
-  req.request_id = 1;
-  req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
-  req.hello = &h;
-  h.protocol_version = GRAPHD_PROTOCOL_VERSION;
-  h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
-  h.device_uuid.data = st->devices[0].uuid;
-  h.device_uuid.len = 16;
-  td_raw_send_request(rc->fd, &req, NULL, 0);
-  Graphd__Wire__Reply *r = td_raw_recv(rc->fd, 5000);
-  ck_assert_uint_eq(r->code, 0);
-  graphd__wire__reply__free_unpacked(r, NULL);
-  graphd_daemon_status_free(st);
+  td_raw_data_hello(&d, rc->fd, 0);
+  Graphd__Wire__Reply *r;
 
   rc->flags = gd_memfd_new_shared("flags", 4096);
   ck_assert_int_ge(rc->flags, 0);
   rc->page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, rc->flags, 0);
-  Graphd__Wire__Request fr = GRAPHD__WIRE__REQUEST__INIT;
-  Graphd__Wire__RegisterFlags rf = GRAPHD__WIRE__REGISTER_FLAGS__INIT;
-  fr.request_id = 2;
-  fr.nfds = 1;
-  fr.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS;
-  fr.register_flags = &rf;
-  rf.slots = 4;
-  td_raw_send_request(rc->fd, &fr, &rc->flags, 1);
-  r = td_raw_recv(rc->fd, 5000);
-  ck_assert_msg(r->code == 0, "%s", r->message);
-  graphd__wire__reply__free_unpacked(r, NULL);
+  td_expect_reply(td_raw_register_flags(rc->fd, 2, rc->flags, 4), GRAPHD_OK, NULL);
 
   rc->mem = gd_memfd_new_shared("region", 2 * N * 4);
   ck_assert_int_ge(rc->mem, 0);
@@ -700,7 +676,7 @@ static void held_open(held *h, unsigned seed) {
   alloc_bufs(h->c, &h->b);
   h->rng = seed;
   ck_assert_int_eq(run_one(h->c, h->s, h->pid, &h->b, 0, &h->rng, NULL, 1), GRAPHD_OK);
-  raw_open(&h->rc, h->c);
+  raw_open(&h->rc);
 }
 
 static void held_close(held *h) {
@@ -807,7 +783,7 @@ START_TEST(test_replay_slow_client_blocking_nobody_is_not_cut_off) {
   uint8_t pid[32];
   build(c, GRAPHD_MODE_STAGED, pid);
   raw_client rc;
-  raw_open(&rc, c);
+  raw_open(&rc);
   float *mem = mmap(NULL, 2 * N * 4, PROT_READ | PROT_WRITE, MAP_SHARED, rc.mem, 0);
   for (uint32_t k = 0; k < N; k++) mem[k] = (float)k;
   /* The unstaged input must be bound on the capturing replay: capture with
@@ -966,39 +942,16 @@ END_TEST
  * daemon goes on serving. */
 START_TEST(test_replay_flag_page_must_be_sealed) {
   graphd_client *ctl = td_control(&d);
-  graphd_daemon_status *st;
-  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
   int fd = td_raw_connect(&d);
-  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
-  Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
-  req.request_id = 1;
-  req.body_case = GRAPHD__WIRE__REQUEST__BODY_HELLO;
-  req.hello = &h;
-  h.protocol_version = GRAPHD_PROTOCOL_VERSION;
-  h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
-  h.device_uuid.data = st->devices[0].uuid;
-  h.device_uuid.len = 16;
-  td_raw_send_request(fd, &req, NULL, 0);
-  td_expect_reply(td_raw_recv(fd, 5000), GRAPHD_OK, NULL);
-  graphd_daemon_status_free(st);
-  Graphd__Wire__Request fr = GRAPHD__WIRE__REQUEST__INIT;
-  Graphd__Wire__RegisterFlags rf = GRAPHD__WIRE__REGISTER_FLAGS__INIT;
-  fr.request_id = 2;
-  fr.nfds = 1;
-  fr.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS;
-  fr.register_flags = &rf;
-  rf.slots = 4;
+  td_raw_data_hello(&d, fd, 0);
   int loose = memfd_create("loose-flags", MFD_CLOEXEC);
   ck_assert_int_eq(ftruncate(loose, 4096), 0);
-  td_raw_send_request(fd, &fr, &loose, 1);
-  td_expect_reply(td_raw_recv(fd, 5000), GRAPHD_INVALID_ARGUMENT,
+  td_expect_reply(td_raw_register_flags(fd, 2, loose, 4), GRAPHD_INVALID_ARGUMENT,
                   "the flag page memfd must be sealed against shrink and grow");
   close(loose);
   int sealed = gd_memfd_new_shared("flags", 4096);
   ck_assert_int_ge(sealed, 0);
-  fr.request_id = 3;
-  td_raw_send_request(fd, &fr, &sealed, 1);
-  td_expect_reply(td_raw_recv(fd, 5000), GRAPHD_OK, NULL);
+  td_expect_reply(td_raw_register_flags(fd, 3, sealed, 4), GRAPHD_OK, NULL);
   ck_assert_int_lt(ftruncate(sealed, 0), 0); /* the seal holds */
   close(sealed);
   close(fd);

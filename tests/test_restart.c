@@ -218,14 +218,7 @@ static void hold_worker(holder *h, graphd_client *c, const uint8_t pid[32]) {
   h->flags = gd_memfd_new_shared("flags", 4096);
   h->page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, h->flags, 0);
   ck_assert_ptr_ne((void *)h->page, MAP_FAILED);
-  Graphd__Wire__Request fr = GRAPHD__WIRE__REQUEST__INIT;
-  Graphd__Wire__RegisterFlags rf = GRAPHD__WIRE__REGISTER_FLAGS__INIT;
-  fr.request_id = 2;
-  fr.nfds = 1;
-  fr.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS;
-  fr.register_flags = &rf;
-  rf.slots = 4;
-  graphd__wire__reply__free_unpacked(raw_call(h->fd, &fr, &h->flags, 1), NULL);
+  td_expect_reply(td_raw_register_flags(h->fd, 2, h->flags, 4), GRAPHD_OK, NULL);
 
   h->mem = gd_memfd_new_shared("region", 2 * N * 4);
   Graphd__Wire__Request rr = GRAPHD__WIRE__REQUEST__INIT;
