@@ -145,7 +145,8 @@ int dring_set_program(gd_dring *r, uint32_t h, const gd_regprog *p) {
 bool dring_avail(gd_dring *r, uint64_t *n) {
   *n = 0;
   if (r->broken) return false;
-  uint64_t tail = __atomic_load_n(&r->hdr->sq_tail, __ATOMIC_ACQUIRE);
+  /* Sequentially consistent: see ring_sleep. */
+  uint64_t tail = __atomic_load_n(&r->hdr->sq_tail, __ATOMIC_SEQ_CST);
   if (tail - r->head > r->entries) {
     r->broken = true;
     return false;

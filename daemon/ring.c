@@ -207,14 +207,14 @@ bool ring_sleep(gd_device *d, bool asleep) {
   bool any = false;
   for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next) {
     if (!ds->ring) continue;
+    /* The flag before the last look at the tails (sequentially consistent,
+     * as dring_avail's load of the tail); the client publishes its tail
+     * before it looks at the flag. */
     __atomic_store_n(&ds->ring->hdr->flags, asleep ? GRAPHD_RING_NEED_WAKEUP : 0u,
-                     __ATOMIC_RELAXED);
+                     __ATOMIC_SEQ_CST);
     any = true;
   }
   if (!asleep || !any) return false;
-  /* The flag before the last look at the tails; the client publishes its
-   * tail before it looks at the flag. */
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
   return ring_pending(d);
 }
 

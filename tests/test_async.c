@@ -107,6 +107,21 @@ static graphd_status issue(client *k, int i, bool sync, bool bind_c) {
   return st;
 }
 
+/* Reads every completion, so that the ring holds no unread one. */
+static void drain_completions(client *k) {
+  graphd_async_info info;
+  do ck_assert_int_eq(graphd_replay_collect(k->c, &info), GRAPHD_OK);
+  while (info.queued);
+}
+
+/* Stops the daemon and waits until it has stopped (every thread). */
+static void stop_daemon(void) {
+  int status;
+  ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+  ck_assert_int_eq(waitpid(d.pid, &status, WUNTRACED), d.pid);
+  ck_assert(WIFSTOPPED(status));
+}
+
 static graphd_device_counters counters(int dev) {
   graphd_client *ctl = td_control(&d);
   graphd_device_counters k = td_device_info(ctl, dev).counters;
@@ -227,7 +242,8 @@ START_TEST(test_async_full_ring_blocks_the_call_until_the_worker_takes_an_entry)
   /* Every pair registered, the program named: no request is needed below. */
   for (int i = 0; i < PAIRS; i++) ck_assert_int_eq(issue(&k, i, false, i == 0), GRAPHD_OK);
   for (int i = 0; i < PAIRS; i++) check_pair(&k, i);
-  ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+  drain_completions(&k);
+  stop_daemon();
   ck_assert_int_eq(issue(&k, 1, false, false), GRAPHD_OK);
   ck_assert_int_eq(issue(&k, 2, false, false), GRAPHD_OK);
   blocked_call b = {.k = &k};
@@ -282,7 +298,7 @@ START_TEST(test_async_killed_client_with_entries_queued_leaves_nothing_behind) {
     close(pfd[0]);
     /* Stop the daemon so the child's ring fills, then kill the child with
      * its entries queued. */
-    ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+    stop_daemon();
     usleep(50000);
     kill(child, SIGKILL);
     waitpid(child, NULL, 0);
@@ -314,7 +330,7 @@ START_TEST(test_async_daemon_killed_with_entries_queued_releases_the_stream) {
   graphd_set_reconnect_wait(k.c, 0); /* the daemon stays dead */
   for (int i = 0; i < PAIRS; i++) ck_assert_int_eq(issue(&k, i, false, i == 0), GRAPHD_OK);
   for (int i = 0; i < PAIRS; i++) check_pair(&k, i);
-  ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+  stop_daemon();
   uint64_t last = 0;
   for (int i = 0; i < 5; i++) {
     graphd_binding bd[2] = {{.slot = 0, .ptr = (uint64_t)(uintptr_t)k.x[i], .bytes = N * 4},

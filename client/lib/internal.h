@@ -81,6 +81,7 @@ typedef struct gd_ring {
   uint8_t (*ids)[32]; /* programs named to the session, by handle */
   uint32_t nids, ids_cap;
   uint64_t completed, failed;
+  uint64_t gen; /* the handle's count of rings made, this one included */
   /* The first failure not yet reported. */
   bool has_err;
   graphd_status err_status;
@@ -94,6 +95,9 @@ struct graphd_stream {
   void *cu_stream;
   uint32_t slot;
   uint64_t seq;
+  uint64_t ring_seq;  /* the last async replay's seq */
+  uint64_t ring_tail; /* the ring's tail once it was published */
+  uint64_t ring_gen;  /* ... in the ring of this generation */
 };
 
 /* How a call that got no answer from the daemon failed (the handle's
@@ -139,6 +143,7 @@ struct graphd_client {
   uint64_t host_serial;
   gd_flag_page *flags;   /* created with the first stream; freed at close */
   gd_ring *ring;         /* guarded by lock: made by the first async replay */
+  uint64_t rings_made;   /* guarded by lock */
   uint32_t ring_entries; /* guarded by lock: the size of the ring to make */
   bool ring_off;         /* guarded by lock: the daemon has no rings: async goes sync */
   uint8_t (*synced)[32]; /* guarded by lock: programs graphd_registry_sync gave this handle */

@@ -394,6 +394,11 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
   atomic_store(&f->issued[s->slot], seq);
   s->seq = seq;
   st = gd_ring_submit(c, &e);
+  if (st == GRAPHD_OK) {
+    s->ring_seq = seq;
+    s->ring_tail = c->ring->tail;
+    s->ring_gen = c->ring->gen;
+  }
   if (st != GRAPHD_OK) {
     /* Never published, so no done = seq will come and no wait for it is
      * queued; a reconnect does not count it as cut off. */
@@ -492,6 +497,18 @@ graphd_status graphd_stream_wait(graphd_stream *s, uint64_t seq, int timeout_ms)
       }
       nanosleep(&nap, NULL);
     }
+  }
+  /* The worker writes done before the entry's completion: wait for the
+   * completions up to the stream's last async replay at or after seq, so
+   * that a failure of seq is reported here. */
+  pthread_mutex_lock(&c->lock);
+  gd_ring *r = c->ring;
+  uint64_t need = r && r->gen == s->ring_gen && seq <= s->ring_seq ? s->ring_tail : 0;
+  pthread_mutex_unlock(&c->lock);
+  while (r && (int64_t)(__atomic_load_n(&r->hdr->cq_tail, __ATOMIC_ACQUIRE) - need) < 0 &&
+         !atomic_load(&c->dead)) {
+    struct timespec nap = {0, 1000};
+    nanosleep(&nap, NULL);
   }
   return graphd_replay_collect(c, NULL);
 }

@@ -5,8 +5,9 @@
  * reaps holds it. The other side is the device's worker in graphd, which
  * writes only sq_head, cq_tail, flags, the completions and the error text;
  * the indices cross with acquire and release, and the doorbell decision
- * with a full fence on each side (the worker sets NEED_WAKEUP, then looks
- * at sq_tail; we publish sq_tail, then look at NEED_WAKEUP). */
+ * with sequentially consistent accesses on each side (the worker sets
+ * NEED_WAKEUP, then looks at sq_tail; we publish sq_tail, then look at
+ * NEED_WAKEUP). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdio.h>
@@ -39,6 +40,7 @@ graphd_status gd_ring_open(graphd_client *c) {
   gd_ring *r = calloc(1, sizeof *r);
   if (!r) return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
   r->fd = r->doorbell = -1;
+  r->gen = ++c->rings_made;
   c->ring = r;
   r->entries = entries;
   r->bytes = GRAPHD_RING_BYTES(entries);
@@ -160,10 +162,11 @@ static int64_t now_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-/* Rings the doorbell when the worker said it sleeps. */
+/* Rings the doorbell when the worker said it sleeps. The tail's store and
+ * this load are sequentially consistent, as are the worker's store of the
+ * flag and its load of the tail: one of the two sides sees the other. */
 static void ring_doorbell(gd_ring *r) {
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  if (__atomic_load_n(&r->hdr->flags, __ATOMIC_RELAXED) & GRAPHD_RING_NEED_WAKEUP) {
+  if (__atomic_load_n(&r->hdr->flags, __ATOMIC_SEQ_CST) & GRAPHD_RING_NEED_WAKEUP) {
     uint64_t one = 1;
     if (write(r->doorbell, &one, sizeof one) < 0) { /* the counter is only a signal */
     }
@@ -192,7 +195,7 @@ graphd_status gd_ring_submit(graphd_client *c, const graphd_ring_sqe *e) {
   }
   memcpy((void *)&r->sq[r->tail & (r->entries - 1)], e, sizeof *e);
   r->tail++;
-  __atomic_store_n(&r->hdr->sq_tail, r->tail, __ATOMIC_RELEASE);
+  __atomic_store_n(&r->hdr->sq_tail, r->tail, __ATOMIC_SEQ_CST);
   ring_doorbell(r);
   return GRAPHD_OK;
 }
