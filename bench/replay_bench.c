@@ -13,7 +13,11 @@
  *  4. Per mode, a chain of dependent replays, ping-ponging between the two
  *     pairs' inputs, timed from the first call to the final synchronize and
  *     checked bit for bit on the host.
- *  5. A summary with the ratios the targets use, and whether MPS is on.
+ *  5. The same through graphd_replay_async (the submission ring): the host
+ *     cost of a call (p50, with the stream synchronized after each call,
+ *     untimed), and the chain of dependent replays, checked the same way.
+ *  6. A summary with the ratios the targets use, sync and async side by
+ *     side, and whether MPS is on.
  *
  * Exit status: 0 when every step worked, 1 on a failure (one line on
  * stderr), 77 when there is no GPU (after the host-only figures).
@@ -80,6 +84,10 @@ typedef struct mode_result {
   double chain_call_us; /* mean host time of a chain's graphd_replay */
   int chain_ok;
   float chain_got, chain_want;
+  stats async_call;      /* host time of graphd_replay_async */
+  double achain_us;      /* per dependent async replay */
+  double achain_call_us; /* mean host time of a chain's graphd_replay_async */
+  int achain_ok;
 } mode_result;
 
 /* Every resource the bench holds; bench_close() releases what is set. */
@@ -664,12 +672,42 @@ fail:
   return -1;
 }
 
+/* The host cost of an asynchronous replay: the call alone (the ready
+ * write, the ring entry, the wait for done), the stream synchronized
+ * after each, untimed. */
+static int measure_async_call(bench *b, int m) {
+  mode_result *r = &b->mode[m];
+  long warm = warmup_of(b->o.rounds);
+  graphd_binding bd[2];
+  if (fill_inputs(b) < 0) goto fail;
+  for (long i = 0; i < warm + b->o.rounds; i++) {
+    int p = (int)(i % 2);
+    bind_pair(bd, b->x[p], b->y[p]);
+    double t0 = bench_now_us();
+    GD_CHECK_GOTO(b, b->data, mode_names[m],
+                  graphd_replay_async(b->data, b->gs, b->prog[m], bd, 2, NULL), fail);
+    double dt = bench_now_us() - t0;
+    CU_CHECK_GOTO(b, cuStreamSynchronize(b->stream), fail);
+    if (i >= warm) b->samples[i - warm] = dt;
+  }
+  GD_CHECK_GOTO(b, b->data, "graphd_replay_collect", graphd_replay_collect(b->data, NULL), fail);
+  r->async_call = stats_of(b->samples, (size_t)b->o.rounds);
+  char what[64];
+  snprintf(what, sizeof what, "[%-9s] async call, host", mode_names[m]);
+  print_stats(what, &r->async_call);
+  if (check_outputs(b, m) < 0) goto fail;
+  printf("[%-9s] async outputs of both pairs bit-exact: PASS\n", mode_names[m]);
+  return 0;
+fail:
+  return -1;
+}
+
 /* ---- 4. a chain of dependent replays ---------------------------------------- */
 
 /* Replay i reads x[i % 2] and writes x[(i + 1) % 2]: VMM and legacy memory
  * in turn, each replay's input the previous one's output. Only the final
  * synchronize waits for the GPU. */
-static int measure_chain(bench *b, int m) {
+static int measure_chain(bench *b, int m, int async) {
   mode_result *r = &b->mode[m];
   long n = b->o.chain;
   graphd_binding bd[2];
@@ -684,13 +722,16 @@ static int measure_chain(bench *b, int m) {
     bind_pair(bd, b->x[i % 2], b->x[(i + 1) % 2]);
     double c0 = bench_now_us();
     GD_CHECK_GOTO(b, b->data, mode_names[m],
-                  graphd_replay(b->data, b->gs, b->prog[m], bd, 2, &info), fail);
+                  async ? graphd_replay_async(b->data, b->gs, b->prog[m], bd, 2, NULL)
+                        : graphd_replay(b->data, b->gs, b->prog[m], bd, 2, &info),
+                  fail);
     calls += bench_now_us() - c0;
   }
   CU_CHECK_GOTO(b, cuStreamSynchronize(b->stream), fail);
   double total = bench_now_us() - t0;
-  r->chain_us = total / (double)n;
-  r->chain_call_us = calls / (double)n;
+  if (async)
+    GD_CHECK_GOTO(b, b->data, "graphd_replay_collect", graphd_replay_collect(b->data, NULL), fail);
+  double per = total / (double)n, per_call = calls / (double)n;
   /* One IEEE single multiply per step, as the kernel does (no FMA to
    * contract), so the host's value is bit-exact. */
   float want = 1.0f;
@@ -698,20 +739,30 @@ static int measure_chain(bench *b, int m) {
   r->chain_want = want;
   CU_CHECK_GOTO(b, cuMemcpyDtoHAsync(b->host_buf, b->x[n % 2], SLOT_BYTES, b->stream), fail);
   CU_CHECK_GOTO(b, cuStreamSynchronize(b->stream), fail);
-  r->chain_ok = 1;
-  r->chain_got = b->host_buf[0];
+  int ok = 1;
+  float got = b->host_buf[0];
   uint32_t bad = 0;
   for (uint32_t k = 0; k < NFLOATS; k++) {
     if (memcmp(&b->host_buf[k], &want, 4) != 0) {
-      if (!bad++) r->chain_got = b->host_buf[k];
-      r->chain_ok = 0;
+      if (!bad++) got = b->host_buf[k];
+      ok = 0;
     }
   }
+  if (async) {
+    r->achain_us = per;
+    r->achain_call_us = per_call;
+    r->achain_ok = ok;
+  } else {
+    r->chain_us = per;
+    r->chain_call_us = per_call;
+    r->chain_ok = ok;
+    r->chain_got = got;
+  }
   printf(
-      "[%-9s] chain of %ld: %.2f us per dependent replay (%.2f ms total; %.2f us host per "
+      "[%-9s] %s chain of %ld: %.2f us per dependent replay (%.2f ms total; %.2f us host per "
       "call); result %.9g, want %.9g: %s",
-      mode_names[m], n, r->chain_us, total / 1e3, r->chain_call_us, (double)r->chain_got,
-      (double)want, r->chain_ok ? "PASS" : "FAIL");
+      mode_names[m], async ? "async" : "sync", n, per, total / 1e3, per_call, (double)got,
+      (double)want, ok ? "PASS" : "FAIL");
   if (bad) printf(" (%u of %u elements wrong)", bad, NFLOATS);
   printf("\n");
   return 0;
@@ -746,7 +797,7 @@ fail:
   return -1;
 }
 
-/* ---- 5. summary ------------------------------------------------------------- */
+/* ---- 6. summary ------------------------------------------------------------- */
 
 static void print_summary(const bench *b) {
   const mode_result *r = b->mode;
@@ -767,6 +818,14 @@ static void print_summary(const bench *b) {
          r[1].chain_us, b->mps_driver ? "<= 30 under MPS" : "report (~300 expected without MPS)");
   printf("%-44s %9s %9s\n", "chain correctness", r[0].chain_ok ? "PASS" : "FAIL",
          r[1].chain_ok ? "PASS" : "FAIL");
+  printf("%-44s %9.2f %9.2f\n", "async call p50, host (us)", r[0].async_call.p50,
+         r[1].async_call.p50);
+  printf("%-44s %9.2f %9.2f\n", "async chain per dependent replay (us)", r[0].achain_us,
+         r[1].achain_us);
+  printf("%-44s %9.2f %9.2f\n", "async chain host per call (us)", r[0].achain_call_us,
+         r[1].achain_call_us);
+  printf("%-44s %9s %9s\n", "async chain correctness", r[0].achain_ok ? "PASS" : "FAIL",
+         r[1].achain_ok ? "PASS" : "FAIL");
   printf("%-44s %9.1f %9.1f\n", "first replay, host (us)", r[0].first_us, r[1].first_us);
   printf("%-44s %9.1f %9.1f%s\n", "first replay, capture_ns (us)", r[0].capture_us, r[1].capture_us,
          r[0].captured && r[1].captured ? "" : "   (not captured by this run)");
@@ -775,10 +834,11 @@ static void print_summary(const bench *b) {
   for (int m = 0; m < 2; m++)
     printf(
         " %s_p50_us=%.2f %s_ratio=%.3f %s_chain_us=%.2f %s_chain=%s %s_first_us=%.1f "
-        "%s_capture_us=%.1f",
+        "%s_capture_us=%.1f %s_async_call_p50_us=%.2f %s_async_chain_us=%.2f %s_async_chain=%s",
         mode_names[m], r[m].replay.p50, mode_names[m], r[m].replay.p50 / b->echo.p50, mode_names[m],
         r[m].chain_us, mode_names[m], r[m].chain_ok ? "PASS" : "FAIL", mode_names[m], r[m].first_us,
-        mode_names[m], r[m].capture_us);
+        mode_names[m], r[m].capture_us, mode_names[m], r[m].async_call.p50, mode_names[m],
+        r[m].achain_us, mode_names[m], r[m].achain_ok ? "PASS" : "FAIL");
   printf("\n");
 }
 
@@ -892,11 +952,17 @@ int main(int argc, char **argv) {
   printf("== 4. chain of %ld dependent replays, ping-pong between %s, a = %.4f\n", b->o.chain,
          pairs, (double)SCALE_A);
   for (int m = 0; m < 2; m++)
-    if (measure_chain(b, m) < 0) goto fail;
+    if (measure_chain(b, m, 0) < 0) goto fail;
+
+  printf("== 5. async replay (submission ring): host cost per call, then the chain of %ld\n",
+         b->o.chain);
+  for (int m = 0; m < 2; m++)
+    if (measure_async_call(b, m) < 0 || measure_chain(b, m, 1) < 0) goto fail;
 
   if (daemon_device(b, "at end", NULL) < 0) goto fail;
   print_summary(b);
-  if (!b->mode[0].chain_ok || !b->mode[1].chain_ok) {
+  if (!b->mode[0].chain_ok || !b->mode[1].chain_ok || !b->mode[0].achain_ok ||
+      !b->mode[1].achain_ok) {
     set_err(b, "a chain of dependent replays gave a wrong result (see above)");
     goto fail;
   }

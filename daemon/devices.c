@@ -6,6 +6,7 @@
 #include "dsession.h"
 #include "graphd/status.h"
 #include "log.h"
+#include "ring.h"
 #include "upkeep.h"
 
 static void tag_hook(const void *ctx, char *tag, size_t len) { device_tag(ctx, tag, len); }
@@ -17,7 +18,38 @@ static const char *refusal_hook(void *ctx) {
   return device_ok(dev) ? NULL : dev->fail_msg;
 }
 
-static bool tick_hook(void *ctx) { return upkeep_wants_tick(ctx); }
+/* Ticks also while a ring is held back by --max-inflight-replays: its
+ * entries may run once the device has caught up. */
+static bool tick_hook(void *ctx) {
+  return upkeep_wants_tick(ctx) | ring_held(ctx) | ring_has_stats(ctx);
+}
+
+static bool pending_hook(void *ctx) { return ring_pending(ctx); }
+
+static int poll_hook(void *ctx, gd_worker *w) { return ring_poll(ctx, w); }
+
+static bool sleep_hook(void *ctx, bool asleep) { return ring_sleep(ctx, asleep); }
+
+/* The loop's side of what the rings ran: the device's counters. */
+typedef struct ring_stats_job {
+  gd_job job;
+  gd_daemon *d;
+  int dev;
+  gd_ring_stats st;
+} ring_stats_job;
+
+static void ring_stats_done(gd_job *j) {
+  ring_stats_job *sj = gd_container_of(j, ring_stats_job, job);
+  gd_device_counters *c = &sj->d->counters[sj->dev];
+  c->replays += sj->st.replays;
+  c->errors += sj->st.errors;
+  c->captures += sj->st.captures;
+  c->captures_built += sj->st.captures;
+  c->recaptures += sj->st.recaptures;
+  c->staging_bytes += sj->st.staging_bytes;
+  gd_counters_evicted(c, (uint32_t)sj->st.evicted, sj->st.evicted_bytes);
+  free(sj);
+}
 
 /* The loop's side of upkeep news. */
 typedef struct news_job {
@@ -55,6 +87,17 @@ static void after_hook(void *ctx, gd_worker *w, bool had_job, bool ran, int stat
   gd_device *dev = ctx;
   gd_upkeep_news news;
   upkeep_after(dev, had_job, ran, status, &news);
+  gd_ring_stats st;
+  if (ring_take_stats(dev, !had_job, &st)) {
+    ring_stats_job *sj = calloc(1, sizeof *sj);
+    if (sj) {
+      sj->d = gd_container_of(w->pool, gd_daemon, pool);
+      sj->dev = dev->index;
+      sj->st = st;
+      sj->job.done = ring_stats_done;
+      worker_post(w, &sj->job);
+    }
+  }
   if (news.reset) post_news(w, dev, true, 0);
   for (int i = 0; i < news.ncut; i++) post_news(w, dev, false, news.cut[i]);
 }
@@ -68,6 +111,9 @@ static const gd_worker_hooks device_hooks = {
     .wants_tick = tick_hook,
     .after = after_hook,
     .stop = stop_hook,
+    .pending = pending_hook,
+    .poll = poll_hook,
+    .sleep = sleep_hook,
 };
 
 int devices_start(gd_daemon *d, uv_loop_t *loop, const int *idx, int n, uint64_t budget) {

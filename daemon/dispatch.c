@@ -36,6 +36,8 @@ static const char *body_name(Graphd__Wire__Request__BodyCase c) {
     case GRAPHD__WIRE__REQUEST__BODY_REPLAY: return "Replay";
     case GRAPHD__WIRE__REQUEST__BODY_LIST_CAPTURES: return "ListCaptures";
     case GRAPHD__WIRE__REQUEST__BODY_EVICT: return "Evict";
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_RING: return "RegisterRing";
+    case GRAPHD__WIRE__REQUEST__BODY_RING_PROGRAM: return "RingProgram";
     default: return "unknown";
   }
 }
@@ -213,11 +215,16 @@ static void handle_ping(gd_session *s, Graphd__Wire__Request *req) {
   session_reply(s, &r);
 }
 
-static bool takes_fd(Graphd__Wire__Request__BodyCase body) {
-  return body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_MODULE ||
-         body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_PROGRAM ||
-         body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION ||
-         body == GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS;
+/* The most fds a request takes. */
+static int max_fds(Graphd__Wire__Request__BodyCase body) {
+  switch (body) {
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_MODULE:
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_PROGRAM:
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION:
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS: return 1;
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_RING: return 2;
+    default: return 0;
+  }
 }
 
 static bool id_ok(gd_session *s, uint64_t request_id, const ProtobufCBinaryData *id,
@@ -534,15 +541,21 @@ static void handle_prepare_program(gd_session *s, Graphd__Wire__Request *req) {
 void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int nfds) {
   Graphd__Wire__Request__BodyCase body = req->body_case;
   int fd = -1;
-  if (nfds > 0 && (!takes_fd(body) || nfds > 1)) {
+  int fd2 = -1;
+  if (nfds > max_fds(body)) {
     for (int i = 0; i < nfds; i++) close(fds[i]);
-    session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
-                        takes_fd(body) ? "%s takes at most one file descriptor, but %d were sent"
-                                       : "%s takes no file descriptors, but %d were sent",
-                        body_name(body), nfds);
+    if (max_fds(body))
+      session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
+                          "%s takes at most %s, but %d were sent", body_name(body),
+                          max_fds(body) == 1 ? "one file descriptor" : "two file descriptors",
+                          nfds);
+    else
+      session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
+                          "%s takes no file descriptors, but %d were sent", body_name(body), nfds);
     goto exit;
   }
-  if (nfds == 1) fd = fds[0];
+  if (nfds >= 1) fd = fds[0];
+  if (nfds == 2) fd2 = fds[1];
   if (body == GRAPHD__WIRE__REQUEST__BODY__NOT_SET) {
     uint32_t field = gd_wire_first_unknown_field(&req->base);
     if (field)
@@ -588,6 +601,15 @@ void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int n
     case GRAPHD__WIRE__REQUEST__BODY_EVICT:
       control_handle_evict(s, req->request_id, req->evict);
       break;
+    case GRAPHD__WIRE__REQUEST__BODY_REGISTER_RING: {
+      const int two[2] = {fd, fd2};
+      dsession_handle_register_ring(s, req->request_id, req->register_ring, two);
+      fd = fd2 = -1; /* taken */
+      break;
+    }
+    case GRAPHD__WIRE__REQUEST__BODY_RING_PROGRAM:
+      dsession_handle_ring_program(s, req->request_id, req->ring_program);
+      break;
     default:
       session_reply_error(s, req->request_id, GRAPHD_UNIMPLEMENTED, "request %d is not handled",
                           (int)body);
@@ -595,6 +617,7 @@ void dispatch_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int n
   }
 exit:
   if (fd >= 0) close(fd);
+  if (fd2 >= 0) close(fd2);
   graphd__wire__request__free_unpacked(req, NULL);
   reclaim_flush(daemon_of(s)); /* what a registration made room by */
 }

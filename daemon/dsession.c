@@ -11,6 +11,7 @@
 #include "graphd/status.h"
 #include "holwatch.h"
 #include "log.h"
+#include "ring.h"
 
 int dsession_open(gd_session *s, int dev) {
   gd_daemon *d = daemon_of(s);
@@ -75,6 +76,7 @@ void dsession_close(gd_session *s) {
   }
   free(x->last_seq);
   free(x->used_slots);
+  free(x->ring_progs);
   free(x);
   s->data = NULL;
 }
@@ -158,6 +160,8 @@ void dsession_handle_register_flags(gd_session *s, uint64_t request_id,
 typedef struct import_job {
   gd_request rq;
   gd_region_import in;
+  uint32_t id;    /* the region's id, given before the import */
+  gd_dstream *ds; /* whose region view learns it */
   uint64_t client_base;
   gd_region_map out;
   uint64_t ns;
@@ -166,11 +170,19 @@ typedef struct import_job {
 typedef struct release_job {
   gd_job job;
   gd_region_map map;
-  gd_dstream *ds; /* the session's stream, drained before unmapping; NULL: unused */
+  /* The session's half, NULL once it ended: the ring entries published
+   * before the release run first, the region leaves the worker's view,
+   * and the stream drains before unmapping. */
+  gd_dstream *ds;
+  uint32_t id;
 } release_job;
 
 static void release_run(gd_job *j, void *ctx) {
   release_job *rj = gd_container_of(j, release_job, job);
+  if (rj->ds) {
+    ring_drain(ctx, j->worker, rj->ds);
+    dring_region_remove(&rj->ds->regions, rj->id);
+  }
   /* GPU work of this session's replays may still read or write it. */
   dstream_sync(ctx, rj->ds);
   device_release_import(ctx, &rj->map);
@@ -179,7 +191,8 @@ static void release_run(gd_job *j, void *ctx) {
 static void release_done(gd_job *j) { free(gd_container_of(j, release_job, job)); }
 
 /* Queues the unmapping behind whatever the worker already has. */
-static void release_map(gd_daemon *d, int dev, const gd_region_map *map, gd_dstream *ds) {
+static void release_map(gd_daemon *d, int dev, const gd_region_map *map, gd_dstream *ds,
+                        uint32_t id) {
   release_job *rj = calloc(1, sizeof *rj);
   if (!rj) {
     GD_LOG(GD_ERROR, "dsession", "out of memory releasing a region: it stays mapped");
@@ -187,6 +200,7 @@ static void release_map(gd_daemon *d, int dev, const gd_region_map *map, gd_dstr
   }
   rj->map = *map;
   rj->ds = ds;
+  rj->id = id;
   rj->job.run = release_run;
   rj->job.done = release_done;
   worker_submit(daemon_worker(d, dev), &rj->job);
@@ -196,6 +210,11 @@ static void import_run(gd_job *j, void *ctx) {
   import_job *ij = gd_container_of(j, import_job, rq.job);
   uint64_t t0 = gd_now_ns();
   j->status = device_import(ctx, &ij->in, &ij->out, j->msg, sizeof j->msg);
+  if (j->status == 0 && dring_region_add(&ij->ds->regions, ij->id, &ij->out) < 0) {
+    device_release_import(ctx, &ij->out);
+    snprintf(j->msg, sizeof j->msg, "out of memory");
+    j->status = -GRAPHD_RESOURCE_EXHAUSTED;
+  }
   ij->ns = gd_now_ns() - t0;
   if (ij->in.fd >= 0) close(ij->in.fd);
   ij->in.fd = -1;
@@ -267,21 +286,23 @@ static void import_done(gd_job *j) {
     goto exit;
   }
   if (s->closing) {
-    release_map(d, s->device, &ij->out, NULL); /* never used by a replay */
+    /* The session's end ran or comes first: it stops the ring and frees
+     * the view; only the mapping is left. */
+    release_map(d, s->device, &ij->out, NULL, 0);
     goto exit;
   }
   gd_dsession *x = dsession_of(s);
   char over[256];
   /* The mapping may be larger than asked (granularity): check what it is. */
   if (!region_fits(s, ij->out.size, over, sizeof over)) {
-    release_map(d, s->device, &ij->out, NULL);
+    release_map(d, s->device, &ij->out, x->ds, ij->id);
     session_reply_error(s, ij->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "RegisterRegion: %s",
                         over);
     goto exit;
   }
-  gd_region *r = region_add(&x->regions, &ij->out, ij->client_base);
+  gd_region *r = region_add_as(&x->regions, ij->id, &ij->out, ij->client_base);
   if (!r) {
-    release_map(d, s->device, &ij->out, NULL);
+    release_map(d, s->device, &ij->out, x->ds, ij->id);
     session_reply_error(s, ij->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
   }
@@ -346,6 +367,8 @@ void dsession_handle_register_region(gd_session *s, uint64_t request_id,
   ij->in.size = m->size;
   if (m->ipc_handle.len == 64) memcpy(ij->in.ipc_handle, m->ipc_handle.data, 64);
   ij->client_base = m->client_base;
+  ij->id = region_new_id(&x->regions);
+  ij->ds = x->ds;
   session_submit(s, request_id, &ij->rq, daemon_worker(daemon_of(s), s->device), import_run,
                  import_done);
 }
@@ -362,7 +385,7 @@ void dsession_handle_unregister_region(gd_session *s, uint64_t request_id,
   }
   d->counters[s->device].regions--;
   d->counters[s->device].region_bytes -= r->map.size;
-  release_map(d, s->device, &r->map, x->ds);
+  release_map(d, s->device, &r->map, x->ds, r->id);
   region_remove(&x->regions, r);
   Graphd__Wire__Reply rep = GRAPHD__WIRE__REPLY__INIT;
   Graphd__Wire__UnregisterRegionReply ur = GRAPHD__WIRE__UNREGISTER_REGION_REPLY__INIT;
@@ -370,6 +393,183 @@ void dsession_handle_unregister_region(gd_session *s, uint64_t request_id,
   rep.body_case = GRAPHD__WIRE__REPLY__BODY_UNREGISTER_REGION;
   rep.unregister_region = &ur;
   session_reply(s, &rep);
+}
+
+/* --- the submission ring ---------------------------------------------------- */
+
+typedef struct ring_job {
+  gd_request rq;
+  gd_dstream *ds;
+  gd_ring_params params;
+  int fd, doorbell;
+} ring_job;
+
+static void ring_run(gd_job *j, void *ctx) {
+  ring_job *rj = gd_container_of(j, ring_job, rq.job);
+  j->status =
+      ring_attach(ctx, j->worker, rj->ds, &rj->params, rj->fd, rj->doorbell, j->msg, sizeof j->msg);
+  rj->doorbell = -1; /* the ring's, or closed */
+}
+
+static void ring_done(gd_job *j) {
+  ring_job *rj = gd_container_of(j, ring_job, rq.job);
+  gd_session *s = rj->rq.s;
+  gd_dsession *x = dsession_of(s);
+  close(rj->fd);
+  if (rj->doorbell >= 0) close(rj->doorbell); /* never ran */
+  if (x) x->ring_pending = false;
+  if (!s->closing) {
+    if (j->status < 0) {
+      session_reply_error(s, rj->rq.request_id, j->status, "RegisterRing: %s", j->msg);
+    } else {
+      x->has_ring = true;
+      Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
+      Graphd__Wire__RegisterRingReply rr = GRAPHD__WIRE__REGISTER_RING_REPLY__INIT;
+      r.request_id = rj->rq.request_id;
+      r.body_case = GRAPHD__WIRE__REPLY__BODY_REGISTER_RING;
+      r.register_ring = &rr;
+      session_reply(s, &r);
+    }
+  }
+  session_end_request(s);
+  free(rj);
+}
+
+void dsession_handle_register_ring(gd_session *s, uint64_t request_id,
+                                   const Graphd__Wire__RegisterRing *m, const int fds[2]) {
+  gd_daemon *d = daemon_of(s);
+  gd_dsession *x = dsession_of(s);
+  const char *why = NULL;
+  int code = GRAPHD_INVALID_ARGUMENT;
+  if (!x) {
+    why = "RegisterRing needs a data session (one bound to a device)";
+    code = GRAPHD_FAILED_PRECONDITION;
+  } else if (!x->flag_slots) {
+    why = "the session has no flag page; RegisterFlags first";
+    code = GRAPHD_FAILED_PRECONDITION;
+  } else if (x->has_ring || x->ring_pending) {
+    why = "this session already registered its ring";
+    code = GRAPHD_ALREADY_EXISTS;
+  } else if (fds[0] < 0 || fds[1] < 0) {
+    why = "RegisterRing carries two fds: the ring's memfd, then its doorbell eventfd";
+  } else if (m->entries < GRAPHD_RING_MIN_ENTRIES || m->entries > GRAPHD_RING_MAX_ENTRIES ||
+             (m->entries & (m->entries - 1))) {
+    why = "RegisterRing.entries must be a power of two from 2 to 4096";
+  }
+  ring_job *rj = why ? NULL : calloc(1, sizeof *rj);
+  if (!why && !rj) {
+    why = "out of memory";
+    code = GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  if (why) {
+    for (int i = 0; i < 2; i++)
+      if (fds[i] >= 0) close(fds[i]);
+    session_reply_error(s, request_id, code, "%s", why);
+    return;
+  }
+  rj->ds = x->ds;
+  rj->fd = fds[0];
+  rj->doorbell = fds[1];
+  rj->params = (gd_ring_params){.entries = m->entries,
+                                .ready_timeout_s = d->opt->ready_timeout_s,
+                                .max_inflight = d->opt->max_inflight_replays,
+                                .client_pid = (uint32_t)s->pid,
+                                .client_uid = (uint32_t)s->uid};
+  x->ring_pending = true;
+  session_submit(s, request_id, &rj->rq, daemon_worker(d, s->device), ring_run, ring_done);
+}
+
+typedef struct ring_prog_job {
+  gd_request rq;
+  gd_dstream *ds;
+  const gd_regprog *prog;
+  uint32_t handle;
+} ring_prog_job;
+
+static void ring_prog_run(gd_job *j, void *ctx) {
+  (void)ctx;
+  ring_prog_job *pj = gd_container_of(j, ring_prog_job, rq.job);
+  j->status = ring_set_program(pj->ds, pj->handle, pj->prog, j->msg, sizeof j->msg);
+}
+
+static void reply_handle(gd_session *s, uint64_t request_id, uint32_t handle) {
+  Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
+  Graphd__Wire__RingProgramReply rp = GRAPHD__WIRE__RING_PROGRAM_REPLY__INIT;
+  r.request_id = request_id;
+  r.body_case = GRAPHD__WIRE__REPLY__BODY_RING_PROGRAM;
+  r.ring_program = &rp;
+  rp.handle = handle;
+  session_reply(s, &r);
+}
+
+static void ring_prog_done(gd_job *j) {
+  ring_prog_job *pj = gd_container_of(j, ring_prog_job, rq.job);
+  gd_session *s = pj->rq.s;
+  gd_dsession *x = dsession_of(s);
+  if (!s->closing) {
+    if (j->status < 0) {
+      if (x) x->ring_progs[pj->handle] = NULL; /* asked again, it is given again */
+      session_reply_error(s, pj->rq.request_id, j->status, "RingProgram: %s", j->msg);
+    } else {
+      reply_handle(s, pj->rq.request_id, pj->handle);
+    }
+  }
+  session_end_request(s);
+  free(pj);
+}
+
+void dsession_handle_ring_program(gd_session *s, uint64_t request_id,
+                                  const Graphd__Wire__RingProgram *m) {
+  gd_daemon *d = daemon_of(s);
+  gd_dsession *x = dsession_of(s);
+  if (!x || !x->has_ring) {
+    session_reply_error(s, request_id, GRAPHD_FAILED_PRECONDITION,
+                        "RingProgram: the session has no ring; RegisterRing first");
+    return;
+  }
+  if (m->program_id.len != GD_ID_LEN) {
+    session_reply_error(s, request_id, GRAPHD_INVALID_ARGUMENT,
+                        "RingProgram.program_id must be %d bytes", GD_ID_LEN);
+    return;
+  }
+  gd_regprog *prog = registry_find_program(&d->reg, m->program_id.data);
+  if (!prog) {
+    char hex[2 * GD_ID_LEN + 1];
+    gd_id_hex(m->program_id.data, 0, hex);
+    session_reply_error(s, request_id, GRAPHD_NOT_FOUND,
+                        "RingProgram: program %s is not registered; register it first", hex);
+    return;
+  }
+  for (uint32_t h = 0; h < x->nring_progs; h++)
+    if (x->ring_progs[h] == prog) {
+      reply_handle(s, request_id, h);
+      return;
+    }
+  /* The session holds the program while it is open, so the worker may
+   * keep the pointer. */
+  ring_prog_job *pj = calloc(1, sizeof *pj);
+  if (!pj || registry_hold(&d->reg, &s->holds, true, prog) < 0) {
+    free(pj);
+    session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  if (x->nring_progs == x->ring_progs_cap) {
+    uint32_t cap = x->ring_progs_cap ? 2 * x->ring_progs_cap : 16;
+    const gd_regprog **np = realloc(x->ring_progs, cap * sizeof *np);
+    if (!np) {
+      free(pj);
+      session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+      return;
+    }
+    x->ring_progs = np;
+    x->ring_progs_cap = cap;
+  }
+  pj->handle = x->nring_progs++;
+  x->ring_progs[pj->handle] = prog;
+  pj->ds = x->ds;
+  pj->prog = prog;
+  session_submit(s, request_id, &pj->rq, daemon_worker(d, s->device), ring_prog_run,
+                 ring_prog_done);
 }
 
 /* --- ends forced by a worker ----------------------------------------------- */

@@ -27,6 +27,10 @@ typedef struct gd_dsession {
   uint32_t *used_slots;
   uint32_t nused_slots;
   const volatile uint64_t *flags_host;
+  bool has_ring;                 /* RegisterRing answered OK */
+  bool ring_pending;             /* RegisterRing is with the worker */
+  const gd_regprog **ring_progs; /* by handle: the programs RingProgram named */
+  uint32_t nring_progs, ring_progs_cap;
 } gd_dsession;
 
 /* The data session's state; NULL for a control session or once closed. */
@@ -47,6 +51,11 @@ void dsession_handle_register_region(gd_session *s, uint64_t request_id,
                                      const Graphd__Wire__RegisterRegion *m, int fd);
 void dsession_handle_unregister_region(gd_session *s, uint64_t request_id,
                                        const Graphd__Wire__UnregisterRegion *m);
+/* RegisterRing: fds are the ring's memfd and its doorbell (both taken). */
+void dsession_handle_register_ring(gd_session *s, uint64_t request_id,
+                                   const Graphd__Wire__RegisterRing *m, const int fds[2]);
+void dsession_handle_ring_program(gd_session *s, uint64_t request_id,
+                                  const Graphd__Wire__RingProgram *m);
 
 /* A worker released a hung client's waits: close its session, so that its
  * later requests fail. */

@@ -27,7 +27,30 @@ gd_dstream *dstream_new(uint64_t session_id) {
 }
 
 void dstream_drop(gd_dstream *ds) {
-  if (ds && atomic_fetch_sub(&ds->holders, 1) == 1) free(ds);
+  if (!ds || atomic_fetch_sub(&ds->holders, 1) != 1) return;
+  dring_region_clear(&ds->regions);
+  free(ds->seen);
+  free(ds->used);
+  free(ds);
+}
+
+gd_dstream *dstream_first(gd_device *d) { return d->dstreams ? d->dstreams->head : NULL; }
+
+void dstream_saw(gd_dstream *ds, uint32_t slot, uint64_t seq) {
+  if (!ds->seen || slot >= ds->nslots) return;
+  if (!ds->seen[slot]) ds->used[ds->nused++] = slot;
+  if (seq > ds->seen[slot]) ds->seen[slot] = seq;
+}
+
+uint64_t dstream_inflight(const gd_dstream *ds) {
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < ds->nused; i++) {
+    uint32_t slot = ds->used[i];
+    uint64_t done =
+        __atomic_load_n(dstream_word(ds, slot, GRAPHD_FLAG_WORD_DONE), __ATOMIC_ACQUIRE);
+    if ((int64_t)(ds->seen[slot] - done) > 0) n += ds->seen[slot] - done;
+  }
+  return n;
 }
 
 static int ensure_stream(gd_device *d, gd_dstream *ds, char *err, size_t errlen) {
@@ -50,6 +73,16 @@ int dstream_map_flags(gd_device *d, gd_dstream *ds, int fd, uint32_t slots, char
   }
   int rc = ensure_stream(d, ds, err, errlen);
   if (rc < 0) return rc;
+  free(ds->seen);
+  free(ds->used);
+  ds->used = NULL;
+  if (!(ds->seen = calloc(slots, sizeof *ds->seen)) ||
+      !(ds->used = calloc(slots, sizeof *ds->used))) {
+    free(ds->seen);
+    ds->seen = NULL;
+    snprintf(err, errlen, "out of memory");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
   rc = OPS->flags_map(BE, fd, (uint64_t)slots * GRAPHD_FLAG_STRIDE, &ds->flags, err, errlen);
   if (rc < 0) return rc;
   ds->has_flags = true;
@@ -72,6 +105,8 @@ static void unmap_flags(gd_device *d, gd_dstream *ds) {
     d->dstreams->head = ds->next;
   if (ds->next) ds->next->prev = ds->prev;
   ds->prev = ds->next = NULL;
+  dring_unmap(ds->ring);
+  ds->ring = NULL;
   OPS->flags_unmap(BE, &ds->flags);
   ds->has_flags = false;
   dstream_drop(ds);

@@ -20,6 +20,7 @@
 
 #include "backend.h"
 #include "device.h"
+#include "dring.h"
 #include "graphd/protocol.h"
 
 typedef struct gd_dstream {
@@ -34,6 +35,12 @@ typedef struct gd_dstream {
   uint64_t epoch;                 /* the device epoch its stream and flags were made in */
   struct gd_dstream *prev, *next; /* in the device's dstreams while the flag page is mapped */
   atomic_int holders;             /* the session, and the device's list while mapped */
+  /* The worker's own view of the session, for its submission ring: */
+  gd_dregion *regions; /* the regions imported, by the loop's ids */
+  gd_dring *ring;      /* NULL until RegisterRing; unmapped with the flag page */
+  uint64_t *seen;      /* per flag slot: the highest seq the worker took */
+  uint32_t *used;      /* the slots with a seq seen, for the in-flight count */
+  uint32_t nused;
 } gd_dstream;
 
 /* A fresh dstream for a data session. Loop thread. NULL when out of memory. */
@@ -47,6 +54,16 @@ void dstream_drop(gd_dstream *ds);
  * not closed here). */
 int dstream_map_flags(gd_device *d, gd_dstream *ds, int fd, uint32_t slots, char *err,
                       size_t errlen);
+
+/* The device's first session with a flag page mapped (then ds->next);
+ * NULL when none. */
+gd_dstream *dstream_first(gd_device *d);
+
+/* Records that the worker took replay `seq` on slot (the highest seen). */
+void dstream_saw(gd_dstream *ds, uint32_t slot, uint64_t seq);
+
+/* Replays taken on the session's slots whose done word is still behind. */
+uint64_t dstream_inflight(const gd_dstream *ds);
 
 /* Word `word` (GRAPHD_FLAG_WORD_*) of flag slot `slot`: the daemon's host
  * mapping, and its device address. */

@@ -12,10 +12,17 @@ gd_region *region_find(gd_region_table *t, uint32_t id) {
   return r;
 }
 
+uint32_t region_new_id(gd_region_table *t) { return ++t->next_id; }
+
 gd_region *region_add(gd_region_table *t, const gd_region_map *map, uint64_t client_base) {
+  return region_add_as(t, region_new_id(t), map, client_base);
+}
+
+gd_region *region_add_as(gd_region_table *t, uint32_t id, const gd_region_map *map,
+                         uint64_t client_base) {
   gd_region *r = calloc(1, sizeof *r);
   if (!r) return NULL;
-  r->id = ++t->next_id;
+  r->id = id;
   r->map = *map;
   r->client_base = client_base;
   HASH_ADD(hh, t->head, id, sizeof r->id, r);

@@ -36,6 +36,12 @@ gd_region *region_find(gd_region_table *t, uint32_t id);
 /* Adds an import under a new id; NULL when out of memory. */
 gd_region *region_add(gd_region_table *t, const gd_region_map *map, uint64_t client_base);
 
+/* A new id, for an import that region_add_as adds once it is made (the
+ * worker learns the id with the import, for the session's ring). */
+uint32_t region_new_id(gd_region_table *t);
+gd_region *region_add_as(gd_region_table *t, uint32_t id, const gd_region_map *map,
+                         uint64_t client_base);
+
 /* Takes r out of the table and frees the entry (not the mapping). */
 void region_remove(gd_region_table *t, gd_region *r);
 

@@ -4,6 +4,9 @@
 
 #include <errno.h>
 #include <math.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +24,7 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* How long an idle worker spins before it sleeps on its condition. */
+/* How long an idle worker spins before it sleeps in epoll_wait. */
 #define WORKER_SPIN_NS 50000u
 
 /* Hands a finished job to the loop. Any thread. */
@@ -49,7 +52,26 @@ static void fail_unrun(gd_job *j, const char *why, bool stopping) {
 #define STOPPING_MSG "graphd is shutting down; the request was not started (send it again)"
 
 /* How often a worker that wants ticks wakes while idle. */
-#define TICK_NS 10000000L
+#define TICK_MS 10
+
+/* Wakes a sleeping worker. w->lock held. */
+static void wake(gd_worker *w) {
+  uint64_t one = 1;
+  if (w->sleeping && write(w->wake_fd, &one, sizeof one) < 0) { /* the counter is only a signal */
+  }
+}
+
+/* Sleeps until a job, the stop or a doorbell wakes the worker, or
+ * timeout_ms passes (-1: no timeout); reads what woke it. */
+static void sleep_for_events(gd_worker *w, int timeout_ms) {
+  struct epoll_event ev[16];
+  int n = epoll_wait(w->epfd, ev, 16, timeout_ms);
+  for (int i = 0; i < n; i++) {
+    uint64_t v;
+    if (read(ev[i].data.fd, &v, sizeof v) < 0) { /* emptied already */
+    }
+  }
+}
 
 /* Runs done callbacks until none is left. A callback may submit a job that
  * completes at once (a stopping worker refuses it): that completion is run
@@ -87,29 +109,25 @@ static void *worker_main(void *arg) {
 
   for (;;) {
     /* Right after a job, the next request of a synchronous client is
-     * usually a few tens of microseconds away: spin briefly before
-     * sleeping, so that its hand-off costs no futex wake-up. */
+     * usually a few tens of microseconds away, and an asynchronous client
+     * may be filling its ring: spin briefly before sleeping, so that its
+     * hand-off costs no wake-up. */
     uint64_t spin_from = gd_now_ns();
-    for (unsigned i = 0; !atomic_load(&w->queued); i++) {
+    for (unsigned i = 0; !atomic_load(&w->queued) && !h->pending(w->ctx); i++) {
       cpu_relax();
       if ((i & 63) == 0 && gd_now_ns() - spin_from > WORKER_SPIN_NS) break;
     }
-    bool tick = !atomic_load(&w->queued) && h->wants_tick(w->ctx);
     pthread_mutex_lock(&w->lock);
-    bool timed_out = false;
-    while (!w->head && !w->stopping && !timed_out) {
-      if (tick) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += TICK_NS;
-        if (ts.tv_nsec >= 1000000000L) {
-          ts.tv_sec++;
-          ts.tv_nsec -= 1000000000L;
-        }
-        timed_out = pthread_cond_timedwait(&w->cond, &w->lock, &ts) == ETIMEDOUT;
-      } else {
-        pthread_cond_wait(&w->cond, &w->lock);
-      }
+    if (!w->head && !w->stopping && !h->pending(w->ctx)) {
+      bool tick = h->wants_tick(w->ctx);
+      w->sleeping = true;
+      pthread_mutex_unlock(&w->lock);
+      /* A job queued from here on writes wake_fd (sleeping is set); a
+       * ring entry published after the hook asked for a wake-up rings. */
+      if (!h->sleep(w->ctx, true)) sleep_for_events(w, tick ? TICK_MS : -1);
+      h->sleep(w->ctx, false);
+      pthread_mutex_lock(&w->lock);
+      w->sleeping = false;
     }
     gd_job *j = w->head;
     if (j) {
@@ -135,13 +153,17 @@ static void *worker_main(void *arg) {
         atomic_store(&w->busy, false);
       }
       atomic_store(&w->heartbeat_ns, gd_now_ns());
-    }
-    if (j) {
       /* The loop may free the job once it has it: keep what the hook reads. */
       bool ran = j->ran;
       int status = j->status;
       complete(p, j);
       h->after(w->ctx, w, true, ran, status);
+    } else if (h->pending(w->ctx) && !h->refusal(w->ctx)) {
+      atomic_store(&w->busy, true);
+      int status = h->poll(w->ctx, w);
+      atomic_store(&w->busy, false);
+      atomic_store(&w->heartbeat_ns, gd_now_ns());
+      h->after(w->ctx, w, true, true, status);
     } else {
       h->after(w->ctx, w, false, false, 0);
     }
@@ -175,7 +197,13 @@ int worker_pool_start(gd_pool *p, uv_loop_t *loop, int n, void *const *ctx,
     w->hooks = hooks;
     w->pool = p;
     pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->cond, NULL);
+    w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    w->epfd = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = w->wake_fd};
+    if (w->wake_fd < 0 || w->epfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wake_fd, &ev) < 0) {
+      GD_LOG(GD_ERROR, "worker", "worker %d: cannot make its wake-up fds: %s", i, strerror(errno));
+      continue;
+    }
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
       GD_LOG(GD_ERROR, "worker", "worker %d: cannot start its thread", i);
       continue;
@@ -203,7 +231,7 @@ void worker_submit(gd_worker *w, gd_job *j) {
       w->head = j;
     w->tail = j;
     atomic_fetch_add(&w->queued, 1);
-    pthread_cond_signal(&w->cond);
+    wake(w);
   }
   pthread_mutex_unlock(&w->lock);
   if (refuse) {
@@ -218,7 +246,7 @@ int worker_pool_stop(gd_pool *p, double grace_s) {
     gd_worker *w = &p->workers[i];
     pthread_mutex_lock(&w->lock);
     w->stopping = true;
-    pthread_cond_signal(&w->cond);
+    wake(w);
     pthread_mutex_unlock(&w->lock);
   }
   struct timespec deadline;
@@ -273,8 +301,10 @@ int worker_pool_stuck(gd_pool *p, uint64_t stale_ns) {
 
 void worker_pool_free(gd_pool *p) {
   for (int i = 0; p->workers && i < p->n; i++) {
-    pthread_mutex_destroy(&p->workers[i].lock);
-    pthread_cond_destroy(&p->workers[i].cond);
+    gd_worker *w = &p->workers[i];
+    pthread_mutex_destroy(&w->lock);
+    if (w->epfd >= 0) close(w->epfd);
+    if (w->wake_fd >= 0) close(w->wake_fd);
   }
   free(p->workers);
   p->workers = NULL;
@@ -294,6 +324,8 @@ bool worker_stopping(gd_worker *w) {
   pthread_mutex_unlock(&w->lock);
   return s;
 }
+
+int worker_wake_set(gd_worker *w) { return w->epfd; }
 
 void worker_heartbeat(gd_worker *w) { atomic_store(&w->heartbeat_ns, gd_now_ns()); }
 

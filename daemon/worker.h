@@ -1,15 +1,22 @@
 /* Worker threads: one FIFO of jobs per thread, run in order, handed back
  * to the loop thread when done. A worker knows nothing of devices: what it
  * serves comes in as an opaque context and a few hooks (open at start, why
- * jobs are refused, the idle tick, the work after each job, teardown).
+ * jobs are refused, the idle tick, the work after each job, teardown, and
+ * work that arrives without a job: the submission rings of asynchronous
+ * replays, which clients fill directly).
  *
  * DESIGN: the loop thread submits jobs with worker_submit(); the worker
  * runs job->run on its thread, then hands the job back through the pool's
- * completion list and uv_async_send(); the loop runs job->done.
+ * completion list and uv_async_send(); the loop runs job->done. Between
+ * jobs the worker runs the `poll` hook while `pending` says there is work.
+ * An idle worker spins a bounded time, then sleeps in epoll_wait on its
+ * own eventfd (written by worker_submit and worker_pool_stop only while
+ * the worker sleeps) and on the doorbells the hooks add to its wake set
+ * (worker_wake_set), so that it wakes for either.
  *
- * Locks: each worker's `lock` guards its queue and `stopping`; the pool's
- * `lock` guards the completion list. Neither lock is held while running a
- * job, a hook or a callback, and no thread takes both at once. */
+ * Locks: each worker's `lock` guards its queue, `stopping` and `sleeping`;
+ * the pool's `lock` guards the completion list. Neither lock is held while
+ * running a job, a hook or a callback, and no thread takes both at once. */
 #ifndef GRAPHD_WORKER_H
 #define GRAPHD_WORKER_H
 
@@ -60,6 +67,15 @@ typedef struct gd_worker_hooks {
   void (*after)(void *ctx, gd_worker *w, bool had_job, bool ran, int status);
   /* On the way out, after the last job. */
   void (*stop)(void *ctx);
+  /* Work without a job is waiting (cheap: asked while spinning). */
+  bool (*pending)(void *ctx);
+  /* Does some of that work; returns the worst status of what it ran (0
+   * or a negated status), which the after hook gets. */
+  int (*poll)(void *ctx, gd_worker *w);
+  /* About to sleep (asleep): ask producers for a wake-up, and say whether
+   * work came meanwhile (then the worker does not sleep); awake again
+   * (!asleep): they need not ring any more. */
+  bool (*sleep)(void *ctx, bool asleep);
 } gd_worker_hooks;
 
 struct gd_worker {
@@ -70,9 +86,11 @@ struct gd_worker {
   pthread_t thread;
   bool thread_started;
   pthread_mutex_t lock;
-  pthread_cond_t cond;
+  int wake_fd;                   /* eventfd: jobs or the stop for a sleeping worker */
+  int epfd;                      /* epoll set: wake_fd and the hooks' doorbells */
   gd_job *head, *tail;           /* guarded by lock */
   bool stopping;                 /* guarded by lock */
+  bool sleeping;                 /* guarded by lock: in epoll_wait, or about to be */
   _Atomic uint64_t heartbeat_ns; /* last time the worker woke or finished a job */
   _Atomic bool busy;             /* a job is running */
   _Atomic int queued;            /* jobs in the queue, for the spin before sleeping */
@@ -127,6 +145,14 @@ void worker_pool_free(gd_pool *p);
 bool worker_has_queued(gd_worker *w);
 /* True once worker_pool_stop() has asked w to stop. */
 bool worker_stopping(gd_worker *w);
+/* The epoll set w sleeps on: the worker's hooks add eventfds to it (level
+ * triggered, data.fd the fd; the worker reads each one that fires, so it
+ * must be non-blocking) and must remove each before closing it. Worker
+ * thread. */
+int worker_wake_set(gd_worker *w);
+/* True when a job waits in w's queue; without the lock (a ring's poll asks
+ * it between entries, to let jobs go first). Worker thread. */
+static inline bool worker_jobs_waiting(gd_worker *w) { return atomic_load(&w->queued) > 0; }
 /* Marks w alive (a job that waits a long time calls it). */
 void worker_heartbeat(gd_worker *w);
 

@@ -233,6 +233,8 @@ static graphd_status gd_client_reconnect(graphd_client *c) {
   }
   gd_client_debug(c, "reconnected: session %llu", (unsigned long long)c->session_id);
   gd_client_regions_reset(c);
+  gd_ring_free(c); /* the next async replay makes one for the new session */
+  c->ring_off = false;
   if (c->flags && (st = gd_client_flags_again(c)) != GRAPHD_OK) goto fail_session;
   if ((st = gd_registry_sync_again(c)) != GRAPHD_OK) goto fail_session;
   c->reconnecting = false;

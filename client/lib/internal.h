@@ -10,6 +10,7 @@
 #include "frame.h"
 #include "graphd.pb-c.h"
 #include "graphd/graphd.h"
+#include "graphd/protocol.h"
 
 #define GD_CLIENT_DEFAULT_REGION_CAP 4096 /* the daemon takes 4096 a session */
 #define GD_CLIENT_MAX_FRAME (64u << 20)   /* the largest reply frame taken */
@@ -67,11 +68,36 @@ static inline uint64_t gd_flag_word_dev(const gd_flag_page *f, uint32_t slot, in
   return f->dev + (uint64_t)slot * GRAPHD_FLAG_STRIDE + sizeof(uint64_t) * (uint64_t)word;
 }
 
+/* The session's submission ring (ring.c; graphd/protocol.h). */
+typedef struct gd_ring {
+  int fd, doorbell;
+  volatile graphd_ring_header *hdr;
+  volatile graphd_ring_sqe *sq;
+  volatile graphd_ring_cqe *cq;
+  uint32_t entries;
+  uint64_t bytes;
+  uint64_t tail;      /* entries published */
+  uint64_t cq_head;   /* completions reaped */
+  uint8_t (*ids)[32]; /* programs named to the session, by handle */
+  uint32_t nids, ids_cap;
+  uint64_t completed, failed;
+  uint64_t gen; /* the handle's count of rings made, this one included */
+  /* The first failure not yet reported. */
+  bool has_err;
+  graphd_status err_status;
+  uint64_t err_seq;
+  uint32_t err_slot;
+  char err_text[240];
+} gd_ring;
+
 struct graphd_stream {
   graphd_client *c;
   void *cu_stream;
   uint32_t slot;
   uint64_t seq;
+  uint64_t ring_seq;  /* the last async replay's seq */
+  uint64_t ring_tail; /* the ring's tail once it was published */
+  uint64_t ring_gen;  /* ... in the ring of this generation */
 };
 
 /* How a call that got no answer from the daemon failed (the handle's
@@ -116,6 +142,10 @@ struct graphd_client {
   uint32_t nhost, host_cap;
   uint64_t host_serial;
   gd_flag_page *flags;   /* created with the first stream; freed at close */
+  gd_ring *ring;         /* guarded by lock: made by the first async replay */
+  uint64_t rings_made;   /* guarded by lock */
+  uint32_t ring_entries; /* guarded by lock: the size of the ring to make */
+  bool ring_off;         /* guarded by lock: the daemon has no rings: async goes sync */
   uint8_t (*synced)[32]; /* guarded by lock: programs graphd_registry_sync gave this handle */
   uint32_t nsynced, synced_cap;
   uint32_t *busy; /* guarded by lock: devices the last list or evict could not reach in time */
@@ -132,6 +162,7 @@ struct graphd_client {
  *   watcher.c  releasing stream waits from the host; the watcher thread
  *   call.c     one request, one reply; the handle's error text
  *   region.c   regions and host allocations
+ *   ring.c     the submission ring of asynchronous replays
  *   replay.c   streams, replays and the flag page
  *   client.c   connect and close; ping and status
  * registry.c and captures.c stand on call.c; program.c on none; client.c,
@@ -197,6 +228,32 @@ void gd_client_regions_close(graphd_client *c);
 /* Forgets every cached region (a new session has none); host allocations
  * stay and register again on their next use. */
 void gd_client_regions_reset(graphd_client *c);
+
+/* ring.c: makes the ring and gives it to the session (RegisterRing).
+ * GRAPHD_UNIMPLEMENTED from a daemon without rings. Lock held. */
+graphd_status gd_ring_open(graphd_client *c);
+
+/* The ring handle of a program (RingProgram, once per program). Lock held. */
+graphd_status gd_ring_handle(graphd_client *c, const uint8_t id[32], uint32_t *h);
+
+/* Reads the completions the worker wrote; remembers the first failure. */
+void gd_ring_reap(graphd_client *c);
+
+/* Reports the remembered failure once: sets the handle's error and
+ * returns its status; GRAPHD_OK when there is none. */
+graphd_status gd_ring_take_error(graphd_client *c);
+
+/* Publishes one entry, waiting while the ring is full (at most the
+ * handle's timeout, and not once the daemon is gone); rings the doorbell
+ * when the worker sleeps. Lock held. */
+graphd_status gd_ring_submit(graphd_client *c, const graphd_ring_sqe *e);
+
+/* Waits up to ms for the worker to take every entry published. */
+bool gd_ring_wait_taken(graphd_client *c, int ms);
+
+/* Unmaps and frees the ring (close, or a new session: the old ring died
+ * with the old one). */
+void gd_ring_free(graphd_client *c);
 
 /* replay.c: stops watching c and frees its flag page once no stream still
  * has a write or wait on it queued; a page a stream never gets past is kept

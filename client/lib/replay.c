@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../common/cuda_driver.h"
@@ -123,6 +124,11 @@ graphd_status gd_client_flags_again(graphd_client *c) {
 }
 
 void gd_client_replay_close(graphd_client *c) {
+  /* The worker takes what the ring holds before the session ends (a
+   * session's end drops entries not taken: its client is gone). */
+  if (c->ring && !atomic_load(&c->dead) && !gd_ring_wait_taken(c, CLOSE_WAIT_MS))
+    gd_client_debug(c, "close: the ring's entries were not all taken");
+  gd_ring_free(c);
   gd_flag_page *f = c->flags;
   if (!f) return;
   gd_watch_remove(c);
@@ -330,6 +336,9 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
   /* The daemon went away since the last call: a new session first. */
   if (atomic_load(&c->dead) && c->reconnect_ms > 0 && (st = c->reconnect(c)) != GRAPHD_OK)
     goto exit;
+  /* An asynchronous replay's failure is this call's answer. */
+  gd_ring_reap(c);
+  if ((st = gd_ring_take_error(c)) != GRAPHD_OK) goto exit;
   bool unrun;
   st = replay_once(c, s, program_id, b, n, info, &unrun);
   if (st != GRAPHD_OK && unrun && c->reconnect_ms > 0) {
@@ -341,6 +350,181 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
     if (st == GRAPHD_OK) st = replay_once(c, s, program_id, b, n, info, &unrun);
   }
 exit:
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+/* --- asynchronous replays ------------------------------------------------------ */
+
+/* One asynchronous replay, lock held: the ready write, the ring entry, the
+ * wait for done and the passed write, as replay_once does them around its
+ * request. */
+static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
+                                const graphd_binding *b, size_t n, uint64_t *seq_out) {
+  graphd_status st;
+  graphd_ring_sqe e;
+  memset(&e, 0, sizeof e);
+  if ((st = gd_ring_handle(c, program_id, &e.program)) != GRAPHD_OK) return st;
+  e.nbindings = (uint32_t)n;
+  for (size_t i = 0; i < n; i++) {
+    graphd_region_ref r;
+    if ((st = gd_region_register_locked(c, b[i].ptr, b[i].bytes, &r)) != GRAPHD_OK) {
+      char err[GRAPHD_ERRMAX];
+      snprintf(err, sizeof err, "%s", c->err);
+      return gd_client_set_err(c, st, "binding of slot %u: %s", b[i].slot, err);
+    }
+    e.bindings[i] = (graphd_ring_binding){
+        .slot = b[i].slot, .region_id = r.region_id, .offset = r.offset, .bytes = b[i].bytes};
+  }
+  gd_flag_page *f = c->flags;
+  uint64_t seq = s->seq + 1;
+  e.seq = seq;
+  e.stream_slot = s->slot;
+  const gd_cuda *cu = NULL;
+  if (f->cuda) {
+    if (gd_cuda_load(&cu, NULL, 0) < 0 ||
+        cu->cuStreamWriteValue64((CUstream)s->cu_stream,
+                                 gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_READY), seq,
+                                 0) != CUDA_SUCCESS)
+      return gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the ready write on the stream");
+  } else {
+    __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_READY), seq, __ATOMIC_RELEASE);
+  }
+  /* From here the daemon may write done = seq; the watcher must know. */
+  atomic_store(&f->issued[s->slot], seq);
+  s->seq = seq;
+  st = gd_ring_submit(c, &e);
+  if (st == GRAPHD_OK) {
+    s->ring_seq = seq;
+    s->ring_tail = c->ring->tail;
+    s->ring_gen = c->ring->gen;
+  }
+  if (st != GRAPHD_OK) {
+    /* Never published, so no done = seq will come and no wait for it is
+     * queued; a reconnect does not count it as cut off. */
+    f->unrun[s->slot] = seq;
+  } else if (f->cuda && cu->cuStreamWaitValue64((CUstream)s->cu_stream,
+                                                gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_DONE),
+                                                seq, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
+    st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the wait for done on the stream");
+  }
+  /* The stream's last touch of the page for this seq. A host device's
+   * stream is the caller, which waits on nothing here. */
+  if (f->cuda)
+    (void)cu->cuStreamWriteValue64((CUstream)s->cu_stream,
+                                   gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, 0);
+  else
+    __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
+  if (st == GRAPHD_OK && seq_out) *seq_out = seq;
+  return st;
+}
+
+graphd_status graphd_replay_async(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
+                                  const graphd_binding *b, size_t n, uint64_t *seq) {
+  graphd_status st;
+  pthread_mutex_lock(&c->lock);
+  if (!s || s->c != c || !c->flags) {
+    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "the stream does not belong to this handle");
+    goto exit;
+  }
+  if (atomic_load(&c->dead) && c->reconnect_ms > 0 && (st = c->reconnect(c)) != GRAPHD_OK)
+    goto exit;
+  gd_ring_reap(c);
+  if ((st = gd_ring_take_error(c)) != GRAPHD_OK) goto exit;
+  /* The ring outlives the daemon in our memory: nothing would read it. */
+  if (atomic_load(&c->dead)) {
+    st = gd_client_set_err(c, GRAPHD_UNAVAILABLE, "graphd went away; the replay was not sent");
+    goto exit;
+  }
+  if (!c->ring && !c->ring_off && (st = gd_ring_open(c)) != GRAPHD_OK) {
+    if (st != GRAPHD_UNIMPLEMENTED) goto exit;
+    gd_client_debug(c, "graphd has no submission rings: async replays go the synchronous way");
+    c->ring_off = true;
+  }
+  if (c->ring_off || n > GRAPHD_RING_MAX_BINDINGS) {
+    /* The synchronous way, with the same ordering. */
+    pthread_mutex_unlock(&c->lock);
+    st = graphd_replay(c, s, program_id, b, n, NULL);
+    if (st == GRAPHD_OK && seq) *seq = s->seq;
+    return st;
+  }
+  st = async_once(c, s, program_id, b, n, seq);
+exit:
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+graphd_status graphd_replay_collect(graphd_client *c, graphd_async_info *info) {
+  pthread_mutex_lock(&c->lock);
+  gd_ring_reap(c);
+  if (info) {
+    gd_ring *r = c->ring;
+    info->completed = r ? r->completed : 0;
+    info->failed = r ? r->failed : 0;
+    info->queued = r ? r->tail - r->cq_head : 0;
+  }
+  graphd_status st = gd_ring_take_error(c);
+  pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+graphd_status graphd_stream_wait(graphd_stream *s, uint64_t seq, int timeout_ms) {
+  if (!s) return GRAPHD_INVALID_ARGUMENT;
+  graphd_client *c = s->c;
+  pthread_mutex_lock(&c->lock);
+  gd_flag_page *f = c->flags;
+  int ms = timeout_ms >= 0 ? timeout_ms : c->timeout_ms;
+  pthread_mutex_unlock(&c->lock);
+  if (!f) return gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION, "the handle has no streams");
+  /* The done word only rises (a release from the watcher too), so no lock
+   * is needed to watch it. */
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  volatile uint64_t *done = gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_DONE);
+  for (unsigned i = 0; (int64_t)(__atomic_load_n(done, __ATOMIC_ACQUIRE) - seq) < 0; i++) {
+    if (i > 1024) {
+      struct timespec now, nap = {0, 10000};
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      double el = (double)(now.tv_sec - t0.tv_sec) * 1e3 + (double)(now.tv_nsec - t0.tv_nsec) / 1e6;
+      if (ms > 0 && el > ms) {
+        pthread_mutex_lock(&c->lock);
+        graphd_status st =
+            gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED,
+                              "replay seq %llu on stream slot %u is not done after %d ms",
+                              (unsigned long long)seq, s->slot, ms);
+        pthread_mutex_unlock(&c->lock);
+        return st;
+      }
+      nanosleep(&nap, NULL);
+    }
+  }
+  /* The worker writes done before the entry's completion: wait for the
+   * completions up to the stream's last async replay at or after seq, so
+   * that a failure of seq is reported here. */
+  pthread_mutex_lock(&c->lock);
+  gd_ring *r = c->ring;
+  uint64_t need = r && r->gen == s->ring_gen && seq <= s->ring_seq ? s->ring_tail : 0;
+  pthread_mutex_unlock(&c->lock);
+  while (r && (int64_t)(__atomic_load_n(&r->hdr->cq_tail, __ATOMIC_ACQUIRE) - need) < 0 &&
+         !atomic_load(&c->dead)) {
+    struct timespec nap = {0, 1000};
+    nanosleep(&nap, NULL);
+  }
+  return graphd_replay_collect(c, NULL);
+}
+
+graphd_status graphd_set_ring_entries(graphd_client *c, uint32_t entries) {
+  graphd_status st = GRAPHD_OK;
+  pthread_mutex_lock(&c->lock);
+  if (c->ring)
+    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "the handle's ring is made already");
+  else if (entries < GRAPHD_RING_MIN_ENTRIES || entries > GRAPHD_RING_MAX_ENTRIES ||
+           (entries & (entries - 1)))
+    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT,
+                           "ring entries must be a power of two from %d to %d, not %u",
+                           GRAPHD_RING_MIN_ENTRIES, GRAPHD_RING_MAX_ENTRIES, entries);
+  else
+    c->ring_entries = entries;
   pthread_mutex_unlock(&c->lock);
   return st;
 }

@@ -336,6 +336,64 @@ GRAPHD_EXPORT graphd_status graphd_replay(graphd_client *c, graphd_stream *s,
                                           const graphd_binding *bindings, size_t nbindings,
                                           graphd_replay_info *info);
 
+/* ---- Asynchronous replay -----------------------------------------------------
+ * graphd_replay_async queues the same replay as graphd_replay, under the
+ * same ORDERING CONTRACT on a CUDA stream, without waiting for graphd: it
+ * enqueues the ready write on s, writes an entry into the session's
+ * submission ring (shared memory that the device's worker reads itself),
+ * enqueues the wait for done on s, and returns. The first call makes the
+ * ring (graphd_set_ring_entries) and each new program is named once to
+ * the daemon; regions not in the cache are registered as for
+ * graphd_replay. Replays of a handle run in the order they were issued,
+ * sync and async alike.
+ *
+ * Errors come back later: a replay the daemon refuses or that fails still
+ * writes done (the stream goes on; its outputs are undefined), and its
+ * status is reported by the next call of the handle that replays or
+ * collects (graphd_replay, graphd_replay_async, graphd_replay_collect,
+ * graphd_stream_wait), which then returns that status, names the replay's
+ * seq and stream slot in graphd_last_error, and does nothing else.
+ *
+ * On a host device the host is the stream, and graphd_replay_async does
+ * not wait: call graphd_stream_wait before reading the outputs.
+ *
+ * A full ring blocks the call until the worker has taken an entry (at most
+ * the handle's timeout: then DEADLINE_EXCEEDED, nothing queued); the
+ * worker holds a session's entries while --max-inflight-replays of its
+ * replays are unfinished, as a launch into a full queue waits. A replay
+ * with more than GRAPHD_RING_MAX_BINDINGS (20) bindings, and every replay
+ * on a daemon that has no rings, goes the synchronous way. If the daemon
+ * dies, queued replays are released as for graphd_replay; a restart sends
+ * none of them again (they may have run): the next call reports them.
+ *
+ * seq, when not NULL, gets the replay's sequence number on s (for
+ * graphd_stream_wait). Thread-safe as graphd_replay. */
+GRAPHD_EXPORT graphd_status graphd_replay_async(graphd_client *c, graphd_stream *s,
+                                                const uint8_t program_id[32],
+                                                const graphd_binding *bindings, size_t nbindings,
+                                                uint64_t *seq);
+
+typedef struct graphd_async_info {
+  uint64_t completed; /* async replays the daemon has taken and answered, since connect */
+  uint64_t failed;    /* of which failed */
+  uint64_t queued;    /* issued and not answered yet */
+} graphd_async_info;
+
+/* Reads the ring's completions: returns the first error not yet reported
+ * (as above), else GRAPHD_OK; info may be NULL. Never blocks. */
+GRAPHD_EXPORT graphd_status graphd_replay_collect(graphd_client *c, graphd_async_info *info);
+
+/* Waits on the host until replay `seq` of s has finished with its buffers
+ * (its done value), then collects as graphd_replay_collect. timeout_ms < 0
+ * waits as long as the handle's timeout. For host devices, before reading
+ * the outputs of graphd_replay_async; on CUDA streams the stream orders
+ * it and this is rarely needed. */
+GRAPHD_EXPORT graphd_status graphd_stream_wait(graphd_stream *s, uint64_t seq, int timeout_ms);
+
+/* The ring's size in entries (a power of two, 2 to 4096; default 256), for
+ * a handle whose ring is not made yet. INVALID_ARGUMENT otherwise. */
+GRAPHD_EXPORT graphd_status graphd_set_ring_entries(graphd_client *c, uint32_t entries);
+
 /* ---- Captures: list and evict -----------------------------------------------
  * Any session may list captures. Any session may evict captures that only
  * processes of its own user used; selected by client_pid, the ones that

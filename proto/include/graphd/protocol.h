@@ -1,11 +1,15 @@
 /* The wire contracts that graphd, libgraphd and the Python package share
  * beyond the protobuf schema: the protocol version spoken at Hello, the
  * layout of the flag page through which a client's stream and the daemon's
- * session stream order each other, and the kinds of client memory.
+ * session stream order each other, the layout of the submission ring of
+ * asynchronous replays, and the kinds of client memory.
  *
- * Leaf header: constants only. docs/protocol.md describes each. */
+ * Leaf header: constants and fixed layouts only. docs/protocol.md
+ * describes each. */
 #ifndef GRAPHD_PROTOCOL_H
 #define GRAPHD_PROTOCOL_H
+
+#include <stdint.h>
 
 /* The version both sides send in Hello; any other is refused. */
 #define GRAPHD_PROTOCOL_VERSION 1
@@ -34,5 +38,84 @@ enum graphd_region_kind {
   GRAPHD_REGION_LEGACY_IPC = 2, /* cuMemAlloc memory: a CUipcMemHandle */
   GRAPHD_REGION_HOST_MEMFD = 3, /* host backend: a memfd */
 };
+
+/* The submission ring (RegisterRing): one sealed memfd per data session,
+ * mapped by the client and by the device's worker, in three parts:
+ *   [0, 4096)                      the header (graphd_ring_header)
+ *   [4096, +entries * 512)         submission entries (graphd_ring_sqe)
+ *   [.., +entries * 16)            completion entries (graphd_ring_cqe)
+ * entries is a power of two from GRAPHD_RING_MIN_ENTRIES to
+ * GRAPHD_RING_MAX_ENTRIES. Indices run freely (64 bits) and are masked
+ * with entries - 1. The client fills sqe[tail] and then publishes
+ * sq_tail (release); the worker reads entries up to sq_tail (acquire),
+ * writes one completion per entry, in order, into cqe[cq_tail], and
+ * publishes sq_head and cq_tail (release). The client reaps completions up
+ * to cq_tail and publishes cq_head; it may fill an entry only while
+ * sq_tail - cq_head < entries, so a completion never overwrites one it
+ * has not read. Before sleeping the worker sets GRAPHD_RING_NEED_WAKEUP
+ * in flags and looks at sq_tail once more; a client that finds the flag
+ * set after publishing sq_tail writes the ring's doorbell (an eventfd). */
+#define GRAPHD_RING_MAGIC 0x31474e5244485047ull /* "GPHDRNG1" */
+#define GRAPHD_RING_HEADER_BYTES 4096
+#define GRAPHD_RING_SQE_BYTES 512
+#define GRAPHD_RING_CQE_BYTES 16
+#define GRAPHD_RING_MIN_ENTRIES 2
+#define GRAPHD_RING_MAX_ENTRIES 4096
+/* Bindings one entry carries; a replay with more goes the synchronous way. */
+#define GRAPHD_RING_MAX_BINDINGS 20
+#define GRAPHD_RING_NEED_WAKEUP 1u
+/* Bytes of the ring memfd for `entries` entries. */
+#define GRAPHD_RING_BYTES(entries)                                                                 \
+  ((uint64_t)GRAPHD_RING_HEADER_BYTES +                                                            \
+   (uint64_t)(entries) * (GRAPHD_RING_SQE_BYTES + GRAPHD_RING_CQE_BYTES))
+
+/* Each index on a cache line of its own: the two sides write different ones. */
+typedef struct graphd_ring_header {
+  uint64_t magic;   /* GRAPHD_RING_MAGIC, written by the client */
+  uint32_t entries; /* as registered */
+  uint32_t reserved0;
+  uint8_t pad0[48];
+  uint64_t sq_tail; /* client: entries published */
+  uint8_t pad1[56];
+  uint64_t sq_head; /* worker: entries taken */
+  uint64_t cq_tail; /* worker: completions written */
+  uint32_t flags;   /* worker: GRAPHD_RING_NEED_WAKEUP */
+  uint8_t pad2[44];
+  uint64_t cq_head; /* client: completions reaped */
+  uint8_t pad3[56];
+  /* The text of a failed entry's error, for the client: the worker writes
+   * it only while err_seq is 0, then publishes err_seq (release); the
+   * client reads it and stores 0 again. */
+  uint64_t err_seq;
+  uint32_t err_slot;
+  uint32_t err_code;
+  char err_text[240];
+} graphd_ring_header;
+
+typedef struct graphd_ring_binding {
+  uint32_t slot;      /* program slot */
+  uint32_t region_id; /* the session's region (RegisterRegionReply.region_id) */
+  uint64_t offset;    /* into the region */
+  uint64_t bytes;     /* the slot's size */
+} graphd_ring_binding;
+
+typedef struct graphd_ring_sqe {
+  uint64_t seq;         /* > the previous seq on this stream slot */
+  uint32_t program;     /* handle from RingProgramReply */
+  uint32_t stream_slot; /* flag slot */
+  uint32_t nbindings;   /* up to GRAPHD_RING_MAX_BINDINGS */
+  uint32_t reserved[3];
+  graphd_ring_binding bindings[GRAPHD_RING_MAX_BINDINGS];
+} graphd_ring_sqe;
+
+typedef struct graphd_ring_cqe {
+  uint64_t seq;         /* the entry's seq */
+  uint32_t stream_slot; /* the entry's flag slot */
+  uint32_t status;      /* 0, or the graphd_status it failed with */
+} graphd_ring_cqe;
+
+_Static_assert(sizeof(graphd_ring_header) <= GRAPHD_RING_HEADER_BYTES, "ring header too large");
+_Static_assert(sizeof(graphd_ring_sqe) == GRAPHD_RING_SQE_BYTES, "ring entry size");
+_Static_assert(sizeof(graphd_ring_cqe) == GRAPHD_RING_CQE_BYTES, "ring completion size");
 
 #endif

@@ -1,0 +1,156 @@
+/* See dring.h. Worker thread. */
+#define _GNU_SOURCE
+#include "dring.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../common/memfd.h"
+#include "graphd/status.h"
+
+int dring_region_add(gd_dregion **view, uint32_t id, const gd_region_map *m) {
+  gd_dregion *r = calloc(1, sizeof *r);
+  if (!r) return -GRAPHD_RESOURCE_EXHAUSTED;
+  r->id = id;
+  r->map = *m;
+  HASH_ADD(hh, *view, id, sizeof r->id, r);
+  return 0;
+}
+
+void dring_region_remove(gd_dregion **view, uint32_t id) {
+  gd_dregion *r;
+  HASH_FIND(hh, *view, &id, sizeof id, r);
+  if (!r) return;
+  HASH_DEL(*view, r);
+  free(r);
+}
+
+const gd_region_map *dring_region_find(gd_dregion *const *view, uint32_t id) {
+  gd_dregion *r;
+  HASH_FIND(hh, *view, &id, sizeof id, r);
+  return r ? &r->map : NULL;
+}
+
+void dring_region_clear(gd_dregion **view) {
+  gd_dregion *r, *tmp;
+  HASH_ITER(hh, *view, r, tmp) {
+    HASH_DEL(*view, r);
+    free(r);
+  }
+}
+
+/* An eventfd shows in /proc as "anon_inode:[eventfd]"; nothing else that a
+ * client may send reads the same. The worker reads its doorbells, so a
+ * pipe or socket posing as one could block it. */
+static bool is_eventfd(int fd) {
+  char path[64], link[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(path, link, sizeof link - 1);
+  if (n < 0) return false;
+  link[n] = '\0';
+  return strcmp(link, "anon_inode:[eventfd]") == 0;
+}
+
+int dring_map(int fd, int doorbell, uint32_t entries, int epfd, gd_dring **out, char *err,
+              size_t errlen) {
+  int rc = -GRAPHD_INVALID_ARGUMENT;
+  gd_dring *r = NULL;
+  void *p = MAP_FAILED;
+  uint64_t bytes = GRAPHD_RING_BYTES(entries);
+  *out = NULL;
+  if (gd_memfd_check(fd, gd_memfd_shared_seals(), bytes, "ring", err, errlen) < 0) goto fail;
+  if (!is_eventfd(doorbell)) {
+    snprintf(err, errlen, "the ring's doorbell must be an eventfd");
+    goto fail;
+  }
+  int fl = fcntl(doorbell, F_GETFL);
+  if (fl < 0 || fcntl(doorbell, F_SETFL, fl | O_NONBLOCK) < 0) {
+    snprintf(err, errlen, "cannot make the doorbell non-blocking");
+    goto fail;
+  }
+  p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    snprintf(err, errlen, "cannot map the ring (%llu bytes)", (unsigned long long)bytes);
+    rc = -GRAPHD_RESOURCE_EXHAUSTED;
+    goto fail;
+  }
+  volatile graphd_ring_header *h = p;
+  if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != GRAPHD_RING_MAGIC ||
+      __atomic_load_n(&h->entries, __ATOMIC_RELAXED) != entries) {
+    snprintf(err, errlen,
+             "the ring's header must hold GRAPHD_RING_MAGIC and entries = %u (graphd/protocol.h)",
+             entries);
+    goto fail;
+  }
+  r = calloc(1, sizeof *r);
+  if (!r) {
+    snprintf(err, errlen, "out of memory");
+    rc = -GRAPHD_RESOURCE_EXHAUSTED;
+    goto fail;
+  }
+  struct epoll_event ev = {.events = EPOLLIN, .data.fd = doorbell};
+  if (epoll_ctl(epfd, EPOLL_CTL_ADD, doorbell, &ev) < 0) {
+    snprintf(err, errlen, "cannot watch the doorbell");
+    rc = -GRAPHD_INTERNAL;
+    goto fail;
+  }
+  r->hdr = h;
+  r->sq = (volatile graphd_ring_sqe *)((char *)p + GRAPHD_RING_HEADER_BYTES);
+  r->cq = (volatile graphd_ring_cqe *)((char *)p + GRAPHD_RING_HEADER_BYTES +
+                                       (uint64_t)entries * GRAPHD_RING_SQE_BYTES);
+  r->entries = entries;
+  r->bytes = bytes;
+  r->doorbell = doorbell;
+  r->epfd = epfd;
+  /* The worker takes entries from where the client is: 0 for a new ring. */
+  r->head = __atomic_load_n(&h->sq_head, __ATOMIC_ACQUIRE);
+  *out = r;
+  return 0;
+fail:
+  free(r);
+  if (p != MAP_FAILED) munmap(p, bytes);
+  close(doorbell);
+  return rc;
+}
+
+void dring_unmap(gd_dring *r) {
+  if (!r) return;
+  epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->doorbell, NULL);
+  close(r->doorbell);
+  munmap((void *)r->hdr, r->bytes);
+  free(r->progs);
+  free(r);
+}
+
+int dring_set_program(gd_dring *r, uint32_t h, const gd_regprog *p) {
+  if (h >= r->progs_cap) {
+    uint32_t cap = r->progs_cap ? r->progs_cap * 2 : 16;
+    while (cap <= h) cap *= 2;
+    const gd_regprog **np = realloc(r->progs, cap * sizeof *np);
+    if (!np) return -GRAPHD_RESOURCE_EXHAUSTED;
+    memset(np + r->progs_cap, 0, (cap - r->progs_cap) * sizeof *np);
+    r->progs = np;
+    r->progs_cap = cap;
+  }
+  r->progs[h] = p;
+  if (h >= r->nprogs) r->nprogs = h + 1;
+  return 0;
+}
+
+bool dring_avail(gd_dring *r, uint64_t *n) {
+  *n = 0;
+  if (r->broken) return false;
+  /* Sequentially consistent: see ring_sleep. */
+  uint64_t tail = __atomic_load_n(&r->hdr->sq_tail, __ATOMIC_SEQ_CST);
+  if (tail - r->head > r->entries) {
+    r->broken = true;
+    return false;
+  }
+  *n = tail - r->head;
+  return true;
+}

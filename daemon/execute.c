@@ -1,0 +1,209 @@
+/* See execute.h. Worker thread, but for exec_bind. */
+#include "execute.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "evict.h"
+#include "graphd/status.h"
+#include "holwatch.h"
+#include "log.h"
+#include "modcache.h"
+
+typedef struct give_up_ctx {
+  gd_worker *w;
+  gd_dstream *ds;
+  uint64_t start_ns;
+  double timeout_s;
+  bool stopping; /* gave up because graphd is stopping */
+} give_up_ctx;
+
+/* The head-of-line policy where the worker itself waits for the ready flag
+ * (host backend): a client whose flag does not come is cut off only when
+ * it blocks someone else, that is, when another job waits on the worker. */
+static int give_up(void *arg) {
+  give_up_ctx *g = arg;
+  /* Waiting is work: keep the watchdog from taking it for a hang. */
+  worker_heartbeat(g->w);
+  if (atomic_load(&g->ds->client_gone)) return GD_GIVE_UP_GONE;
+  if (worker_stopping(g->w)) {
+    /* Nothing of the replay has run: it is the next daemon's to run. */
+    g->stopping = true;
+    return GD_GIVE_UP_STOPPING;
+  }
+  if (g->timeout_s <= 0) return 0;
+  if ((double)(gd_now_ns() - g->start_ns) < g->timeout_s * 1e9) return 0;
+  return worker_has_queued(g->w) ? GD_GIVE_UP_HUNG : 0;
+}
+
+/* The capture of the job's program on d, built (and made room for) on the
+ * first replay there. */
+static int get_capture(gd_device *d, gd_replay_exec *ex, gd_capture **out, char *err,
+                       size_t errlen) {
+  gd_capture *c = capture_find(d, ex->prog);
+  if (c) {
+    *out = c;
+    return 0;
+  }
+  uint64_t t0 = gd_now_ns();
+  int rc = capture_build(d, ex->prog, ex->bind, ex->ds->stream, &c, err, errlen);
+  if (rc < 0) return rc;
+  /* In the set first, so that budget evictions keep the modules it uses. */
+  if ((rc = capture_insert(d, c)) < 0) {
+    snprintf(err, errlen, "out of memory");
+    capture_free(d, c);
+    return rc;
+  }
+  if (d->budget && (rc = evict_make_room(d, c, &ex->budget_evicted, &ex->budget_evicted_bytes, err,
+                                         errlen)) < 0) {
+    capture_remove(d, c);
+    capture_free(d, c);
+    return rc;
+  }
+  ex->captured = true;
+  ex->recaptured = capture_mark_built(d, c);
+  ex->capture_ns = gd_now_ns() - t0;
+  ex->staging_bytes = c->staging.bytes;
+  char hex[2 * GD_ID_LEN + 1];
+  gd_id_hex(ex->prog->id, 1, hex);
+  GD_LOG(GD_INFO, "replay", "program %s captured in %.1f us: %u steps, %llu staging bytes", hex,
+         (double)ex->capture_ns / 1e3, ex->prog->program->nsteps,
+         (unsigned long long)c->staging.bytes);
+  *out = c;
+  return 0;
+}
+
+/* Runs one replay. Whatever happens once the flags are known, done = seq is
+ * written after the work ordered before it; but for a replay given up
+ * before it started because graphd is stopping (*not_started): that one
+ * writes nothing, so that the next daemon may run it under the same
+ * ordering. */
+int exec_run(gd_device *d, gd_worker *w, gd_replay_exec *ex, bool *not_started, char *err,
+             size_t errlen) {
+  const gd_backend_ops *ops = d->be->ops;
+  gd_dstream *ds = ex->ds;
+  volatile uint64_t *ready = dstream_word(ds, ex->stream_slot, GRAPHD_FLAG_WORD_READY);
+  volatile uint64_t *done = dstream_word(ds, ex->stream_slot, GRAPHD_FLAG_WORD_DONE);
+  uint64_t ready_dev = dstream_word_dev(ds, ex->stream_slot, GRAPHD_FLAG_WORD_READY);
+  uint64_t done_dev = dstream_word_dev(ds, ex->stream_slot, GRAPHD_FLAG_WORD_DONE);
+  int rc;
+  uint64_t loaded, load_ns;
+  char why[192];
+  uint64_t epoch = atomic_load(&d->epoch);
+  if (ex->epoch != epoch || ds->epoch != epoch) {
+    /* Its stream, flags or regions went with the old context: nothing of
+     * it can be touched, and the loop is closing the session. */
+    snprintf(err, errlen,
+             "device %d was reset after a GPU fault; reconnect and register the "
+             "regions again",
+             d->index);
+    __atomic_store_n(done, ex->seq, __ATOMIC_RELEASE);
+    return -GRAPHD_UNAVAILABLE;
+  }
+  gd_capture *c = NULL;
+  /* The device stage, then the capture on first use on this device. */
+  if ((rc = modcache_prepare(d, ex->prog, &loaded, &load_ns, err, errlen)) < 0) goto finish;
+  if ((rc = get_capture(d, ex, &c, err, errlen)) < 0) goto finish;
+  /* The client's stream has reached this call. */
+  give_up_ctx g = {.w = w, .ds = ds, .start_ns = gd_now_ns(), .timeout_s = ex->ready_timeout_s};
+  rc = ops->wait_value(d->be, d->dev, ds->stream, ready, ready_dev, ex->seq, give_up, &g, err,
+                       errlen);
+  if (rc < 0 && g.stopping) {
+    *not_started = true;
+    return rc;
+  }
+  if (rc < 0) goto finish;
+  rc = capture_enqueue(d, c, ds->stream, ex->bind, ex->captured, ex->client_pid, ex->client_uid,
+                       err, errlen);
+  if (rc < 0) goto finish;
+  if (!d->be->waits_on_worker)
+    holwatch_add(d, ds, ex->stream_slot, ex->seq, ex->ready_timeout_s, c);
+finish:
+  /* A call that failed because the device faulted (this replay's kernel
+   * or an earlier one): say so; the worker resets the device next. */
+  if (rc < 0 && device_faulted(d, why, sizeof why) < 0) {
+    snprintf(err, errlen,
+             "device %d faulted (%s); it is being reset: reconnect and register "
+             "the regions again",
+             d->index, why);
+    rc = -GRAPHD_UNAVAILABLE;
+  }
+  /* done = seq, in stream order, even for a failed replay; from the host
+   * only when the stream itself cannot take it. */
+  char e2[256];
+  if (ops->write_value(d->be, d->dev, ds->stream, done, done_dev, ex->seq, e2, sizeof e2) < 0) {
+    GD_LOG(GD_WARN, "replay",
+           "writing done=%llu on the stream failed (%s); writing it "
+           "from the host",
+           (unsigned long long)ex->seq, e2);
+    __atomic_store_n(done, ex->seq, __ATOMIC_RELEASE);
+  }
+  return rc;
+}
+
+void exec_write_done(gd_device *d, gd_dstream *ds, uint32_t slot, uint64_t seq) {
+  volatile uint64_t *done = dstream_word(ds, slot, GRAPHD_FLAG_WORD_DONE);
+  char e[256];
+  if (!ds->has_stream || ds->epoch != atomic_load(&d->epoch) ||
+      d->be->ops->write_value(d->be, d->dev, ds->stream, done,
+                              dstream_word_dev(ds, slot, GRAPHD_FLAG_WORD_DONE), seq, e,
+                              sizeof e) < 0)
+    __atomic_store_n(done, seq, __ATOMIC_RELEASE);
+}
+
+static const char *role_name(uint32_t role) {
+  static const char *const n[] = {"input", "output", "inout", "scratch"};
+  return role < 4 ? n[role] : "?";
+}
+
+int exec_bind(const gd_program *p, gd_region_lookup find, void *table, uint64_t epoch, int dev,
+              const gd_bind_req *bindings, size_t n, gd_bound *bind, char *err, size_t errlen) {
+#define REFUSE(c, ...)                                                                             \
+  do {                                                                                             \
+    snprintf(err, errlen, __VA_ARGS__);                                                            \
+    return -(c);                                                                                   \
+  } while (0)
+  if (n > p->nslots)
+    REFUSE(GRAPHD_INVALID_ARGUMENT, "%zu bindings for a program of %u slots", n, p->nslots);
+  for (size_t i = 0; i < n; i++) {
+    const gd_bind_req *b = &bindings[i];
+    if (b->slot >= p->nslots)
+      REFUSE(GRAPHD_INVALID_ARGUMENT, "binding %zu names slot %u; the program has %u slots", i,
+             b->slot, p->nslots);
+    const gd_slot *sl = &p->slots[b->slot];
+    if (sl->role == GD_ROLE_SCRATCH)
+      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u is scratch (daemon-owned) and cannot be bound",
+             b->slot);
+    if (bind[b->slot].bound) REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u is bound twice", b->slot);
+    if (b->bytes != sl->size)
+      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u (%s) is %llu bytes, but its binding covers %llu",
+             b->slot, role_name(sl->role), (unsigned long long)sl->size,
+             (unsigned long long)b->bytes);
+    const gd_region_map *m = find(table, b->region_id);
+    if (!m)
+      REFUSE(GRAPHD_NOT_FOUND, "slot %u is bound to region %u, which this session does not have",
+             b->slot, b->region_id);
+    if (m->epoch != epoch)
+      REFUSE(GRAPHD_UNAVAILABLE,
+             "device %d was reset after a GPU fault and region %u went with "
+             "it; reconnect and register the regions again",
+             dev, b->region_id);
+    if (b->offset > m->size || b->bytes > m->size - b->offset)
+      REFUSE(GRAPHD_OUT_OF_RANGE,
+             "slot %u: region %u: bytes %llu..+%llu are out of range: the region has %llu bytes",
+             b->slot, b->region_id, (unsigned long long)b->offset, (unsigned long long)b->bytes,
+             (unsigned long long)m->size);
+    bind[b->slot].bound = true;
+    bind[b->slot].addr = m->ptr + b->offset;
+    bind[b->slot].bytes = b->bytes;
+  }
+  for (uint32_t k = 0; k < p->nslots; k++) {
+    const gd_slot *sl = &p->slots[k];
+    if (sl->role != GD_ROLE_SCRATCH && (sl->flags & GD_SLOT_STAGED) && !bind[k].bound)
+      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u (staged %s) is not bound", k, role_name(sl->role));
+  }
+  return 0;
+#undef REFUSE
+}

@@ -1,0 +1,80 @@
+/* A resolved replay on the device's worker: the order that keeps a
+ * client's stream and the session stream in step (docs/design.md,
+ * "Ordering"), shared by the two ways a replay arrives: a Replay request
+ * (replay.c, through the loop) and an entry of the session's submission
+ * ring (ring.c, read by the worker itself). Also the binding checks both
+ * ways make, against a table of regions given as a lookup.
+ *
+ * DESIGN: exec_run and exec_write_done run on the worker; exec_bind is
+ * pure and runs on either thread. */
+#ifndef GRAPHD_EXECUTE_H
+#define GRAPHD_EXECUTE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "capture.h"
+#include "device.h"
+#include "dstream.h"
+#include "registry.h"
+#include "worker.h"
+
+/* One replay, resolved. */
+typedef struct gd_replay_exec {
+  const gd_regprog *prog;
+  gd_dstream *ds;
+  uint32_t stream_slot;
+  uint64_t seq;
+  double ready_timeout_s;
+  uint32_t client_pid;
+  uint32_t client_uid;
+  uint64_t epoch; /* the device epoch the bindings were resolved in */
+  gd_bound *bind; /* one per slot of the program */
+  /* Set by exec_run: */
+  bool captured;
+  bool recaptured;
+  uint64_t capture_ns;
+  uint64_t staging_bytes;
+  uint32_t budget_evicted; /* captures the budget dropped to fit this one */
+  uint64_t budget_evicted_bytes;
+} gd_replay_exec;
+
+/* Runs one replay: the device stage and the capture on first use, the
+ * budget, then on the session stream the wait for ready >= seq, the
+ * capture and done = seq. Whatever happens once the flags are known,
+ * done = seq is written after the work ordered before it; but for a replay
+ * given up before it started because graphd is stopping (*not_started):
+ * that one writes nothing, so that the next daemon may run it under the
+ * same ordering. Returns 0 or a negated status with err saying why. */
+int exec_run(gd_device *d, gd_worker *w, gd_replay_exec *ex, bool *not_started, char *err,
+             size_t errlen);
+
+/* done = seq on slot of ds, in stream order (from the host when the
+ * stream cannot take it): a replay refused after its flags were known
+ * releases what the client's stream waits for. */
+void exec_write_done(gd_device *d, gd_dstream *ds, uint32_t slot, uint64_t seq);
+
+/* A binding as either way carries it. */
+typedef struct gd_bind_req {
+  uint32_t slot;
+  uint32_t region_id;
+  uint64_t offset;
+  uint64_t bytes;
+} gd_bind_req;
+
+/* Looks a session's region up by id; NULL when it has none. */
+typedef const gd_region_map *(*gd_region_lookup)(void *table, uint32_t id);
+
+/* The checks of a replay's bindings, and their resolution: each of the n
+ * bindings names a slot of p that is not scratch, once, with the slot's
+ * size, and a range inside a region that find(table) knows, imported in
+ * `epoch` (the device's now; dev names the device in the message); every
+ * staged slot that is not scratch is bound. bind has p->nslots entries,
+ * zeroed; on success each bound one holds its address (the region's plus
+ * the offset) and bytes. Returns 0, or a negated status with err saying
+ * why. Pure: no session, no device. */
+int exec_bind(const gd_program *p, gd_region_lookup find, void *table, uint64_t epoch, int dev,
+              const gd_bind_req *b, size_t n, gd_bound *bind, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,250 @@
+/* See ring.h. Worker thread. */
+#include "ring.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "execute.h"
+#include "graphd/status.h"
+#include "log.h"
+
+/* Entries taken from one ring before looking at the others and the queue. */
+#define RING_BATCH 32
+
+int ring_attach(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_ring_params *pr, int fd,
+                int doorbell, char *err, size_t errlen) {
+  (void)d;
+  if (!ds->has_flags || ds->ring) {
+    close(doorbell);
+    snprintf(err, errlen,
+             ds->ring ? "this session already registered its ring"
+                      : "the session has no flag page; RegisterFlags first");
+    return ds->ring ? -GRAPHD_ALREADY_EXISTS : -GRAPHD_FAILED_PRECONDITION;
+  }
+  gd_dring *r;
+  int rc = dring_map(fd, doorbell, pr->entries, worker_wake_set(w), &r, err, errlen);
+  if (rc < 0) return rc;
+  r->ready_timeout_s = pr->ready_timeout_s;
+  r->max_inflight = pr->max_inflight;
+  r->client_pid = pr->client_pid;
+  r->client_uid = pr->client_uid;
+  ds->ring = r;
+  return 0;
+}
+
+int ring_set_program(gd_dstream *ds, uint32_t h, const gd_regprog *p, char *err, size_t errlen) {
+  if (!ds->ring) {
+    snprintf(err, errlen, "the session has no ring; RegisterRing first");
+    return -GRAPHD_FAILED_PRECONDITION;
+  }
+  if (dring_set_program(ds->ring, h, p) < 0) {
+    snprintf(err, errlen, "out of memory");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  return 0;
+}
+
+static const gd_region_map *view_find(void *table, uint32_t id) {
+  return dring_region_find(table, id);
+}
+
+/* Tells the client how entry e ended: its completion, and the text of the
+ * first failure it has not read yet. */
+static void complete(gd_dring *r, const graphd_ring_sqe *e, int rc, const char *err) {
+  volatile graphd_ring_cqe *c = &r->cq[r->head & (r->entries - 1)];
+  c->seq = e->seq;
+  c->stream_slot = e->stream_slot;
+  c->status = rc < 0 ? (uint32_t)-rc : 0;
+  volatile graphd_ring_header *h = r->hdr;
+  if (rc < 0 && __atomic_load_n(&h->err_seq, __ATOMIC_ACQUIRE) == 0) {
+    h->err_slot = e->stream_slot;
+    h->err_code = (uint32_t)-rc;
+    size_t n = strnlen(err, sizeof h->err_text - 1);
+    memcpy((char *)h->err_text, err, n);
+    h->err_text[n] = '\0';
+    __atomic_store_n(&h->err_seq, e->seq ? e->seq : 1, __ATOMIC_RELEASE);
+  }
+  r->head++;
+  __atomic_store_n(&h->cq_tail, r->head, __ATOMIC_RELEASE);
+  __atomic_store_n(&h->sq_head, r->head, __ATOMIC_RELEASE);
+}
+
+/* Checks, resolves and runs the entry at the ring's head. */
+static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
+  graphd_ring_sqe e;
+  /* One copy: the client may write the shared entry at any time. */
+  memcpy(&e, (const void *)&r->sq[r->head & (r->entries - 1)], sizeof e);
+  char err[512];
+  int rc = 0;
+  bool flags_known = false; /* done = seq must be written even when refused */
+  bool ran = false;
+  gd_bound *bind = NULL;
+  const gd_regprog *prog = NULL;
+#define REFUSE(c, ...)                                                                             \
+  do {                                                                                             \
+    rc = -(c);                                                                                     \
+    snprintf(err, sizeof err, __VA_ARGS__);                                                        \
+    goto finish;                                                                                   \
+  } while (0)
+  if (e.stream_slot >= ds->nslots)
+    REFUSE(GRAPHD_OUT_OF_RANGE, "stream slot %u is out of range: the flag page has %u",
+           e.stream_slot, ds->nslots);
+  if (e.seq <= ds->seen[e.stream_slot])
+    REFUSE(GRAPHD_INVALID_ARGUMENT, "seq %llu on stream slot %u must be above the last one, %llu",
+           (unsigned long long)e.seq, e.stream_slot, (unsigned long long)ds->seen[e.stream_slot]);
+  flags_known = true;
+  dstream_saw(ds, e.stream_slot, e.seq);
+  if (e.program >= r->nprogs || !(prog = r->progs[e.program]))
+    REFUSE(GRAPHD_NOT_FOUND,
+           "program handle %u is not one of this session's (RingProgram gives them)", e.program);
+  if (e.nbindings > GRAPHD_RING_MAX_BINDINGS)
+    REFUSE(GRAPHD_INVALID_ARGUMENT, "%u bindings: a ring entry carries at most %u", e.nbindings,
+           GRAPHD_RING_MAX_BINDINGS);
+  const gd_program *p = prog->program;
+  if (!(bind = calloc(p->nslots ? p->nslots : 1, sizeof *bind)))
+    REFUSE(GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+  gd_bind_req b[GRAPHD_RING_MAX_BINDINGS];
+  for (uint32_t i = 0; i < e.nbindings; i++)
+    b[i] = (gd_bind_req){.slot = e.bindings[i].slot,
+                         .region_id = e.bindings[i].region_id,
+                         .offset = e.bindings[i].offset,
+                         .bytes = e.bindings[i].bytes};
+  uint64_t epoch = atomic_load(&d->epoch);
+  if ((rc = exec_bind(p, view_find, &ds->regions, epoch, d->index, b, e.nbindings, bind, err,
+                      sizeof err)) < 0)
+    goto finish;
+  gd_replay_exec ex = {.prog = prog,
+                       .ds = ds,
+                       .stream_slot = e.stream_slot,
+                       .seq = e.seq,
+                       .ready_timeout_s = r->ready_timeout_s,
+                       .client_pid = r->client_pid,
+                       .client_uid = r->client_uid,
+                       .epoch = epoch,
+                       .bind = bind};
+  bool not_started = false;
+  ran = true;
+  rc = exec_run(d, w, &ex, &not_started, err, sizeof err);
+  if (ex.captured) {
+    r->captures++;
+    r->staging_bytes += ex.staging_bytes;
+    if (ex.recaptured) r->recaptures++;
+  }
+  r->evicted += ex.budget_evicted;
+  r->evicted_bytes += ex.budget_evicted_bytes;
+finish:
+  /* exec_run wrote done itself; a refusal before it writes it here. */
+  if (rc < 0 && flags_known && !ran) exec_write_done(d, ds, e.stream_slot, e.seq);
+  if (rc < 0) {
+    r->errors++;
+    GD_LOG(GD_DEBUG, "ring", "session %llu: entry seq %llu on slot %u: %s",
+           (unsigned long long)ds->session_id, (unsigned long long)e.seq, e.stream_slot, err);
+  } else {
+    r->replays++;
+  }
+  complete(r, &e, rc, rc < 0 ? err : "");
+  free(bind);
+  return rc;
+#undef REFUSE
+}
+
+/* Whether ds's ring has entries, and whether they may run now. */
+static bool has_entries(gd_dstream *ds, bool *held) {
+  gd_dring *r = ds->ring;
+  uint64_t n;
+  *held = false;
+  if (!r || atomic_load(&ds->client_gone)) return false;
+  if (!dring_avail(r, &n)) {
+    if (r->broken && !r->warned) {
+      GD_LOG(GD_WARN, "ring", "session %llu: its ring's tail is not within its entries; not read",
+             (unsigned long long)ds->session_id);
+      r->warned = true;
+    }
+    return false;
+  }
+  if (!n) return false;
+  *held = dstream_inflight(ds) >= r->max_inflight;
+  return true;
+}
+
+void ring_drain(gd_device *d, gd_worker *w, gd_dstream *ds) {
+  bool held;
+  /* Held back or not: the job behind them must follow them. */
+  while (ds && has_entries(ds, &held)) take_one(d, w, ds, ds->ring);
+}
+
+bool ring_pending(gd_device *d) {
+  bool held;
+  for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next)
+    if (has_entries(ds, &held) && !held) return true;
+  return false;
+}
+
+bool ring_held(gd_device *d) {
+  bool held;
+  for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next)
+    if (has_entries(ds, &held) && held) return true;
+  return false;
+}
+
+int ring_poll(gd_device *d, gd_worker *w) {
+  int first = 0;
+  bool held;
+  for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next) {
+    for (int k = 0; k < RING_BATCH && has_entries(ds, &held) && !held; k++) {
+      int rc = take_one(d, w, ds, ds->ring);
+      if (rc < 0 && !first) first = rc;
+      if (worker_jobs_waiting(w)) return first;
+    }
+  }
+  return first;
+}
+
+bool ring_sleep(gd_device *d, bool asleep) {
+  bool any = false;
+  for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next) {
+    if (!ds->ring) continue;
+    /* The flag before the last look at the tails (sequentially consistent,
+     * as dring_avail's load of the tail); the client publishes its tail
+     * before it looks at the flag. */
+    __atomic_store_n(&ds->ring->hdr->flags, asleep ? GRAPHD_RING_NEED_WAKEUP : 0u,
+                     __ATOMIC_SEQ_CST);
+    any = true;
+  }
+  if (!asleep || !any) return false;
+  return ring_pending(d);
+}
+
+#define STATS_PERIOD_NS 1000000u
+
+bool ring_has_stats(gd_device *d) {
+  for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next)
+    if (ds->ring && (ds->ring->replays || ds->ring->errors)) return true;
+  return false;
+}
+
+bool ring_take_stats(gd_device *d, bool all, gd_ring_stats *st) {
+  memset(st, 0, sizeof *st);
+  bool any = false;
+  uint64_t now = gd_now_ns();
+  for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next) {
+    gd_dring *r = ds->ring;
+    if (!r || !(r->replays || r->errors)) continue;
+    if (!all && now - r->taken_ns < STATS_PERIOD_NS) continue;
+    r->taken_ns = now;
+    st->replays += r->replays;
+    st->errors += r->errors;
+    st->captures += r->captures;
+    st->recaptures += r->recaptures;
+    st->staging_bytes += r->staging_bytes;
+    st->evicted += r->evicted;
+    st->evicted_bytes += r->evicted_bytes;
+    r->replays = r->errors = r->captures = r->recaptures = r->staging_bytes = r->evicted =
+        r->evicted_bytes = 0;
+    any = true;
+  }
+  return any;
+}

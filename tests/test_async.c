@@ -1,0 +1,400 @@
+/* Asynchronous replays through the submission ring on the host backend:
+ * exact results over thousands of calls with changing buffers and a ring
+ * that wraps, the order of async and sync replays on one stream, errors
+ * reported by the next call (and the stream released all the same), a full
+ * ring, a client and a daemon killed with entries queued, many clients. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "program3.h"
+
+#define N 1024u /* floats per slot */
+#define PAIRS 8 /* buffer pairs a client cycles through */
+
+static gd_test_daemon d;
+static uint8_t *plugin;
+static size_t plugin_len;
+
+static void setup(void) {
+  td_start(&d, "--host-devices", "1", NULL);
+  plugin = td_read_file(HOST_KERNELS_SO, &plugin_len);
+}
+
+static void teardown(void) {
+  free(plugin);
+  if (d.pid > 0) ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* A client with the staged 3-kernel program, a host stream and PAIRS
+ * pairs of buffers; seq[k] is the last replay that used pair k. */
+typedef struct client {
+  graphd_client *c;
+  graphd_stream *s;
+  uint8_t pid[32];
+  float *x[PAIRS], *y[PAIRS], *cst;
+  float want[PAIRS][N];
+  uint64_t seq[PAIRS];
+  unsigned rng;
+} client;
+
+static void client_open(client *k, uint32_t ring_entries, unsigned seed) {
+  memset(k, 0, sizeof *k);
+  k->c = td_data(&d, 0);
+  if (ring_entries) ck_assert_int_eq(graphd_set_ring_entries(k->c, ring_entries), GRAPHD_OK);
+  uint8_t mod[32];
+  ck_assert_int_eq(graphd_register_module(k->c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
+  ck_assert_int_eq(program3_register(k->c, mod, GRAPHD_MODE_STAGED, N, k->pid), GRAPHD_OK);
+  ck_assert_int_eq(graphd_stream_attach(k->c, NULL, &k->s), GRAPHD_OK);
+  for (int i = 0; i < PAIRS; i++) {
+    ck_assert_int_eq(graphd_host_alloc(k->c, N * 4, (void **)&k->x[i]), GRAPHD_OK);
+    ck_assert_int_eq(graphd_host_alloc(k->c, N * 4, (void **)&k->y[i]), GRAPHD_OK);
+  }
+  ck_assert_int_eq(graphd_host_alloc(k->c, N * 4, (void **)&k->cst), GRAPHD_OK);
+  for (uint32_t j = 0; j < N; j++) k->cst[j] = (float)j * 0.5f;
+  k->rng = seed;
+}
+
+static void client_close(client *k) {
+  graphd_stream_detach(k->s);
+  graphd_close(k->c);
+}
+
+/* Waits for pair i's last replay and checks its output bit for bit. */
+static void check_pair(client *k, int i) {
+  if (!k->seq[i]) return;
+  graphd_status st = graphd_stream_wait(k->s, k->seq[i], -1);
+  ck_assert_msg(st == GRAPHD_OK, "wait: %s", graphd_last_error(k->c));
+  for (uint32_t j = 0; j < N; j++)
+    if (k->y[i][j] != k->want[i][j])
+      ck_abort_msg("pair %d: y[%u] = %g, want %g", i, j, (double)k->y[i][j], (double)k->want[i][j]);
+  k->seq[i] = 0;
+}
+
+/* Fills pair i with fresh input and its reference, once its last replay
+ * is checked, and queues a replay on it (async, or sync). */
+static graphd_status issue(client *k, int i, bool sync, bool bind_c) {
+  check_pair(k, i);
+  float *x = k->x[i], *y = k->y[i];
+  for (uint32_t j = 0; j < N; j++) {
+    x[j] = (float)(rand_r(&k->rng) % 1000) - 500.0f;
+    k->want[i][j] = (2.0f * x[j] + (float)j * 0.5f) * 2.0f + 1.0f;
+  }
+  memset(y, 0xff, N * 4);
+  graphd_binding bd[3] = {
+      {.slot = 0, .ptr = (uint64_t)(uintptr_t)x, .bytes = N * 4},
+      {.slot = 3, .ptr = (uint64_t)(uintptr_t)y, .bytes = N * 4},
+      {.slot = 1, .ptr = (uint64_t)(uintptr_t)k->cst, .bytes = N * 4},
+  };
+  graphd_status st;
+  if (sync) {
+    st = graphd_replay(k->c, k->s, k->pid, bd, bind_c ? 3 : 2, NULL);
+    k->seq[i] = st == GRAPHD_OK ? 1 : 0; /* done already */
+  } else {
+    st = graphd_replay_async(k->c, k->s, k->pid, bd, bind_c ? 3 : 2, &k->seq[i]);
+  }
+  return st;
+}
+
+/* Reads every completion, so that the ring holds no unread one. */
+static void drain_completions(client *k) {
+  graphd_async_info info;
+  do ck_assert_int_eq(graphd_replay_collect(k->c, &info), GRAPHD_OK);
+  while (info.queued);
+}
+
+/* Stops the daemon and waits until it has stopped (every thread). */
+static void stop_daemon(void) {
+  int status;
+  ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+  ck_assert_int_eq(waitpid(d.pid, &status, WUNTRACED), d.pid);
+  ck_assert(WIFSTOPPED(status));
+}
+
+static graphd_device_counters counters(int dev) {
+  graphd_client *ctl = td_control(&d);
+  graphd_device_counters k = td_device_info(ctl, dev).counters;
+  graphd_close(ctl);
+  return k;
+}
+
+START_TEST(test_async_thousands_of_replays_wrap_a_small_ring_exactly) {
+  client k;
+  client_open(&k, 4, 1);
+  for (int i = 0; i < 3000; i++) {
+    graphd_status st = issue(&k, i % PAIRS, false, i == 0);
+    ck_assert_msg(st == GRAPHD_OK, "replay %d: %s", i, graphd_last_error(k.c));
+  }
+  for (int i = 0; i < PAIRS; i++) check_pair(&k, i);
+  graphd_async_info info;
+  ck_assert_int_eq(graphd_replay_collect(k.c, &info), GRAPHD_OK);
+  ck_assert_uint_eq(info.completed, 3000);
+  ck_assert_uint_eq(info.failed, 0);
+  ck_assert_uint_eq(info.queued, 0);
+  /* The worker tells the loop within a tick: the counters catch up. */
+  graphd_device_counters c;
+  for (int i = 0; i < 500 && (c = counters(0)).replays < 3000; i++) usleep(10000);
+  ck_assert_uint_eq(c.replays, 3000);
+  ck_assert_uint_eq(c.captures, 1);
+  ck_assert_uint_eq(c.errors, 0);
+  client_close(&k);
+}
+END_TEST
+
+START_TEST(test_async_and_sync_replays_on_one_stream_keep_their_order) {
+  client k;
+  client_open(&k, 8, 2);
+  unsigned pick = 3;
+  for (int i = 0; i < 2000; i++) {
+    bool sync = rand_r(&pick) % 4 == 0;
+    graphd_status st = issue(&k, i % PAIRS, sync, i == 0);
+    ck_assert_msg(st == GRAPHD_OK, "replay %d: %s", i, graphd_last_error(k.c));
+  }
+  for (int i = 0; i < PAIRS; i++) check_pair(&k, i);
+  /* A chain: each replay reads what the one before it wrote. */
+  float *a = k.x[0], *b = k.y[0];
+  for (uint32_t j = 0; j < N; j++) a[j] = (float)(j % 7) * 0.25f;
+  float ref[N];
+  memcpy(ref, a, sizeof ref);
+  uint64_t last = 0;
+  for (int step = 0; step < 40; step++) {
+    float *in = step % 2 ? b : a, *out = step % 2 ? a : b;
+    graphd_binding bd[2] = {{.slot = 0, .ptr = (uint64_t)(uintptr_t)in, .bytes = N * 4},
+                            {.slot = 3, .ptr = (uint64_t)(uintptr_t)out, .bytes = N * 4}};
+    graphd_status st = step % 5 == 4 ? graphd_replay(k.c, k.s, k.pid, bd, 2, NULL)
+                                     : graphd_replay_async(k.c, k.s, k.pid, bd, 2, &last);
+    ck_assert_msg(st == GRAPHD_OK, "step %d: %s", step, graphd_last_error(k.c));
+    for (uint32_t j = 0; j < N; j++) ref[j] = (2.0f * ref[j] + (float)j * 0.5f) * 2.0f + 1.0f;
+  }
+  ck_assert_int_eq(graphd_stream_wait(k.s, last, -1), GRAPHD_OK);
+  /* 40 steps end in a (even count: the last wrote a). */
+  for (uint32_t j = 0; j < N; j++)
+    if (a[j] != ref[j]) ck_abort_msg("chain: [%u] = %g, want %g", j, (double)a[j], (double)ref[j]);
+  client_close(&k);
+}
+END_TEST
+
+START_TEST(test_async_error_comes_back_on_the_next_call_and_releases_the_stream) {
+  client k;
+  client_open(&k, 0, 3);
+  ck_assert_int_eq(issue(&k, 0, false, true), GRAPHD_OK);
+  check_pair(&k, 0);
+  /* The daemon refuses this one: slot 3 is N * 4 bytes. */
+  graphd_binding bad[2] = {{.slot = 0, .ptr = (uint64_t)(uintptr_t)k.x[1], .bytes = N * 4},
+                           {.slot = 3, .ptr = (uint64_t)(uintptr_t)k.y[1], .bytes = N * 4 - 4}};
+  uint64_t seq = 0;
+  ck_assert_int_eq(graphd_replay_async(k.c, k.s, k.pid, bad, 2, &seq), GRAPHD_OK);
+  /* Its done value comes all the same, and the wait reports the failure. */
+  ck_assert_int_eq(graphd_stream_wait(k.s, seq, -1), GRAPHD_INVALID_ARGUMENT);
+  const char *e = graphd_last_error(k.c);
+  char want[64];
+  snprintf(want, sizeof want, "async replay seq %llu on stream slot", (unsigned long long)seq);
+  ck_assert_msg(strstr(e, want) && strstr(e, "binding covers 4092"), "%s", e);
+  /* Once. */
+  ck_assert_int_eq(graphd_replay_collect(k.c, NULL), GRAPHD_OK);
+  ck_assert_int_eq(issue(&k, 2, false, false), GRAPHD_OK);
+  check_pair(&k, 2);
+  /* A synchronous call reports it too: the sync replay's job runs the
+   * ring's entries first, so the failure is in the ring by the time it is
+   * answered, and this call or the next one reports it. */
+  ck_assert_int_eq(graphd_replay_async(k.c, k.s, k.pid, bad, 2, &seq), GRAPHD_OK);
+  graphd_status st1 = issue(&k, 3, true, false);
+  graphd_status st2 = st1 == GRAPHD_OK ? issue(&k, 4, true, false) : GRAPHD_OK;
+  ck_assert_int_eq(st1 == GRAPHD_OK ? st2 : st1, GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(graphd_last_error(k.c), "binding covers 4092"), "%s",
+                graphd_last_error(k.c));
+  ck_assert_int_eq(issue(&k, 5, true, false), GRAPHD_OK);
+  check_pair(&k, 5);
+  graphd_async_info info;
+  ck_assert_int_eq(graphd_replay_collect(k.c, &info), GRAPHD_OK);
+  ck_assert_uint_eq(info.failed, 2);
+  client_close(&k);
+}
+END_TEST
+
+typedef struct blocked_call {
+  client *k;
+  graphd_status st;
+  _Atomic bool finished;
+} blocked_call;
+
+static void *third_call(void *arg) {
+  blocked_call *b = arg;
+  b->st = issue(b->k, 3, false, false);
+  atomic_store(&b->finished, true);
+  return NULL;
+}
+
+START_TEST(test_async_full_ring_blocks_the_call_until_the_worker_takes_an_entry) {
+  client k;
+  client_open(&k, 2, 4);
+  /* Every pair registered, the program named: no request is needed below. */
+  for (int i = 0; i < PAIRS; i++) ck_assert_int_eq(issue(&k, i, false, i == 0), GRAPHD_OK);
+  for (int i = 0; i < PAIRS; i++) check_pair(&k, i);
+  drain_completions(&k);
+  stop_daemon();
+  ck_assert_int_eq(issue(&k, 1, false, false), GRAPHD_OK);
+  ck_assert_int_eq(issue(&k, 2, false, false), GRAPHD_OK);
+  blocked_call b = {.k = &k};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, third_call, &b), 0);
+  usleep(200000);
+  ck_assert_msg(!atomic_load(&b.finished), "the call returned with the ring full");
+  ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+  pthread_join(th, NULL);
+  ck_assert_msg(b.st == GRAPHD_OK, "%s", graphd_last_error(k.c));
+  for (int i = 1; i <= 3; i++) check_pair(&k, i);
+  client_close(&k);
+}
+END_TEST
+
+/* A client process that queues async replays until it is killed. */
+static void async_loop(int ready_fd) {
+  client k;
+  client_open(&k, 16, 5);
+  for (int i = 0;; i++) {
+    int p = i % PAIRS;
+    graphd_binding bd[2] = {
+        {.slot = 0, .ptr = (uint64_t)(uintptr_t)k.x[p], .bytes = N * 4},
+        {.slot = 3, .ptr = (uint64_t)(uintptr_t)k.y[p], .bytes = N * 4},
+    };
+    graphd_binding bc = {.slot = 1, .ptr = (uint64_t)(uintptr_t)k.cst, .bytes = N * 4};
+    graphd_binding all[3] = {bd[0], bd[1], bc};
+    if (graphd_replay_async(k.c, k.s, k.pid, i == 0 ? all : bd, i == 0 ? 3 : 2, NULL) != GRAPHD_OK)
+      _exit(3);
+    if (i == 40 && write(ready_fd, "r", 1) != 1) _exit(4);
+  }
+}
+
+START_TEST(test_async_killed_client_with_entries_queued_leaves_nothing_behind) {
+  client o;
+  client_open(&o, 0, 6);
+  for (int i = 0; i < PAIRS; i++) ck_assert_int_eq(issue(&o, i, false, i == 0), GRAPHD_OK);
+  for (int i = 0; i < PAIRS; i++) check_pair(&o, i);
+  graphd_device_counters base = counters(0);
+  int base_fds = td_count_fds(d.pid);
+  for (int round = 0; round < 3; round++) {
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    pid_t child = fork();
+    if (child == 0) {
+      close(pfd[0]);
+      async_loop(pfd[1]);
+    }
+    close(pfd[1]);
+    char ch;
+    ck_assert_int_eq(read(pfd[0], &ch, 1), 1);
+    close(pfd[0]);
+    /* Stop the daemon so the child's ring fills, then kill the child with
+     * its entries queued. */
+    stop_daemon();
+    usleep(50000);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+    for (int i = 0; i < 200; i++)
+      ck_assert_msg(issue(&o, i % PAIRS, i % 3 == 0, false) == GRAPHD_OK, "%s",
+                    graphd_last_error(o.c));
+    for (int i = 0; i < PAIRS; i++) check_pair(&o, i);
+    graphd_device_counters c;
+    for (int i = 0;; i++) {
+      c = counters(0);
+      if ((c.sessions == base.sessions && c.regions == base.regions &&
+           td_count_fds(d.pid) == base_fds) ||
+          i > 300)
+        break;
+      usleep(10000);
+    }
+    ck_assert_uint_eq(c.sessions, base.sessions);
+    ck_assert_uint_eq(c.regions, base.regions);
+    ck_assert_int_eq(td_count_fds(d.pid), base_fds);
+  }
+  client_close(&o);
+}
+END_TEST
+
+START_TEST(test_async_daemon_killed_with_entries_queued_releases_the_stream) {
+  client k;
+  client_open(&k, 16, 7);
+  graphd_set_reconnect_wait(k.c, 0); /* the daemon stays dead */
+  for (int i = 0; i < PAIRS; i++) ck_assert_int_eq(issue(&k, i, false, i == 0), GRAPHD_OK);
+  for (int i = 0; i < PAIRS; i++) check_pair(&k, i);
+  stop_daemon();
+  uint64_t last = 0;
+  for (int i = 0; i < 5; i++) {
+    graphd_binding bd[2] = {{.slot = 0, .ptr = (uint64_t)(uintptr_t)k.x[i], .bytes = N * 4},
+                            {.slot = 3, .ptr = (uint64_t)(uintptr_t)k.y[i], .bytes = N * 4}};
+    ck_assert_int_eq(graphd_replay_async(k.c, k.s, k.pid, bd, 2, &last), GRAPHD_OK);
+  }
+  kill(d.pid, SIGKILL);
+  waitpid(d.pid, NULL, 0);
+  d.pid = 0;
+  /* The watcher writes the done values the dead daemon never will. */
+  ck_assert_msg(graphd_stream_wait(k.s, last, 10000) == GRAPHD_OK, "%s", graphd_last_error(k.c));
+  graphd_binding bd[2] = {{.slot = 0, .ptr = (uint64_t)(uintptr_t)k.x[0], .bytes = N * 4},
+                          {.slot = 3, .ptr = (uint64_t)(uintptr_t)k.y[0], .bytes = N * 4}};
+  ck_assert_int_eq(graphd_replay_async(k.c, k.s, k.pid, bd, 2, NULL), GRAPHD_UNAVAILABLE);
+  client_close(&k);
+}
+END_TEST
+
+START_TEST(test_async_many_clients_at_once_are_exact) {
+  enum { CLIENTS = 8 };
+  pid_t kids[CLIENTS];
+  for (int n = 0; n < CLIENTS; n++) {
+    kids[n] = fork();
+    if (kids[n] == 0) {
+      client k;
+      client_open(&k, n % 2 ? 4 : 64, 100 + (unsigned)n);
+      for (int i = 0; i < 600; i++)
+        if (issue(&k, i % PAIRS, i % 50 == 49, i == 0) != GRAPHD_OK) _exit(2);
+      for (int i = 0; i < PAIRS; i++) check_pair(&k, i);
+      client_close(&k);
+      _exit(0);
+    }
+  }
+  for (int n = 0; n < CLIENTS; n++) {
+    int status;
+    ck_assert_int_eq(waitpid(kids[n], &status, 0), kids[n]);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "client %d: status %d", n, status);
+  }
+}
+END_TEST
+
+START_TEST(test_async_ring_size_is_checked) {
+  graphd_client *c = td_data(&d, 0);
+  ck_assert_int_eq(graphd_set_ring_entries(c, 3), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(graphd_last_error(c), "power of two"), "%s", graphd_last_error(c));
+  ck_assert_int_eq(graphd_set_ring_entries(c, 8192), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_int_eq(graphd_set_ring_entries(c, 2), GRAPHD_OK);
+  graphd_close(c);
+}
+END_TEST
+
+int main(void) {
+  Suite *su = suite_create("async");
+  TCase *tc = tcase_create("async");
+  tcase_set_timeout(tc, 120);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, test_async_thousands_of_replays_wrap_a_small_ring_exactly);
+  tcase_add_test(tc, test_async_and_sync_replays_on_one_stream_keep_their_order);
+  tcase_add_test(tc, test_async_error_comes_back_on_the_next_call_and_releases_the_stream);
+  tcase_add_test(tc, test_async_full_ring_blocks_the_call_until_the_worker_takes_an_entry);
+  tcase_add_test(tc, test_async_killed_client_with_entries_queued_leaves_nothing_behind);
+  tcase_add_test(tc, test_async_daemon_killed_with_entries_queued_releases_the_stream);
+  tcase_add_test(tc, test_async_many_clients_at_once_are_exact);
+  tcase_add_test(tc, test_async_ring_size_is_checked);
+  suite_add_tcase(su, tc);
+  return td_run_suite(su);
+}
