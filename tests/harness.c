@@ -407,11 +407,8 @@ void td_expect_reply(Graphd__Wire__Reply *r, uint32_t code, const char *needle) 
   graphd__wire__reply__free_unpacked(r, NULL);
 }
 
-void td_raw_data_hello(const gd_test_daemon *d, int fd, int dev) {
-  graphd_client *ctl = td_control(d);
-  graphd_daemon_status *st;
-  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
-  ck_assert_uint_gt(st->ndevices, (uint32_t)dev);
+void td_raw_data_hello(graphd_client *c, int fd, int dev) {
+  graphd_device_info info = td_device_info(c, dev);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__Hello h = GRAPHD__WIRE__HELLO__INIT;
   req.request_id = 1;
@@ -419,12 +416,10 @@ void td_raw_data_hello(const gd_test_daemon *d, int fd, int dev) {
   req.hello = &h;
   h.protocol_version = GRAPHD_PROTOCOL_VERSION;
   h.kind = GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
-  h.device_uuid.data = st->devices[dev].uuid;
+  h.device_uuid.data = info.uuid;
   h.device_uuid.len = 16;
   td_raw_send_request(fd, &req, NULL, 0);
   td_expect_reply(td_raw_recv(fd, 5000), GRAPHD_OK, NULL);
-  graphd_daemon_status_free(st);
-  graphd_close(ctl);
 }
 
 Graphd__Wire__Reply *td_raw_register_flags(int fd, uint64_t id, int flags_fd, uint32_t slots) {

@@ -86,9 +86,9 @@ void td_expect_reply(Graphd__Wire__Reply *r, uint32_t code, const char *needle);
 /* Sends a control Hello and checks the reply. */
 void td_raw_hello(int fd);
 
-/* Opens a data session on the raw connection fd for device `dev` of d
- * (its uuid from the daemon's status). */
-void td_raw_data_hello(const gd_test_daemon *d, int fd, int dev);
+/* Opens a data session on the raw connection fd for device `dev` (its
+ * uuid from the daemon's status, asked through c). */
+void td_raw_data_hello(graphd_client *c, int fd, int dev);
 
 /* Sends RegisterFlags (request id `id`, `slots` slots) with the memfd
  * flags_fd on the raw data session fd and returns the reply. */

@@ -221,7 +221,7 @@ static Graphd__Wire__Reply *raw_region(int fd, int kind, uint64_t size, const in
 START_TEST(test_region_bad_fds_are_refused_cleanly) {
   graphd_client *ctl = td_control(&d);
   int fd = td_raw_connect(&d);
-  td_raw_data_hello(&d, fd, 0);
+  td_raw_data_hello(ctl, fd, 0);
   int base = td_count_fds(d.pid);
 
   const int host = GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;

@@ -599,9 +599,9 @@ typedef struct raw_client {
   volatile uint64_t *page;
 } raw_client;
 
-static void raw_open(raw_client *rc) {
+static void raw_open(raw_client *rc, graphd_client *c) {
   rc->fd = td_raw_connect(&d);
-  td_raw_data_hello(&d, rc->fd, 0);
+  td_raw_data_hello(c, rc->fd, 0);
   Graphd__Wire__Reply *r;
 
   rc->flags = gd_memfd_new_shared("flags", 4096);
@@ -676,7 +676,7 @@ static void held_open(held *h, unsigned seed) {
   alloc_bufs(h->c, &h->b);
   h->rng = seed;
   ck_assert_int_eq(run_one(h->c, h->s, h->pid, &h->b, 0, &h->rng, NULL, 1), GRAPHD_OK);
-  raw_open(&h->rc);
+  raw_open(&h->rc, h->c);
 }
 
 static void held_close(held *h) {
@@ -783,7 +783,7 @@ START_TEST(test_replay_slow_client_blocking_nobody_is_not_cut_off) {
   uint8_t pid[32];
   build(c, GRAPHD_MODE_STAGED, pid);
   raw_client rc;
-  raw_open(&rc);
+  raw_open(&rc, c);
   float *mem = mmap(NULL, 2 * N * 4, PROT_READ | PROT_WRITE, MAP_SHARED, rc.mem, 0);
   for (uint32_t k = 0; k < N; k++) mem[k] = (float)k;
   /* The unstaged input must be bound on the capturing replay: capture with
@@ -943,7 +943,7 @@ END_TEST
 START_TEST(test_replay_flag_page_must_be_sealed) {
   graphd_client *ctl = td_control(&d);
   int fd = td_raw_connect(&d);
-  td_raw_data_hello(&d, fd, 0);
+  td_raw_data_hello(ctl, fd, 0);
   int loose = memfd_create("loose-flags", MFD_CLOEXEC);
   ck_assert_int_eq(ftruncate(loose, 4096), 0);
   td_expect_reply(td_raw_register_flags(fd, 2, loose, 4), GRAPHD_INVALID_ARGUMENT,
