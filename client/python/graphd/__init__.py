@@ -7,6 +7,13 @@
   docstring for how it is found): Client (connect, status, register
   modules and programs, streams, host memory, replay).
 
+- graphd.arrays: framework arrays (DLPack, __cuda_array_interface__) as
+  bindings; Client.replay(program, *arrays, stream=None) replays a
+  Program on PyTorch tensors, CuPy arrays and the like.
+- graphd.torch, graphd.cupy (imported on demand): a data session for a
+  framework's device, and for CuPy a RawKernel's module. See
+  docs/pytorch.md and docs/cupy.md.
+
 - graphd.warp (imported on demand; needs warp-lang): Warp functions and
   kernels as graphd programs, for JAX (jax_callable, jax_kernel) and for
   Warp arrays (callable). See docs/warp.md.

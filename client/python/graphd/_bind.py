@@ -1,0 +1,245 @@
+"""Client.replay(program, *arrays, stream=None): a program replayed on
+framework arrays (PyTorch tensors, CuPy arrays, anything with DLPack or
+`__cuda_array_interface__`; see arrays.py), for one Client.
+
+What it adds to the binding libgraphd does:
+  - each array is checked against its slot: C-contiguous, exactly the
+    slot's bytes (libgraphd checks a binding against the whole
+    allocation, which under a caching allocator is a segment holding many
+    tensors, so a smaller tensor would read and write its neighbours),
+    the slot's dtype where add_slot was given one, and writable when the
+    slot is written;
+  - the stream is the one given, else the framework's current stream
+    (PyTorch, CuPy, Warp), else the stream an array's
+    `__cuda_array_interface__` names, else the legacy default stream;
+    an array whose interface names another stream is waited for;
+  - a region is held while an array bound in it is alive: when the last
+    one is gone (its last reference dropped, before its framework can free
+    or reuse the memory), the region is unregistered, so the daemon never
+    keeps an import of memory its owner has freed. Arrays that take no
+    weak reference have their region unregistered after the replay.
+
+DESIGN: the region table is guarded by the Binder's lock; the C calls are
+made outside it (a weak reference's callback may run in any thread, at
+the moment the array's last reference goes)."""
+
+import sys
+import threading
+import weakref
+
+from . import arrays as _arrays
+from .errors import GraphdError
+from .program import ROLES, Program
+
+_INVALID = "INVALID_ARGUMENT"
+_ROLE_NAMES = {v: k for k, v in ROLES.items()}
+_WRITTEN = (ROLES["output"], ROLES["inout"])
+_MAX_STREAMS = 64  # of libgraphd's 127 a handle; older ones are detached
+
+
+def stream_handle(stream):
+    """A CUstream int from what a caller may pass as a stream: an int, a
+    graphd Stream, a torch.cuda.Stream or Warp stream (.cuda_stream), a
+    CuPy stream (.ptr)."""
+    if stream is None or isinstance(stream, int):
+        return stream
+    for attr in ("cuda_stream", "ptr"):
+        v = getattr(stream, attr, None)
+        if isinstance(v, int):
+            return v
+    raise GraphdError(_INVALID, f"stream {stream!r} is not a CUDA stream: pass an int (a CUstream), "
+                      "a torch.cuda.Stream, a CuPy stream or a graphd Stream")
+
+
+def framework_stream(obj):
+    """The current stream of the framework that made obj (PyTorch, CuPy,
+    Warp), as an int; None for another kind of array."""
+    top = type(obj).__module__.split(".", 1)[0]
+    mod = sys.modules.get(top)
+    if mod is None:
+        return None
+    if top == "torch":
+        return mod.cuda.current_stream(obj.device).cuda_stream
+    if top == "cupy":
+        with obj.device:
+            return mod.cuda.get_current_stream().ptr
+    if top == "warp":
+        return mod.get_stream(obj.device).cuda_stream
+    return None
+
+
+def _same_stream(a, b):
+    """Whether two CUstream ints are the same stream: the default stream
+    (None or 0) is the legacy one (1), as in PyTorch and CuPy."""
+    def norm(s):
+        return _arrays.LEGACY_STREAM if not s else s
+    return norm(a) == norm(b)
+
+
+class Binder:
+    def __init__(self, client):
+        self.client = client
+        self._lock = threading.Lock()
+        self._regions = {}  # region id -> {id(array): weakref}; guarded by _lock
+        self._programs = set()  # program ids registered through here
+        self._streams = {}  # CUstream int (None: default) -> graphd Stream, oldest first
+        self._backend = None
+
+    # --- what the session is ------------------------------------------------
+
+    def _host(self):
+        if self._backend is None:
+            self._backend = self.client.device()["backend"]
+        return self._backend == "host"
+
+    def _stream(self, handle):
+        s = self._streams.get(handle)
+        if s is None or not s.handle:
+            if len(self._streams) >= _MAX_STREAMS:
+                old = next(iter(self._streams))
+                self._streams.pop(old).detach()
+            s = self.client.stream_attach(handle)
+            self._streams[handle] = s
+        return s
+
+    # --- region lifetimes ---------------------------------------------------
+
+    def _hold(self, region_id, obj):
+        """Keeps region_id registered while obj is alive. False when obj
+        takes no weak reference."""
+        key = id(obj)
+        with self._lock:
+            held = self._regions.setdefault(region_id, {})
+            if key in held:
+                return True
+        try:
+            ref = weakref.ref(obj, lambda _r, rid=region_id, k=key: self._gone(rid, k))
+        except TypeError:
+            return False
+        with self._lock:
+            self._regions.setdefault(region_id, {})[key] = ref
+        return True
+
+    def _gone(self, region_id, key):
+        with self._lock:
+            held = self._regions.get(region_id)
+            if held is None:
+                return
+            held.pop(key, None)
+            if held:
+                return
+            del self._regions[region_id]
+        self._unregister(region_id)
+
+    def _unregister(self, region_id):
+        if not self.client._h:
+            return
+        try:
+            self.client.region_unregister(region_id)
+        except GraphdError:
+            # Gone already (libgraphd's LRU, or an address reused by a new
+            # allocation, unregistered it; or the daemon restarted).
+            pass
+
+    def held_regions(self):
+        """The region ids held for live arrays (for tests)."""
+        with self._lock:
+            return sorted(self._regions)
+
+    def close(self):
+        with self._lock:
+            self._regions.clear()
+        self._streams.clear()
+
+    # --- replay --------------------------------------------------------------
+
+    def replay(self, program, arrays, stream=None):
+        if not isinstance(program, Program):
+            raise GraphdError(_INVALID, f"replay(program, *arrays) takes a graphd.Program, not "
+                              f"{type(program).__name__}; for a program id and (slot, ptr, nbytes) "
+                              "bindings call replay(stream, program_id, bindings)")
+        enc, pid = program.finish()
+        bound = [i for i in range(program.nslots) if program.slot(i)[0] != "scratch"]
+        if len(arrays) == 1 and isinstance(arrays[0], dict):
+            pairs = sorted(arrays[0].items())
+            for slot, _ in pairs:
+                if slot not in bound:
+                    raise GraphdError(_INVALID, f"slot {slot} is not a slot of the program that is "
+                                      f"bound (those are {bound}; scratch slots are never bound)")
+        else:
+            if len(arrays) != len(bound):
+                raise GraphdError(_INVALID, f"the program binds {len(bound)} slots ({bound}: every "
+                                  f"slot but scratch ones, in order) but {len(arrays)} arrays were "
+                                  "given")
+            pairs = list(zip(bound, arrays))
+        host = self._host()
+        handle = self._replay_stream(stream, [a for _, a in pairs if a is not None], host)
+        infos = []
+        for k, (slot, a) in enumerate(pairs):
+            if a is None:
+                continue  # left unbound: the daemon says whether it may be
+            infos.append((slot, a, self._check(program, slot, a, k, handle, host)))
+        if pid not in self._programs:
+            self.client.register_program(enc, pid)
+            self._programs.add(pid)
+        gs = self._stream(None if host else handle)
+        bindings, after = [], []
+        for slot, a, info in infos:
+            size = program.slot(slot)[2]
+            ref = self.client.region_register(info.ptr, size)
+            if not self._hold(ref["region_id"], a):
+                after.append(ref["region_id"])
+            bindings.append((slot, info.ptr, size))
+        try:
+            return self.client.replay(gs, pid, bindings)
+        finally:
+            # The daemon unmaps these once the replay queued on them is done.
+            for rid in after:
+                if not self._regions.get(rid):
+                    self._unregister(rid)
+
+    def _replay_stream(self, stream, objs, host):
+        if host:
+            if stream not in (None, 0):
+                raise GraphdError(_INVALID, "a host device's session takes no CUDA stream: the "
+                                  "replay has run when the call returns")
+            return None
+        if stream is not None:
+            return stream_handle(stream)
+        for a in objs:
+            s = framework_stream(a)
+            if s is not None:
+                return s
+        for a in objs:
+            cai = getattr(a, "__cuda_array_interface__", None) if hasattr(
+                a, "__cuda_array_interface__") else None
+            if isinstance(cai, dict) and cai.get("version", 0) >= 3 and cai.get("stream"):
+                return cai["stream"]
+        return None
+
+    def _check(self, program, slot, a, k, handle, host):
+        role, _, size = program.slot(slot)
+        what = f"argument {k} (slot {slot}, {role})"
+        info = _arrays.describe(a, what, stream=handle, cpu=host)
+        if host and info.device == "cuda" and info.protocol == "DLPack":
+            raise GraphdError(_INVALID, f"{what} is on a CUDA device, but this session's device "
+                              "is a host device")
+        if not host and info.device == "cpu":
+            raise GraphdError(_INVALID, f"{what} is on the CPU, but this session's device is a "
+                              "GPU: move it there first (.cuda() in PyTorch, cupy.asarray)")
+        if info.nbytes != size:
+            raise GraphdError(_INVALID, f"{what} is {info.nbytes} bytes ({info.dtype}, shape "
+                              f"{info.shape}), but the slot is {size} bytes: an array bound to a "
+                              "slot must be exactly its size (bind a view of the right length, "
+                              "t[:n])")
+        want = program.slot_dtype(slot)
+        if want is not None and info.dtype != want:
+            raise GraphdError(_INVALID, f"{what} is {info.dtype}, but the slot holds {want}")
+        if info.readonly and ROLES[role] in _WRITTEN:
+            raise GraphdError(_INVALID, f"{what} is read-only, but the program writes the slot")
+        if not info.ptr:
+            raise GraphdError(_INVALID, f"{what} has a null data pointer")
+        if info.stream is not None and not host and not _same_stream(info.stream, handle):
+            from . import _cuda
+            _cuda.stream_wait(handle, info.stream)
+        return info
