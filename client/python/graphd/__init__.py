@@ -27,6 +27,8 @@ from .program import (
     ROLES, MODES, MODULE_KINDS,
 )
 from ._lib import Client, Stream, HostBuffer, clear
+from . import arrays
+from .arrays import slot_like
 
 __version__ = "0.1.0"
 
@@ -42,5 +44,5 @@ __all__ = [
     "Program", "Arg", "Slot", "Scalar", "Struct", "Raw", "module_id", "id_hex",
     "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "f16", "f32", "f64",
     "ROLES", "MODES", "MODULE_KINDS",
-    "Client", "Stream", "HostBuffer", "clear",
+    "Client", "Stream", "HostBuffer", "clear", "arrays", "slot_like",
 ]

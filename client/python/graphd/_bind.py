@@ -13,8 +13,8 @@ What it adds to the binding libgraphd does:
     (PyTorch, CuPy, Warp), else the stream an array's
     `__cuda_array_interface__` names, else the legacy default stream;
     an array whose interface names another stream is waited for;
-  - a region is held while an array bound in it is alive: when the last
-    one is gone (its last reference dropped, before its framework can free
+  - a region is held while an array bound in it (or the array it is a
+    view of) is alive: when the last one is gone (its last reference dropped, before its framework can free
     or reuse the memory), the region is unregistered, so the daemon never
     keeps an import of memory its owner has freed. Arrays that take no
     weak reference have their region unregistered after the replay.
@@ -68,6 +68,21 @@ def framework_stream(obj):
     return None
 
 
+def owner(obj):
+    """The array whose memory obj views (PyTorch's `_base`, CuPy's and
+    NumPy's `base`, followed while they are arrays), else obj: a view made
+    for one call then leaves the region held for as long as its base
+    lives."""
+    for _ in range(64):
+        base = getattr(obj, "_base", None)
+        if base is None:
+            base = getattr(obj, "base", None)
+        if base is None or base is obj or not _arrays.has_protocol(base):
+            return obj
+        obj = base
+    return obj
+
+
 def _same_stream(a, b):
     """Whether two CUstream ints are the same stream: the default stream
     (None or 0) is the legacy one (1), as in PyTorch and CuPy."""
@@ -105,8 +120,9 @@ class Binder:
     # --- region lifetimes ---------------------------------------------------
 
     def _hold(self, region_id, obj):
-        """Keeps region_id registered while obj is alive. False when obj
-        takes no weak reference."""
+        """Keeps region_id registered while obj, or the array it is a view
+        of, is alive. False when that takes no weak reference."""
+        obj = owner(obj)
         key = id(obj)
         with self._lock:
             held = self._regions.setdefault(region_id, {})

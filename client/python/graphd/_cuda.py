@@ -45,7 +45,10 @@ def device_uuid(ordinal):
     dev = ctypes.c_int()
     _check(cu.cuDeviceGet(ctypes.byref(dev), int(ordinal)), f"cuDeviceGet({ordinal})")
     out = (ctypes.c_ubyte * 16)()
-    _check(cu.cuDeviceGetUuid(out, dev), "cuDeviceGetUuid")
+    # _v2, as the daemon resolves it (a MIG instance's own UUID).
+    get = getattr(cu, "cuDeviceGetUuid_v2", None) or cu.cuDeviceGetUuid
+    get.restype = ctypes.c_int
+    _check(get(out, dev), "cuDeviceGetUuid")
     return bytes(out)
 
 

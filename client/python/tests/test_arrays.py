@@ -315,6 +315,19 @@ class HostArraysTest(unittest.TestCase):
         self.c.replay(p, CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,)))
         self.assertEqual(floats(yb, 0, 2), (3.0 * -0.25, 3.0 * 0.75))
 
+    def test_a_view_holds_its_region_for_as_long_as_its_base_lives(self):
+        xb, yb = self.buffers()
+        xbase, ybase = CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,))
+        x, y = CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,))
+        x.base, y.base = xbase, ybase  # as CuPy's and NumPy's views say it
+        self.c.replay(self.scale(), x, y)
+        del x, y  # views made for the call
+        self.assertEqual(self.c.region_count(), 2)
+        del xbase
+        self.assertEqual(self.c.region_count(), 1)
+        del ybase
+        self.assertEqual(self.c.region_count(), 0)
+
     def test_an_array_without_weak_references_holds_no_region_after_the_replay(self):
         xb, yb = self.buffers()
         x, y = Slotted(xb, xb.ptr, N), Slotted(yb, yb.ptr, N)
