@@ -20,9 +20,12 @@ What it adds to the binding libgraphd does:
     weak reference have their region unregistered after the replay.
 
 DESIGN: the region table is guarded by the Binder's lock; the C calls are
-made outside it (a weak reference's callback may run in any thread, at
-the moment the array's last reference goes)."""
+made outside it. A weak reference's callback may run in any thread, at the
+moment the array's last reference goes, even inside a section that holds
+the lock (the garbage collector): it only queues the array as gone, and
+whoever gets the lock next, or lets it go, drains the queue."""
 
+import collections
 import sys
 import threading
 import weakref
@@ -35,6 +38,8 @@ _INVALID = "INVALID_ARGUMENT"
 _ROLE_NAMES = {v: k for k, v in ROLES.items()}
 _WRITTEN = (ROLES["output"], ROLES["inout"])
 _MAX_STREAMS = 64  # of libgraphd's 127 a handle; older ones are detached
+_RELEASED_KEPT = 4096  # region ids remembered as let go
+HELD, WEAKLESS, STALE = "held", "weakless", "stale"
 
 
 def stream_handle(stream):
@@ -96,6 +101,11 @@ class Binder:
         self.client = client
         self._lock = threading.Lock()
         self._regions = {}  # region id -> {id(array): weakref}; guarded by _lock
+        self._dead = collections.deque()  # (region id, key) of arrays gone, to drain
+        # Regions let go lately (guarded by _lock): ids grow within a
+        # session, so a hold racing a release is seen here.
+        self._released = set()
+        self._released_order = collections.deque()
         self._programs = set()  # program ids registered through here
         self._streams = {}  # CUstream int (None: default) -> graphd Stream, oldest first
         self._backend = None
@@ -121,31 +131,53 @@ class Binder:
 
     def _hold(self, region_id, obj):
         """Keeps region_id registered while obj, or the array it is a view
-        of, is alive. False when that takes no weak reference."""
+        of, is alive. Returns HELD; WEAKLESS when that takes no weak
+        reference; STALE when the region was let go between its
+        registration and now (register again)."""
         obj = owner(obj)
         key = id(obj)
-        with self._lock:
-            held = self._regions.setdefault(region_id, {})
-            if key in held:
-                return True
         try:
             ref = weakref.ref(obj, lambda _r, rid=region_id, k=key: self._gone(rid, k))
         except TypeError:
-            return False
+            return WEAKLESS
         with self._lock:
-            self._regions.setdefault(region_id, {})[key] = ref
-        return True
+            stale = region_id in self._released
+            if not stale:
+                held = self._regions.setdefault(region_id, {})
+                if key not in held:
+                    held[key] = ref
+        self._drain()
+        return STALE if stale else HELD
 
     def _gone(self, region_id, key):
-        with self._lock:
-            held = self._regions.get(region_id)
-            if held is None:
+        # Any thread, any moment (the garbage collector's too, inside a
+        # section holding the lock): queue it, and drain if the lock is free.
+        self._dead.append((region_id, key))
+        self._drain()
+
+    def _drain(self):
+        """Lets go of the regions whose last array is gone. Whoever holds
+        the lock drains after letting it go, so nothing queued is left."""
+        while self._dead:
+            if not self._lock.acquire(blocking=False):
                 return
-            held.pop(key, None)
-            if held:
-                return
-            del self._regions[region_id]
-        self._unregister(region_id)
+            ready = []
+            try:
+                while self._dead:
+                    rid, key = self._dead.popleft()
+                    held = self._regions.get(rid)
+                    if held is None or held.pop(key, None) is None or held:
+                        continue
+                    del self._regions[rid]
+                    self._released_order.append(rid)
+                    self._released.add(rid)
+                    if len(self._released_order) > _RELEASED_KEPT:
+                        self._released.discard(self._released_order.popleft())
+                    ready.append(rid)
+            finally:
+                self._lock.release()
+            for rid in ready:
+                self._unregister(rid)
 
     def _unregister(self, region_id):
         if not self.client._h:
@@ -159,12 +191,16 @@ class Binder:
 
     def held_regions(self):
         """The region ids held for live arrays (for tests)."""
+        self._drain()
         with self._lock:
-            return sorted(self._regions)
+            out = sorted(self._regions)
+        self._drain()
+        return out
 
     def close(self):
         with self._lock:
             self._regions.clear()
+            self._dead.clear()
         self._streams.clear()
 
     # --- replay --------------------------------------------------------------
@@ -202,16 +238,23 @@ class Binder:
         bindings, after = [], []
         for slot, a, info in infos:
             size = program.slot(slot)[2]
-            ref = self.client.region_register(info.ptr, size)
-            if not self._hold(ref["region_id"], a):
-                after.append(ref["region_id"])
+            for _ in range(8):
+                rid = self.client.region_register(info.ptr, size)["region_id"]
+                how = self._hold(rid, a)
+                if how != STALE:
+                    break
+            if how == WEAKLESS:
+                after.append(rid)
             bindings.append((slot, info.ptr, size))
         try:
             return self.client.replay(gs, pid, bindings)
         finally:
             # The daemon unmaps these once the replay queued on them is done.
             for rid in after:
-                if not self._regions.get(rid):
+                with self._lock:
+                    held = bool(self._regions.get(rid))
+                self._drain()
+                if not held:
                     self._unregister(rid)
 
     def _replay_stream(self, stream, objs, host):

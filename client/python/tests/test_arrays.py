@@ -170,6 +170,48 @@ class DescribeTest(unittest.TestCase):
                                            host=False))
 
 
+class RegionLifetimeTest(unittest.TestCase):
+    """The Binder's region table alone, with a stand-in client."""
+
+    class Client:
+        _h = 1
+
+        def __init__(self):
+            self.unregistered = []
+
+        def region_unregister(self, rid):
+            self.unregistered.append(rid)
+
+    def setUp(self):
+        self.mem = (ctypes.c_float * 8)()
+        self.c = self.Client()
+        self.b = Binder(self.c)
+
+    def array(self):
+        return CAIArray(None, ctypes.addressof(self.mem), (8,))
+
+    def test_an_array_gone_while_the_lock_is_held_is_let_go_when_it_is_free(self):
+        from graphd._bind import HELD
+        a = self.array()
+        self.assertEqual(self.b._hold(5, a), HELD)
+        with self.b._lock:  # as when the garbage collector runs inside a section
+            del a
+            self.assertEqual(self.c.unregistered, [])
+        self.assertEqual(self.b.held_regions(), [])
+        self.assertEqual(self.c.unregistered, [5])
+
+    def test_a_hold_racing_the_release_of_its_region_is_told_to_register_again(self):
+        from graphd._bind import HELD, STALE
+        a = self.array()
+        self.b._hold(7, a)
+        del a
+        self.assertEqual(self.c.unregistered, [7])
+        keep = self.array()
+        self.assertEqual(self.b._hold(7, keep), STALE)  # registered before, let go since
+        self.assertEqual(self.b._hold(8, keep), HELD)
+        self.assertEqual(self.b.held_regions(), [8])
+
+
 class HostArraysTest(unittest.TestCase):
     def setUp(self):
         graphd_bin = _env.path(self, "GRAPHD_BIN")
