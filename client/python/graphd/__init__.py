@@ -7,6 +7,13 @@
   docstring for how it is found): Client (connect, status, register
   modules and programs, streams, host memory, replay).
 
+- graphd.arrays: framework arrays (DLPack, __cuda_array_interface__) as
+  bindings; Client.replay(program, *arrays, stream=None) replays a
+  Program on PyTorch tensors, CuPy arrays and the like.
+- graphd.torch, graphd.cupy (imported on demand): a data session for a
+  framework's device, and for CuPy a RawKernel's module. See
+  docs/pytorch.md and docs/cupy.md.
+
 - graphd.warp (imported on demand; needs warp-lang): Warp functions and
   kernels as graphd programs, for JAX (jax_callable, jax_kernel) and for
   Warp arrays (callable). See docs/warp.md.
@@ -20,6 +27,8 @@ from .program import (
     ROLES, MODES, MODULE_KINDS,
 )
 from ._lib import Client, Stream, HostBuffer, clear
+from . import arrays
+from .arrays import slot_like
 
 __version__ = "0.1.0"
 
@@ -35,5 +44,5 @@ __all__ = [
     "Program", "Arg", "Slot", "Scalar", "Struct", "Raw", "module_id", "id_hex",
     "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "f16", "f32", "f64",
     "ROLES", "MODES", "MODULE_KINDS",
-    "Client", "Stream", "HostBuffer", "clear",
+    "Client", "Stream", "HostBuffer", "clear", "arrays", "slot_like",
 ]

@@ -308,7 +308,10 @@ class HostBuffer:
 
 
 class Stream:
-    """A client stream attached to a data session (graphd_stream)."""
+    """A client stream attached to a data session (graphd_stream);
+    cuda_stream is the CUstream it was attached with (None: default)."""
+
+    cuda_stream = None
 
     def __init__(self, client, handle):
         self.client = client
@@ -333,6 +336,15 @@ class Client:
         self._h = handle
         self._streams = []
         self._host = []
+        self._binder = None  # the array path's state (_bind.Binder), made on first use
+
+    @classmethod
+    def connect_cuda(cls, ordinal=0, socket_path=None, **kw):
+        """A data session on CUDA device `ordinal` as this process numbers
+        its devices (CUDA_VISIBLE_DEVICES applies): its UUID comes from the
+        driver. Other arguments as connect()."""
+        from . import _cuda
+        return cls.connect(socket_path, device_uuid=_cuda.device_uuid(ordinal), **kw)
 
     @classmethod
     def connect(cls, socket_path=None, device_uuid=None, timeout_ms=0, client_name="graphd-python",
@@ -402,6 +414,8 @@ class Client:
         them) and closes the session. Idempotent."""
         if not self._h:
             return
+        if self._binder is not None:
+            self._binder.close()
         for s in list(self._streams):
             s.detach()
         for b in self._host:
@@ -504,6 +518,16 @@ class Client:
     def region_forget(self, ptr):
         self._check(lib().graphd_region_forget(self._handle(), ptr))
 
+    def region_unregister(self, region_id):
+        """Unregisters a region by id (graphd_region_unregister); the daemon
+        unmaps it once the work queued on it is done."""
+        self._check(lib().graphd_region_unregister(self._handle(), region_id))
+
+    def held_regions(self):
+        """The region ids that replay(program, *arrays) holds registered
+        for arrays still alive."""
+        return self._binder.held_regions() if self._binder is not None else []
+
     def region_count(self):
         return lib().graphd_region_count(self._handle())
 
@@ -528,6 +552,7 @@ class Client:
         s = _P()
         self._check(lib().graphd_stream_attach(self._handle(), cuda_stream, ctypes.byref(s)))
         st = Stream(self, s.value)
+        st.cuda_stream = cuda_stream
         self._streams.append(st)
         return st
 
@@ -536,10 +561,41 @@ class Client:
         h, s.handle = s.handle, None
         lib().graphd_stream_detach(h)
 
-    def replay(self, stream, program_id, bindings):
-        """Replays a program on `stream` with bindings, each a (slot, ptr,
-        nbytes) tuple, where ptr is an int (CUdeviceptr or host address) or
-        a HostBuffer. Returns {"captured", "capture_ns", "server_ns"}."""
+    def replay(self, *args, stream=None):
+        """Replays a program. Two forms:
+
+        replay(program, *arrays, stream=None): a Program (registered here
+        on first use; its modules must be registered) on framework arrays
+        (PyTorch tensors, CuPy arrays, anything with DLPack or
+        __cuda_array_interface__), one per slot that is not scratch, in
+        slot order (or one dict {slot: array}). Each array must be
+        contiguous, exactly its slot's size, of the slot's dtype where
+        add_slot named one, and writable for a slot the program writes.
+        The stream is `stream` (an int CUstream, a torch.cuda.Stream, a
+        CuPy stream), else the arrays' framework's current stream, else
+        the stream an array's __cuda_array_interface__ names, else the
+        legacy default stream; on a host device there is none. A region
+        stays registered while an array bound in it is alive
+        (docs/pytorch.md, "Memory").
+
+        replay(stream, program_id, bindings): a registered program on a
+        Stream with bindings, each a (slot, ptr, nbytes) tuple, where ptr
+        is an int (CUdeviceptr or host address) or a HostBuffer; nbytes is
+        the slot's size, checked only against the whole allocation.
+
+        Returns {"captured", "capture_ns", "server_ns"}."""
+        if args and not isinstance(args[0], Stream):
+            if self._binder is None:
+                from ._bind import Binder
+                self._binder = Binder(self)
+            self._handle()
+            return self._binder.replay(args[0], args[1:], stream=stream)
+        if len(args) != 3 or stream is not None:
+            raise GraphdError("INVALID_ARGUMENT", "replay(stream, program_id, bindings) takes "
+                              "three arguments; the Stream is the first")
+        return self._replay_bindings(*args)
+
+    def _replay_bindings(self, stream, program_id, bindings):
         n = len(bindings)
         arr = (graphd_binding * max(n, 1))()
         for i, (slot, ptr, nbytes) in enumerate(bindings):

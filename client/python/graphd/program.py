@@ -358,6 +358,7 @@ class Program:
                                         "direct (2) or auto (3)")
         self.mode = m
         self._slots = []  # (role, flags, size)
+        self._dtypes = []  # per slot: a dtype name, or None (not encoded)
         self._steps = []
         self._encoding = None
         self._id = None
@@ -399,6 +400,11 @@ class Program:
         role, flags, size = self._slots[index]
         return ({v: k for k, v in ROLES.items()}[role], bool(flags & SLOT_STAGED), size)
 
+    def slot_dtype(self, index):
+        """The dtype name add_slot was given for a slot ("float32"), or
+        None: what Client.replay checks an array bound to it against."""
+        return self._dtypes[index]
+
     def _check_open(self):
         if self._encoding is not None:
             raise GraphdError("FAILED_PRECONDITION", "the program is finished and can no longer change")
@@ -417,11 +423,13 @@ class Program:
 
     # --- slots ----------------------------------------------------------
 
-    def add_slot(self, role, nbytes, staged=None):
+    def add_slot(self, role, nbytes, staged=None, *, dtype=None):
         """Adds a slot of the given role ("input", "output", "inout",
         "scratch", or 0 to 3) and size in bytes (1 to 2^40). staged defaults
-        to True, except for scratch, which cannot be staged. Returns the
-        slot's index."""
+        to True, except for scratch, which cannot be staged. dtype (a name
+        such as "float32", or a PyTorch, NumPy or CuPy dtype) is kept here
+        only, not in the encoding or the id: Client.replay refuses an array
+        of another dtype for the slot. Returns the slot's index."""
         self._check_open()
         s = len(self._slots)
         if s >= MAX_SLOTS:
@@ -439,7 +447,11 @@ class Program:
             raise GraphdError(_INVALID, f"slot {s}: size 0 is invalid")
         if nbytes > MAX_SLOT_BYTES:
             raise GraphdError(_EXHAUSTED, f"slot {s}: {nbytes} bytes is over the limit of {MAX_SLOT_BYTES}")
+        if dtype is not None:
+            from .arrays import dtype_name
+            dtype = dtype_name(dtype)
         self._slots.append((r, SLOT_STAGED if staged else 0, nbytes))
+        self._dtypes.append(dtype)
         return s
 
     # --- steps ----------------------------------------------------------

@@ -1,0 +1,100 @@
+"""graphd for CuPy: a data session on an array's GPU, the current stream,
+and CuPy's NVRTC kernels (cupy.RawKernel) as graphd modules. Replays go
+through Client.replay(program, *arrays), which binds CuPy arrays directly
+(docs/cupy.md):
+
+    k = graphd.cupy.Kernel(cupy.RawKernel(src, "scale"))
+    p = graphd.Program()
+    xs = graphd.arrays.slot_like(p, "input", x)
+    ys = graphd.arrays.slot_like(p, "output", y)
+    k.launch(p, n // 256, 256, [graphd.Slot(xs), graphd.Slot(ys), graphd.f32(2.0), graphd.u32(n)])
+    with graphd.cupy.connect() as c:
+        c.register_module(*k.module)
+        c.replay(p, x, y)          # on cupy.cuda.get_current_stream()
+
+Importing this module imports cupy."""
+
+import cupy
+
+from ._lib import Client
+from .arrays import slot_like
+from .errors import GraphdError
+from .program import module_id
+
+_INVALID = "INVALID_ARGUMENT"
+
+
+def device_index(device=None):
+    """The CUDA ordinal of `device` (a cupy.cuda.Device, an int, an array;
+    None: the current device)."""
+    if isinstance(device, cupy.ndarray):
+        device = device.device
+    if device is None:
+        return cupy.cuda.Device().id
+    return getattr(device, "id", device)
+
+
+def connect(device=None, socket=None, **kw):
+    """A graphd Client (a data session) on `device`'s GPU, to the daemon at
+    `socket` (None: libgraphd's default). Other arguments as
+    Client.connect."""
+    kw.setdefault("client_name", "graphd-cupy")
+    return Client.connect_cuda(device_index(device), socket, **kw)
+
+
+def current_stream():
+    """cupy.cuda.get_current_stream().ptr: the stream Client.replay uses
+    for CuPy arrays when none is given (0 is the legacy default stream)."""
+    return cupy.cuda.get_current_stream().ptr
+
+
+def compile_cubin(source, name, options=(), arch=None):
+    """Compiles CUDA C++ `source` with NVRTC (CuPy's binding of it) into a
+    CUBIN for `arch` (e.g. 90; None: the current device's). `name` is only
+    for messages."""
+    from cupy_backends.cuda.libs import nvrtc
+    if arch is None:
+        arch = cupy.cuda.Device().compute_capability
+    opts = tuple(o for o in options if not str(o).startswith(("-arch", "--gpu-architecture")))
+    opts += (f"-arch=sm_{arch}",)
+    prog = nvrtc.createProgram(source, f"{name}.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(prog, opts)
+        except nvrtc.NVRTCError as e:
+            log = nvrtc.getProgramLog(prog)
+            raise GraphdError(_INVALID, f"NVRTC could not compile {name}: {e}\n{log}") from None
+        return bytes(nvrtc.getCUBIN(prog))
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+class Kernel:
+    """A cupy.RawKernel (backend "nvrtc") as a graphd launch: its source
+    compiled by NVRTC with the kernel's options into a CUBIN.
+
+    module     ("cubin", bytes): register it with Client.register_module.
+    module_id  its 32-byte id.
+    name       the entry's name (declare it extern "C" in the source)."""
+
+    def __init__(self, kernel, arch=None):
+        code, name = getattr(kernel, "code", None), getattr(kernel, "name", None)
+        if not isinstance(code, str) or not isinstance(name, str):
+            raise GraphdError(_INVALID, f"{type(kernel).__name__} is not a cupy.RawKernel (it has no "
+                              "code and name)")
+        backend = getattr(kernel, "backend", "nvrtc")
+        if backend != "nvrtc":
+            raise GraphdError(_INVALID, f"kernel {name}: backend {backend!r}; graphd compiles RawKernels "
+                              "with NVRTC (backend='nvrtc')")
+        self.name = name
+        self.module = ("cubin", compile_cubin(code, name, tuple(getattr(kernel, "options", ()) or ()), arch))
+        self.module_id = module_id(*self.module)
+
+    def launch(self, program, grid, block, args, shared_bytes=0):
+        """Adds a launch of this kernel to `program` (args: Slot, u32(...),
+        f32(...), one per parameter). Returns the step."""
+        return program.launch(self.module_id, self.name, grid, block, list(args),
+                              shared_bytes=shared_bytes)
+
+
+__all__ = ["connect", "current_stream", "device_index", "compile_cubin", "Kernel", "slot_like"]
