@@ -210,12 +210,27 @@ daemon=
 [[ $rc -eq 0 ]] || { cat "$tmp/graphd.log" >&2; fail "graphd exited $rc on SIGTERM"; }
 echo "graphd stopped on SIGTERM"
 
+# The operator enables the units; an upgrade (here, the same version again)
+# keeps them enabled, and the purge removes the links.
+echo "== systemctl enable graphd.socket graphd.service, then apt-get install --reinstall"
+"${SUDO[@]}" systemctl enable graphd.socket graphd.service
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --reinstall \
+  -o Dpkg::Use-Pty=0 "$tmp/$(basename "$deb")" >"$tmp/reinstall.log" 2>&1 ||
+  { cat "$tmp/reinstall.log" >&2; fail "apt-get install --reinstall"; }
+links=(/etc/systemd/system/sockets.target.wants/graphd.socket
+  /etc/systemd/system/multi-user.target.wants/graphd.service)
+for l in "${links[@]}"; do
+  [[ -L $l ]] || fail "the upgrade lost $l"
+done
+echo "graphd.socket and graphd.service stay enabled across the upgrade"
+
 echo "== apt-get purge graphd"
 "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get purge -y -o Dpkg::Use-Pty=0 graphd
 installed=0
-dpkg-query -W -f='${Status}' graphd 2>/dev/null | grep -q "installed" && fail "graphd is still installed"
+st=$(dpkg-query -W -f='${Status}' graphd 2>/dev/null || true)
+[[ -z $st || $st == *not-installed ]] || fail "after the purge, graphd is '$st'"
 for f in /usr/sbin/graphd /usr/bin/graphctl "$libdir/libgraphd.so.0" /etc/graphd \
-  /lib/systemd/system/graphd.service /usr/share/doc/graphd /usr/include/graphd; do
+  /lib/systemd/system/graphd.service /usr/share/doc/graphd /usr/include/graphd "${links[@]}"; do
   [[ ! -e $f ]] || fail "$f is left after the purge"
 done
 echo "deb test OK: graphd $version built, lintian-clean, installed, verified, answered, purged"
