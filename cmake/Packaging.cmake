@@ -10,13 +10,6 @@
 set(GRAPHD_DEB_MAINTAINER "graphd maintainers <maintainers@graphd.invalid>" CACHE STRING
   "Maintainer: field of the Debian package")
 
-# The package's changelog names its version: a version bump needs an entry.
-file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/packaging/changelog _deb_top LIMIT_COUNT 1)
-if(NOT _deb_top MATCHES "^graphd \\(${PROJECT_VERSION}\\) ")
-  message(FATAL_ERROR "packaging/changelog starts with '${_deb_top}': "
-                      "add an entry for graphd ${PROJECT_VERSION}")
-endif()
-
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME graphd)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
@@ -47,8 +40,9 @@ time. Without a GPU, graphd --backend host serves CPU devices.")
 # would depend).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "systemd | systemd-standalone-sysusers | systemd-sysusers")
-# A shlibs file (and the ldconfig trigger) for libgraphd.so.0, so that
-# packages linking it depend on graphd (>= this version).
+# A shlibs file for libgraphd.so.0, so that packages linking it depend on
+# graphd (>= this version). The symbols file and the ldconfig trigger
+# come from packaging/.
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS_POLICY ">=")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)

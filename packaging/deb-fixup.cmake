@@ -3,7 +3,8 @@
 # what the install rules put there into what Debian's policy and lintian
 # expect, as debhelper would.
 #  - man pages compressed (gzip -9n, no name or time stamp: reproducible);
-#  - /usr/share/doc/graphd/copyright and changelog.gz (a native package);
+#  - /usr/share/doc/graphd/copyright and changelog.gz (a native package),
+#    the changelog's last entry being this version's;
 #  - the lintian overrides, justified in packaging/lintian-overrides;
 #  - binaries stripped of .comment and .note, as dh_strip does;
 #  - every file under /etc listed in packaging/conffiles, and the reverse.
@@ -34,6 +35,12 @@ foreach(f IN LISTS _man)
   endif()
 endforeach()
 
+# The changelog's last entry is this version's: a version bump needs one.
+file(STRINGS ${pkg}/changelog _top LIMIT_COUNT 1)
+if(NOT _top MATCHES "^graphd \\(${CPACK_PACKAGE_VERSION}\\) ")
+  message(FATAL_ERROR "packaging/changelog starts with '${_top}': "
+                      "add an entry for graphd ${CPACK_PACKAGE_VERSION}")
+endif()
 file(COPY_FILE ${pkg}/copyright ${doc}/copyright)
 file(COPY_FILE ${pkg}/changelog ${doc}/changelog)
 gzip_n(${doc}/changelog)
