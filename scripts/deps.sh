@@ -5,7 +5,8 @@ set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler check
       libssl-dev libsystemd-dev libjson-c-dev libinih-dev uthash-dev
-      systemd man-db clang-format clang libclang-rt-dev python3-venv python3-jsonschema)
+      systemd man-db clang-format clang libclang-rt-dev python3-venv python3-jsonschema
+      dpkg-dev file lintian) # the last three: the Debian package (scripts/deb-test.sh)
 if [[ "${1:-}" == "--print" ]]; then echo "${PKGS[*]}"; exit 0; fi
 missing=()
 for p in "${PKGS[@]}"; do

@@ -6,8 +6,10 @@
 # in a fresh virtual environment and runs the Python tests against it
 # (scripts/wheel-test.sh), then builds again under ASan+UBSan and runs the
 # unit tests there, then under ThreadSanitizer (any race fails the test
-# whose process, client or graphd, saw it), and last runs each libFuzzer
-# harness for a bounded time (scripts/fuzz.sh: four harnesses, 30 s each).
+# whose process, client or graphd, saw it), then builds the Debian package,
+# installs, runs and purges it (scripts/deb-test.sh), and last runs each
+# libFuzzer harness for a bounded time (scripts/fuzz.sh: four harnesses,
+# 30 s each).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -42,5 +44,8 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
 cmake --build build-tsan -j "$jobs"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan -L unit --output-on-failure -j "$jobs"
+
+# The Debian package: built, lintian-clean, installed, run, purged.
+scripts/deb-test.sh build-deb build/wheel
 
 scripts/fuzz.sh "${GRAPHD_FUZZ_SECONDS:-30}"
