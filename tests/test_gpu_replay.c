@@ -683,8 +683,8 @@ static void *replay_loop(void *arg) {
   looper *l = arg;
   (void)gpu_up(); /* this thread's context */
   for (int i = 0; i < l->total; i++) {
-    graphd_status r =
-        gpu_replay_checked(l->c, l->s, l->st, l->pid, &l->x, &l->y, &l->cc, 1, 500u + (unsigned)i, NULL);
+    graphd_status r = gpu_replay_checked(l->c, l->s, l->st, l->pid, &l->x, &l->y, &l->cc, 1,
+                                         500u + (unsigned)i, NULL);
     if (r != GRAPHD_OK && atomic_fetch_add(&l->fails, 1) == 0) {
       l->first_fail = r;
       snprintf(l->first_err, sizeof l->first_err, "replay %d: %s", i, graphd_last_error(l->c));
@@ -730,9 +730,10 @@ START_TEST(test_gpu_replays_go_on_across_a_restart) {
   ck_assert_uint_le(k.replays, (uint64_t)(l.total - at_stop) + 1);
   ck_assert_uint_eq(k.captures_built, 1);
   ck_assert_uint_eq(k.errors, 0);
-  printf("FIGURE restart on the GPU: SIGTERM to exit %.1f ms; %d checked replays before it, %llu "
-         "on the new daemon, none failed\n",
-         stop_ms, at_stop, (unsigned long long)k.replays);
+  printf(
+      "FIGURE restart on the GPU: SIGTERM to exit %.1f ms; %d checked replays before it, %llu "
+      "on the new daemon, none failed\n",
+      stop_ms, at_stop, (unsigned long long)k.replays);
   graphd_stream_detach(l.s);
   graphd_close(l.c);
   gbuf_free(&l.x);

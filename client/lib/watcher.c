@@ -228,7 +228,8 @@ bool gd_flags_cut_off(graphd_client *c, uint32_t *slot, uint64_t *done, uint64_t
 
 void gd_flags_mark_reported(graphd_client *c) {
   gd_flag_page *f = c->flags;
-  for (uint32_t i = 0; f && i < GD_CLIENT_FLAG_SLOTS; i++) f->reported[i] = atomic_load(&f->issued[i]);
+  for (uint32_t i = 0; f && i < GD_CLIENT_FLAG_SLOTS; i++)
+    f->reported[i] = atomic_load(&f->issued[i]);
 }
 
 bool gd_flags_wait_passed(graphd_client *c, int ms, bool rerelease) {
