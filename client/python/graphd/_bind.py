@@ -58,17 +58,22 @@ def stream_handle(stream):
 
 def framework_stream(obj):
     """The current stream of the framework that made obj (PyTorch, CuPy,
-    Warp), as an int; None for another kind of array."""
+    Warp), as an int; None for another kind of array, and for an array
+    that is not in GPU memory (the binding then refuses it as such)."""
     top = type(obj).__module__.split(".", 1)[0]
     mod = sys.modules.get(top)
     if mod is None:
         return None
     if top == "torch":
+        if not obj.is_cuda:
+            return None
         return mod.cuda.current_stream(obj.device).cuda_stream
     if top == "cupy":
         with obj.device:
             return mod.cuda.get_current_stream().ptr
     if top == "warp":
+        if not obj.device.is_cuda:
+            return None
         return mod.get_stream(obj.device).cuda_stream
     return None
 

@@ -129,6 +129,33 @@ class DescribeTest(unittest.TestCase):
         garrays.describe(a, stream=0x5000)
         self.assertEqual(a.calls, [{}])
 
+    def test_a_cpu_tensor_asks_its_framework_for_no_stream(self):
+        # A stand-in for torch whose current_stream refuses a CPU device,
+        # as PyTorch's does: asking it would hide graphd's own refusal.
+        import sys
+        import types
+        from graphd._bind import framework_stream
+
+        fake = types.ModuleType("torch")
+
+        def current_stream(device):
+            raise ValueError(f"Expected a cuda device, but got: {device}")
+
+        fake.cuda = types.SimpleNamespace(current_stream=current_stream)
+        tensor = type("Tensor", (), {"__module__": "torch", "device": "cpu", "is_cuda": False})
+        saved = sys.modules.get("torch")
+        sys.modules["torch"] = fake
+        try:
+            self.assertIsNone(framework_stream(tensor()))
+            tensor.is_cuda, tensor.device = True, "cuda:0"
+            with self.assertRaisesRegex(ValueError, "cuda:0"):
+                framework_stream(tensor())
+        finally:
+            if saved is None:
+                del sys.modules["torch"]
+            else:
+                sys.modules["torch"] = saved
+
     def test_dlpack_address_adds_the_byte_offset(self):
         info = garrays.describe(DLArray(None, self.ptr + 16, (8,), byte_offset=16))
         self.assertEqual((info.ptr, info.nbytes, info.dtype), (self.ptr + 16, 32, "float32"))

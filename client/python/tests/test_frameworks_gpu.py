@@ -143,7 +143,7 @@ class TorchTest(unittest.TestCase):
                 x.add_(1.0)  # queued on s before each replay
                 self.c.replay(self.p, x, y)
             self.assertTrue(torch.equal(y, 2 * x))
-        self.assertIs(self.c._binder._streams[s.cuda_stream].cuda_stream, s.cuda_stream)
+        self.assertEqual(self.c._binder._streams[s.cuda_stream].cuda_stream, s.cuda_stream)
 
     def test_empty_cache_and_new_memory_at_the_same_address_between_replays(self):
         torch = self.torch
