@@ -1,6 +1,6 @@
-"""docs/pytorch.md and docs/cupy.md show their examples as the files under
-docs/examples/ are (the GPU test runs the files), and the files are valid
-Python."""
+"""docs/pytorch.md, docs/cupy.md and docs/jax.md show their examples as
+the files under docs/examples/ are (the GPU test runs the files), and the
+files are valid Python."""
 
 import os
 import re
@@ -19,7 +19,8 @@ class DocsExamplesTest(unittest.TestCase):
 
     def test_each_page_shows_its_example_file_as_it_is(self):
         for page, files in (("pytorch.md", ["docs/examples/torch_scale.py"]),
-                            ("cupy.md", ["docs/examples/cupy_saxpy.py"])):
+                            ("cupy.md", ["docs/examples/cupy_saxpy.py"]),
+                            ("jax.md", ["docs/examples/jax_scale.py"])):
             shown = self.examples(page)
             self.assertEqual([p for p, _ in shown], files)
             for path, code in shown:

@@ -4,11 +4,11 @@ neighbours untouched, slots bound to views at an offset, the framework's
 current stream followed, torch.cuda.empty_cache() and CuPy's
 free_all_blocks() between replays with new memory (often at the same
 address), a cupy.RawKernel compiled by NVRTC as a graphd program, and the
-examples of docs/pytorch.md and docs/cupy.md (docs/examples/).
+examples of docs/pytorch.md, docs/cupy.md and docs/jax.md (docs/examples/).
 
 Run by tests/run_frameworks_gpu.sh (ctest label gpu) in a python with
-torch and cupy. Without a GPU, torch or cupy a class skips; with
-GRAPHD_REQUIRE_GPU=1 that is a failure."""
+torch, cupy and jax. Without a GPU, torch, cupy, jax or libgraphd_xla a
+class skips; with GRAPHD_REQUIRE_GPU=1 that is a failure."""
 
 import os
 import subprocess
@@ -31,6 +31,10 @@ def _need(module):
             why = "torch sees no GPU"
         if module == "cupy" and m.cuda.runtime.getDeviceCount() < 1:
             why = "cupy sees no GPU"
+        if module == "jax" and not m.devices("gpu"):
+            why = "jax sees no GPU"
+        if module == "jax" and not os.environ.get("GRAPHD_XLA_LIB"):
+            why = "this build has no libgraphd_xla"
     except Exception as e:  # noqa: BLE001: any failure to find the framework or a GPU
         why = f"no {module} with CUDA here ({e})"
     if why:
@@ -264,6 +268,22 @@ class CupyTest(unittest.TestCase):
     def test_the_cupy_example(self):
         out = self.daemon.run_example(self, os.path.join(EXAMPLES, "cupy_saxpy.py"))
         self.assertIn("cupy_saxpy: ok", out)
+
+
+class JaxTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        _need("jax")
+        cls.daemon = Daemon()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.stop()
+
+    def test_the_jax_example(self):
+        out = self.daemon.run_example(self, os.path.join(EXAMPLES, "jax_scale.py"),
+                                      os.path.join(os.environ["GRAPHD_CUDA_KERNELS"], "test_kernels.cubin"))
+        self.assertIn("jax_scale: ok", out)
 
 
 if __name__ == "__main__":
