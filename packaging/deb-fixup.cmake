@@ -74,12 +74,12 @@ if(NOT _etc STREQUAL _conf)
 endif()
 
 # The symbols file: libgraphd's exported symbols, each with the first
-# version that had it (packaging/symbols). A symbol gone from the library
-# fails the build (-c1): removing one needs a new soname. New symbols get
-# this version; add them to packaging/symbols with it.
+# version that had it (packaging/symbols). Any difference fails the build
+# (-c2): a symbol gone from the library needs a new soname, and a new one
+# goes into packaging/symbols with the version that first has it.
 file(MAKE_DIRECTORY ${CPACK_GRAPHD_DEB_DIR})
 execute_process(COMMAND dpkg-gensymbols -v${CPACK_PACKAGE_VERSION} -pgraphd -P${root}
-  -I${pkg}/symbols -O${CPACK_GRAPHD_DEB_DIR}/symbols -c1 RESULT_VARIABLE rc)
+  -I${pkg}/symbols -O${CPACK_GRAPHD_DEB_DIR}/symbols -c2 RESULT_VARIABLE rc)
 if(rc)
-  message(FATAL_ERROR "dpkg-gensymbols: libgraphd lost symbols that packaging/symbols lists")
+  message(FATAL_ERROR "dpkg-gensymbols: libgraphd's symbols differ from packaging/symbols (see the diff above)")
 endif()
