@@ -17,6 +17,7 @@
 #include "backend.h"
 #include "graphd/status.h"
 #include "log.h"
+#include "metrics.h"
 #include "notify.h"
 #include "options.h"
 #include "devices.h"
@@ -80,6 +81,9 @@ static void usage(FILE *f) {
           "  --host-module-allow FILE\n"
           "                        host module ids (64 hex digits a line) that clients\n"
           "                        who are not admins may register\n"
+          "  --metrics-listen ADDR:PORT\n"
+          "                        serve GET /metrics (Prometheus text) over HTTP there,\n"
+          "                        e.g. 127.0.0.1:9464 or [::]:9464 (default: off)\n"
           "  --log-level L         error, warn, info (default) or debug\n"
           "  --config PATH         config file (default " DEFAULT_CONFIG
           " if present)\n"
@@ -105,6 +109,7 @@ static const struct option long_opts[] = {
     {"shutdown-grace", required_argument, NULL, 0},
     {"hello-timeout", required_argument, NULL, 0},
     {"host-module-allow", required_argument, NULL, 0},
+    {"metrics-listen", required_argument, NULL, 0},
     {"max-region-bytes-per-uid", required_argument, NULL, 0},
     {"max-region-bytes-per-session", required_argument, NULL, 0},
     {"max-regions-per-session", required_argument, NULL, 0},
@@ -256,6 +261,7 @@ int main(int argc, char **argv) {
   gd_backend *be = NULL;
   gd_daemon srv;
   gd_notify notify;
+  gd_metrics *metrics = NULL;
   uv_loop_t loop;
   int *idx = NULL;
   int n = 0;
@@ -335,12 +341,23 @@ int main(int argc, char **argv) {
     server_cleanup(&srv);
     goto exit_loop;
   }
+  if (opt.metrics_listen[0]) {
+    metrics = metrics_start(opt.metrics_listen, srv.socket_path, err, sizeof err);
+    if (!metrics) {
+      GD_LOG(GD_ERROR, "main", "%s", err);
+      server_shutdown(&srv, "startup failed");
+      uv_run(&loop, UV_RUN_DEFAULT);
+      server_cleanup(&srv);
+      goto exit_loop;
+    }
+  }
   GD_LOG(GD_INFO, "main", "graphd %s ready: %d device(s), pid %d", GRAPHD_VERSION_STRING, n,
          (int)getpid());
   srv.owner = &notify; /* READY=1, STATUS=, watchdog; STOPPING=1 at shutdown */
   srv.on_shutdown = notify_shutdown_cb;
   (void)notify_start(&notify, &srv);
   uv_run(&loop, UV_RUN_DEFAULT);
+  metrics_stop(metrics); /* the sessions are closed: no scrape waits for the loop */
   server_cleanup(&srv);
   GD_LOG(GD_INFO, "main", "stopped");
   exit_code = srv.exit_code;

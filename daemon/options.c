@@ -234,6 +234,13 @@ int options_set(gd_options *o, const char *key, const char *v, char *err, size_t
   } else if (strcmp(key, "host-module-allow") == 0) {
     if (copy_str(o->host_module_allow, sizeof o->host_module_allow, v) < 0)
       BAD("host-module-allow: path too long");
+  } else if (strcmp(key, "metrics-listen") == 0) {
+    char host[sizeof o->metrics_listen], why[160];
+    unsigned port;
+    if (*v && options_split_listen(v, host, sizeof host, &port, why, sizeof why) < 0)
+      BAD("metrics-listen: %s", why);
+    if (copy_str(o->metrics_listen, sizeof o->metrics_listen, v) < 0)
+      BAD("metrics-listen: '%s' is too long", v);
   } else if (strcmp(key, "max-connections") == 0 || strcmp(key, "max-connections-per-uid") == 0) {
     long conns;
     if (parse_int(v, 1, 1000000, &conns) < 0)
@@ -293,6 +300,44 @@ int options_load_file(gd_options *o, const char *path, char *err, size_t errlen)
   return 0;
 }
 
+int options_split_listen(const char *spec, char *host, size_t hostlen, unsigned *port, char *err,
+                         size_t errlen) {
+  const char *colon = strrchr(spec, ':');
+  const char *h = spec, *hend = colon;
+  long p;
+  if (!colon) {
+    snprintf(err, errlen, "'%s' is not ADDR:PORT (for example 127.0.0.1:9464 or [::1]:9464)", spec);
+    return -1;
+  }
+  if (*spec == '[') {
+    if (colon == spec || colon[-1] != ']') {
+      snprintf(err, errlen, "'%s': an IPv6 address goes in brackets, [ADDR]:PORT", spec);
+      return -1;
+    }
+    h = spec + 1;
+    hend = colon - 1;
+  } else if (memchr(spec, ':', (size_t)(colon - spec))) {
+    snprintf(err, errlen, "'%s': an IPv6 address goes in brackets, [ADDR]:PORT", spec);
+    return -1;
+  }
+  if (hend == h) {
+    snprintf(err, errlen, "'%s' names no address (0.0.0.0 or [::] for every interface)", spec);
+    return -1;
+  }
+  if ((size_t)(hend - h) >= hostlen) {
+    snprintf(err, errlen, "'%s': the address is too long", spec);
+    return -1;
+  }
+  if (parse_int(colon + 1, 1, 65535, &p) < 0) {
+    snprintf(err, errlen, "'%s': the port is not a number from 1 to 65535", spec);
+    return -1;
+  }
+  memcpy(host, h, (size_t)(hend - h));
+  host[hend - h] = '\0';
+  *port = (unsigned)p;
+  return 0;
+}
+
 void options_print(const gd_options *o, int fd) {
   static const char *const backends[] = {"auto", "cuda", "host"};
   static const char *const levels[] = {"error", "warn", "info", "debug"};
@@ -302,12 +347,12 @@ void options_print(const gd_options *o, int fd) {
           "log-level = %s\nadmin-group = %s\ndevice-budget = %llu\nready-timeout = %g\n"
           "shutdown-grace = %g\nhello-timeout = %g\nidle-timeout = %g\nmax-connections = %u\n"
           "max-connections-per-uid = %u\n"
-          "host-module-allow = %s\n",
+          "host-module-allow = %s\nmetrics-listen = %s\n",
           o->socket_path, o->socket_mode, o->socket_group, backends[o->backend], o->host_devices,
           (unsigned long long)o->host_memory, o->devices, o->max_frame, levels[o->log_level],
           o->admin_group, (unsigned long long)o->device_budget, o->ready_timeout_s,
           o->shutdown_grace_s, o->hello_timeout_s, o->idle_timeout_s, o->max_connections,
-          o->max_connections_per_uid, o->host_module_allow);
+          o->max_connections_per_uid, o->host_module_allow, o->metrics_listen);
   for (size_t i = 0; i < sizeof count_limits / sizeof count_limits[0]; i++)
     dprintf(fd, "%s = %u\n", count_limits[i].key,
             *(const uint32_t *)((const char *)o + count_limits[i].off));

@@ -4,9 +4,10 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler check
-      libssl-dev libsystemd-dev libjson-c-dev libinih-dev uthash-dev
+      libssl-dev libsystemd-dev libjson-c-dev libinih-dev uthash-dev libmicrohttpd-dev
       systemd man-db clang-format clang libclang-rt-dev python3-venv python3-jsonschema
-      dpkg-dev file lintian) # the last three: the Debian package (scripts/deb-test.sh)
+      dpkg-dev file lintian # the Debian package (scripts/deb-test.sh)
+      prometheus curl)      # promtool and curl check /metrics (test_metrics_promtool)
 if [[ "${1:-}" == "--print" ]]; then echo "${PKGS[*]}"; exit 0; fi
 missing=()
 for p in "${PKGS[@]}"; do

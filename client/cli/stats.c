@@ -9,50 +9,14 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "../../common/prom.h"
 #include "cli.h"
-
-/* One client process: its sessions folded together. */
-typedef struct client_row {
-  uint32_t pid, uid;
-  const char *name;
-  uint64_t sessions, data_sessions, regions, region_bytes;
-} client_row;
-
-/* The client processes, in first-seen order; graphctl's own session is left
- * out. Returns the count; *out is freed by the caller. */
-static size_t fold_clients(const graphd_daemon_status *s, client_row **out) {
-  client_row *r = calloc(s->nsession_info ? s->nsession_info : 1, sizeof *r);
-  size_t n = 0;
-  if (!r) {
-    *out = NULL;
-    return 0;
-  }
-  uint32_t self = (uint32_t)getpid();
-  for (uint32_t i = 0; i < s->nsession_info; i++) {
-    const graphd_session_info *x = &s->session_info[i];
-    if (x->pid == self && !x->data) continue;
-    size_t k = 0;
-    while (k < n && r[k].pid != x->pid) k++;
-    if (k == n) {
-      r[n].pid = x->pid;
-      r[n].uid = x->uid;
-      r[n].name = x->client_name;
-      n++;
-    }
-    r[k].sessions++;
-    r[k].data_sessions += x->data != 0;
-    r[k].regions += x->regions;
-    r[k].region_bytes += x->region_bytes;
-  }
-  *out = r;
-  return n;
-}
 
 static void add_u64(json_object *o, const char *k, uint64_t v) {
   json_object_object_add(o, k, json_object_new_uint64(v));
 }
 
-static void print_json(const graphd_daemon_status *s, const client_row *cl, size_t ncl) {
+static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
   json_object *o = json_object_new_object();
   add_u64(o, "uptime_ms", s->uptime_ms);
   add_u64(o, "modules", s->modules);
@@ -104,131 +68,9 @@ static void print_json(const graphd_daemon_status *s, const client_row *cl, size
   json_object_put(o);
 }
 
-/* A label value in the exposition format: \, " and newline escaped. */
-static void label_value(const char *v) {
-  for (; *v; v++) {
-    if (*v == '\\' || *v == '"')
-      printf("\\%c", *v);
-    else if (*v == '\n')
-      printf("\\n");
-    else
-      putchar(*v);
-  }
-}
-
-static void family(const char *name, const char *type, const char *help) {
-  printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-typedef enum {
-  DEV_CAPTURES,
-  DEV_GRAPHS,
-  DEV_STAGING,
-  DEV_REPLAYS,
-  DEV_INFLIGHT,
-  DEV_BUILT,
-  DEV_RECAPTURES,
-  DEV_EVICTIONS,
-  DEV_ERRORS,
-  DEV_SESSIONS,
-  DEV_REGIONS,
-  DEV_REGION_BYTES,
-  DEV_N
-} dev_metric;
-
-static const struct {
-  const char *name, *type, *help;
-} dev_metrics[DEV_N] = {
-    {"graphd_captures", "gauge", "Captures held now."},
-    {"graphd_graphs", "gauge", "Executable graphs held now (one per capture)."},
-    {"graphd_staging_bytes", "gauge", "Staging bytes the captures hold."},
-    {"graphd_replays_total", "counter", "Replays that ran."},
-    {"graphd_replays_inflight", "gauge", "Replays with the device's worker now."},
-    {"graphd_captures_built_total", "counter", "Captures built since start."},
-    {"graphd_recaptures_total", "counter", "Captures built again after an eviction."},
-    {"graphd_evictions_total", "counter", "Captures evicted (by request or budget)."},
-    {"graphd_errors_total", "counter", "Requests on the device that failed."},
-    {"graphd_sessions", "gauge", "Data sessions bound to the device."},
-    {"graphd_regions", "gauge", "Client memory regions imported on the device."},
-    {"graphd_region_bytes", "gauge", "Bytes of the imported regions."},
-};
-
-static uint64_t dev_value(const graphd_device_counters *c, dev_metric m) {
-  switch (m) {
-    case DEV_CAPTURES:
-    case DEV_GRAPHS: return c->captures;
-    case DEV_STAGING: return c->staging_bytes;
-    case DEV_REPLAYS: return c->replays;
-    case DEV_INFLIGHT: return c->inflight;
-    case DEV_BUILT: return c->captures_built;
-    case DEV_RECAPTURES: return c->recaptures;
-    case DEV_EVICTIONS: return c->evictions;
-    case DEV_ERRORS: return c->errors;
-    case DEV_SESSIONS: return c->sessions;
-    case DEV_REGIONS: return c->regions;
-    case DEV_REGION_BYTES: return c->region_bytes;
-    default: return 0;
-  }
-}
-
-static void dev_labels(const graphd_device_info *d) {
-  printf("{device=\"%u\",uuid=\"", d->ordinal);
-  label_value(d->uuid_str);
-  printf("\"");
-}
-
-static void print_prometheus(const graphd_daemon_status *s, const client_row *cl, size_t ncl) {
-  family("graphd_uptime_seconds", "gauge", "Seconds since the daemon started.");
-  printf("graphd_uptime_seconds %.3f\n", (double)s->uptime_ms / 1e3);
-  family("graphd_modules", "gauge", "Registered modules.");
-  printf("graphd_modules %llu\n", (unsigned long long)s->modules);
-  family("graphd_programs", "gauge", "Registered programs.");
-  printf("graphd_programs %llu\n", (unsigned long long)s->programs);
-  for (int m = 0; m < DEV_N; m++) {
-    family(dev_metrics[m].name, dev_metrics[m].type, dev_metrics[m].help);
-    for (uint32_t i = 0; i < s->ndevices; i++) {
-      printf("%s", dev_metrics[m].name);
-      dev_labels(&s->devices[i]);
-      printf("} %llu\n", (unsigned long long)dev_value(&s->devices[i].counters, (dev_metric)m));
-    }
-  }
-  family("graphd_replay_latency_seconds", "gauge",
-         "Replay latency in the daemon, request read to reply ready, at a quantile "
-         "(successful replays since start; within 12.5%).");
-  for (uint32_t i = 0; i < s->ndevices; i++) {
-    const graphd_device_counters *c = &s->devices[i].counters;
-    const struct {
-      const char *q;
-      uint64_t v;
-    } qs[] = {{"0.5", c->replay_p50_ns},
-              {"0.9", c->replay_p90_ns},
-              {"0.99", c->replay_p99_ns},
-              {"1", c->replay_max_ns}};
-    for (size_t k = 0; k < sizeof qs / sizeof qs[0]; k++) {
-      printf("graphd_replay_latency_seconds");
-      dev_labels(&s->devices[i]);
-      printf(",quantile=\"%s\"} %.9f\n", qs[k].q, (double)qs[k].v / 1e9);
-    }
-  }
-  static const char *const cnames[] = {"graphd_client_sessions", "graphd_client_regions",
-                                       "graphd_client_region_bytes"};
-  static const char *const chelp[] = {"Sessions the client process has open.",
-                                      "Memory regions the client process registered.",
-                                      "Bytes of the client process's regions."};
-  for (int m = 0; m < 3; m++) {
-    family(cnames[m], "gauge", chelp[m]);
-    for (size_t i = 0; i < ncl; i++) {
-      uint64_t v = m == 0 ? cl[i].sessions : m == 1 ? cl[i].regions : cl[i].region_bytes;
-      printf("%s{pid=\"%u\",uid=\"%u\",name=\"", cnames[m], cl[i].pid, cl[i].uid);
-      label_value(cl[i].name);
-      printf("\"} %llu\n", (unsigned long long)v);
-    }
-  }
-}
-
 static void us(char *out, size_t n, uint64_t ns) { snprintf(out, n, "%.1f", (double)ns / 1e3); }
 
-static void print_text(const graphd_daemon_status *s, const client_row *cl, size_t ncl) {
+static void print_text(const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
   printf("%-6s %8s %14s %10s %8s %8s %8s %8s %9s %9s %8s %6s\n", "DEVICE", "CAPTURES", "STAGING",
          "REPLAYS", "P50 us", "P90 us", "P99 us", "MAX us", "CAPTURED", "RECAPTURE", "EVICTED",
          "ERRORS");
@@ -266,12 +108,12 @@ int cmd_stats(graphd_client *c, int argc, char **argv) {
   graphd_daemon_status *s;
   graphd_status st = graphd_get_status(c, &s);
   if (st != GRAPHD_OK) return cli_call_failed(c, "stats", st);
-  client_row *cl;
-  size_t ncl = fold_clients(s, &cl);
+  gd_client_row *cl;
+  size_t ncl = gd_client_rows(s, (uint32_t)getpid(), &cl);
   if (json)
     print_json(s, cl, ncl);
   else if (prom)
-    print_prometheus(s, cl, ncl);
+    gd_prom_write(stdout, s, (uint32_t)getpid());
   else
     print_text(s, cl, ncl);
   free(cl);

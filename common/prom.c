@@ -1,0 +1,158 @@
+/* The Prometheus text exposition format of a daemon status (prom.h). */
+#include "prom.h"
+
+#include <stdlib.h>
+
+size_t gd_client_rows(const graphd_daemon_status *s, uint32_t self, gd_client_row **out) {
+  gd_client_row *r = calloc(s->nsession_info ? s->nsession_info : 1, sizeof *r);
+  size_t n = 0;
+  if (!r) {
+    *out = NULL;
+    return 0;
+  }
+  for (uint32_t i = 0; i < s->nsession_info; i++) {
+    const graphd_session_info *x = &s->session_info[i];
+    if ((x->pid == self && !x->data) || x->pid == s->pid) continue;
+    size_t k = 0;
+    while (k < n && r[k].pid != x->pid) k++;
+    if (k == n) {
+      r[n].pid = x->pid;
+      r[n].uid = x->uid;
+      r[n].name = x->client_name;
+      n++;
+    } else if (x->data && !r[k].data_sessions) {
+      r[k].name = x->client_name; /* a data session's name says more */
+    }
+    r[k].sessions++;
+    r[k].data_sessions += x->data != 0;
+    r[k].regions += x->regions;
+    r[k].region_bytes += x->region_bytes;
+  }
+  *out = r;
+  return n;
+}
+
+/* A label value in the exposition format: \, " and newline escaped. */
+static void label_value(FILE *f, const char *v) {
+  for (; *v; v++) {
+    if (*v == '\\' || *v == '"')
+      fprintf(f, "\\%c", *v);
+    else if (*v == '\n')
+      fprintf(f, "\\n");
+    else
+      fputc(*v, f);
+  }
+}
+
+static void family(FILE *f, const char *name, const char *type, const char *help) {
+  fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+typedef enum {
+  DEV_CAPTURES,
+  DEV_GRAPHS,
+  DEV_STAGING,
+  DEV_REPLAYS,
+  DEV_INFLIGHT,
+  DEV_BUILT,
+  DEV_RECAPTURES,
+  DEV_EVICTIONS,
+  DEV_ERRORS,
+  DEV_SESSIONS,
+  DEV_REGIONS,
+  DEV_REGION_BYTES,
+  DEV_N
+} dev_metric;
+
+static const struct {
+  const char *name, *type, *help;
+} dev_metrics[DEV_N] = {
+    {"graphd_captures", "gauge", "Captures held now."},
+    {"graphd_graphs", "gauge", "Executable graphs held now (one per capture)."},
+    {"graphd_staging_bytes", "gauge", "Staging bytes the captures hold."},
+    {"graphd_replays_total", "counter", "Replays that ran."},
+    {"graphd_replays_inflight", "gauge", "Replays with the device's worker now."},
+    {"graphd_captures_built_total", "counter", "Captures built since start."},
+    {"graphd_recaptures_total", "counter", "Captures built again after an eviction."},
+    {"graphd_evictions_total", "counter", "Captures evicted (by request or budget)."},
+    {"graphd_errors_total", "counter", "Requests on the device that failed."},
+    {"graphd_sessions", "gauge", "Data sessions bound to the device."},
+    {"graphd_regions", "gauge", "Client memory regions imported on the device."},
+    {"graphd_region_bytes", "gauge", "Bytes of the imported regions."},
+};
+
+static uint64_t dev_value(const graphd_device_counters *c, dev_metric m) {
+  switch (m) {
+    case DEV_CAPTURES:
+    case DEV_GRAPHS: return c->captures;
+    case DEV_STAGING: return c->staging_bytes;
+    case DEV_REPLAYS: return c->replays;
+    case DEV_INFLIGHT: return c->inflight;
+    case DEV_BUILT: return c->captures_built;
+    case DEV_RECAPTURES: return c->recaptures;
+    case DEV_EVICTIONS: return c->evictions;
+    case DEV_ERRORS: return c->errors;
+    case DEV_SESSIONS: return c->sessions;
+    case DEV_REGIONS: return c->regions;
+    case DEV_REGION_BYTES: return c->region_bytes;
+    default: return 0;
+  }
+}
+
+static void dev_labels(FILE *f, const graphd_device_info *d) {
+  fprintf(f, "{device=\"%u\",uuid=\"", d->ordinal);
+  label_value(f, d->uuid_str);
+  fprintf(f, "\"");
+}
+
+void gd_prom_write(FILE *f, const graphd_daemon_status *s, uint32_t self) {
+  gd_client_row *cl;
+  size_t ncl = gd_client_rows(s, self, &cl);
+  family(f, "graphd_uptime_seconds", "gauge", "Seconds since the daemon started.");
+  fprintf(f, "graphd_uptime_seconds %.3f\n", (double)s->uptime_ms / 1e3);
+  family(f, "graphd_modules", "gauge", "Registered modules.");
+  fprintf(f, "graphd_modules %llu\n", (unsigned long long)s->modules);
+  family(f, "graphd_programs", "gauge", "Registered programs.");
+  fprintf(f, "graphd_programs %llu\n", (unsigned long long)s->programs);
+  for (int m = 0; m < DEV_N; m++) {
+    family(f, dev_metrics[m].name, dev_metrics[m].type, dev_metrics[m].help);
+    for (uint32_t i = 0; i < s->ndevices; i++) {
+      fprintf(f, "%s", dev_metrics[m].name);
+      dev_labels(f, &s->devices[i]);
+      fprintf(f, "} %llu\n", (unsigned long long)dev_value(&s->devices[i].counters, (dev_metric)m));
+    }
+  }
+  family(f, "graphd_replay_latency_seconds", "summary",
+         "Replay latency in the daemon, request read to reply ready, at a quantile "
+         "(successful replays since start; within 12.5%).");
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    const graphd_device_counters *c = &s->devices[i].counters;
+    const struct {
+      const char *q;
+      uint64_t v;
+    } qs[] = {{"0.5", c->replay_p50_ns},
+              {"0.9", c->replay_p90_ns},
+              {"0.99", c->replay_p99_ns},
+              {"1", c->replay_max_ns}};
+    for (size_t k = 0; k < sizeof qs / sizeof qs[0]; k++) {
+      fprintf(f, "graphd_replay_latency_seconds");
+      dev_labels(f, &s->devices[i]);
+      fprintf(f, ",quantile=\"%s\"} %.9f\n", qs[k].q, (double)qs[k].v / 1e9);
+    }
+  }
+  static const char *const cnames[] = {"graphd_client_sessions", "graphd_client_regions",
+                                       "graphd_client_region_bytes"};
+  static const char *const chelp[] = {"Sessions the client process has open.",
+                                      "Memory regions the client process registered.",
+                                      "Bytes of the client process's regions."};
+  for (int m = 0; m < 3; m++) {
+    family(f, cnames[m], "gauge", chelp[m]);
+    for (size_t i = 0; i < ncl; i++) {
+      uint64_t v = m == 0 ? cl[i].sessions : m == 1 ? cl[i].regions : cl[i].region_bytes;
+      fprintf(f, "%s{pid=\"%u\",uid=\"%u\",name=\"", cnames[m], cl[i].pid, cl[i].uid);
+      label_value(f, cl[i].name);
+      fprintf(f, "\"} %llu\n", (unsigned long long)v);
+    }
+  }
+  free(cl);
+}

@@ -1,0 +1,33 @@
+/* A daemon status in the Prometheus text exposition format (version
+ * 0.0.4), written the same way by `graphctl stats --prometheus` and by the
+ * daemon's /metrics endpoint, so that their names cannot drift apart. */
+#ifndef GRAPHD_COMMON_PROM_H
+#define GRAPHD_COMMON_PROM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "graphd/graphd.h"
+
+/* One client process: its sessions folded together. name points into the
+ * status it came from. */
+typedef struct gd_client_row {
+  uint32_t pid, uid;
+  const char *name;
+  uint64_t sessions, data_sessions, regions, region_bytes;
+} gd_client_row;
+
+/* The client processes of s in first-seen order, each named after its
+ * first data session (else its first session), leaving out the control
+ * sessions of process `self` (the asker's own) and the daemon's own
+ * sessions (its /metrics scraper). Returns the count; *out is malloc'd (the
+ * caller frees it), NULL with 0 when out of memory. */
+size_t gd_client_rows(const graphd_daemon_status *s, uint32_t self, gd_client_row **out);
+
+/* Writes s to f: the daemon's totals, each device's counters and replay
+ * latency quantiles (labels device and uuid), each client process's
+ * sessions and regions (labels pid, uid and name), as gd_client_rows
+ * folds them for `self`. */
+void gd_prom_write(FILE *f, const graphd_daemon_status *s, uint32_t self);
+
+#endif

@@ -1,0 +1,297 @@
+/* --metrics-listen: GET /metrics in the Prometheus text format on the host
+ * backend. The figures follow what clients do (sessions, replays,
+ * captures), the metric families are exactly graphctl stats
+ * --prometheus's, other paths and methods are refused, a daemon that closed
+ * the scraper's session is asked again, and a bad or taken address stops
+ * graphd with a message. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "program3.h"
+
+#define N 1024u
+
+static gd_test_daemon d;
+static unsigned port;
+static char listen_arg[32];
+
+/* A TCP port free on 127.0.0.1 now (bound to 0, read back, closed). */
+static unsigned free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+static void setup(void) {
+  port = free_port();
+  snprintf(listen_arg, sizeof listen_arg, "127.0.0.1:%u", port);
+  ck_assert_int_eq(td_start(&d, "--host-devices", "2", "--metrics-listen", listen_arg, NULL), 0);
+}
+
+static void teardown(void) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* Sends one HTTP/1.0 request and returns the whole answer (malloc'd,
+ * NUL-terminated): status line, headers and body. */
+static char *http(const char *method, const char *path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect to %s failed",
+                listen_arg);
+  char req[256];
+  int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", method, path);
+  ck_assert_int_eq(write(fd, req, (size_t)n), n);
+  size_t cap = 1 << 16, len = 0;
+  char *out = malloc(cap);
+  ck_assert_ptr_nonnull(out);
+  for (;;) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    ck_assert_msg(poll(&p, 1, 10000) == 1, "no answer from /metrics in 10 s");
+    if (len + 1 == cap) {
+      cap *= 2;
+      out = realloc(out, cap);
+      ck_assert_ptr_nonnull(out);
+    }
+    ssize_t r = read(fd, out + len, cap - 1 - len);
+    ck_assert_int_ge(r, 0);
+    if (r == 0) break;
+    len += (size_t)r;
+  }
+  out[len] = '\0';
+  close(fd);
+  return out;
+}
+
+static const char *body_of(const char *answer) {
+  const char *b = strstr(answer, "\r\n\r\n");
+  ck_assert_ptr_nonnull(b);
+  return b + 4;
+}
+
+/* The value of the sample line that starts with `series` (name and
+ * labels up to the closing brace), or -1 when there is none. */
+static double sample(const char *text, const char *series) {
+  size_t n = strlen(series);
+  for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+    if (strncmp(l, series, n) == 0 && l[n] == ' ') return strtod(l + n + 1, NULL);
+  return -1;
+}
+
+/* The "# TYPE" lines of a text, joined, for comparing families. */
+static char *types_of(const char *text) {
+  char *out = calloc(1, strlen(text) + 1);
+  size_t len = 0;
+  ck_assert_ptr_nonnull(out);
+  for (const char *l = text; *l;) {
+    const char *e = strchr(l, '\n');
+    size_t n = e ? (size_t)(e - l) + 1 : strlen(l);
+    if (strncmp(l, "# TYPE ", 7) == 0) {
+      memcpy(out + len, l, n);
+      len += n;
+    }
+    l += n;
+  }
+  return out;
+}
+
+static const char *series(const char *name, int dev) {
+  graphd_client *ctl = td_control(&d);
+  graphd_device_info info = td_device_info(ctl, dev);
+  graphd_close(ctl);
+  return td_fmt("%s{device=\"%d\",uuid=\"%s\"}", name, dev, info.uuid_str);
+}
+
+START_TEST(test_metrics_follow_sessions_and_replays) {
+  char *a = http("GET", "/metrics");
+  ck_assert_msg(strncmp(a, "HTTP/1.0 200", 12) == 0 || strncmp(a, "HTTP/1.1 200", 12) == 0, "%s",
+                a);
+  ck_assert_ptr_nonnull(strstr(a, "Content-Type: text/plain; version=0.0.4"));
+  const char *b = body_of(a);
+  ck_assert_double_eq(sample(b, series("graphd_replays_total", 0)), 0);
+  ck_assert_double_eq(sample(b, series("graphd_sessions", 1)), 0);
+  ck_assert_ptr_null(strstr(b, "name=\"metrics-test\""));
+  free(a);
+
+  /* A data session on device 1 that registers a host module and replays
+   * the three-kernel program five times, each checked. */
+  graphd_connect_options o;
+  graphd_connect_options_init(&o);
+  o.socket_path = d.socket;
+  o.kind = GRAPHD_SESSION_DATA;
+  graphd_client *ctl = td_control(&d);
+  graphd_device_info dev1 = td_device_info(ctl, 1);
+  graphd_close(ctl);
+  memcpy(o.device_uuid, dev1.uuid, 16);
+  o.client_name = "metrics-test";
+  graphd_client *c;
+  char err[GRAPHD_ERRMAX];
+  ck_assert_int_eq(graphd_connect(&o, &c, err, sizeof err), GRAPHD_OK);
+  size_t plen;
+  uint8_t *plugin = td_read_file(HOST_KERNELS_SO, &plen);
+  uint8_t mod[32], pid[32];
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plen, mod), GRAPHD_OK);
+  free(plugin);
+  ck_assert_int_eq(program3_register(c, mod, GRAPHD_MODE_STAGED, N, pid), GRAPHD_OK);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  float *x, *cc, *y;
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&x), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&cc), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&y), GRAPHD_OK);
+  for (int r = 0; r < 5; r++) {
+    for (uint32_t i = 0; i < N; i++) {
+      x[i] = (float)((r * 31 + (int)i) % 1000);
+      cc[i] = (float)(i % 7);
+    }
+    graphd_binding bd[3] = {{0, (uint64_t)(uintptr_t)x, N * 4},
+                            {3, (uint64_t)(uintptr_t)y, N * 4},
+                            {1, (uint64_t)(uintptr_t)cc, N * 4}};
+    ck_assert_int_eq(graphd_replay(c, s, pid, bd, 3, NULL), GRAPHD_OK);
+    for (uint32_t i = 0; i < N; i++) ck_assert_float_eq(y[i], (2.0f * x[i] + cc[i]) * 2.0f + 1.0f);
+  }
+
+  a = http("GET", "/metrics");
+  b = body_of(a);
+  ck_assert_double_eq(sample(b, series("graphd_replays_total", 1)), 5);
+  ck_assert_double_eq(sample(b, series("graphd_replays_total", 0)), 0);
+  ck_assert_double_eq(sample(b, series("graphd_captures", 1)), 1);
+  ck_assert_double_eq(sample(b, series("graphd_captures_built_total", 1)), 1);
+  ck_assert_double_eq(sample(b, series("graphd_sessions", 1)), 1);
+  ck_assert_double_eq(sample(b, "graphd_programs"), 1);
+  ck_assert_double_eq(sample(b, "graphd_modules"), 1);
+  const char *q = td_fmt("graphd_replay_latency_seconds{device=\"1\",uuid=\"%s\",quantile=\"0.5\"}",
+                         dev1.uuid_str);
+  ck_assert_double_gt(sample(b, q), 0);
+  /* The scraper's own session is not a client of the figures. */
+  ck_assert_ptr_null(strstr(b, "graphd-metrics"));
+
+  /* The same families, in the same order, as graphctl's, and this
+   * process's client row with the same figures. */
+  char out[1 << 16];
+  char *argv[] = {GRAPHCTL_BIN, "--socket", d.socket, "stats", "--prometheus", NULL};
+  ck_assert_int_eq(td_run(argv, out, sizeof out, 10000), 0);
+  char mine[160];
+  snprintf(mine, sizeof mine, "graphd_client_sessions{pid=\"%d\",uid=\"%d\",name=\"metrics-test\"}",
+           (int)getpid(), (int)getuid());
+  ck_assert_double_eq(sample(b, mine), 1);
+  ck_assert_double_eq(sample(out, mine), 1);
+  ck_assert_double_eq(
+      sample(b, td_fmt("graphd_client_regions{pid=\"%d\",uid=\"%d\",name=\"metrics-test\"}",
+                       (int)getpid(), (int)getuid())),
+      3);
+  /* graphctl leaves out the daemon's scraper as well. */
+  ck_assert_ptr_null(strstr(out, "graphd-metrics"));
+  char *t1 = types_of(b), *t2 = types_of(out);
+  ck_assert_str_eq(t1, t2);
+  ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_replays_total counter\n"));
+  ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_replay_latency_seconds summary\n"));
+  free(t1);
+  free(t2);
+  free(a);
+  graphd_stream_detach(s);
+  graphd_close(c);
+
+  a = http("GET", "/metrics");
+  ck_assert_double_eq(sample(body_of(a), series("graphd_sessions", 1)), 0);
+  ck_assert_double_eq(sample(body_of(a), series("graphd_replays_total", 1)), 5);
+  free(a);
+}
+END_TEST
+
+START_TEST(test_metrics_refuses_other_paths_and_methods) {
+  char *a = http("GET", "/");
+  ck_assert_msg(strstr(a, " 404 ") != NULL, "%s", a);
+  free(a);
+  a = http("GET", "/metrics/x");
+  ck_assert_msg(strstr(a, " 404 ") != NULL, "%s", a);
+  free(a);
+  a = http("POST", "/metrics");
+  ck_assert_msg(strstr(a, " 405 ") != NULL, "%s", a);
+  ck_assert_ptr_nonnull(strstr(a, "Allow: GET, HEAD"));
+  free(a);
+  a = http("HEAD", "/metrics");
+  ck_assert_msg(strstr(a, " 200 ") != NULL, "%s", a);
+  ck_assert_str_eq(body_of(a), "");
+  free(a);
+}
+END_TEST
+
+START_TEST(test_metrics_ask_again_after_the_daemon_closed_the_session) {
+  /* Restart with an idle timeout shorter than the gap between scrapes:
+   * the kept session is closed by graphd in between, and the next scrape
+   * must connect again rather than fail. */
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+  ck_assert_int_eq(td_start(&d, "--host-devices", "1", "--metrics-listen", listen_arg,
+                            "--idle-timeout", "0.2", NULL),
+                   0);
+  char *a = http("GET", "/metrics");
+  ck_assert_msg(strstr(a, " 200 ") != NULL, "%s", a);
+  free(a);
+  usleep(600 * 1000);
+  a = http("GET", "/metrics");
+  ck_assert_msg(strstr(a, " 200 ") != NULL, "%s", a);
+  ck_assert_double_ge(sample(body_of(a), "graphd_uptime_seconds"), 0.6);
+  free(a);
+}
+END_TEST
+
+START_TEST(test_metrics_bad_or_taken_addresses_stop_graphd) {
+  static const char *const bad[] = {"9464",     "127.0.0.1", "127.0.0.1:0", "127.0.0.1:70000",
+                                    "::1:9464", ":9464",     "[::1:9464"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char out[4096];
+    char *argv[] = {GRAPHD_BIN,     "--host-devices", "1", "--metrics-listen",
+                    (char *)bad[i], "--check-config", NULL};
+    int rc = td_run(argv, out, sizeof out, 10000);
+    ck_assert_msg(rc == 2, "--metrics-listen %s: exit %d: %s", bad[i], rc, out);
+    ck_assert_msg(strstr(out, "metrics-listen") != NULL, "%s: %s", bad[i], out);
+  }
+  /* The address this test's daemon already serves: taken. */
+  gd_test_daemon d2;
+  int status = 0;
+  char *args[] = {"--host-devices", "1", "--metrics-listen", listen_arg, NULL};
+  ck_assert_int_eq(td_start_env(&d2, args, NULL, &status), -1);
+  ck_assert(WIFEXITED(status));
+  ck_assert_int_eq(WEXITSTATUS(status), 1);
+  ck_assert(td_log_contains(&d2, "Address already in use"));
+  td_cleanup(&d2);
+  /* And the first one goes on serving. */
+  char *a = http("GET", "/metrics");
+  ck_assert_msg(strstr(a, " 200 ") != NULL, "%s", a);
+  free(a);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("metrics");
+  TCase *tc = tcase_create("http");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_metrics_follow_sessions_and_replays);
+  tcase_add_test(tc, test_metrics_refuses_other_paths_and_methods);
+  tcase_add_test(tc, test_metrics_ask_again_after_the_daemon_closed_the_session);
+  tcase_add_test(tc, test_metrics_bad_or_taken_addresses_stop_graphd);
+  suite_add_tcase(s, tc);
+  return td_run_suite(s);
+}
