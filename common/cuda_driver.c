@@ -23,6 +23,21 @@ static void fail(int rc, const char *fmt, const char *a, int b, int c) {
   snprintf(load_err, sizeof load_err, fmt, a, b, c);
 }
 
+/* Names whose newest ABI at CUDA_VERSION is not the prototype cuda.h
+ * declares for them, with the version of that prototype (cuda_driver.h). */
+static const struct {
+  const char *name;
+  int version;
+} GD_CUDA_OLD_ABI[] = {
+    {"cuCtxSynchronize", 2000}, /* 13000: cuCtxSynchronize(CUcontext) */
+};
+
+static int abi_version(const char *name) {
+  for (size_t i = 0; i < sizeof GD_CUDA_OLD_ABI / sizeof GD_CUDA_OLD_ABI[0]; i++)
+    if (strcmp(name, GD_CUDA_OLD_ABI[i].name) == 0) return GD_CUDA_OLD_ABI[i].version;
+  return CUDA_VERSION;
+}
+
 static void load(void) {
   const char *name = getenv("GRAPHD_LIBCUDA");
   if (!name || !*name) name = "libcuda.so.1";
@@ -50,7 +65,8 @@ static void load(void) {
   do {                                                                                             \
     void *p_ = NULL;                                                                               \
     CUdriverProcAddressQueryResult q_ = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;                      \
-    if (get_proc(#fname, &p_, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q_) != CUDA_SUCCESS ||   \
+    if (get_proc(#fname, &p_, abi_version(#fname), CU_GET_PROC_ADDRESS_DEFAULT, &q_) !=            \
+            CUDA_SUCCESS ||                                                                        \
         !p_) {                                                                                     \
       fail(-GRAPHD_FAILED_PRECONDITION, "driver too old: need CUDA 13 (%s is missing)", #fname, 0, \
            0);                                                                                     \

@@ -20,7 +20,12 @@
  * _vN suffix), list the target. cuda.h maps cuGraphInstantiate to
  * cuGraphInstantiateWithFlags, but cuGetProcAddress("cuGraphInstantiate")
  * returns the old five-argument cuGraphInstantiate_v2 (seen on driver 580),
- * so the entry is cuGraphInstantiateWithFlags. */
+ * so the entry is cuGraphInstantiateWithFlags.
+ * And careful where CUDA 13 gave a name a new ABI that cuda.h does not
+ * declare under it: cuGetProcAddress("cuCtxSynchronize") at 13000 returns
+ * the one that takes a CUcontext, while cuda.h declares the one without.
+ * Such names are resolved at the version of cuda.h's prototype
+ * (GD_CUDA_OLD_ABI in cuda_driver.c); tests/test_cuda_abi.py finds them. */
 #define GD_CUDA_FUNCS(X)                                                                           \
   X(cuInit)                                                                                        \
   X(cuGetErrorName)                                                                                \
@@ -36,7 +41,6 @@
   X(cuDevicePrimaryCtxReset)                                                                       \
   X(cuCtxSetCurrent)                                                                               \
   X(cuCtxGetCurrent)                                                                               \
-  X(cuCtxGetDevice)                                                                                \
   X(cuCtxSynchronize)                                                                              \
   X(cuMemGetInfo)                                                                                  \
   X(cuModuleLoadDataEx)                                                                            \
@@ -73,7 +77,6 @@
   X(cuStreamDestroy)                                                                               \
   X(cuStreamSynchronize)                                                                           \
   X(cuStreamQuery)                                                                                 \
-  X(cuStreamGetCtx)                                                                                \
   X(cuStreamGetDevice)                                                                             \
   X(cuMemHostRegister)                                                                             \
   X(cuMemHostUnregister)                                                                           \

@@ -720,6 +720,10 @@ START_TEST(test_gpu_replays_go_on_across_a_restart) {
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "graphd stopped with status %d", st);
   double stop_ms = now_ms() - t0;
   int at_stop = atomic_load(&l.done);
+  /* The stop waited for the device's streams (a driver entry point called
+   * at the wrong ABI made this fail with CONTEXT_IS_DESTROYED). */
+  ck_assert_msg(!td_log_contains(&d, "finishing its streams at stop failed"),
+                "graphd could not finish its streams at stop");
   usleep(200000); /* the client waits for the socket meanwhile */
   td_start_again(&d, "--backend", "cuda", NULL);
   pthread_join(t, NULL);
