@@ -152,7 +152,9 @@ echo "systemd-analyze verify: ${units[*]} OK"
 # The installed daemon, on the host backend, in the foreground.
 echo "== /usr/sbin/graphd --backend host"
 sock=$tmp/graphd.sock
-/usr/sbin/graphd --backend host --socket "$sock" >"$tmp/graphd.log" 2>&1 &
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+/usr/sbin/graphd --backend host --socket "$sock" --metrics-listen "127.0.0.1:$port" \
+  >"$tmp/graphd.log" 2>&1 &
 daemon=$!
 for _ in $(seq 100); do
   [[ -S $sock ]] && break
@@ -173,6 +175,13 @@ assert s["pid"] == int(sys.argv[2]), f"graphctl talked to pid {s['pid']}, not {s
 assert s["version"] == sys.argv[3], f"daemon version {s['version']}, package {sys.argv[3]}"
 assert len(s["devices"]) == 1, s["devices"]
 PY
+
+echo "\$ curl -s http://127.0.0.1:$port/metrics | grep graphd_replays_total"
+curl -sf "http://127.0.0.1:$port/metrics" >"$tmp/metrics.txt" || fail "no /metrics from the installed graphd"
+grep graphd_replays_total "$tmp/metrics.txt" || fail "/metrics has no graphd_replays_total"
+if command -v promtool >/dev/null; then
+  promtool check metrics <"$tmp/metrics.txt" || fail "promtool check metrics failed"
+fi
 
 # The Python client: status and ping, answered by the daemon started above.
 cat >"$tmp/client.py" <<'PY'
