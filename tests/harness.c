@@ -241,6 +241,17 @@ int td_count_fds(pid_t pid) {
   return n;
 }
 
+int td_settled_fds(pid_t pid) {
+  int n = td_count_fds(pid);
+  for (int i = 0; i < 100; i++) {
+    usleep(20000);
+    int m = td_count_fds(pid);
+    if (m == n) return n;
+    n = m;
+  }
+  return n;
+}
+
 graphd_client *td_control(const gd_test_daemon *d) {
   graphd_connect_options o;
   graphd_connect_options_init(&o);

@@ -49,6 +49,9 @@ void td_log_print(const gd_test_daemon *d, const char *needle);
 bool td_log_contains(const gd_test_daemon *d, const char *needle);
 /* Number of open fds of a process, from /proc. */
 int td_count_fds(pid_t pid);
+/* The same once it holds still for 20 ms (at most 2 s): a session the test
+ * just closed may still be open on the daemon's side. */
+int td_settled_fds(pid_t pid);
 
 /* Connects libgraphd (control session). Fails the test on error. */
 graphd_client *td_control(const gd_test_daemon *d);

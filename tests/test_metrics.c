@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -51,13 +52,21 @@ static void teardown(void) {
 /* Sends one HTTP/1.0 request and returns the whole answer (malloc'd,
  * NUL-terminated): status line, headers and body. */
 static char *http(const char *method, const char *path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(fd, 0);
   struct sockaddr_in a = {.sin_family = AF_INET,
                           .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_msg(connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect to %s failed",
-                listen_arg);
+  /* graphd starts serving /metrics just after its socket: wait for it. */
+  int fd = -1, rc = -1;
+  for (int i = 0; i < 500 && rc != 0; i++) {
+    if (fd >= 0) {
+      close(fd);
+      usleep(10000);
+    }
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+  }
+  ck_assert_msg(rc == 0, "connect to %s failed: %s", listen_arg, strerror(errno));
   char req[256];
   int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", method, path);
   ck_assert_int_eq(write(fd, req, (size_t)n), n);
@@ -268,6 +277,7 @@ START_TEST(test_metrics_bad_or_taken_addresses_stop_graphd) {
     ck_assert_msg(strstr(out, "metrics-listen") != NULL, "%s: %s", bad[i], out);
   }
   /* The address this test's daemon already serves: taken. */
+  free(http("GET", "/metrics")); /* it serves by now */
   gd_test_daemon d2;
   int status = 0;
   char *args[] = {"--host-devices", "1", "--metrics-listen", listen_arg, NULL};
