@@ -155,6 +155,60 @@ START_TEST(test_xla_refuses_bad_attributes) {
 }
 END_TEST
 
+/* Adds a third attribute, `sync`, of the given type pointing at value. */
+static void frame_sync(frame *f, XLA_FFI_AttrType type, void *value) {
+  static XLA_FFI_ByteSpan name = {"sync", 4};
+  static XLA_FFI_ByteSpan *name_ptr = &name;
+  static XLA_FFI_ByteSpan *names[3];
+  static XLA_FFI_AttrType types[3];
+  static void *attrs[3];
+  for (int i = 0; i < 2; i++) {
+    names[i] = f->name_ptrs[i];
+    types[i] = f->attr_types[i];
+    attrs[i] = f->attrs[i];
+  }
+  names[2] = name_ptr;
+  types[2] = type;
+  attrs[2] = value;
+  f->cf.attrs.size = 3;
+  f->cf.attrs.names = names;
+  f->cf.attrs.types = types;
+  f->cf.attrs.attrs = attrs;
+}
+
+START_TEST(test_xla_sync_attribute_is_a_bool_or_integer_scalar) {
+  /* Without a daemon, a call whose attributes are all good fails later,
+   * with UNAVAILABLE; a bad `sync` fails first, by name. */
+  setenv("GRAPHD_SOCKET", "/nonexistent/graphd.sock", 1);
+  setenv("GRAPHD_XLA_DEVICE", "GPU-00000000-0000-0000-0000-000000000000", 1);
+  frame f;
+  uint8_t yes = 1;
+  int64_t zero = 0;
+  float one = 1.0f;
+  XLA_FFI_Scalar pred = {XLA_FFI_DataType_PRED, &yes}, s64 = {XLA_FFI_DataType_S64, &zero},
+                 f32 = {XLA_FFI_DataType_F32, &one};
+  XLA_FFI_ByteSpan str = {"yes", 3};
+  frame_init(&f, 2);
+  frame_sync(&f, XLA_FFI_AttrType_SCALAR, &f32);
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "'sync' attribute must be a bool or integer scalar");
+  frame_init(&f, 2);
+  frame_sync(&f, XLA_FFI_AttrType_STRING, &str);
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "'sync' attribute");
+  frame_init(&f, 2);
+  frame_sync(&f, XLA_FFI_AttrType_SCALAR, &pred);
+  expect_error(&f, GRAPHD_UNAVAILABLE, "");
+  frame_init(&f, 2);
+  frame_sync(&f, XLA_FFI_AttrType_SCALAR, &s64);
+  expect_error(&f, GRAPHD_UNAVAILABLE, "");
+  /* Nothing ran, so nothing is left to report. */
+  char err[256] = "x";
+  ck_assert_int_eq(graphd_xla_collect(err, sizeof err), 0);
+  ck_assert_str_eq(err, "");
+  unsetenv("GRAPHD_XLA_DEVICE");
+  unsetenv("GRAPHD_SOCKET");
+}
+END_TEST
+
 START_TEST(test_xla_refuses_wrong_argument_counts_and_dtypes) {
   frame f;
   frame_init(&f, 2);
@@ -262,6 +316,7 @@ int main(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, test_xla_answers_the_metadata_query_without_an_api);
   tcase_add_test(tc, test_xla_refuses_bad_attributes);
+  tcase_add_test(tc, test_xla_sync_attribute_is_a_bool_or_integer_scalar);
   tcase_add_test(tc, test_xla_refuses_wrong_argument_counts_and_dtypes);
   tcase_add_test(tc, test_xla_only_runs_at_execution);
   tcase_add_test(tc, test_xla_no_daemon_is_a_clean_unavailable_error);

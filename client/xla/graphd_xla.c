@@ -6,6 +6,12 @@
  *   program  string, the program id in 64 hex digits
  *   slots    array of i64: the program slot of each operand, then of each
  *            result, in order
+ *   sync     optional scalar (bool or integer): nonzero replays through a
+ *            round trip to the daemon, as graphd_replay does; absent or zero
+ *            replays asynchronously (graphd_replay_async), unless
+ *            $GRAPHD_XLA_SYNC=1 asks for sync in the whole process. An
+ *            asynchronous replay that fails is reported by the next call
+ *            on the same device, or by graphd_xla_collect().
  * It answers XLA's metadata query with traits = 0, which keeps it out of
  * XLA's command buffers (they would replay the GPU work without the socket
  * request).
@@ -49,6 +55,7 @@ typedef struct dev_session {
   struct {
     void *cu_stream;
     graphd_stream *s;
+    uint64_t last_seq; /* of its last asynchronous replay; 0: none */
   } streams[MAX_STREAMS];
   int nstreams;
   int refs;     /* calls using c now */
@@ -119,6 +126,36 @@ static void *find_attr(const XLA_FFI_Attrs *attrs, const char *name, XLA_FFI_Att
     }
   }
   return NULL;
+}
+
+/* The `sync` attribute: *out is false when absent. A scalar of any integer
+ * or bool type; anything else is refused. */
+static bool scalar_attr(const XLA_FFI_Attrs *attrs, const char *name, bool *out) {
+  XLA_FFI_AttrType t;
+  const XLA_FFI_Scalar *sc = find_attr(attrs, name, &t);
+  *out = false;
+  if (!sc) return true;
+  if (t != XLA_FFI_AttrType_SCALAR) return false;
+  switch (sc->dtype) {
+    case XLA_FFI_DataType_PRED:
+    case XLA_FFI_DataType_S8:
+    case XLA_FFI_DataType_U8: *out = *(const uint8_t *)sc->value != 0; return true;
+    case XLA_FFI_DataType_S16:
+    case XLA_FFI_DataType_U16: *out = *(const uint16_t *)sc->value != 0; return true;
+    case XLA_FFI_DataType_S32:
+    case XLA_FFI_DataType_U32: *out = *(const uint32_t *)sc->value != 0; return true;
+    case XLA_FFI_DataType_S64:
+    case XLA_FFI_DataType_U64: *out = *(const uint64_t *)sc->value != 0; return true;
+    default: return false;
+  }
+}
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static bool env_sync; /* $GRAPHD_XLA_SYNC=1: every call is synchronous */
+
+static void read_env(void) {
+  const char *v = getenv("GRAPHD_XLA_SYNC");
+  env_sync = v && strcmp(v, "1") == 0;
 }
 
 /* The device behind an XLA stream, by UUID: the same GPU has other ordinals
@@ -250,6 +287,12 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   const XLA_FFI_Array *slots = find_attr(&cf->attrs, "slots", &t);
   if (!slots || t != XLA_FFI_AttrType_ARRAY || slots->dtype != XLA_FFI_DataType_S64)
     return fail(api, GRAPHD_INVALID_ARGUMENT, "the 'slots' attribute (an int64 array) is missing");
+  bool sync;
+  if (!scalar_attr(&cf->attrs, "sync", &sync))
+    return fail(api, GRAPHD_INVALID_ARGUMENT,
+                "the 'sync' attribute must be a bool or integer scalar");
+  pthread_once(&env_once, read_env);
+  sync = sync || env_sync;
   int64_t nargs = cf->args.size, nrets = cf->rets.size;
   if ((int64_t)slots->size != nargs + nrets)
     return fail(api, GRAPHD_INVALID_ARGUMENT,
@@ -325,9 +368,58 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
     pthread_mutex_unlock(&table_lock);
   }
   if (s) {
-    st = graphd_replay(c, s, pid, b, (size_t)nb, NULL);
+    uint64_t seq = 0;
+    st = sync ? graphd_replay(c, s, pid, b, (size_t)nb, NULL)
+              : graphd_replay_async(c, s, pid, b, (size_t)nb, &seq);
     if (st != GRAPHD_OK) snprintf(err, sizeof err, "%s", graphd_last_error(c));
+    if (seq) {
+      pthread_mutex_lock(&table_lock);
+      for (int i = 0; i < d->nstreams; i++)
+        if (d->streams[i].s == s && seq > d->streams[i].last_seq) d->streams[i].last_seq = seq;
+      pthread_mutex_unlock(&table_lock);
+    }
   }
   session_put(d, st == GRAPHD_UNAVAILABLE);
   return st == GRAPHD_OK ? NULL : fail(api, st, "%s", err);
+}
+
+int graphd_xla_collect(char *err, size_t errlen) {
+  /* The sessions and their streams' last replays, held by a reference so
+   * that the waits run without the table lock. */
+  struct {
+    dev_session *d;
+    graphd_stream *s;
+    uint64_t seq;
+  } w[MAX_SESSIONS * MAX_STREAMS];
+  dev_session *held[MAX_SESSIONS];
+  int nw = 0, nheld = 0;
+  pthread_mutex_lock(&table_lock);
+  for (int i = 0; i < nsessions; i++) {
+    dev_session *d = sessions[i];
+    d->refs++;
+    held[nheld++] = d;
+    for (int k = 0; k < d->nstreams; k++)
+      if (d->streams[k].last_seq) {
+        w[nw].d = d;
+        w[nw].s = d->streams[k].s;
+        w[nw++].seq = d->streams[k].last_seq;
+      }
+  }
+  pthread_mutex_unlock(&table_lock);
+  graphd_status first = GRAPHD_OK;
+  if (err && errlen) err[0] = '\0';
+  /* Each stream's last asynchronous replay has finished with its buffers
+   * (the wait also collects), then each handle reports the first failure
+   * it has not reported yet. */
+  for (int i = 0; i < nw + nheld; i++) {
+    dev_session *d = i < nw ? w[i].d : held[i - nw];
+    graphd_status st =
+        i < nw ? graphd_stream_wait(w[i].s, w[i].seq, -1) : graphd_replay_collect(d->c, NULL);
+    if (st != GRAPHD_OK && first == GRAPHD_OK) {
+      first = st;
+      if (err && errlen) snprintf(err, errlen, "%s", graphd_last_error(d->c));
+    }
+  }
+  for (int i = 0; i < nheld; i++) session_put(held[i], first == GRAPHD_UNAVAILABLE);
+  return (int)first;
 }

@@ -4,9 +4,10 @@
  *   jax.ffi.register_ffi_target("graphd_replay",
  *       jax.ffi.pycapsule(ctypes.CDLL("libgraphd_xla.so").graphd_xla_replay),
  *       platform="CUDA")
- * and call it with the attributes `program` (the program id, 64 hex digits)
- * and `slots` (an int64 array: the program slot of each operand, then of
- * each result). The program and its modules must be in the process's
+ * and call it with the attributes `program` (the program id, 64 hex digits),
+ * `slots` (an int64 array: the program slot of each operand, then of
+ * each result) and optionally `sync` (a bool: replay with a round trip
+ * instead of asynchronously). The program and its modules must be in the process's
  * client-side registry (graphd_registry_add_*), from which each device's
  * session gets them on first use. docs/jax.md describes the flow.
  *
@@ -21,6 +22,15 @@ extern "C" {
 #endif
 
 __attribute__((visibility("default"))) XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf);
+
+/* Waits until the last asynchronous replay of every stream the handler has
+ * used has finished with its buffers, then returns the first failure not
+ * reported yet (a graphd_status; 0 when none) with its message in err.
+ * Replays run asynchronously unless the call's `sync` attribute is set or
+ * $GRAPHD_XLA_SYNC=1, and a failed one is otherwise reported only by the
+ * next call on its device: call this at the end of a program (graphd.jax.
+ * collect() does) so that no failure goes unseen. Thread-safe. */
+__attribute__((visibility("default"))) int graphd_xla_collect(char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -37,7 +37,7 @@ import numpy as np
 import jax
 
 from . import _lib
-from .errors import GraphdError
+from .errors import GraphdError, status_name
 from .program import MODES, MODULE_KINDS, Program, _as_id
 
 VMAP_METHODS = (None, "sequential", "broadcast_all")
@@ -151,6 +151,22 @@ def register_target(name="graphd_replay", platform="CUDA"):
         _targets.add(key)
 
 
+def collect():
+    """Waits until the last asynchronous replay on every stream this
+    process's graphd calls used has finished with its buffers, then raises
+    GraphdError for the first failed replay not reported yet. A failed
+    asynchronous replay otherwise shows only at the next call on its device
+    (its outputs are undefined): call this once the results are needed, at
+    the end of a loop or a program."""
+    fn = xla_lib().graphd_xla_collect
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    buf = ctypes.create_string_buffer(1024)
+    rc = fn(buf, len(buf))
+    if rc:
+        raise GraphdError(status_name(rc), buf.value.decode(errors="replace"))
+
+
 # --- building and registering programs ----------------------------------------
 
 
@@ -187,7 +203,7 @@ def registry_add_program(program_id, encoding):
 
 
 def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
-             has_side_effect=False, register=True):
+             has_side_effect=False, register=True, sync=False):
     """A JAX-callable function that replays a graphd program.
 
     build(*operands, mode=mode) gets the traced operands as
@@ -213,6 +229,12 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
                   unused).
     register      False skips registering the FFI target (for lowering to
                   an already registered target).
+    sync          True: each call waits for graphd's answer (a round trip
+                  per call), so a failed replay raises at its own call.
+                  False (the default): replays are submitted through the
+                  session's ring and the call returns at once; a failed
+                  replay raises at the next call on the same device, or in
+                  collect(). $GRAPHD_XLA_SYNC=1 makes every call sync.
 
     The returned function takes jax arrays (positionally) and returns a
     list of arrays, one per result (a single array when there is one
@@ -250,9 +272,11 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
             register_target(name)
         b = built_for(args)
         spec = b.spec
+        attrs = dict(program=b.id_hex, slots=b.slots)
+        if sync:
+            attrs["sync"] = True
         out = jax.ffi.ffi_call(name, spec.results, has_side_effect=has_side_effect,
-                               input_output_aliases=spec.aliases() or None)(
-            *args, program=b.id_hex, slots=b.slots)
+                               input_output_aliases=spec.aliases() or None)(*args, **attrs)
         return out
 
     def unwrap(out):

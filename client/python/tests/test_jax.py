@@ -89,6 +89,17 @@ class TestJaxLowering(unittest.TestCase):
         self.assertEqual(b.id_hex, c[0][0])
         _lib.registry_add_program(b.id, b.encoding)
 
+    def test_calls_are_async_unless_sync_is_asked_for(self):
+        x = jnp.ones(256, jnp.float32)
+        text = lower(self.gj.callable(self.build), x)
+        self.assertEqual(len(calls(text)), 1)
+        self.assertNotIn("sync", text)
+        text = lower(self.gj.callable(self.build, sync=True), x)
+        self.assertEqual(len(calls(text)), 1)
+        self.assertRegex(text, r"custom_call @graphd_replay.*sync = true")
+        # With nothing replayed in this process, nothing is left to report.
+        self.assertIsNone(self.gj.collect())
+
     def test_each_shape_is_its_own_program_and_cached(self):
         f = self.gj.callable(self.build)
         a = calls(lower(f, jnp.zeros((512,), jnp.float32)))[0][0]

@@ -213,8 +213,14 @@ class JaxGpuTest(unittest.TestCase):
         np.testing.assert_array_equal(np.asarray(out), np.asarray(x) + 10)
 
     def test_rl_style_scan_of_1000_steps_matches_pure_jax(self):
+        for sync in (False, True):
+            with self.subTest(sync=sync):
+                self.rl_scan(sync)
+        self.assertIsNone(self.gj.collect())  # nothing failed, nothing left
+
+    def rl_scan(self, sync):
         jax, jnp, np = self.jax, self.jnp, self.np
-        f = self.gj.callable(self.build_double)
+        f = self.gj.callable(self.build_double, sync=sync)
 
         def step_graphd(s, _):
             obs = jnp.sin(s) + 1.0           # an XLA temporary as the input
