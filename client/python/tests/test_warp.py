@@ -712,8 +712,10 @@ class RefusalTest(unittest.TestCase):
     def test_warp_version(self):
         from graphd.warp import _support
         _support.check_version(wp.__version__)
-        for v in ("1.18.3", "1.20.0", "2.0.0", "0.15.1", "nonsense"):
-            self.refused("warp_version", _support.check_version, v, pattern=r"1\.19\.0")
+        for v in ("1.17.3", "1.20.0", "2.0.0", "0.15.1", "nonsense"):
+            self.refused("warp_version", _support.check_version, v, pattern=r"1\.18\.0")
+        for v in ("1.18.0", "1.18.2", "1.19.0", "1.19.5"):
+            _support.check_version(v)
         # A layout change is refused too.
         from warp._src import codegen, context, types
         saved = types.array_t

@@ -17,8 +17,9 @@ import re
 from ..errors import GraphdError
 
 # The Warp releases graphd.warp was written and tested against: from
-# SUPPORTED_MIN up to, not including, SUPPORTED_BELOW.
-SUPPORTED_MIN = (1, 19, 0)
+# SUPPORTED_MIN up to, not including, SUPPORTED_BELOW (1.18 is the one
+# MuJoCo's MJX pins; its layouts are the same as 1.19's).
+SUPPORTED_MIN = (1, 18, 0)
 SUPPORTED_BELOW = (1, 20, 0)
 
 # Each refusal has a short reason (Refused.reason) and a message.
