@@ -105,9 +105,7 @@ static void dev_labels(FILE *f, const graphd_device_info *d) {
   fprintf(f, "\"");
 }
 
-void gd_prom_write(FILE *f, const graphd_daemon_status *s, uint32_t self) {
-  gd_client_row *cl;
-  size_t ncl = gd_client_rows(s, self, &cl);
+void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
   family(f, "graphd_uptime_seconds", "gauge", "Seconds since the daemon started.");
   fprintf(f, "graphd_uptime_seconds %.3f\n", (double)s->uptime_ms / 1e3);
   family(f, "graphd_modules", "gauge", "Registered modules.");
@@ -154,5 +152,4 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, uint32_t self) {
       fprintf(f, "\"} %llu\n", (unsigned long long)v);
     }
   }
-  free(cl);
 }

@@ -25,9 +25,9 @@ typedef struct gd_client_row {
 size_t gd_client_rows(const graphd_daemon_status *s, uint32_t self, gd_client_row **out);
 
 /* Writes s to f: the daemon's totals, each device's counters and replay
- * latency quantiles (labels device and uuid), each client process's
- * sessions and regions (labels pid, uid and name), as gd_client_rows
- * folds them for `self`. */
-void gd_prom_write(FILE *f, const graphd_daemon_status *s, uint32_t self);
+ * latency quantiles (labels device and uuid), and the client rows cl (from
+ * gd_client_rows) with their sessions and regions (labels pid, uid and
+ * name). */
+void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl);
 
 #endif

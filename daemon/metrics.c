@@ -80,15 +80,18 @@ static char *scrape(gd_metrics *m, size_t *len, char *why, size_t whylen) {
   graphd_daemon_status *s = ask_status(m, why, whylen);
   if (!s && !fresh) s = ask_status(m, why, whylen);
   if (!s) return NULL;
+  gd_client_row *cl;
+  size_t ncl = gd_client_rows(s, (uint32_t)getpid(), &cl);
   FILE *f = open_memstream(&text, len);
   if (f) {
-    gd_prom_write(f, s, (uint32_t)getpid());
+    gd_prom_write(f, s, cl, ncl);
     if (fclose(f) != 0) {
       free(text);
       text = NULL;
     }
   }
   if (!text) snprintf(why, whylen, "out of memory");
+  free(cl);
   graphd_daemon_status_free(s);
   return text;
 }

@@ -113,7 +113,7 @@ int cmd_stats(graphd_client *c, int argc, char **argv) {
   if (json)
     print_json(s, cl, ncl);
   else if (prom)
-    gd_prom_write(stdout, s, (uint32_t)getpid());
+    gd_prom_write(stdout, s, cl, ncl);
   else
     print_text(s, cl, ncl);
   free(cl);
