@@ -35,16 +35,23 @@ struct gd_metrics {
   char where[160]; /* ADDR:PORT as bound, for the log */
 };
 
-static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *text,
-                             const char *allow) {
-  struct MHD_Response *r =
-      MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
+/* Queues r (consumed) with its content type and, for 405, Allow. */
+static enum MHD_Result send_response(struct MHD_Connection *conn, unsigned code,
+                                     struct MHD_Response *r, const char *type, const char *allow) {
   if (!r) return MHD_NO;
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
   if (allow) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
   enum MHD_Result ret = MHD_queue_response(conn, code, r);
   MHD_destroy_response(r);
   return ret;
+}
+
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned code, const char *text,
+                             const char *allow) {
+  return send_response(
+      conn, code,
+      MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY),
+      "text/plain; charset=utf-8", allow);
 }
 
 /* The daemon's status through m's session, connected first when there is
@@ -119,15 +126,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, body, NULL);
   }
   struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
-  if (!r) {
-    free(text);
-    return MHD_NO;
-  }
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                          "text/plain; version=0.0.4; charset=utf-8");
-  enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
-  MHD_destroy_response(r);
-  return ret;
+  if (!r) free(text);
+  return send_response(conn, MHD_HTTP_OK, r, "text/plain; version=0.0.4; charset=utf-8", NULL);
 }
 
 static void http_log(void *cls, const char *fmt, va_list ap) {
