@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,21 +336,17 @@ int main(int argc, char **argv) {
     server_cleanup(&srv);
     goto exit_loop;
   }
-  if (server_start(&srv, &loop) < 0) {
+  bool started = server_start(&srv, &loop) == 0;
+  if (started && opt.metrics_listen[0] &&
+      !(metrics = metrics_start(opt.metrics_listen, srv.socket_path, err, sizeof err))) {
+    GD_LOG(GD_ERROR, "main", "%s", err);
+    started = false;
+  }
+  if (!started) {
     server_shutdown(&srv, "startup failed");
     uv_run(&loop, UV_RUN_DEFAULT);
     server_cleanup(&srv);
     goto exit_loop;
-  }
-  if (opt.metrics_listen[0]) {
-    metrics = metrics_start(opt.metrics_listen, srv.socket_path, err, sizeof err);
-    if (!metrics) {
-      GD_LOG(GD_ERROR, "main", "%s", err);
-      server_shutdown(&srv, "startup failed");
-      uv_run(&loop, UV_RUN_DEFAULT);
-      server_cleanup(&srv);
-      goto exit_loop;
-    }
   }
   GD_LOG(GD_INFO, "main", "graphd %s ready: %d device(s), pid %d", GRAPHD_VERSION_STRING, n,
          (int)getpid());
