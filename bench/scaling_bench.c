@@ -47,7 +47,11 @@ typedef struct opts {
   const char *socket, *kernels;
   double seconds;
   int per_device;
+  int async;   /* graphd_replay_async: no round trip per replay */
+  int layouts; /* LAYOUT_PROCESSES | LAYOUT_THREADS */
 } opts;
+
+enum { LAYOUT_PROCESSES = 1, LAYOUT_THREADS = 2 };
 
 /* One client's work and result. */
 typedef struct client {
@@ -91,6 +95,13 @@ static double now_s(void) {
       goto out;                                                                                    \
     }                                                                                              \
   } while (0)
+
+/* One replay of the client's program, sync or async as asked. */
+static graphd_status replay_once(const client *k, graphd_client *c, graphd_stream *gs,
+                                 const uint8_t pid[32], const graphd_binding bd[2]) {
+  return k->o->async ? graphd_replay_async(c, gs, pid, bd, 2, NULL)
+                     : graphd_replay(c, gs, pid, bd, 2, NULL);
+}
 
 /* Sets up one client, waits for the start, replays for the set time and
  * checks the output. k->err is empty on success. */
@@ -159,7 +170,7 @@ static void run_client(client *k) {
   GD(c, graphd_register_program(c, p));
   GD(c, graphd_stream_attach(c, st, &gs));
   graphd_binding bd[2] = {{.slot = 0, .ptr = x, .bytes = NB}, {.slot = 1, .ptr = y, .bytes = NB}};
-  for (int i = 0; i < 20; i++) GD(c, graphd_replay(c, gs, pid, bd, 2, NULL));
+  for (int i = 0; i < 20; i++) GD(c, replay_once(k, c, gs, pid, bd));
   CU(cuStreamSynchronize(st));
 
   if (k->barrier) {
@@ -174,11 +185,12 @@ static void run_client(client *k) {
   double t0 = now_s(), end = t0 + k->o->seconds;
   long r = 0;
   do {
-    for (int i = 0; i < SYNC_EVERY; i++, r++) GD(c, graphd_replay(c, gs, pid, bd, 2, NULL));
+    for (int i = 0; i < SYNC_EVERY; i++, r++) GD(c, replay_once(k, c, gs, pid, bd));
     CU(cuStreamSynchronize(st));
   } while (now_s() < end);
   k->seconds = now_s() - t0;
   k->replays = r;
+  if (k->o->async) GD(c, graphd_replay_collect(c, NULL));
   CU(cuMemcpyDtoH(host + NF, y, NB));
   for (uint32_t i = 0; i < NF; i++) {
     float want = A * host[i];
@@ -287,20 +299,31 @@ static double report(const char *layout, const client *ks, int n, int ndev) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: scaling_bench [--socket PATH] [--kernels DIR] [--seconds S] "
-          "[--clients-per-device K]\n"
+          "[--clients-per-device K] [--async]\n"
+          "       [--layout both|processes|threads]\n"
           "  Replays/s with one process driving every GPU the daemon serves (a thread\n"
           "  per device and client) against one process per device and client.\n"
-          "  --seconds S (default 3, 0.1 to 600), --clients-per-device K (default 1, 1 to 32)\n");
+          "  --seconds S (default 3, 0.1 to 600), --clients-per-device K (default 1, 1 to 32)\n"
+          "  --async: replays through the submission ring (graphd_replay_async), no round\n"
+          "  trip each; the stream is synchronized every %d replays either way\n"
+          "  --layout: run one of the two layouts only (default both)\n",
+          SYNC_EVERY);
 }
 
 int main(int argc, char **argv) {
-  opts o = {.kernels = GRAPHD_BENCH_KERNEL_DIR, .seconds = 3.0, .per_device = 1};
+  opts o = {.kernels = GRAPHD_BENCH_KERNEL_DIR,
+            .seconds = 3.0,
+            .per_device = 1,
+            .layouts = LAYOUT_PROCESSES | LAYOUT_THREADS};
   static const struct option longopts[] = {{"socket", required_argument, NULL, 's'},
                                            {"kernels", required_argument, NULL, 'k'},
                                            {"seconds", required_argument, NULL, 't'},
                                            {"clients-per-device", required_argument, NULL, 'c'},
+                                           {"async", no_argument, NULL, 'a'},
+                                           {"layout", required_argument, NULL, 'l'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
+  setvbuf(stdout, NULL, _IOLBF, 0);
   int ch;
   char *end;
   while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -320,6 +343,19 @@ int main(int argc, char **argv) {
         o.per_device = (int)strtol(optarg, &end, 10);
         if (errno || *end || o.per_device < 1 || o.per_device > 32) {
           fprintf(stderr, "scaling_bench: --clients-per-device %s: want 1 to 32\n", optarg);
+          return 2;
+        }
+        break;
+      case 'a': o.async = 1; break;
+      case 'l':
+        if (strcmp(optarg, "both") == 0)
+          o.layouts = LAYOUT_PROCESSES | LAYOUT_THREADS;
+        else if (strcmp(optarg, "processes") == 0)
+          o.layouts = LAYOUT_PROCESSES;
+        else if (strcmp(optarg, "threads") == 0)
+          o.layouts = LAYOUT_THREADS;
+        else {
+          fprintf(stderr, "scaling_bench: --layout %s: want both, processes or threads\n", optarg);
           return 2;
         }
         break;
@@ -375,20 +411,34 @@ int main(int argc, char **argv) {
     printf("scaling_bench: the daemon serves no CUDA device: skipped\n");
     return 77;
   }
+  printf("replays: %s, %d client(s) per device, %.1f s\n",
+         o.async ? "async (graphd_replay_async)" : "sync (graphd_replay)", o.per_device, o.seconds);
   client saved[MAX_CLIENTS];
   memcpy(saved, ks, sizeof(client) * (size_t)n);
 
-  int rc = run_processes(ks, n);
-  double procs = report("one process per device and client:", ks, n, ndev);
-  memcpy(ks, saved, sizeof(client) * (size_t)n);
-  if (load_driver(e, sizeof e) < 0) {
-    fprintf(stderr, "scaling_bench: %s\n", e);
-    return 1;
+  int rc = 0;
+  double procs = 0, threads = 0;
+  if (o.layouts & LAYOUT_PROCESSES) {
+    rc = run_processes(ks, n);
+    procs = report("one process per device and client:", ks, n, ndev);
+    memcpy(ks, saved, sizeof(client) * (size_t)n);
   }
-  if (run_threads(ks, n) < 0) rc = -1;
-  double threads = report("one process driving all (threads):", ks, n, ndev);
+  if (o.layouts & LAYOUT_THREADS) {
+    if (load_driver(e, sizeof e) < 0) {
+      fprintf(stderr, "scaling_bench: %s\n", e);
+      return 1;
+    }
+    if (run_threads(ks, n) < 0) rc = -1;
+    threads = report("one process driving all (threads):", ks, n, ndev);
+  }
   free(cubin);
   if (rc < 0 || procs < 0 || threads < 0) return 1;
-  printf("FIGURE one process / process per client: %.2fx\n", threads / procs);
+  const char *how = o.async ? "async" : "sync";
+  printf("RESULT scaling_%s_devices=%d scaling_%s_clients=%d", how, ndev, how, n);
+  if (procs > 0) printf(" scaling_%s_procs_rps=%.0f", how, procs);
+  if (threads > 0) printf(" scaling_%s_threads_rps=%.0f", how, threads);
+  printf("\n");
+  if (procs > 0 && threads > 0)
+    printf("FIGURE one process / process per client: %.2fx\n", threads / procs);
   return 0;
 }

@@ -83,6 +83,8 @@
   X(cuMemHostGetDevicePointer)                                                                     \
   X(cuStreamWaitValue64)                                                                           \
   X(cuStreamWriteValue64)                                                                          \
+  X(cuStreamBeginCapture)                                                                          \
+  X(cuStreamEndCapture)                                                                            \
   X(cuGraphCreate)                                                                                 \
   X(cuGraphDestroy)                                                                                \
   X(cuGraphAddKernelNode)                                                                          \

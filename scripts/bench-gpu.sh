@@ -7,11 +7,15 @@
 #  2. under MPS (-M), with the full chain of 1000.
 # After each replay_bench, bench/jax_scan_bench.py (a lax.scan step
 # through graphd against the same step in pure XLA) runs in $GRAPHD_JAX_PYTHON
-# (default /opt/torch/.venv/bin/python3) against a fresh daemon.
+# (default /opt/torch/.venv/bin/python3) against a fresh daemon, and under
+# MPS bench/scaling_bench (GRAPHD_BENCH_CLIENTS client processes per device,
+# default 8, sync then async) against another. Last, scripts/bench-report.py
+# prints the targets table and writes OUT_DIR/bench.json, bench.md and
+# bench.png (the plot where matplotlib is importable).
 # Each run gets a fresh daemon on its own socket, so its first replays are
 # captures. Every process is bounded by timeout. The bench's output is shown
-# and kept in OUT_DIR/bench-nomps.log and bench-mps.log, the daemons' logs
-# beside them (graphd-*.log). Exit status 1 when a run failed.
+# and kept in OUT_DIR/bench-nomps.log and bench-mps.log (bench-jax-*.log,
+# scaling-mps.log), the daemons' logs beside them (graphd-*.log). Exit status 1 when a run failed.
 # GRAPHD_BENCH_RUNS picks the runs ("nomps mps" by default).
 # Usage: scripts/bench-gpu.sh BUILD_DIR OUT_DIR [extra replay_bench flags]
 set -uo pipefail
@@ -76,7 +80,22 @@ run_bench() {
   stop_daemon
 }
 
-nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,compute_mode --format=csv,noheader
+# run_scaling NAME: scaling_bench sync, then async, each against a fresh daemon.
+run_scaling() {
+  local name=$1 r mode
+  : >"$out/scaling-$name.log"
+  for mode in "" --async; do
+    start_daemon "$out/graphd-scaling$mode-$name.log" || { rc=1; return; }
+    timeout 120 "$build/bench/scaling_bench" --socket "$sock" --seconds 2 \
+      --clients-per-device "${GRAPHD_BENCH_CLIENTS:-8}" $mode 2>&1 | tee -a "$out/scaling-$name.log"
+    r=${PIPESTATUS[0]}
+    echo "scaling_bench $mode ($name) exit status $r"
+    [[ $r == 0 ]] || rc=1
+    stop_daemon
+  done
+}
+
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader | tee "$out/machine.txt"
 [[ -x $bench ]] || { echo "no $bench: build with GRAPHD_BUILD_BENCH=ON"; exit 1; }
 
 runs=" ${GRAPHD_BENCH_RUNS:-nomps mps} "
@@ -92,10 +111,15 @@ mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 if timeout 30 nvidia-cuda-mps-control -d -M; then
   sleep 1
   run_bench mps 1000 "$@"
+  [[ ${GRAPHD_BENCH_SCALING:-1} == 1 ]] && run_scaling mps
   echo quit | timeout 30 nvidia-cuda-mps-control; sleep 1
 else
   echo "nvidia-cuda-mps-control -d -M failed"; rc=1
 fi
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 fi
+
+echo "== report"
+"$py" -c "import matplotlib" 2>/dev/null || py=python3
+"$py" "$src/scripts/bench-report.py" "$out" || rc=1
 exit $rc
