@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -422,6 +423,22 @@ START_TEST(test_daemon_sigint_also_stops_gracefully) {
 }
 END_TEST
 
+/* A crash leaves its stack in the log (the journal under systemd). The
+ * signal is sent from outside; the handler cannot tell the difference. */
+START_TEST(test_daemon_fatal_signal_writes_its_stack) {
+  if (getenv("GRAPHD_TEST_WRAPPER")) return; /* the tool owns the signals */
+  struct rlimit no_core = {0, 0};
+  ck_assert_int_eq(setrlimit(RLIMIT_CORE, &no_core), 0); /* inherited: no core file */
+  gd_test_daemon d;
+  td_start(&d, "--backend", "host", NULL);
+  int st = td_stop_sig(&d, SIGSEGV, 10000);
+  ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "status %#x", st);
+  ck_assert(td_log_contains(&d, "graphd: fatal signal 11 (SIGSEGV); stack:"));
+  ck_assert(td_log_contains(&d, "graphd(+0x"));
+  td_cleanup(&d);
+}
+END_TEST
+
 START_TEST(test_daemon_shutdown_closes_open_sessions_cleanly) {
   gd_test_daemon d;
   td_start(&d, "--host-devices", "2", NULL);
@@ -529,6 +546,7 @@ int main(void) {
   tcase_add_test(tc, test_daemon_shutdown_closes_open_sessions_cleanly);
   tcase_add_test(tc, test_daemon_devices_flag_selects_and_orders);
   tcase_add_test(tc, test_daemon_usage_errors_exit_2);
+  tcase_add_test(tc, test_daemon_fatal_signal_writes_its_stack);
   tcase_add_test(tc, test_daemon_many_concurrent_sessions);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
