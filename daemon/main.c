@@ -8,7 +8,6 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdbool.h>
-#include <execinfo.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 
 #include "../common/uuid.h"
 #include "backend.h"
+#include "crash.h"
 #include "graphd/status.h"
 #include "log.h"
 #include "metrics.h"
@@ -256,36 +256,6 @@ static void close_signals(gd_daemon *srv) {
   uv_close((uv_handle_t *)&srv->sig_int, NULL);
 }
 
-/* A fatal signal writes the stack (return addresses as binary+offset, for
- * addr2line) to stderr, that is the journal, then takes its default
- * action (a core where the system keeps them). */
-static void crash_report(int sig) {
-  void *frames[64];
-  int n = backtrace(frames, 64);
-  const char *what = sig == SIGSEGV  ? "graphd: fatal signal 11 (SIGSEGV); stack:\n"
-                     : sig == SIGBUS ? "graphd: fatal signal (SIGBUS); stack:\n"
-                     : sig == SIGFPE ? "graphd: fatal signal (SIGFPE); stack:\n"
-                                     : "graphd: fatal signal (SIGILL); stack:\n";
-  if (write(STDERR_FILENO, what, strlen(what)) < 0) { /* nothing more to do */
-  }
-  backtrace_symbols_fd(frames, n, STDERR_FILENO);
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
-static void install_crash_report(void) {
-  void *warm[1];
-  backtrace(warm, 1); /* loads the unwinder now, not inside the handler */
-  static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
-  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = crash_report;
-    sa.sa_flags = SA_RESETHAND;
-    sigaction(sigs[i], &sa, NULL);
-  }
-}
-
 int main(int argc, char **argv) {
   gd_options opt;
   int check_only = 0;
@@ -300,7 +270,7 @@ int main(int argc, char **argv) {
   char err[512];
 
   signal(SIGPIPE, SIG_IGN);
-  install_crash_report();
+  gd_crash_install();
   gd_log_init();
   if (parse_settings(argc, argv, &opt, &check_only) < 0) return EXIT_USAGE;
   gd_log_level = opt.log_level;

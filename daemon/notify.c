@@ -45,13 +45,14 @@ static void format_status(const gd_notify *n, char *out, size_t len) {
 static void tick_cb(uv_timer_t *t) {
   gd_notify *n = t->data;
   int stuck = worker_pool_stuck(&n->srv->pool, n->stale_ns);
-  if (stuck && !n->stuck)
-    GD_LOG(GD_ERROR, "notify", "%d device worker(s) busy in one job for over %g s%s", stuck,
-           (double)n->stale_ns / 1e9,
+  if (stuck && !n->stuck) {
+    GD_LOG(GD_ERROR, "notify", "%d device worker(s) busy in one job for over %g s%s; stacks follow",
+           stuck, (double)n->stale_ns / 1e9,
            n->watchdog_usec ? "; no longer pinging the systemd watchdog, so systemd will "
                               "restart graphd"
                             : "");
-  else if (!stuck && n->stuck)
+    worker_pool_dump_stuck(&n->srv->pool, n->stale_ns);
+  } else if (!stuck && n->stuck)
     GD_LOG(GD_WARN, "notify", "device workers are making progress again%s",
            n->watchdog_usec ? "; watchdog pings resume" : "");
   n->stuck = stuck;

@@ -14,6 +14,7 @@
 
 #include "clock.h"
 #include "graphd/status.h"
+#include "crash.h"
 #include "log.h"
 
 static inline void cpu_relax(void) {
@@ -269,8 +270,10 @@ int worker_pool_stop(gd_pool *p, double grace_s) {
     if (rc != 0) {
       GD_LOG(GD_ERROR, "worker",
              "device %d's worker is still running a job after the "
-             "%.1f s shutdown grace; leaving it",
+             "%.1f s shutdown grace; leaving it (its stack follows)",
              w->index, grace_s);
+      gd_dump_thread_stack(w->thread);
+      usleep(100000); /* the stack is written before graphd exits */
       left++;
       continue;
     }
@@ -287,6 +290,16 @@ void worker_pool_close(gd_pool *p) {
    * into the done list; no wake-up will run them once the handle closes. */
   drain_cb(&p->async);
   uv_close((uv_handle_t *)&p->async, NULL);
+}
+
+void worker_pool_dump_stuck(gd_pool *p, uint64_t stale_ns) {
+  uint64_t now = gd_now_ns();
+  for (int i = 0; i < p->n; i++) {
+    gd_worker *w = &p->workers[i];
+    if (w->thread_started && atomic_load(&w->busy) &&
+        now - atomic_load(&w->heartbeat_ns) > stale_ns)
+      gd_dump_thread_stack(w->thread);
+  }
 }
 
 int worker_pool_stuck(gd_pool *p, uint64_t stale_ns) {

@@ -156,6 +156,10 @@ static inline bool worker_jobs_waiting(gd_worker *w) { return atomic_load(&w->qu
 /* Marks w alive (a job that waits a long time calls it). */
 void worker_heartbeat(gd_worker *w);
 
+/* Asks each stuck worker (as worker_pool_stuck counts them) to write its
+ * stack to the log. Loop thread. */
+void worker_pool_dump_stuck(gd_pool *p, uint64_t stale_ns);
+
 /* Number of workers whose heartbeat is older than stale_ns while busy:
  * stuck in one job. Any thread. */
 int worker_pool_stuck(gd_pool *p, uint64_t stale_ns);
