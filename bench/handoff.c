@@ -256,24 +256,11 @@ int handoff_fork(handoff *h) {
   return 0;
 }
 
-/* The child's side of a run: sends the request and waits until it has
- * queued its steps. */
-static int child_queue(handoff *h, const request *rq) {
+/* Sends rq when given, then waits for the child's next answer: queued
+ * (after a request) or finished. */
+static int child_answer(handoff *h, const request *rq) {
   reply q;
-  if (xfer(h->fd, (void *)rq, sizeof *rq, 1) < 0 || xfer(h->fd, &q, sizeof q, 0) < 0) {
-    set_err(h->err, sizeof h->err, "the hand-off child went away");
-    return -1;
-  }
-  if (q.rc != 0) {
-    set_err(h->err, sizeof h->err, "the hand-off child: %s", q.err);
-    return -1;
-  }
-  return 0;
-}
-
-static int child_finish(handoff *h) {
-  reply q;
-  if (xfer(h->fd, &q, sizeof q, 0) < 0) {
+  if ((rq && xfer(h->fd, (void *)rq, sizeof *rq, 1) < 0) || xfer(h->fd, &q, sizeof q, 0) < 0) {
     set_err(h->err, sizeof h->err, "the hand-off child went away");
     return -1;
   }
@@ -334,7 +321,7 @@ int handoff_run(handoff *h, const gd_cuda *cu, int ordinal, CUcontext ctx, CUstr
     rq.a = a;
     HO_CALL(cu, cuIpcGetMemHandle(&rq.buf, buf), h->err, out);
     snprintf(rq.cubin, sizeof rq.cubin, "%s", cubin_path);
-    if (child_queue(h, &rq) < 0) goto out;
+    if (child_answer(h, &rq) < 0) goto out;
     queued = 1;
   }
   /* This side, behind the go flag. */
@@ -355,7 +342,7 @@ int handoff_run(handoff *h, const gd_cuda *cu, int ordinal, CUcontext ctx, CUstr
   *per_step_us = (bench_now_us() - t0) / (double)steps;
   if (queued) {
     queued = 0;
-    if (child_finish(h) < 0) goto out;
+    if (child_answer(h, NULL) < 0) goto out;
   }
   /* x[steps % 2] holds a^steps, one single multiply per step. */
   host = malloc(nb);
@@ -376,7 +363,7 @@ int handoff_run(handoff *h, const gd_cuda *cu, int ordinal, CUcontext ctx, CUstr
 out:
   if (rc < 0 && go && h->page) /* let anything queued behind the go flag run out */
     __atomic_store_n(&h->page[GO], (uint64_t)go, __ATOMIC_RELEASE);
-  if (queued) child_finish(h);
+  if (queued) child_answer(h, NULL);
   cu->cuStreamSynchronize(st);
   for (int k = 0; k < 2; k++)
     if (g[k]) cu->cuGraphExecDestroy(g[k]);
