@@ -535,7 +535,14 @@ static int pick_exec(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *
   bool back = false;
   for (uint32_t i = 0; i < GD_CAPTURE_RECENT && !back; i++) back = c->recent[i] == key;
   c->recent[c->recent_next++ % GD_CAPTURE_RECENT] = key;
-  if (back && c->nexecs < GD_CAPTURE_EXECS) {
+  if (back && c->nexecs < GD_CAPTURE_EXECS && c->template_stale) {
+    char hex[2 * GD_ID_LEN + 1];
+    gd_id_hex(c->prog->id, 1, hex);
+    GD_LOG(GD_DEBUG, "capture",
+           "program %s: its graph points at memory unmapped since; re-pointing an executable "
+           "graph instead of instantiating another",
+           hex);
+  } else if (back && c->nexecs < GD_CAPTURE_EXECS) {
     int rc = add_exec(d, c, st, err, errlen);
     if (rc == 0) {
       *out = &c->execs[c->nexecs - 1];
@@ -679,6 +686,22 @@ int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *b
     c->uids[c->npids++] = uid;
   }
   return 0;
+}
+
+/* Whether c's graph has a copy node made to point into [ptr, ptr + bytes). */
+static bool points_into(const gd_capture *c, uint64_t ptr, uint64_t bytes) {
+  for (uint32_t s = 0; s < c->prog->program->nslots; s++) {
+    uint64_t a[2] = {c->in_node[s] ? c->built_src[s] : 0, c->out_node[s] ? c->built_dst[s] : 0};
+    for (int k = 0; k < 2; k++)
+      if (a[k] && a[k] >= ptr && a[k] - ptr < bytes) return true;
+  }
+  return false;
+}
+
+void capture_forget_memory(gd_device *d, uint64_t ptr, uint64_t bytes) {
+  gd_capture *c;
+  for (uint32_t i = 0; (c = capture_next(d, &i));)
+    if (!c->template_stale && points_into(c, ptr, bytes)) c->template_stale = true;
 }
 
 bool capture_busy(gd_device *d, const gd_capture *c) {

@@ -66,11 +66,15 @@ typedef struct gd_capture {
   uint64_t recent[GD_CAPTURE_RECENT]; /* keys of the latest binding sets */
   uint32_t recent_next;
   uint64_t *built_src, *built_dst; /* per slot: where the graph's copy nodes were made to point */
-  gd_node *in_node;                /* per slot: copy-in node (staged mode) or NULL */
-  gd_node *out_node;               /* per slot: copy-out node (staged mode) or NULL */
-  uint64_t repoints;               /* copy nodes re-pointed, over all replays */
-  uint8_t **param_buf;             /* per step: patched parameter bytes (launches) */
-  void ***kparams;                 /* per step: kernelParams */
+  /* Memory the graph's copy nodes were made to point at was unmapped since:
+   * the driver reads those addresses when it instantiates the graph, so no
+   * further executable graph is made from it (one is re-pointed instead). */
+  bool template_stale;
+  gd_node *in_node;    /* per slot: copy-in node (staged mode) or NULL */
+  gd_node *out_node;   /* per slot: copy-out node (staged mode) or NULL */
+  uint64_t repoints;   /* copy nodes re-pointed, over all replays */
+  uint8_t **param_buf; /* per step: patched parameter bytes (launches) */
+  void ***kparams;     /* per step: kernelParams */
   gd_event last_use;
   bool has_event;
   gd_stream last_stream; /* the stream of the last replay */
@@ -111,6 +115,10 @@ bool capture_mark_built(gd_device *d, gd_capture *c);
  * everything d keeps under p's index is forgotten, so that the index can
  * serve another program. */
 bool capture_forget_program(gd_device *d, const gd_regprog *p, uint64_t *staging_bytes);
+
+/* Memory at [ptr, ptr + bytes) is about to be unmapped: captures whose
+ * graph was made pointing into it stop instantiating it (template_stale). */
+void capture_forget_memory(gd_device *d, uint64_t ptr, uint64_t bytes);
 
 /* Frees a capture that is not in the set. */
 void capture_free(gd_device *d, gd_capture *c);

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "capture.h"
 #include "graphd/status.h"
 #include "holwatch.h"
 #include "log.h"
@@ -40,6 +41,8 @@ static void end_run(gd_job *j, void *ctx) {
   end_job *ej = gd_container_of(j, end_job, job);
   gd_device *dev = ctx;
   if (ej->ds) holwatch_drop_stream(dev, ej->ds);
+  for (size_t i = 0; i < ej->nmaps; i++)
+    capture_forget_memory(dev, ej->maps[i].ptr, ej->maps[i].size);
   dstream_end(dev, ej->ds, ej->maps, ej->nmaps);
   ej->ds = NULL;
 }
@@ -185,6 +188,7 @@ static void release_run(gd_job *j, void *ctx) {
   }
   /* GPU work of this session's replays may still read or write it. */
   dstream_sync(ctx, rj->ds);
+  capture_forget_memory(ctx, rj->map.ptr, rj->map.size);
   device_release_import(ctx, &rj->map);
 }
 

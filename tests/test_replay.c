@@ -356,6 +356,43 @@ START_TEST(test_replay_two_sessions_share_a_capture_without_disturbing_each_othe
 }
 END_TEST
 
+/* A graph is made pointing at the memory of the replay that captured it;
+ * once that memory is unmapped (its session ended), the driver must not
+ * see the graph instantiated again (it reads the addresses), so binding
+ * sets that come back re-point an executable graph instead. Results stay
+ * exact. */
+START_TEST(test_replay_graph_of_a_closed_sessions_memory_is_not_instantiated_again) {
+  graphd_client *keep = td_data(&d, 0); /* keeps the program registered */
+  uint8_t pid[32];
+  build(keep, GRAPHD_MODE_STAGED, pid);
+  graphd_client *a = td_data(&d, 0);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(a, NULL, &s), GRAPHD_OK);
+  bufs b;
+  alloc_bufs(a, &b);
+  unsigned rng = 11;
+  graphd_replay_info info;
+  ck_assert_int_eq(run_one(a, s, pid, &b, 0, &rng, &info, 1), GRAPHD_OK);
+  ck_assert_int_eq(info.captured, 1);
+  graphd_stream_detach(s);
+  graphd_close(a);
+  for (int i = 0; i < 200 && counters(keep, 0).sessions > 1; i++) usleep(10000);
+  ck_assert_uint_eq(counters(keep, 0).sessions, 1);
+  graphd_client *c = td_data(&d, 0);
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  alloc_bufs(c, &b);
+  /* Two binding sets in turn: the third call brings the first one back. */
+  for (int i = 0; i < 6; i++) {
+    ck_assert_int_eq(run_one(c, s, pid, &b, (i % 2) * 9, &rng, &info, 0), GRAPHD_OK);
+    ck_assert_int_eq(info.captured, 0);
+  }
+  ck_assert(td_log_contains(&d, "its graph points at memory unmapped since"));
+  graphd_stream_detach(s);
+  graphd_close(c);
+  graphd_close(keep);
+}
+END_TEST
+
 START_TEST(test_replay_bindings_are_checked) {
   graphd_client *c = td_data(&d, 0);
   uint8_t pid[32];
@@ -981,6 +1018,7 @@ int main(void) {
   tcase_add_test(tc, test_replay_client_dying_mid_wait_is_noticed_at_once);
   tcase_add_test(tc, test_replay_staged_and_staged_ex_agree);
   tcase_add_test(tc, test_replay_two_sessions_share_a_capture_without_disturbing_each_other);
+  tcase_add_test(tc, test_replay_graph_of_a_closed_sessions_memory_is_not_instantiated_again);
   tcase_add_test(tc, test_replay_bindings_are_checked);
   tcase_add_test(tc, test_replay_killed_client_leaves_nothing_behind);
   tcase_add_test(tc, test_replay_daemon_killed_mid_call_returns_unavailable_within_a_second);
