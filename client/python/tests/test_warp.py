@@ -477,6 +477,43 @@ class ConditionalTest(unittest.TestCase):
         self.assertIn("nest more than 8 deep", str(cm.exception))
 
 
+# --- tile kernels (wp.launch_tiled) -----------------------------------------------
+
+TILE = 64
+
+if HAVE_WARP:
+    @wp.kernel
+    def row_sum(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
+        i = wp.tid()
+        t = wp.tile_load(a[i], shape=TILE)
+        wp.tile_store(out, wp.tile_sum(t), offset=i)
+
+    def w_row_sums(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
+        """One block of TILE threads per row, sharing the row as a tile."""
+        wp.launch_tiled(row_sum, dim=[a.shape[0]], inputs=[a], outputs=[out], block_dim=TILE)
+
+
+@unittest.skipUnless(HAVE_WARP, WHY)
+class TiledTest(unittest.TestCase):
+    def test_launch_tiled_keeps_its_block_size(self):
+        # Recording runs on Warp's CPU device, where launch_tiled would
+        # resolve the block size to 1; the program launches as a GPU would.
+        was = getattr(wp.config, "enable_cpu_blocks", False)
+        fn = Function(w_row_sums, FuncSpec.of_function(w_row_sums, 1))
+        b = fn.build({0: (32, TILE), 1: (32,)}, {}, ARCH, "staged")
+        self.assertEqual(getattr(wp.config, "enable_cpu_blocks", False), was)
+        (l,) = b.launches
+        self.assertEqual(l.block_dim, TILE)
+        step = b.program._steps[l.step]
+        self.assertEqual(tuple(step.block), (TILE, 1, 1))
+        self.assertEqual(tuple(step.grid), (32, 1, 1))  # a block per row
+        # The module is compiled for that block size, and the launch's
+        # parameters are its entry's.
+        ptx = gw.compile_module(l.kernel.module, TILE, ARCH, ptx=True).data
+        self.assertEqual([(off, size) for _, off, size, _, _ in l.params],
+                         natural_offsets(ptx_params(ptx, l.entry)))
+
+
 # --- refusals --------------------------------------------------------------------
 
 if HAVE_WARP:

@@ -296,6 +296,12 @@ class Recorder:
         launch = self._launch
         self._patch(wp, "launch", launch)
         self._patch(ctx, "launch", launch)
+        # wp.launch_tiled resolves its block size for the device it runs on,
+        # and on Warp's CPU device that is 1 (unless enable_cpu_blocks): the
+        # program needs the size a GPU would get, also for the lane
+        # dimension it appends.
+        if hasattr(ctx, "_resolve_launch_block_dim"):
+            self._patch(ctx, "_resolve_launch_block_dim", _gpu_block_dim)
         # Any real kernel execution path ends in Module.load: a launch that
         # got past the recorder (a reference to wp.launch taken before
         # recording, or a Launch object made earlier) is refused, not run.
@@ -465,6 +471,15 @@ class Recorder:
         if rec is not None:
             self.rec.steps.append(rec)
         return None
+
+
+def _gpu_block_dim(device, block_dim):
+    """A launch's block size as Warp resolves it for a CUDA device: as asked,
+    256 when unset or not positive."""
+    del device
+    if block_dim is None or int(block_dim) <= 0:
+        return 256
+    return int(block_dim)
 
 
 class _Command:
