@@ -535,20 +535,20 @@ static int pick_exec(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *
   bool back = false;
   for (uint32_t i = 0; i < GD_CAPTURE_RECENT && !back; i++) back = c->recent[i] == key;
   c->recent[c->recent_next++ % GD_CAPTURE_RECENT] = key;
-  if (back && c->nexecs < GD_CAPTURE_EXECS && c->template_stale) {
-    char hex[2 * GD_ID_LEN + 1];
-    gd_id_hex(c->prog->id, 1, hex);
-    GD_LOG(GD_DEBUG, "capture",
-           "program %s: its graph points at memory unmapped since; re-pointing an executable "
-           "graph instead of instantiating another",
-           hex);
-  } else if (back && c->nexecs < GD_CAPTURE_EXECS) {
-    int rc = add_exec(d, c, st, err, errlen);
-    if (rc == 0) {
+  if (back && c->nexecs < GD_CAPTURE_EXECS) {
+    if (c->template_stale) {
+      char hex[2 * GD_ID_LEN + 1];
+      gd_id_hex(c->prog->id, 1, hex);
+      GD_LOG(GD_DEBUG, "capture",
+             "program %s: its graph points at memory unmapped since; re-pointing an executable "
+             "graph instead of instantiating another",
+             hex);
+    } else if (add_exec(d, c, st, err, errlen) == 0) {
       *out = &c->execs[c->nexecs - 1];
       return 0;
+    } else {
+      GD_LOG(GD_WARN, "capture", "another instance of a graph: %s; re-pointing one instead", err);
     }
-    GD_LOG(GD_WARN, "capture", "another instance of a graph: %s; re-pointing one instead", err);
   }
   *out = lru;
   return 0;

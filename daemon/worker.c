@@ -292,13 +292,16 @@ void worker_pool_close(gd_pool *p) {
   uv_close((uv_handle_t *)&p->async, NULL);
 }
 
+/* Busy in one job, last heard of more than stale_ns before now. */
+static bool worker_stuck(gd_worker *w, uint64_t now, uint64_t stale_ns) {
+  return atomic_load(&w->busy) && now - atomic_load(&w->heartbeat_ns) > stale_ns;
+}
+
 void worker_pool_dump_stuck(gd_pool *p, uint64_t stale_ns) {
   uint64_t now = gd_now_ns();
   for (int i = 0; i < p->n; i++) {
     gd_worker *w = &p->workers[i];
-    if (w->thread_started && atomic_load(&w->busy) &&
-        now - atomic_load(&w->heartbeat_ns) > stale_ns)
-      gd_dump_thread_stack(w->thread);
+    if (w->thread_started && worker_stuck(w, now, stale_ns)) gd_dump_thread_stack(w->thread);
   }
 }
 
@@ -307,7 +310,7 @@ int worker_pool_stuck(gd_pool *p, uint64_t stale_ns) {
   int stuck = 0;
   for (int i = 0; i < p->n; i++) {
     gd_worker *w = &p->workers[i];
-    if (atomic_load(&w->busy) && now - atomic_load(&w->heartbeat_ns) > stale_ns) stuck++;
+    if (worker_stuck(w, now, stale_ns)) stuck++;
   }
   return stuck;
 }

@@ -128,8 +128,8 @@ static void *find_attr(const XLA_FFI_Attrs *attrs, const char *name, XLA_FFI_Att
   return NULL;
 }
 
-/* The `sync` attribute: *out is false when absent. A scalar of any integer
- * or bool type; anything else is refused. */
+/* A flag attribute (`sync`): *out is false when absent. A scalar of any
+ * integer or bool type; anything else is refused (false returned). */
 static bool scalar_attr(const XLA_FFI_Attrs *attrs, const char *name, bool *out) {
   XLA_FFI_AttrType t;
   const XLA_FFI_Scalar *sc = find_attr(attrs, name, &t);
@@ -383,6 +383,14 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   return st == GRAPHD_OK ? NULL : fail(api, st, "%s", err);
 }
 
+/* Keeps the first failure, with d's message, in *first and err. */
+static void keep_first(graphd_status *first, graphd_status st, dev_session *d, char *err,
+                       size_t errlen) {
+  if (st == GRAPHD_OK || *first != GRAPHD_OK) return;
+  *first = st;
+  if (err && errlen) snprintf(err, errlen, "%s", graphd_last_error(d->c));
+}
+
 int graphd_xla_collect(char *err, size_t errlen) {
   /* The sessions and their streams' last replays, held by a reference so
    * that the waits run without the table lock. */
@@ -411,15 +419,10 @@ int graphd_xla_collect(char *err, size_t errlen) {
   /* Each stream's last asynchronous replay has finished with its buffers
    * (the wait also collects), then each handle reports the first failure
    * it has not reported yet. */
-  for (int i = 0; i < nw + nheld; i++) {
-    dev_session *d = i < nw ? w[i].d : held[i - nw];
-    graphd_status st =
-        i < nw ? graphd_stream_wait(w[i].s, w[i].seq, -1) : graphd_replay_collect(d->c, NULL);
-    if (st != GRAPHD_OK && first == GRAPHD_OK) {
-      first = st;
-      if (err && errlen) snprintf(err, errlen, "%s", graphd_last_error(d->c));
-    }
-  }
+  for (int i = 0; i < nw; i++)
+    keep_first(&first, graphd_stream_wait(w[i].s, w[i].seq, -1), w[i].d, err, errlen);
+  for (int i = 0; i < nheld; i++)
+    keep_first(&first, graphd_replay_collect(held[i]->c, NULL), held[i], err, errlen);
   for (int i = 0; i < nheld; i++) session_put(held[i], first == GRAPHD_UNAVAILABLE);
   return (int)first;
 }
