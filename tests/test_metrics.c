@@ -220,7 +220,14 @@ START_TEST(test_metrics_follow_sessions_and_replays) {
   graphd_stream_detach(s);
   graphd_close(c);
 
-  a = http("GET", "/metrics");
+  /* The daemon ends the session when it reads the hang-up, a moment after
+   * graphd_close returns. */
+  for (int i = 0;; i++) {
+    a = http("GET", "/metrics");
+    if (sample(body_of(a), series("graphd_sessions", 1)) == 0 || i == 500) break;
+    free(a);
+    usleep(10000);
+  }
   ck_assert_double_eq(sample(body_of(a), series("graphd_sessions", 1)), 0);
   ck_assert_double_eq(sample(body_of(a), series("graphd_replays_total", 1)), 5);
   free(a);
