@@ -107,6 +107,7 @@ int dring_map(int fd, int doorbell, uint32_t entries, int epfd, gd_dring **out, 
   r->bytes = bytes;
   r->doorbell = doorbell;
   r->epfd = epfd;
+  r->order_group = h->order_group;
   /* The worker takes entries from where the client is: 0 for a new ring. */
   r->head = __atomic_load_n(&h->sq_head, __ATOMIC_ACQUIRE);
   *out = r;

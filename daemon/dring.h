@@ -45,6 +45,7 @@ typedef struct gd_dring {
   double ready_timeout_s; /* the daemon's settings, for entries */
   uint32_t max_inflight;
   uint32_t client_pid, client_uid;
+  uint64_t order_group; /* the header's, read once at the map; 0: none */
   /* Counted since the loop last heard (ring_take_stats). */
   uint64_t replays, errors, captures, recaptures, staging_bytes, evicted, evicted_bytes;
   uint64_t taken_ns; /* when they were last taken */

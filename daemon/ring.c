@@ -170,23 +170,78 @@ static bool has_entries(gd_dstream *ds, bool *held) {
   return true;
 }
 
+/* Whether rings a and b number their entries together: the same process
+ * (as the kernel names it) and the same nonzero group. */
+static bool same_group(const gd_dring *a, const gd_dring *b) {
+  return a->order_group && a->order_group == b->order_group && a->client_pid == b->client_pid;
+}
+
+static uint32_t head_order(const gd_dring *r) {
+  return __atomic_load_n(&r->sq[r->head & (r->entries - 1)].order, __ATOMIC_RELAXED);
+}
+
+/* Looks at a group's tails: a client that numbers and publishes its
+ * entries in order settles within three (see group_first). */
+#define GROUP_LOOKS 4
+
+/* Of the sessions in ds's order group that have entries (ds among them),
+ * the one whose head entry the client numbered first. The client
+ * publishes its entries in their order, so an entry numbered before one
+ * we saw is visible to a look at the tails after that one: look again
+ * until a look finds nothing earlier. Entries published meanwhile are
+ * numbered after all we saw, so the third look agrees with the second.
+ * The numbers are the client's word, a hint only: a client that rewrites
+ * them gets some order of its own entries after GROUP_LOOKS looks. */
+static gd_dstream *group_first(gd_device *d, gd_dstream *ds) {
+  gd_dstream *best = ds;
+  for (int look = 0;; look++) {
+    gd_dstream *first = NULL;
+    uint32_t first_order = 0;
+    bool held;
+    for (gd_dstream *o = dstream_first(d); o; o = o->next) {
+      if (o != ds && (!o->ring || !same_group(o->ring, ds->ring))) continue;
+      if (!has_entries(o, &held)) continue;
+      uint32_t ord = head_order(o->ring);
+      if (!first || (int32_t)(ord - first_order) < 0) {
+        first = o;
+        first_order = ord;
+      }
+    }
+    if (!first || first == best || look + 1 == GROUP_LOOKS) return first;
+    best = first;
+  }
+}
+
+/* The session whose head entry runs next for ds's sake: ds, or for a ring
+ * in an order group the group's first; NULL when ds has no entries.
+ * *held: that entry waits for --max-inflight-replays. */
+static gd_dstream *next_for(gd_device *d, gd_dstream *ds, bool *held) {
+  if (!has_entries(ds, held)) return NULL;
+  if (!ds->ring->order_group) return ds;
+  gd_dstream *t = group_first(d, ds);
+  if (t && t != ds) has_entries(t, held);
+  return t;
+}
+
 void ring_drain(gd_device *d, gd_worker *w, gd_dstream *ds) {
   bool held;
-  /* Held back or not: the job behind them must follow them. */
-  while (ds && has_entries(ds, &held)) take_one(d, w, ds, ds->ring);
+  /* Held back or not: the job behind them must follow them, and so must
+   * the entries of ds's group numbered before them. */
+  gd_dstream *t;
+  while (ds && (t = next_for(d, ds, &held))) take_one(d, w, t, t->ring);
 }
 
 bool ring_pending(gd_device *d) {
   bool held;
   for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next)
-    if (has_entries(ds, &held) && !held) return true;
+    if (next_for(d, ds, &held) && !held) return true;
   return false;
 }
 
 bool ring_held(gd_device *d) {
   bool held;
   for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next)
-    if (has_entries(ds, &held) && held) return true;
+    if (next_for(d, ds, &held) && held) return true;
   return false;
 }
 
@@ -194,8 +249,9 @@ int ring_poll(gd_device *d, gd_worker *w) {
   int first = 0;
   bool held;
   for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next) {
-    for (int k = 0; k < RING_BATCH && has_entries(ds, &held) && !held; k++) {
-      int rc = take_one(d, w, ds, ds->ring);
+    gd_dstream *t;
+    for (int k = 0; k < RING_BATCH && (t = next_for(d, ds, &held)) && !held; k++) {
+      int rc = take_one(d, w, t, t->ring);
       if (rc < 0 && !first) first = rc;
       if (worker_jobs_waiting(w)) return first;
     }

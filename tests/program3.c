@@ -54,6 +54,18 @@ graphd_status fault_program_register(graphd_client *c, const uint8_t mod[32], gr
   return st;
 }
 
+graphd_status stamp_program_register(graphd_client *c, const uint8_t mod[32], uint8_t pid[32]) {
+  graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
+  uint32_t one[3] = {1, 1, 1};
+  graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, 8, 1);
+  int s = graphd_program_add_launch(p, mod, "stamp", one, one, 0);
+  graphd_program_param_slot(p, (uint32_t)s, 0, 0, 0);
+  graphd_status st = graphd_program_finish(p, pid);
+  if (st == GRAPHD_OK) st = graphd_register_program(c, p);
+  graphd_program_free(p);
+  return st;
+}
+
 /* One scale(x, x, factor, n) launch. */
 static void scale_in_place(graphd_program *p, const uint8_t mod[32], uint32_t n, float factor) {
   uint32_t grid[3] = {n / 256, 1, 1}, block[3] = {256, 1, 1};

@@ -24,6 +24,11 @@ graphd_status fault_program_register(graphd_client *c, const uint8_t mod[32], gr
                                      uint32_t bytes, uint32_t block, uint32_t kind,
                                      uint8_t pid[32]);
 
+/* The host-only program of one stamp(out) launch (tests/kernels): slot 0
+ * (staged output, 8 bytes) gets the launch's number in the daemon. Builds
+ * and registers it; pid gets its id. */
+graphd_status stamp_program_register(graphd_client *c, const uint8_t mod[32], uint8_t pid[32]);
+
 /* The conditional test program over x (slot 0, n floats, in-out) and ctl
  * (slot 1, two 4-byte words, in-out):
  *   while (ctl[0]) { x = 2 x; ctl[0] -= 1 }

@@ -2,7 +2,8 @@
  * exact results over thousands of calls with changing buffers and a ring
  * that wraps, the order of async and sync replays on one stream, errors
  * reported by the next call (and the stream released all the same), a full
- * ring, a client and a daemon killed with entries queued, many clients. */
+ * ring, a client and a daemon killed with entries queued, many clients,
+ * and the order of one process's entries across its handles' rings. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <pthread.h>
@@ -372,6 +373,56 @@ START_TEST(test_async_many_clients_at_once_are_exact) {
 }
 END_TEST
 
+/* Two handles of this process, each with its own session and ring, queue
+ * entries by turns while the daemon is stopped; the worker, which would
+ * otherwise take one ring's batch before the other's, runs them in the
+ * order they were queued (each replay's stamp numbers its launch in the
+ * daemon). */
+START_TEST(test_async_handles_of_one_process_run_in_the_order_they_were_queued) {
+  enum { HANDLES = 2, ROUNDS = 12 };
+  graphd_client *c[HANDLES];
+  graphd_stream *s[HANDLES];
+  uint8_t pid[HANDLES][32], mod[32];
+  uint64_t *out[HANDLES], seq[HANDLES] = {0};
+  for (int h = 0; h < HANDLES; h++) {
+    c[h] = td_data(&d, 0);
+    ck_assert_int_eq(
+        graphd_register_module(c[h], GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod), GRAPHD_OK);
+    ck_assert_int_eq(stamp_program_register(c[h], mod, pid[h]), GRAPHD_OK);
+    ck_assert_int_eq(graphd_stream_attach(c[h], NULL, &s[h]), GRAPHD_OK);
+    ck_assert_int_eq(graphd_host_alloc(c[h], 8 * (ROUNDS + 1), (void **)&out[h]), GRAPHD_OK);
+    /* The ring made, the program named and the region registered. */
+    graphd_binding b = {.slot = 0, .ptr = (uint64_t)(uintptr_t)&out[h][ROUNDS], .bytes = 8};
+    ck_assert_int_eq(graphd_replay_async(c[h], s[h], pid[h], &b, 1, &seq[h]), GRAPHD_OK);
+    ck_assert_int_eq(graphd_stream_wait(s[h], seq[h], -1), GRAPHD_OK);
+  }
+  stop_daemon();
+  /* Queued: 0 1, 1 0, 0 1, ...; so neither ring's entries all come first. */
+  int order[ROUNDS * HANDLES][2], n = 0;
+  for (int i = 0; i < ROUNDS; i++)
+    for (int k = 0; k < HANDLES; k++) {
+      int h = i % 2 ? HANDLES - 1 - k : k;
+      graphd_binding b = {.slot = 0, .ptr = (uint64_t)(uintptr_t)&out[h][i], .bytes = 8};
+      ck_assert_int_eq(graphd_replay_async(c[h], s[h], pid[h], &b, 1, &seq[h]), GRAPHD_OK);
+      order[n][0] = h;
+      order[n++][1] = i;
+    }
+  ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+  for (int h = 0; h < HANDLES; h++) ck_assert_int_eq(graphd_stream_wait(s[h], seq[h], -1), GRAPHD_OK);
+  for (int j = 1; j < n; j++) {
+    uint64_t before = out[order[j - 1][0]][order[j - 1][1]], now = out[order[j][0]][order[j][1]];
+    ck_assert_msg(now > before,
+                  "entry %d (handle %d, round %d) ran as launch %llu, after entry %d's launch %llu",
+                  j, order[j][0], order[j][1], (unsigned long long)now, j - 1,
+                  (unsigned long long)before);
+  }
+  for (int h = 0; h < HANDLES; h++) {
+    graphd_stream_detach(s[h]);
+    graphd_close(c[h]);
+  }
+}
+END_TEST
+
 START_TEST(test_async_ring_size_is_checked) {
   graphd_client *c = td_data(&d, 0);
   ck_assert_int_eq(graphd_set_ring_entries(c, 3), GRAPHD_INVALID_ARGUMENT);
@@ -394,6 +445,7 @@ int main(void) {
   tcase_add_test(tc, test_async_killed_client_with_entries_queued_leaves_nothing_behind);
   tcase_add_test(tc, test_async_daemon_killed_with_entries_queued_releases_the_stream);
   tcase_add_test(tc, test_async_many_clients_at_once_are_exact);
+  tcase_add_test(tc, test_async_handles_of_one_process_run_in_the_order_they_were_queued);
   tcase_add_test(tc, test_async_ring_size_is_checked);
   suite_add_tcase(su, tc);
   return td_run_suite(su);

@@ -6,6 +6,7 @@
  * GPU. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,6 +176,114 @@ START_TEST(test_gpu_async_dead_daemon_with_entries_queued_releases_the_stream) {
 }
 END_TEST
 
+enum { THREADS = 12, ROUNDS = 30, BURST = 32 };
+
+typedef struct worker_arg {
+  int id;
+  const char *socket;
+  CUcontext ctx;
+  int ok;
+  char err[GRAPHD_ERRMAX + 64];
+} worker_arg;
+
+/* One handle of many in this process: its own session, stream and
+ * buffers; ROUNDS bursts of BURST async replays, a synchronize after each,
+ * then the output checked. */
+static void *many_handles_worker(void *p) {
+  worker_arg *a = p;
+  graphd_client *c = NULL;
+  graphd_stream *s = NULL;
+  CUstream st = NULL;
+  gbuf x[2] = {{0}}, y = {0}, cc = {0};
+  float *in = malloc(GN * 4), *c_host = malloc(GN * 4), *out = malloc(GN * 4),
+        *ref = malloc(GN * 4);
+  uint8_t pid[32];
+  if (!in || !c_host || !out || !ref) goto done;
+  gcu->cuCtxSetCurrent(a->ctx);
+  c = gpu_session(a->socket, a->err, sizeof a->err);
+  if (!c || gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, pid) != GRAPHD_OK ||
+      gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+      graphd_stream_attach(c, st, &s) != GRAPHD_OK) {
+    if (c) snprintf(a->err, sizeof a->err, "set-up: %s", graphd_last_error(c));
+    goto done;
+  }
+  for (uint32_t i = 0; i < GN; i++) {
+    in[i] = (float)((i * 31u + (uint32_t)a->id * 7u) % 1013u) * 0.5f;
+    /* Slot 1 is copied once, when the shared capture is built: the same
+     * for every handle. */
+    c_host[i] = (float)(i % 7u) * 0.25f;
+  }
+  if (gbuf_alloc(&x[0], GN * 4, a->id % 2) || gbuf_alloc(&x[1], GN * 4, 1 - a->id % 2) ||
+      gbuf_alloc(&y, GN * 4, 1) || gbuf_alloc(&cc, GN * 4, 0) ||
+      gcu->cuMemcpyHtoD(x[0].ptr, in, GN * 4) || gcu->cuMemcpyHtoD(x[1].ptr, in, GN * 4) ||
+      gcu->cuMemcpyHtoD(cc.ptr, c_host, GN * 4)) {
+    snprintf(a->err, sizeof a->err, "buffers: a CUDA call failed");
+    goto done;
+  }
+  for (int r = 0; r < ROUNDS; r++) {
+    for (int k = 0; k < BURST; k++) {
+      graphd_binding b[3] = {{0, x[k % 2].ptr, GN * 4}, {3, y.ptr, GN * 4}, {1, cc.ptr, GN * 4}};
+      if (graphd_replay_async(c, s, pid, b, 3, NULL) != GRAPHD_OK) {
+        snprintf(a->err, sizeof a->err, "round %d replay %d: %s", r, k, graphd_last_error(c));
+        goto done;
+      }
+    }
+    if (gcu->cuStreamSynchronize(st) != CUDA_SUCCESS) {
+      snprintf(a->err, sizeof a->err, "round %d: cuStreamSynchronize failed", r);
+      goto done;
+    }
+  }
+  if (graphd_replay_collect(c, NULL) != GRAPHD_OK) {
+    snprintf(a->err, sizeof a->err, "collect: %s", graphd_last_error(c));
+    goto done;
+  }
+  gcu->cuMemcpyDtoH(out, y.ptr, GN * 4);
+  gpu_reference(in, c_host, ref);
+  a->ok = memcmp(out, ref, GN * 4) == 0;
+  if (!a->ok) snprintf(a->err, sizeof a->err, "wrong output");
+done:
+  if (s) graphd_stream_detach(s);
+  graphd_close(c);
+  if (st) gcu->cuStreamDestroy(st);
+  gbuf_free(&x[0]);
+  gbuf_free(&x[1]);
+  gbuf_free(&y);
+  gbuf_free(&cc);
+  free(in);
+  free(c_host);
+  free(out);
+  free(ref);
+  return NULL;
+}
+
+/* More streams in one process than its context has work queues, each
+ * waiting on the daemon while the daemon's session streams wait on them.
+ * Every handle must finish, bit-exact. */
+START_TEST(test_gpu_async_many_handles_in_one_process_all_finish) {
+  ck_assert_msg(HAVE_CUDA_KERNELS, "the build made no CUDA test kernels (no nvcc)");
+  ck_assert_int_eq(gpu_up(), 0);
+  CUcontext ctx;
+  ck_assert_int_eq(gcu->cuCtxGetCurrent(&ctx), CUDA_SUCCESS);
+  pthread_t t[THREADS];
+  static worker_arg args[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    args[i] = (worker_arg){.id = i, .socket = d.socket, .ctx = ctx};
+    ck_assert_int_eq(pthread_create(&t[i], NULL, many_handles_worker, &args[i]), 0);
+  }
+  double t0 = now_ms();
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 90;
+  for (int i = 0; i < THREADS; i++) {
+    ck_assert_msg(pthread_timedjoin_np(t[i], NULL, &deadline) == 0,
+                  "handle %d did not finish within 90 s: the streams are stuck", i);
+    ck_assert_msg(args[i].ok, "handle %d: %s", i, args[i].err);
+  }
+  printf("FIGURE %d handles x %d async replays in one process: %.1f ms\n", THREADS, ROUNDS * BURST,
+         now_ms() - t0);
+}
+END_TEST
+
 int main(void) {
   td_gpu_or_skip();
   Suite *su = suite_create("gpu_async");
@@ -185,6 +294,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_async_chains_of_dependent_replays_are_exact);
   tcase_add_test(tc, test_gpu_async_refused_entry_is_reported_and_releases_the_stream);
   tcase_add_test(tc, test_gpu_async_dead_daemon_with_entries_queued_releases_the_stream);
+  tcase_add_test(tc, test_gpu_async_many_handles_in_one_process_all_finish);
   suite_add_tcase(su, tc);
   return td_run_suite(su);
 }

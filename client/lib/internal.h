@@ -68,6 +68,8 @@ static inline uint64_t gd_flag_word_dev(const gd_flag_page *f, uint32_t slot, in
   return f->dev + (uint64_t)slot * GRAPHD_FLAG_STRIDE + sizeof(uint64_t) * (uint64_t)word;
 }
 
+typedef struct gd_order gd_order;
+
 /* The session's submission ring (ring.c; graphd/protocol.h). */
 typedef struct gd_ring {
   int fd, doorbell;
@@ -143,6 +145,7 @@ struct graphd_client {
   uint64_t host_serial;
   gd_flag_page *flags;   /* created with the first stream; freed at close */
   gd_ring *ring;         /* guarded by lock: made by the first async replay */
+  struct gd_order *order; /* guarded by lock: this GPU's order (ring.c), once looked up */
   uint64_t rings_made;   /* guarded by lock */
   uint32_t ring_entries; /* guarded by lock: the size of the ring to make */
   bool ring_off;         /* guarded by lock: the daemon has no rings: async goes sync */
@@ -250,6 +253,13 @@ graphd_status gd_ring_submit(graphd_client *c, const graphd_ring_sqe *e);
 
 /* Waits up to ms for the worker to take every entry published. */
 bool gd_ring_wait_taken(graphd_client *c, int ms);
+
+/* The order of this process's async replays on c's GPU across all its
+ * handles: gd_order_begin takes the GPU's order lock and numbers the
+ * entry; the caller queues the stream operations and publishes the entry,
+ * then calls gd_order_end. Lock held. */
+uint32_t gd_order_begin(graphd_client *c);
+void gd_order_end(graphd_client *c);
 
 /* Unmaps and frees the ring (close, or a new session: the old ring died
  * with the old one). */

@@ -381,12 +381,18 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
   e.seq = seq;
   e.stream_slot = s->slot;
   const gd_cuda *cu = NULL;
+  if (f->cuda && gd_cuda_load(&cu, NULL, 0) < 0)
+    return gd_client_set_err(c, GRAPHD_INTERNAL, "cannot load the CUDA driver");
+  /* From the ready write to the publish, in this process's order on the
+   * GPU, which the worker follows across this process's handles. */
+  e.order = gd_order_begin(c);
   if (f->cuda) {
-    if (gd_cuda_load(&cu, NULL, 0) < 0 ||
-        cu->cuStreamWriteValue64((CUstream)s->cu_stream,
+    if (cu->cuStreamWriteValue64((CUstream)s->cu_stream,
                                  gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_READY), seq,
-                                 0) != CUDA_SUCCESS)
+                                 0) != CUDA_SUCCESS) {
+      gd_order_end(c);
       return gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the ready write on the stream");
+    }
   } else {
     __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_READY), seq, __ATOMIC_RELEASE);
   }
@@ -415,6 +421,7 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
                                    gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, 0);
   else
     __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
+  gd_order_end(c);
   if (st == GRAPHD_OK && seq_out) *seq_out = seq;
   return st;
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +23,62 @@
 #include "internal.h"
 
 #define DEFAULT_ENTRIES 256
+
+static int64_t now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* --- Order across this process's rings (graphd/protocol.h, "Order across
+ * rings"): one lock and one counter per GPU, for the life of the process,
+ * and one group id for all of them. */
+#define ORDER_DEVICES 64
+
+struct gd_order {
+  bool used;
+  uint8_t uuid[16];
+  pthread_mutex_t lock;
+  uint32_t next;
+};
+
+static gd_order orders[ORDER_DEVICES];
+static pthread_mutex_t orders_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t order_group;
+
+static gd_order *order_of(graphd_client *c) {
+  if (c->order) return c->order;
+  pthread_mutex_lock(&orders_lock);
+  if (!order_group) {
+    uint64_t g = 0;
+    if (getrandom(&g, sizeof g, 0) != sizeof g) g = (uint64_t)getpid() << 32 ^ (uint64_t)now_us();
+    order_group = g ? g : 1;
+  }
+  gd_order *o = NULL;
+  for (int i = 0; i < ORDER_DEVICES && !o; i++) {
+    if (!orders[i].used) {
+      orders[i].used = true;
+      memcpy(orders[i].uuid, c->device_uuid, 16);
+      pthread_mutex_init(&orders[i].lock, NULL);
+      o = &orders[i];
+    } else if (memcmp(orders[i].uuid, c->device_uuid, 16) == 0) {
+      o = &orders[i];
+    }
+  }
+  /* More GPUs than slots: the last one is shared, which only orders more. */
+  if (!o) o = &orders[ORDER_DEVICES - 1];
+  pthread_mutex_unlock(&orders_lock);
+  c->order = o;
+  return o;
+}
+
+uint32_t gd_order_begin(graphd_client *c) {
+  gd_order *o = order_of(c);
+  pthread_mutex_lock(&o->lock);
+  return o->next++;
+}
+
+void gd_order_end(graphd_client *c) { pthread_mutex_unlock(&c->order->lock); }
 
 void gd_ring_free(graphd_client *c) {
   gd_ring *r = c->ring;
@@ -62,6 +119,8 @@ graphd_status gd_ring_open(graphd_client *c) {
   r->cq = (volatile graphd_ring_cqe *)((char *)p + GRAPHD_RING_HEADER_BYTES +
                                        (uint64_t)entries * GRAPHD_RING_SQE_BYTES);
   r->hdr->entries = entries;
+  order_of(c); /* sets order_group */
+  r->hdr->order_group = order_group;
   __atomic_store_n(&r->hdr->magic, GRAPHD_RING_MAGIC, __ATOMIC_RELEASE);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__RegisterRing m = GRAPHD__WIRE__REGISTER_RING__INIT;
@@ -154,12 +213,6 @@ graphd_status gd_ring_take_error(graphd_client *c) {
   r->has_err = false;
   return gd_client_set_err(c, r->err_status, "async replay seq %llu on stream slot %u failed: %s",
                            (unsigned long long)r->err_seq, r->err_slot, r->err_text);
-}
-
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* Rings the doorbell when the worker said it sleeps. The tail's store and

@@ -83,3 +83,12 @@ GRAPHD_HOST_KERNEL(count_down) {
   uint32_t *c = *(uint32_t *const *)params[0];
   if (l->block_idx[0] == 0) (*c)--;
 }
+
+/* *out = how many stamp launches the process ran before, plus one: the
+ * order in which the daemon ran them, across sessions. (uint64_t *out) */
+GRAPHD_HOST_PARAMS(stamp, 1, 0, 8);
+GRAPHD_HOST_KERNEL(stamp) {
+  static uint64_t launches;
+  uint64_t *out = *(uint64_t *const *)params[0];
+  if (l->block_idx[0] == 0) *out = __atomic_add_fetch(&launches, 1, __ATOMIC_RELAXED);
+}

@@ -54,7 +54,17 @@ enum graphd_region_kind {
  * sq_tail - cq_head < entries, so a completion never overwrites one it
  * has not read. Before sleeping the worker sets GRAPHD_RING_NEED_WAKEUP
  * in flags and looks at sq_tail once more; a client that finds the flag
- * set after publishing sq_tail writes the ring's doorbell (an eventfd). */
+ * set after publishing sq_tail writes the ring's doorbell (an eventfd).
+ *
+ * Order across rings: a client process whose streams on one device use
+ * several sessions (rings) gives them one order_group and numbers its
+ * entries across them in the order it queued their stream operations,
+ * publishing each entry before numbering the next. The worker then takes
+ * the group's entries in that order, as it does one ring's. Stream memory
+ * operations are invisible to the GPU's scheduler, and one process's
+ * streams may share hardware queues: a stream's wait for one replay can
+ * hold back another stream's ready write behind it, so the daemon must not
+ * queue the second replay ahead of the first. */
 #define GRAPHD_RING_MAGIC 0x31474e5244485047ull /* "GPHDRNG1" */
 #define GRAPHD_RING_HEADER_BYTES 4096
 #define GRAPHD_RING_SQE_BYTES 512
@@ -74,7 +84,11 @@ typedef struct graphd_ring_header {
   uint64_t magic;   /* GRAPHD_RING_MAGIC, written by the client */
   uint32_t entries; /* as registered */
   uint32_t reserved0;
-  uint8_t pad0[48];
+  /* Nonzero: this ring's entries carry `order` numbers shared with the
+   * other rings of the same client process that name the same group here
+   * (written by the client before RegisterRing; read once then). */
+  uint64_t order_group;
+  uint8_t pad0[40];
   uint64_t sq_tail; /* client: entries published */
   uint8_t pad1[56];
   uint64_t sq_head; /* worker: entries taken */
@@ -104,7 +118,10 @@ typedef struct graphd_ring_sqe {
   uint32_t program;     /* handle from RingProgramReply */
   uint32_t stream_slot; /* flag slot */
   uint32_t nbindings;   /* up to GRAPHD_RING_MAX_BINDINGS */
-  uint32_t reserved[3];
+  /* With an order_group: the client's submission order across the rings
+   * of its group (serial-number arithmetic: it may wrap). */
+  uint32_t order;
+  uint32_t reserved[2];
   graphd_ring_binding bindings[GRAPHD_RING_MAX_BINDINGS];
 } graphd_ring_sqe;
 
