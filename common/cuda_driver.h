@@ -83,6 +83,7 @@
   X(cuMemHostGetDevicePointer)                                                                     \
   X(cuStreamWaitValue64)                                                                           \
   X(cuStreamWriteValue64)                                                                          \
+  X(cuStreamBatchMemOp)                                                                            \
   X(cuStreamBeginCapture)                                                                          \
   X(cuStreamEndCapture)                                                                            \
   X(cuGraphCreate)                                                                                 \

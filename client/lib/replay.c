@@ -356,9 +356,9 @@ exit:
 
 /* --- asynchronous replays ------------------------------------------------------ */
 
-/* One asynchronous replay, lock held: the ready write, the ring entry, the
- * wait for done and the passed write, as replay_once does them around its
- * request. */
+/* One asynchronous replay, lock held: the ring entry, then the ready
+ * write, the wait for done and the passed write that replay_once queues
+ * around its request, in one batch of stream memory operations. */
 static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
                                 const graphd_binding *b, size_t n, uint64_t *seq_out) {
   graphd_status st;
@@ -383,19 +383,12 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
   const gd_cuda *cu = NULL;
   if (f->cuda && gd_cuda_load(&cu, NULL, 0) < 0)
     return gd_client_set_err(c, GRAPHD_INTERNAL, "cannot load the CUDA driver");
-  /* From the ready write to the publish, in this process's order on the
-   * GPU, which the worker follows across this process's handles. */
+  /* From the publish to the last stream operation, in this process's
+   * order on the GPU, which the worker follows across its handles. */
   e.order = gd_order_begin(c);
-  if (f->cuda) {
-    if (cu->cuStreamWriteValue64((CUstream)s->cu_stream,
-                                 gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_READY), seq,
-                                 0) != CUDA_SUCCESS) {
-      gd_order_end(c);
-      return gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the ready write on the stream");
-    }
-  } else {
+  /* A host device's stream is the caller: ready before the entry. */
+  if (!f->cuda)
     __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_READY), seq, __ATOMIC_RELEASE);
-  }
   /* From here the daemon may write done = seq; the watcher must know. */
   atomic_store(&f->issued[s->slot], seq);
   s->seq = seq;
@@ -404,23 +397,46 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
     s->ring_seq = seq;
     s->ring_tail = c->ring->tail;
     s->ring_gen = c->ring->gen;
-  }
-  if (st != GRAPHD_OK) {
+  } else {
     /* Never published, so no done = seq will come and no wait for it is
      * queued; a reconnect does not count it as cut off. */
     f->unrun[s->slot] = seq;
-  } else if (f->cuda && cu->cuStreamWaitValue64((CUstream)s->cu_stream,
-                                                gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_DONE),
-                                                seq, CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS) {
-    st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the wait for done on the stream");
   }
-  /* The stream's last touch of the page for this seq. A host device's
-   * stream is the caller, which waits on nothing here. */
-  if (f->cuda)
-    (void)cu->cuStreamWriteValue64((CUstream)s->cu_stream,
-                                   gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, 0);
-  else
+  if (f->cuda) {
+    /* One driver call for the stream's part: ready = seq and the wait for
+     * done (for a published entry; the worker's ready wait may be queued
+     * already, which is fine: it waits on the GPU), then passed = seq,
+     * the stream's last touch of the page for this seq. */
+    CUstreamBatchMemOpParams op[3];
+    unsigned k = 0;
+    memset(op, 0, sizeof op);
+    if (st == GRAPHD_OK) {
+      op[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+      op[k].writeValue.address = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_READY);
+      op[k++].writeValue.value64 = seq;
+      op[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+      op[k].waitValue.address = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_DONE);
+      op[k].waitValue.value64 = seq;
+      op[k++].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    }
+    op[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    op[k].writeValue.address = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_PASSED);
+    op[k++].writeValue.value64 = seq;
+    if (cu->cuStreamBatchMemOp((CUstream)s->cu_stream, k, op, 0) != CUDA_SUCCESS) {
+      /* The daemon's stream must not wait for a ready write that never
+       * comes, nor the watcher for a passed one: both from the host. The
+       * replay then runs unordered with the stream, which the error says. */
+      __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_READY), seq, __ATOMIC_RELEASE);
+      __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
+      if (st == GRAPHD_OK)
+        st = gd_client_set_err(c, GRAPHD_INTERNAL,
+                               "cannot enqueue the flag operations on the stream; replay seq "
+                               "%llu ran without waiting for the stream's earlier work",
+                               (unsigned long long)seq);
+    }
+  } else {
     __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
+  }
   gd_order_end(c);
   if (st == GRAPHD_OK && seq_out) *seq_out = seq;
   return st;
