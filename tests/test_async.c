@@ -386,8 +386,8 @@ START_TEST(test_async_handles_of_one_process_run_in_the_order_they_were_queued) 
   uint64_t *out[HANDLES], seq[HANDLES] = {0};
   for (int h = 0; h < HANDLES; h++) {
     c[h] = td_data(&d, 0);
-    ck_assert_int_eq(
-        graphd_register_module(c[h], GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod), GRAPHD_OK);
+    ck_assert_int_eq(graphd_register_module(c[h], GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                     GRAPHD_OK);
     ck_assert_int_eq(stamp_program_register(c[h], mod, pid[h]), GRAPHD_OK);
     ck_assert_int_eq(graphd_stream_attach(c[h], NULL, &s[h]), GRAPHD_OK);
     ck_assert_int_eq(graphd_host_alloc(c[h], 8 * (ROUNDS + 1), (void **)&out[h]), GRAPHD_OK);
@@ -408,7 +408,8 @@ START_TEST(test_async_handles_of_one_process_run_in_the_order_they_were_queued) 
       order[n++][1] = i;
     }
   ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
-  for (int h = 0; h < HANDLES; h++) ck_assert_int_eq(graphd_stream_wait(s[h], seq[h], -1), GRAPHD_OK);
+  for (int h = 0; h < HANDLES; h++)
+    ck_assert_int_eq(graphd_stream_wait(s[h], seq[h], -1), GRAPHD_OK);
   for (int j = 1; j < n; j++) {
     uint64_t before = out[order[j - 1][0]][order[j - 1][1]], now = out[order[j][0]][order[j][1]];
     ck_assert_msg(now > before,

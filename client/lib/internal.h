@@ -143,13 +143,13 @@ struct graphd_client {
   gd_host_alloc *host; /* guarded by lock */
   uint32_t nhost, host_cap;
   uint64_t host_serial;
-  gd_flag_page *flags;   /* created with the first stream; freed at close */
-  gd_ring *ring;         /* guarded by lock: made by the first async replay */
+  gd_flag_page *flags;    /* created with the first stream; freed at close */
+  gd_ring *ring;          /* guarded by lock: made by the first async replay */
   struct gd_order *order; /* guarded by lock: this GPU's order (ring.c), once looked up */
-  uint64_t rings_made;   /* guarded by lock */
-  uint32_t ring_entries; /* guarded by lock: the size of the ring to make */
-  bool ring_off;         /* guarded by lock: the daemon has no rings: async goes sync */
-  uint8_t (*synced)[32]; /* guarded by lock: programs graphd_registry_sync gave this handle */
+  uint64_t rings_made;    /* guarded by lock */
+  uint32_t ring_entries;  /* guarded by lock: the size of the ring to make */
+  bool ring_off;          /* guarded by lock: the daemon has no rings: async goes sync */
+  uint8_t (*synced)[32];  /* guarded by lock: programs graphd_registry_sync gave this handle */
   uint32_t nsynced, synced_cap;
   uint32_t *busy; /* guarded by lock: devices the last list or evict could not reach in time */
   size_t nbusy;
