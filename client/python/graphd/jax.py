@@ -50,8 +50,10 @@ class Spec:
                    (encoding, id) pair.
     results        the result shapes and dtypes: jax.ShapeDtypeStruct (or
                    anything with .shape and .dtype), one per result.
-    operand_slots  the program slot each operand binds, in order.
-    result_slots   the program slot each result binds, in order.
+    operand_slots  the program slot each operand binds, in order; None for
+                   an operand with no elements, which binds nothing.
+    result_slots   the program slot each result binds, in order; None as
+                   for operands.
     modules        the modules the program launches: (kind, bytes) pairs,
                    kind "ptx", "cubin", "fatbin" or "host_elf".
 
@@ -64,13 +66,14 @@ class Spec:
     def __init__(self, program, results, operand_slots, result_slots, modules=()):
         self.program = program
         self.results = [jax.ShapeDtypeStruct(tuple(r.shape), np.dtype(r.dtype)) for r in results]
-        self.operand_slots = [int(s) for s in operand_slots]
-        self.result_slots = [int(s) for s in result_slots]
+        self.operand_slots = [None if s is None else int(s) for s in operand_slots]
+        self.result_slots = [None if s is None else int(s) for s in result_slots]
         self.modules = [(k, bytes(b)) for k, b in modules]
         if len(self.result_slots) != len(self.results):
             raise GraphdError("INVALID_ARGUMENT",
                               f"{len(self.results)} results but {len(self.result_slots)} result slots")
         for what, slots in (("operand", self.operand_slots), ("result", self.result_slots)):
+            slots = [s for s in slots if s is not None]
             if len(set(slots)) != len(slots):
                 raise GraphdError("INVALID_ARGUMENT", f"a slot is named by two {what}s: {slots}")
             for s in slots:
@@ -79,7 +82,7 @@ class Spec:
 
     def aliases(self):
         """{operand index: result index} for the in-out pairs."""
-        where = {s: i for i, s in enumerate(self.operand_slots)}
+        where = {s: i for i, s in enumerate(self.operand_slots) if s is not None}
         return {where[s]: j for j, s in enumerate(self.result_slots) if s in where}
 
 
@@ -92,7 +95,9 @@ class _Built:
         self.encoding = encoding
         self.id = pid
         self.id_hex = pid.hex()
-        self.slots = np.array(spec.operand_slots + spec.result_slots, dtype=np.int64)
+        # -1: an empty buffer, bound to no slot (the handler checks it is empty).
+        self.slots = np.array([-1 if s is None else s for s in spec.operand_slots + spec.result_slots],
+                              dtype=np.int64)
 
 
 # --- the FFI target and libgraphd_xla -----------------------------------------

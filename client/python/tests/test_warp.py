@@ -726,7 +726,6 @@ class RefusalTest(unittest.TestCase):
             gprog.MAX_STEPS = saved
 
     def test_signature(self):
-        self.refused("signature", self.build, scale_fn, shapes={0: (0,), 1: (0,)}, pattern="empty")
         self.refused("signature", gw.jax_callable, scale_fn, vmap_method="expand_dims")
 
     def test_kernel_features(self):
@@ -824,12 +823,23 @@ if HAVE_WARP:
         wp.copy(y, tmp)
         wp.launch(grid_add, dim=v.shape, inputs=[v, o, wp.float64(1.0), wp.int64(0), False, wp.mat22()])
 
+    @wp.kernel
+    def add_count(x: wp.array(dtype=float), e: wp.array(dtype=float), y: wp.array(dtype=float)):
+        i = wp.tid()
+        y[i] = x[i] + float(e.shape[0])
+
+    def with_empty(x: wp.array(dtype=float), e: wp.array(dtype=float), f: wp.array(dtype=float),
+                   y: wp.array(dtype=float)):
+        """e and f may be empty (MJX passes fields a model does not use so)."""
+        wp.launch(add_count, dim=x.shape[0], inputs=[x, e], outputs=[y])
+        wp.launch(add_count, dim=x.shape[0], inputs=[y, f], outputs=[y])
+
 
 def custom_calls(text):
     out = []
     for line in text.splitlines():
         if "custom_call @graphd_replay" in line:
-            m = re.search(r'program = "([0-9a-f]{64})", slots = dense<\[?([0-9, ]*)\]?>', line)
+            m = re.search(r'program = "([0-9a-f]{64})", slots = dense<\[?([-0-9, ]*)\]?>', line)
             out.append((m.group(1), [int(s) for s in m.group(2).split(",")]))
     return out
 
@@ -880,6 +890,27 @@ class JaxTest(unittest.TestCase):
         (b,) = f.programs.values()
         self.assertEqual(c[0], (b.id_hex, [0, 1, 0, 1]))
         self.assertEqual([(x.kind, x.slot, x.body) for x in b.conds], [("while", 0, 2)])
+
+    def test_empty_arrays_bind_nothing(self):
+        f = gw.jax_callable(with_empty, num_outputs=2, in_out_argnames=["f"], device=90)
+        x, none = jnp.zeros(100, jnp.float32), jnp.zeros(0, jnp.float32)
+        c = custom_calls(self.lower(f, x, none, none))
+        (b,) = f.programs.values()
+        # Operands x, e, f; results f (in-out) and y: the empty ones are -1.
+        self.assertEqual(c[0], (b.id_hex, [0, -1, -1, -1, 1]))
+        self.assertEqual(b.arg_slots, {0: 0, 1: None, 2: None, 3: 1})
+        self.assertEqual([(s.role, s.nbytes) for s in b.slots], [("input", 400), ("output", 400)])
+        # The empty arrays' data pointers stay null in the parameters: no patch
+        # there, only x's and y's.
+        for l in b.launches:
+            (x_p, e_p, y_p) = [p for p in l.params if p[0] in ("x", "e", "y")]
+            self.assertEqual(e_p[4], [])
+            self.assertEqual((len(x_p[4]), len(y_p[4])), (1, 1))
+        out = jax.eval_shape(f, x, none, none)
+        self.assertEqual([o.shape for o in out], [(0,), (100,)])
+        # Not empty, the same arguments are slots again (another program).
+        c2 = custom_calls(self.lower(f, x, x, x))
+        self.assertEqual(c2[0][1], [0, 1, 2, 2, 3])
 
     def test_kernel(self):
         k = gw.jax_kernel(count, device=90, output_dims=1)

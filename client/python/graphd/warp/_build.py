@@ -140,7 +140,7 @@ class Built:
         self.encoding, self.id = program.finish()
         self.id_hex = self.id.hex()
         self.slots = slots
-        self.arg_slots = arg_slots  # {argument index: slot}
+        self.arg_slots = arg_slots  # {argument index: slot, or None for an empty array}
         self.modules = modules  # [CompiledModule]
         self.launches = launches
         self.conds = list(conds)
@@ -195,6 +195,9 @@ def _assemble(rec, args, mode, arch, name):
     p = Program(mode)
     slots, arg_slots, by_buffer = [], {}, {}
     for index, role, staged, nbytes, aname in args:
+        if not nbytes:
+            arg_slots[index] = None  # empty: nothing to bind
+            continue
         s = p.add_slot(role, nbytes, staged=staged)
         slots.append(SlotInfo(s, role, nbytes, staged, aname))
         arg_slots[index] = s

@@ -97,7 +97,7 @@ class WarpCallable:
         client, stream = self._session(device, built)
         bindings = []
         for i, a in enumerate(spec.args):
-            if a.is_array:
+            if a.is_array and built.arg_slots[i] is not None:  # an empty array has no slot
                 bindings.append((built.arg_slots[i], args[i].ptr, built.slots[built.arg_slots[i]].nbytes))
         return client.replay(stream, built.id, bindings)
 
