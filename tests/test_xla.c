@@ -150,8 +150,11 @@ START_TEST(test_xla_refuses_bad_attributes) {
   f.slots.dtype = XLA_FFI_DataType_S32;
   expect_error(&f, GRAPHD_INVALID_ARGUMENT, "int64 array");
   frame_init(&f, 2);
-  f.slot_values[1] = -1;
-  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "slot -1 is out of range");
+  f.slot_values[1] = -2;
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "slot -2 is out of range");
+  frame_init(&f, 2);
+  f.slot_values[1] = -1; /* no slot, but 1024 bytes */
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "operand 1 has 1024 bytes but no slot");
 }
 END_TEST
 
@@ -251,10 +254,66 @@ START_TEST(test_xla_inout_slots_are_bound_once) {
   f.slot_values[2] = 0;
   f.bufs[2].data = f.bufs[0].data;
   expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
-  /* The same slot with another buffer is refused. */
+  /* A result XLA did not alias to its operand: accepted too (the operand
+   * is copied into the result's buffer on the stream first). */
   frame_init(&f, 2);
   f.slot_values[2] = 0;
+  expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
+  /* ... but not one of another size, nor two operands on one slot. */
+  frame_init(&f, 2);
+  f.slot_values[2] = 0;
+  f.dims[2] = 128;
   expect_error(&f, GRAPHD_INVALID_ARGUMENT, "slot 0 is given two different buffers");
+  frame_init(&f, 2);
+  f.slot_values[1] = 0;
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "slot 0 is given two different buffers");
+}
+END_TEST
+
+/* Empty buffers (slot -1) bind nothing, and a call may have far more
+ * buffers than a small program: both get as far as connecting. */
+START_TEST(test_xla_empty_buffers_and_many_buffers) {
+  setenv("GRAPHD_XLA_DEVICE", "GPU-00112233-4455-6677-8899-aabbccddeeff", 1);
+  setenv("GRAPHD_SOCKET", "/tmp/graphd-xla-nobody.sock", 1);
+  frame f;
+  frame_init(&f, 2);
+  f.dims[1] = 0;
+  f.slot_values[1] = -1;
+  expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
+
+  enum { MANY = 700 };
+  static XLA_FFI_Buffer bufs[MANY + 2];
+  static XLA_FFI_ArgType at[MANY + 1];
+  static void *args[MANY + 1];
+  static int64_t slots[MANY + 2], one = 1;
+  static float data[MANY + 1];
+  for (int n = MANY; n <= MANY + 1; n++) {
+    frame_init(&f, 2);
+    for (int i = 0; i < n; i++) {
+      bufs[i] = (XLA_FFI_Buffer){.struct_size = XLA_FFI_Buffer_STRUCT_SIZE,
+                                 .dtype = XLA_FFI_DataType_F32,
+                                 .data = &data[i],
+                                 .rank = 1,
+                                 .dims = &one};
+      at[i] = XLA_FFI_ArgType_BUFFER;
+      args[i] = &bufs[i];
+      slots[i] = 3 * i + 1; /* spread out: the slot table hashes them */
+    }
+    f.cf.args.size = n;
+    f.cf.args.types = at;
+    f.cf.args.args = args;
+    /* The result aliases operand 0. */
+    f.bufs[2].data = &data[0];
+    f.dims[2] = 1;
+    slots[n] = slots[0];
+    if (n == MANY + 1) slots[n - 1] = slots[n - 2]; /* then: two operands on one slot */
+    f.slots.size = (size_t)n + 1;
+    f.slots.data = slots;
+    if (n == MANY)
+      expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
+    else
+      expect_error(&f, GRAPHD_INVALID_ARGUMENT, "is given two different buffers");
+  }
 }
 END_TEST
 
@@ -321,6 +380,7 @@ int main(void) {
   tcase_add_test(tc, test_xla_only_runs_at_execution);
   tcase_add_test(tc, test_xla_no_daemon_is_a_clean_unavailable_error);
   tcase_add_test(tc, test_xla_inout_slots_are_bound_once);
+  tcase_add_test(tc, test_xla_empty_buffers_and_many_buffers);
   tcase_add_test(tc, test_xla_call_reaches_the_daemon_and_syncs_its_program);
   suite_add_tcase(s, tc);
   return td_run_suite(s);

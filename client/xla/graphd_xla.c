@@ -5,7 +5,7 @@
  * (docs/jax.md has the whole flow). Attributes:
  *   program  string, the program id in 64 hex digits
  *   slots    array of i64: the program slot of each operand, then of each
- *            result, in order
+ *            result, in order; -1 for an empty buffer, which binds nothing
  *   sync     optional scalar (bool or integer): nonzero replays through a
  *            round trip to the daemon, as graphd_replay does; absent or zero
  *            replays asynchronously (graphd_replay_async), unless
@@ -47,7 +47,12 @@ GRAPHD_STATUS_LIST(GRAPHD_XLA_SAME_)
 
 #define MAX_SESSIONS 64
 #define MAX_STREAMS 16
-#define MAX_BUFFERS 64
+/* Operands and results of one call: a program has at most 4096 slots
+ * (proto/program.h), each named at most once among the operands and once
+ * among the results. */
+#define MAX_BUFFERS 8192
+/* Distinct unmappable buffers a device's calls may bounce through copies. */
+#define MAX_BOUNCES 256
 
 typedef struct dev_session {
   uint8_t uuid[16];
@@ -60,6 +65,14 @@ typedef struct dev_session {
   int nstreams;
   int refs;     /* calls using c now */
   bool dropped; /* out of the table; the last call closes it */
+  /* Buffers of this device that graphd cannot map (see "Bounce
+   * copies" below), each with a copy of its own; guarded by bounce_lock. */
+  pthread_mutex_t bounce_lock;
+  struct bounce {
+    uint64_t src, bytes;
+    CUdeviceptr copy;
+  } bounces[MAX_BOUNCES];
+  int nbounces;
 } dev_session;
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -216,6 +229,7 @@ static dev_session *session_get(const uint8_t uuid[16], char *err, size_t errlen
     return NULL;
   }
   memcpy(d->uuid, uuid, 16);
+  pthread_mutex_init(&d->bounce_lock, NULL);
   d->refs = 1;
   sessions[nsessions++] = d;
   return d;
@@ -238,6 +252,10 @@ static void session_put(dev_session *d, bool unavailable) {
   if (!last) return;
   for (int i = 0; i < d->nstreams; i++) graphd_stream_detach(d->streams[i].s);
   graphd_close(d->c);
+  const gd_cuda *cu;
+  if (d->nbounces && gd_cuda_load(&cu, NULL, 0) == 0)
+    for (int i = 0; i < d->nbounces; i++) cu->cuMemFree(d->bounces[i].copy);
+  pthread_mutex_destroy(&d->bounce_lock);
   free(d);
 }
 
@@ -267,6 +285,269 @@ static XLA_FFI_Error *metadata(XLA_FFI_CallFrame *cf) {
   ext->metadata->api_version.minor_version = XLA_FFI_API_MINOR;
   ext->metadata->traits = 0; /* never inside a command buffer */
   return NULL;
+}
+
+/* Which way a bound buffer's data goes: an operand's in, a result's out. */
+enum { DIR_IN = 1, DIR_OUT = 2 };
+
+/* The bindings of a call's buffers: slot[i] for operand i, then for each
+ * result. A result aliased to an operand (an in-out slot) is the same
+ * buffer, bound once; slot -1 names an empty buffer, bound to nothing.
+ * Where XLA gave an in-out slot's result a buffer of its own rather than
+ * the operand's, the result's buffer is bound and from[] holds the
+ * operand's address, to be copied into it first (the operand is left as it
+ * is). *out is malloc'd (the caller frees it) and holds the n bindings,
+ * then from[] and dir[] (DIR_IN and DIR_OUT) for each. NULL or the error. */
+static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFrame *cf,
+                                   const int64_t *slot, int64_t nargs, int64_t nrets,
+                                   graphd_binding **out, uint64_t **from, uint8_t **dir,
+                                   int64_t *nout) {
+  int64_t n = nargs + nrets;
+  /* An open-addressing table from slot to binding, at most half full. */
+  uint32_t cap = 16;
+  while (cap < 2 * (uint64_t)n) cap *= 2;
+  size_t m = (size_t)(n ? n : 1);
+  graphd_binding *b = malloc(m * (sizeof *b + sizeof(uint64_t) + 1));
+  uint64_t *f = (uint64_t *)(b + m);
+  uint8_t *d = (uint8_t *)(f + m);
+  int32_t *at = malloc(cap * sizeof *at);
+  if (!b || !at) {
+    free(b);
+    free(at);
+    return fail(api, GRAPHD_RESOURCE_EXHAUSTED, "out of memory for %lld bindings", (long long)n);
+  }
+  memset(at, 0xff, cap * sizeof *at);
+  int64_t nb = 0;
+  XLA_FFI_Error *e = NULL;
+  for (int64_t i = 0; i < n && !e; i++) {
+    bool is_arg = i < nargs;
+    int64_t k = is_arg ? i : i - nargs;
+    const char *what = is_arg ? "operand" : "result";
+    bool is_buffer = is_arg ? cf->args.types[k] == XLA_FFI_ArgType_BUFFER
+                            : cf->rets.types[k] == XLA_FFI_RetType_BUFFER;
+    if (!is_buffer) {
+      e = fail(api, GRAPHD_INVALID_ARGUMENT, "%s %lld is not a buffer", what, (long long)k);
+      break;
+    }
+    const XLA_FFI_Buffer *buf = is_arg ? cf->args.args[k] : cf->rets.rets[k];
+    size_t es = dtype_size(buf->dtype);
+    if (es == 0) {
+      e = fail(api, GRAPHD_INVALID_ARGUMENT, "%s %lld has dtype %d, which graphd cannot bind", what,
+               (long long)k, (int)buf->dtype);
+      break;
+    }
+    uint64_t bytes = es;
+    for (int64_t r = 0; r < buf->rank; r++) bytes *= (uint64_t)buf->dims[r];
+    if (slot[i] == -1) {
+      if (bytes)
+        e = fail(api, GRAPHD_INVALID_ARGUMENT,
+                 "%s %lld has %llu bytes but no slot (slot -1 is for empty buffers)", what,
+                 (long long)k, (unsigned long long)bytes);
+      continue;
+    }
+    if (slot[i] < 0 || slot[i] > UINT32_MAX) {
+      e = fail(api, GRAPHD_INVALID_ARGUMENT, "slot %lld is out of range", (long long)slot[i]);
+      break;
+    }
+    uint32_t h = ((uint32_t)slot[i] * 2654435761u) & (cap - 1);
+    while (at[h] >= 0 && b[at[h]].slot != (uint32_t)slot[i]) h = (h + 1) & (cap - 1);
+    if (at[h] >= 0) {
+      /* An inout slot names an operand and the result aliased to it
+       * (input_output_aliases): one buffer, bound once. */
+      int32_t j = at[h];
+      uint64_t ptr = (uint64_t)(uintptr_t)buf->data;
+      if (b[j].ptr != ptr) {
+        if (is_arg || d[j] != DIR_IN || b[j].bytes != bytes) {
+          e = fail(api, GRAPHD_INVALID_ARGUMENT,
+                   "slot %lld is given two different buffers (an inout slot takes one operand "
+                   "and one result of its size)",
+                   (long long)slot[i]);
+          continue;
+        }
+        f[j] = b[j].ptr;
+        b[j].ptr = ptr;
+      }
+      d[j] |= is_arg ? DIR_IN : DIR_OUT;
+      continue;
+    }
+    at[h] = (int32_t)nb;
+    f[nb] = 0;
+    d[nb] = is_arg ? DIR_IN : DIR_OUT;
+    b[nb].slot = (uint32_t)slot[i];
+    b[nb].ptr = (uint64_t)(uintptr_t)buf->data;
+    b[nb].bytes = bytes;
+    nb++;
+  }
+  free(at);
+  if (e) {
+    free(b);
+    return e;
+  }
+  *out = b;
+  *from = f;
+  *dir = d;
+  *nout = nb;
+  return NULL;
+}
+
+/* --- Bounce copies ----------------------------------------------------------
+ * XLA may hand the handler memory that no other process can map: the
+ * constants of a compiled module (an array the jitted function closes over,
+ * or one a library makes inside it), and stream-ordered pool memory. A
+ * replay that binds such a buffer is refused by libgraphd before anything
+ * is queued. The handler then gives each such buffer a copy of its own,
+ * from cuMemAlloc (which graphd maps), and from then on binds the copy:
+ * on the call's stream, an operand is copied into it before the replay
+ * and a result out of it after. Buffers that graphd maps cost nothing
+ * here; an unmappable one costs two copies on the stream per call. */
+
+/* Device memory at ptr that graphd cannot map (libgraphd's region.c takes
+ * legacy IPC and POSIX-fd VMM memory, and refuses pool memory); false for
+ * memory that graphd maps, and for anything that is not device memory,
+ * whose refusal stands. */
+static bool unmappable(const gd_cuda *cu, uint64_t ptr) {
+  CUdeviceptr p = (CUdeviceptr)ptr;
+  unsigned int type = 0;
+  if (cu->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS ||
+      type != CU_MEMORYTYPE_DEVICE)
+    return false;
+  CUmemoryPool pool = NULL;
+  if (cu->cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p) == CUDA_SUCCESS &&
+      pool)
+    return true;
+  int legacy = 0;
+  unsigned long long allowed = 0;
+  if (cu->cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p) ==
+          CUDA_SUCCESS &&
+      legacy)
+    return false;
+  return !(cu->cuPointerGetAttribute(&allowed, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, p) ==
+               CUDA_SUCCESS &&
+           (allowed & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+}
+
+static struct bounce *bounce_find(dev_session *d, uint64_t src, uint64_t bytes) {
+  for (int i = 0; i < d->nbounces; i++)
+    if (d->bounces[i].src == src && d->bounces[i].bytes == bytes) return &d->bounces[i];
+  return NULL;
+}
+
+/* Gives every binding that graphd cannot map a copy of its own. Returns
+ * how many were added; -1, with err saying why, when one could not be. */
+static int bounce_add(dev_session *d, const graphd_binding *b, int64_t nb, char *err,
+                      size_t errlen) {
+  const gd_cuda *cu;
+  if (gd_cuda_load(&cu, NULL, 0) < 0) return 0;
+  int added = 0;
+  pthread_mutex_lock(&d->bounce_lock);
+  for (int64_t i = 0; i < nb; i++) {
+    if (bounce_find(d, b[i].ptr, b[i].bytes) || !unmappable(cu, b[i].ptr)) continue;
+    if (d->nbounces == MAX_BOUNCES && added == 0) {
+      /* Full, mostly of buffers that are gone (the constants of programs
+       * XLA has dropped): once the GPU is done with every copy, start over. */
+      if (cu->cuCtxSynchronize() == CUDA_SUCCESS) {
+        for (int k = 0; k < d->nbounces; k++) cu->cuMemFree(d->bounces[k].copy);
+        d->nbounces = 0;
+      }
+    }
+    CUdeviceptr copy;
+    if (d->nbounces == MAX_BOUNCES || cu->cuMemAlloc(&copy, b[i].bytes) != CUDA_SUCCESS) {
+      snprintf(err, errlen,
+               "slot %u is bound to memory graphd cannot map (0x%llx, %llu bytes), and no copy "
+               "of it could be made (%d copies already)",
+               b[i].slot, (unsigned long long)b[i].ptr, (unsigned long long)b[i].bytes,
+               d->nbounces);
+      added = -1;
+      break;
+    }
+    d->bounces[d->nbounces++] = (struct bounce){.src = b[i].ptr, .bytes = b[i].bytes, .copy = copy};
+    added++;
+  }
+  pthread_mutex_unlock(&d->bounce_lock);
+  return added;
+}
+
+/* Binds the copies in place of the buffers that have one, copying the
+ * operands in on the stream (in: before the replay), or the results back
+ * (out: after it; b holds the original addresses again by then).
+ * bounce_lock held. */
+static graphd_status bounce_copy(dev_session *d, graphd_binding *b, const uint8_t *dir, int64_t nb,
+                                 CUstream st, bool in, char *err, size_t errlen) {
+  const gd_cuda *cu;
+  if (gd_cuda_load(&cu, NULL, 0) < 0) return GRAPHD_INTERNAL;
+  graphd_status rc = GRAPHD_OK;
+  for (int64_t i = 0; i < nb && rc == GRAPHD_OK; i++) {
+    struct bounce *x = bounce_find(d, b[i].ptr, b[i].bytes);
+    if (!x) continue;
+    CUresult r = CUDA_SUCCESS;
+    if (in && (dir[i] & DIR_IN))
+      r = cu->cuMemcpyDtoDAsync(x->copy, (CUdeviceptr)x->src, x->bytes, st);
+    else if (!in && (dir[i] & DIR_OUT))
+      r = cu->cuMemcpyDtoDAsync((CUdeviceptr)x->src, x->copy, x->bytes, st);
+    if (r != CUDA_SUCCESS) {
+      snprintf(err, errlen, "cannot queue the copy of slot %u's unmappable buffer", b[i].slot);
+      rc = GRAPHD_INTERNAL;
+    }
+  }
+  return rc;
+}
+
+/* Copies, on the stream, each in-out operand that XLA did not alias into
+ * its result's buffer (bind_buffers' from[]). */
+static graphd_status copy_unaliased(const graphd_binding *b, const uint64_t *from, int64_t nb,
+                                    CUstream st, char *err, size_t errlen) {
+  const gd_cuda *cu = NULL;
+  for (int64_t i = 0; i < nb; i++) {
+    if (!from[i]) continue;
+    if ((!cu && gd_cuda_load(&cu, NULL, 0) < 0) ||
+        cu->cuMemcpyDtoDAsync((CUdeviceptr)b[i].ptr, (CUdeviceptr)from[i], b[i].bytes, st) !=
+            CUDA_SUCCESS) {
+      snprintf(err, errlen, "cannot queue the copy of in-out slot %u's operand into its result",
+               b[i].slot);
+      return GRAPHD_INTERNAL;
+    }
+  }
+  return GRAPHD_OK;
+}
+
+/* One replay of the call's bindings, with its bounce copies. */
+static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stream,
+                                 const uint8_t pid[32], const graphd_binding *b, const uint8_t *dir,
+                                 int64_t nb, bool sync, uint64_t *seq, char *err, size_t errlen) {
+  graphd_binding *use = (graphd_binding *)b;
+  graphd_status st = GRAPHD_OK;
+  bool any = false;
+  /* Held to the end: another call on this device must not see the copies
+   * change under it (bounce_add starts over when full). */
+  pthread_mutex_lock(&d->bounce_lock);
+  if (d->nbounces) {
+    if (!(use = malloc((size_t)(nb ? nb : 1) * sizeof *use))) {
+      snprintf(err, errlen, "out of memory");
+      st = GRAPHD_RESOURCE_EXHAUSTED;
+      use = (graphd_binding *)b;
+      goto out;
+    }
+    memcpy(use, b, (size_t)nb * sizeof *use);
+    if ((st = bounce_copy(d, use, dir, nb, cu_stream, true, err, errlen)) != GRAPHD_OK) goto out;
+    for (int64_t i = 0; i < nb; i++) {
+      struct bounce *x = bounce_find(d, b[i].ptr, b[i].bytes);
+      if (x) {
+        use[i].ptr = (uint64_t)x->copy;
+        any = true;
+      }
+    }
+  }
+  st = sync ? graphd_replay(d->c, s, pid, use, (size_t)nb, NULL)
+            : graphd_replay_async(d->c, s, pid, use, (size_t)nb, seq);
+  if (st != GRAPHD_OK) {
+    snprintf(err, errlen, "%s", graphd_last_error(d->c));
+  } else if (any) {
+    st = bounce_copy(d, (graphd_binding *)b, dir, nb, cu_stream, false, err, errlen);
+  }
+out:
+  pthread_mutex_unlock(&d->bounce_lock);
+  if (use != b) free(use);
+  return st;
 }
 
 XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
@@ -299,62 +580,38 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
                 "%lld operands and %lld results, but 'slots' names %zu slots", (long long)nargs,
                 (long long)nrets, slots->size);
   if (nargs + nrets > MAX_BUFFERS)
-    return fail(api, GRAPHD_INVALID_ARGUMENT, "more than %d operands and results", MAX_BUFFERS);
-
-  graphd_binding b[MAX_BUFFERS];
+    return fail(api, GRAPHD_INVALID_ARGUMENT, "%lld operands and results: at most %d",
+                (long long)(nargs + nrets), MAX_BUFFERS);
+  graphd_binding *b = NULL;
+  uint64_t *from = NULL;
+  uint8_t *dir = NULL;
   int64_t nb = 0;
-  const int64_t *slot = slots->data;
-  for (int64_t i = 0; i < nargs + nrets; i++) {
-    bool is_arg = i < nargs;
-    int64_t k = is_arg ? i : i - nargs;
-    bool is_buffer = is_arg ? cf->args.types[k] == XLA_FFI_ArgType_BUFFER
-                            : cf->rets.types[k] == XLA_FFI_RetType_BUFFER;
-    if (!is_buffer)
-      return fail(api, GRAPHD_INVALID_ARGUMENT, "%s %lld is not a buffer",
-                  is_arg ? "operand" : "result", (long long)k);
-    const XLA_FFI_Buffer *buf = is_arg ? cf->args.args[k] : cf->rets.rets[k];
-    size_t es = dtype_size(buf->dtype);
-    if (es == 0)
-      return fail(api, GRAPHD_INVALID_ARGUMENT, "%s %lld has dtype %d, which graphd cannot bind",
-                  is_arg ? "operand" : "result", (long long)k, (int)buf->dtype);
-    uint64_t bytes = es;
-    for (int64_t r = 0; r < buf->rank; r++) bytes *= (uint64_t)buf->dims[r];
-    if (slot[i] < 0 || slot[i] > UINT32_MAX)
-      return fail(api, GRAPHD_INVALID_ARGUMENT, "slot %lld is out of range", (long long)slot[i]);
-    /* An inout slot names an operand and the result aliased to it
-     * (input_output_aliases): one buffer, bound once. */
-    int dup = -1;
-    for (int64_t k2 = 0; k2 < nb && dup < 0; k2++)
-      if (b[k2].slot == (uint32_t)slot[i]) dup = (int)k2;
-    if (dup >= 0) {
-      if (b[dup].ptr != (uint64_t)(uintptr_t)buf->data)
-        return fail(api, GRAPHD_INVALID_ARGUMENT,
-                    "slot %lld is given two different buffers (an inout slot needs its result "
-                    "aliased to its operand)",
-                    (long long)slot[i]);
-      continue;
-    }
-    b[nb].slot = (uint32_t)slot[i];
-    b[nb].ptr = (uint64_t)(uintptr_t)buf->data;
-    b[nb].bytes = bytes;
-    nb++;
-  }
+  XLA_FFI_Error *xe = bind_buffers(api, cf, slots->data, nargs, nrets, &b, &from, &dir, &nb);
+  if (xe) return xe;
 
   XLA_FFI_Stream_Get_Args sa;
   memset(&sa, 0, sizeof sa);
   sa.struct_size = XLA_FFI_Stream_Get_Args_STRUCT_SIZE;
   sa.ctx = cf->ctx;
-  XLA_FFI_Error *xe = api->XLA_FFI_Stream_Get(&sa);
-  if (xe) return xe;
+  if ((xe = api->XLA_FFI_Stream_Get(&sa))) {
+    free(b);
+    return xe;
+  }
   char err[GRAPHD_ERRMAX];
   uint8_t uuid[16];
   graphd_status st = device_uuid(sa.stream, uuid, err, sizeof err);
-  if (st != GRAPHD_OK) return fail(api, st, "%s", err);
+  if (st != GRAPHD_OK) {
+    free(b);
+    return fail(api, st, "%s", err);
+  }
 
   pthread_mutex_lock(&table_lock);
   dev_session *d = session_get(uuid, err, sizeof err, &st);
   pthread_mutex_unlock(&table_lock);
-  if (!d) return fail(api, st, "%s", err);
+  if (!d) {
+    free(b);
+    return fail(api, st, "%s", err);
+  }
   graphd_client *c = d->c;
   /* The handle serialises its own calls; the table lock is not held over
    * round trips, so other devices' calls proceed. */
@@ -367,11 +624,14 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
     s = stream_for(d, sa.stream, err, sizeof err, &st);
     pthread_mutex_unlock(&table_lock);
   }
-  if (s) {
+  if (s) st = copy_unaliased(b, from, nb, sa.stream, err, sizeof err);
+  if (s && st == GRAPHD_OK) {
     uint64_t seq = 0;
-    st = sync ? graphd_replay(c, s, pid, b, (size_t)nb, NULL)
-              : graphd_replay_async(c, s, pid, b, (size_t)nb, &seq);
-    if (st != GRAPHD_OK) snprintf(err, sizeof err, "%s", graphd_last_error(c));
+    st = replay_once(d, s, sa.stream, pid, b, dir, nb, sync, &seq, err, sizeof err);
+    /* Refused before anything was queued because of memory graphd cannot
+     * map: once more, with copies of those buffers. */
+    if (st == GRAPHD_FAILED_PRECONDITION && bounce_add(d, b, nb, err, sizeof err) > 0)
+      st = replay_once(d, s, sa.stream, pid, b, dir, nb, sync, &seq, err, sizeof err);
     if (seq) {
       pthread_mutex_lock(&table_lock);
       for (int i = 0; i < d->nstreams; i++)
@@ -380,6 +640,7 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
     }
   }
   session_put(d, st == GRAPHD_UNAVAILABLE);
+  free(b);
   return st == GRAPHD_OK ? NULL : fail(api, st, "%s", err);
 }
 
