@@ -16,7 +16,8 @@
     step (ping-pong), staged and direct, equal to the same launches in
     Warp;
 (f) a second process running the same function shares its capture: one
-    capture, both processes' pids on it.
+    capture, both processes' pids on it;
+(g) wp.launch_tiled through graphd.warp matches Warp (block size kept).
 Mode "direct" and "auto" run in (a) too (auto goes direct there: its
 buffers outweigh its one kernel node).
 
@@ -106,6 +107,19 @@ if WARP_ERROR is None:
         wp.copy(vel_out, vel)
         for _ in range(k):
             wp.launch(integrate_in_place, dim=pos.shape[0], inputs=[pos_out, vel_out, dt])
+
+
+    TILE = 64
+
+    @wp.kernel
+    def row_sum(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
+        i = wp.tid()
+        t = wp.tile_load(a[i], shape=TILE)
+        wp.tile_store(out, wp.tile_sum(t), offset=i)
+
+    def row_sums(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
+        """A block of TILE threads per row, summing the row as a tile."""
+        wp.launch_tiled(row_sum, dim=[a.shape[0]], inputs=[a], outputs=[out], block_dim=TILE)
 
 
 def _unavailable(why):
@@ -471,6 +485,26 @@ class WarpGpuTest(unittest.TestCase):
         self.same((theirs[0], theirs[1]), mine, "a second process's scan of the shared capture vs this process's")
         print(f"FIGURE two processes, one capture of program {b.id_hex[:16]}: {caps[0]['replays']} replays, "
               f"pids {caps[0]['pids']}")
+
+
+    # --- (g) ---------------------------------------------------------------------
+
+    def test_g_launch_tiled_matches_warp(self):
+        rows = 300
+        a = self.jnp.asarray(np.random.default_rng(7).normal(size=(rows, TILE)).astype(np.float32))
+        dims = {"out": (rows,)}
+        want = np.asarray(self.jax.jit(self.warp_jax_callable(row_sums, num_outputs=1, output_dims=dims))(a)[0])
+        np.testing.assert_allclose(want, np.asarray(a).sum(axis=1), rtol=1e-5, atol=1e-5)
+        for mode in ("staged", "direct"):
+            f = self.gw.jax_callable(row_sums, num_outputs=1, output_dims=dims, mode=mode)
+            got = np.asarray(self.jax.jit(f)(a)[0])
+            self.assertTrue(np.array_equal(got, want),
+                            f"tiled row sums, graphd.warp {mode} vs Warp: max |diff| {np.max(np.abs(got - want))}")
+            (b,) = f.programs.values()
+            (l,) = b.launches
+            self.assertEqual((l.block_dim, tuple(b.program._steps[l.step].block)), (TILE, (TILE, 1, 1)))
+        print(f"FIGURE wp.launch_tiled ({rows} blocks of {TILE} threads, tile_load/tile_sum/tile_store): "
+              "graphd.warp staged and direct bit for bit equal to Warp's jax_callable")
 
 
 if __name__ == "__main__":
