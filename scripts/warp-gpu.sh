@@ -7,10 +7,17 @@
 #     GPU, jax or Warp fails), which starts its own daemon; then
 #     bench/warp_scan_bench.py against a fresh daemon;
 #  2. the same under MPS (nvidia-cuda-mps-control -d -M).
+# With the step "mjx" (GRAPHD_WARP_STEPS="test bench mjx", or "mjx" alone),
+# each run also runs ctest's test_mjx_gpu (MuJoCo MJX with impl="warp"
+# through graphd.warp.install() against Warp's own jax_callable) and
+# bench/mjx_scan_bench.py against a fresh daemon, with $GRAPHD_MJX_BENCH_FLAGS
+# (for example "--worlds 256 --steps 400"); these need warp-lang 1.18,
+# mujoco 3.17 and mujoco-mjx 3.17 on the PYTHONPATH.
 # The Python is $GRAPHD_JAX_PYTHON (default /opt/torch/.venv/bin/python3).
 # Every process is bounded by timeout. Output is shown and kept in OUT_DIR:
 # warp-test-{nomps,mps}.log, warp-bench-{nomps,mps}.log and the bench
-# daemons' logs graphd-warp-bench-*.log. Lines starting FIGURE are the
+# daemons' logs graphd-warp-bench-*.log (with mjx: mjx-test-*.log,
+# mjx-bench-*.log, graphd-mjx-bench-*.log). Lines starting FIGURE are the
 # measurements. Exit status 1 when a step failed, 2 for a missing
 # prerequisite.
 # GRAPHD_WARP_RUNS picks the runs ("nomps mps" by default);
@@ -43,6 +50,12 @@ if ! timeout 120 "$py" -c 'import jax, warp, graphd.warp as gw; gw.warp_modules(
   echo "(put warp-lang 1.19 on PYTHONPATH, or set GRAPHD_WARP_PATH)"
   exit 2
 fi
+steps=" ${GRAPHD_WARP_STEPS:-test bench} "
+if [[ $steps == *" mjx "* ]] && ! timeout 120 "$py" -c 'import mujoco, mujoco.mjx.warp as w, warp; assert w.WARP_INSTALLED and w.mujoco_warp is not None, "no MuJoCo Warp"; print("mujoco", mujoco.__version__, "warp", warp.__version__, "from", mujoco.__file__)'; then
+  echo "mujoco, mujoco.mjx or its Warp implementation is not usable in $py with PYTHONPATH=$PYTHONPATH"
+  echo "(put warp-lang 1.18, mujoco 3.17 and mujoco-mjx 3.17 on PYTHONPATH)"
+  exit 2
+fi
 nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,compute_mode --format=csv,noheader
 
 # Starts graphd on $sock, logging to $1; waits until it answers a ping.
@@ -73,9 +86,8 @@ stop_daemon() {
 }
 trap 'stop_daemon' EXIT
 
-steps=" ${GRAPHD_WARP_STEPS:-test bench} "
-
-# run NAME [bench flags]: the GPU test, then the bench.
+# run NAME [bench flags]: the GPU test, then the bench; with mjx, then the
+# MJX test and the MJX bench.
 run() {
   local name=$1 r
   shift
@@ -91,6 +103,21 @@ run() {
     timeout 1200 "$py" "$src/bench/warp_scan_bench.py" --socket "$sock" "$@" 2>&1 | tee "$out/warp-bench-$name.log"
     r=${PIPESTATUS[0]}
     echo "warp_scan_bench ($name) exit status $r"
+    [[ $r == 0 ]] || rc=1
+    stop_daemon
+  fi
+  if [[ $steps == *" mjx "* ]]; then
+    echo "== test_mjx_gpu ($name)"
+    (cd "$build" && GRAPHD_REQUIRE_GPU=1 timeout 960 ctest -R '^test_mjx_gpu$' -V 2>&1) \
+      | tee "$out/mjx-test-$name.log" | grep -E 'FIGURE| \.\.\. |Ran [0-9]+ tests|^[0-9]+: (OK|FAILED)|(FAIL|ERROR): |Error|tests passed|tests failed'
+    grep -q "100% tests passed" "$out/mjx-test-$name.log" || { echo "test_mjx_gpu ($name) failed"; rc=1; }
+    echo "== mjx_scan_bench ($name)"
+    start_daemon "$out/graphd-mjx-bench-$name.log" || { rc=1; return; }
+    # shellcheck disable=SC2086 # the flags are words
+    timeout 600 "$py" "$src/bench/mjx_scan_bench.py" --socket "$sock" ${GRAPHD_MJX_BENCH_FLAGS:-} 2>&1 \
+      | tee "$out/mjx-bench-$name.log"
+    r=${PIPESTATUS[0]}
+    echo "mjx_scan_bench ($name) exit status $r"
     [[ $r == 0 ]] || rc=1
     stop_daemon
   fi

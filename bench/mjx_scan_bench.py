@@ -1,0 +1,473 @@
+"""The time per step of MuJoCo MJX's humanoid (impl="warp") in a jax.jit +
+lax.scan loop, through Warp's own warp.jax_callable in each graph mode MJX
+can be given (NONE, JAX, WARP, which is MJX's default on a GPU,
+WARP_STAGED, WARP_STAGED_EX) and through graphd.warp after
+graphd.warp.install() (staged, direct, auto), with the step's buffers at
+repeating addresses and at changing ones.
+
+The model is the humanoid mujoco-mjx ships for its tests
+(mujoco/mjx/test_data/humanoid/humanoid.xml), --worlds copies, each from
+its own perturbed start, stepped by jax.vmap(mjx.step); MJX runs a whole
+step as one warp.jax_callable (mujoco/mjx/warp/ffi.py calls
+`wp.jax_callable` when a step is traced), so install() puts the whole step
+on graphd. MuJoCo Warp's overflow warnings (printf calls in its kernels)
+are turned off.
+
+Two patterns of buffer addresses, each timed as --steps steps:
+
+  repeat  one jitted scan of --steps steps from the same start, run
+          --repeats times: inside the scan the step works on the loop's
+          carried buffers, the same at every step, and the runs alternate
+          between two sets of output buffers;
+  change  the same steps as a chain of jitted scans of --chunk steps, each
+          starting from the previous one's result, with every result kept
+          alive until the path is done: each scan's buffers are new
+          allocations, so the step sees new addresses every --chunk
+          steps. (This includes one jit dispatch per chunk, the same for
+          every path.)
+
+Warp's WARP mode keys its captured graphs on the addresses (at most 32
+kept), its staged modes copy through buffers of their own; graphd binds
+the addresses at every replay. For each path and pattern the median
+repeat divided by the step count is the figure. Every result is compared
+with Warp's WARP mode on the repeat pattern (MJX's default), which is run
+twice to see whether it is deterministic: then the comparison is bit for
+bit; otherwise the difference is reported beside Warp's own run-to-run
+difference (MuJoCo Warp's contact and constraint lists are filled through
+atomic counters, and a falling humanoid amplifies rounding).
+
+All paths run in one process, graphd.warp's first: its recording (at
+trace time) must not overlap Warp work. Before each path MJX's registry
+of callables is emptied, and afterwards the bench checks that MJX made a
+new callable of the intended kind and mode.
+
+Needs a GPU, a running graphd (--socket, else $GRAPHD_SOCKET), libgraphd
+and libgraphd_xla ($GRAPHD_LIB, $GRAPHD_XLA_LIB), graphd's Python package,
+warp-lang 1.18, mujoco 3.17 and mujoco-mjx 3.17 on PYTHONPATH, and jax
+with CUDA. Prints lines starting FIGURE, a table, and a RESULT line of
+key=value pairs (the format scripts/bench-report.py reads). Exit status:
+0; 1 when a graphd.warp path failed or differs from a deterministic Warp
+result; 2 for bad arguments or a missing prerequisite. A Warp path that
+fails is reported and does not change the status (--strict makes it
+count).
+
+--build-only builds the graphd.warp programs of the step on the CPU (no
+GPU, no daemon) for --arch and prints them; --cpu runs Warp's NONE and JAX
+modes on JAX's CPU backend (a check of the bench itself)."""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import traceback
+
+GRAPHD_MODES = ("staged", "staged_ex", "direct", "auto")
+# WARP first: it is the reference; JAX last: Warp meets MuJoCo Warp's while
+# loop inside XLA's own graph there, the likeliest to fail.
+WARP_MODES = ("WARP", "WARP_STAGED", "WARP_STAGED_EX", "NONE", "JAX")
+VARIANTS = ("repeat", "change")
+MODEL = ("test_data", "humanoid", "humanoid.xml")  # under mujoco/mjx
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--socket", default=os.environ.get("GRAPHD_SOCKET"), help="graphd's socket")
+    ap.add_argument("--worlds", type=int, default=128, help="humanoids stepped together (128)")
+    ap.add_argument("--steps", type=int, default=200, help="steps timed per repeat (200)")
+    ap.add_argument("--chunk", type=int, default=20, help="steps per scan in the change pattern (20)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed repeats per path and pattern; the median counts (5)")
+    ap.add_argument("--modes", default="staged,direct,auto", help="graphd.warp modes, or 'none'")
+    ap.add_argument("--warp-modes", default=",".join(WARP_MODES),
+                    help="Warp's jax_callable graph modes (WARP is MJX's default), or 'none'")
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="address patterns: repeat, change")
+    ap.add_argument("--strict", action="store_true", help="a failed Warp path fails the bench too")
+    ap.add_argument("--build-only", action="store_true",
+                    help="build the graphd.warp programs of the step on the CPU and print them; no GPU, no daemon")
+    ap.add_argument("--arch", default="90", help="the architecture for --build-only (90)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="a check of the bench itself on JAX's CPU backend: Warp's NONE and JAX modes only")
+    a = ap.parse_args(argv)
+    if min(a.worlds, a.steps, a.chunk, a.repeats) < 1:
+        ap.error("--worlds, --steps, --chunk and --repeats must be positive")
+    if a.steps % a.chunk:
+        ap.error("--steps must be a multiple of --chunk")
+    a.modes = [] if a.modes == "none" else [m.strip() for m in a.modes.split(",") if m.strip()]
+    a.warp_modes = [] if a.warp_modes == "none" else [m.strip().upper() for m in a.warp_modes.split(",") if m.strip()]
+    a.variants = [v.strip() for v in a.variants.split(",") if v.strip()]
+    for m in a.modes:
+        if m not in GRAPHD_MODES:
+            ap.error(f"--modes: {m!r} is not one of {', '.join(GRAPHD_MODES)}")
+    for m in a.warp_modes:
+        if m not in WARP_MODES:
+            ap.error(f"--warp-modes: {m!r} is not one of {', '.join(WARP_MODES)}")
+    for v in a.variants:
+        if v not in VARIANTS:
+            ap.error(f"--variants: {v!r} is not one of {', '.join(VARIANTS)}")
+    if a.cpu and (a.modes or [m for m in a.warp_modes if m not in ("NONE", "JAX")]):
+        ap.error("--cpu runs Warp's NONE and JAX modes only: add --modes none --warp-modes NONE,JAX")
+    if not a.build_only and a.modes and not a.socket:
+        ap.error("no daemon: pass --socket or set GRAPHD_SOCKET (or --modes none)")
+    return a
+
+
+def need(what, hint):
+    """Imports a prerequisite or exits 2 with what to do."""
+    try:
+        return __import__(what)
+    except Exception as e:  # noqa: BLE001: any import failure
+        print(f"mjx_scan_bench: cannot import {what} ({e}); {hint}", file=sys.stderr)
+        sys.exit(2)
+
+
+def prerequisites():
+    need("warp", "put warp-lang 1.18 on PYTHONPATH")
+    need("mujoco", "put mujoco 3.17 on PYTHONPATH")
+    need("mujoco.mjx", "put mujoco-mjx 3.17 on PYTHONPATH")
+    import mujoco.mjx.warp as mjxw
+    if not mjxw.WARP_INSTALLED or mjxw.mujoco_warp is None:
+        print("mjx_scan_bench: mujoco.mjx has no Warp implementation here", file=sys.stderr)
+        sys.exit(2)
+
+
+class Sim:
+    """The humanoid, its batched start, and MJX's step."""
+
+    def __init__(self, worlds, seed=0):
+        import jax
+        import jax.numpy as jnp
+        import mujoco
+        import mujoco.mjx as mjx
+        import numpy as np
+        self.jax, self.mjx = jax, mjx
+        self.path = os.path.join(os.path.dirname(mjx.__file__), *MODEL)
+        if not os.path.exists(self.path):
+            print(f"mjx_scan_bench: no {self.path} in this mujoco-mjx", file=sys.stderr)
+            sys.exit(2)
+        m = self.m = mujoco.MjModel.from_xml_path(self.path)
+        rng = np.random.default_rng(seed)
+        qpos = np.tile(m.qpos0.astype(np.float32), (worlds, 1))
+        qpos[:, 7:] += rng.uniform(-0.1, 0.1, size=(worlds, m.nq - 7)).astype(np.float32)
+        qvel = rng.uniform(-0.1, 0.1, size=(worlds, m.nv)).astype(np.float32)
+        ctrl = rng.uniform(-0.2, 0.2, size=(worlds, m.nu)).astype(np.float32)
+        # naconmax counts contacts over all worlds (four foot-floor pairs,
+        # at most 8 contacts a world); njmax constraint rows per world.
+        d = mjx.make_data(m, impl="warp", naconmax=16 * worlds, njmax=128)
+        d0 = jax.vmap(lambda q, v, c: d.replace(qpos=q, qvel=v, ctrl=c))(
+            jnp.asarray(qpos), jnp.asarray(qvel), jnp.asarray(ctrl))
+        # Committed to the device like a scan's result, so that jit sees one
+        # signature for both.
+        self.d0 = jax.device_put(d0, jax.devices()[0])
+        self.vstep = jax.vmap(mjx.step, in_axes=(None, 0))
+
+    def model(self, graph_mode=None):
+        """mjx.Model with impl="warp" (graph_mode None: MJX's default),
+        MuJoCo Warp's overflow warnings off."""
+        mx = self.mjx.put_model(self.m, impl="warp", graph_mode=graph_mode)
+        return mx.replace(opt=mx.opt.replace(_impl=mx.opt._impl.replace(warn_overflow=0)))
+
+    def scan(self, length):
+        """jit of (mx, d) -> d after `length` steps. The model is an
+        argument: arrays a jitted function closes over become constants in
+        XLA's module memory, which the daemon cannot map."""
+        jax, vstep = self.jax, self.vstep
+
+        def run(mx, d):
+            return jax.lax.scan(lambda d, _: (vstep(mx, d), None), d, None, length=length)[0]
+        return jax.jit(run)
+
+
+def mjx_registry():
+    from mujoco.mjx.warp import ffi as mjx_ffi
+    return mjx_ffi._JAX_CALLABLE_VARIADIC_TUPLE_REGISTRY
+
+
+def build_only(a):
+    """The step's graphd programs, lowered for CUDA on JAX's CPU backend."""
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    prerequisites()
+    import warp as wp
+    import graphd.warp as gw
+    arch = gw.resolve_arch(a.arch)
+    os.environ["GRAPHD_WARP_ARCH"] = str(arch)
+    gw.install()
+    sim = Sim(a.worlds)
+    status = 0
+    for mode in a.modes or ("auto",):
+        mjx_registry().clear()
+        set_graphd_mode(gw, mode)
+        try:
+            mx = sim.model(wp.JaxCallableGraphMode.WARP)  # as on a GPU, where WARP is MJX's default
+            sim.scan(1).trace(mx, sim.d0).lower(lowering_platforms=("cuda",))
+        except gw.Refused as e:
+            print(f"FIGURE MJX step, graphd.warp {mode}, sm_{arch}: refused ({e.reason}): {e}")
+            status = 1
+            continue
+        for c in mjx_registry().values():
+            for b in c.programs.values():
+                lines = b.describe().splitlines()
+                print(f"FIGURE MJX step, graphd.warp {mode} ({c.mode}), sm_{arch}: {lines[0]}; "
+                      f"{len(b.launches)} launches, {len(b.conds)} while/if")
+    gw.uninstall()
+    return status
+
+
+def set_graphd_mode(gw, mode):
+    """install() gives MJX graphd.warp's jax_callable with mode "auto";
+    another mode is the same function with that mode fixed."""
+    import warp as wp
+    gw.install()
+    if mode != "auto":
+        def jax_callable(*args, **kw):
+            kw.setdefault("mode", mode)
+            return gw.jax_callable(*args, **kw)
+        wp.jax_callable = jax_callable
+
+
+class Path:
+    def __init__(self, name, kind, mode):
+        self.name, self.kind, self.mode = name, kind, mode
+        self.us = {}
+        self.final = {}
+        self.notes = {}
+        self.extra = {}
+        self.error = None
+        self.scan = None
+
+
+def run(a):
+    if a.cpu:
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    jax = need("jax", "install jax with CUDA")
+    import numpy as np
+    try:
+        gpus = jax.devices("cpu" if a.cpu else "gpu")
+    except RuntimeError as e:
+        print(f"mjx_scan_bench: jax sees no GPU ({e})", file=sys.stderr)
+        return 2
+    prerequisites()
+    import warp as wp
+    if a.socket:
+        os.environ["GRAPHD_SOCKET"] = a.socket
+    gw = None
+    if a.modes:
+        import graphd
+        import graphd.warp as gw
+        import graphd.jax as gj
+    if gw is not None and gw.installed():
+        gw.uninstall()
+    wp.init()
+    sim = Sim(a.worlds)
+
+    def counters():
+        """The capture counters summed over the daemon's devices, read until
+        two reads 0.1 s apart agree: the daemon folds in what its rings
+        replayed within milliseconds of going idle."""
+        last = None
+        for _ in range(20):
+            with graphd.Client.connect(a.socket) as c:
+                devs = c.status()["devices"]
+            now = {k: sum(d["counters"][k] for d in devs) for k in ("captures_built", "recaptures")}
+            if now == last:
+                break
+            last = now
+            time.sleep(0.1)
+        return now
+
+    class Timed:
+        """Around a path's timed repeats: for graphd, what the daemon built
+        meanwhile (which must be nothing)."""
+
+        def __init__(self, path):
+            self.path = path
+
+        def __enter__(self):
+            if self.path.kind == "graphd":
+                gj.collect()
+                self.before = counters()
+
+        def __exit__(self, *exc):
+            if self.path.kind == "graphd" and exc[0] is None:
+                gj.collect()
+                after = counters()
+                for k in after:
+                    self.path.extra[k] = self.path.extra.get(k, 0) + after[k] - self.before[k]
+
+    def final_of(d):
+        return np.asarray(d.qpos), np.asarray(d.qvel)
+
+    def time_repeat(path, mx):
+        f = sim.scan(a.steps)
+        out = jax.block_until_ready(f(mx, sim.d0))  # compile, record, capture
+        times = []
+        with Timed(path):
+            for _ in range(a.repeats):
+                t = time.perf_counter()
+                out = jax.block_until_ready(f(mx, sim.d0))
+                times.append(time.perf_counter() - t)
+        path.scan = f
+        return statistics.median(times), final_of(out)
+
+    def time_change(path, mx):
+        g = sim.scan(a.chunk)
+        # Compile, record, capture; and a scan from a scan's result.
+        keep = [g(mx, sim.d0)]
+        keep.append(jax.block_until_ready(g(mx, keep[0])))
+        times = []
+        with Timed(path):
+            for _ in range(a.repeats):
+                d = sim.d0
+                t = time.perf_counter()
+                for _ in range(a.steps // a.chunk):
+                    d = g(mx, d)
+                    keep.append(d)  # alive to the end of the path: the next scan's buffers are new
+                jax.block_until_ready(d)
+                times.append(time.perf_counter() - t)
+        result = final_of(d)
+        del keep
+        return statistics.median(times), result
+
+    def measure(path, mx):
+        for v in a.variants:
+            med, path.final[v] = (time_repeat if v == "repeat" else time_change)(path, mx)
+            path.us[v] = med / a.steps * 1e6
+        made = list(mjx_registry().values())
+        if not made:
+            raise RuntimeError("MJX made no new jax_callable for this path (its trace was reused?): run the "
+                               "paths one at a time (--modes / --warp-modes)")
+        if path.kind == "graphd":
+            wrong = [c for c in made if not isinstance(c, gw.JaxCallable)
+                     or c.mode != gw.resolve_mode(path.mode, c.graph_mode)]
+            if wrong:
+                raise RuntimeError(f"MJX's callables are not graphd.warp's in mode {path.mode}: {wrong}")
+            path.extra["programs"] = [b for c in made for b in c.programs.values()]
+        else:
+            wrong = [c for c in made if type(c).__module__.split(".")[0] != "warp"
+                     or int(c.graph_mode) != int(wp.JaxCallableGraphMode[path.mode])]
+            if wrong:
+                raise RuntimeError(f"MJX's callables are not Warp's in graph mode {path.mode}: {wrong}")
+            path.extra["graphs"] = sum(getattr(c, "graph_cache_size", 0) for c in made)
+
+    paths = []
+    for mode in a.modes:
+        paths.append(Path(f"graphd.warp {mode}", "graphd", mode))
+    for m in a.warp_modes:
+        paths.append(Path(f"Warp jax_callable {m}" + (" (MJX default)" if m == "WARP" else ""), "warp", m))
+
+    for path in paths:
+        mjx_registry().clear()
+        try:
+            if path.kind == "graphd":
+                set_graphd_mode(gw, path.mode)
+                mx = sim.model()
+            else:
+                if gw is not None and gw.installed():
+                    gw.uninstall()
+                mx = sim.model(wp.JaxCallableGraphMode[path.mode])
+            measure(path, mx)
+            print(f"mjx_scan_bench: {path.name} measured: " + ", ".join(f"{v} addresses {us:.2f} us/step"
+                                                                       for v, us in path.us.items()), flush=True)
+        except Exception as e:  # noqa: BLE001: reported, the other paths still run
+            path.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            print(f"mjx_scan_bench: {path.name} failed:", file=sys.stderr)
+            traceback.print_exc()
+    if gw is not None and gw.installed():
+        gw.uninstall()
+
+    # The reference: Warp's WARP mode (MJX's default; without it the first
+    # Warp mode measured), repeat pattern, run once more to see whether it
+    # is deterministic.
+    ref, spread, deterministic = None, 0.0, True
+    measured = [p for p in paths if p.kind == "warp" and "repeat" in p.final]
+    default = next((p for p in measured if p.mode == "WARP"), measured[0] if measured else None)
+    if default is not None:
+        ref = default.final["repeat"]  # the same jitted scan again: the same Warp callable
+        ref_name = f"Warp's {default.mode}"
+        try:
+            again = final_of(jax.block_until_ready(
+                default.scan(sim.model(wp.JaxCallableGraphMode[default.mode]), sim.d0)))
+            spread = max(float(np.max(np.abs(x - y))) for x, y in zip(ref, again))
+            deterministic = spread == 0.0
+            default.notes["repeat"] = "reference" + ("" if deterministic else f" (two runs differ by {spread:.3g})")
+        except Exception:  # noqa: BLE001: the comparisons stay bit for bit
+            print(f"mjx_scan_bench: {ref_name} did not run again:", file=sys.stderr)
+            traceback.print_exc()
+            default.notes["repeat"] = "reference (not run again: compared bit for bit)"
+    status = 0
+    for path in paths:
+        if path.error:
+            if path.kind == "graphd" or a.strict:
+                status = 1
+            continue
+        for v, res in path.final.items():
+            if ref is None or (path is default and v == "repeat"):
+                continue
+            if all(np.array_equal(x, y) for x, y in zip(res, ref)):
+                path.notes[v] = f"bit for bit equal to {ref_name}"
+                continue
+            diff = max(float(np.max(np.abs(x - y))) for x, y in zip(res, ref))
+            if deterministic:
+                path.notes[v] = f"DIFFERENT from {ref_name} (max |diff| {diff:.3g})"
+                if path.kind == "graphd" or a.strict:
+                    status = 1
+            else:
+                path.notes[v] = f"max |diff| {diff:.3g} from {ref_name} (its own two runs: {spread:.3g})"
+
+    device = gpus[0].device_kind
+    m = sim.m
+    print(f"step: MJX humanoid ({os.path.relpath(sim.path, os.path.dirname(os.path.dirname(sim.path)))}, nq {m.nq}, "
+          f"nv {m.nv}), {a.worlds} worlds, jax.vmap(mjx.step) in lax.scan; {a.steps} steps a repeat (change: "
+          f"scans of {a.chunk}), median of {a.repeats}; Warp {wp.__version__}, jax {jax.__version__}, {device}")
+    results = [f"mjx_worlds={a.worlds}", f"mjx_steps={a.steps}", f"mjx_chunk={a.chunk}"]
+    for p in paths:
+        if p.error:
+            print(f"FIGURE mjx scan, {p.name}: failed ({p.error})")
+            continue
+        key = f"mjx_{p.kind}_{p.mode}"
+        for v in a.variants:
+            if v not in p.us:
+                continue
+            extra = ""
+            if p.kind == "graphd":
+                extra = (f"; daemon while timed: {p.extra['captures_built']} captures built, "
+                         f"{p.extra['recaptures']} re-captures")
+            elif p.mode in ("WARP",):
+                extra = f"; Warp holds {p.extra['graphs']} graphs after the path"
+            print(f"FIGURE mjx scan, {p.name}, {v} addresses: {p.us[v]:.2f} us/step "
+                  f"({p.us[v] / a.worlds * 1e3:.1f} ns per world-step); {p.notes.get(v, '')}{extra}")
+            results.append(f"{key}_{v}_us={p.us[v]:.2f}")
+        if p.kind == "graphd":
+            results += [f"{key}_captures={p.extra['captures_built']}", f"{key}_recaptures={p.extra['recaptures']}"]
+            for b in p.extra["programs"]:
+                print(f"FIGURE mjx step program {b.id_hex[:16]} ({p.mode}): {len(b.launches)} launches, "
+                      f"{len(b.conds)} while/if, {len(b.slots)} slots, {sum(s.nbytes for s in b.slots)} bytes")
+        elif p.mode == "WARP":
+            results.append(f"{key}_graphs={p.extra['graphs']}")
+    width = max([len(p.name) for p in paths] + [10])
+    print(f"{'path':<{width}}  {'pattern':<7}  {'us/step':>9}  result")
+    for p in paths:
+        for v in a.variants:
+            us = f"{p.us[v]:9.2f}" if v in p.us else f"{'-':>9}"
+            note = p.notes.get(v, "") if not p.error else f"FAILED {p.error}"
+            print(f"{p.name:<{width}}  {v:<7}  {us}  {note}")
+    print("RESULT " + " ".join(results))
+    if a.modes and a.socket:
+        try:
+            with graphd.Client.connect(a.socket) as c:
+                for cap in c.list_captures():
+                    print(f"FIGURE capture of program {cap['program'][:16]} device {cap['device']} mode "
+                          f"{cap['mode']}: {cap['replays']} replays, {cap['nodes']} nodes")
+        except Exception as e:  # noqa: BLE001: the figures above stand
+            print(f"mjx_scan_bench: cannot list the daemon's captures: {e}", file=sys.stderr)
+    return status
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    if a.build_only:
+        return build_only(a)
+    return run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
