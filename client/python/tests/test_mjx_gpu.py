@@ -42,7 +42,7 @@ mass matrix) to rtol 1e-4 and atol 1e-3; and graphd's scans must stay
 finite. FIGURE lines say which comparison was made and what the
 differences were, Warp's own among them.
 
-Run by tests/run_mjx_gpu.sh (ctest label gpu) in a python that has jax
+Run by tests/run_warp_gpu.sh test_mjx_gpu (ctest label gpu) in a python that has jax
 with CUDA, with warp-lang 1.18, mujoco 3.17 and mujoco-mjx 3.17 on
 PYTHONPATH, against a daemon it starts ($GRAPHD_BIN). Without a GPU, jax,
 Warp or MJX it skips; with GRAPHD_REQUIRE_GPU=1 each of those is a
@@ -52,12 +52,13 @@ failure. The processes that step the model are this file run as a script:
 import faulthandler
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+
+from _gpu_daemon import Daemon
 
 REQUIRE = os.environ.get("GRAPHD_REQUIRE_GPU") == "1"
 HANG_S = 800  # a test that takes longer is hung: dump every thread and exit
@@ -291,7 +292,7 @@ def _check_environment():
         import warp  # noqa: F401
     except Exception as e:  # noqa: BLE001: any failure to import Warp
         _unavailable(f"Warp is not importable ({e}); put warp-lang 1.18 on PYTHONPATH "
-                     "(or in $GRAPHD_WARP_PATH for tests/run_mjx_gpu.sh)")
+                     "(or in $GRAPHD_WARP_PATH for tests/run_warp_gpu.sh)")
     try:
         import mujoco  # noqa: F401
         import mujoco.mjx.warp as mjxw
@@ -309,39 +310,6 @@ def _check_environment():
         p = os.environ.get(var)
         if not p or not os.path.exists(p):
             raise AssertionError(f"${var} is {p!r}: set it to the build's file (ctest sets it)")
-
-
-class Daemon:
-    """A graphd on its own socket, every wait bounded."""
-
-    def __init__(self, sock, log):
-        self.sock, self.log = sock, log
-        self.proc = None
-
-    def start(self):
-        if os.path.exists(self.sock):
-            os.unlink(self.sock)
-        with open(self.log, "ab") as f:
-            self.proc = subprocess.Popen([os.environ["GRAPHD_BIN"], "--backend", "cuda", "--socket", self.sock,
-                                          "--log-level", "info"], stdout=f, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if os.path.exists(self.sock):
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"graphd exited with {self.proc.returncode}; see {self.log}")
-            time.sleep(0.05)
-        self.stop()
-        raise AssertionError(f"graphd did not create its socket in 30 s; see {self.log}")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
 
 
 class MjxGpuTest(unittest.TestCase):

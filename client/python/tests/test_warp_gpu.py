@@ -33,12 +33,13 @@ Warp it skips; with GRAPHD_REQUIRE_GPU=1 each of those is a failure."""
 import faulthandler
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+
+from _gpu_daemon import Daemon
 
 REQUIRE = os.environ.get("GRAPHD_REQUIRE_GPU") == "1"
 HANG_S = 300  # a test that takes longer is hung: dump every thread and exit
@@ -156,39 +157,6 @@ def _graphctl():
     if not os.path.exists(p):
         raise AssertionError(f"no graphctl at {p}: set $GRAPHCTL_BIN")
     return p
-
-
-class Daemon:
-    """A graphd on its own socket, every wait bounded."""
-
-    def __init__(self, sock, log):
-        self.sock, self.log = sock, log
-        self.proc = None
-
-    def start(self):
-        if os.path.exists(self.sock):
-            os.unlink(self.sock)
-        with open(self.log, "ab") as f:
-            self.proc = subprocess.Popen([os.environ["GRAPHD_BIN"], "--backend", "cuda", "--socket", self.sock,
-                                          "--log-level", "info"], stdout=f, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if os.path.exists(self.sock):
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"graphd exited with {self.proc.returncode}; see {self.log}")
-            time.sleep(0.05)
-        self.stop()
-        raise AssertionError(f"graphd did not create its socket in 30 s; see {self.log}")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
 
 
 class WarpGpuTest(unittest.TestCase):
