@@ -356,6 +356,9 @@ def run(a):
 
     for path in paths:
         mjx_registry().clear()
+        # JAX's own caches would hand the next path the last one's trace,
+        # and MJX would make no new jax_callable for it.
+        jax.clear_caches()
         try:
             if path.kind == "graphd":
                 set_graphd_mode(gw, path.mode)
