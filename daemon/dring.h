@@ -46,6 +46,8 @@ typedef struct gd_dring {
   uint32_t max_inflight;
   uint32_t client_pid, client_uid;
   uint64_t order_group; /* the header's, read once at the map; 0: none */
+  uint32_t peers;       /* other rings of the device in its order group ... */
+  uint64_t peers_gen;   /* ... as counted at this dstream_rings_gen */
   /* Counted since the loop last heard (ring_take_stats). */
   uint64_t replays, errors, captures, recaptures, staging_bytes, evicted, evicted_bytes;
   uint64_t taken_ns; /* when they were last taken */

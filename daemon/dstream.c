@@ -15,6 +15,7 @@
 /* The device's sessions with a flag page mapped, made on the first. */
 struct gd_dstream_set {
   gd_dstream *head;
+  uint64_t rings_gen; /* counts rings mapped and unmapped */
 };
 
 gd_dstream *dstream_new(uint64_t session_id) {
@@ -35,6 +36,12 @@ void dstream_drop(gd_dstream *ds) {
 }
 
 gd_dstream *dstream_first(gd_device *d) { return d->dstreams ? d->dstreams->head : NULL; }
+
+uint64_t dstream_rings_gen(gd_device *d) { return d->dstreams ? d->dstreams->rings_gen : 0; }
+
+void dstream_rings_changed(gd_device *d) {
+  if (d->dstreams) d->dstreams->rings_gen++;
+}
 
 void dstream_saw(gd_dstream *ds, uint32_t slot, uint64_t seq) {
   if (!ds->seen || slot >= ds->nslots) return;
@@ -105,6 +112,7 @@ static void unmap_flags(gd_device *d, gd_dstream *ds) {
     d->dstreams->head = ds->next;
   if (ds->next) ds->next->prev = ds->prev;
   ds->prev = ds->next = NULL;
+  if (ds->ring) dstream_rings_changed(d);
   dring_unmap(ds->ring);
   ds->ring = NULL;
   OPS->flags_unmap(BE, &ds->flags);

@@ -59,6 +59,11 @@ int dstream_map_flags(gd_device *d, gd_dstream *ds, int fd, uint32_t slots, char
  * NULL when none. */
 gd_dstream *dstream_first(gd_device *d);
 
+/* A count that changes whenever a session of d maps or unmaps its ring
+ * (ring.c keeps what it derives from the set of rings until it does). */
+uint64_t dstream_rings_gen(gd_device *d);
+void dstream_rings_changed(gd_device *d);
+
 /* Records that the worker took replay `seq` on slot (the highest seen). */
 void dstream_saw(gd_dstream *ds, uint32_t slot, uint64_t seq);
 

@@ -16,7 +16,6 @@
 
 int ring_attach(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_ring_params *pr, int fd,
                 int doorbell, char *err, size_t errlen) {
-  (void)d;
   if (!ds->has_flags || ds->ring) {
     close(doorbell);
     snprintf(err, errlen,
@@ -32,6 +31,7 @@ int ring_attach(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_ring_params
   r->client_pid = pr->client_pid;
   r->client_uid = pr->client_uid;
   ds->ring = r;
+  dstream_rings_changed(d);
   return 0;
 }
 
@@ -212,12 +212,27 @@ static gd_dstream *group_first(gd_device *d, gd_dstream *ds) {
   }
 }
 
+/* Whether ds's ring shares its order group with another ring of d: counted
+ * again only when the set of rings changed, so that a ring alone in its
+ * group (a process with one session on the device) costs no scan. */
+static bool has_peers(gd_device *d, gd_dstream *ds) {
+  gd_dring *r = ds->ring;
+  uint64_t gen = dstream_rings_gen(d);
+  if (r->peers_gen != gen) {
+    r->peers = 0;
+    for (gd_dstream *o = dstream_first(d); o; o = o->next)
+      if (o != ds && o->ring && same_group(o->ring, r)) r->peers++;
+    r->peers_gen = gen;
+  }
+  return r->peers > 0;
+}
+
 /* The session whose head entry runs next for ds's sake: ds, or for a ring
  * in an order group the group's first; NULL when ds has no entries.
  * *held: that entry waits for --max-inflight-replays. */
 static gd_dstream *next_for(gd_device *d, gd_dstream *ds, bool *held) {
   if (!has_entries(ds, held)) return NULL;
-  if (!ds->ring->order_group) return ds;
+  if (!ds->ring->order_group || !has_peers(d, ds)) return ds;
   gd_dstream *t = group_first(d, ds);
   if (t && t != ds) has_entries(t, held);
   return t;
