@@ -134,6 +134,12 @@ class JaxGpuTest(unittest.TestCase):
         cls.dir = tempfile.mkdtemp(prefix="graphd-jax-")
         cls.daemon = Daemon(os.path.join(cls.dir, "graphd.sock"))
         os.environ["GRAPHD_SOCKET"] = cls.daemon.sock
+        # A daemon killed while none of our replays is in flight (between two
+        # jitted calls) has cut nothing off, and libgraphd waits for the next
+        # one up to this bound (30 s by default) before the call fails: the
+        # kill test below would wait that long once in a while. Read when the
+        # handler connects, so set before any call.
+        os.environ["GRAPHD_RECONNECT_MS"] = "300"
         cls.daemon.start()
         with open(os.path.join(os.environ["GRAPHD_CUDA_KERNELS"], "test_kernels.cubin"), "rb") as f:
             cls.cubin = f.read()
