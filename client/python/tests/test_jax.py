@@ -37,7 +37,7 @@ def calls(text):
     out = []
     for line in text.splitlines():
         if "custom_call @graphd_replay" in line:
-            m = re.search(r'program = "([0-9a-f]{64})", slots = dense<\[?([0-9, ]*)\]?> : tensor<(\d+)xi64>',
+            m = re.search(r'program = "([0-9a-f]{64})", slots = dense<\[?([-0-9, ]*)\]?> : tensor<(\d+)xi64>',
                           line)
             assert m, line
             slots = [int(s) for s in m.group(2).split(",")]
@@ -159,6 +159,28 @@ class TestJaxLowering(unittest.TestCase):
         text = lower(f, jnp.zeros((256,), jnp.float32))
         self.assertEqual(calls(text)[0][1], [0, 0])
         self.assertIn("output_operand_aliases", text)
+
+    def test_empty_operands_and_results_bind_no_slot(self):
+        gj = self.gj
+
+        def build(x, e, *, mode):
+            nb = x.size * x.dtype.itemsize
+            p = graphd.Program(mode)
+            s = p.add_slot("inout", nb)
+            p.launch(graphd.module_id("cubin", MOD), "inc", grid=1, block=256, args=[Slot(s), u32(x.size)])
+            # e is empty: no slot, as an operand and as a result.
+            return gj.Spec(p, results=[x, e], operand_slots=[s, None], result_slots=[s, None],
+                           modules=[("cubin", MOD)])
+
+        f = gj.callable(build)
+        text = lower(f, jnp.zeros((256,), jnp.float32), jnp.zeros((0,), jnp.float32))
+        self.assertEqual(calls(text)[0][1], [0, -1, 0, -1])
+        self.assertEqual(gj.Spec(None, results=[], operand_slots=[0, None, 1], result_slots=[]).aliases(), {})
+        spec = gj.Spec(None, results=[jnp.zeros(1), jnp.zeros(0)], operand_slots=[None, 3],
+                       result_slots=[3, None])
+        self.assertEqual(spec.aliases(), {1: 0})  # the empty ones are not paired
+        with self.assertRaises(graphd.GraphdError):
+            gj.Spec(None, results=[], operand_slots=[2, 2], result_slots=[])
 
     def test_inside_scan(self):
         f = self.gj.callable(self.build)
