@@ -10,7 +10,7 @@ nested in structs and fixed arrays as deep as they go."""
 
 import ctypes
 
-from ._record import LaunchRec, Param
+from ._record import LaunchRec, Param, resolve_block_dim
 from ._support import Refused, warp_modules
 
 _offsets_cache = {}
@@ -66,12 +66,6 @@ def _param(recorder, kernel, label, value):
             raise Refused("param_type", f"launch of {kernel.key}: parameter {label!r} holds the address of an "
                           "array as a plain integer (for example arr.ptr in a uint64); pass the array itself")
     return Param(label, bytes(data), align, ptrs)
-
-
-def resolve_block_dim(block_dim):
-    """The CUDA block size Warp launches with: 256 unless a positive one is
-    asked for."""
-    return 256 if block_dim is None or block_dim <= 0 else int(block_dim)
 
 
 def pack_launch(recorder, kernel, dim, fwd_args, adj_args, adjoint, max_blocks, block_dim):

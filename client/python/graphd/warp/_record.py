@@ -473,13 +473,17 @@ class Recorder:
         return None
 
 
+def resolve_block_dim(block_dim):
+    """The CUDA block size Warp launches with: 256 unless a positive one is
+    asked for."""
+    return 256 if block_dim is None or block_dim <= 0 else int(block_dim)
+
+
 def _gpu_block_dim(device, block_dim):
-    """A launch's block size as Warp resolves it for a CUDA device: as asked,
-    256 when unset or not positive."""
+    """A launch's block size as Warp resolves it for a CUDA device (any
+    device: what the recording stands in for is a GPU)."""
     del device
-    if block_dim is None or int(block_dim) <= 0:
-        return 256
-    return int(block_dim)
+    return resolve_block_dim(block_dim)
 
 
 class _Command:
