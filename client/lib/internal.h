@@ -24,6 +24,7 @@ typedef struct gd_region_entry {
   uint64_t last_use;  /* LRU clock */
   int kind;           /* wire RegionKind */
   uint64_t import_ns; /* reported once, by the call that registered it */
+  uint64_t checked;   /* the client's check_serial when its allocation was last seen live */
 } gd_region_entry;
 
 /* A graphd_host_alloc allocation. */
@@ -140,6 +141,9 @@ struct graphd_client {
   uint32_t nregions, region_cap_alloc;
   uint32_t region_cap; /* LRU cap */
   uint64_t lru_clock;
+  /* One batch of lookups (a replay's bindings): an entry whose allocation
+   * was seen live in this batch is not asked about again (gd_region_batch). */
+  uint64_t check_serial;
   gd_host_alloc *host; /* guarded by lock */
   uint32_t nhost, host_cap;
   uint64_t host_serial;
@@ -222,6 +226,10 @@ graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const
                              Graphd__Wire__Reply **out);
 
 /* region.c: gd_region_register with the lock held. */
+/* Starts a batch of gd_region_register_locked calls (lock held): within it,
+ * each cached allocation is checked with the driver once, not once a
+ * binding (one allocation holds many of a call's buffers). */
+void gd_region_batch(graphd_client *c);
 graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t bytes,
                                         graphd_region_ref *out);
 

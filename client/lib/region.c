@@ -85,6 +85,7 @@ static graphd_status register_new(graphd_client *c, int kind, uint64_t base, uin
   e->region_id = rep->register_region ? rep->register_region->region_id : 0;
   e->import_ns = rep->register_region ? rep->register_region->import_ns : 0;
   e->last_use = ++c->lru_clock;
+  e->checked = c->check_serial;
   graphd__wire__reply__free_unpacked(rep, NULL);
   *out = e;
   return GRAPHD_OK;
@@ -206,14 +207,19 @@ static graphd_status cuda_register(graphd_client *c, uint64_t base, uint64_t siz
 graphd_status graphd_region_register(graphd_client *c, uint64_t ptr, uint64_t bytes,
                                      graphd_region_ref *out) {
   pthread_mutex_lock(&c->lock);
+  gd_region_batch(c);
   graphd_status st = gd_region_register_locked(c, ptr, bytes, out);
   pthread_mutex_unlock(&c->lock);
   return st;
 }
 
+void gd_region_batch(graphd_client *c) { c->check_serial++; }
+
 /* The cached entry holding [ptr, ptr + bytes) whose allocation is still the
- * same one, checked with a single driver query; NULL sends the caller down
- * the full path. This is the replay hot path. */
+ * same one, checked with a single driver query (none when this batch has
+ * checked it already: the allocation's buffer id holds for its whole
+ * range); NULL sends the caller down the full path. This is the replay hot
+ * path: XLA's buffers of one call mostly lie in a few large allocations. */
 static gd_region_entry *fast_hit(graphd_client *c, uint64_t ptr, uint64_t bytes) {
   for (uint32_t i = 0; i < c->nregions; i++) {
     gd_region_entry *e = &c->regions[i];
@@ -222,6 +228,7 @@ static gd_region_entry *fast_hit(graphd_client *c, uint64_t ptr, uint64_t bytes)
       gd_host_alloc *h = find_host(c, ptr);
       return h && h->serial == e->identity ? e : NULL;
     }
+    if (e->checked == c->check_serial) return e;
     const gd_cuda *cu;
     unsigned long long bid = 0;
     if (gd_cuda_load(&cu, NULL, 0) < 0 ||
@@ -229,6 +236,7 @@ static gd_region_entry *fast_hit(graphd_client *c, uint64_t ptr, uint64_t bytes)
             CUDA_SUCCESS ||
         bid == 0 || bid != e->identity)
       return NULL;
+    e->checked = c->check_serial;
     return e;
   }
   return NULL;
@@ -290,6 +298,7 @@ graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t
     if (st != GRAPHD_OK) goto exit;
   }
   e->last_use = ++c->lru_clock;
+  e->checked = c->check_serial;
   out->region_id = e->region_id;
   out->offset = ptr - base;
   out->size = e->size;

@@ -217,6 +217,7 @@ static graphd_status replay_once(graphd_client *c, graphd_stream *s, const uint8
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory for %zu bindings", n);
     goto exit;
   }
+  gd_region_batch(c);
   for (size_t i = 0; i < n; i++) {
     graphd_region_ref r;
     st = gd_region_register_locked(c, b[i].ptr, b[i].bytes, &r);
@@ -366,6 +367,7 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
   memset(&e, 0, sizeof e);
   if ((st = gd_ring_handle(c, program_id, &e.program)) != GRAPHD_OK) return st;
   e.nbindings = (uint32_t)n;
+  gd_region_batch(c);
   for (size_t i = 0; i < n; i++) {
     graphd_region_ref r;
     if ((st = gd_region_register_locked(c, b[i].ptr, b[i].bytes, &r)) != GRAPHD_OK) {
