@@ -7,8 +7,9 @@
 #     GPU, jax or Warp fails), which starts its own daemon; then
 #     bench/warp_scan_bench.py against a fresh daemon;
 #  2. the same under MPS (nvidia-cuda-mps-control -d -M).
-# With the step "mjx" (GRAPHD_WARP_STEPS="test bench mjx", or "mjx" alone),
-# each run also runs ctest's test_mjx_gpu (MuJoCo MJX with impl="warp"
+# With the step "mjx" (GRAPHD_WARP_STEPS="test bench mjx", or "mjx" alone;
+# "mjx-test" or "mjx-bench" for one of the two), each run also runs ctest's
+# test_mjx_gpu (MuJoCo MJX with impl="warp"
 # through graphd.warp.install() against Warp's own jax_callable) and
 # bench/mjx_scan_bench.py against a fresh daemon, with $GRAPHD_MJX_BENCH_FLAGS
 # (for example "--worlds 256 --steps 400"); these need warp-lang 1.18,
@@ -51,7 +52,7 @@ if ! timeout 120 "$py" -c 'import jax, warp, graphd.warp as gw; gw.warp_modules(
   exit 2
 fi
 steps=" ${GRAPHD_WARP_STEPS:-test bench} "
-if [[ $steps == *" mjx "* ]] && ! timeout 120 "$py" -c 'import mujoco, mujoco.mjx.warp as w, warp; assert w.WARP_INSTALLED and w.mujoco_warp is not None, "no MuJoCo Warp"; print("mujoco", mujoco.__version__, "warp", warp.__version__, "from", mujoco.__file__)'; then
+if [[ $steps == *" mjx"* ]] && ! timeout 120 "$py" -c 'import mujoco, mujoco.mjx.warp as w, warp; assert w.WARP_INSTALLED and w.mujoco_warp is not None, "no MuJoCo Warp"; print("mujoco", mujoco.__version__, "warp", warp.__version__, "from", mujoco.__file__)'; then
   echo "mujoco, mujoco.mjx or its Warp implementation is not usable in $py with PYTHONPATH=$PYTHONPATH"
   echo "(put warp-lang 1.18, mujoco 3.17 and mujoco-mjx 3.17 on PYTHONPATH)"
   exit 2
@@ -106,11 +107,13 @@ run() {
     [[ $r == 0 ]] || rc=1
     stop_daemon
   fi
-  if [[ $steps == *" mjx "* ]]; then
+  if [[ $steps == *" mjx "* || $steps == *" mjx-test "* ]]; then
     echo "== test_mjx_gpu ($name)"
     (cd "$build" && GRAPHD_REQUIRE_GPU=1 timeout 960 ctest -R '^test_mjx_gpu$' -V 2>&1) \
       | tee "$out/mjx-test-$name.log" | grep -E 'FIGURE| \.\.\. |Ran [0-9]+ tests|^[0-9]+: (OK|FAILED)|(FAIL|ERROR): |Error|tests passed|tests failed'
     grep -q "100% tests passed" "$out/mjx-test-$name.log" || { echo "test_mjx_gpu ($name) failed"; rc=1; }
+  fi
+  if [[ $steps == *" mjx "* || $steps == *" mjx-bench "* ]]; then
     echo "== mjx_scan_bench ($name)"
     start_daemon "$out/graphd-mjx-bench-$name.log" || { rc=1; return; }
     # shellcheck disable=SC2086 # the flags are words
