@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../common/cuda_driver.h"
 #include "../../proto/hex.h"
@@ -71,6 +72,11 @@ typedef struct dev_session {
   struct bounce {
     uint64_t src, bytes;
     CUdeviceptr copy;
+    /* Module memory (not pool memory): under XLA only a compiled module's
+     * constants, which nothing writes. Copied in once, and again only when
+     * the allocation at src is another one (its buffer id, src_id). */
+    bool constant, filled;
+    unsigned long long src_id;
   } bounces[MAX_BOUNCES];
   int nbounces;
 } dev_session;
@@ -166,9 +172,46 @@ static bool scalar_attr(const XLA_FFI_Attrs *attrs, const char *name, bool *out)
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static bool env_sync; /* $GRAPHD_XLA_SYNC=1: every call is synchronous */
 
+/* $GRAPHD_XLA_STATS=1: what the process's calls did, counted (atomics)
+ * and printed to stderr at exit, to see where a step's host time goes. */
+static bool env_stats;
+static struct {
+  uint64_t calls, sync_calls, round_trips, buffers, unaliased, bounced, bounce_copies, ns,
+      replay_ns;
+} stats;
+
+static void print_stats(void) {
+  uint64_t n = __atomic_load_n(&stats.calls, __ATOMIC_RELAXED);
+  double per = n ? 1e-3 / (double)n : 0.0;
+  fprintf(stderr,
+          "graphd_xla: %llu calls (%llu synchronous as asked, %llu with more bindings than a ring "
+          "entry holds, made synchronous by libgraphd), %llu buffers bound, %llu in-out operands "
+          "copied into results XLA did not alias, %llu calls binding copies of unmappable "
+          "buffers (%llu copies queued); a call: %.2f us of host time in the handler, of which "
+          "%.2f us in libgraphd's replay call\n",
+          (unsigned long long)n, (unsigned long long)stats.sync_calls,
+          (unsigned long long)stats.round_trips, (unsigned long long)stats.buffers,
+          (unsigned long long)stats.unaliased, (unsigned long long)stats.bounced,
+          (unsigned long long)stats.bounce_copies, (double)stats.ns * per,
+          (double)stats.replay_ns * per);
+}
+
 static void read_env(void) {
   const char *v = getenv("GRAPHD_XLA_SYNC");
   env_sync = v && strcmp(v, "1") == 0;
+  v = getenv("GRAPHD_XLA_STATS");
+  env_stats = v && strcmp(v, "1") == 0;
+  if (env_stats) atexit(print_stats);
+}
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void count(uint64_t *counter, uint64_t n) {
+  if (env_stats) __atomic_fetch_add(counter, n, __ATOMIC_RELAXED);
 }
 
 /* The device behind an XLA stream, by UUID: the same GPU has other ordinals
@@ -399,31 +442,48 @@ static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFra
  * from cuMemAlloc (which graphd maps), and from then on binds the copy:
  * on the call's stream, an operand is copied into it before the replay
  * and a result out of it after. Buffers that graphd maps cost nothing
- * here; an unmappable one costs two copies on the stream per call. */
+ * here. A module's constant (module memory bound as an input only) is
+ * copied once and again only when the memory at its address is another
+ * allocation: nothing writes a constant, and a module unloaded and another
+ * loaded there is a new allocation with a new buffer id. Pool memory
+ * costs its copies on every call. */
 
 /* Device memory at ptr that graphd cannot map (libgraphd's region.c takes
- * legacy IPC and POSIX-fd VMM memory, and refuses pool memory); false for
- * memory that graphd maps, and for anything that is not device memory,
- * whose refusal stands. */
-static bool unmappable(const gd_cuda *cu, uint64_t ptr) {
+ * legacy IPC and POSIX-fd VMM memory, and refuses pool memory): UNMAP_POOL
+ * or UNMAP_MODULE (neither pool memory nor exportable: a module's memory);
+ * MAPPABLE for memory that graphd maps, and for anything that is not
+ * device memory, whose refusal stands. */
+enum { MAPPABLE, UNMAP_POOL, UNMAP_MODULE };
+static int unmappable(const gd_cuda *cu, uint64_t ptr) {
   CUdeviceptr p = (CUdeviceptr)ptr;
   unsigned int type = 0;
   if (cu->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS ||
       type != CU_MEMORYTYPE_DEVICE)
-    return false;
+    return MAPPABLE;
   CUmemoryPool pool = NULL;
   if (cu->cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p) == CUDA_SUCCESS &&
       pool)
-    return true;
+    return UNMAP_POOL;
   int legacy = 0;
   unsigned long long allowed = 0;
   if (cu->cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p) ==
           CUDA_SUCCESS &&
       legacy)
-    return false;
-  return !(cu->cuPointerGetAttribute(&allowed, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, p) ==
-               CUDA_SUCCESS &&
-           (allowed & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    return MAPPABLE;
+  return cu->cuPointerGetAttribute(&allowed, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, p) ==
+                     CUDA_SUCCESS &&
+                 (allowed & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+             ? MAPPABLE
+             : UNMAP_MODULE;
+}
+
+/* The buffer id of the allocation at ptr; 0 when the driver has none. */
+static unsigned long long buffer_id(const gd_cuda *cu, uint64_t ptr) {
+  unsigned long long id = 0;
+  if (cu->cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)ptr) !=
+      CUDA_SUCCESS)
+    id = 0;
+  return id;
 }
 
 static struct bounce *bounce_find(dev_session *d, uint64_t src, uint64_t bytes) {
@@ -441,7 +501,9 @@ static int bounce_add(dev_session *d, const graphd_binding *b, int64_t nb, char 
   int added = 0;
   pthread_mutex_lock(&d->bounce_lock);
   for (int64_t i = 0; i < nb; i++) {
-    if (bounce_find(d, b[i].ptr, b[i].bytes) || !unmappable(cu, b[i].ptr)) continue;
+    int kind;
+    if (bounce_find(d, b[i].ptr, b[i].bytes) || (kind = unmappable(cu, b[i].ptr)) == MAPPABLE)
+      continue;
     if (d->nbounces == MAX_BOUNCES && added == 0) {
       /* Full, mostly of buffers that are gone (the constants of programs
        * XLA has dropped): once the GPU is done with every copy, start over. */
@@ -460,36 +522,40 @@ static int bounce_add(dev_session *d, const graphd_binding *b, int64_t nb, char 
       added = -1;
       break;
     }
-    d->bounces[d->nbounces++] = (struct bounce){.src = b[i].ptr, .bytes = b[i].bytes, .copy = copy};
+    d->bounces[d->nbounces++] = (struct bounce){
+        .src = b[i].ptr, .bytes = b[i].bytes, .copy = copy, .constant = kind == UNMAP_MODULE};
     added++;
   }
   pthread_mutex_unlock(&d->bounce_lock);
   return added;
 }
 
-/* Binds the copies in place of the buffers that have one, copying the
- * operands in on the stream (in: before the replay), or the results back
- * (out: after it; b holds the original addresses again by then).
+/* Queues the copies of the bindings that have one (x[i], NULL for the
+ * others): the operands into their copies (in: before the replay; a
+ * constant's copy only once), or the copies out to the results (after it).
  * bounce_lock held. */
-static graphd_status bounce_copy(dev_session *d, graphd_binding *b, const uint8_t *dir, int64_t nb,
-                                 CUstream st, bool in, char *err, size_t errlen) {
+static graphd_status bounce_copy(struct bounce **x, const graphd_binding *b, const uint8_t *dir,
+                                 int64_t nb, CUstream st, bool in, char *err, size_t errlen) {
   const gd_cuda *cu;
   if (gd_cuda_load(&cu, NULL, 0) < 0) return GRAPHD_INTERNAL;
-  graphd_status rc = GRAPHD_OK;
-  for (int64_t i = 0; i < nb && rc == GRAPHD_OK; i++) {
-    struct bounce *x = bounce_find(d, b[i].ptr, b[i].bytes);
-    if (!x) continue;
-    CUresult r = CUDA_SUCCESS;
-    if (in && (dir[i] & DIR_IN))
-      r = cu->cuMemcpyDtoDAsync(x->copy, (CUdeviceptr)x->src, x->bytes, st);
-    else if (!in && (dir[i] & DIR_OUT))
-      r = cu->cuMemcpyDtoDAsync((CUdeviceptr)x->src, x->copy, x->bytes, st);
+  for (int64_t i = 0; i < nb; i++) {
+    if (!x[i] || !(dir[i] & (in ? DIR_IN : DIR_OUT))) continue;
+    if (in && x[i]->constant && dir[i] == DIR_IN) {
+      /* A constant: its copy holds it while the allocation is the same. */
+      unsigned long long id = buffer_id(cu, x[i]->src);
+      if (x[i]->filled && id && id == x[i]->src_id) continue;
+      x[i]->filled = id != 0;
+      x[i]->src_id = id;
+    }
+    count(&stats.bounce_copies, 1);
+    CUresult r = in ? cu->cuMemcpyDtoDAsync(x[i]->copy, (CUdeviceptr)x[i]->src, x[i]->bytes, st)
+                    : cu->cuMemcpyDtoDAsync((CUdeviceptr)x[i]->src, x[i]->copy, x[i]->bytes, st);
     if (r != CUDA_SUCCESS) {
       snprintf(err, errlen, "cannot queue the copy of slot %u's unmappable buffer", b[i].slot);
-      rc = GRAPHD_INTERNAL;
+      return GRAPHD_INTERNAL;
     }
   }
-  return rc;
+  return GRAPHD_OK;
 }
 
 /* Copies, on the stream, each in-out operand that XLA did not alias into
@@ -499,6 +565,7 @@ static graphd_status copy_unaliased(const graphd_binding *b, const uint64_t *fro
   const gd_cuda *cu = NULL;
   for (int64_t i = 0; i < nb; i++) {
     if (!from[i]) continue;
+    count(&stats.unaliased, 1);
     if ((!cu && gd_cuda_load(&cu, NULL, 0) < 0) ||
         cu->cuMemcpyDtoDAsync((CUdeviceptr)b[i].ptr, (CUdeviceptr)from[i], b[i].bytes, st) !=
             CUDA_SUCCESS) {
@@ -515,48 +582,74 @@ static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stre
                                  const uint8_t pid[32], const graphd_binding *b, const uint8_t *dir,
                                  int64_t nb, bool sync, uint64_t *seq, char *err, size_t errlen) {
   graphd_binding *use = (graphd_binding *)b;
+  struct bounce **x = NULL;
   graphd_status st = GRAPHD_OK;
   bool any = false;
   /* Held to the end: another call on this device must not see the copies
    * change under it (bounce_add starts over when full). */
   pthread_mutex_lock(&d->bounce_lock);
   if (d->nbounces) {
-    if (!(use = malloc((size_t)(nb ? nb : 1) * sizeof *use))) {
+    /* Each binding looked up once; the call goes on with its own
+     * bindings when none of them has a copy. */
+    if (!(x = malloc((size_t)(nb ? nb : 1) * sizeof *x))) {
+      snprintf(err, errlen, "out of memory");
+      st = GRAPHD_RESOURCE_EXHAUSTED;
+      goto out;
+    }
+    for (int64_t i = 0; i < nb; i++) any |= (x[i] = bounce_find(d, b[i].ptr, b[i].bytes)) != NULL;
+  }
+  if (any) {
+    if (!(use = malloc((size_t)nb * sizeof *use))) {
       snprintf(err, errlen, "out of memory");
       st = GRAPHD_RESOURCE_EXHAUSTED;
       use = (graphd_binding *)b;
       goto out;
     }
     memcpy(use, b, (size_t)nb * sizeof *use);
-    if ((st = bounce_copy(d, use, dir, nb, cu_stream, true, err, errlen)) != GRAPHD_OK) goto out;
-    for (int64_t i = 0; i < nb; i++) {
-      struct bounce *x = bounce_find(d, b[i].ptr, b[i].bytes);
-      if (x) {
-        use[i].ptr = (uint64_t)x->copy;
-        any = true;
-      }
-    }
+    for (int64_t i = 0; i < nb; i++)
+      if (x[i]) use[i].ptr = (uint64_t)x[i]->copy;
+    count(&stats.bounced, 1);
+    if ((st = bounce_copy(x, b, dir, nb, cu_stream, true, err, errlen)) != GRAPHD_OK) goto out;
   }
+  uint64_t t0 = env_stats ? now_ns() : 0;
   st = sync ? graphd_replay(d->c, s, pid, use, (size_t)nb, NULL)
             : graphd_replay_async(d->c, s, pid, use, (size_t)nb, seq);
+  if (env_stats) {
+    count(&stats.replay_ns, now_ns() - t0);
+    if (!sync && nb > GRAPHD_RING_MAX_BINDINGS) count(&stats.round_trips, 1);
+  }
   if (st != GRAPHD_OK) {
     snprintf(err, errlen, "%s", graphd_last_error(d->c));
   } else if (any) {
-    st = bounce_copy(d, (graphd_binding *)b, dir, nb, cu_stream, false, err, errlen);
+    st = bounce_copy(x, b, dir, nb, cu_stream, false, err, errlen);
   }
 out:
   pthread_mutex_unlock(&d->bounce_lock);
   if (use != b) free(use);
+  free(x);
   return st;
 }
+
+static XLA_FFI_Error *replay_call(XLA_FFI_CallFrame *cf);
 
 XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   /* The metadata query comes first, and its api may be NULL. */
   if (cf->extension_start && cf->extension_start->type == XLA_FFI_Extension_Metadata)
     return metadata(cf);
-  const XLA_FFI_Api *api = cf->api;
   if (cf->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  pthread_once(&env_once, read_env);
+  uint64_t t0 = env_stats ? now_ns() : 0;
+  XLA_FFI_Error *xe = replay_call(cf);
+  if (env_stats) {
+    count(&stats.calls, 1);
+    count(&stats.ns, now_ns() - t0);
+  }
+  return xe;
+}
 
+/* One call, executed. */
+static XLA_FFI_Error *replay_call(XLA_FFI_CallFrame *cf) {
+  const XLA_FFI_Api *api = cf->api;
   XLA_FFI_AttrType t;
   const XLA_FFI_ByteSpan *prog = find_attr(&cf->attrs, "program", &t);
   if (!prog || t != XLA_FFI_AttrType_STRING)
@@ -572,8 +665,8 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   if (!scalar_attr(&cf->attrs, "sync", &sync))
     return fail(api, GRAPHD_INVALID_ARGUMENT,
                 "the 'sync' attribute must be a bool or integer scalar");
-  pthread_once(&env_once, read_env);
   sync = sync || env_sync;
+  if (sync) count(&stats.sync_calls, 1);
   int64_t nargs = cf->args.size, nrets = cf->rets.size;
   if ((int64_t)slots->size != nargs + nrets)
     return fail(api, GRAPHD_INVALID_ARGUMENT,
@@ -588,6 +681,7 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   int64_t nb = 0;
   XLA_FFI_Error *xe = bind_buffers(api, cf, slots->data, nargs, nrets, &b, &from, &dir, &nb);
   if (xe) return xe;
+  count(&stats.buffers, (uint64_t)nb);
 
   XLA_FFI_Stream_Get_Args sa;
   memset(&sa, 0, sizeof sa);
