@@ -432,6 +432,7 @@ static void ring_done(gd_job *j) {
       r.request_id = rj->rq.request_id;
       r.body_case = GRAPHD__WIRE__REPLY__BODY_REGISTER_RING;
       r.register_ring = &rr;
+      rr.max_bindings = GD_MAX_SLOTS;
       session_reply(s, &r);
     }
   }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../proto/program.h"
 #include "clock.h"
 #include "execute.h"
 #include "graphd/status.h"
@@ -51,9 +52,17 @@ static const gd_region_map *view_find(void *table, uint32_t id) {
   return dring_region_find(table, id);
 }
 
-/* Tells the client how entry e ended: its completion, and the text of the
- * first failure it has not read yet. */
-static void complete(gd_dring *r, const graphd_ring_sqe *e, int rc, const char *err) {
+/* Tells the client how entry e (its slots) ended: its completion, and the
+ * text of the first failure it has not read yet. */
+static void complete(gd_dring *r, const graphd_ring_sqe *e, uint32_t slots, int rc,
+                     const char *err) {
+  /* Its continuation slots' completions first: seq 0, status 0. */
+  for (uint32_t k = 1; k < slots; k++) {
+    volatile graphd_ring_cqe *f = &r->cq[(r->head + k) & (r->entries - 1)];
+    f->seq = 0;
+    f->stream_slot = 0;
+    f->status = 0;
+  }
   volatile graphd_ring_cqe *c = &r->cq[r->head & (r->entries - 1)];
   c->seq = e->seq;
   c->stream_slot = e->stream_slot;
@@ -67,9 +76,30 @@ static void complete(gd_dring *r, const graphd_ring_sqe *e, int rc, const char *
     h->err_text[n] = '\0';
     __atomic_store_n(&h->err_seq, e->seq ? e->seq : 1, __ATOMIC_RELEASE);
   }
-  r->head++;
+  r->head += slots;
   __atomic_store_n(&h->cq_tail, r->head, __ATOMIC_RELEASE);
   __atomic_store_n(&h->sq_head, r->head, __ATOMIC_RELEASE);
+}
+
+/* Copies the bindings of entry e, whose first slot is at the ring's head,
+ * into b: its own, then those of the slots after it. */
+static void entry_bindings(const gd_dring *r, const graphd_ring_sqe *e, gd_bind_req *b) {
+  uint32_t n = e->nbindings, i = 0;
+  const graphd_ring_binding *src = e->bindings;
+  uint32_t here = n < GRAPHD_RING_MAX_BINDINGS ? n : GRAPHD_RING_MAX_BINDINGS;
+  graphd_ring_cont cont;
+  for (uint32_t slot = 1;; slot++) {
+    for (uint32_t k = 0; k < here; k++, i++)
+      b[i] = (gd_bind_req){.slot = src[k].slot,
+                           .region_id = src[k].region_id,
+                           .offset = src[k].offset,
+                           .bytes = src[k].bytes};
+    if (i == n) return;
+    /* One copy of each slot too: the client may write it at any time. */
+    memcpy(&cont, (const void *)&r->sq[(r->head + slot) & (r->entries - 1)], sizeof cont);
+    src = cont.bindings;
+    here = n - i < GRAPHD_RING_CONT_BINDINGS ? n - i : GRAPHD_RING_CONT_BINDINGS;
+  }
 }
 
 /* Checks, resolves and runs the entry at the ring's head. */
@@ -82,7 +112,21 @@ static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
   bool flags_known = false; /* done = seq must be written even when refused */
   bool ran = false;
   gd_bound *bind = NULL;
+  gd_bind_req *b = NULL;
   const gd_regprog *prog = NULL;
+  /* The slots it takes are published with it, or the ring is not to be
+   * trusted any longer (as for a tail out of range). */
+  uint32_t slots = GRAPHD_RING_ENTRY_SLOTS(e.nbindings);
+  uint64_t avail = 0;
+  if (!dring_avail(r, &avail) || slots > avail) {
+    r->broken = true;
+    GD_LOG(GD_WARN, "ring",
+           "session %llu: an entry of %u bindings needs %u slots, but %llu are published; the "
+           "ring is not read any more",
+           (unsigned long long)ds->session_id, e.nbindings, slots, (unsigned long long)avail);
+    r->warned = true;
+    return -GRAPHD_INVALID_ARGUMENT;
+  }
 #define REFUSE(c, ...)                                                                             \
   do {                                                                                             \
     rc = -(c);                                                                                     \
@@ -100,18 +144,14 @@ static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
   if (e.program >= r->nprogs || !(prog = r->progs[e.program]))
     REFUSE(GRAPHD_NOT_FOUND,
            "program handle %u is not one of this session's (RingProgram gives them)", e.program);
-  if (e.nbindings > GRAPHD_RING_MAX_BINDINGS)
+  if (e.nbindings > GD_MAX_SLOTS)
     REFUSE(GRAPHD_INVALID_ARGUMENT, "%u bindings: a ring entry carries at most %u", e.nbindings,
-           GRAPHD_RING_MAX_BINDINGS);
+           GD_MAX_SLOTS);
   const gd_program *p = prog->program;
-  if (!(bind = calloc(p->nslots ? p->nslots : 1, sizeof *bind)))
+  if (!(bind = calloc(p->nslots ? p->nslots : 1, sizeof *bind)) ||
+      !(b = malloc((e.nbindings ? e.nbindings : 1) * sizeof *b)))
     REFUSE(GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
-  gd_bind_req b[GRAPHD_RING_MAX_BINDINGS];
-  for (uint32_t i = 0; i < e.nbindings; i++)
-    b[i] = (gd_bind_req){.slot = e.bindings[i].slot,
-                         .region_id = e.bindings[i].region_id,
-                         .offset = e.bindings[i].offset,
-                         .bytes = e.bindings[i].bytes};
+  entry_bindings(r, &e, b);
   uint64_t epoch = atomic_load(&d->epoch);
   if ((rc = exec_bind(p, view_find, &ds->regions, epoch, d->index, b, e.nbindings, bind, err,
                       sizeof err)) < 0)
@@ -145,8 +185,9 @@ finish:
   } else {
     r->replays++;
   }
-  complete(r, &e, rc, rc < 0 ? err : "");
+  complete(r, &e, slots, rc, rc < 0 ? err : "");
   free(bind);
+  free(b);
   return rc;
 #undef REFUSE
 }

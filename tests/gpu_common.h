@@ -38,6 +38,11 @@ graphd_status gpu_program(graphd_client *c, const char *kernel_dir, graphd_mode 
  * scratch slot, so nothing is bound. */
 graphd_status gpu_fault_program(graphd_client *c, const char *kernel_dir, uint8_t pid[32]);
 
+/* program3.h's wide program of k launches over GN floats a slot, from the
+ * CUBIN: y_i = (i + 1) x_i, x_i in slot 2i and y_i in slot 2i + 1. */
+graphd_status gpu_wide_program(graphd_client *c, const char *kernel_dir, graphd_mode mode,
+                               uint32_t k, uint8_t pid[32]);
+
 /* The same program, put in the client-side registry (module and program)
  * and synced to c from there, so that a reconnect gives it to the new
  * daemon. */

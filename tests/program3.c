@@ -106,3 +106,27 @@ float cond_program_expect(float x, uint32_t count, uint32_t flag) {
   v = (flag ? 3.0f : 5.0f) * v;
   return v;
 }
+
+graphd_status wide_program_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
+                                    uint32_t k, uint32_t n, uint8_t pid[32]) {
+  graphd_program *p = graphd_program_new(mode);
+  uint32_t grid[3] = {n / 256, 1, 1}, block[3] = {256, 1, 1};
+  for (uint32_t i = 0; i < k; i++) {
+    graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, n * 4, 1);
+    graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, n * 4, 1);
+  }
+  for (uint32_t i = 0; i < k; i++) {
+    float factor = (float)(i + 1);
+    int s = graphd_program_add_launch(p, mod, "scale", grid, block, 0);
+    graphd_program_param_slot(p, (uint32_t)s, 0, 2 * i, 0);
+    graphd_program_param_slot(p, (uint32_t)s, 8, 2 * i + 1, 0);
+    graphd_program_param(p, (uint32_t)s, 16, &factor, 4);
+    graphd_program_param(p, (uint32_t)s, 20, &n, 4);
+  }
+  graphd_status st = graphd_program_finish(p, pid);
+  if (st != GRAPHD_OK) fprintf(stderr, "wide program: %s\n", graphd_program_error(p));
+  if (st == GRAPHD_OK && (st = graphd_register_program(c, p)) != GRAPHD_OK)
+    fprintf(stderr, "wide program: %s\n", graphd_last_error(c));
+  graphd_program_free(p);
+  return st;
+}

@@ -38,6 +38,13 @@ graphd_status stamp_program_register(graphd_client *c, const uint8_t mod[32], ui
 graphd_status cond_program_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
                                     uint32_t n, uint8_t pid[32]);
 
+/* A program of many slots: k launches of scale(x_i, y_i, i + 1, n), x_i
+ * in slot 2i (staged input) and y_i in slot 2i + 1 (staged output), n
+ * floats each, so y_i = (i + 1) x_i. Builds and registers it; pid gets its
+ * id. */
+graphd_status wide_program_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
+                                    uint32_t k, uint32_t n, uint8_t pid[32]);
+
 /* What the conditional program makes of x[i] for a count and a flag. */
 float cond_program_expect(float x, uint32_t count, uint32_t flag);
 

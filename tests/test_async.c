@@ -3,7 +3,8 @@
  * that wraps, the order of async and sync replays on one stream, errors
  * reported by the next call (and the stream released all the same), a full
  * ring, a client and a daemon killed with entries queued, many clients,
- * and the order of one process's entries across its handles' rings. */
+ * the order of one process's entries across its handles' rings, and
+ * entries of many bindings that take several slots of the ring. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <pthread.h>
@@ -424,6 +425,66 @@ START_TEST(test_async_handles_of_one_process_run_in_the_order_they_were_queued) 
 }
 END_TEST
 
+/* A replay of many bindings: its entry continues in the slots after it,
+ * wrapping around a small ring, and every output is exact. A ring too
+ * small for the entry sends it the synchronous way. */
+#define WIDE_K 60u  /* launches: 120 bindings, 6 slots an entry */
+#define WIDE_N 256u /* floats per slot */
+START_TEST(test_async_entries_of_many_bindings_take_several_slots) {
+  for (int small = 0; small < 2; small++) {
+    graphd_client *c = td_data(&d, 0);
+    /* 8 slots: at most one entry queued, its slots wrapping at different
+     * places; 2 slots hold 41 bindings, fewer than 120. */
+    ck_assert_int_eq(graphd_set_ring_entries(c, small ? 2 : 8), GRAPHD_OK);
+    uint8_t mod[32], pid[32];
+    ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                     GRAPHD_OK);
+    ck_assert_int_eq(wide_program_register(c, mod, GRAPHD_MODE_STAGED, WIDE_K, WIDE_N, pid),
+                     GRAPHD_OK);
+    graphd_stream *s;
+    ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+    /* Two sets of buffers, used by turns. */
+    float *buf[2][2 * WIDE_K];
+    graphd_binding bd[2][2 * WIDE_K];
+    for (int set = 0; set < 2; set++)
+      for (uint32_t j = 0; j < 2 * WIDE_K; j++) {
+        ck_assert_int_eq(graphd_host_alloc(c, WIDE_N * 4, (void **)&buf[set][j]), GRAPHD_OK);
+        bd[set][j] = (graphd_binding){
+            .slot = j, .ptr = (uint64_t)(uintptr_t)buf[set][j], .bytes = WIDE_N * 4};
+      }
+    unsigned rng = 7;
+    int replays = small ? 20 : 300;
+    for (int r = 0; r < replays; r++) {
+      int set = r % 2;
+      for (uint32_t i = 0; i < WIDE_K; i++)
+        for (uint32_t j = 0; j < WIDE_N; j++) {
+          buf[set][2 * i][j] = (float)(rand_r(&rng) % 1000);
+          buf[set][2 * i + 1][j] = -1.0f;
+        }
+      uint64_t seq = 0;
+      graphd_status st = graphd_replay_async(c, s, pid, bd[set], 2 * WIDE_K, &seq);
+      ck_assert_msg(st == GRAPHD_OK, "replay %d: %s", r, graphd_last_error(c));
+      ck_assert_int_eq(graphd_stream_wait(s, seq, -1), GRAPHD_OK);
+      for (uint32_t i = 0; i < WIDE_K; i++)
+        for (uint32_t j = 0; j < WIDE_N; j++)
+          if (buf[set][2 * i + 1][j] != (float)(i + 1) * buf[set][2 * i][j])
+            ck_abort_msg("replay %d: y_%u[%u] = %g, want %g", r, i, j,
+                         (double)buf[set][2 * i + 1][j],
+                         (double)((float)(i + 1) * buf[set][2 * i][j]));
+    }
+    graphd_async_info info;
+    ck_assert_int_eq(graphd_replay_collect(c, &info), GRAPHD_OK);
+    /* Through the ring, one completion an entry (its other slots'
+     * completions are not counted); or none, the synchronous way. */
+    ck_assert_uint_eq(info.completed, small ? 0 : (uint64_t)replays);
+    ck_assert_uint_eq(info.failed, 0);
+    ck_assert_uint_eq(info.queued, 0);
+    graphd_stream_detach(s);
+    graphd_close(c);
+  }
+}
+END_TEST
+
 START_TEST(test_async_ring_size_is_checked) {
   graphd_client *c = td_data(&d, 0);
   ck_assert_int_eq(graphd_set_ring_entries(c, 3), GRAPHD_INVALID_ARGUMENT);
@@ -447,6 +508,7 @@ int main(void) {
   tcase_add_test(tc, test_async_daemon_killed_with_entries_queued_releases_the_stream);
   tcase_add_test(tc, test_async_many_clients_at_once_are_exact);
   tcase_add_test(tc, test_async_handles_of_one_process_run_in_the_order_they_were_queued);
+  tcase_add_test(tc, test_async_entries_of_many_bindings_take_several_slots);
   tcase_add_test(tc, test_async_ring_size_is_checked);
   suite_add_tcase(su, tc);
   return td_run_suite(su);

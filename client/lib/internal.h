@@ -79,10 +79,12 @@ typedef struct gd_ring {
   volatile graphd_ring_cqe *cq;
   uint32_t entries;
   uint64_t bytes;
-  uint64_t tail;      /* entries published */
+  uint64_t tail;      /* slots published */
   uint64_t cq_head;   /* completions reaped */
   uint8_t (*ids)[32]; /* programs named to the session, by handle */
   uint32_t nids, ids_cap;
+  uint32_t max_bindings; /* one entry's, in its slots: the daemon's word and the ring's size */
+  uint64_t issued;       /* entries published */
   uint64_t completed, failed;
   uint64_t gen; /* the handle's count of rings made, this one included */
   /* The first failure not yet reported. */
@@ -257,7 +259,9 @@ graphd_status gd_ring_take_error(graphd_client *c);
 /* Publishes one entry, waiting while the ring is full (at most the
  * handle's timeout, and not once the daemon is gone); rings the doorbell
  * when the worker sleeps. Lock held. */
-graphd_status gd_ring_submit(graphd_client *c, const graphd_ring_sqe *e);
+/* Publishes entry e and its nslots - 1 continuation slots (cont). */
+graphd_status gd_ring_submit(graphd_client *c, const graphd_ring_sqe *e,
+                             const graphd_ring_cont *cont, uint32_t nslots);
 
 /* Waits up to ms for the worker to take every entry published. */
 bool gd_ring_wait_taken(graphd_client *c, int ms);

@@ -367,15 +367,26 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
   memset(&e, 0, sizeof e);
   if ((st = gd_ring_handle(c, program_id, &e.program)) != GRAPHD_OK) return st;
   e.nbindings = (uint32_t)n;
+  /* Bindings past the entry's own go in the slots after it. */
+  uint32_t nslots = GRAPHD_RING_ENTRY_SLOTS(n);
+  graphd_ring_cont *cont = NULL;
+  if (nslots > 1 && !(cont = calloc(nslots - 1, sizeof *cont)))
+    return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory for %zu bindings", n);
   gd_region_batch(c);
   for (size_t i = 0; i < n; i++) {
     graphd_region_ref r;
     if ((st = gd_region_register_locked(c, b[i].ptr, b[i].bytes, &r)) != GRAPHD_OK) {
       char err[GRAPHD_ERRMAX];
       snprintf(err, sizeof err, "%s", c->err);
+      free(cont);
       return gd_client_set_err(c, st, "binding of slot %u: %s", b[i].slot, err);
     }
-    e.bindings[i] = (graphd_ring_binding){
+    size_t k = i - GRAPHD_RING_MAX_BINDINGS;
+    graphd_ring_binding *to =
+        i < GRAPHD_RING_MAX_BINDINGS
+            ? &e.bindings[i]
+            : &cont[k / GRAPHD_RING_CONT_BINDINGS].bindings[k % GRAPHD_RING_CONT_BINDINGS];
+    *to = (graphd_ring_binding){
         .slot = b[i].slot, .region_id = r.region_id, .offset = r.offset, .bytes = b[i].bytes};
   }
   gd_flag_page *f = c->flags;
@@ -383,8 +394,10 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
   e.seq = seq;
   e.stream_slot = s->slot;
   const gd_cuda *cu = NULL;
-  if (f->cuda && gd_cuda_load(&cu, NULL, 0) < 0)
+  if (f->cuda && gd_cuda_load(&cu, NULL, 0) < 0) {
+    free(cont);
     return gd_client_set_err(c, GRAPHD_INTERNAL, "cannot load the CUDA driver");
+  }
   /* From the publish to the last stream operation, in this process's
    * order on the GPU, which the worker follows across its handles. */
   e.order = gd_order_begin(c);
@@ -394,7 +407,8 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
   /* From here the daemon may write done = seq; the watcher must know. */
   atomic_store(&f->issued[s->slot], seq);
   s->seq = seq;
-  st = gd_ring_submit(c, &e);
+  st = gd_ring_submit(c, &e, cont, nslots);
+  free(cont);
   if (st == GRAPHD_OK) {
     s->ring_seq = seq;
     s->ring_tail = c->ring->tail;
@@ -466,7 +480,7 @@ graphd_status graphd_replay_async(graphd_client *c, graphd_stream *s, const uint
     gd_client_debug(c, "graphd has no submission rings: async replays go the synchronous way");
     c->ring_off = true;
   }
-  if (c->ring_off || n > GRAPHD_RING_MAX_BINDINGS) {
+  if (c->ring_off || n > c->ring->max_bindings) {
     /* The synchronous way, with the same ordering. */
     pthread_mutex_unlock(&c->lock);
     st = graphd_replay(c, s, program_id, b, n, NULL);
@@ -486,7 +500,7 @@ graphd_status graphd_replay_collect(graphd_client *c, graphd_async_info *info) {
     gd_ring *r = c->ring;
     info->completed = r ? r->completed : 0;
     info->failed = r ? r->failed : 0;
-    info->queued = r ? r->tail - r->cq_head : 0;
+    info->queued = r ? r->issued - r->completed : 0;
   }
   graphd_status st = gd_ring_take_error(c);
   pthread_mutex_unlock(&c->lock);

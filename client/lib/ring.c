@@ -130,6 +130,11 @@ graphd_status gd_ring_open(graphd_client *c) {
   int fds[2] = {r->fd, r->doorbell};
   Graphd__Wire__Reply *rep = NULL;
   st = gd_client_call(c, &req, fds, 2, &rep);
+  /* As many bindings as the daemon takes in one entry and the ring holds. */
+  uint32_t most = rep && rep->register_ring ? rep->register_ring->max_bindings : 0;
+  uint64_t fit = GRAPHD_RING_MAX_BINDINGS + (uint64_t)(entries - 1) * GRAPHD_RING_CONT_BINDINGS;
+  if (most < GRAPHD_RING_MAX_BINDINGS) most = GRAPHD_RING_MAX_BINDINGS;
+  r->max_bindings = most < fit ? most : (uint32_t)fit;
   if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
   if (st != GRAPHD_OK) goto fail;
   return GRAPHD_OK;
@@ -185,6 +190,7 @@ void gd_ring_reap(graphd_client *c) {
   if (tail - r->cq_head > r->entries) tail = r->cq_head;
   for (; r->cq_head != tail; r->cq_head++) {
     volatile graphd_ring_cqe *e = &r->cq[r->cq_head & (r->entries - 1)];
+    if (!e->seq && !e->status) continue; /* a continuation slot's */
     r->completed++;
     if (!e->status) continue;
     r->failed++;
@@ -226,13 +232,14 @@ static void ring_doorbell(gd_ring *r) {
   }
 }
 
-graphd_status gd_ring_submit(graphd_client *c, const graphd_ring_sqe *e) {
+graphd_status gd_ring_submit(graphd_client *c, const graphd_ring_sqe *e,
+                             const graphd_ring_cont *cont, uint32_t nslots) {
   gd_ring *r = c->ring;
   int64_t deadline = c->timeout_ms > 0 ? now_us() + (int64_t)c->timeout_ms * 1000 : INT64_MAX;
-  for (unsigned spins = 0; r->tail - r->cq_head >= r->entries; spins++) {
+  for (unsigned spins = 0; r->tail - r->cq_head + nslots > r->entries; spins++) {
     /* Full: the worker takes entries as the device catches up. */
     gd_ring_reap(c);
-    if (r->tail - r->cq_head < r->entries) break;
+    if (r->tail - r->cq_head + nslots <= r->entries) break;
     if (atomic_load(&c->dead))
       return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
                                "graphd went away while the ring was full; the replay was not sent");
@@ -246,8 +253,11 @@ graphd_status gd_ring_submit(graphd_client *c, const graphd_ring_sqe *e) {
       nanosleep(&nap, NULL);
     }
   }
+  for (uint32_t k = 1; k < nslots; k++)
+    memcpy((void *)&r->sq[(r->tail + k) & (r->entries - 1)], &cont[k - 1], sizeof *cont);
   memcpy((void *)&r->sq[r->tail & (r->entries - 1)], e, sizeof *e);
-  r->tail++;
+  r->tail += nslots;
+  r->issued++;
   __atomic_store_n(&r->hdr->sq_tail, r->tail, __ATOMIC_SEQ_CST);
   ring_doorbell(r);
   return GRAPHD_OK;

@@ -361,7 +361,9 @@ GRAPHD_EXPORT graphd_status graphd_replay(graphd_client *c, graphd_stream *s,
  * the handle's timeout: then DEADLINE_EXCEEDED, nothing queued); the
  * worker holds a session's entries while --max-inflight-replays of its
  * replays are unfinished, as a launch into a full queue waits. A replay
- * with more than GRAPHD_RING_MAX_BINDINGS (20) bindings, and every replay
+ * with more bindings than one entry may carry (GRAPHD_RING_MAX_BINDINGS,
+ * 20, in its own slot and GRAPHD_RING_CONT_BINDINGS, 21, in each slot after
+ * it: up to the ring's size and the daemon's 4096), and every replay
  * on a daemon that has no rings, goes the synchronous way. If the daemon
  * dies, queued replays are released as for graphd_replay; a restart sends
  * none of them again (they may have run): the next call reports them.

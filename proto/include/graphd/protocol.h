@@ -71,8 +71,21 @@ enum graphd_region_kind {
 #define GRAPHD_RING_CQE_BYTES 16
 #define GRAPHD_RING_MIN_ENTRIES 2
 #define GRAPHD_RING_MAX_ENTRIES 4096
-/* Bindings one entry carries; a replay with more goes the synchronous way. */
+/* Bindings an entry's own slot carries. An entry of more takes the slots
+ * after it too (wrapping), GRAPHD_RING_CONT_BINDINGS bindings in each
+ * (graphd_ring_cont), GRAPHD_RING_ENTRY_SLOTS in all, published with one
+ * tail; the worker completes each slot it takes: the entry's own with the
+ * entry's completion, the others with seq 0 and status 0, which the client
+ * skips. RegisterRingReply.max_bindings says how many one entry may carry;
+ * a daemon that leaves it 0 takes GRAPHD_RING_MAX_BINDINGS at most, and
+ * the client sends a replay of more the synchronous way. */
 #define GRAPHD_RING_MAX_BINDINGS 20
+#define GRAPHD_RING_CONT_BINDINGS 21
+#define GRAPHD_RING_ENTRY_SLOTS(n)                                                                 \
+  (1u + ((n) > GRAPHD_RING_MAX_BINDINGS                                                            \
+             ? ((uint32_t)(n)-GRAPHD_RING_MAX_BINDINGS + GRAPHD_RING_CONT_BINDINGS - 1) /          \
+                   GRAPHD_RING_CONT_BINDINGS                                                       \
+             : 0u))
 #define GRAPHD_RING_NEED_WAKEUP 1u
 /* Bytes of the ring memfd for `entries` entries. */
 #define GRAPHD_RING_BYTES(entries)                                                                 \
@@ -117,13 +130,19 @@ typedef struct graphd_ring_sqe {
   uint64_t seq;         /* > the previous seq on this stream slot */
   uint32_t program;     /* handle from RingProgramReply */
   uint32_t stream_slot; /* flag slot */
-  uint32_t nbindings;   /* up to GRAPHD_RING_MAX_BINDINGS */
+  uint32_t nbindings;   /* here up to GRAPHD_RING_MAX_BINDINGS, the rest after */
   /* With an order_group: the client's submission order across the rings
    * of its group (serial-number arithmetic: it may wrap). */
   uint32_t order;
   uint32_t reserved[2];
   graphd_ring_binding bindings[GRAPHD_RING_MAX_BINDINGS];
 } graphd_ring_sqe;
+
+/* A slot that follows an entry of many bindings: the next of them. */
+typedef struct graphd_ring_cont {
+  graphd_ring_binding bindings[GRAPHD_RING_CONT_BINDINGS];
+  uint8_t reserved[8];
+} graphd_ring_cont;
 
 typedef struct graphd_ring_cqe {
   uint64_t seq;         /* the entry's seq */
@@ -134,5 +153,6 @@ typedef struct graphd_ring_cqe {
 _Static_assert(sizeof(graphd_ring_header) <= GRAPHD_RING_HEADER_BYTES, "ring header too large");
 _Static_assert(sizeof(graphd_ring_sqe) == GRAPHD_RING_SQE_BYTES, "ring entry size");
 _Static_assert(sizeof(graphd_ring_cqe) == GRAPHD_RING_CQE_BYTES, "ring completion size");
+_Static_assert(sizeof(graphd_ring_cont) == GRAPHD_RING_SQE_BYTES, "ring continuation size");
 
 #endif
