@@ -176,24 +176,21 @@ static bool env_sync; /* $GRAPHD_XLA_SYNC=1: every call is synchronous */
  * and printed to stderr at exit, to see where a step's host time goes. */
 static bool env_stats;
 static struct {
-  uint64_t calls, sync_calls, round_trips, buffers, unaliased, bounced, bounce_copies, ns,
-      replay_ns;
+  uint64_t calls, sync_calls, buffers, unaliased, bounced, bounce_copies, ns, replay_ns;
 } stats;
 
 static void print_stats(void) {
   uint64_t n = __atomic_load_n(&stats.calls, __ATOMIC_RELAXED);
   double per = n ? 1e-3 / (double)n : 0.0;
   fprintf(stderr,
-          "graphd_xla: %llu calls (%llu synchronous as asked, %llu with more bindings than a ring "
-          "entry holds, made synchronous by libgraphd), %llu buffers bound, %llu in-out operands "
+          "graphd_xla: %llu calls (%llu synchronous), %llu buffers bound, %llu in-out operands "
           "copied into results XLA did not alias, %llu calls binding copies of unmappable "
           "buffers (%llu copies queued); a call: %.2f us of host time in the handler, of which "
           "%.2f us in libgraphd's replay call\n",
           (unsigned long long)n, (unsigned long long)stats.sync_calls,
-          (unsigned long long)stats.round_trips, (unsigned long long)stats.buffers,
-          (unsigned long long)stats.unaliased, (unsigned long long)stats.bounced,
-          (unsigned long long)stats.bounce_copies, (double)stats.ns * per,
-          (double)stats.replay_ns * per);
+          (unsigned long long)stats.buffers, (unsigned long long)stats.unaliased,
+          (unsigned long long)stats.bounced, (unsigned long long)stats.bounce_copies,
+          (double)stats.ns * per, (double)stats.replay_ns * per);
 }
 
 static void read_env(void) {
@@ -614,10 +611,7 @@ static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stre
   uint64_t t0 = env_stats ? now_ns() : 0;
   st = sync ? graphd_replay(d->c, s, pid, use, (size_t)nb, NULL)
             : graphd_replay_async(d->c, s, pid, use, (size_t)nb, seq);
-  if (env_stats) {
-    count(&stats.replay_ns, now_ns() - t0);
-    if (!sync && nb > GRAPHD_RING_MAX_BINDINGS) count(&stats.round_trips, 1);
-  }
+  if (env_stats) count(&stats.replay_ns, now_ns() - t0);
   if (st != GRAPHD_OK) {
     snprintf(err, errlen, "%s", graphd_last_error(d->c));
   } else if (any) {
