@@ -384,7 +384,12 @@ exit:
 
 /* Bound bytes per kernel node to re-point above which auto mode goes
  * direct: below it, copying the slots costs less than giving the nodes new
- * parameters when the buffers move. */
+ * parameters when the buffers move. Auto also goes direct when the slots
+ * outnumber those nodes: staging them takes a copy node per slot and way,
+ * more nodes to run and, when the buffers move, to re-point than direct
+ * mode's kernel nodes (MJX's step: 325 slots over about 80 launches; a
+ * graph with a conditional node cannot be instantiated twice, so the
+ * instance kept per binding set is not there to spare the re-pointing). */
 #define AUTO_DIRECT_BYTES_PER_NODE (64u << 10)
 
 /* Which staged slots direct mode binds straight into the kernels: those
@@ -424,9 +429,10 @@ static int choose_mode(gd_capture *c, const gd_bound *bind, char *err, size_t er
       for (uint32_t k = 0; k < p->steps[i].u.launch.npatches; k++)
         direct[p->steps[i].u.launch.patches[k].slot] = false;
   uint64_t bytes = 0;
-  uint32_t nodes = 0;
+  uint32_t nodes = 0, nd = 0;
   for (uint32_t s = 0; s < p->nslots; s++) {
     if (direct[s]) bytes += p->slots[s].size;
+    nd += direct[s];
     addr[s] = bind[s].addr;
   }
   for (uint32_t i = 0; i < p->nsteps; i++) {
@@ -438,7 +444,7 @@ static int choose_mode(gd_capture *c, const gd_bound *bind, char *err, size_t er
   }
   free(in_cond);
   if (p->mode == GD_MODE_AUTO &&
-      (bytes == 0 || bytes < (uint64_t)nodes * AUTO_DIRECT_BYTES_PER_NODE)) {
+      (bytes == 0 || (bytes < (uint64_t)nodes * AUTO_DIRECT_BYTES_PER_NODE && nd <= nodes))) {
     free(direct);
     free(addr);
     return 0; /* staged */

@@ -232,7 +232,8 @@ END_TEST
 /* Auto mode chooses by the bound bytes against the kernel nodes to
  * re-point: 1024 floats a slot over three launches stay staged; 64 Ki
  * floats go direct, with staging for the scratch slot and the unstaged
- * input only. Both exact. */
+ * input only; 120 slots of 256 floats over 60 launches go direct too
+ * (more slots than nodes). All exact. */
 START_TEST(test_replay_auto_mode_chooses_by_bytes_against_nodes) {
   graphd_client *c = td_data(&d, 0);
   uint8_t mod[32], small[32], big[32];
@@ -265,6 +266,20 @@ START_TEST(test_replay_auto_mode_chooses_by_bytes_against_nodes) {
   uint64_t staging = 0;
   ck_assert_uint_eq(capture_mode(c, big, &staging), GRAPHD_MODE_DIRECT);
   ck_assert_uint_eq(staging, 2ull * nb * 4); /* t and c only: x and y are the client's */
+  uint8_t wide[32];
+  ck_assert_int_eq(wide_program_register(c, mod, GRAPHD_MODE_AUTO, 60, 256, wide), GRAPHD_OK);
+  float *w[120];
+  graphd_binding wb[120];
+  for (uint32_t j = 0; j < 120; j++) {
+    ck_assert_int_eq(graphd_host_alloc(c, 256 * 4, (void **)&w[j]), GRAPHD_OK);
+    for (uint32_t i = 0; i < 256; i++) w[j][i] = (float)(i + j);
+    wb[j] = (graphd_binding){j, (uint64_t)(uintptr_t)w[j], 256 * 4};
+  }
+  ck_assert_int_eq(graphd_replay(c, s, wide, wb, 120, NULL), GRAPHD_OK);
+  for (uint32_t k = 0; k < 60; k++)
+    for (uint32_t i = 0; i < 256; i++) ck_assert(w[2 * k + 1][i] == (float)(k + 1) * w[2 * k][i]);
+  ck_assert_uint_eq(capture_mode(c, wide, &staging), GRAPHD_MODE_DIRECT);
+  ck_assert_uint_lt(staging, 120u * 256u * 4u); /* not a copy of every slot */
   graphd_stream_detach(s);
   graphd_close(c);
 }
