@@ -364,7 +364,10 @@ def run(a):
                 set_graphd_mode(gw, path.mode)
                 mx = sim.model()
             else:
-                if gw is not None and gw.installed():
+                # Warp's own functions back (also over a fixed-mode
+                # wrapper of set_graphd_mode, which installed() does not
+                # count as graphd.warp's).
+                if gw is not None:
                     gw.uninstall()
                 mx = sim.model(wp.JaxCallableGraphMode[path.mode])
             measure(path, mx)
