@@ -17,7 +17,10 @@
     Warp;
 (f) a second process running the same function shares its capture: one
     capture, both processes' pids on it;
-(g) wp.launch_tiled through graphd.warp matches Warp (block size kept).
+(g) wp.launch_tiled through graphd.warp matches Warp (block size kept);
+(h) jit(shard_map) over every local GPU: one capture of the program on
+    each device, each replayed once a step, the particles equal to Warp's
+    step of all of them on one device (written for N devices).
 Mode "direct" and "auto" run in (a) too (auto goes direct there: its
 buffers outweigh its one kernel node).
 
@@ -473,6 +476,36 @@ class WarpGpuTest(unittest.TestCase):
             self.assertEqual((l.block_dim, tuple(b.program._steps[l.step].block)), (TILE, (TILE, 1, 1)))
         print(f"FIGURE wp.launch_tiled ({rows} blocks of {TILE} threads, tile_load/tile_sum/tile_store): "
               "graphd.warp staged and direct bit for bit equal to Warp's jax_callable")
+
+    # --- (h) ---------------------------------------------------------------------
+
+    def test_h_every_device_under_shard_map_has_its_own_capture(self):
+        """The particle step under jit(shard_map) over every local GPU: one
+        program, one capture of it on each device, each replayed once a
+        step; every shard's particles equal to Warp's step of all of them
+        on one device (each particle's arithmetic is its own)."""
+        jax = self.jax
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        ndev = len(jax.local_devices())
+        mesh = jax.make_mesh((ndev,), ("d",))
+        steps, n = 200, 2048 + 3
+        pos, vel = self.state(n * ndev, seed=5)
+        warp_f = self.warp_jax_callable(particles, num_outputs=2)
+        want, det = self.warp_reference(lambda p, v: warp_f(p, v, DT), pos, vel, steps=steps,
+                                        what="particles of every shard")
+        sharded = NamedSharding(mesh, P("d"))
+        for mode in ("staged", "direct"):
+            f = self.gw.jax_callable(particles, num_outputs=2, mode=mode)
+            step = jax.shard_map(lambda p, v, f=f: tuple(f(p, v, DT)), mesh=mesh,
+                                 in_specs=(P("d"), P("d")), out_specs=(P("d"), P("d")))
+            got = self.scan(step, jax.device_put(pos, sharded), jax.device_put(vel, sharded), steps=steps)
+            (b,) = f.programs.values()
+            caps = self.captures_of(b.id_hex)
+            self.assertEqual(sorted(c["device"] for c in caps), list(range(ndev)), caps)
+            for c in caps:
+                self.assertEqual(c["replays"], steps, c)
+            self.same(got, want, f"shard_map over {ndev} device(s), graphd.warp {mode}: one capture a "
+                      f"device, {steps} replays each, vs Warp's step of all particles", det)
 
 
 if __name__ == "__main__":
