@@ -3,8 +3,10 @@
  * that wraps, the order of async and sync replays on one stream, errors
  * reported by the next call (and the stream released all the same), a full
  * ring, a client and a daemon killed with entries queued, many clients,
- * the order of one process's entries across its handles' rings, and
- * entries of many bindings that take several slots of the ring. */
+ * the order of one process's entries across its handles' rings, entries
+ * of many bindings that take several slots of the ring, and long entries a
+ * client could write by hand (more bindings than an entry may carry, or
+ * slots it never published). */
 #define _GNU_SOURCE
 #include <check.h>
 #include <pthread.h>
@@ -17,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../client/lib/internal.h"
 #include "harness.h"
 #include "program3.h"
 
@@ -485,6 +488,68 @@ START_TEST(test_async_entries_of_many_bindings_take_several_slots) {
 }
 END_TEST
 
+/* Publishes, by hand in k's ring, an entry of `nbindings` bindings at the
+ * next seq of k's stream, as libgraphd publishes one on a host device
+ * (ready first), with `published` of its slots (the continuation slots
+ * zeroed); returns its seq. */
+static uint64_t publish_by_hand(client *k, uint32_t nbindings, uint32_t published) {
+  gd_ring *r = k->c->ring;
+  gd_flag_page *f = k->c->flags;
+  ck_assert_ptr_nonnull(r);
+  uint32_t slot = k->s->slot;
+  uint64_t seq = k->s->seq + 1;
+  graphd_ring_sqe e;
+  memset(&e, 0, sizeof e);
+  e.seq = seq;
+  e.program = 0; /* the program of the replay that opened the ring */
+  e.stream_slot = slot;
+  e.nbindings = nbindings;
+  for (uint32_t i = 1; i < published; i++)
+    memset((void *)&r->sq[(r->tail + i) & (r->entries - 1)], 0, sizeof(graphd_ring_cont));
+  memcpy((void *)&r->sq[r->tail & (r->entries - 1)], &e, sizeof e);
+  __atomic_store_n(gd_flag_word(f, slot, GRAPHD_FLAG_WORD_READY), seq, __ATOMIC_RELEASE);
+  atomic_store(&f->issued[slot], seq);
+  k->s->seq = seq;
+  r->tail += published;
+  __atomic_store_n(&r->hdr->sq_tail, r->tail, __ATOMIC_SEQ_CST);
+  __atomic_store_n(gd_flag_word(f, slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
+  uint64_t one = 1;
+  ck_assert_int_eq(write(r->doorbell, &one, sizeof one), (int)sizeof one);
+  return seq;
+}
+
+/* An entry claiming more bindings than one may carry, its slots all
+ * published, is refused: the next call reports it and the stream goes on.
+ * One whose slots were not all published stops the worker reading that
+ * ring (its session only): the daemon serves everyone else. */
+START_TEST(test_async_long_entries_written_by_hand_are_refused) {
+  client k;
+  client_open(&k, 256, 11);
+  ck_assert_int_eq(issue(&k, 0, false, true), GRAPHD_OK);
+  check_pair(&k, 0);
+  /* 5000 bindings: 239 slots, all published; over 4096. */
+  uint64_t seq = publish_by_hand(&k, 5000, GRAPHD_RING_ENTRY_SLOTS(5000));
+  ck_assert_int_eq(graphd_stream_wait(k.s, seq, 5000), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(graphd_last_error(k.c), "at most 4096"), "%s", graphd_last_error(k.c));
+  /* The ring reads on: the next replays are exact. */
+  for (int i = 0; i < 20; i++) ck_assert_int_eq(issue(&k, i % PAIRS, false, false), GRAPHD_OK);
+  for (int i = 0; i < PAIRS; i++) check_pair(&k, i);
+
+  /* 1000 bindings (48 slots), one slot published. */
+  publish_by_hand(&k, 1000, 1);
+  for (int i = 0; i < 200 && !td_log_contains(&d, "is not read any more"); i++) usleep(10000);
+  ck_assert_msg(td_log_contains(&d, "needs 48 slots, but 1 are published"), "no warning");
+  /* Another client's replays, sync and async, are exact. */
+  client o;
+  client_open(&o, 8, 12);
+  for (int i = 0; i < 100; i++)
+    ck_assert_int_eq(issue(&o, i % PAIRS, i % 3 == 0, i == 0), GRAPHD_OK);
+  for (int i = 0; i < PAIRS; i++) check_pair(&o, i);
+  client_close(&o);
+  client_close(&k);
+}
+END_TEST
+
 START_TEST(test_async_ring_size_is_checked) {
   graphd_client *c = td_data(&d, 0);
   ck_assert_int_eq(graphd_set_ring_entries(c, 3), GRAPHD_INVALID_ARGUMENT);
@@ -509,6 +574,7 @@ int main(void) {
   tcase_add_test(tc, test_async_many_clients_at_once_are_exact);
   tcase_add_test(tc, test_async_handles_of_one_process_run_in_the_order_they_were_queued);
   tcase_add_test(tc, test_async_entries_of_many_bindings_take_several_slots);
+  tcase_add_test(tc, test_async_long_entries_written_by_hand_are_refused);
   tcase_add_test(tc, test_async_ring_size_is_checked);
   suite_add_tcase(su, tc);
   return td_run_suite(su);
