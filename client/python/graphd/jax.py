@@ -207,6 +207,27 @@ def registry_add_program(program_id, encoding):
     _lib.registry_add_program(program_id, encoding)
 
 
+def _varying(x):
+    """The mesh axes over which x varies inside shard_map (empty outside
+    it, or with check_vma off): `manual_axis_type.varying` of its type, or
+    `vma` in JAX releases that named it so."""
+    t = jax.typeof(x)
+    mat = getattr(t, "manual_axis_type", None)
+    if mat is not None:
+        return frozenset(getattr(mat, "varying", None) or ())
+    return frozenset(getattr(t, "vma", None) or ())
+
+
+def _vary(x, axes):
+    """x typed as varying over `axes` too (a cast of its type only)."""
+    missing = tuple(sorted(axes - _varying(x)))
+    if not missing:
+        return x
+    if hasattr(jax.lax, "pcast"):
+        return jax.lax.pcast(x, missing, to="varying")
+    return jax.lax.pvary(x, missing)
+
+
 def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
              has_side_effect=False, register=True, sync=False):
     """A JAX-callable function that replays a graphd program.
@@ -280,8 +301,16 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
         attrs = dict(program=b.id_hex, slots=b.slots)
         if sync:
             attrs["sync"] = True
+        # Inside shard_map the operands of one call must vary over the
+        # same mesh axes, and the results vary as they do: a result that
+        # carries a loop's state must have the type of what it replaces.
+        axes = frozenset().union(*(_varying(a) for a in args)) if args else frozenset()
+        if axes:
+            args = [_vary(a, axes) for a in args]
         out = jax.ffi.ffi_call(name, spec.results, has_side_effect=has_side_effect,
                                input_output_aliases=spec.aliases() or None)(*args, **attrs)
+        if axes:
+            out = [_vary(o, axes) for o in out]
         return out
 
     def unwrap(out):

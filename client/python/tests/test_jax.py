@@ -192,6 +192,24 @@ class TestJaxLowering(unittest.TestCase):
         self.assertEqual(len(c), 1)
         self.assertEqual(c[0][0], self.expected_id((512,)))
 
+    def test_inside_shard_map_the_result_carries_a_scan(self):
+        # Under shard_map an operand varies over the mesh axis; the result
+        # must too, or it cannot replace the scan's carry (JAX refuses the
+        # scan: the carry's types differ).
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        f = self.gj.callable(self.build)
+        ndev = len(jax.local_devices())
+        mesh = jax.make_mesh((ndev,), ("d",))
+
+        def per_shard(x):
+            return jax.lax.scan(lambda c, _: (f(c), None), x, None, length=5)[0]
+
+        g = jax.shard_map(per_shard, mesh=mesh, in_specs=P("d"), out_specs=P("d"))
+        x = jax.device_put(jnp.zeros((512 * ndev,), jnp.float32), NamedSharding(mesh, P("d")))
+        c = calls(lower(g, x))
+        self.assertEqual(len(c), 1)
+        self.assertEqual(c[0][0], self.expected_id((512,)))
+
     def test_registry_refuses_a_bogus_program(self):
         from graphd import _lib
         p = graphd.Program("staged")

@@ -872,6 +872,30 @@ class JaxTest(unittest.TestCase):
         self.assertNotEqual(c3[0][0], c[0][0])
         self.assertEqual(len(f.programs), 2)
 
+    def test_shard_map_scan_carries_the_results(self):
+        # The results carry a scan inside shard_map: they vary over the mesh
+        # axis as the sharded operands do; v, replicated, is cast to vary.
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        f = gw.jax_callable(jstep, num_outputs=2, in_out_argnames=["o"], output_dims={"y": 100}, device=90)
+        ndev = len(jax.local_devices())
+        mesh = jax.make_mesh((ndev,), ("d",))
+
+        def per_shard(x, v, o):
+            def step(c, _):
+                o2, y = f(c[0], v, 2.0, c[1])
+                return (y, o2), None
+            return jax.lax.scan(step, (x, o), None, length=3)[0]
+
+        g = jax.shard_map(per_shard, mesh=mesh, in_specs=(P("d"), P(), P("d")), out_specs=(P("d"), P("d")))
+        put = lambda a, spec: jax.device_put(a, NamedSharding(mesh, spec))
+        x = put(jnp.zeros(100 * ndev, jnp.float32), P("d"))
+        v = put(jnp.zeros((4, 5, 3), jnp.float32), P())
+        o = put(jnp.zeros((4 * ndev, 5, 3), jnp.float32), P("d"))
+        c = custom_calls(self.lower(g, x, v, o))
+        self.assertEqual(len(c), 1)
+        (b,) = f.programs.values()
+        self.assertEqual(c[0], (b.id_hex, [0, 1, 2, 2, 3]))
+
     def test_vmap_folds_the_batch_like_warp(self):
         f = gw.jax_callable(jstep, num_outputs=2, in_out_argnames=["o"], output_dims={"y": 100}, device=90)
         xs, vs = jnp.zeros((3, 100), jnp.float32), jnp.zeros((3, 4, 5, 3), jnp.float32)

@@ -496,9 +496,18 @@ class WarpGpuTest(unittest.TestCase):
         sharded = NamedSharding(mesh, P("d"))
         for mode in ("staged", "direct"):
             f = self.gw.jax_callable(particles, num_outputs=2, mode=mode)
-            step = jax.shard_map(lambda p, v, f=f: tuple(f(p, v, DT)), mesh=mesh,
-                                 in_specs=(P("d"), P("d")), out_specs=(P("d"), P("d")))
-            got = self.scan(step, jax.device_put(pos, sharded), jax.device_put(vel, sharded), steps=steps)
+
+            # Each device scans its own shard; the operands are placed on
+            # the mesh already (JAX refuses a shard_map of one-device
+            # operands under jit).
+            def shard_scan(p, v, f=f):
+                def step(c, _):
+                    return tuple(f(*c, DT)), None
+                return jax.lax.scan(step, (p, v), None, length=steps)[0]
+            run = jax.jit(jax.shard_map(shard_scan, mesh=mesh, in_specs=(P("d"), P("d")),
+                                        out_specs=(P("d"), P("d"))))
+            out = jax.block_until_ready(run(jax.device_put(pos, sharded), jax.device_put(vel, sharded)))
+            got = (np.asarray(out[0]), np.asarray(out[1]))
             (b,) = f.programs.values()
             caps = self.captures_of(b.id_hex)
             self.assertEqual(sorted(c["device"] for c in caps), list(range(ndev)), caps)
