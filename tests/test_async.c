@@ -512,6 +512,10 @@ static uint64_t publish_by_hand(client *k, uint32_t nbindings, uint32_t publishe
   k->s->seq = seq;
   r->tail += published;
   __atomic_store_n(&r->hdr->sq_tail, r->tail, __ATOMIC_SEQ_CST);
+  /* What graphd_stream_wait needs to wait for its completion too. */
+  k->s->ring_seq = seq;
+  k->s->ring_tail = r->tail;
+  k->s->ring_gen = r->gen;
   __atomic_store_n(gd_flag_word(f, slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
   uint64_t one = 1;
   ck_assert_int_eq(write(r->doorbell, &one, sizeof one), (int)sizeof one);
