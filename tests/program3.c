@@ -2,6 +2,29 @@
 
 #include <stdio.h>
 
+/* One scale(in, out, factor, n) launch over n floats. */
+static void add_scale(graphd_program *p, const uint8_t mod[32], uint32_t n, float factor,
+                      uint32_t in, uint32_t out) {
+  uint32_t grid[3] = {n / 256, 1, 1}, block[3] = {256, 1, 1};
+  int s = graphd_program_add_launch(p, mod, "scale", grid, block, 0);
+  graphd_program_param_slot(p, (uint32_t)s, 0, in, 0);
+  graphd_program_param_slot(p, (uint32_t)s, 8, out, 0);
+  graphd_program_param(p, (uint32_t)s, 16, &factor, 4);
+  graphd_program_param(p, (uint32_t)s, 20, &n, 4);
+}
+
+/* Finishes p (pid gets its id), registers it with c and frees it; the
+ * first failure's message goes to stderr under `what`. */
+static graphd_status finish_and_register(graphd_client *c, graphd_program *p, uint8_t pid[32],
+                                         const char *what) {
+  graphd_status st = graphd_program_finish(p, pid);
+  if (st != GRAPHD_OK) fprintf(stderr, "%s: %s\n", what, graphd_program_error(p));
+  if (st == GRAPHD_OK && (st = graphd_register_program(c, p)) != GRAPHD_OK)
+    fprintf(stderr, "%s: %s\n", what, graphd_last_error(c));
+  graphd_program_free(p);
+  return st;
+}
+
 graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
                                 uint32_t n, uint8_t pid[32]) {
   graphd_program *p = graphd_program_new(mode);
@@ -10,12 +33,7 @@ graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_
   graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, n * 4, 0); /* 2: t */
   graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, n * 4, 1);  /* 3: y */
   uint32_t grid[3] = {n / 256, 1, 1}, block[3] = {256, 1, 1};
-  float two = 2.0f;
-  int s0 = graphd_program_add_launch(p, mod, "scale", grid, block, 0);
-  graphd_program_param_slot(p, (uint32_t)s0, 0, 0, 0);
-  graphd_program_param_slot(p, (uint32_t)s0, 8, 2, 0);
-  graphd_program_param(p, (uint32_t)s0, 16, &two, 4);
-  graphd_program_param(p, (uint32_t)s0, 20, &n, 4);
+  add_scale(p, mod, n, 2.0f, 0, 2);
   int s1 = graphd_program_add_launch(p, mod, "accumulate", grid, block, 0);
   graphd_program_param_slot(p, (uint32_t)s1, 0, 1, 0);
   graphd_program_param_slot(p, (uint32_t)s1, 8, 2, 0);
@@ -48,10 +66,7 @@ graphd_status fault_program_register(graphd_client *c, const uint8_t mod[32], gr
   graphd_program_add_slot(p, slot, bytes, slot == GRAPHD_SLOT_INPUT);
   graphd_program_add_launch(p, mod, "fault", g, b, 0);
   graphd_program_param(p, 0, 0, &kind, 4);
-  graphd_status st = graphd_program_finish(p, pid);
-  if (st == GRAPHD_OK) st = graphd_register_program(c, p);
-  graphd_program_free(p);
-  return st;
+  return finish_and_register(c, p, pid, "fault program");
 }
 
 graphd_status stamp_program_register(graphd_client *c, const uint8_t mod[32], uint8_t pid[32]) {
@@ -60,20 +75,7 @@ graphd_status stamp_program_register(graphd_client *c, const uint8_t mod[32], ui
   graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, 8, 1);
   int s = graphd_program_add_launch(p, mod, "stamp", one, one, 0);
   graphd_program_param_slot(p, (uint32_t)s, 0, 0, 0);
-  graphd_status st = graphd_program_finish(p, pid);
-  if (st == GRAPHD_OK) st = graphd_register_program(c, p);
-  graphd_program_free(p);
-  return st;
-}
-
-/* One scale(x, x, factor, n) launch. */
-static void scale_in_place(graphd_program *p, const uint8_t mod[32], uint32_t n, float factor) {
-  uint32_t grid[3] = {n / 256, 1, 1}, block[3] = {256, 1, 1};
-  int s = graphd_program_add_launch(p, mod, "scale", grid, block, 0);
-  graphd_program_param_slot(p, (uint32_t)s, 0, 0, 0);
-  graphd_program_param_slot(p, (uint32_t)s, 8, 0, 0);
-  graphd_program_param(p, (uint32_t)s, 16, &factor, 4);
-  graphd_program_param(p, (uint32_t)s, 20, &n, 4);
+  return finish_and_register(c, p, pid, "stamp program");
 }
 
 graphd_status cond_program_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
@@ -82,22 +84,17 @@ graphd_status cond_program_register(graphd_client *c, const uint8_t mod[32], gra
   graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, n * 4, 1); /* 0: x */
   graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, 8, 1);     /* 1: ctl */
   int loop = graphd_program_begin_while(p, 1, 0);
-  scale_in_place(p, mod, n, 2.0f);
+  add_scale(p, mod, n, 2.0f, 0, 0);
   uint32_t one[3] = {1, 1, 1};
   int cd = graphd_program_add_launch(p, mod, "count_down", one, one, 0);
   graphd_program_param_slot(p, (uint32_t)cd, 0, 1, 0);
   graphd_program_end(p, (uint32_t)loop);
   int branch = graphd_program_begin_if(p, 1, 4);
-  scale_in_place(p, mod, n, 3.0f);
+  add_scale(p, mod, n, 3.0f, 0, 0);
   graphd_program_else(p, (uint32_t)branch);
-  scale_in_place(p, mod, n, 5.0f);
+  add_scale(p, mod, n, 5.0f, 0, 0);
   graphd_program_end(p, (uint32_t)branch);
-  graphd_status st = graphd_program_finish(p, pid);
-  if (st != GRAPHD_OK) fprintf(stderr, "cond program: %s\n", graphd_program_error(p));
-  if (st == GRAPHD_OK && (st = graphd_register_program(c, p)) != GRAPHD_OK)
-    fprintf(stderr, "cond program: %s\n", graphd_last_error(c));
-  graphd_program_free(p);
-  return st;
+  return finish_and_register(c, p, pid, "cond program");
 }
 
 float cond_program_expect(float x, uint32_t count, uint32_t flag) {
@@ -110,23 +107,10 @@ float cond_program_expect(float x, uint32_t count, uint32_t flag) {
 graphd_status wide_program_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
                                     uint32_t k, uint32_t n, uint8_t pid[32]) {
   graphd_program *p = graphd_program_new(mode);
-  uint32_t grid[3] = {n / 256, 1, 1}, block[3] = {256, 1, 1};
   for (uint32_t i = 0; i < k; i++) {
     graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, n * 4, 1);
     graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, n * 4, 1);
   }
-  for (uint32_t i = 0; i < k; i++) {
-    float factor = (float)(i + 1);
-    int s = graphd_program_add_launch(p, mod, "scale", grid, block, 0);
-    graphd_program_param_slot(p, (uint32_t)s, 0, 2 * i, 0);
-    graphd_program_param_slot(p, (uint32_t)s, 8, 2 * i + 1, 0);
-    graphd_program_param(p, (uint32_t)s, 16, &factor, 4);
-    graphd_program_param(p, (uint32_t)s, 20, &n, 4);
-  }
-  graphd_status st = graphd_program_finish(p, pid);
-  if (st != GRAPHD_OK) fprintf(stderr, "wide program: %s\n", graphd_program_error(p));
-  if (st == GRAPHD_OK && (st = graphd_register_program(c, p)) != GRAPHD_OK)
-    fprintf(stderr, "wide program: %s\n", graphd_last_error(c));
-  graphd_program_free(p);
-  return st;
+  for (uint32_t i = 0; i < k; i++) add_scale(p, mod, n, (float)(i + 1), 2 * i, 2 * i + 1);
+  return finish_and_register(c, p, pid, "wide program");
 }
