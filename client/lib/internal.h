@@ -227,11 +227,11 @@ graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *
 graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const int *fds, int nfds,
                              Graphd__Wire__Reply **out);
 
-/* region.c: gd_region_register with the lock held. */
-/* Starts a batch of gd_region_register_locked calls (lock held): within it,
- * each cached allocation is checked with the driver once, not once a
- * binding (one allocation holds many of a call's buffers). */
+/* region.c: starts a batch of gd_region_register_locked calls (lock held):
+ * within it, each cached allocation is checked with the driver once, not
+ * once a binding (one allocation holds many of a call's buffers). */
 void gd_region_batch(graphd_client *c);
+/* gd_region_register with the lock held. */
 graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t bytes,
                                         graphd_region_ref *out);
 
@@ -256,10 +256,10 @@ void gd_ring_reap(graphd_client *c);
  * returns its status; GRAPHD_OK when there is none. */
 graphd_status gd_ring_take_error(graphd_client *c);
 
-/* Publishes one entry, waiting while the ring is full (at most the
- * handle's timeout, and not once the daemon is gone); rings the doorbell
- * when the worker sleeps. Lock held. */
-/* Publishes entry e and its nslots - 1 continuation slots (cont). */
+/* Publishes entry e and its nslots - 1 continuation slots (cont), waiting
+ * while the ring has not that many free (at most the handle's timeout, and
+ * not once the daemon is gone); rings the doorbell when the worker sleeps.
+ * Lock held. */
 graphd_status gd_ring_submit(graphd_client *c, const graphd_ring_sqe *e,
                              const graphd_ring_cont *cont, uint32_t nslots);
 
