@@ -62,6 +62,9 @@ import sys
 import time
 import traceback
 
+import scan_common
+from scan_common import mode_list
+
 GRAPHD_MODES = ("staged", "staged_ex", "direct", "auto")
 # WARP first: it is the reference; JAX last: Warp meets MuJoCo Warp's while
 # loop inside XLA's own graph there, the likeliest to fail.
@@ -92,18 +95,9 @@ def parse_args(argv=None):
         ap.error("--worlds, --steps, --chunk and --repeats must be positive")
     if a.steps % a.chunk:
         ap.error("--steps must be a multiple of --chunk")
-    a.modes = [] if a.modes == "none" else [m.strip() for m in a.modes.split(",") if m.strip()]
-    a.warp_modes = [] if a.warp_modes == "none" else [m.strip().upper() for m in a.warp_modes.split(",") if m.strip()]
-    a.variants = [v.strip() for v in a.variants.split(",") if v.strip()]
-    for m in a.modes:
-        if m not in GRAPHD_MODES:
-            ap.error(f"--modes: {m!r} is not one of {', '.join(GRAPHD_MODES)}")
-    for m in a.warp_modes:
-        if m not in WARP_MODES:
-            ap.error(f"--warp-modes: {m!r} is not one of {', '.join(WARP_MODES)}")
-    for v in a.variants:
-        if v not in VARIANTS:
-            ap.error(f"--variants: {v!r} is not one of {', '.join(VARIANTS)}")
+    a.modes = mode_list(ap, "--modes", a.modes, GRAPHD_MODES)
+    a.warp_modes = mode_list(ap, "--warp-modes", a.warp_modes, WARP_MODES, upper=True)
+    a.variants = mode_list(ap, "--variants", a.variants, VARIANTS, none=False)
     if a.cpu and (a.modes or [m for m in a.warp_modes if m not in ("NONE", "JAX")]):
         ap.error("--cpu runs Warp's NONE and JAX modes only: add --modes none --warp-modes NONE,JAX")
     if not a.build_only and a.modes and not a.socket:
@@ -112,12 +106,7 @@ def parse_args(argv=None):
 
 
 def need(what, hint):
-    """Imports a prerequisite or exits 2 with what to do."""
-    try:
-        return __import__(what)
-    except Exception as e:  # noqa: BLE001: any import failure
-        print(f"mjx_scan_bench: cannot import {what} ({e}); {hint}", file=sys.stderr)
-        sys.exit(2)
+    return scan_common.need("mjx_scan_bench", what, hint)
 
 
 def prerequisites():
@@ -458,13 +447,7 @@ def run(a):
             print(f"{p.name:<{width}}  {v:<7}  {us}  {note}")
     print("RESULT " + " ".join(results))
     if a.modes and a.socket:
-        try:
-            with graphd.Client.connect(a.socket) as c:
-                for cap in c.list_captures():
-                    print(f"FIGURE capture of program {cap['program'][:16]} device {cap['device']} mode "
-                          f"{cap['mode']}: {cap['replays']} replays, {cap['nodes']} nodes")
-        except Exception as e:  # noqa: BLE001: the figures above stand
-            print(f"mjx_scan_bench: cannot list the daemon's captures: {e}", file=sys.stderr)
+        scan_common.print_captures("mjx_scan_bench", a.socket)
     return status
 
 

@@ -34,6 +34,9 @@ import sys
 import time
 import traceback
 
+import scan_common
+from scan_common import mode_list
+
 GRAVITY = -9.81
 BOUNCE = 0.8
 DAMPING = 0.999
@@ -103,14 +106,8 @@ def parse_args(argv=None):
     a = ap.parse_args(argv)
     if a.steps < 1 or a.repeats < 1 or a.n < 1:
         ap.error("--steps, --repeats and --n must be positive")
-    a.modes = [] if a.modes == "none" else [m.strip() for m in a.modes.split(",") if m.strip()]
-    a.warp_modes = [] if a.warp_modes == "none" else [m.strip().upper() for m in a.warp_modes.split(",") if m.strip()]
-    for m in a.modes:
-        if m not in GRAPHD_MODES:
-            ap.error(f"--modes: {m!r} is not one of {', '.join(GRAPHD_MODES)}")
-    for m in a.warp_modes:
-        if m not in WARP_MODES:
-            ap.error(f"--warp-modes: {m!r} is not one of {', '.join(WARP_MODES)}")
+    a.modes = mode_list(ap, "--modes", a.modes, GRAPHD_MODES)
+    a.warp_modes = mode_list(ap, "--warp-modes", a.warp_modes, WARP_MODES, upper=True)
     if a.cpu:
         if a.modes or [m for m in a.warp_modes if m != "JAX"]:
             ap.error("--cpu runs Warp's JAX mode and pure JAX only: add --modes none --warp-modes JAX")
@@ -120,12 +117,7 @@ def parse_args(argv=None):
 
 
 def need(what, hint):
-    """Imports a prerequisite or exits 2 with what to do."""
-    try:
-        return __import__(what)
-    except Exception as e:  # noqa: BLE001: any import failure
-        print(f"warp_scan_bench: cannot import {what} ({e}); {hint}", file=sys.stderr)
-        sys.exit(2)
+    return scan_common.need("warp_scan_bench", what, hint)
 
 
 def build_only(a):
@@ -268,14 +260,7 @@ def run(a):
         ratio = f"{p.us / base:6.2f}" if p.us is not None and base else f"{'-':>6}"
         print(f"{p.name:<{width}}  {us}  {ratio}  {p.note}")
     if a.modes and a.socket:
-        import graphd
-        try:
-            with graphd.Client.connect(a.socket) as c:
-                for cap in c.list_captures():
-                    print(f"FIGURE capture of program {cap['program'][:16]} device {cap['device']} mode "
-                          f"{cap['mode']}: {cap['replays']} replays, {cap['nodes']} nodes")
-        except Exception as e:  # noqa: BLE001: the figures above stand
-            print(f"warp_scan_bench: cannot list the daemon's captures: {e}", file=sys.stderr)
+        scan_common.print_captures("warp_scan_bench", a.socket)
     return status
 
 
