@@ -304,7 +304,7 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
         # Inside shard_map the operands of one call must vary over the
         # same mesh axes, and the results vary as they do: a result that
         # carries a loop's state must have the type of what it replaces.
-        axes = frozenset().union(*(_varying(a) for a in args)) if args else frozenset()
+        axes = frozenset().union(*(_varying(a) for a in args))
         if axes:
             args = [_vary(a, axes) for a in args]
         out = jax.ffi.ffi_call(name, spec.results, has_side_effect=has_side_effect,
