@@ -103,6 +103,35 @@ int gd_cuda_load(const gd_cuda **out, char *err, size_t errlen) {
   return 0;
 }
 
+unsigned gd_cuda_mem_kind(const gd_cuda *cu, CUdeviceptr ptr) {
+  unsigned kind = 0;
+  unsigned int type = 0;
+  int legacy = 0;
+  unsigned long long allowed = 0;
+  CUmemoryPool pool = NULL;
+  if (cu->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr) == CUDA_SUCCESS &&
+      type == CU_MEMORYTYPE_DEVICE)
+    kind |= GD_CUDA_MEM_DEVICE;
+  if (cu->cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, ptr) ==
+          CUDA_SUCCESS &&
+      legacy)
+    kind |= GD_CUDA_MEM_LEGACY_IPC;
+  if (cu->cuPointerGetAttribute(&allowed, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, ptr) ==
+          CUDA_SUCCESS &&
+      (allowed & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+    kind |= GD_CUDA_MEM_VMM_FD;
+  if (cu->cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, ptr) == CUDA_SUCCESS &&
+      pool)
+    kind |= GD_CUDA_MEM_POOL;
+  return kind;
+}
+
+unsigned long long gd_cuda_buffer_id(const gd_cuda *cu, CUdeviceptr ptr) {
+  unsigned long long id = 0;
+  if (cu->cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr) != CUDA_SUCCESS) id = 0;
+  return id;
+}
+
 const char *gd_cuda_strerror(const gd_cuda *cu, CUresult r, char *buf, size_t len) {
   const char *name = NULL, *desc = NULL;
   if (cu) {

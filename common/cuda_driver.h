@@ -130,6 +130,24 @@ typedef struct gd_cuda {
  * success. */
 int gd_cuda_load(const gd_cuda **out, char *err, size_t errlen);
 
+/* What the driver says of the memory at ptr, ORed: GD_CUDA_MEM_DEVICE for
+ * device memory; how another process may map it: GD_CUDA_MEM_LEGACY_IPC
+ * (cuIpcGetMemHandle), GD_CUDA_MEM_VMM_FD (exportable as a POSIX fd); and
+ * GD_CUDA_MEM_POOL for memory from a stream-ordered pool. Device memory
+ * with neither way is a compiled module's, or pool memory. An attribute
+ * the driver does not answer adds nothing. */
+enum {
+  GD_CUDA_MEM_DEVICE = 1,
+  GD_CUDA_MEM_LEGACY_IPC = 2,
+  GD_CUDA_MEM_VMM_FD = 4,
+  GD_CUDA_MEM_POOL = 8,
+};
+unsigned gd_cuda_mem_kind(const gd_cuda *cu, CUdeviceptr ptr);
+
+/* The buffer id of the allocation at ptr (it changes when the address is
+ * reused); 0 when the driver gives none. */
+unsigned long long gd_cuda_buffer_id(const gd_cuda *cu, CUdeviceptr ptr);
+
 /* "CUDA_ERROR_X: description" for a CUresult, into buf. */
 const char *gd_cuda_strerror(const gd_cuda *cu, CUresult r, char *buf, size_t len);
 

@@ -119,8 +119,7 @@ static graphd_status cuda_lookup(graphd_client *c, uint64_t ptr, uint64_t *base,
   /* The allocation's identity: its buffer id, or, where the driver gives
    * none, its VMM allocation handle (retaining returns the same handle for
    * the same allocation). Either changes when the address is reused. */
-  unsigned long long bid = 0;
-  if (cu->cuPointerGetAttribute(&bid, CU_POINTER_ATTRIBUTE_BUFFER_ID, b) != CUDA_SUCCESS) bid = 0;
+  unsigned long long bid = gd_cuda_buffer_id(cu, b);
   if (bid == 0) {
     CUmemGenericAllocationHandle ah;
     if (cu->cuMemRetainAllocationHandle(&ah, (void *)(uintptr_t)b) == CUDA_SUCCESS) {
@@ -160,19 +159,14 @@ static graphd_status cuda_register(graphd_client *c, uint64_t base, uint64_t siz
                              "%s; use the session of the memory's device",
                              (unsigned long long)base, have, want);
   }
-  int legacy = 0;
-  unsigned long long allowed = 0;
-  CUmemoryPool pool = NULL;
-  cu->cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, b);
-  cu->cuPointerGetAttribute(&allowed, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, b);
-  cu->cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, b);
-  if (legacy) {
+  unsigned kind = gd_cuda_mem_kind(cu, b);
+  if (kind & GD_CUDA_MEM_LEGACY_IPC) {
     CUipcMemHandle h;
     if (cu->cuIpcGetMemHandle(&h, b) == CUDA_SUCCESS)
       return register_new(c, GRAPHD__WIRE__REGION_KIND__REGION_KIND_LEGACY_IPC, base, size,
                           identity, -1, h.reserved, out);
   }
-  if (allowed & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+  if (kind & GD_CUDA_MEM_VMM_FD) {
     CUmemGenericAllocationHandle ah;
     if (cu->cuMemRetainAllocationHandle(&ah, (void *)(uintptr_t)b) == CUDA_SUCCESS) {
       int fd = -1;
@@ -187,7 +181,7 @@ static graphd_status cuda_register(graphd_client *c, uint64_t base, uint64_t siz
       }
     }
   }
-  if (pool)
+  if (kind & GD_CUDA_MEM_POOL)
     return gd_client_set_err(
         c, GRAPHD_FAILED_PRECONDITION,
         "the memory at 0x%llx comes from a stream-ordered memory pool (cudaMallocAsync or "
@@ -230,11 +224,9 @@ static gd_region_entry *fast_hit(graphd_client *c, uint64_t ptr, uint64_t bytes)
     }
     if (e->checked == c->check_serial) return e;
     const gd_cuda *cu;
-    unsigned long long bid = 0;
-    if (gd_cuda_load(&cu, NULL, 0) < 0 ||
-        cu->cuPointerGetAttribute(&bid, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)ptr) !=
-            CUDA_SUCCESS ||
-        bid == 0 || bid != e->identity)
+    unsigned long long bid;
+    if (gd_cuda_load(&cu, NULL, 0) < 0 || (bid = gd_cuda_buffer_id(cu, (CUdeviceptr)ptr)) == 0 ||
+        bid != e->identity)
       return NULL;
     e->checked = c->check_serial;
     return e;

@@ -452,35 +452,10 @@ static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFra
  * device memory, whose refusal stands. */
 enum { MAPPABLE, UNMAP_POOL, UNMAP_MODULE };
 static int unmappable(const gd_cuda *cu, uint64_t ptr) {
-  CUdeviceptr p = (CUdeviceptr)ptr;
-  unsigned int type = 0;
-  if (cu->cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS ||
-      type != CU_MEMORYTYPE_DEVICE)
-    return MAPPABLE;
-  CUmemoryPool pool = NULL;
-  if (cu->cuPointerGetAttribute(&pool, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, p) == CUDA_SUCCESS &&
-      pool)
-    return UNMAP_POOL;
-  int legacy = 0;
-  unsigned long long allowed = 0;
-  if (cu->cuPointerGetAttribute(&legacy, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p) ==
-          CUDA_SUCCESS &&
-      legacy)
-    return MAPPABLE;
-  return cu->cuPointerGetAttribute(&allowed, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, p) ==
-                     CUDA_SUCCESS &&
-                 (allowed & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-             ? MAPPABLE
-             : UNMAP_MODULE;
-}
-
-/* The buffer id of the allocation at ptr; 0 when the driver has none. */
-static unsigned long long buffer_id(const gd_cuda *cu, uint64_t ptr) {
-  unsigned long long id = 0;
-  if (cu->cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)ptr) !=
-      CUDA_SUCCESS)
-    id = 0;
-  return id;
+  unsigned kind = gd_cuda_mem_kind(cu, (CUdeviceptr)ptr);
+  if (!(kind & GD_CUDA_MEM_DEVICE)) return MAPPABLE;
+  if (kind & GD_CUDA_MEM_POOL) return UNMAP_POOL;
+  return kind & (GD_CUDA_MEM_LEGACY_IPC | GD_CUDA_MEM_VMM_FD) ? MAPPABLE : UNMAP_MODULE;
 }
 
 static struct bounce *bounce_find(dev_session *d, uint64_t src, uint64_t bytes) {
@@ -539,7 +514,7 @@ static graphd_status bounce_copy(struct bounce **x, const graphd_binding *b, con
     if (!x[i] || !(dir[i] & (in ? DIR_IN : DIR_OUT))) continue;
     if (in && x[i]->constant && dir[i] == DIR_IN) {
       /* A constant: its copy holds it while the allocation is the same. */
-      unsigned long long id = buffer_id(cu, x[i]->src);
+      unsigned long long id = gd_cuda_buffer_id(cu, (CUdeviceptr)x[i]->src);
       if (x[i]->filled && id && id == x[i]->src_id) continue;
       x[i]->filled = id != 0;
       x[i]->src_id = id;
