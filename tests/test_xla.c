@@ -235,9 +235,15 @@ START_TEST(test_xla_only_runs_at_execution) {
 }
 END_TEST
 
-START_TEST(test_xla_no_daemon_is_a_clean_unavailable_error) {
+/* A device named and a socket nobody listens on: a call that passes the
+ * handler's checks ends in UNAVAILABLE when it connects. */
+static void no_daemon(void) {
   setenv("GRAPHD_XLA_DEVICE", "GPU-00112233-4455-6677-8899-aabbccddeeff", 1);
   setenv("GRAPHD_SOCKET", "/tmp/graphd-xla-nobody.sock", 1);
+}
+
+START_TEST(test_xla_no_daemon_is_a_clean_unavailable_error) {
+  no_daemon();
   frame f;
   frame_init(&f, 2);
   expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
@@ -245,8 +251,7 @@ START_TEST(test_xla_no_daemon_is_a_clean_unavailable_error) {
 END_TEST
 
 START_TEST(test_xla_inout_slots_are_bound_once) {
-  setenv("GRAPHD_XLA_DEVICE", "GPU-00112233-4455-6677-8899-aabbccddeeff", 1);
-  setenv("GRAPHD_SOCKET", "/tmp/graphd-xla-nobody.sock", 1);
+  no_daemon();
   frame f;
   frame_init(&f, 2);
   /* The result aliases operand 0 and names the same slot: accepted (the
@@ -273,8 +278,7 @@ END_TEST
 /* Empty buffers (slot -1) bind nothing, and a call may have far more
  * buffers than a small program: both get as far as connecting. */
 START_TEST(test_xla_empty_buffers_and_many_buffers) {
-  setenv("GRAPHD_XLA_DEVICE", "GPU-00112233-4455-6677-8899-aabbccddeeff", 1);
-  setenv("GRAPHD_SOCKET", "/tmp/graphd-xla-nobody.sock", 1);
+  no_daemon();
   frame f;
   frame_init(&f, 2);
   f.dims[1] = 0;
