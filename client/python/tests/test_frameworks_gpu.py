@@ -14,10 +14,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
-REQUIRE = os.environ.get("GRAPHD_REQUIRE_GPU") == "1"
+import _gpu_common
+from _gpu_common import unavailable
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "..", "..", "docs", "examples")
 N = 1 << 16
@@ -38,32 +39,16 @@ def _need(module):
     except Exception as e:  # noqa: BLE001: any failure to find the framework or a GPU
         why = f"no {module} with CUDA here ({e})"
     if why:
-        if REQUIRE:
-            raise AssertionError(f"GRAPHD_REQUIRE_GPU=1 but {why}")
-        raise unittest.SkipTest(why)
+        unavailable(why)
     return m
 
 
-class Daemon:
-    """graphd --backend cuda on a temporary socket."""
+class Daemon(_gpu_common.Daemon):
+    """graphd --backend cuda on a temporary socket, started."""
 
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="graphd-fw-")
-        self.sock = os.path.join(self.dir, "s")
-        self.proc = subprocess.Popen([os.environ["GRAPHD_BIN"], "--backend", "cuda", "--socket",
-                                      self.sock, "--log-level", "warn"])
-        for _ in range(400):
-            if os.path.exists(self.sock):
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"graphd exited with {self.proc.returncode}")
-            time.sleep(0.025)
-        raise AssertionError("graphd did not create its socket in 10 s")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(20)
+        super().__init__(os.path.join(tempfile.mkdtemp(prefix="graphd-fw-"), "s"), log_level="warn")
+        self.start()
 
     def run_example(self, test, *argv):
         env = dict(os.environ, GRAPHD_SOCKET=self.sock)

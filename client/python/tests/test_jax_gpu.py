@@ -13,18 +13,16 @@ failure."""
 
 import faulthandler
 import os
-import signal
-import subprocess
 import tempfile
 import threading
 import time
 import unittest
 
-REQUIRE = os.environ.get("GRAPHD_REQUIRE_GPU") == "1"
+from _gpu_common import Daemon, GpuTestCase, unavailable
+
 # libgraphd traces its stream releases and failures on stderr.
 os.environ.setdefault("GRAPHD_CLIENT_DEBUG", "1")
 N = 1 << 16  # floats per device
-HANG_S = 150  # a test that takes longer is hung: dump every thread and exit
 
 
 def _gpu_or_skip():
@@ -36,9 +34,7 @@ def _gpu_or_skip():
     except Exception as e:  # noqa: BLE001: any failure to find a GPU
         why = f"no jax with CUDA here ({e})"
     if why:
-        if REQUIRE:
-            raise AssertionError(f"GRAPHD_REQUIRE_GPU=1 but {why}")
-        raise unittest.SkipTest(why)
+        unavailable(why)
 
 
 def _thread_states():
@@ -93,35 +89,9 @@ def _compile_triton_axpy(n):
     return k
 
 
-class Daemon:
-    def __init__(self, sock):
-        self.sock = sock
-        self.proc = None
+class JaxGpuTest(GpuTestCase):
+    HANG_S = 150
 
-    def start(self):
-        if os.path.exists(self.sock):
-            os.unlink(self.sock)
-        self.proc = subprocess.Popen([os.environ["GRAPHD_BIN"], "--backend", "cuda", "--socket",
-                                      self.sock, "--log-level", "warn"])
-        for _ in range(400):
-            if os.path.exists(self.sock):
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(f"graphd exited with {self.proc.returncode}")
-            time.sleep(0.025)
-        raise AssertionError("graphd did not create its socket in 10 s")
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-
-
-class JaxGpuTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         _gpu_or_skip()
@@ -132,7 +102,7 @@ class JaxGpuTest(unittest.TestCase):
         import graphd.jax as gj
         cls.jax, cls.jnp, cls.np, cls.graphd, cls.gj = jax, jnp, np, graphd, gj
         cls.dir = tempfile.mkdtemp(prefix="graphd-jax-")
-        cls.daemon = Daemon(os.path.join(cls.dir, "graphd.sock"))
+        cls.daemon = Daemon(os.path.join(cls.dir, "graphd.sock"), log_level="warn")
         os.environ["GRAPHD_SOCKET"] = cls.daemon.sock
         # A daemon killed while none of our replays is in flight (between two
         # jitted calls) has cut nothing off, and libgraphd waits for the next
@@ -144,16 +114,6 @@ class JaxGpuTest(unittest.TestCase):
         with open(os.path.join(os.environ["GRAPHD_CUDA_KERNELS"], "test_kernels.cubin"), "rb") as f:
             cls.cubin = f.read()
         cls.mod = graphd.module_id("cubin", cls.cubin)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.daemon.stop()
-
-    def setUp(self):
-        faulthandler.dump_traceback_later(HANG_S, exit=True)
-
-    def tearDown(self):
-        faulthandler.cancel_dump_traceback_later()
 
     def build_double(self, x, *, mode):
         """y = 2 x with the CUDA C `scale` kernel, for this shape."""

@@ -49,7 +49,6 @@ Warp or MJX it skips; with GRAPHD_REQUIRE_GPU=1 each of those is a
 failure. The processes that step the model are this file run as a script:
 `test_mjx_gpu.py --worker warp|graphd OUT_DIR`."""
 
-import faulthandler
 import json
 import os
 import subprocess
@@ -58,10 +57,8 @@ import tempfile
 import time
 import unittest
 
-from _gpu_daemon import Daemon
+from _gpu_common import Daemon, GpuTestCase, require_built, unavailable
 
-REQUIRE = os.environ.get("GRAPHD_REQUIRE_GPU") == "1"
-HANG_S = 800  # a test that takes longer is hung: dump every thread and exit
 WORKER_S = 360  # one stepping process, compiling included
 STEPS = 500
 WORLDS = 32
@@ -271,12 +268,6 @@ def worker(how, out_dir, steps=STEPS, worlds=WORLDS, runs=RUNS, chunk=CHUNK):
 # --- the test ----------------------------------------------------------------------
 
 
-def _unavailable(why):
-    if REQUIRE:
-        raise AssertionError(f"GRAPHD_REQUIRE_GPU=1 but {why}")
-    raise unittest.SkipTest(why)
-
-
 def _check_environment():
     """jax with a GPU, Warp that graphd.warp supports, mujoco and MJX with
     its Warp implementation, and the daemon's binary; a skip, or under
@@ -284,35 +275,34 @@ def _check_environment():
     try:
         import jax
         if not jax.devices("gpu"):
-            _unavailable("jax sees no GPU")
+            unavailable("jax sees no GPU")
     except (ImportError, RuntimeError) as e:
-        _unavailable(f"no jax with CUDA here ({e})")
+        unavailable(f"no jax with CUDA here ({e})")
     try:
         import numpy  # noqa: F401
         import warp  # noqa: F401
     except Exception as e:  # noqa: BLE001: any failure to import Warp
-        _unavailable(f"Warp is not importable ({e}); put warp-lang 1.18 on PYTHONPATH "
+        unavailable(f"Warp is not importable ({e}); put warp-lang 1.18 on PYTHONPATH "
                      "(or in $GRAPHD_WARP_PATH for tests/run_warp_gpu.sh)")
     try:
         import mujoco  # noqa: F401
         import mujoco.mjx.warp as mjxw
     except Exception as e:  # noqa: BLE001: any failure to import MuJoCo
-        _unavailable(f"mujoco or mujoco.mjx is not importable ({e}); put mujoco 3.17 and mujoco-mjx 3.17 "
+        unavailable(f"mujoco or mujoco.mjx is not importable ({e}); put mujoco 3.17 and mujoco-mjx 3.17 "
                      "on PYTHONPATH")
     if not mjxw.WARP_INSTALLED or mjxw.mujoco_warp is None:
-        _unavailable("mujoco.mjx has no Warp implementation here (it failed to import warp or its MuJoCo Warp)")
+        unavailable("mujoco.mjx has no Warp implementation here (it failed to import warp or its MuJoCo Warp)")
     import graphd.warp as gw
     try:
         gw.warp_modules()  # the version and layout checks
     except gw.Refused as e:
-        _unavailable(f"graphd.warp refuses this Warp: {e}")
-    for var in ("GRAPHD_BIN", "GRAPHD_LIB", "GRAPHD_XLA_LIB"):
-        p = os.environ.get(var)
-        if not p or not os.path.exists(p):
-            raise AssertionError(f"${var} is {p!r}: set it to the build's file (ctest sets it)")
+        unavailable(f"graphd.warp refuses this Warp: {e}")
+    require_built("GRAPHD_BIN", "GRAPHD_LIB", "GRAPHD_XLA_LIB")
 
 
-class MjxGpuTest(unittest.TestCase):
+class MjxGpuTest(GpuTestCase):
+    HANG_S = 800  # the whole test: three processes that compile and step the model
+
     @classmethod
     def setUpClass(cls):
         _check_environment()
@@ -322,17 +312,6 @@ class MjxGpuTest(unittest.TestCase):
         cls.daemon = Daemon(os.path.join(cls.dir, "graphd.sock"), os.path.join(cls.dir, "graphd.log"))
         os.environ["GRAPHD_SOCKET"] = cls.daemon.sock
         cls.daemon.start()
-
-    @classmethod
-    def tearDownClass(cls):
-        if getattr(cls, "daemon", None):
-            cls.daemon.stop()
-
-    def setUp(self):
-        faulthandler.dump_traceback_later(HANG_S, exit=True)
-
-    def tearDown(self):
-        faulthandler.cancel_dump_traceback_later()
 
     def step_in_process(self, how):
         """Runs this file as `--worker how`; returns (npz arrays, info)."""

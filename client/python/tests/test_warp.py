@@ -479,18 +479,8 @@ class ConditionalTest(unittest.TestCase):
 
 # --- tile kernels (wp.launch_tiled) -----------------------------------------------
 
-TILE = 64
-
 if HAVE_WARP:
-    @wp.kernel
-    def row_sum(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
-        i = wp.tid()
-        t = wp.tile_load(a[i], shape=TILE)
-        wp.tile_store(out, wp.tile_sum(t), offset=i)
-
-    def w_row_sums(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
-        """One block of TILE threads per row, sharing the row as a tile."""
-        wp.launch_tiled(row_sum, dim=[a.shape[0]], inputs=[a], outputs=[out], block_dim=TILE)
+    from _warp_tiles import TILE, row_sums as w_row_sums
 
 
 @unittest.skipUnless(HAVE_WARP, WHY)

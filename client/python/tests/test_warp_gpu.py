@@ -33,7 +33,6 @@ with CUDA and Warp (warp-lang 1.19) on PYTHONPATH, against a daemon it
 starts ($GRAPHD_BIN, graphctl from $GRAPHCTL_BIN). Without a GPU, jax or
 Warp it skips; with GRAPHD_REQUIRE_GPU=1 each of those is a failure."""
 
-import faulthandler
 import json
 import os
 import subprocess
@@ -42,10 +41,8 @@ import tempfile
 import time
 import unittest
 
-from _gpu_daemon import Daemon
+from _gpu_common import Daemon, GpuTestCase, require_built, unavailable
 
-REQUIRE = os.environ.get("GRAPHD_REQUIRE_GPU") == "1"
-HANG_S = 300  # a test that takes longer is hung: dump every thread and exit
 STEPS = 1000
 DT = 0.005
 
@@ -112,24 +109,7 @@ if WARP_ERROR is None:
         for _ in range(k):
             wp.launch(integrate_in_place, dim=pos.shape[0], inputs=[pos_out, vel_out, dt])
 
-
-    TILE = 64
-
-    @wp.kernel
-    def row_sum(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
-        i = wp.tid()
-        t = wp.tile_load(a[i], shape=TILE)
-        wp.tile_store(out, wp.tile_sum(t), offset=i)
-
-    def row_sums(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
-        """A block of TILE threads per row, summing the row as a tile."""
-        wp.launch_tiled(row_sum, dim=[a.shape[0]], inputs=[a], outputs=[out], block_dim=TILE)
-
-
-def _unavailable(why):
-    if REQUIRE:
-        raise AssertionError(f"GRAPHD_REQUIRE_GPU=1 but {why}")
-    raise unittest.SkipTest(why)
+    from _warp_tiles import TILE, row_sums
 
 
 def _check_environment():
@@ -138,21 +118,18 @@ def _check_environment():
     try:
         import jax
         if not jax.devices("gpu"):
-            _unavailable("jax sees no GPU")
+            unavailable("jax sees no GPU")
     except (ImportError, RuntimeError) as e:
-        _unavailable(f"no jax with CUDA here ({e})")
+        unavailable(f"no jax with CUDA here ({e})")
     if WARP_ERROR is not None:
-        _unavailable(f"Warp is not importable ({WARP_ERROR}); put warp-lang 1.19 on PYTHONPATH "
+        unavailable(f"Warp is not importable ({WARP_ERROR}); put warp-lang 1.19 on PYTHONPATH "
                      "(or in $GRAPHD_WARP_PATH for tests/run_warp_gpu.sh)")
     import graphd.warp as gw
     try:
         gw.warp_modules()  # the version and layout checks
     except gw.Refused as e:
-        _unavailable(f"graphd.warp refuses this Warp: {e}")
-    for var in ("GRAPHD_BIN", "GRAPHD_LIB", "GRAPHD_XLA_LIB"):
-        p = os.environ.get(var)
-        if not p or not os.path.exists(p):
-            raise AssertionError(f"${var} is {p!r}: set it to the build's file (ctest sets it)")
+        unavailable(f"graphd.warp refuses this Warp: {e}")
+    require_built("GRAPHD_BIN", "GRAPHD_LIB", "GRAPHD_XLA_LIB")
 
 
 def _graphctl():
@@ -162,7 +139,7 @@ def _graphctl():
     return p
 
 
-class WarpGpuTest(unittest.TestCase):
+class WarpGpuTest(GpuTestCase):
     @classmethod
     def setUpClass(cls):
         _check_environment()
@@ -187,17 +164,6 @@ class WarpGpuTest(unittest.TestCase):
         except BaseException:
             cls.daemon.stop()  # tearDownClass does not run after a failed setUpClass
             raise
-
-    @classmethod
-    def tearDownClass(cls):
-        if getattr(cls, "daemon", None):
-            cls.daemon.stop()
-
-    def setUp(self):
-        faulthandler.dump_traceback_later(HANG_S, exit=True)
-
-    def tearDown(self):
-        faulthandler.cancel_dump_traceback_later()
 
     # --- helpers -----------------------------------------------------------------
 
