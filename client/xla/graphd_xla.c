@@ -458,10 +458,26 @@ static int unmappable(const gd_cuda *cu, uint64_t ptr) {
   return kind & (GD_CUDA_MEM_LEGACY_IPC | GD_CUDA_MEM_VMM_FD) ? MAPPABLE : UNMAP_MODULE;
 }
 
+/* Where (src, bytes) is or would go among d's copies, which are kept in
+ * order of src, then bytes: every binding of every call is looked up. */
+static int bounce_at(const dev_session *d, uint64_t src, uint64_t bytes) {
+  int lo = 0, hi = d->nbounces;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    const struct bounce *m = &d->bounces[mid];
+    if (m->src < src || (m->src == src && m->bytes < bytes))
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 static struct bounce *bounce_find(dev_session *d, uint64_t src, uint64_t bytes) {
-  for (int i = 0; i < d->nbounces; i++)
-    if (d->bounces[i].src == src && d->bounces[i].bytes == bytes) return &d->bounces[i];
-  return NULL;
+  int i = bounce_at(d, src, bytes);
+  return i < d->nbounces && d->bounces[i].src == src && d->bounces[i].bytes == bytes
+             ? &d->bounces[i]
+             : NULL;
 }
 
 /* Gives every binding that graphd cannot map a copy of its own. Returns
@@ -494,8 +510,11 @@ static int bounce_add(dev_session *d, const graphd_binding *b, int64_t nb, char 
       added = -1;
       break;
     }
-    d->bounces[d->nbounces++] = (struct bounce){
+    int at = bounce_at(d, b[i].ptr, b[i].bytes);
+    memmove(&d->bounces[at + 1], &d->bounces[at], (size_t)(d->nbounces - at) * sizeof *d->bounces);
+    d->bounces[at] = (struct bounce){
         .src = b[i].ptr, .bytes = b[i].bytes, .copy = copy, .constant = kind == UNMAP_MODULE};
+    d->nbounces++;
     added++;
   }
   pthread_mutex_unlock(&d->bounce_lock);
@@ -553,7 +572,8 @@ static graphd_status copy_unaliased(const graphd_binding *b, const uint64_t *fro
 static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stream,
                                  const uint8_t pid[32], const graphd_binding *b, const uint8_t *dir,
                                  int64_t nb, bool sync, uint64_t *seq, char *err, size_t errlen) {
-  graphd_binding *use = (graphd_binding *)b;
+  const graphd_binding *use = b;
+  graphd_binding *own = NULL; /* the bindings with the copies in, then x */
   struct bounce **x = NULL;
   graphd_status st = GRAPHD_OK;
   bool any = false;
@@ -563,23 +583,19 @@ static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stre
   if (d->nbounces) {
     /* Each binding looked up once; the call goes on with its own
      * bindings when none of them has a copy. */
-    if (!(x = malloc((size_t)(nb ? nb : 1) * sizeof *x))) {
+    if (!(own = malloc((size_t)(nb ? nb : 1) * (sizeof *own + sizeof *x)))) {
       snprintf(err, errlen, "out of memory");
       st = GRAPHD_RESOURCE_EXHAUSTED;
       goto out;
     }
+    x = (struct bounce **)(own + nb);
     for (int64_t i = 0; i < nb; i++) any |= (x[i] = bounce_find(d, b[i].ptr, b[i].bytes)) != NULL;
   }
   if (any) {
-    if (!(use = malloc((size_t)nb * sizeof *use))) {
-      snprintf(err, errlen, "out of memory");
-      st = GRAPHD_RESOURCE_EXHAUSTED;
-      use = (graphd_binding *)b;
-      goto out;
-    }
-    memcpy(use, b, (size_t)nb * sizeof *use);
+    memcpy(own, b, (size_t)nb * sizeof *own);
     for (int64_t i = 0; i < nb; i++)
-      if (x[i]) use[i].ptr = (uint64_t)x[i]->copy;
+      if (x[i]) own[i].ptr = (uint64_t)x[i]->copy;
+    use = own;
     count(&stats.bounced, 1);
     if ((st = bounce_copy(x, b, dir, nb, cu_stream, true, err, errlen)) != GRAPHD_OK) goto out;
   }
@@ -594,8 +610,7 @@ static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stre
   }
 out:
   pthread_mutex_unlock(&d->bounce_lock);
-  if (use != b) free(use);
-  free(x);
+  free(own);
   return st;
 }
 
