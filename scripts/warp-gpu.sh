@@ -87,42 +87,52 @@ stop_daemon() {
 }
 trap 'stop_daemon' EXIT
 
+# gpu_test TEST LOG, within run NAME: ctest's TEST with
+# GRAPHD_REQUIRE_GPU=1, its output kept in LOG, its figures and results
+# shown.
+gpu_test() {
+  local t=$1 log=$2
+  echo "== $t ($name)"
+  (cd "$build" && GRAPHD_REQUIRE_GPU=1 timeout 960 ctest -R "^$t\$" -V 2>&1) \
+    | tee "$log" | grep -E 'FIGURE| \.\.\. |Ran [0-9]+ tests|^[0-9]+: (OK|FAILED)|(FAIL|ERROR): |Error|tests passed|tests failed'
+  grep -q "100% tests passed" "$log" || { echo "$t ($name) failed"; rc=1; }
+}
+
+# bench BENCH SECONDS [flags], within run NAME: bench/BENCH.py (warp_ or
+# mjx_scan_bench) bounded by SECONDS against a fresh daemon; the bench's
+# output kept in warp-bench-NAME.log or mjx-bench-NAME.log, the daemon's in
+# graphd-warp-bench-NAME.log or graphd-mjx-bench-NAME.log. Returns 1 when
+# the daemon did not start.
+bench() {
+  local b=$1 limit=$2 r
+  shift 2
+  local short=${b%_scan_bench}
+  echo "== $b ($name)"
+  start_daemon "$out/graphd-$short-bench-$name.log" || { rc=1; return 1; }
+  timeout "$limit" "$py" "$src/bench/$b.py" --socket "$sock" "$@" 2>&1 | tee "$out/$short-bench-$name.log"
+  r=${PIPESTATUS[0]}
+  echo "$b ($name) exit status $r"
+  [[ $r == 0 ]] || rc=1
+  stop_daemon
+}
+
 # run NAME [bench flags]: the GPU test, then the bench; with mjx, then the
 # MJX test and the MJX bench.
 run() {
-  local name=$1 r
+  local name=$1
   shift
   if [[ $steps == *" test "* ]]; then
-    echo "== test_warp_gpu ($name)"
-    (cd "$build" && GRAPHD_REQUIRE_GPU=1 timeout 960 ctest -R '^test_warp_gpu$' -V 2>&1) \
-      | tee "$out/warp-test-$name.log" | grep -E 'FIGURE| \.\.\. |Ran [0-9]+ tests|^[0-9]+: (OK|FAILED)|(FAIL|ERROR): |Error|tests passed|tests failed'
-    grep -q "100% tests passed" "$out/warp-test-$name.log" || { echo "test_warp_gpu ($name) failed"; rc=1; }
+    gpu_test test_warp_gpu "$out/warp-test-$name.log"
   fi
   if [[ $steps == *" bench "* ]]; then
-    echo "== warp_scan_bench ($name)"
-    start_daemon "$out/graphd-warp-bench-$name.log" || { rc=1; return; }
-    timeout 1200 "$py" "$src/bench/warp_scan_bench.py" --socket "$sock" "$@" 2>&1 | tee "$out/warp-bench-$name.log"
-    r=${PIPESTATUS[0]}
-    echo "warp_scan_bench ($name) exit status $r"
-    [[ $r == 0 ]] || rc=1
-    stop_daemon
+    bench warp_scan_bench 1200 "$@" || return
   fi
   if [[ $steps == *" mjx "* || $steps == *" mjx-test "* ]]; then
-    echo "== test_mjx_gpu ($name)"
-    (cd "$build" && GRAPHD_REQUIRE_GPU=1 timeout 960 ctest -R '^test_mjx_gpu$' -V 2>&1) \
-      | tee "$out/mjx-test-$name.log" | grep -E 'FIGURE| \.\.\. |Ran [0-9]+ tests|^[0-9]+: (OK|FAILED)|(FAIL|ERROR): |Error|tests passed|tests failed'
-    grep -q "100% tests passed" "$out/mjx-test-$name.log" || { echo "test_mjx_gpu ($name) failed"; rc=1; }
+    gpu_test test_mjx_gpu "$out/mjx-test-$name.log"
   fi
   if [[ $steps == *" mjx "* || $steps == *" mjx-bench "* ]]; then
-    echo "== mjx_scan_bench ($name)"
-    start_daemon "$out/graphd-mjx-bench-$name.log" || { rc=1; return; }
     # shellcheck disable=SC2086 # the flags are words
-    timeout 600 "$py" "$src/bench/mjx_scan_bench.py" --socket "$sock" ${GRAPHD_MJX_BENCH_FLAGS:-} 2>&1 \
-      | tee "$out/mjx-bench-$name.log"
-    r=${PIPESTATUS[0]}
-    echo "mjx_scan_bench ($name) exit status $r"
-    [[ $r == 0 ]] || rc=1
-    stop_daemon
+    bench mjx_scan_bench 600 ${GRAPHD_MJX_BENCH_FLAGS:-} || return
   fi
 }
 
