@@ -2,7 +2,6 @@
 #define _GNU_SOURCE
 #include "dring.h"
 
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,8 +44,8 @@ void dring_region_clear(gd_dregion **view) {
 }
 
 /* An eventfd shows in /proc as "anon_inode:[eventfd]"; nothing else that a
- * client may send reads the same. The worker reads its doorbells, so a
- * pipe or socket posing as one could block it. */
+ * client may send reads the same. The worker never reads a doorbell (see
+ * worker_wake_set), but only an eventfd signals each write as one edge. */
 static bool is_eventfd(int fd) {
   char path[64], link[64];
   snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
@@ -66,11 +65,6 @@ int dring_map(int fd, int doorbell, uint32_t entries, int epfd, gd_dring **out, 
   if (gd_memfd_check(fd, gd_memfd_shared_seals(), bytes, "ring", err, errlen) < 0) goto fail;
   if (!is_eventfd(doorbell)) {
     snprintf(err, errlen, "the ring's doorbell must be an eventfd");
-    goto fail;
-  }
-  int fl = fcntl(doorbell, F_GETFL);
-  if (fl < 0 || fcntl(doorbell, F_SETFL, fl | O_NONBLOCK) < 0) {
-    snprintf(err, errlen, "cannot make the doorbell non-blocking");
     goto fail;
   }
   p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -93,7 +87,9 @@ int dring_map(int fd, int doorbell, uint32_t entries, int epfd, gd_dring **out, 
     rc = -GRAPHD_RESOURCE_EXHAUSTED;
     goto fail;
   }
-  struct epoll_event ev = {.events = EPOLLIN, .data.fd = doorbell};
+  /* Edge-triggered and never read: the file description is the client's
+   * too (its flags, its counter, its other registrations). */
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.fd = doorbell};
   if (epoll_ctl(epfd, EPOLL_CTL_ADD, doorbell, &ev) < 0) {
     snprintf(err, errlen, "cannot watch the doorbell");
     rc = -GRAPHD_INTERNAL;

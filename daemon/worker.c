@@ -63,13 +63,19 @@ static void wake(gd_worker *w) {
 }
 
 /* Sleeps until a job, the stop or a doorbell wakes the worker, or
- * timeout_ms passes (-1: no timeout); reads what woke it. */
+ * timeout_ms passes (-1: no timeout). Only the worker's own eventfd is
+ * read. A doorbell is the client's: it shares its open file description
+ * with the client, which can clear O_NONBLOCK on it, hand the same one to
+ * two sessions, read it itself or put it in semaphore mode, so a read of
+ * it could block the worker for good or wake it once per unit counted.
+ * Doorbells are watched edge-triggered and never read: each write by the
+ * client is one edge, whatever the counter holds. */
 static void sleep_for_events(gd_worker *w, int timeout_ms) {
   struct epoll_event ev[16];
   int n = epoll_wait(w->epfd, ev, 16, timeout_ms);
   for (int i = 0; i < n; i++) {
     uint64_t v;
-    if (read(ev[i].data.fd, &v, sizeof v) < 0) { /* emptied already */
+    if (ev[i].data.fd == w->wake_fd && read(w->wake_fd, &v, sizeof v) < 0) { /* emptied already */
     }
   }
 }

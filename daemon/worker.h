@@ -145,10 +145,10 @@ void worker_pool_free(gd_pool *p);
 bool worker_has_queued(gd_worker *w);
 /* True once worker_pool_stop() has asked w to stop. */
 bool worker_stopping(gd_worker *w);
-/* The epoll set w sleeps on: the worker's hooks add eventfds to it (level
- * triggered, data.fd the fd; the worker reads each one that fires, so it
- * must be non-blocking) and must remove each before closing it. Worker
- * thread. */
+/* The epoll set w sleeps on: the worker's hooks add clients' eventfds to
+ * it (EPOLLIN | EPOLLET, data.fd the fd; the worker never reads them, so
+ * nothing a client does to its eventfd can block the worker or make it
+ * spin) and must remove each before closing it. Worker thread. */
 int worker_wake_set(gd_worker *w);
 /* True when a job waits in w's queue; without the lock (a ring's poll asks
  * it between entries, to let jobs go first). Worker thread. */

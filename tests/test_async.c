@@ -9,17 +9,23 @@
  * slots it never published). */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../client/lib/internal.h"
+#include "../common/memfd.h"
 #include "harness.h"
 #include "program3.h"
 
@@ -554,6 +560,161 @@ START_TEST(test_async_long_entries_written_by_hand_are_refused) {
 }
 END_TEST
 
+/* A raw data session on device 0 with a flag page, registering a ring of
+ * 8 entries with `doorbell` as its doorbell (a copy is sent; the caller
+ * keeps its fd). Returns the socket; the ring's reply code goes to *code
+ * and its message to msg. The ring's memfd stays mapped in the test. */
+static int raw_ring_session(int doorbell, uint32_t *code, char *msg, size_t msglen) {
+  graphd_client *ctl = td_control(&d);
+  int fd = td_raw_connect(&d);
+  td_raw_data_hello(ctl, fd, 0);
+  graphd_close(ctl);
+  int flags = gd_memfd_new_shared("flags", 4096);
+  ck_assert_int_ge(flags, 0);
+  td_expect_reply(td_raw_register_flags(fd, 2, flags, 64), GRAPHD_OK, NULL);
+  close(flags);
+  uint64_t bytes = GRAPHD_RING_BYTES(8);
+  int ring = gd_memfd_new_shared("ring", bytes);
+  ck_assert_int_ge(ring, 0);
+  graphd_ring_header *h = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ring, 0);
+  ck_assert_ptr_ne(h, MAP_FAILED);
+  h->entries = 8;
+  __atomic_store_n(&h->magic, GRAPHD_RING_MAGIC, __ATOMIC_RELEASE);
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__RegisterRing m = GRAPHD__WIRE__REGISTER_RING__INIT;
+  req.request_id = 3;
+  req.nfds = 2;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_RING;
+  req.register_ring = &m;
+  m.entries = 8;
+  int fds[2] = {ring, doorbell};
+  td_raw_send_request(fd, &req, fds, 2);
+  close(ring);
+  Graphd__Wire__Reply *r = td_raw_recv(fd, 5000);
+  ck_assert_ptr_nonnull(r);
+  *code = r->code;
+  snprintf(msg, msglen, "%s", r->message ? r->message : "");
+  graphd__wire__reply__free_unpacked(r, NULL);
+  return fd;
+}
+
+/* CPU time (user + system, in clock ticks) of the daemon's thread named
+ * `name`; fails the test when there is none. */
+static long thread_cpu_ticks(pid_t pid, const char *name) {
+  char path[128], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *dir = opendir(path);
+  ck_assert_ptr_nonnull(dir);
+  long ticks = -1;
+  for (struct dirent *e; ticks < 0 && (e = readdir(dir));) {
+    int tid = atoi(e->d_name);
+    if (tid <= 0) continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/comm", (int)pid, tid);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    bool match = fgets(buf, sizeof buf, f) && strcspn(buf, "\n") == strlen(name) &&
+                 strncmp(buf, name, strlen(name)) == 0;
+    fclose(f);
+    if (!match) continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, tid);
+    f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(buf, sizeof buf, f));
+    fclose(f);
+    /* utime and stime are fields 14 and 15, after the ") " that ends comm. */
+    char *p = strrchr(buf, ')');
+    ck_assert_ptr_nonnull(p);
+    unsigned long ut = 0, st = 0;
+    ck_assert_int_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st),
+                     2);
+    ticks = (long)(ut + st);
+  }
+  closedir(dir);
+  ck_assert_msg(ticks >= 0, "the daemon has no thread named %s", name);
+  return ticks;
+}
+
+/* Replays on v, sync and async, all checked: a wedged worker answers
+ * neither (the sync call times out, the wait reports it). */
+static void victim_is_served(client *v, bool first) {
+  for (int i = 0; i < 40; i++)
+    ck_assert_int_eq(issue(v, i % PAIRS, i % 4 == 0, first && i == 0), GRAPHD_OK);
+  for (int i = 0; i < PAIRS; i++) check_pair(v, i);
+}
+
+/* A client's doorbell is its own eventfd, shared with graphd: one that the
+ * client registers in two sessions and makes blocking after graphd took
+ * it, then rings, does not block the device's worker; a pipe, a socket or
+ * a memfd in its place is refused. Another client's sync and async
+ * replays stay exact and answered. */
+START_TEST(test_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker) {
+  client v;
+  client_open(&v, 8, 21);
+  victim_is_served(&v, true);
+  uint32_t code;
+  char msg[256];
+  int pipefd[2], sp[2];
+  ck_assert_int_eq(pipe(pipefd), 0);
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+  int memfd = gd_memfd_new_shared("not-a-doorbell", 4096);
+  int bad[3] = {pipefd[0], sp[0], memfd};
+  for (int i = 0; i < 3; i++) {
+    int fd = raw_ring_session(bad[i], &code, msg, sizeof msg);
+    ck_assert_int_eq(code, GRAPHD_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(msg, "doorbell must be an eventfd"), "%s", msg);
+    close(fd);
+  }
+  int bell = eventfd(0, EFD_NONBLOCK);
+  ck_assert_int_ge(bell, 0);
+  int s1 = raw_ring_session(bell, &code, msg, sizeof msg);
+  ck_assert_msg(code == GRAPHD_OK, "%s", msg);
+  int s2 = raw_ring_session(bell, &code, msg, sizeof msg);
+  ck_assert_msg(code == GRAPHD_OK, "%s", msg);
+  ck_assert_int_eq(fcntl(bell, F_SETFL, fcntl(bell, F_GETFL) & ~O_NONBLOCK), 0);
+  uint64_t one = 1;
+  ck_assert_int_eq(write(bell, &one, sizeof one), (int)sizeof one);
+  usleep(100000);
+  victim_is_served(&v, false);
+  close(s1);
+  close(s2);
+  close(bell);
+  close(pipefd[0]);
+  close(pipefd[1]);
+  close(sp[0]);
+  close(sp[1]);
+  close(memfd);
+  client_close(&v);
+}
+END_TEST
+
+/* A semaphore-mode eventfd holding 2^40 as a doorbell: the worker is woken
+ * once, not once per unit counted, so it sleeps while nothing is queued,
+ * and another client is served. */
+START_TEST(test_async_a_semaphore_doorbell_does_not_keep_the_worker_busy) {
+  client v;
+  client_open(&v, 8, 22);
+  victim_is_served(&v, true);
+  uint32_t code;
+  char msg[256];
+  int sem = eventfd(0, EFD_NONBLOCK | EFD_SEMAPHORE);
+  ck_assert_int_ge(sem, 0);
+  int s3 = raw_ring_session(sem, &code, msg, sizeof msg);
+  ck_assert_msg(code == GRAPHD_OK, "%s", msg);
+  uint64_t lots = 1ull << 40;
+  ck_assert_int_eq(write(sem, &lots, sizeof lots), (int)sizeof lots);
+  usleep(100000);
+  long t0 = thread_cpu_ticks(d.pid, "host0");
+  usleep(500000);
+  long used = thread_cpu_ticks(d.pid, "host0") - t0;
+  long hz = sysconf(_SC_CLK_TCK);
+  ck_assert_msg(used * 5 < hz / 2, "the idle worker used %ld of %ld ticks in 0.5 s", used, hz / 2);
+  victim_is_served(&v, false);
+  close(s3);
+  close(sem);
+  client_close(&v);
+}
+END_TEST
+
 START_TEST(test_async_ring_size_is_checked) {
   graphd_client *c = td_data(&d, 0);
   ck_assert_int_eq(graphd_set_ring_entries(c, 3), GRAPHD_INVALID_ARGUMENT);
@@ -580,6 +741,8 @@ int main(void) {
   tcase_add_test(tc, test_async_entries_of_many_bindings_take_several_slots);
   tcase_add_test(tc, test_async_long_entries_written_by_hand_are_refused);
   tcase_add_test(tc, test_async_ring_size_is_checked);
+  tcase_add_test(tc, test_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker);
+  tcase_add_test(tc, test_async_a_semaphore_doorbell_does_not_keep_the_worker_busy);
   suite_add_tcase(su, tc);
   return td_run_suite(su);
 }
