@@ -351,6 +351,54 @@ START_TEST(test_restart_without_reconnecting_the_not_started_replay_fails) {
 }
 END_TEST
 
+/* --- async replays a stop dropped ---------------------------------------------- */
+
+static graphd_status add_one_async(client *k, uint64_t *seq) {
+  graphd_binding b[2] = {{0, (uint64_t)(uintptr_t)k->ones, N * 4},
+                         {1, (uint64_t)(uintptr_t)k->x, N * 4}};
+  graphd_status st = graphd_replay_async(k->c, k->s, k->pid, b, 2, seq);
+  snprintf(k->err, sizeof k->err, "%s", graphd_last_error(k->c));
+  return st;
+}
+
+/* Async replays queued in the ring behind a held worker when graphd stops
+ * gracefully are never taken: the wait for them says so (UNAVAILABLE,
+ * naming the seq) instead of OK over outputs nothing wrote, and still does
+ * after the handle reconnected; the next replay runs on the new daemon. */
+START_TEST(test_restart_wait_reports_async_replays_the_stop_dropped) {
+  client k;
+  client_open(&k, 0);
+  uint64_t seq;
+  ck_assert_int_eq(add_one(&k), GRAPHD_OK);             /* captured, x = 1 */
+  ck_assert_int_eq(add_one_async(&k, &seq), GRAPHD_OK); /* the ring, x = 2 */
+  ck_assert_int_eq(graphd_stream_wait(k.s, seq, 5000), GRAPHD_OK);
+  expect_x(&k, 2.0f);
+  holder h;
+  hold_worker(&h, k.c, k.pid);
+  wait_inflight(1);
+  uint64_t first = 0;
+  for (int i = 0; i < 8; i++) {
+    ck_assert_msg(add_one_async(&k, &seq) == GRAPHD_OK, "%s", k.err);
+    if (!first) first = seq;
+  }
+  int st = td_stop(&d);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+  for (uint64_t q = first; q <= seq; q++) {
+    ck_assert_int_eq(graphd_stream_wait(k.s, q, 5000), GRAPHD_UNAVAILABLE);
+    ck_assert_msg(strstr(graphd_last_error(k.c),
+                         td_fmt("before it finished replay seq %llu", (unsigned long long)q)),
+                  "%s", graphd_last_error(k.c));
+  }
+  expect_x(&k, 2.0f); /* none of the 8 ran */
+  td_start_again(&d, "--host-devices", "1", NULL);
+  ck_assert_msg(add_one(&k) == GRAPHD_OK, "%s", k.err);
+  expect_x(&k, 3.0f);
+  ck_assert_int_eq(graphd_stream_wait(k.s, seq, 5000), GRAPHD_UNAVAILABLE);
+  holder_close(&h);
+  client_close(&k);
+}
+END_TEST
+
 /* --- cut off mid-flight ------------------------------------------------------ */
 
 static void *slow_in_thread(void *arg) {
@@ -443,6 +491,7 @@ int main(void) {
   tcase_add_test(tc, test_restart_replay_queued_behind_a_held_ready_flag_runs_on_the_new_daemon);
   tcase_add_test(tc, test_restart_without_reconnecting_the_not_started_replay_fails);
   tcase_add_test(tc, test_restart_replay_cut_off_mid_flight_is_reported_and_not_sent_again);
+  tcase_add_test(tc, test_restart_wait_reports_async_replays_the_stop_dropped);
   tcase_add_test(tc, test_restart_gives_up_within_the_reconnect_bound);
   tcase_add_test(tc, test_restart_reconnect_wait_comes_from_the_environment);
   suite_add_tcase(su, tc);

@@ -35,6 +35,11 @@ typedef struct gd_host_alloc {
   uint64_t serial;
 } gd_host_alloc;
 
+typedef struct gd_seq_range {
+  uint64_t lo, hi; /* the seqs above lo, up to hi */
+} gd_seq_range;
+#define GD_LOST_RANGES 4
+
 /* A handle's flag page: one 4 KiB page of GRAPHD_FLAG_STRIDE-byte slots. */
 #define GD_CLIENT_FLAG_PAGE_BYTES 4096
 #define GD_CLIENT_FLAG_SLOTS (GD_CLIENT_FLAG_PAGE_BYTES / GRAPHD_FLAG_STRIDE)
@@ -58,6 +63,13 @@ typedef struct gd_flag_page {
    * already reported as cut off; the reconnect's check leaves both out. */
   uint64_t unrun[GD_CLIENT_FLAG_SLOTS];
   uint64_t reported[GD_CLIENT_FLAG_SLOTS];
+  /* Per slot, the seqs that daemons which went away had been sent but
+   * never finished, as ranges (lo, hi], the newest GD_LOST_RANGES of them.
+   * Kept across reconnects: the release wrote their done words, so only
+   * these tell graphd_stream_wait that such a replay never ran. Guarded by
+   * the watcher's lock. */
+  gd_seq_range lost[GD_CLIENT_FLAG_SLOTS][GD_LOST_RANGES];
+  uint8_t lost_next[GD_CLIENT_FLAG_SLOTS];
 } gd_flag_page;
 
 /* Word `word` (GRAPHD_FLAG_WORD_*) of flag slot `slot`: its address on the
@@ -201,6 +213,12 @@ void gd_client_release_streams(graphd_client *c);
  * (less the seqs in unrun and reported). Fills *slot, *done and *want for
  * the first such slot. Handle's lock held. */
 bool gd_flags_cut_off(graphd_client *c, uint32_t *slot, uint64_t *done, uint64_t *want);
+
+/* Whether a daemon that went away had been sent replay `seq` of `slot`
+ * and never finished it (its done word was below seq when the daemon was
+ * first seen gone); *done gets what it had finished there. Safe from any
+ * thread. */
+bool gd_flags_lost(graphd_client *c, uint32_t slot, uint64_t seq, uint64_t *done);
 
 /* What every slot issued so far counts as reported: gd_flags_cut_off finds
  * it no more. Handle's lock held. */

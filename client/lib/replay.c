@@ -537,6 +537,21 @@ graphd_status graphd_stream_wait(graphd_stream *s, uint64_t seq, int timeout_ms)
       nanosleep(&nap, NULL);
     }
   }
+  /* Released from here, not done by the daemon: it went away first. */
+  uint64_t finished;
+  if (gd_flags_lost(c, s->slot, seq, &finished)) {
+    pthread_mutex_lock(&c->lock);
+    /* Said here, so the reconnect need not say it again for this slot. */
+    c->flags->reported[s->slot] = atomic_load(&c->flags->issued[s->slot]);
+    graphd_status st = gd_client_set_err(
+        c, GRAPHD_UNAVAILABLE,
+        "graphd went away before it finished replay seq %llu on stream slot %u (it had "
+        "finished up to seq %llu there): that replay did not run, or not whole, and its "
+        "outputs are undefined",
+        (unsigned long long)seq, s->slot, (unsigned long long)finished);
+    pthread_mutex_unlock(&c->lock);
+    return st;
+  }
   /* The worker writes done before the entry's completion: wait for the
    * completions up to the stream's last async replay at or after seq, so
    * that a failure of seq is reported here. */

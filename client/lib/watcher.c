@@ -70,9 +70,19 @@ static void release_all(graphd_client *c) {
   gd_flag_page *f = c->flags;
   if (!f) return;
   if (!f->snapped) {
-    for (uint32_t i = 0; i < GD_CLIENT_FLAG_SLOTS; i++)
-      f->hangup_done[i] =
-          __atomic_load_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_DONE), __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
+      uint64_t done = __atomic_load_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_DONE), __ATOMIC_ACQUIRE);
+      uint64_t issued = atomic_load(&f->issued[i]);
+      f->hangup_done[i] = done;
+      /* A graceful stop finishes its devices' work before it hangs up, so
+       * what is above done now never ran. After a crash, GPU work the
+       * daemon queued may still finish later: counted as lost too, since
+       * nothing can tell (its outputs are undefined either way). */
+      if (issued > done) {
+        f->lost[i][f->lost_next[i]] = (gd_seq_range){.lo = done, .hi = issued};
+        f->lost_next[i] = (uint8_t)((f->lost_next[i] + 1) % GD_LOST_RANGES);
+      }
+    }
     f->snapped = true;
   }
   for (uint32_t i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
@@ -224,6 +234,20 @@ bool gd_flags_cut_off(graphd_client *c, uint32_t *slot, uint64_t *done, uint64_t
     }
   }
   return false;
+}
+
+bool gd_flags_lost(graphd_client *c, uint32_t slot, uint64_t seq, uint64_t *done) {
+  gd_flag_page *f = c->flags;
+  bool lost = false;
+  if (!f || slot >= GD_CLIENT_FLAG_SLOTS) return false;
+  pthread_mutex_lock(&watch_lock);
+  for (int i = 0; i < GD_LOST_RANGES && !lost; i++) {
+    gd_seq_range r = f->lost[slot][i];
+    lost = seq > r.lo && seq <= r.hi;
+    if (lost) *done = r.lo;
+  }
+  pthread_mutex_unlock(&watch_lock);
+  return lost;
 }
 
 void gd_flags_mark_reported(graphd_client *c) {

@@ -366,7 +366,9 @@ GRAPHD_EXPORT graphd_status graphd_replay(graphd_client *c, graphd_stream *s,
  * it: up to the ring's size and the daemon's 4096), and every replay
  * on a daemon that has no rings, goes the synchronous way. If the daemon
  * dies, queued replays are released as for graphd_replay; a restart sends
- * none of them again (they may have run): the next call reports them.
+ * none of them again (they may have run): the next call reports them, and
+ * graphd_stream_wait for a replay the daemon had not finished when it went
+ * away answers UNAVAILABLE (also after a reconnect), never OK.
  *
  * seq, when not NULL, gets the replay's sequence number on s (for
  * graphd_stream_wait). Thread-safe as graphd_replay. */
