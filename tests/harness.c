@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -18,7 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/memfd.h"
 #include "frame.h"
+#include "graphd/protocol.h"
 #include "wire.h"
 
 extern char **environ;
@@ -443,6 +446,42 @@ Graphd__Wire__Reply *td_raw_register_flags(int fd, uint64_t id, int flags_fd, ui
   rf.slots = slots;
   td_raw_send_request(fd, &req, &flags_fd, 1);
   return td_raw_recv(fd, 5000);
+}
+
+int td_raw_ring_session(const gd_test_daemon *d, int dev, int doorbell, uint32_t *code, char *msg,
+                        size_t msglen) {
+  graphd_client *ctl = td_control(d);
+  int fd = td_raw_connect(d);
+  td_raw_data_hello(ctl, fd, dev);
+  graphd_close(ctl);
+  int flags = gd_memfd_new_shared("flags", 4096);
+  ck_assert_int_ge(flags, 0);
+  td_expect_reply(td_raw_register_flags(fd, 2, flags, 64), GRAPHD_OK, NULL);
+  close(flags);
+  uint64_t bytes = GRAPHD_RING_BYTES(8);
+  int ring = gd_memfd_new_shared("ring", bytes);
+  ck_assert_int_ge(ring, 0);
+  graphd_ring_header *h = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ring, 0);
+  ck_assert_ptr_ne(h, MAP_FAILED);
+  h->entries = 8;
+  __atomic_store_n(&h->magic, GRAPHD_RING_MAGIC, __ATOMIC_RELEASE);
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__RegisterRing m = GRAPHD__WIRE__REGISTER_RING__INIT;
+  req.request_id = 3;
+  req.nfds = 2;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_RING;
+  req.register_ring = &m;
+  m.entries = 8;
+  int fds[2] = {ring, doorbell};
+  td_raw_send_request(fd, &req, fds, 2);
+  close(ring);
+  munmap(h, bytes); /* the daemon keeps its own mapping */
+  Graphd__Wire__Reply *r = td_raw_recv(fd, 5000);
+  ck_assert_ptr_nonnull(r);
+  *code = r->code;
+  snprintf(msg, msglen, "%s", r->message ? r->message : "");
+  graphd__wire__reply__free_unpacked(r, NULL);
+  return fd;
 }
 
 void td_raw_hello(int fd) {

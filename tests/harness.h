@@ -97,6 +97,13 @@ void td_raw_data_hello(graphd_client *c, int fd, int dev);
  * flags_fd on the raw data session fd and returns the reply. */
 Graphd__Wire__Reply *td_raw_register_flags(int fd, uint64_t id, int flags_fd, uint32_t slots);
 
+/* A raw data session on device `dev` with a flag page, registering a ring
+ * of 8 entries whose doorbell is `doorbell` (a copy is sent; the caller
+ * keeps its fd). Returns the socket; the ring's reply code goes to *code
+ * and its message to msg. */
+int td_raw_ring_session(const gd_test_daemon *d, int dev, int doorbell, uint32_t *code, char *msg,
+                        size_t msglen);
+
 /* Spawns argv, collecting stdout and stderr into out (NUL-terminated).
  * Returns the exit status (WEXITSTATUS) or -1. */
 int td_run(char *const argv[], char *out, size_t outlen, int timeout_ms);

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -563,44 +562,6 @@ START_TEST(test_async_long_entries_written_by_hand_are_refused) {
 }
 END_TEST
 
-/* A raw data session on device 0 with a flag page, registering a ring of
- * 8 entries with `doorbell` as its doorbell (a copy is sent; the caller
- * keeps its fd). Returns the socket; the ring's reply code goes to *code
- * and its message to msg. The ring's memfd stays mapped in the test. */
-static int raw_ring_session(int doorbell, uint32_t *code, char *msg, size_t msglen) {
-  graphd_client *ctl = td_control(&d);
-  int fd = td_raw_connect(&d);
-  td_raw_data_hello(ctl, fd, 0);
-  graphd_close(ctl);
-  int flags = gd_memfd_new_shared("flags", 4096);
-  ck_assert_int_ge(flags, 0);
-  td_expect_reply(td_raw_register_flags(fd, 2, flags, 64), GRAPHD_OK, NULL);
-  close(flags);
-  uint64_t bytes = GRAPHD_RING_BYTES(8);
-  int ring = gd_memfd_new_shared("ring", bytes);
-  ck_assert_int_ge(ring, 0);
-  graphd_ring_header *h = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ring, 0);
-  ck_assert_ptr_ne(h, MAP_FAILED);
-  h->entries = 8;
-  __atomic_store_n(&h->magic, GRAPHD_RING_MAGIC, __ATOMIC_RELEASE);
-  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
-  Graphd__Wire__RegisterRing m = GRAPHD__WIRE__REGISTER_RING__INIT;
-  req.request_id = 3;
-  req.nfds = 2;
-  req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_RING;
-  req.register_ring = &m;
-  m.entries = 8;
-  int fds[2] = {ring, doorbell};
-  td_raw_send_request(fd, &req, fds, 2);
-  close(ring);
-  Graphd__Wire__Reply *r = td_raw_recv(fd, 5000);
-  ck_assert_ptr_nonnull(r);
-  *code = r->code;
-  snprintf(msg, msglen, "%s", r->message ? r->message : "");
-  graphd__wire__reply__free_unpacked(r, NULL);
-  return fd;
-}
-
 /* CPU time (user + system, in clock ticks) of the daemon's thread named
  * `name`; fails the test when there is none. */
 static long thread_cpu_ticks(pid_t pid, const char *name) {
@@ -662,16 +623,16 @@ START_TEST(test_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_wor
   int memfd = gd_memfd_new_shared("not-a-doorbell", 4096);
   int bad[3] = {pipefd[0], sp[0], memfd};
   for (int i = 0; i < 3; i++) {
-    int fd = raw_ring_session(bad[i], &code, msg, sizeof msg);
+    int fd = td_raw_ring_session(&d, 0, bad[i], &code, msg, sizeof msg);
     ck_assert_int_eq(code, GRAPHD_INVALID_ARGUMENT);
     ck_assert_msg(strstr(msg, "doorbell must be an eventfd"), "%s", msg);
     close(fd);
   }
   int bell = eventfd(0, EFD_NONBLOCK);
   ck_assert_int_ge(bell, 0);
-  int s1 = raw_ring_session(bell, &code, msg, sizeof msg);
+  int s1 = td_raw_ring_session(&d, 0, bell, &code, msg, sizeof msg);
   ck_assert_msg(code == GRAPHD_OK, "%s", msg);
-  int s2 = raw_ring_session(bell, &code, msg, sizeof msg);
+  int s2 = td_raw_ring_session(&d, 0, bell, &code, msg, sizeof msg);
   ck_assert_msg(code == GRAPHD_OK, "%s", msg);
   ck_assert_int_eq(fcntl(bell, F_SETFL, fcntl(bell, F_GETFL) & ~O_NONBLOCK), 0);
   uint64_t one = 1;
@@ -701,7 +662,7 @@ START_TEST(test_async_a_semaphore_doorbell_does_not_keep_the_worker_busy) {
   char msg[256];
   int sem = eventfd(0, EFD_NONBLOCK | EFD_SEMAPHORE);
   ck_assert_int_ge(sem, 0);
-  int s3 = raw_ring_session(sem, &code, msg, sizeof msg);
+  int s3 = td_raw_ring_session(&d, 0, sem, &code, msg, sizeof msg);
   ck_assert_msg(code == GRAPHD_OK, "%s", msg);
   uint64_t lots = 1ull << 40;
   ck_assert_int_eq(write(sem, &lots, sizeof lots), (int)sizeof lots);

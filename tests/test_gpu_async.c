@@ -2,16 +2,19 @@
  * over a thousand calls whose buffers change between VMM and legacy
  * memory, chains of dependent replays queued without waiting, a refused
  * entry reported by the next call with the stream released, a daemon
- * killed with entries queued behind a held stream, and replays of 160
+ * killed with entries queued behind a held stream, replays of 160
  * bindings whose entries take several slots of the ring, in staged and
- * direct mode. Exits 77 without a GPU. */
+ * direct mode, the wait's answer for replays a graceful stop never took,
+ * and a doorbell its client made blocking. Exits 77 without a GPU. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -237,6 +240,86 @@ START_TEST(test_gpu_async_dead_daemon_with_entries_queued_releases_the_stream) {
 }
 END_TEST
 
+/* With --max-inflight-replays 1 and the client's stream held, the worker
+ * takes the first of 8 async replays and holds the other 7 in the ring.
+ * A graceful stop (the stream let go after SIGTERM, so the first runs)
+ * never takes the 7: the wait answers OK for the first and UNAVAILABLE for
+ * each of the others, whose outputs nothing wrote. */
+START_TEST(test_gpu_async_wait_reports_the_replays_a_graceful_stop_dropped) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_start_again(&d, "--backend", "cuda", "--max-inflight-replays", "1", NULL);
+  fixture f;
+  fixture_up(&f);
+  graphd_set_reconnect_wait(f.c, 0);
+  ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x[0], &f.y[0], &f.cc, 1, 5, NULL),
+                   GRAPHD_OK);
+  uint32_t nan_bits = 0x7fc00000u;
+  for (uint32_t j = 0; j < GN; j++) memcpy(&hy[j], &nan_bits, 4);
+  for (int i = 0; i < 4; i++)
+    ck_assert_int_eq(gcu->cuMemcpyHtoD(f.y[i].ptr, hy, GN * 4), CUDA_SUCCESS);
+  volatile uint64_t *flag = gpu_hold_stream(f.st);
+  ck_assert_ptr_nonnull((void *)flag);
+  uint64_t seq[8];
+  for (int i = 0; i < 8; i++) {
+    graphd_binding b[2] = {{0, f.x[i % 4].ptr, GN * 4}, {3, f.y[i % 4].ptr, GN * 4}};
+    ck_assert_int_eq(graphd_replay_async(f.c, f.s, f.pid, b, 2, &seq[i]), GRAPHD_OK);
+  }
+  usleep(200000); /* the worker has taken the first and holds the rest */
+  kill(td_daemon_pid(&d), SIGTERM);
+  usleep(100000);
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  int st = td_stop_sig(&d, SIGTERM, 20000);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(f.st), CUDA_SUCCESS);
+  ck_assert_msg(graphd_stream_wait(f.s, seq[0], 5000) == GRAPHD_OK, "%s", graphd_last_error(f.c));
+  for (int i = 1; i < 8; i++) {
+    ck_assert_int_eq(graphd_stream_wait(f.s, seq[i], 5000), GRAPHD_UNAVAILABLE);
+    ck_assert_msg(strstr(graphd_last_error(f.c), "before it finished replay seq"), "%s",
+                  graphd_last_error(f.c));
+  }
+  /* Pairs 1-3 were only in the dropped replays: never written. */
+  for (int i = 1; i < 4; i++) {
+    ck_assert_int_eq(gcu->cuMemcpyDtoH(hy, f.y[i].ptr, GN * 4), CUDA_SUCCESS);
+    uint32_t bits;
+    memcpy(&bits, &hy[GN / 2], 4);
+    ck_assert_uint_eq(bits, 0x7fc00000u);
+  }
+  printf(
+      "FIGURE graceful stop with 8 async replays queued: 1 ran and waited OK, 7 reported "
+      "UNAVAILABLE\n");
+  fixture_down(&f);
+  gpu_hold_free(flag);
+}
+END_TEST
+
+/* On the CUDA backend too, a doorbell registered in two sessions and made
+ * blocking by its owner, then rung, leaves the worker serving others. */
+START_TEST(test_gpu_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker) {
+  fixture f;
+  fixture_up(&f);
+  int bell = eventfd(0, EFD_NONBLOCK);
+  ck_assert_int_ge(bell, 0);
+  uint32_t code;
+  char msg[256];
+  int s1 = td_raw_ring_session(&d, 0, bell, &code, msg, sizeof msg);
+  ck_assert_msg(code == GRAPHD_OK, "%s", msg);
+  int s2 = td_raw_ring_session(&d, 0, bell, &code, msg, sizeof msg);
+  ck_assert_msg(code == GRAPHD_OK, "%s", msg);
+  ck_assert_int_eq(fcntl(bell, F_SETFL, fcntl(bell, F_GETFL) & ~O_NONBLOCK), 0);
+  uint64_t one = 1;
+  ck_assert_int_eq(write(bell, &one, sizeof one), (int)sizeof one);
+  usleep(100000);
+  for (int i = 0; i < 20; i++)
+    ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x[i % 4], &f.y[i % 4], &f.cc,
+                                        i == 0, (unsigned)i, NULL),
+                     GRAPHD_OK);
+  close(s1);
+  close(s2);
+  close(bell);
+  fixture_down(&f);
+}
+END_TEST
+
 enum { THREADS = 12, ROUNDS = 30, BURST = 32 };
 
 typedef struct worker_arg {
@@ -357,6 +440,8 @@ int main(void) {
   tcase_add_test(tc, test_gpu_async_refused_entry_is_reported_and_releases_the_stream);
   tcase_add_test(tc, test_gpu_async_dead_daemon_with_entries_queued_releases_the_stream);
   tcase_add_test(tc, test_gpu_async_many_handles_in_one_process_all_finish);
+  tcase_add_test(tc, test_gpu_async_wait_reports_the_replays_a_graceful_stop_dropped);
+  tcase_add_test(tc, test_gpu_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker);
   suite_add_tcase(su, tc);
   return td_run_suite(su);
 }
