@@ -21,6 +21,17 @@
 # mjx-bench-*.log, graphd-mjx-bench-*.log). Lines starting FIGURE are the
 # measurements. Exit status 1 when a step failed, 2 for a missing
 # prerequisite.
+# With the step "suites" (GRAPHD_WARP_STEPS="suites"), each run runs the
+# peers' own test suites as their users run them, twice: with Warp alone,
+# and with graphd.warp.install() in every process (a sitecustomize that
+# imports graphd with GRAPHD_WARP_INSTALL=1) against a fresh daemon: Warp's
+# `python -m unittest -v warp.tests.interop.test_jax` (in the pack that
+# warp-for-device.sh makes) and, where MuJoCo is on the PYTHONPATH, MJX's
+# mujoco/mjx/warp/*_test.py, each file in one process. $GRAPHD_SUITE_FILTER
+# narrows the MJX files (a regular expression); $GRAPHD_SUITE_WARP_ARGS
+# replaces the Warp test's name (for example one test case). Logs:
+# suite-{alone,graphd}-{warp,mjx-NAME}-RUN.log; a line starting SUITE per
+# log gives its counts.
 # GRAPHD_WARP_RUNS picks the runs ("nomps mps" by default);
 # GRAPHD_WARP_STEPS the steps ("test bench" by default); extra arguments go
 # to the bench (for example --steps 1000 --repeats 7 --n 65536).
@@ -116,11 +127,57 @@ bench() {
   stop_daemon
 }
 
+# suite LOG CMD...: runs CMD (bounded), keeps its output in LOG and prints
+# one SUITE line with unittest's counts.
+suite() {
+  local log=$1
+  shift
+  timeout 900 "$@" >"$log" 2>&1
+  local r=$? ran fails
+  ran=$(grep -Eo '^Ran [0-9]+ tests?' "$log" | tail -1 | grep -Eo '[0-9]+')
+  fails=$(grep -Eo '^FAILED \(.*\)' "$log" | tail -1)
+  echo "SUITE $(basename "$log" .log): exit $r, ran ${ran:-?}, ${fails:-OK} ($(grep -Ec '\.\.\. ok$' "$log") ok lines)"
+  grep -E '\.\.\. (FAIL|ERROR)$|^(FAIL|ERROR): ' "$log" | sort -u | head -60
+}
+
+# suites NAME: the peers' own suites with Warp alone, then under graphd.
+suites() {
+  local name=$1 site="$out/site-graphd" how
+  mkdir -p "$site"
+  printf 'import os\nos.environ.setdefault("GRAPHD_WARP_INSTALL", "1")\nimport graphd  # noqa: F401 (installs graphd.warp)\n' >"$site/sitecustomize.py"
+  local mjx_dir
+  mjx_dir=$("$py" -c 'import mujoco.mjx.warp as w, os; print(os.path.dirname(w.__file__))' 2>/dev/null)
+  for how in alone graphd; do
+    local pp=$PYTHONPATH
+    if [[ $how == graphd ]]; then
+      start_daemon "$out/graphd-suites-$name.log" || { rc=1; return; }
+      pp="$site:$PYTHONPATH"
+    fi
+    echo "== Warp's JAX tests, $how ($name)"
+    # shellcheck disable=SC2086 # the names are words
+    (cd /tmp && PYTHONPATH=$pp GRAPHD_SOCKET=$sock suite "$out/suite-$how-warp-$name.log" \
+      "$py" -m unittest -v ${GRAPHD_SUITE_WARP_ARGS:-warp.tests.interop.test_jax})
+    if [[ -n $mjx_dir ]]; then
+      for f in "$mjx_dir"/*_test.py; do
+        local t
+        t=$(basename "$f" _test.py)
+        [[ $t =~ ${GRAPHD_SUITE_FILTER:-.} ]] || continue
+        echo "== MJX $t, $how ($name)"
+        (cd /tmp && PYTHONPATH=$pp GRAPHD_SOCKET=$sock suite "$out/suite-$how-mjx-$t-$name.log" "$py" "$f")
+      done
+    fi
+    [[ $how == graphd ]] && stop_daemon
+  done
+}
+
 # run NAME [bench flags]: the GPU test, then the bench; with mjx, then the
-# MJX test and the MJX bench.
+# MJX test and the MJX bench; with suites, the peers' own suites.
 run() {
   local name=$1
   shift
+  if [[ $steps == *" suites "* ]]; then
+    suites "$name"
+  fi
   if [[ $steps == *" test "* ]]; then
     gpu_test test_warp_gpu "$out/warp-test-$name.log"
   fi
