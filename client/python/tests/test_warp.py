@@ -824,6 +824,11 @@ if HAVE_WARP:
         wp.launch(add_count, dim=x.shape[0], inputs=[x, e], outputs=[y])
         wp.launch(add_count, dim=x.shape[0], inputs=[y, f], outputs=[y])
 
+    @wp.kernel
+    def lookup(table: wp.array(dtype=float), indices: wp.array(dtype=int), output: wp.array(dtype=float)):
+        i = wp.tid()
+        output[i] = table[indices[i]]
+
 
 def custom_calls(text):
     out = []
@@ -896,6 +901,31 @@ class JaxTest(unittest.TestCase):
         self.assertEqual([s.nbytes for s in b.slots], [1200, 720, 720, 1200, 1200])
         out = jax.eval_shape(g, xs, vs, vs)
         self.assertEqual([o.shape for o in out], [(3, 4, 5, 3), (3, 100)])
+
+    def test_vmap_launch_dims_cover_the_batch(self):
+        # Warp's lookup case: an unbatched table, batched indices and
+        # launch_dims for one element, given through functools.partial.
+        # Warp rolls the batch into the first launch dim; a launch over one
+        # element's dims left every batch but the first unwritten.
+        import functools
+        k = gw.jax_kernel(lookup, device=90)
+        table, idx = jnp.arange(100, dtype=jnp.float32), jnp.zeros((3, 5), jnp.int32)
+        for axis, n in ((0, 5), (1, 3)):
+            g = jax.vmap(functools.partial(k, launch_dims=n), in_axes=(None, axis))
+            (c,) = custom_calls(self.lower(g, table, idx))
+            b = [b for b in k.programs.values() if b.id_hex == c[0]][0]
+            self.assertEqual(c[1], [0, 1, 2])
+            # The table is broadcast to the batch (3 or 5 copies), as Warp gets it.
+            self.assertEqual([(s.role, s.nbytes) for s in b.slots],
+                             [("input", 400 * 15 // n), ("input", 60), ("output", 60)])
+            self.assertEqual(b.launches[0].dim, (15,))
+            self.assertEqual(jax.eval_shape(g, table, idx)[0].shape, (3, 5) if axis == 0 else (5, 3))
+        # sequential replays the one-element program once per element.
+        k = gw.jax_kernel(lookup, device=90, vmap_method="sequential")
+        (c,) = custom_calls(self.lower(jax.vmap(functools.partial(k, launch_dims=5), in_axes=(None, 0)), table, idx))
+        b = [b for b in k.programs.values() if b.id_hex == c[0]][0]
+        self.assertEqual([s.nbytes for s in b.slots], [400, 20, 20])
+        self.assertEqual(b.launches[0].dim, (5,))
 
     def test_loop_lowers_to_a_graphd_replay(self):
         f = gw.jax_callable(w_loop, num_outputs=2, in_out_argnames=["counter", "x"], device=90)

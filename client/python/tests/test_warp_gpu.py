@@ -20,7 +20,11 @@
 (g) wp.launch_tiled through graphd.warp matches Warp (block size kept);
 (h) jit(shard_map) over every local GPU: one capture of the program on
     each device, each replayed once a step, the particles equal to Warp's
-    step of all of them on one device (written for N devices).
+    step of all of them on one device (written for N devices);
+(i) Warp's own vmap lookup case: an unbatched table, batched indices,
+    launch_dims / output_dims for one element through functools.partial,
+    batched on either axis, broadcast_all and sequential, jax_kernel and
+    jax_callable: every batch equal to Warp's and to JAX's lookup.
 Mode "direct" and "auto" run in (a) too (auto goes direct there: its
 buffers outweigh its one kernel node).
 
@@ -109,6 +113,14 @@ if WARP_ERROR is None:
         for _ in range(k):
             wp.launch(integrate_in_place, dim=pos.shape[0], inputs=[pos_out, vel_out, dt])
 
+    @wp.kernel
+    def lookup(table: wp.array(dtype=float), indices: wp.array(dtype=int), output: wp.array(dtype=float)):
+        i = wp.tid()
+        output[i] = table[indices[i]]
+
+    def lookup_fn(table: wp.array(dtype=float), indices: wp.array(dtype=int), output: wp.array(dtype=float)):
+        wp.launch(lookup, dim=indices.shape, inputs=[table, indices, output])
+
     from _warp_tiles import TILE, row_sums
 
 
@@ -158,6 +170,7 @@ class WarpGpuTest(GpuTestCase):
             if gw.installed():
                 gw.uninstall()
             cls.warp_jax_callable = staticmethod(wp.jax_callable)
+            cls.warp_jax_kernel = staticmethod(wp.jax_kernel)
             wp.init()
             print(f"FIGURE Warp {wp.__version__}, jax {jax.__version__}, device "
                   f"{jax.devices('gpu')[0].device_kind}, graphd.warp compiles for sm_{gw.resolve_arch()}")
@@ -481,6 +494,33 @@ class WarpGpuTest(GpuTestCase):
                 self.assertEqual(c["replays"], steps, c)
             self.same(got, want, f"shard_map over {ndev} device(s), graphd.warp {mode}: one capture a "
                       f"device, {steps} replays each, vs Warp's step of all particles", det)
+
+    # --- (i) ---------------------------------------------------------------------
+
+    def test_i_vmap_lookup_matches_warp(self):
+        import functools
+        jax, jnp = self.jax, self.jnp
+        table = jnp.arange(100, dtype=jnp.float32)
+        idx = jax.random.randint(jax.random.key(42), (3, 5), 0, 100, dtype=jnp.int32)
+        for method in ("broadcast_all", "sequential"):
+            makers = {"jax_kernel": (lambda m, **kw: m(lookup, vmap_method=method, **kw), "launch_dims"),
+                      "jax_callable": (lambda m, **kw: m(lookup_fn, vmap_method=method, **kw), "output_dims")}
+            for what, (make, option) in makers.items():
+                warp_make = self.warp_jax_kernel if what == "jax_kernel" else self.warp_jax_callable
+                ours_make = self.gw.jax_kernel if what == "jax_kernel" else self.gw.jax_callable
+                ours, theirs = make(ours_make, mode="staged"), make(warp_make)
+                for axis in (0, 1):
+                    n = idx.shape[1 - axis]
+                    want = np.asarray(jax.jit(jax.vmap(lambda t, i: t[i], in_axes=(None, axis)))(table, idx))
+                    run = lambda f: np.asarray(jax.jit(jax.vmap(functools.partial(f, **{option: n}),
+                                                                in_axes=(None, axis)))(table, idx)[0])
+                    warp_out, got = run(theirs), run(ours)
+                    self.assertTrue(np.array_equal(warp_out, want), f"Warp's own {what} {method} axis {axis}")
+                    self.assertEqual(got.shape, want.shape)
+                    self.assertTrue(np.array_equal(got, warp_out),
+                                    f"{what} {method} axis {axis}: graphd {got.tolist()} vs Warp {warp_out.tolist()}")
+        print("FIGURE Warp's vmap lookup (jax_kernel and jax_callable, broadcast_all and sequential, batch on "
+              "axis 0 and 1): graphd.warp bit for bit equal to Warp")
 
 
 if __name__ == "__main__":

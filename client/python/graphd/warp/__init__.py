@@ -280,7 +280,7 @@ class JaxCallable:
                 shapes[i] = a.warp_shape(outer)
             func = self.function.func
             if self.kernel:
-                dims = launch_dims if launch_dims is not None else shapes[spec.first_array]
+                dims = shapes[spec.first_array] if launch_dims is None else _batched_launch(launch_dims, batch)
                 func = _kernel_runner(self.function.kernel, dims, self.function.block_dim)
             built = self.function.build(shapes, statics, self.arch, mode, func=func,
                                         extra=("launch", launch_dims) if self.kernel else None)
@@ -291,6 +291,16 @@ class JaxCallable:
 
         build.__name__ = spec.name
         return build
+
+
+def _batched_launch(launch_dims, batch):
+    """Launch dims given for one element, for a batch of them: the batch
+    size rolled into the first dimension, as Warp does (the batched
+    arrays' leading dims are folded into their first the same way)."""
+    n = 1
+    for d in batch:
+        n *= d
+    return (n * launch_dims[0],) + tuple(launch_dims[1:])
 
 
 def _kernel_runner(kernel, dims, block_dim):

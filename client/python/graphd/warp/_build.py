@@ -116,8 +116,9 @@ class SlotInfo:
 class LaunchInfo:
     """What the tests and describe() need of a launch step."""
 
-    def __init__(self, step, kernel, entry, module, grid, block_dim, shared, params):
+    def __init__(self, step, kernel, entry, module, grid, block_dim, shared, params, dim=None):
         self.step, self.kernel, self.entry, self.module = step, kernel, entry, module
+        self.dim = dim  # the launch dims, as wp.launch got them
         self.grid, self.block_dim, self.shared = grid, block_dim, shared
         self.params = params  # [(name, offset, size, align, [(offset in param, slot, slot offset)])]
 
@@ -263,7 +264,7 @@ def _assemble(rec, args, mode, arch, name):
                 pl.append((o, by_buffer[id(buf)], bo))
             plist.append((prm.name, off, len(prm.data), prm.align, pl))
             off += len(prm.data)
-        launches.append(LaunchInfo(i, k, entry, cm, grid, st.block_dim, int(shared), plist))
+        launches.append(LaunchInfo(i, k, entry, cm, grid, st.block_dim, int(shared), plist, tuple(st.dim)))
 
     add(rec.steps)
     return Built(p, slots, arg_slots, modules, launches, nsteps, conds)
