@@ -274,7 +274,9 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
     cache_lock = threading.Lock()
 
     def built_for(args):
-        key = tuple((tuple(a.shape), np.dtype(a.dtype).str) for a in args)
+        # The dtype's name: the byte-order string of JAX's extra dtypes is
+        # only their size ("<V2" for bfloat16, "<V1" for every float8).
+        key = tuple((tuple(a.shape), np.dtype(a.dtype).name) for a in args)
         with cache_lock:
             b = cache.get(key)
         if b is not None:

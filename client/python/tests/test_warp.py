@@ -829,6 +829,11 @@ if HAVE_WARP:
         i = wp.tid()
         output[i] = table[indices[i]]
 
+    @wp.kernel
+    def half_scale(x: wp.array(dtype=wp.bfloat16), y: wp.array(dtype=wp.bfloat16)):
+        i = wp.tid()
+        y[i] = x[i] * wp.bfloat16(2.0)
+
 
 def custom_calls(text):
     out = []
@@ -926,6 +931,21 @@ class JaxTest(unittest.TestCase):
         b = [b for b in k.programs.values() if b.id_hex == c[0]][0]
         self.assertEqual([s.nbytes for s in b.slots], [400, 20, 20])
         self.assertEqual(b.launches[0].dim, (5,))
+
+    def test_bfloat16(self):
+        # Warp takes JAX's bfloat16 for a wp.bfloat16 array (and makes its
+        # outputs so); graphd.warp had asked for uint16, the numpy type Warp
+        # stores bfloat16 as.
+        k = gw.jax_kernel(half_scale, device=90)
+        x = jnp.ones(300, jnp.bfloat16)
+        (c,) = custom_calls(self.lower(k, x))
+        (b,) = k.programs.values()
+        self.assertEqual(c, (b.id_hex, [0, 1]))
+        self.assertEqual([s.nbytes for s in b.slots], [600, 600])
+        (out,) = jax.eval_shape(k, x)
+        self.assertEqual((out.shape, out.dtype), ((300,), jnp.bfloat16))
+        with self.assertRaisesRegex(TypeError, "expected bfloat16, got uint16"):
+            k(jnp.ones(300, jnp.uint16))
 
     def test_loop_lowers_to_a_graphd_replay(self):
         f = gw.jax_callable(w_loop, num_outputs=2, in_out_argnames=["counter", "x"], device=90)

@@ -190,8 +190,8 @@ class JaxCallable:
         arrays, statics = [], {}
         for i, (a, v) in enumerate(zip(spec.inputs, args)):
             if a.is_array:
-                if v.dtype != a.np_dtype():
-                    raise TypeError(f"Invalid data type for array argument '{a.name}', expected {a.np_dtype()}, "
+                if v.dtype != a.jax_dtype():
+                    raise TypeError(f"Invalid data type for array argument '{a.name}', expected {a.jax_dtype()}, "
                                     f"got {v.dtype}")
                 if v.ndim != a.outer_ndim:
                     raise TypeError(f"Invalid dimensionality for array argument '{a.name}', expected "
@@ -275,7 +275,7 @@ class JaxCallable:
             for k, a in enumerate(spec.outputs):
                 i = spec.num_inputs + k
                 outer = batch + out_dims[k] + a.dtype_shape
-                results.append(jax.ShapeDtypeStruct(outer, a.np_dtype()))
+                results.append(jax.ShapeDtypeStruct(outer, a.jax_dtype()))
                 result_slots_of.append(i)
                 shapes[i] = a.warp_shape(outer)
             func = self.function.func

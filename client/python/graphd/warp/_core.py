@@ -39,10 +39,13 @@ class ArgInfo:
         self.in_out = False
         self.role = "input"
 
-    def np_dtype(self):
-        wp, _, types_mod = warp_modules()
+    def jax_dtype(self):
+        """The JAX dtype of the array's scalar, as Warp's jax_callable
+        checks and makes it (bfloat16 is JAX's bfloat16, not the uint16
+        Warp's numpy table stores it as)."""
+        wp, _, _ = warp_modules()
         import numpy as np
-        return np.dtype(types_mod.warp_type_to_np_dtype[self.scalar])
+        return np.dtype(wp.dtype_to_jax(self.scalar))
 
     def warp_shape(self, outer_shape):
         """The Warp array shape of an outer (JAX) shape: the dtype's inner
