@@ -100,6 +100,10 @@ static void after_hook(void *ctx, gd_worker *w, bool had_job, bool ran, int stat
   }
   if (news.reset) post_news(w, dev, true, 0);
   for (int i = 0; i < news.ncut; i++) post_news(w, dev, false, news.cut[i]);
+  /* Sessions whose ring held others up past the ready timeout. */
+  uint64_t hung[GD_UPKEEP_MAX_CUTS];
+  int nhung = ring_take_hung(dev, hung, GD_UPKEEP_MAX_CUTS);
+  for (int i = 0; i < nhung; i++) post_news(w, dev, false, hung[i]);
 }
 
 static void stop_hook(void *ctx) { upkeep_close(ctx); }

@@ -40,6 +40,7 @@ typedef struct gd_dring {
   uint64_t head;            /* the next entry to take */
   bool broken;              /* indices that cannot be: the ring is no longer read */
   bool warned;              /* ... and the log said so */
+  bool hung, hung_told;     /* ring.c: held others up; read no more, told to the loop */
   const gd_regprog **progs; /* by handle (RingProgram), held by the session */
   uint32_t nprogs, progs_cap;
   double ready_timeout_s; /* the daemon's settings, for entries */

@@ -11,8 +11,10 @@
 #include "holwatch.h"
 #include "log.h"
 #include "modcache.h"
+#include "ring.h"
 
 typedef struct give_up_ctx {
+  gd_device *d;
   gd_worker *w;
   gd_dstream *ds;
   uint64_t start_ns;
@@ -22,7 +24,8 @@ typedef struct give_up_ctx {
 
 /* The head-of-line policy where the worker itself waits for the ready flag
  * (host backend): a client whose flag does not come is cut off only when
- * it blocks someone else, that is, when another job waits on the worker. */
+ * it blocks someone else, that is, when another job waits on the worker
+ * or another session's ring has an entry to run. */
 static int give_up(void *arg) {
   give_up_ctx *g = arg;
   /* Waiting is work: keep the watchdog from taking it for a hang. */
@@ -35,7 +38,7 @@ static int give_up(void *arg) {
   }
   if (g->timeout_s <= 0) return 0;
   if ((double)(gd_now_ns() - g->start_ns) < g->timeout_s * 1e9) return 0;
-  return worker_has_queued(g->w) ? GD_GIVE_UP_HUNG : 0;
+  return worker_has_queued(g->w) || ring_others_waiting(g->d, g->ds) ? GD_GIVE_UP_HUNG : 0;
 }
 
 /* The capture of the job's program on d, built (and made room for) on the
@@ -107,7 +110,8 @@ int exec_run(gd_device *d, gd_worker *w, gd_replay_exec *ex, bool *not_started, 
   if ((rc = modcache_prepare(d, ex->prog, &loaded, &load_ns, err, errlen)) < 0) goto finish;
   if ((rc = get_capture(d, ex, &c, err, errlen)) < 0) goto finish;
   /* The client's stream has reached this call. */
-  give_up_ctx g = {.w = w, .ds = ds, .start_ns = gd_now_ns(), .timeout_s = ex->ready_timeout_s};
+  give_up_ctx g = {
+      .d = d, .w = w, .ds = ds, .start_ns = gd_now_ns(), .timeout_s = ex->ready_timeout_s};
   rc = ops->wait_value(d->be, d->dev, ds->stream, ready, ready_dev, ex->seq, give_up, &g, err,
                        errlen);
   if (rc < 0 && g.stopping) {

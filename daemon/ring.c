@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../proto/program.h"
@@ -102,6 +103,12 @@ static void entry_bindings(const gd_dring *r, const graphd_ring_sqe *e, gd_bind_
   }
 }
 
+/* ds held others up past the ready timeout: its ring is read no more, and
+ * ring_take_hung hands it to the loop, which closes the session. */
+static void mark_hung(gd_dstream *ds) {
+  if (ds->ring) ds->ring->hung = true;
+}
+
 /* Checks, resolves and runs the entry at the ring's head. */
 static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
   graphd_ring_sqe e;
@@ -175,6 +182,10 @@ static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
   }
   r->evicted += ex.budget_evicted;
   r->evicted_bytes += ex.budget_evicted_bytes;
+  /* A ready flag that did not come while others waited (the host
+   * backend's give-up): the entry fails with its done written, and the
+   * session is read no more and reported, to be cut off. */
+  if (rc == -GRAPHD_DEADLINE_EXCEEDED && !atomic_load(&ds->client_gone)) mark_hung(ds);
 finish:
   /* exec_run wrote done itself; a refusal before it writes it here. */
   if (rc < 0 && flags_known && !ran) exec_write_done(d, ds, e.stream_slot, e.seq);
@@ -197,7 +208,7 @@ static bool has_entries(gd_dstream *ds, bool *held) {
   gd_dring *r = ds->ring;
   uint64_t n;
   *held = false;
-  if (!r || atomic_load(&ds->client_gone)) return false;
+  if (!r || r->hung || ds->cut_off || atomic_load(&ds->client_gone)) return false;
   if (!dring_avail(r, &n)) {
     if (r->broken && !r->warned) {
       GD_LOG(GD_WARN, "ring", "session %llu: its ring's tail is not within its entries; not read",
@@ -279,12 +290,86 @@ static gd_dstream *next_for(gd_device *d, gd_dstream *ds, bool *held) {
   return t;
 }
 
-void ring_drain(gd_device *d, gd_worker *w, gd_dstream *ds) {
+bool ring_others_waiting(gd_device *d, const gd_dstream *ds) {
   bool held;
-  /* Held back or not: the job behind them must follow them, and so must
-   * the entries of ds's group numbered before them. */
+  for (gd_dstream *o = dstream_first(d); o; o = o->next) {
+    if (o == ds || !o->ring || (ds->ring && same_group(o->ring, ds->ring))) continue;
+    if (next_for(d, o, &held) && !held) return true;
+  }
+  return false;
+}
+
+/* Slots published and not taken in ds's ring and in the rings of its
+ * order group: what a drain may take at most. */
+static uint64_t published(gd_device *d, gd_dstream *ds) {
+  uint64_t n, sum = 0;
+  for (gd_dstream *o = dstream_first(d); o; o = o->next)
+    if (o->ring && (o == ds || same_group(o->ring, ds->ring)) && dring_avail(o->ring, &n)) sum += n;
+  return sum;
+}
+
+/* How long a drain naps while an entry it must take is held back. */
+#define HELD_NAP_NS 200000L
+
+/* Whether a drain that waits for t's held entry gives up: the client has
+ * gone, graphd is stopping, or (the session then marked hung) the entry
+ * stayed held for the ready timeout while other work waited behind it. */
+static bool held_give_up(gd_device *d, gd_worker *w, gd_dstream *t, uint64_t since_ns) {
+  worker_heartbeat(w); /* waiting is work: not a hang for the watchdog */
+  if (atomic_load(&t->client_gone) || worker_stopping(w)) return true;
+  double timeout = t->ring->ready_timeout_s;
+  if (timeout <= 0 || (double)(gd_now_ns() - since_ns) < timeout * 1e9) return false;
+  if (!worker_has_queued(w) && !ring_others_waiting(d, t)) return false;
+  GD_LOG(GD_WARN, "ring",
+         "session %llu: its entries stayed held back by --max-inflight-replays %u for the ready "
+         "timeout (%.1f s) while other work waited; cutting it off",
+         (unsigned long long)t->session_id, t->ring->max_inflight, timeout);
+  mark_hung(t);
+  return true;
+}
+
+void ring_drain(gd_device *d, gd_worker *w, gd_dstream *ds) {
+  if (!ds || !ds->ring) return;
+  /* Only what the client had published when the job began, in ds's ring
+   * (up to its tail then) and in its group's: a client that keeps its
+   * ring full cannot hold the worker, and entries published after the
+   * request are the poll's. */
+  uint64_t avail;
+  if (!dring_avail(ds->ring, &avail)) return;
+  uint64_t end = ds->ring->head + avail;
+  uint64_t budget = published(d, ds);
+  uint64_t held_since = 0;
+  bool held;
   gd_dstream *t;
-  while (ds && (t = next_for(d, ds, &held))) take_one(d, w, t, t->ring);
+  while (budget && ds->ring && (int64_t)(end - ds->ring->head) > 0 &&
+         (t = next_for(d, ds, &held))) {
+    if (held) {
+      /* The job behind them must follow them (on a GPU its ready wait
+       * could otherwise sit before theirs on the session stream): wait
+       * for the device to catch up, as the poll does, within bounds. */
+      if (!held_since) held_since = gd_now_ns();
+      if (held_give_up(d, w, t, held_since)) return;
+      struct timespec nap = {0, HELD_NAP_NS};
+      nanosleep(&nap, NULL);
+      continue;
+    }
+    held_since = 0;
+    uint64_t head = t->ring->head;
+    take_one(d, w, t, t->ring);
+    uint64_t took = t->ring->head - head;
+    if (!took) took = 1; /* a refusal that stops the ring still counts */
+    budget = took < budget ? budget - took : 0;
+  }
+}
+
+int ring_take_hung(gd_device *d, uint64_t *ids, int n) {
+  int k = 0;
+  for (gd_dstream *ds = dstream_first(d); ds && k < n; ds = ds->next)
+    if (ds->ring && ds->ring->hung && !ds->ring->hung_told) {
+      ds->ring->hung_told = true;
+      ids[k++] = ds->session_id;
+    }
+  return k;
 }
 
 bool ring_pending(gd_device *d) {

@@ -47,9 +47,24 @@ int ring_attach(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_ring_params
 /* RingProgram on the worker: program p gets handle h in ds's ring. */
 int ring_set_program(gd_dstream *ds, uint32_t h, const gd_regprog *p, char *err, size_t errlen);
 
-/* Runs every entry ds's client has published (before a job of its
- * session). ds may be NULL. */
+/* Runs the entries ds's client had published when the job began (before
+ * a job of its session), and those its order group numbered before them:
+ * no more, so that a client that keeps its ring full cannot hold the
+ * worker. An entry held back by --max-inflight-replays is waited for, as
+ * the poll would; past the ready timeout while other work waits, its
+ * session is marked hung (ring_take_hung) and the drain stops. ds may be
+ * NULL. */
 void ring_drain(gd_device *d, gd_worker *w, gd_dstream *ds);
+
+/* Whether another session's ring (not ds's order group) has an entry that
+ * may run now: ds's ready wait holds it up (the host backend's give-up). */
+bool ring_others_waiting(gd_device *d, const gd_dstream *ds);
+
+/* Sessions whose ring was marked hung since they were last asked (an
+ * entry's ready flag, or a drain's held entry, did not come within the
+ * ready timeout while others waited): at most n ids go to ids[]; returns
+ * how many. Their rings are read no more; the loop closes them. */
+int ring_take_hung(gd_device *d, uint64_t *ids, int n);
 
 /* Some ring of d has entries that may run now. */
 bool ring_pending(gd_device *d);
