@@ -983,11 +983,6 @@ class JaxTest(unittest.TestCase):
         (b,) = k.programs.values()
         self.assertEqual(c[0], (b.id_hex, [0, 1]))
         self.assertEqual(b.launches[0].grid, (2, 1, 1))
-        self.refused_backward()
-
-    def refused_backward(self):
-        with self.assertRaises(gw.Refused):
-            gw.jax_kernel(count, enable_backward=True)
 
     def test_warp_argument_checks(self):
         f = gw.jax_callable(jstep, num_outputs=2, in_out_argnames=["o"], device=90)

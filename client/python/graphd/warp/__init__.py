@@ -351,16 +351,19 @@ def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=N
     """Warp's jax_kernel, replayed through graphd: one launch of `kernel`
     over launch_dims (by default the first input array's shape), with
     block_dim threads per block (256 by default). Returns the outputs as a
-    list. enable_backward=True is refused: graphd has no gradient of a
-    program yet. module_preload_mode is accepted without effect."""
+    list. enable_backward=True differentiates it as Warp does: the adjoint
+    launch is a graphd program of its own (graphd.warp._grad). module_preload_mode
+    is accepted without effect."""
     wp, ctx, _ = warp_modules()
     if not isinstance(kernel, ctx.Kernel):
         raise TypeError(f"jax_kernel() takes a Warp kernel, not {type(kernel).__name__}")
-    if enable_backward:
-        raise Refused("signature", "enable_backward=True: graphd.warp does not differentiate through a graphd "
-                      "program yet; use Warp's jax_kernel for gradients", code="UNIMPLEMENTED")
     if block_dim is not None and (isinstance(block_dim, bool) or int(block_dim) <= 0):
         raise ValueError("jax_kernel(): block_dim must be positive.")
+    if enable_backward:
+        from ._grad import differentiable_kernel
+        return differentiable_kernel(jax_callable, kernel, num_outputs, vmap_method, launch_dims, output_dims,
+                                     in_out_argnames, module_preload_mode, has_side_effect, block_dim, mode=mode,
+                                     device=device, socket=socket)
     spec = FuncSpec.of_kernel(kernel, num_outputs, in_out_argnames=in_out_argnames)
     return JaxCallable(_Fn(None, spec, kernel=kernel, block_dim=block_dim), vmap_method=vmap_method,
                        output_dims=output_dims, has_side_effect=has_side_effect, mode=mode, graph_mode=None,

@@ -1,0 +1,294 @@
+"""graphd.warp's gradients without a GPU: jax_kernel(..., enable_backward=True)
+lowers to two graphd programs, the kernel's forward launch and its adjoint
+launch, and the adjoint program is what Warp's own backward runs: the input
+gradients zeroed, then the kernel's backward entry over the primal inputs,
+the primal outputs, the output cotangents and the input gradients, with
+the forward's launch dimensions and block size and the static scalars
+passed by value. jax.grad, jit(grad) and vmap lower to graphd calls of the
+right shapes. The kernels are the shapes Warp's own JAX tests
+differentiate. Skipped without warp or jax; CTest's test_python_warp runs
+it beside test_warp."""
+
+import ctypes
+import os
+import unittest
+
+try:
+    import numpy as np
+    import warp as wp
+    HAVE_WARP = True
+    WHY = ""
+except ImportError as e:
+    HAVE_WARP = False
+    WHY = f"warp is not importable ({e}); install warp-lang for these tests (docs/warp.md)"
+
+try:
+    import jax
+    import jax.numpy as jnp
+    HAVE_JAX = True
+except ImportError:
+    HAVE_JAX = False
+
+import _env
+from graphd import program as gprog
+
+if HAVE_WARP:
+    import graphd.warp as gw
+    from test_warp import custom_calls, natural_offsets, ptx_params
+
+    @wp.kernel
+    def scale_sum_square(a: wp.array(dtype=float), b: wp.array(dtype=float), s: float, c: wp.array(dtype=float)):
+        tid = wp.tid()
+        c[tid] = (a[tid] * s + b[tid]) ** 2.0
+
+    @wp.kernel
+    def two_outputs(a: wp.array(dtype=float), b: wp.array(dtype=float), s: float, c: wp.array(dtype=float),
+                    d: wp.array(dtype=float)):
+        tid = wp.tid()
+        c[tid] = a[tid] ** 2.0
+        d[tid] = a[tid] * b[tid] * s
+
+    @wp.kernel
+    def scale_vec(a: wp.array(dtype=wp.vec2), s: float, out: wp.array(dtype=wp.vec2)):
+        tid = wp.tid()
+        out[tid] = a[tid] * s
+
+    @wp.kernel
+    def scale_mat(a: wp.array(dtype=wp.mat22), s: float, out: wp.array(dtype=wp.mat22)):
+        tid = wp.tid()
+        out[tid] = a[tid] * s
+
+    @wp.kernel
+    def extra_axis(a: wp.array4d(dtype=float), b: wp.array4d(dtype=float)):
+        """A 3-D launch over 4-D arrays: the outer axis is looped over."""
+        i, j, k = wp.tid()
+        for m in range(a.shape[0]):
+            b[m, i, j, k] = a[m, i, j, k] * 2.0
+
+    @wp.kernel
+    def outer_2d(a: wp.array3d(dtype=float), b: wp.array3d(dtype=float)):
+        i, j = wp.tid()
+        for m in range(a.shape[0]):
+            b[m, i, j] = a[m, i, j] * 2.0
+
+    @wp.kernel(module="unique")
+    def times_block(a: wp.array(dtype=float), b: wp.array(dtype=float)):
+        tid = wp.tid()
+        b[tid] = a[tid] * float(wp.block_dim())
+
+    @wp.kernel(enable_backward=False)
+    def no_adjoint(a: wp.array(dtype=float), b: wp.array(dtype=float)):
+        tid = wp.tid()
+        b[tid] = a[tid]
+
+ARCH = 90
+
+
+@unittest.skipUnless(HAVE_WARP and HAVE_JAX, WHY or "jax is not importable")
+class AdjointProgramTest(unittest.TestCase):
+    def setUp(self):
+        if _env.INSTALLED:
+            _env.path(self, "GRAPHD_LIB")
+            _env.path(self, "GRAPHD_XLA_LIB")
+        elif not os.environ.get("GRAPHD_XLA_LIB") or not os.environ.get("GRAPHD_LIB"):
+            raise unittest.SkipTest("$GRAPHD_LIB or $GRAPHD_XLA_LIB is not set (libgraphd_xla not built)")
+
+    def lower(self, f, *args, static=()):
+        return jax.jit(f, static_argnums=static).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+    def only(self, callable_):
+        (b,) = callable_.programs.values()
+        return b
+
+    def launch(self, built):
+        (l,) = built.launches
+        return l, built.program._steps[l.step]
+
+    def check_ptx(self, l):
+        """The launch's parameters are the backward entry's, as Warp's PTX lists them."""
+        ptx = gw.compile_module(l.kernel.module, l.block_dim, ARCH, ptx=True).data
+        want = natural_offsets(ptx_params(ptx, l.entry))
+        self.assertEqual([(off, size) for _, off, size, _, _ in l.params], want, l.entry)
+
+    def bounds(self, step, ndim):
+        """(shape, size) of the ndim-dimensional launch bounds that start
+        the parameters (the size after the shape, 8-aligned)."""
+        shape = [int.from_bytes(step.data[4 * i:4 * i + 4], "little") for i in range(ndim)]
+        at = 8 if ndim <= 2 else 16
+        return shape, int.from_bytes(step.data[at:at + 8], "little")
+
+    def test_jit_of_grad_is_the_forward_then_the_adjoint_program(self):
+        k = gw.jax_kernel(scale_sum_square, num_outputs=1, enable_backward=True, device=ARCH)
+        self.assertIsInstance(k, gw._grad.DifferentiableKernel)
+
+        def loss(a, b, s):
+            return jnp.sum(k(a, b, s)[0])
+
+        n = 1000
+        a = jnp.zeros(n, jnp.float32)
+        calls = custom_calls(self.lower(jax.grad(loss, argnums=(0, 1)), a, a, 2.0, static=(2,)))
+        fwd, bwd = self.only(k.forward), self.only(k.backward)
+        # The forward: a, b in, c out. The adjoint: a, b, c and c's
+        # cotangent in, the gradients of a and b out.
+        self.assertEqual(calls, [(fwd.id_hex, [0, 1, 2]), (bwd.id_hex, [0, 1, 2, 3, 4, 5])])
+        self.assertEqual([(s.role, s.name, s.nbytes) for s in bwd.slots],
+                         [("input", "a", 4 * n), ("input", "b", 4 * n), ("input", "c", 4 * n),
+                          ("input", "adj_c", 4 * n), ("output", "adj_a", 4 * n), ("output", "adj_b", 4 * n)])
+        # Warp's backward zeroes the input gradients, then launches the adjoint.
+        st = bwd.program._steps
+        self.assertEqual([s.kind for s in st], [gprog.STEP_MEMSET, gprog.STEP_MEMSET, gprog.STEP_LAUNCH])
+        self.assertEqual([(s.slot, s.offset, s.nbytes, s.value) for s in st[:2]], [(4, 0, 4 * n, 0), (5, 0, 4 * n, 0)])
+        l, step = self.launch(bwd)
+        self.assertRegex(l.entry, r"^scale_sum_square_[0-9a-f]{8}_cuda_kernel_backward$")
+        self.assertIn(l.entry.encode(), l.module.data)
+        (fl,) = fwd.launches
+        self.assertEqual(fl.entry, l.entry.replace("_backward", "_forward"))
+        self.assertIs(fl.module, l.module)  # one module holds both entries
+        self.check_ptx(l)
+        data = 0  # the array descriptor's data pointer: the patched field
+        self.assertEqual([(p[0], p[4]) for p in l.params],
+                         [("dim", []), ("a", [(data, 0, 0)]), ("b", [(data, 1, 0)]), ("s", []), ("c", [(data, 2, 0)]),
+                          ("adj_a", [(data, 4, 0)]), ("adj_b", [(data, 5, 0)]), ("adj_s", []),
+                          ("adj_c", [(data, 3, 0)])])
+        # The static scalar is passed by value to both the primal and the
+        # adjoint parameter, as Warp passes it.
+        for name in ("s", "adj_s"):
+            _, off, size, _, _ = [p for p in l.params if p[0] == name][0]
+            self.assertEqual(bytes(step.data[off:off + size]), bytes(ctypes.c_float(2.0)))
+        self.assertEqual(self.bounds(step, 1), ([n], n))
+        self.assertEqual((l.grid, l.block_dim), ((4, 1, 1), 256))
+        # Another static value: other programs, forward and adjoint.
+        again = custom_calls(self.lower(jax.grad(loss, argnums=(0, 1)), a, a, 3.0, static=(2,)))
+        self.assertEqual(len(k.forward.programs) + len(k.backward.programs), 4)
+        self.assertNotEqual(again[0][0], fwd.id_hex)
+        self.assertNotEqual(again[1][0], bwd.id_hex)
+        # jax.grad alone (no jit around it) traces the same two calls.
+        da, db = jax.eval_shape(jax.grad(lambda a, b: loss(a, b, 2.0), argnums=(0, 1)), a, a)
+        self.assertEqual([(x.shape, x.dtype) for x in (da, db)], [((n,), jnp.float32)] * 2)
+
+    def test_two_outputs_have_two_cotangents(self):
+        k = gw.jax_kernel(two_outputs, num_outputs=2, enable_backward=True, device=ARCH)
+
+        def loss(a, b):
+            c, d = k(a, b, 2.0)
+            return jnp.sum(c + d)
+
+        a = jnp.zeros(64, jnp.float32)
+        calls = custom_calls(self.lower(jax.grad(loss, argnums=(0, 1)), a, a))
+        bwd = self.only(k.backward)
+        self.assertEqual(calls[1], (bwd.id_hex, list(range(8))))
+        self.assertEqual([(s.role, s.name) for s in bwd.slots],
+                         [("input", "a"), ("input", "b"), ("input", "c"), ("input", "d"), ("input", "adj_c"),
+                          ("input", "adj_d"), ("output", "adj_a"), ("output", "adj_b")])
+        l, _ = self.launch(bwd)
+        self.check_ptx(l)
+        self.assertEqual([(p[0], p[4]) for p in l.params][6:],
+                         [("adj_a", [(0, 6, 0)]), ("adj_b", [(0, 7, 0)]), ("adj_s", []), ("adj_c", [(0, 4, 0)]),
+                          ("adj_d", [(0, 5, 0)])])
+
+    def test_vector_and_matrix_arrays(self):
+        for kernel, inner in ((scale_vec, (2,)), (scale_mat, (2, 2))):
+            with self.subTest(kernel=kernel.key):
+                k = gw.jax_kernel(kernel, num_outputs=1, enable_backward=True, device=ARCH)
+                a = jnp.zeros((6,) + inner, jnp.float32)
+                g = jax.grad(lambda a: jnp.sum(k(a, 3.0)[0]))
+                calls = custom_calls(self.lower(g, a))
+                bwd = self.only(k.backward)
+                self.assertEqual(calls[1][0], bwd.id_hex)
+                nbytes = 4 * int(np.prod((6,) + inner))
+                self.assertEqual([(s.name, s.nbytes) for s in bwd.slots],
+                                 [("a", nbytes), ("out", nbytes), ("adj_out", nbytes), ("adj_a", nbytes)])
+                self.assertEqual(jax.eval_shape(g, a).shape, (6,) + inner)
+                l, step = self.launch(bwd)
+                self.check_ptx(l)
+                self.assertEqual(self.bounds(step, 1), ([6], 6))
+
+    def test_launch_dims_are_the_adjoints_too(self):
+        n = 8
+        k = gw.jax_kernel(extra_axis, num_outputs=1, launch_dims=(n, n, n), enable_backward=True, device=ARCH)
+        a = jnp.zeros((4, n, n, n), jnp.float32)
+        # The output has the input's shape, not the launch's.
+        self.assertEqual(jax.eval_shape(lambda a: k(a)[0], a).shape, (4, n, n, n))
+        g = jax.grad(lambda a: jnp.sum(k(a)[0]))
+        self.assertEqual(jax.eval_shape(g, a).shape, (4, n, n, n))
+        custom_calls(self.lower(g, a))
+        for built in (self.only(k.forward), self.only(k.backward)):
+            _, step = self.launch(built)
+            self.assertEqual(self.bounds(step, 3), ([n, n, n], n ** 3))
+        self.assertEqual([(s.name, s.nbytes) for s in self.only(k.backward).slots],
+                         [("a", 4 * 4 * n ** 3), ("b", 4 * 4 * n ** 3), ("adj_b", 4 * 4 * n ** 3),
+                          ("adj_a", 4 * 4 * n ** 3)])
+        # Other launch dims: another wrapper with programs of its own.
+        small = gw.jax_kernel(extra_axis, num_outputs=1, launch_dims=(4, 4, 4), enable_backward=True, device=ARCH)
+        self.assertIsNot(small.backward, k.backward)
+        custom_calls(self.lower(jax.grad(lambda a: jnp.sum(small(a)[0])), jnp.zeros((2, 4, 4, 4), jnp.float32)))
+        _, step = self.launch(self.only(small.backward))
+        self.assertEqual(self.bounds(step, 3), ([4, 4, 4], 64))
+
+    def test_vmap_folds_the_batch_into_both_programs(self):
+        outer, inner, n = 3, 4, 8
+        k = gw.jax_kernel(outer_2d, num_outputs=1, launch_dims=(n, n), enable_backward=True, device=ARCH)
+        batched = jax.vmap(k)
+        a = jnp.zeros((outer, inner, n, n), jnp.float32)
+        self.assertEqual(jax.eval_shape(lambda a: batched(a)[0], a).shape, (outer, inner, n, n))
+        g = jax.grad(lambda a: jnp.sum(batched(a)[0]))
+        self.assertEqual(jax.eval_shape(g, a).shape, (outer, inner, n, n))
+        calls = custom_calls(self.lower(g, a))
+        # (Tracing the vmapped function also builds the unbatched programs.)
+        fwd, bwd = [{b.id_hex: b for b in c.programs.values()}[i] for c, (i, _) in zip((k.forward, k.backward), calls)]
+        self.assertEqual(len(calls), 2)
+        # One program for the whole batch, as Warp folds it: the batch axis
+        # into the first, the launch over (n, n).
+        whole = 4 * outer * inner * n * n
+        self.assertEqual([s.nbytes for s in fwd.slots], [whole] * 2)
+        self.assertEqual([s.nbytes for s in bwd.slots], [whole] * 4)
+        for built in (fwd, bwd):
+            _, step = self.launch(built)
+            self.assertEqual(self.bounds(step, 2), ([n, n], n * n))
+
+    def test_block_dim_is_the_adjoints_too(self):
+        for block_dim, grid in ((None, 1), (64, 4), (np.int64(128), 2)):
+            with self.subTest(block_dim=block_dim):
+                k = gw.jax_kernel(times_block, num_outputs=1, block_dim=block_dim, enable_backward=True, device=ARCH)
+                self.assertEqual(k.block_dim, None if block_dim is None else int(block_dim))
+                custom_calls(self.lower(jax.grad(lambda a: jnp.sum(k(a)[0])), jnp.zeros(256, jnp.float32)))
+                want = 256 if block_dim is None else int(block_dim)
+                for built in (self.only(k.forward), self.only(k.backward)):
+                    l, _ = self.launch(built)
+                    self.assertEqual((l.block_dim, l.grid, l.module.block_dim), (want, (grid, 1, 1), want))
+
+    def test_warp_refusals_and_cache(self):
+        with self.assertRaises(NotImplementedError):
+            gw.jax_kernel(scale_sum_square, output_dims={"c": (8,)}, enable_backward=True, device=ARCH)
+        with self.assertRaises(NotImplementedError):
+            gw.jax_kernel(two_outputs, num_outputs=2, in_out_argnames=["c"], enable_backward=True, device=ARCH)
+        k = gw.jax_kernel(scale_sum_square, launch_dims=(8,), enable_backward=True, device=ARCH)
+        a = jnp.zeros(8, jnp.float32)
+        with self.assertRaisesRegex(TypeError, "launch_dims cannot be overridden per-call"):
+            k(a, a, 1.0, launch_dims=(8,))
+        with self.assertRaisesRegex(TypeError, "output_dims is not supported"):
+            k(a, a, 1.0, output_dims={"c": (8,)})
+        with self.assertRaisesRegex(TypeError, "vmap_method cannot be overridden per-call"):
+            k(a, a, 1.0, vmap_method="sequential")
+        # The same arguments share one differentiable function, as in Warp.
+        again = gw.jax_kernel(scale_sum_square, launch_dims=(8,), enable_backward=True, device=ARCH)
+        self.assertIs(again.forward, k.forward)
+        self.assertIs(again.backward, k.backward)
+
+    def test_kernel_without_an_adjoint_is_refused(self):
+        k = gw.jax_kernel(no_adjoint, num_outputs=1, enable_backward=True, device=ARCH)
+        with self.assertRaisesRegex(gw.Refused, "no_adjoint is compiled without its adjoint"):
+            self.lower(jax.grad(lambda a: jnp.sum(k(a)[0])), jnp.zeros(8, jnp.float32))
+
+    def test_install(self):
+        import warp
+        try:
+            gw.install()
+            k = warp.jax_kernel(scale_sum_square, enable_backward=True, device=ARCH)
+            self.assertIsInstance(k, gw._grad.DifferentiableKernel)
+        finally:
+            gw.uninstall()
+
+
+if __name__ == "__main__":
+    unittest.main()
