@@ -1,7 +1,17 @@
 /* A stand-in libcuda for the driver-loading tests: it reports the version
  * FAKE_DRIVER_VERSION and a driver with no usable device. Never a CUDA
- * simulator: every entry point but the few below fails. */
+ * simulator: every entry point but the few below fails.
+ *
+ * Built with FAKE_CUDA_MEM, it has a device for the XLA handler's copies
+ * of unmappable memory (tests/test_xla.c): cuMemAlloc memory is host
+ * memory that graphd could map (legacy IPC); any other address is device
+ * memory that nobody can map, as a compiled module's constants are. Copies
+ * run at once. An event recorded while fake_cuda_hold(1) is in force is
+ * pending until fake_cuda_finish() (or a wait on it): that is a call still
+ * queued on its stream. */
 #include <cuda.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 __attribute__((visibility("default"))) CUresult cuDriverGetVersion(int *v) {
@@ -11,8 +21,117 @@ __attribute__((visibility("default"))) CUresult cuDriverGetVersion(int *v) {
 
 static CUresult fake_init(unsigned flags) {
   (void)flags;
+#ifdef FAKE_CUDA_MEM
+  return CUDA_SUCCESS;
+#else
   return CUDA_ERROR_NO_DEVICE;
+#endif
 }
+
+#ifdef FAKE_CUDA_MEM
+enum { MAX_ALLOCS = 4096 };
+static struct {
+  CUdeviceptr p;
+  size_t bytes;
+} allocs[MAX_ALLOCS];
+static int nallocs, hold;
+static unsigned long long recorded, finished; /* event tickets */
+
+typedef struct fake_event {
+  unsigned long long ticket; /* 0: nothing pending */
+} fake_event;
+
+static int find_alloc(CUdeviceptr p) {
+  for (int i = 0; i < nallocs; i++)
+    if (p >= allocs[i].p && p < allocs[i].p + allocs[i].bytes) return i;
+  return -1;
+}
+
+/* Live cuMemAlloc allocations. */
+__attribute__((visibility("default"))) int fake_cuda_allocs(void) { return nallocs; }
+
+/* While on, recorded events stay pending until fake_cuda_finish. */
+__attribute__((visibility("default"))) void fake_cuda_hold(int on) { hold = on; }
+
+/* Everything recorded so far has run. */
+__attribute__((visibility("default"))) void fake_cuda_finish(void) { finished = recorded; }
+
+static CUresult fake_mem_alloc(CUdeviceptr *p, size_t bytes) {
+  void *m = malloc(bytes ? bytes : 1);
+  if (!m || nallocs == MAX_ALLOCS) {
+    free(m);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *p = (CUdeviceptr)(uintptr_t)m;
+  allocs[nallocs].p = *p;
+  allocs[nallocs++].bytes = bytes ? bytes : 1;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_mem_free(CUdeviceptr p) {
+  int i = find_alloc(p);
+  if (i < 0 || allocs[i].p != p) return CUDA_ERROR_INVALID_VALUE;
+  free((void *)(uintptr_t)p);
+  allocs[i] = allocs[--nallocs];
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s) {
+  (void)s;
+  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, bytes);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_pointer_attribute(void *data, CUpointer_attribute a, CUdeviceptr p) {
+  switch (a) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned *)data = CU_MEMORYTYPE_DEVICE; return 0;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      *(int *)data = find_alloc(p) >= 0;
+      return 0;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = p; return 0;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+static CUresult fake_event_create(CUevent *e, unsigned flags) {
+  (void)flags;
+  fake_event *f = calloc(1, sizeof *f);
+  if (!f) return CUDA_ERROR_OUT_OF_MEMORY;
+  *e = (CUevent)f;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_event_destroy(CUevent e) {
+  free(e);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_event_record(CUevent e, CUstream s) {
+  (void)s;
+  ((fake_event *)e)->ticket = hold ? ++recorded : 0;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_event_query(CUevent e) {
+  unsigned long long t = ((fake_event *)e)->ticket;
+  return t == 0 || t <= finished ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+static CUresult fake_event_sync(CUevent e) {
+  if (((fake_event *)e)->ticket > finished) finished = ((fake_event *)e)->ticket;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_stream_wait_event(CUstream s, CUevent e, unsigned flags) {
+  (void)s, (void)e, (void)flags;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_sync(void) {
+  finished = recorded;
+  return CUDA_SUCCESS;
+}
+#endif
 
 static CUresult fake_error_name(CUresult r, const char **s) {
   *s = r == CUDA_ERROR_NO_DEVICE ? "CUDA_ERROR_NO_DEVICE" : "CUDA_ERROR_NOT_SUPPORTED";
@@ -29,6 +148,30 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(
     *pfn = (void *)fake_init;
   else if (strcmp(symbol, "cuGetErrorName") == 0 || strcmp(symbol, "cuGetErrorString") == 0)
     *pfn = (void *)fake_error_name;
+#ifdef FAKE_CUDA_MEM
+  else if (strcmp(symbol, "cuMemAlloc") == 0)
+    *pfn = (void *)fake_mem_alloc;
+  else if (strcmp(symbol, "cuMemFree") == 0)
+    *pfn = (void *)fake_mem_free;
+  else if (strcmp(symbol, "cuMemcpyDtoDAsync") == 0)
+    *pfn = (void *)fake_memcpy_async;
+  else if (strcmp(symbol, "cuPointerGetAttribute") == 0)
+    *pfn = (void *)fake_pointer_attribute;
+  else if (strcmp(symbol, "cuEventCreate") == 0)
+    *pfn = (void *)fake_event_create;
+  else if (strcmp(symbol, "cuEventDestroy") == 0)
+    *pfn = (void *)fake_event_destroy;
+  else if (strcmp(symbol, "cuEventRecord") == 0)
+    *pfn = (void *)fake_event_record;
+  else if (strcmp(symbol, "cuEventQuery") == 0)
+    *pfn = (void *)fake_event_query;
+  else if (strcmp(symbol, "cuEventSynchronize") == 0)
+    *pfn = (void *)fake_event_sync;
+  else if (strcmp(symbol, "cuStreamWaitEvent") == 0)
+    *pfn = (void *)fake_stream_wait_event;
+  else if (strcmp(symbol, "cuCtxSynchronize") == 0 || strcmp(symbol, "cuStreamSynchronize") == 0)
+    *pfn = (void *)fake_sync;
+#endif
   else
     *pfn = (void *)fake_unsupported;
   if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;

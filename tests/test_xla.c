@@ -2,10 +2,13 @@
  * attribute and argument errors, no daemon, and a call that reaches a
  * daemon and syncs its program. A fake XLA_FFI_Api records the errors. */
 #include <check.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../client/xla/bounce.h"
 #include "harness.h"
 #include "graphd/xla.h"
 
@@ -373,6 +376,129 @@ START_TEST(test_xla_call_reaches_the_daemon_and_syncs_its_program) {
 }
 END_TEST
 
+/* --- The copies of memory graphd cannot map (client/xla/bounce.c), on a
+ * fake driver (tests/fake_cuda.c) whose cuMemAlloc memory graphd maps and
+ * whose other addresses it cannot. */
+
+static void (*hold)(int);
+static void (*finish)(void);
+static int (*live_allocs)(void);
+
+static void fake_driver(void) {
+  const char *lib = FAKE_CUDA_DIR "/libfake_cuda_mem.so";
+  setenv("GRAPHD_LIBCUDA", lib, 1);
+  const gd_cuda *cu;
+  char err[256];
+  ck_assert_msg(gd_cuda_load(&cu, err, sizeof err) == 0, "%s", err);
+  void *h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
+  ck_assert_ptr_nonnull(h);
+  *(void **)&hold = dlsym(h, "fake_cuda_hold");
+  *(void **)&finish = dlsym(h, "fake_cuda_finish");
+  *(void **)&live_allocs = dlsym(h, "fake_cuda_allocs");
+  ck_assert(hold && finish && live_allocs);
+}
+
+enum { NBUF = 64, NFLOAT = 11 }; /* 44 bytes, as in the field */
+static float bufs[NBUF][NFLOAT];
+
+/* One call through the table as the handler makes it: the bindings of
+ * buffers idx[0..n) (operands and results both), copies added, the copies
+ * in, a "replay" that adds 1 to every element it is bound to, the copies
+ * out. Fails the test unless every buffer came back incremented. */
+static void bounce_call(xla_bounce_table *t, const int *idx, int n) {
+  graphd_binding b[8];
+  uint8_t dir[8];
+  float want[8][NFLOAT];
+  for (int i = 0; i < n; i++) {
+    b[i] = (graphd_binding){
+        .slot = (uint32_t)i, .ptr = (uint64_t)(uintptr_t)bufs[idx[i]], .bytes = sizeof bufs[0]};
+    dir[i] = XLA_DIR_IN | XLA_DIR_OUT;
+    for (int k = 0; k < NFLOAT; k++) want[i][k] = bufs[idx[i]][k] + 1.0f;
+  }
+  char err[512] = "";
+  pthread_mutex_lock(&t->lock);
+  ck_assert_msg(xla_bounce_add(t, b, n, err, sizeof err) >= 0, "%s", err);
+  xla_bounce_call call;
+  ck_assert_int_eq(xla_bounce_begin(t, b, dir, n, (CUstream)0x5eed, &call, err, sizeof err),
+                   GRAPHD_OK);
+  ck_assert(call.any);
+  for (int i = 0; i < n; i++) {
+    ck_assert_msg(call.use[i].ptr != b[i].ptr, "buffer %d is bound without a copy", idx[i]);
+    float *copy = (float *)(uintptr_t)call.use[i].ptr;
+    for (int k = 0; k < NFLOAT; k++) copy[k] += 1.0f;
+  }
+  ck_assert_int_eq(xla_bounce_end(t, &call, b, dir, n, true, err, sizeof err), GRAPHD_OK);
+  pthread_mutex_unlock(&t->lock);
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(memcmp(bufs[idx[i]], want[i], sizeof want[i]) == 0, "buffer %d", idx[i]);
+}
+
+static bool has_copy(xla_bounce_table *t, int idx) {
+  return xla_bounce_find(t, (uint64_t)(uintptr_t)bufs[idx], sizeof bufs[0]) != NULL;
+}
+
+START_TEST(test_xla_copies_past_the_cap_free_the_least_recently_used) {
+  fake_driver();
+  xla_bounce_table t;
+  xla_bounce_init(&t, 4);
+  /* Buffer 0 (a constant every call binds) with one new buffer per call:
+   * far more distinct buffers than the table holds, and every call works. */
+  for (int k = 1; k <= 20; k++) bounce_call(&t, (int[]){0, k}, 2);
+  ck_assert_int_eq(t.n, 4);
+  ck_assert_int_eq(live_allocs(), 4);
+  ck_assert(has_copy(&t, 0)); /* used by every call: never the least recent */
+  for (int k = 1; k <= 17; k++) ck_assert_msg(!has_copy(&t, k), "buffer %d kept", k);
+  for (int k = 18; k <= 20; k++) ck_assert_msg(has_copy(&t, k), "buffer %d freed", k);
+  /* A full table and a call that brings several new buffers at once. */
+  bounce_call(&t, (int[]){30, 31, 32, 33, 34}, 5);
+  ck_assert_int_eq(t.n, 5); /* the call's own five: none freed for another */
+  for (int k = 30; k <= 34; k++) ck_assert(has_copy(&t, k));
+  bounce_call(&t, (int[]){0, 20, 40}, 3);
+  ck_assert_int_eq(t.n, 4);
+  ck_assert_int_eq(live_allocs(), 4);
+  ck_assert(has_copy(&t, 0) && has_copy(&t, 20) && has_copy(&t, 40));
+  xla_bounce_close(&t);
+  ck_assert_int_eq(live_allocs(), 0);
+}
+END_TEST
+
+START_TEST(test_xla_copies_a_queued_call_uses_are_not_freed) {
+  fake_driver();
+  xla_bounce_table t;
+  xla_bounce_init(&t, 4);
+  /* Buffer 1's call is still queued on the stream (its event pending);
+   * the calls of 2, 3 and 4 have run. */
+  hold(1);
+  bounce_call(&t, (int[]){1}, 1);
+  hold(0);
+  for (int k = 2; k <= 4; k++) bounce_call(&t, (int[]){k}, 1);
+  /* The least recently used copy is 1's, but a queued call uses it: the
+   * next least recent goes instead. */
+  bounce_call(&t, (int[]){5}, 1);
+  ck_assert(has_copy(&t, 1) && !has_copy(&t, 2));
+  bounce_call(&t, (int[]){6}, 1);
+  ck_assert(has_copy(&t, 1) && !has_copy(&t, 3));
+  ck_assert_int_eq(t.n, 4);
+  /* Once it has run, 1's copy is the one to go. */
+  finish();
+  bounce_call(&t, (int[]){7}, 1);
+  ck_assert(!has_copy(&t, 1));
+  for (int k = 4; k <= 7; k++) ck_assert_msg(has_copy(&t, k), "buffer %d freed", k);
+  ck_assert_int_eq(t.n, 4);
+  ck_assert_int_eq(live_allocs(), 4);
+  /* Every copy used by a queued call: the table grows rather than fail or
+   * free one of them. */
+  hold(1);
+  for (int k = 10; k <= 15; k++) bounce_call(&t, (int[]){k}, 1);
+  ck_assert_int_eq(t.n, 6);
+  for (int k = 10; k <= 15; k++) ck_assert(has_copy(&t, k));
+  ck_assert_int_eq(live_allocs(), 6);
+  finish();
+  xla_bounce_close(&t);
+  ck_assert_int_eq(live_allocs(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("xla");
   TCase *tc = tcase_create("xla");
@@ -386,6 +512,8 @@ int main(void) {
   tcase_add_test(tc, test_xla_inout_slots_are_bound_once);
   tcase_add_test(tc, test_xla_empty_buffers_and_many_buffers);
   tcase_add_test(tc, test_xla_call_reaches_the_daemon_and_syncs_its_program);
+  tcase_add_test(tc, test_xla_copies_past_the_cap_free_the_least_recently_used);
+  tcase_add_test(tc, test_xla_copies_a_queued_call_uses_are_not_freed);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }

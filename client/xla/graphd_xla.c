@@ -37,6 +37,7 @@
 
 #include "../../common/cuda_driver.h"
 #include "../../proto/hex.h"
+#include "bounce.h"
 #include "graphd/graphd.h"
 #include "graphd/xla.h"
 
@@ -52,8 +53,9 @@ GRAPHD_STATUS_LIST(GRAPHD_XLA_SAME_)
  * (proto/program.h), each named at most once among the operands and once
  * among the results. */
 #define MAX_BUFFERS 8192
-/* Distinct unmappable buffers a device's calls may bounce through copies. */
-#define MAX_BOUNCES 256
+/* Copies of unmappable buffers a device keeps before it frees the least
+ * recently used idle ones (bounce.h): a soft cap, never a wall. */
+#define BOUNCE_CAP 256
 
 typedef struct dev_session {
   uint8_t uuid[16];
@@ -66,19 +68,9 @@ typedef struct dev_session {
   int nstreams;
   int refs;     /* calls using c now */
   bool dropped; /* out of the table; the last call closes it */
-  /* Buffers of this device that graphd cannot map (see "Bounce
-   * copies" below), each with a copy of its own; guarded by bounce_lock. */
-  pthread_mutex_t bounce_lock;
-  struct bounce {
-    uint64_t src, bytes;
-    CUdeviceptr copy;
-    /* Module memory (not pool memory): under XLA only a compiled module's
-     * constants, which nothing writes. Copied in once, and again only when
-     * the allocation at src is another one (its buffer id, src_id). */
-    bool constant, filled;
-    unsigned long long src_id;
-  } bounces[MAX_BOUNCES];
-  int nbounces;
+  /* Buffers of this device that graphd cannot map, each with a copy of
+   * its own (bounce.h); guarded by bounces.lock. */
+  xla_bounce_table bounces;
 } dev_session;
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -269,7 +261,7 @@ static dev_session *session_get(const uint8_t uuid[16], char *err, size_t errlen
     return NULL;
   }
   memcpy(d->uuid, uuid, 16);
-  pthread_mutex_init(&d->bounce_lock, NULL);
+  xla_bounce_init(&d->bounces, BOUNCE_CAP);
   d->refs = 1;
   sessions[nsessions++] = d;
   return d;
@@ -292,10 +284,7 @@ static void session_put(dev_session *d, bool unavailable) {
   if (!last) return;
   for (int i = 0; i < d->nstreams; i++) graphd_stream_detach(d->streams[i].s);
   graphd_close(d->c);
-  const gd_cuda *cu;
-  if (d->nbounces && gd_cuda_load(&cu, NULL, 0) == 0)
-    for (int i = 0; i < d->nbounces; i++) cu->cuMemFree(d->bounces[i].copy);
-  pthread_mutex_destroy(&d->bounce_lock);
+  xla_bounce_close(&d->bounces);
   free(d);
 }
 
@@ -327,9 +316,6 @@ static XLA_FFI_Error *metadata(XLA_FFI_CallFrame *cf) {
   return NULL;
 }
 
-/* Which way a bound buffer's data goes: an operand's in, a result's out. */
-enum { DIR_IN = 1, DIR_OUT = 2 };
-
 /* The bindings of a call's buffers: slot[i] for operand i, then for each
  * result. A result aliased to an operand (an in-out slot) is the same
  * buffer, bound once; slot -1 names an empty buffer, bound to nothing.
@@ -337,7 +323,7 @@ enum { DIR_IN = 1, DIR_OUT = 2 };
  * the operand's, the result's buffer is bound and from[] holds the
  * operand's address, to be copied into it first (the operand is left as it
  * is). *out is malloc'd (the caller frees it) and holds the n bindings,
- * then from[] and dir[] (DIR_IN and DIR_OUT) for each. NULL or the error. */
+ * then from[] and dir[] (XLA_DIR_IN and XLA_DIR_OUT) for each. NULL or the error. */
 static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFrame *cf,
                                    const int64_t *slot, int64_t nargs, int64_t nrets,
                                    graphd_binding **out, uint64_t **from, uint8_t **dir,
@@ -397,7 +383,7 @@ static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFra
       int32_t j = at[h];
       uint64_t ptr = (uint64_t)(uintptr_t)buf->data;
       if (b[j].ptr != ptr) {
-        if (is_arg || d[j] != DIR_IN || b[j].bytes != bytes) {
+        if (is_arg || d[j] != XLA_DIR_IN || b[j].bytes != bytes) {
           e = fail(api, GRAPHD_INVALID_ARGUMENT,
                    "slot %lld is given two different buffers (an inout slot takes one operand "
                    "and one result of its size)",
@@ -407,12 +393,12 @@ static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFra
         f[j] = b[j].ptr;
         b[j].ptr = ptr;
       }
-      d[j] |= is_arg ? DIR_IN : DIR_OUT;
+      d[j] |= is_arg ? XLA_DIR_IN : XLA_DIR_OUT;
       continue;
     }
     at[h] = (int32_t)nb;
     f[nb] = 0;
-    d[nb] = is_arg ? DIR_IN : DIR_OUT;
+    d[nb] = is_arg ? XLA_DIR_IN : XLA_DIR_OUT;
     b[nb].slot = (uint32_t)slot[i];
     b[nb].ptr = (uint64_t)(uintptr_t)buf->data;
     b[nb].bytes = bytes;
@@ -430,124 +416,15 @@ static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFra
   return NULL;
 }
 
-/* --- Bounce copies ----------------------------------------------------------
+/* --- Bounce copies ---------------------------------------------------------
  * XLA may hand the handler memory that no other process can map: the
- * constants of a compiled module (an array the jitted function closes over,
- * or one a library makes inside it), and stream-ordered pool memory. A
- * replay that binds such a buffer is refused by libgraphd before anything
- * is queued. The handler then gives each such buffer a copy of its own,
- * from cuMemAlloc (which graphd maps), and from then on binds the copy:
- * on the call's stream, an operand is copied into it before the replay
- * and a result out of it after. Buffers that graphd maps cost nothing
- * here. A module's constant (module memory bound as an input only) is
- * copied once and again only when the memory at its address is another
- * allocation: nothing writes a constant, and a module unloaded and another
- * loaded there is a new allocation with a new buffer id. Pool memory
- * costs its copies on every call. */
-
-/* Device memory at ptr that graphd cannot map (libgraphd's region.c takes
- * legacy IPC and POSIX-fd VMM memory, and refuses pool memory): UNMAP_POOL
- * or UNMAP_MODULE (neither pool memory nor exportable: a module's memory);
- * MAPPABLE for memory that graphd maps, and for anything that is not
- * device memory, whose refusal stands. */
-enum { MAPPABLE, UNMAP_POOL, UNMAP_MODULE };
-static int unmappable(const gd_cuda *cu, uint64_t ptr) {
-  unsigned kind = gd_cuda_mem_kind(cu, (CUdeviceptr)ptr);
-  if (!(kind & GD_CUDA_MEM_DEVICE)) return MAPPABLE;
-  if (kind & GD_CUDA_MEM_POOL) return UNMAP_POOL;
-  return kind & (GD_CUDA_MEM_LEGACY_IPC | GD_CUDA_MEM_VMM_FD) ? MAPPABLE : UNMAP_MODULE;
-}
-
-/* Where (src, bytes) is or would go among d's copies, which are kept in
- * order of src, then bytes: every binding of every call is looked up. */
-static int bounce_at(const dev_session *d, uint64_t src, uint64_t bytes) {
-  int lo = 0, hi = d->nbounces;
-  while (lo < hi) {
-    int mid = lo + (hi - lo) / 2;
-    const struct bounce *m = &d->bounces[mid];
-    if (m->src < src || (m->src == src && m->bytes < bytes))
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
-static struct bounce *bounce_find(dev_session *d, uint64_t src, uint64_t bytes) {
-  int i = bounce_at(d, src, bytes);
-  return i < d->nbounces && d->bounces[i].src == src && d->bounces[i].bytes == bytes
-             ? &d->bounces[i]
-             : NULL;
-}
-
-/* Gives every binding that graphd cannot map a copy of its own. Returns
- * how many were added; -1, with err saying why, when one could not be. */
-static int bounce_add(dev_session *d, const graphd_binding *b, int64_t nb, char *err,
-                      size_t errlen) {
-  const gd_cuda *cu;
-  if (gd_cuda_load(&cu, NULL, 0) < 0) return 0;
-  int added = 0;
-  pthread_mutex_lock(&d->bounce_lock);
-  for (int64_t i = 0; i < nb; i++) {
-    int kind;
-    if (bounce_find(d, b[i].ptr, b[i].bytes) || (kind = unmappable(cu, b[i].ptr)) == MAPPABLE)
-      continue;
-    if (d->nbounces == MAX_BOUNCES && added == 0) {
-      /* Full, mostly of buffers that are gone (the constants of programs
-       * XLA has dropped): once the GPU is done with every copy, start over. */
-      if (cu->cuCtxSynchronize() == CUDA_SUCCESS) {
-        for (int k = 0; k < d->nbounces; k++) cu->cuMemFree(d->bounces[k].copy);
-        d->nbounces = 0;
-      }
-    }
-    CUdeviceptr copy;
-    if (d->nbounces == MAX_BOUNCES || cu->cuMemAlloc(&copy, b[i].bytes) != CUDA_SUCCESS) {
-      snprintf(err, errlen,
-               "slot %u is bound to memory graphd cannot map (0x%llx, %llu bytes), and no copy "
-               "of it could be made (%d copies already)",
-               b[i].slot, (unsigned long long)b[i].ptr, (unsigned long long)b[i].bytes,
-               d->nbounces);
-      added = -1;
-      break;
-    }
-    int at = bounce_at(d, b[i].ptr, b[i].bytes);
-    memmove(&d->bounces[at + 1], &d->bounces[at], (size_t)(d->nbounces - at) * sizeof *d->bounces);
-    d->bounces[at] = (struct bounce){
-        .src = b[i].ptr, .bytes = b[i].bytes, .copy = copy, .constant = kind == UNMAP_MODULE};
-    d->nbounces++;
-    added++;
-  }
-  pthread_mutex_unlock(&d->bounce_lock);
-  return added;
-}
-
-/* Queues the copies of the bindings that have one (x[i], NULL for the
- * others): the operands into their copies (in: before the replay; a
- * constant's copy only once), or the copies out to the results (after it).
- * bounce_lock held. */
-static graphd_status bounce_copy(struct bounce **x, const graphd_binding *b, const uint8_t *dir,
-                                 int64_t nb, CUstream st, bool in, char *err, size_t errlen) {
-  const gd_cuda *cu;
-  if (gd_cuda_load(&cu, NULL, 0) < 0) return GRAPHD_INTERNAL;
-  for (int64_t i = 0; i < nb; i++) {
-    if (!x[i] || !(dir[i] & (in ? DIR_IN : DIR_OUT))) continue;
-    if (in && x[i]->constant && dir[i] == DIR_IN) {
-      /* A constant: its copy holds it while the allocation is the same. */
-      unsigned long long id = gd_cuda_buffer_id(cu, (CUdeviceptr)x[i]->src);
-      if (x[i]->filled && id && id == x[i]->src_id) continue;
-      x[i]->filled = id != 0;
-      x[i]->src_id = id;
-    }
-    count(&stats.bounce_copies, 1);
-    CUresult r = in ? cu->cuMemcpyDtoDAsync(x[i]->copy, (CUdeviceptr)x[i]->src, x[i]->bytes, st)
-                    : cu->cuMemcpyDtoDAsync((CUdeviceptr)x[i]->src, x[i]->copy, x[i]->bytes, st);
-    if (r != CUDA_SUCCESS) {
-      snprintf(err, errlen, "cannot queue the copy of slot %u's unmappable buffer", b[i].slot);
-      return GRAPHD_INTERNAL;
-    }
-  }
-  return GRAPHD_OK;
-}
+ * constants of a compiled module (an array the jitted function closes
+ * over, or one a library makes inside it), and stream-ordered pool memory.
+ * A replay that binds such a buffer is refused by libgraphd before
+ * anything is queued. The handler then gives each such buffer a copy of
+ * its own and binds the copy from then on (bounce.h: the copies, when
+ * one is freed, and why that is safe). Buffers that graphd maps cost
+ * nothing here. */
 
 /* Copies, on the stream, each in-out operand that XLA did not alias into
  * its result's buffer (bind_buffers' from[]). */
@@ -568,49 +445,41 @@ static graphd_status copy_unaliased(const graphd_binding *b, const uint64_t *fro
   return GRAPHD_OK;
 }
 
-/* One replay of the call's bindings, with its bounce copies. */
+/* One replay of the call's bindings, with its bounce copies; add: first
+ * gives the buffers graphd cannot map copies (when none is added, the
+ * replay was refused for something else and that answer stands). */
 static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stream,
                                  const uint8_t pid[32], const graphd_binding *b, const uint8_t *dir,
-                                 int64_t nb, bool sync, uint64_t *seq, char *err, size_t errlen) {
-  const graphd_binding *use = b;
-  graphd_binding *own = NULL; /* the bindings with the copies in, then x */
-  struct bounce **x = NULL;
+                                 int64_t nb, bool sync, bool add, uint64_t *seq, char *err,
+                                 size_t errlen) {
+  xla_bounce_table *t = &d->bounces;
   graphd_status st = GRAPHD_OK;
-  bool any = false;
   /* Held to the end: another call on this device must not see the copies
-   * change under it (bounce_add starts over when full). */
-  pthread_mutex_lock(&d->bounce_lock);
-  if (d->nbounces) {
-    /* Each binding looked up once; the call goes on with its own
-     * bindings when none of them has a copy. */
-    if (!(own = malloc((size_t)(nb ? nb : 1) * (sizeof *own + sizeof *x)))) {
-      snprintf(err, errlen, "out of memory");
-      st = GRAPHD_RESOURCE_EXHAUSTED;
-      goto out;
+   * change under it (a new copy may free an idle one). */
+  pthread_mutex_lock(&t->lock);
+  if (add) {
+    int added = xla_bounce_add(t, b, nb, err, errlen);
+    if (added <= 0) {
+      pthread_mutex_unlock(&t->lock);
+      return added < 0 ? GRAPHD_RESOURCE_EXHAUSTED : GRAPHD_FAILED_PRECONDITION;
     }
-    x = (struct bounce **)(own + nb);
-    for (int64_t i = 0; i < nb; i++) any |= (x[i] = bounce_find(d, b[i].ptr, b[i].bytes)) != NULL;
   }
-  if (any) {
-    memcpy(own, b, (size_t)nb * sizeof *own);
-    for (int64_t i = 0; i < nb; i++)
-      if (x[i]) own[i].ptr = (uint64_t)x[i]->copy;
-    use = own;
-    count(&stats.bounced, 1);
-    if ((st = bounce_copy(x, b, dir, nb, cu_stream, true, err, errlen)) != GRAPHD_OK) goto out;
+  xla_bounce_call call;
+  st = xla_bounce_begin(t, b, dir, nb, (CUstream)cu_stream, &call, err, errlen);
+  bool replayed = false;
+  if (st == GRAPHD_OK) {
+    if (call.any) count(&stats.bounced, 1);
+    uint64_t t0 = env_stats ? now_ns() : 0;
+    st = sync ? graphd_replay(d->c, s, pid, call.use, (size_t)nb, NULL)
+              : graphd_replay_async(d->c, s, pid, call.use, (size_t)nb, seq);
+    if (env_stats) count(&stats.replay_ns, now_ns() - t0);
+    if (st != GRAPHD_OK) snprintf(err, errlen, "%s", graphd_last_error(d->c));
+    replayed = st == GRAPHD_OK;
   }
-  uint64_t t0 = env_stats ? now_ns() : 0;
-  st = sync ? graphd_replay(d->c, s, pid, use, (size_t)nb, NULL)
-            : graphd_replay_async(d->c, s, pid, use, (size_t)nb, seq);
-  if (env_stats) count(&stats.replay_ns, now_ns() - t0);
-  if (st != GRAPHD_OK) {
-    snprintf(err, errlen, "%s", graphd_last_error(d->c));
-  } else if (any) {
-    st = bounce_copy(x, b, dir, nb, cu_stream, false, err, errlen);
-  }
-out:
-  pthread_mutex_unlock(&d->bounce_lock);
-  free(own);
+  graphd_status end = xla_bounce_end(t, &call, b, dir, nb, replayed, err, errlen);
+  if (st == GRAPHD_OK) st = end;
+  count(&stats.bounce_copies, call.copies);
+  pthread_mutex_unlock(&t->lock);
   return st;
 }
 
@@ -705,11 +574,11 @@ static XLA_FFI_Error *replay_call(XLA_FFI_CallFrame *cf) {
   if (s) st = copy_unaliased(b, from, nb, sa.stream, err, sizeof err);
   if (s && st == GRAPHD_OK) {
     uint64_t seq = 0;
-    st = replay_once(d, s, sa.stream, pid, b, dir, nb, sync, &seq, err, sizeof err);
+    st = replay_once(d, s, sa.stream, pid, b, dir, nb, sync, false, &seq, err, sizeof err);
     /* Refused before anything was queued because of memory graphd cannot
      * map: once more, with copies of those buffers. */
-    if (st == GRAPHD_FAILED_PRECONDITION && bounce_add(d, b, nb, err, sizeof err) > 0)
-      st = replay_once(d, s, sa.stream, pid, b, dir, nb, sync, &seq, err, sizeof err);
+    if (st == GRAPHD_FAILED_PRECONDITION)
+      st = replay_once(d, s, sa.stream, pid, b, dir, nb, sync, true, &seq, err, sizeof err);
     if (seq) {
       pthread_mutex_lock(&table_lock);
       for (int i = 0; i < d->nstreams; i++)

@@ -1,0 +1,255 @@
+/* See bounce.h. The caller holds t->lock in every function but init and
+ * close. */
+#include "bounce.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void xla_bounce_init(xla_bounce_table *t, int cap) {
+  memset(t, 0, sizeof *t);
+  pthread_mutex_init(&t->lock, NULL);
+  t->cap = cap > 0 ? cap : 1;
+}
+
+static void use_put(const gd_cuda *cu, xla_bounce_use *u) {
+  if (!u || --u->refs > 0) return;
+  /* Destroying an event whose record is still pending is allowed: the
+   * driver lets it complete first. */
+  cu->cuEventDestroy(u->ev);
+  free(u);
+}
+
+/* Whether no queued call uses e any more: its last call's event is done
+ * (bounce.h says why that is enough). */
+static bool idle(const gd_cuda *cu, const xla_bounce *e) {
+  return !e->use || cu->cuEventQuery(e->use->ev) == CUDA_SUCCESS;
+}
+
+static void drop(const gd_cuda *cu, xla_bounce_table *t, int i) {
+  xla_bounce *e = &t->v[i];
+  cu->cuMemFree(e->copy);
+  use_put(cu, e->use);
+  memmove(&t->v[i], &t->v[i + 1], (size_t)(t->n - i - 1) * sizeof *t->v);
+  t->n--;
+  t->freed++;
+}
+
+void xla_bounce_close(xla_bounce_table *t) {
+  const gd_cuda *cu;
+  if (t->n && gd_cuda_load(&cu, NULL, 0) == 0)
+    for (int i = 0; i < t->n; i++) {
+      if (t->v[i].use) cu->cuEventSynchronize(t->v[i].use->ev);
+      cu->cuMemFree(t->v[i].copy);
+      use_put(cu, t->v[i].use);
+    }
+  free(t->v);
+  pthread_mutex_destroy(&t->lock);
+  memset(t, 0, sizeof *t);
+}
+
+/* Device memory at ptr that graphd cannot map (libgraphd's region.c takes
+ * legacy IPC and POSIX-fd VMM memory, and refuses pool memory): UNMAP_POOL
+ * or UNMAP_MODULE (neither pool memory nor exportable: a module's memory);
+ * MAPPABLE for memory that graphd maps, and for anything that is not
+ * device memory, whose refusal stands. */
+enum { MAPPABLE, UNMAP_POOL, UNMAP_MODULE };
+static int unmappable(const gd_cuda *cu, uint64_t ptr) {
+  unsigned kind = gd_cuda_mem_kind(cu, (CUdeviceptr)ptr);
+  if (!(kind & GD_CUDA_MEM_DEVICE)) return MAPPABLE;
+  if (kind & GD_CUDA_MEM_POOL) return UNMAP_POOL;
+  return kind & (GD_CUDA_MEM_LEGACY_IPC | GD_CUDA_MEM_VMM_FD) ? MAPPABLE : UNMAP_MODULE;
+}
+
+/* Where (src, bytes) is or would go: every binding of every call is
+ * looked up, so the copies are kept sorted. */
+static int find_at(const xla_bounce_table *t, uint64_t src, uint64_t bytes) {
+  int lo = 0, hi = t->n;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    const xla_bounce *m = &t->v[mid];
+    if (m->src < src || (m->src == src && m->bytes < bytes))
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+xla_bounce *xla_bounce_find(xla_bounce_table *t, uint64_t src, uint64_t bytes) {
+  int i = find_at(t, src, bytes);
+  return i < t->n && t->v[i].src == src && t->v[i].bytes == bytes ? &t->v[i] : NULL;
+}
+
+/* Frees the least recently used copy that no queued call uses and that the
+ * call stamped `stamp` does not bind; false when there is none. */
+static bool free_lru(const gd_cuda *cu, xla_bounce_table *t, uint64_t stamp) {
+  int lru = -1;
+  for (int i = 0; i < t->n; i++) {
+    const xla_bounce *e = &t->v[i];
+    if (e->last_call >= stamp || (lru >= 0 && e->last_call >= t->v[lru].last_call)) continue;
+    if (idle(cu, e)) lru = i;
+  }
+  if (lru < 0) return false;
+  drop(cu, t, lru);
+  return true;
+}
+
+int xla_bounce_add(xla_bounce_table *t, const graphd_binding *b, int64_t nb, char *err,
+                   size_t errlen) {
+  const gd_cuda *cu;
+  if (gd_cuda_load(&cu, NULL, 0) < 0) return 0;
+  uint64_t stamp = ++t->stamp;
+  int added = 0;
+  /* The call's copies that exist already are its own: none is freed for
+   * another of its buffers. */
+  for (int64_t i = 0; i < nb; i++) {
+    xla_bounce *e = xla_bounce_find(t, b[i].ptr, b[i].bytes);
+    if (e) e->last_call = stamp;
+  }
+  for (int64_t i = 0; i < nb; i++) {
+    int kind;
+    if (xla_bounce_find(t, b[i].ptr, b[i].bytes) || (kind = unmappable(cu, b[i].ptr)) == MAPPABLE)
+      continue;
+    while (t->n >= t->cap && free_lru(cu, t, stamp)) {
+    }
+    CUdeviceptr copy;
+    CUresult r = cu->cuMemAlloc(&copy, b[i].bytes);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      /* Room on the device first: every copy no queued call uses. */
+      while (free_lru(cu, t, stamp)) {
+      }
+      r = cu->cuMemAlloc(&copy, b[i].bytes);
+    }
+    if (r == CUDA_SUCCESS && t->n == t->alloc) {
+      int alloc = t->alloc ? 2 * t->alloc : 16;
+      xla_bounce *v = realloc(t->v, (size_t)alloc * sizeof *v);
+      if (!v) {
+        cu->cuMemFree(copy);
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+      } else {
+        t->v = v;
+        t->alloc = alloc;
+      }
+    }
+    if (r != CUDA_SUCCESS) {
+      char e[160];
+      snprintf(err, errlen,
+               "slot %u is bound to memory graphd cannot map (0x%llx, %llu bytes), and no copy "
+               "of it could be made (%d copies, each bound by a call still queued): %s",
+               b[i].slot, (unsigned long long)b[i].ptr, (unsigned long long)b[i].bytes, t->n,
+               gd_cuda_strerror(cu, r, e, sizeof e));
+      added = -1;
+      break;
+    }
+    int at = find_at(t, b[i].ptr, b[i].bytes);
+    memmove(&t->v[at + 1], &t->v[at], (size_t)(t->n - at) * sizeof *t->v);
+    t->v[at] = (xla_bounce){.src = b[i].ptr,
+                            .bytes = b[i].bytes,
+                            .copy = copy,
+                            .constant = kind == UNMAP_MODULE,
+                            .last_call = stamp};
+    t->n++;
+    added++;
+  }
+  return added;
+}
+
+/* Queues the copies of the bindings that have one: the operands into their
+ * copies (in: before the replay; a constant's copy only once), or the
+ * copies out to the results (after it). */
+static graphd_status copy_way(const gd_cuda *cu, xla_bounce_call *call, const graphd_binding *b,
+                              const uint8_t *dir, int64_t nb, bool in, char *err, size_t errlen) {
+  for (int64_t i = 0; i < nb; i++) {
+    xla_bounce *x = call->x[i];
+    if (!x || !(dir[i] & (in ? XLA_DIR_IN : XLA_DIR_OUT))) continue;
+    if (in && x->constant && dir[i] == XLA_DIR_IN) {
+      /* A constant: its copy holds it while the allocation is the same. */
+      unsigned long long id = gd_cuda_buffer_id(cu, (CUdeviceptr)x->src);
+      if (x->filled && id && id == x->src_id) continue;
+      x->filled = id != 0;
+      x->src_id = id;
+    }
+    call->copies++;
+    CUresult r = in ? cu->cuMemcpyDtoDAsync(x->copy, (CUdeviceptr)x->src, x->bytes, call->stream)
+                    : cu->cuMemcpyDtoDAsync((CUdeviceptr)x->src, x->copy, x->bytes, call->stream);
+    if (r != CUDA_SUCCESS) {
+      snprintf(err, errlen, "cannot queue the copy of slot %u's unmappable buffer", b[i].slot);
+      return GRAPHD_INTERNAL;
+    }
+  }
+  return GRAPHD_OK;
+}
+
+graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, const uint8_t *dir,
+                               int64_t nb, CUstream stream, xla_bounce_call *call, char *err,
+                               size_t errlen) {
+  memset(call, 0, sizeof *call);
+  call->use = b;
+  call->stream = stream;
+  call->stamp = ++t->stamp;
+  if (t->n == 0) return GRAPHD_OK;
+  const gd_cuda *cu;
+  if (gd_cuda_load(&cu, NULL, 0) < 0) return GRAPHD_OK; /* then nothing was added either */
+  /* Each binding looked up once; the call goes on with its own bindings
+   * when none of them has a copy. */
+  if (!(call->own = malloc((size_t)(nb ? nb : 1) * (sizeof *call->own + sizeof *call->x)))) {
+    snprintf(err, errlen, "out of memory");
+    return GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  call->x = (xla_bounce **)(call->own + nb);
+  for (int64_t i = 0; i < nb; i++) {
+    xla_bounce *x = call->x[i] = xla_bounce_find(t, b[i].ptr, b[i].bytes);
+    if (!x) continue;
+    call->any = true;
+    x->last_call = call->stamp;
+    /* Used last on another stream: this one waits for that call, so this
+     * call's event covers both (and the two never race on the copy). */
+    if (x->use && x->stream != stream &&
+        cu->cuStreamWaitEvent(stream, x->use->ev, 0) != CUDA_SUCCESS) {
+      snprintf(err, errlen, "cannot order slot %u's copy after its use on another stream",
+               b[i].slot);
+      return GRAPHD_INTERNAL;
+    }
+  }
+  if (!call->any) return GRAPHD_OK;
+  memcpy(call->own, b, (size_t)nb * sizeof *call->own);
+  for (int64_t i = 0; i < nb; i++)
+    if (call->x[i]) call->own[i].ptr = (uint64_t)call->x[i]->copy;
+  call->use = call->own;
+  return copy_way(cu, call, b, dir, nb, true, err, errlen);
+}
+
+graphd_status xla_bounce_end(xla_bounce_table *t, xla_bounce_call *call, const graphd_binding *b,
+                             const uint8_t *dir, int64_t nb, bool replayed, char *err,
+                             size_t errlen) {
+  (void)t;
+  graphd_status st = GRAPHD_OK;
+  const gd_cuda *cu;
+  if (!call->any || gd_cuda_load(&cu, NULL, 0) < 0) goto exit;
+  if (replayed) st = copy_way(cu, call, b, dir, nb, false, err, errlen);
+  /* The call's event, after everything it queued: its copies are free to
+   * go once it completes. Without one, the call is waited for here, and
+   * its copies are idle at once. */
+  xla_bounce_use *u = calloc(1, sizeof *u);
+  if (u && (cu->cuEventCreate(&u->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+            cu->cuEventRecord(u->ev, call->stream) != CUDA_SUCCESS)) {
+    if (u->ev) cu->cuEventDestroy(u->ev);
+    free(u);
+    u = NULL;
+  }
+  if (!u) cu->cuStreamSynchronize(call->stream);
+  for (int64_t i = 0; i < nb; i++) {
+    xla_bounce *x = call->x[i];
+    if (!x || (u && x->use == u)) continue; /* two slots may bind one buffer */
+    use_put(cu, x->use);
+    x->use = u;
+    x->stream = call->stream;
+    if (u) u->refs++;
+  }
+exit:
+  free(call->own);
+  call->own = NULL;
+  call->x = NULL;
+  return st;
+}

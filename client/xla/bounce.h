@@ -1,0 +1,113 @@
+/* Copies of memory graphd cannot map, for the XLA handler (graphd_xla.c).
+ *
+ * XLA may bind memory no other process can map (a compiled module's
+ * constants, stream-ordered pool memory). The handler gives each such
+ * buffer a copy of its own from cuMemAlloc, which graphd maps, and binds
+ * the copy: an operand is copied into it on the call's stream before the
+ * replay, a result out of it after.
+ *
+ * The table is a soft cap, never a wall: when it holds `cap` copies, a
+ * new one first frees the least recently used copy that no queued call
+ * still uses; when every copy is still in use, the table grows.
+ *
+ * A copy is "still in use" while the last call that bound it has not
+ * finished on the GPU. Each call that binds copies records one event on
+ * its stream after everything it queued (the copies in, the replay's wait
+ * for the daemon's done, the copies out): the event completes only once
+ * the daemon's replay has run and the copies are through, so a copy whose
+ * event has completed is read or written by nothing queued, and
+ * cuMemFree cannot pull it from under a call. A copy used by a call on
+ * another stream first makes that stream wait for its previous call's
+ * event, so its latest event covers every earlier use as well.
+ *
+ * DESIGN: one table per device session. t->lock guards everything in the
+ * table; a caller holds it across a whole call (xla_bounce_add,
+ * xla_bounce_begin, the replay, xla_bounce_end), so that no other call
+ * sees the copies change under it. */
+#ifndef GRAPHD_XLA_BOUNCE_H
+#define GRAPHD_XLA_BOUNCE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../common/cuda_driver.h"
+#include "graphd/graphd.h"
+
+/* Which way a bound buffer's data goes: an operand's in, a result's out. */
+enum { XLA_DIR_IN = 1, XLA_DIR_OUT = 2 };
+
+/* The event of one call that bound copies, shared by those copies. */
+typedef struct xla_bounce_use {
+  CUevent ev;
+  int refs; /* copies whose last call this is */
+} xla_bounce_use;
+
+typedef struct xla_bounce {
+  uint64_t src, bytes; /* the unmappable buffer */
+  CUdeviceptr copy;
+  /* Module memory (not pool memory): under XLA only a compiled module's
+   * constants, which nothing writes. Copied in once, and again only when
+   * the allocation at src is another one (its buffer id, src_id). */
+  bool constant, filled;
+  unsigned long long src_id;
+  uint64_t last_call;  /* the stamp of the last call that bound it */
+  CUstream stream;     /* ... and its stream */
+  xla_bounce_use *use; /* ... and its event; NULL: no call queued yet */
+} xla_bounce;
+
+typedef struct xla_bounce_table {
+  pthread_mutex_t lock;
+  xla_bounce *v;  /* n copies, in order of src then bytes; guarded by lock */
+  int n, alloc;   /* guarded by lock */
+  int cap;        /* above it, copies no queued call uses are freed, LRU first */
+  uint64_t stamp; /* of the latest call; guarded by lock */
+  uint64_t freed; /* copies freed to make room, for tests; guarded by lock */
+} xla_bounce_table;
+
+/* One call's copies, between xla_bounce_begin and xla_bounce_end. */
+typedef struct xla_bounce_call {
+  xla_bounce **x;            /* per binding: its copy, or NULL */
+  graphd_binding *own;       /* the bindings with the copies in */
+  const graphd_binding *use; /* what to replay: own, or the caller's */
+  CUstream stream;
+  uint64_t stamp;
+  uint64_t copies; /* device-to-device copies queued */
+  bool any;
+} xla_bounce_call;
+
+/* An empty table whose soft cap is cap copies. */
+void xla_bounce_init(xla_bounce_table *t, int cap);
+
+/* Frees every copy once its last call is done, and the table. No call may
+ * use t any more. */
+void xla_bounce_close(xla_bounce_table *t);
+
+/* Gives every binding graphd cannot map a copy of its own. Returns how
+ * many were added; -1, with err saying why, when one could not be made
+ * (the driver refused the memory even with the idle copies freed). Lock
+ * held. */
+int xla_bounce_add(xla_bounce_table *t, const graphd_binding *b, int64_t nb, char *err,
+                   size_t errlen);
+
+/* Starts a call on stream: looks up each binding's copy and queues the
+ * copies of operands into them. call->use is the bindings to replay (the
+ * caller's b when none has a copy). Lock held; xla_bounce_end must follow
+ * whatever this returns. */
+graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, const uint8_t *dir,
+                               int64_t nb, CUstream stream, xla_bounce_call *call, char *err,
+                               size_t errlen);
+
+/* Ends the call: when replayed, queues the copies of results out of their
+ * copies; then records the call's event for its copies, and frees call's
+ * memory. Returns the first failure (err says why), else GRAPHD_OK. Lock
+ * held. */
+graphd_status xla_bounce_end(xla_bounce_table *t, xla_bounce_call *call, const graphd_binding *b,
+                             const uint8_t *dir, int64_t nb, bool replayed, char *err,
+                             size_t errlen);
+
+/* The copy of (src, bytes), or NULL. Lock held. */
+xla_bounce *xla_bounce_find(xla_bounce_table *t, uint64_t src, uint64_t bytes);
+
+#endif
