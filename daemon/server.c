@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -64,6 +65,7 @@ static int probe_existing(const char *path, char *err, size_t errlen) {
     return -GRAPHD_FAILED_PRECONDITION;
   }
   GD_LOG(GD_INFO, "server", "replacing stale socket %s left by a daemon that is gone", path);
+  if (server_probed_hook) server_probed_hook(path);
   if (unlink(path) < 0 && errno != ENOENT) {
     snprintf(err, errlen, "cannot remove stale socket %s: %s", path, strerror(errno));
     return -GRAPHD_PERMISSION_DENIED;
@@ -71,14 +73,48 @@ static int probe_existing(const char *path, char *err, size_t errlen) {
   return 0;
 }
 
+void (*server_probed_hook)(const char *path);
+
+/* Takes an exclusive flock on "<path>.lock" (created 0600 when missing),
+ * without waiting; *out is its fd. Two daemons starting on one path thus
+ * never probe, unlink and bind it at once: without the lock, a daemon
+ * that found the old file stale could remove the socket another had just
+ * put there, and both would run with one unreachable. The file stays
+ * after exit; unlinking it would let a third daemon lock a new file while
+ * a second still holds the old one. */
+static int lock_path(const char *path, int *out, char *err, size_t errlen) {
+  char lock[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot open the lock file %s: %s", lock, strerror(errno));
+    return -GRAPHD_PERMISSION_DENIED;
+  }
+  while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    int e = errno;
+    if (e == EINTR) continue;
+    close(fd);
+    if (e == EWOULDBLOCK) {
+      snprintf(err, errlen,
+               "another graphd holds %s (it is starting on %s); stop it first or choose --socket",
+               lock, path);
+      return -GRAPHD_ALREADY_EXISTS;
+    }
+    snprintf(err, errlen, "cannot lock %s: %s", lock, strerror(e));
+    return -GRAPHD_FAILED_PRECONDITION;
+  }
+  *out = fd;
+  return 0;
+}
+
+static int bind_socket(gd_daemon *s, const gd_options *opt, char *err, size_t errlen);
+
 static int own_socket(gd_daemon *s, const gd_options *opt, char *err, size_t errlen) {
   const char *path = opt->socket_path;
   if (strlen(path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
     snprintf(err, errlen, "socket path %s is too long", path);
     return -GRAPHD_INVALID_ARGUMENT;
   }
-  int rc = probe_existing(path, err, errlen);
-  if (rc < 0) return rc;
   char dir[sizeof s->socket_path];
   snprintf(dir, sizeof dir, "%s", path);
   char *d = dirname(dir);
@@ -86,6 +122,21 @@ static int own_socket(gd_daemon *s, const gd_options *opt, char *err, size_t err
     snprintf(err, errlen, "cannot create %s: %s", d, strerror(errno));
     return -GRAPHD_PERMISSION_DENIED;
   }
+  int lock_fd;
+  int rc = lock_path(path, &lock_fd, err, errlen);
+  if (rc < 0) return rc;
+  /* Probe, unlink and bind under the lock. Once the socket is linked into
+   * place the lock may go: a later daemon's probe finds it live. */
+  rc = probe_existing(path, err, errlen);
+  if (rc == 0) rc = bind_socket(s, opt, err, errlen);
+  close(lock_fd);
+  return rc;
+}
+
+/* own_socket's second half, under the lock: the path is free. */
+static int bind_socket(gd_daemon *s, const gd_options *opt, char *err, size_t errlen) {
+  const char *path = opt->socket_path;
+  int rc;
   /* Bind, set the mode, listen under a temporary name, then link it into
    * place: the path appears only once it accepts connections (clients and
    * scripts may poll for the file), and link() never replaces a socket a

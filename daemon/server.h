@@ -17,8 +17,15 @@
 #include "options.h"
 
 /* Opens or adopts the listening socket. Main thread, before the loop runs.
+ * A socket of its own is made under an exclusive flock on "<socket>.lock"
+ * (kept after exit), so that two daemons never replace the same stale
+ * socket at once; the second is refused ("another graphd holds ...").
  * Returns 0 or a negated status with err filled. */
 int server_listen(gd_daemon *s, const gd_options *opt, char *err, size_t errlen);
+
+/* Tests only: when set, called with the path after server_listen() found
+ * a stale socket there and before it removes it (NULL in the daemon). */
+extern void (*server_probed_hook)(const char *path);
 
 /* Handles SIGTERM and SIGINT on loop. Call before the socket listens, so
  * that a signal never meets the default action once a client can connect. */
