@@ -128,8 +128,10 @@ static void reply_status(fanout *g) {
     goto exit;
   }
   for (int i = 0; i < n; i++) {
-    control_fill_device(d, i, g->free_mem[i], &di[i], &dc[i]);
-    /* Its worker did not answer in time: it is in a long job. */
+    /* Its worker did not answer in time: it is in a long job (its free
+     * memory is the last figure it gave). */
+    control_fill_device(d, i, g->answered[i] ? g->free_mem[i] : d->counters[i].last_free_memory,
+                        &di[i], &dc[i]);
     if (!g->answered[i] && device_ok(&d->devices[i])) di[i].state = "busy";
     dp[i] = &di[i];
   }
@@ -291,7 +293,8 @@ static void dev_done(gd_job *j) {
   gd_daemon *d = daemon_of(g->s);
   g->answered[dj->dev] = true;
   if (g->ask == ASK_STATUS) {
-    if (j->status == 0) g->free_mem[dj->dev] = dj->free_b;
+    d->counters[dj->dev].status_asked = false;
+    if (j->status == 0) g->free_mem[dj->dev] = d->counters[dj->dev].last_free_memory = dj->free_b;
   } else if (j->status < 0 && g->status == 0) {
     g->status = j->status;
     snprintf(g->msg, sizeof g->msg, "%s", j->msg);
@@ -340,6 +343,16 @@ static void fan_out(fanout *f, int first, int last) {
     uv_timer_start(&f->timer, wait_over_cb, CONTROL_WAIT_MS, 0);
   }
   for (int i = first; i <= last; i++) {
+    if (f->ask == ASK_STATUS && d->counters[i].status_asked) {
+      /* The last Status job has not come back: its worker is in a long
+       * job or wedged. Another would only wait behind it (one per request
+       * or scrape, held until the worker is free), so this device is
+       * answered from its last figures, as not answering. */
+      f->free_mem[i] = d->counters[i].last_free_memory;
+      if (--f->pending == 0) finish(f);
+      release(f);
+      continue;
+    }
     dev_job *dj = calloc(1, sizeof *dj);
     if (!dj) {
       /* Answer for this device here, as failed. */
@@ -356,6 +369,7 @@ static void fan_out(fanout *f, int first, int last) {
     dj->dev = i;
     dj->job.run = dev_run;
     dj->job.done = dev_done;
+    if (f->ask == ASK_STATUS) d->counters[i].status_asked = true;
     worker_submit(daemon_worker(d, i), &dj->job);
   }
 }

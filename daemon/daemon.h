@@ -36,6 +36,10 @@ typedef struct gd_device_counters {
   uint64_t staging_bytes;
   uint64_t evictions;
   gd_hist replay_latency; /* request read to reply, successful replays (ns) */
+  /* Status asks each worker for its free memory with one job at most: a
+   * wedged worker does not collect a job per request (loop thread). */
+  bool status_asked;         /* a Status job is queued or running */
+  uint64_t last_free_memory; /* what the last one found (0 before any) */
 } gd_device_counters;
 
 /* Counts n captures evicted (by request or by the budget), giving back their

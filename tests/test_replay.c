@@ -942,6 +942,52 @@ START_TEST(test_status_list_and_evict_answer_while_a_worker_is_held) {
 }
 END_TEST
 
+/* While a worker is held, Status sends it one job, not one per request:
+ * eight control clients that each ask once and leave do not each leave a
+ * job (and their session, which the job keeps open) queued behind the
+ * held one. Each is answered with the device's last free memory, as busy. */
+START_TEST(test_status_sends_a_held_worker_one_job) {
+  held h;
+  held_open(&h, 23);
+  graphd_client *ctl = td_control(&d);
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  uint64_t free0 = st->devices[0].free_memory;
+  ck_assert_uint_gt(free0, 0);
+  graphd_daemon_status_free(st);
+  graphd_close(ctl);
+  raw_replay(&h.rc, h.pid, 1); /* ready[0] stays 0: the worker waits */
+  usleep(100000);
+  pid_t pid = td_daemon_pid(&d);
+  int fds0 = td_settled_fds(pid);
+  for (int k = 0; k < 8; k++) {
+    ctl = td_control(&d);
+    ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+    ck_assert_str_eq(st->devices[0].state, "busy");
+    ck_assert_uint_eq(st->devices[0].free_memory, free0);
+    graphd_daemon_status_free(st);
+    graphd_close(ctl);
+  }
+  int fds1 = td_settled_fds(pid);
+  printf("FIGURE 8 status requests while the worker is held: %d fds kept open\n", fds1 - fds0);
+  /* The first request's job still waits, keeping its session: one fd. */
+  ck_assert_int_le(fds1, fds0 + 1);
+  h.rc.page[0] = 1;
+  Graphd__Wire__Reply *r = td_raw_recv(h.rc.fd, 5000);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_uint_eq(r->code, 0);
+  graphd__wire__reply__free_unpacked(r, NULL);
+  /* The worker is free: Status asks it again and it answers. */
+  ctl = td_control(&d);
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  ck_assert_str_eq(st->devices[0].state, "ok");
+  graphd_daemon_status_free(st);
+  graphd_close(ctl);
+  ck_assert_int_le(td_settled_fds(pid), fds0);
+  held_close(&h);
+}
+END_TEST
+
 typedef struct slow_call {
   graphd_client *c;
   graphd_stream *s;
@@ -1049,6 +1095,7 @@ int main(void) {
   tcase_set_timeout(tn, 60);
   tcase_add_checked_fixture(tn, setup_no_timeout, teardown);
   tcase_add_test(tn, test_status_list_and_evict_answer_while_a_worker_is_held);
+  tcase_add_test(tn, test_status_sends_a_held_worker_one_job);
   suite_add_tcase(su, tn);
   tcase_add_test(tg, test_replay_shutdown_grace_bounds_a_stuck_device);
   suite_add_tcase(su, tg);
