@@ -290,5 +290,61 @@ class AdjointProgramTest(unittest.TestCase):
             gw.uninstall()
 
 
+@unittest.skipUnless(HAVE_WARP and HAVE_JAX, WHY or "jax is not importable")
+class SameAsWarpOnTheCpuTest(unittest.TestCase):
+    """The differentiable wrapper graphd.warp builds around its two
+    callables, driven by Warp's own jax_callable on JAX's CPU (Warp's CPU
+    backend runs the forward and the adjoint launch): its outputs and
+    gradients are Warp's jax_kernel(..., enable_backward=True)'s, bit for
+    bit. What the GPU adds (graphd's programs) is test_warp_grad_gpu's."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not wp.is_cpu_available():
+            raise unittest.SkipTest("Warp's CPU backend (LLVM) is not available")
+        if gw.installed():
+            raise AssertionError("graphd.warp is installed: Warp's jax_callable is needed here")
+        from warp._src.jax.ffi import jax_callable
+        cls.warp_jax_callable = staticmethod(jax_callable)
+
+    def ours(self, kernel, *args, enable_backward, **kwargs):
+        """graphd.warp's differentiable wrapper around Warp's own jax_callable."""
+        self.assertTrue(enable_backward)
+        return gw._grad.differentiable_kernel(self.warp_jax_callable, kernel, *args, **kwargs)
+
+    def same(self, make, run):
+        ours = jax.tree.leaves(run(make(self.ours)))
+        want = jax.tree.leaves(run(make(wp.jax_kernel)))
+        self.assertEqual(len(ours), len(want))
+        for g, w in zip(ours, want):
+            g, w = np.asarray(g), np.asarray(w)
+            self.assertEqual((g.shape, g.dtype), (w.shape, w.dtype))
+            self.assertTrue(np.array_equal(g.view(np.uint8), w.view(np.uint8)), f"{g} != {w}")
+
+    def test_gradients_are_warps(self):
+        a = jnp.arange(64, dtype=jnp.float32) * 0.25 - 3.0
+        b = jnp.linspace(-1.0, 2.0, 64, dtype=jnp.float32)
+
+        def loss(f, s):
+            return lambda a, b: sum(jnp.sum(o ** 2) for o in f(a, b, s))
+
+        self.same(lambda jk: jk(scale_sum_square, 1, enable_backward=True),
+                  lambda f: jax.jit(jax.grad(loss(f, 2.0), argnums=(0, 1)))(a, b))
+        self.same(lambda jk: jk(two_outputs, 2, enable_backward=True),
+                  lambda f: (f(a, b, 3.0), jax.grad(loss(f, 3.0), argnums=(0, 1))(a, b)))
+        for kernel, shape in ((scale_vec, (6, 2)), (scale_mat, (3, 2, 2))):
+            x = jnp.arange(int(np.prod(shape)), dtype=jnp.float32).reshape(shape) * 0.5
+            self.same(lambda jk, k=kernel: jk(k, 1, enable_backward=True),
+                      lambda f, x=x: jax.grad(lambda x: jnp.sum(f(x, 1.5)[0] ** 2))(x))
+
+    def test_launch_dims_and_vmap_are_warps(self):
+        x = jnp.arange(2 * 4 * 4 * 4, dtype=jnp.float32).reshape((2, 4, 4, 4)) * 0.125
+        self.same(lambda jk: jk(extra_axis, 1, launch_dims=(4, 4, 4), enable_backward=True),
+                  lambda f: (f(x)[0], jax.grad(lambda x: jnp.sum(f(x)[0] ** 2))(x)))
+        y = jnp.arange(3 * 4 * 8 * 8, dtype=jnp.float32).reshape((3, 4, 8, 8)) * 0.125
+        self.same(lambda jk: jk(outer_2d, 1, launch_dims=(8, 8), enable_backward=True),
+                  lambda f: (jax.vmap(f)(y)[0], jax.grad(lambda y: jnp.sum(jax.vmap(f)(y)[0] ** 2))(y)))
+
+
 if __name__ == "__main__":
     unittest.main()

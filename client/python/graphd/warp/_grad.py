@@ -160,8 +160,9 @@ def differentiable_kernel(jax_callable, kernel, num_outputs=1, vmap_method="broa
     _annotate(forward, f"{name}_forward", params)
     _annotate(adjoint, f"{name}_adjoint", params + [adj_param(p) for p in params[num_inputs:]]
               + [adj_param(params[i]) for i in diff])
-    common = dict(vmap_method=vmap_method, module_preload_mode=module_preload_mode,
-                  has_side_effect=has_side_effect, **graphd_options)
+    common = dict(vmap_method=vmap_method, has_side_effect=has_side_effect, **graphd_options)
+    if module_preload_mode is not None:  # else the callable's own default
+        common["module_preload_mode"] = module_preload_mode
 
     fwd = jax_callable(forward, num_outputs=num_outputs, **common)
     bwd = jax_callable(adjoint, num_outputs=len(diff), **common)
