@@ -830,9 +830,21 @@ if HAVE_WARP:
         output[i] = table[indices[i]]
 
     @wp.kernel
+    def twice(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        i = wp.tid()
+        y[i] = 2.0 * x[i]
+
+    @wp.kernel
     def half_scale(x: wp.array(dtype=wp.bfloat16), y: wp.array(dtype=wp.bfloat16)):
         i = wp.tid()
         y[i] = x[i] * wp.bfloat16(2.0)
+
+
+def program_of(f, call):
+    """The program of a custom call, among those a callable built (the
+    same jax_callable arguments give the same callable, with what other
+    tests built)."""
+    return next(b for b in f.programs.values() if b.id_hex == call[0])
 
 
 def custom_calls(text):
@@ -862,7 +874,7 @@ class JaxTest(unittest.TestCase):
         v = jnp.zeros((4, 5, 3), jnp.float32)
         c = custom_calls(self.lower(lambda x, v, o: f(x, v, 2.0, o), x, v, v))
         self.assertEqual(len(c), 1)
-        (b,) = f.programs.values()
+        b = program_of(f, c[0])
         self.assertEqual(c[0], (b.id_hex, [0, 1, 2, 2, 3]))
         self.assertEqual([s.role for s in b.slots], ["input", "input", "inout", "output", "scratch"])
         out = jax.eval_shape(lambda x, v, o: f(x, v, 2.0, o), x, v, v)
@@ -870,7 +882,7 @@ class JaxTest(unittest.TestCase):
         # A static value is part of the signature.
         c3 = custom_calls(self.lower(lambda x, v, o: f(x, v, 3.0, o), x, v, v))
         self.assertNotEqual(c3[0][0], c[0][0])
-        self.assertEqual(len(f.programs), 2)
+        self.assertIsNot(program_of(f, c3[0]), b)
 
     def test_shard_map_scan_carries_the_results(self):
         # The results carry a scan inside shard_map: they vary over the mesh
@@ -893,7 +905,7 @@ class JaxTest(unittest.TestCase):
         o = put(jnp.zeros((4 * ndev, 5, 3), jnp.float32), P("d"))
         c = custom_calls(self.lower(g, x, v, o))
         self.assertEqual(len(c), 1)
-        (b,) = f.programs.values()
+        b = program_of(f, c[0])
         self.assertEqual(c[0], (b.id_hex, [0, 1, 2, 2, 3]))
 
     def test_vmap_folds_the_batch_like_warp(self):
@@ -939,7 +951,7 @@ class JaxTest(unittest.TestCase):
         k = gw.jax_kernel(half_scale, device=90)
         x = jnp.ones(300, jnp.bfloat16)
         (c,) = custom_calls(self.lower(k, x))
-        (b,) = k.programs.values()
+        b = program_of(k, c)
         self.assertEqual(c, (b.id_hex, [0, 1]))
         self.assertEqual([s.nbytes for s in b.slots], [600, 600])
         (out,) = jax.eval_shape(k, x)
@@ -947,11 +959,89 @@ class JaxTest(unittest.TestCase):
         with self.assertRaisesRegex(TypeError, "expected bfloat16, got uint16"):
             k(jnp.ones(300, jnp.uint16))
 
+    def test_same_arguments_same_callable(self):
+        # Warp caches its callables (MJX relies on it across retraces, Warp's
+        # tests check it with assertIs); graphd.warp made a new one per call.
+        opts = dict(num_outputs=2, output_dims={"y": 100}, device=90)
+        f = gw.jax_callable(jstep, in_out_argnames=["o"], **opts)
+        self.assertIs(gw.jax_callable(jstep, in_out_argnames=["o"], **opts), f)
+        self.assertIsNot(gw.jax_callable(jstep, in_out_argnames=["o"], mode="direct", **opts), f)
+        # graph_cache_max is no part of the key: it updates the callable.
+        self.assertEqual(f.graph_cache_max, 32)
+        self.assertIs(gw.jax_callable(jstep, in_out_argnames=["o"], graph_cache_max=None, **opts), f)
+        self.assertIsNone(f.graph_cache_max)
+        # An empty selection is the absent one; an integer graph_mode is the enum.
+        g = gw.jax_callable(scale_fn, num_outputs=1, device=90)
+        self.assertIs(gw.jax_callable(scale_fn, num_outputs=1, in_out_argnames=[], stage_in_argnames=[],
+                                      device=90), g)
+        self.assertIs(g.graph_mode, wp.JaxCallableGraphMode.JAX)
+        h = gw.jax_callable(scale_fn, num_outputs=1, graph_mode=4, device=90)
+        self.assertIs(h.graph_mode, wp.JaxCallableGraphMode.WARP_STAGED_EX)
+        self.assertEqual(h.mode, "staged_ex")
+        with self.assertRaises(ValueError):
+            gw.jax_callable(scale_fn, graph_mode=9, device=90)
+        k = gw.jax_kernel(count, device=90, output_dims=1, block_dim=np.int64(64))
+        self.assertIs(gw.jax_kernel(count, device=90, output_dims=1, block_dim=64), k)
+        self.assertIsNot(gw.jax_kernel(count, device=90, output_dims=1), k)
+        self.assertEqual(k.block_dim, 64)
+        # block_dim with Warp's checks and errors.
+        for bad in (True, 1.5):
+            with self.assertRaisesRegex(TypeError, "block_dim must be an integer or None"):
+                gw.jax_kernel(count, block_dim=bad)
+        with self.assertRaisesRegex(ValueError, "block_dim must be positive"):
+            gw.jax_kernel(count, block_dim=0)
+
+    def test_graph_cache_max_bounds_the_captures(self):
+        # Each shape is a program; past graph_cache_max the oldest is
+        # dropped and its captures evicted from the daemon, as Warp drops
+        # its oldest graph. clear() (Warp's clear_jax_callable_graph_cache)
+        # evicts them all.
+        evicted = []
+        orig = gw.evict_captures
+        gw.evict_captures = lambda ids, socket=None: evicted.extend(ids)
+        try:
+            f = gw.jax_callable(scale_fn, num_outputs=1, device=90, graph_cache_max=2, mode="direct")
+            ids = []
+            for n in (10, 11, 12, 13):
+                (c,) = custom_calls(self.lower(f, jnp.zeros(n, jnp.float32)))
+                ids.append(c[0])
+                self.assertEqual(f.graph_cache_size, min(len(ids), 2))
+            self.assertEqual(list(f.captures), ids[2:])
+            self.assertEqual(evicted, ids[:2])
+            f.graph_cache_max = 1
+            self.assertEqual((list(f.captures), evicted), (ids[3:], ids[:3]))
+            wp.clear_jax_callable_graph_cache(f)
+            self.assertEqual((f.graph_cache_size, evicted), (0, ids))
+        finally:
+            gw.evict_captures = orig
+
+    def test_cpu_lowers_to_warps_own_call(self):
+        # One call, lowered per platform: Warp's own FFI call for a CPU
+        # device, graphd's replay for CUDA (a CPU call had lowered to
+        # graphd's custom call, which has no CPU handler).
+        f = gw.jax_callable(jstep, num_outputs=2, in_out_argnames=["o"], output_dims={"y": 100}, device=90)
+        x, v = jnp.zeros(100, jnp.float32), jnp.zeros((4, 5, 3), jnp.float32)
+        g = lambda x, v, o: f(x, v, 2.0, o)
+        k = gw.jax_kernel(count, device=90, output_dims=1)
+        texts = {(what, platform): jax.jit(fn).trace(*a).lower(lowering_platforms=(platform,)).as_text()
+                 for what, fn, a in (("callable", g, (x, v, v)), ("kernel", k, (x,))) for platform in ("cpu", "cuda")}
+        for (what, platform), text in texts.items():
+            self.assertEqual(len(custom_calls(text)), int(platform == "cuda"), (what, platform))
+        for what, c in (("callable", f), ("kernel", k)):
+            name = c.warp_callable().name
+            for platform in ("cpu", "cuda"):
+                self.assertEqual(texts[what, platform].count(f"custom_call @{name}("), int(platform == "cpu"),
+                                 (what, platform))
+        # Run on the CPU: Warp's result.
+        if wp.is_cpu_available():
+            (out,) = jax.jit(gw.jax_kernel(twice, device=90))(jnp.arange(8, dtype=jnp.float32))
+            np.testing.assert_array_equal(np.asarray(out), 2.0 * np.arange(8, dtype=np.float32))
+
     def test_loop_lowers_to_a_graphd_replay(self):
         f = gw.jax_callable(w_loop, num_outputs=2, in_out_argnames=["counter", "x"], device=90)
         c = custom_calls(self.lower(f, jnp.zeros(1, jnp.int32), jnp.zeros(100, jnp.float32)))
         self.assertEqual(len(c), 1)
-        (b,) = f.programs.values()
+        b = program_of(f, c[0])
         self.assertEqual(c[0], (b.id_hex, [0, 1, 0, 1]))
         self.assertEqual([(x.kind, x.slot, x.body) for x in b.conds], [("while", 0, 2)])
 
@@ -959,7 +1049,7 @@ class JaxTest(unittest.TestCase):
         f = gw.jax_callable(with_empty, num_outputs=2, in_out_argnames=["f"], device=90)
         x, none = jnp.zeros(100, jnp.float32), jnp.zeros(0, jnp.float32)
         c = custom_calls(self.lower(f, x, none, none))
-        (b,) = f.programs.values()
+        b = program_of(f, c[0])
         # Operands x, e, f; results f (in-out) and y: the empty ones are -1.
         self.assertEqual(c[0], (b.id_hex, [0, -1, -1, -1, 1]))
         self.assertEqual(b.arg_slots, {0: 0, 1: None, 2: None, 3: 1})
@@ -980,7 +1070,7 @@ class JaxTest(unittest.TestCase):
         k = gw.jax_kernel(count, device=90, output_dims=1)
         x = jnp.zeros(500, jnp.float32)
         c = custom_calls(self.lower(k, x))
-        (b,) = k.programs.values()
+        b = program_of(k, c[0])
         self.assertEqual(c[0], (b.id_hex, [0, 1]))
         self.assertEqual(b.launches[0].grid, (2, 1, 1))
 

@@ -33,6 +33,9 @@ warp.jax_callable and warp.jax_kernel these, so libraries that call them
 run through graphd unchanged. callable() replays the same programs on Warp
 arrays without JAX."""
 
+import collections
+import importlib
+import operator
 import os
 import threading
 
@@ -49,6 +52,8 @@ __all__ = ["jax_callable", "jax_kernel", "callable", "install", "uninstall", "in
 _GRAPH_MODE_WARP_STAGED_EX = 4
 _VMAP = {None: None, "broadcast_all": "broadcast_all", "sequential": "sequential",
          "sequential_unrolled": "sequential"}
+# Warp's default bound on the graphs one jax_callable keeps.
+_GRAPH_CACHE_MAX_DEFAULT = 32
 
 
 # --- graphd's own options ------------------------------------------------------
@@ -139,10 +144,16 @@ class JaxCallable:
     JAX arrays (and static scalars) as Warp's would be called; it returns
     the list of outputs (in-out arguments first, then pure outputs).
 
-    programs: {signature: Built} of everything built so far."""
+    programs: {signature: Built} of everything built so far.
+
+    On a CPU device the call is Warp's own (`warp_own` makes it): the call
+    lowers per platform, to Warp's FFI call for the CPU and to graphd's
+    replay for CUDA. graph_cache_max bounds the programs the callable keeps
+    captured (`captures`, oldest first; one over the bound is dropped and
+    its capture evicted from the daemon, as Warp drops its oldest graph)."""
 
     def __init__(self, function, *, vmap_method, output_dims, has_side_effect, mode, graph_mode, device, socket,
-                 launch_dims=None, kernel=False):
+                 launch_dims=None, kernel=False, warp_own=None, graph_cache_max=None, block_dim=None):
         if vmap_method not in _VMAP:
             raise Refused("signature", f"vmap_method {vmap_method!r}: graphd.warp batches with 'broadcast_all' or "
                           "'sequential' (and 'sequential_unrolled', which replays like 'sequential')",
@@ -158,11 +169,40 @@ class JaxCallable:
         self.device = device
         self.socket = socket
         self.kernel = kernel
+        self.block_dim = block_dim
         self._arch = None
         self._calls = {}
         self._lock = threading.Lock()
+        self._warp_own, self._warp = warp_own, None
+        self.captures = _Captures(self)
+        self._graph_cache_max = graph_cache_max
         self.__name__ = self.spec.name
         _use_socket(socket)
+
+    @property
+    def graph_cache_max(self):
+        return self._graph_cache_max
+
+    @graph_cache_max.setter
+    def graph_cache_max(self, value):
+        if value is not None and (isinstance(value, bool) or int(value) < 0):
+            raise ValueError(f"graph_cache_max must be None or a non-negative integer, not {value!r}")
+        self._graph_cache_max = None if value is None else int(value)
+        self.captures.trim()
+        if self._warp is not None:
+            self._warp.graph_cache_max = value
+
+    @property
+    def graph_cache_size(self):
+        """How many programs the callable keeps captured."""
+        return len(self.captures)
+
+    def warp_callable(self):
+        """Warp's own callable of the same function and options (what a
+        call on a CPU device runs), made once; None without Warp's."""
+        if self._warp is None and self._warp_own is not None:
+            self._warp = self._warp_own()
+        return self._warp
 
     @property
     def arch(self):
@@ -208,6 +248,13 @@ class JaxCallable:
             launch_dims = (launch_dims,)
         elif launch_dims is not None:
             launch_dims = tuple(launch_dims)
+        if self.kernel:
+            dims = launch_dims
+            if dims is None and spec.first_array is not None:
+                dims = spec.inputs[spec.first_array].warp_shape(args[spec.first_array].shape)
+            if dims is None:
+                raise RuntimeError("Failed to determine launch dimensions")
+            _validate_launch(dims, self.function.kernel, self.block_dim)
         out_dims = self._out_dims(args, output_dims, launch_dims)
         key = (tuple(sorted((i, type(v).__name__, repr(v)) for i, v in statics.items())),
                tuple(out_dims), vmap_method, launch_dims)
@@ -218,8 +265,37 @@ class JaxCallable:
                 fn = gj.callable(self._builder(statics, out_dims, launch_dims), mode=self.mode,
                                  vmap_method=_VMAP[vmap_method], has_side_effect=self.has_side_effect)
                 self._calls[key] = fn
-        out = fn(*arrays)
-        return out if isinstance(out, list) else [out]
+
+        def on_gpu(*arrays):
+            out = fn(*arrays)
+            return out if isinstance(out, list) else [out]
+
+        warp = self.warp_callable()
+        if warp is None:
+            return on_gpu(*arrays)
+        overrides = {"output_dims": output_dims, "vmap_method": vmap_method}
+        if self.kernel:
+            overrides["launch_dims"] = launch_dims
+
+        def on_cpu(*arrays):
+            it = iter(arrays)
+            return list(warp(*[next(it) if a.is_array else v for a, v in zip(spec.inputs, args)], **overrides))
+
+        if installed():
+            try:
+                self.arch
+            except Refused as e:
+                if e.reason != "cpu_device":
+                    raise
+                # No GPU to build for: every call is on the CPU, Warp's.
+                return on_cpu(*arrays)
+        # Both branches see operands of one type inside shard_map (an FFI
+        # call wants its operands to vary over the same mesh axes).
+        from .. import jax as gj
+        axes = frozenset().union(*(gj._varying(a) for a in arrays))
+        if axes:
+            arrays = [gj._vary(a, axes) for a in arrays]
+        return jax.lax.platform_dependent(*arrays, cpu=on_cpu, default=on_gpu)
 
     def _out_dims(self, args, output_dims, launch_dims):
         """The Warp shape of each pure output, unbatched."""
@@ -284,6 +360,7 @@ class JaxCallable:
                 func = _kernel_runner(self.function.kernel, dims, self.function.block_dim)
             built = self.function.build(shapes, statics, self.arch, mode, func=func,
                                         extra=("launch", launch_dims) if self.kernel else None)
+            self.captures.keep(built)
             return gj.Spec(built.program, results=results,
                            operand_slots=[built.arg_slots[i] for i in array_inputs],
                            result_slots=[built.arg_slots[i] for i in result_slots_of],
@@ -291,6 +368,64 @@ class JaxCallable:
 
         build.__name__ = spec.name
         return build
+
+
+class _Captures(collections.OrderedDict):
+    """{program id (hex): Built} a JaxCallable keeps captured, oldest
+    first. Dropping one (over graph_cache_max, or clear(), which Warp's
+    clear_jax_callable_graph_cache calls) evicts the daemon's captures of it
+    that only this process replayed; the next replay captures it again."""
+
+    def __init__(self, owner):
+        super().__init__()
+        self._owner = owner
+
+    def keep(self, built):
+        self[built.id_hex] = built
+        self.move_to_end(built.id_hex)
+        self.trim()
+
+    def trim(self):
+        limit = self._owner.graph_cache_max
+        dropped = []
+        while limit is not None and len(self) > limit:
+            dropped.append(self.popitem(last=False)[0])
+        if dropped:
+            evict_captures(dropped, self._owner.socket)
+
+    def clear(self):
+        dropped = list(self)
+        super().clear()
+        if dropped:
+            evict_captures(dropped, self._owner.socket)
+
+
+def evict_captures(program_ids, socket=None):
+    """Asks the daemon to evict the captures of these programs (hex ids)
+    that only this process replayed. Without a daemon there is nothing
+    captured, and nothing to do."""
+    from .. import Client
+    try:
+        c = Client.connect(os.fspath(socket) if socket is not None else None)
+    except GraphdError:
+        return
+    with c:
+        for pid in program_ids:
+            try:
+                c.evict(program=pid, client_pid=os.getpid())
+            except GraphdError:
+                pass
+
+
+def _validate_launch(dims, kernel, block_dim):
+    """Warp's trace-time check of a kernel's launch dims (its errors)."""
+    try:
+        ffi = importlib.import_module("warp._src.jax.ffi")
+    except ImportError:
+        return
+    check = getattr(ffi, "_validate_ffi_kernel_launch_bounds", None)
+    if check is not None:
+        check(tuple(dims), kernel, block_dim)
 
 
 def _batched_launch(launch_dims, batch):
@@ -316,9 +451,78 @@ class _Fn(Function):
         self.kernel, self.block_dim = kernel, block_dim
 
 
+_registry = {}
+_registry_lock = threading.Lock()
+
+
+def _hashable_dims(dims):
+    """Warp's cache-key form of output_dims / launch_dims."""
+    if isinstance(dims, dict):
+        return tuple(sorted((k, _hashable_dims(v)) for k, v in dims.items()))
+    if hasattr(dims, "__len__"):
+        return tuple(dims)
+    return dims
+
+
+def _warp_ffi():
+    """warp._src.jax.ffi, or None where Warp has none."""
+    try:
+        return importlib.import_module("warp._src.jax.ffi")
+    except ImportError:
+        return None
+
+
+def _warp_own(name):
+    """Warp's own jax_callable or jax_kernel, installed or not."""
+    ffi = _warp_ffi()
+    if ffi is None:
+        return None
+    f = _originals.get((ffi.__name__, name)) or getattr(ffi, name, None)
+    return None if f in (jax_callable, jax_kernel) else f
+
+
+def _cached(key, make, update=None):
+    """The callable made for key before (Warp returns the same object for
+    the same function and options), or a new one; options that are no
+    part of the key update the one found."""
+    try:
+        hash(key)
+    except TypeError:
+        return make()
+    with _registry_lock:
+        hit = _registry.get(key)
+        if hit is None:
+            hit = _registry[key] = make()
+        elif update is not None:
+            update(hit)
+        return hit
+
+
+def _preload(module_preload_mode):
+    """Warp's module_preload_mode for Warp's own callable (the CPU path):
+    as given, else NONE. Warp's default would load the module on the
+    current device at every trace, a GPU included, where graphd runs it;
+    a call on the CPU loads it for the CPU anyway."""
+    if module_preload_mode is not None:
+        return {"module_preload_mode": module_preload_mode}
+    enum = getattr(_warp_ffi(), "JaxModulePreloadMode", None)
+    return {} if enum is None else {"module_preload_mode": enum.NONE}
+
+
+def _graph_mode(graph_mode):
+    """Warp's JaxCallableGraphMode of graph_mode (an int is normalised,
+    None is Warp's default, JAX); the int where Warp has no enum."""
+    ffi = _warp_ffi()
+    enum = getattr(ffi, "JaxCallableGraphMode", None)
+    if enum is None:
+        return None if graph_mode is None else int(graph_mode)
+    return enum.JAX if graph_mode is None else enum(graph_mode)
+
+
 def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_all", output_dims=None,
-                 in_out_argnames=None, stage_in_argnames=None, stage_out_argnames=None, graph_cache_max=None,
-                 module_preload_mode=None, has_side_effect=False, *, mode="auto", device=None, socket=None):
+                 in_out_argnames=None, stage_in_argnames=None, stage_out_argnames=None,
+                 graph_cache_max=_GRAPH_CACHE_MAX_DEFAULT, module_preload_mode=None, has_side_effect=False, *,
+                 mode="auto", device=None, socket=None):
     """Warp's jax_callable, replayed through graphd.
 
     Warp's arguments keep their meaning: the function's annotated arguments
@@ -330,19 +534,51 @@ def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_al
     are copied in once, when the daemon captures, or never copied out, as
     Warp's staged graph modes do); has_side_effect.
 
-    Accepted without effect: graph_cache_max and module_preload_mode (the
-    daemon keeps captures; modules are compiled ahead of time here) and
-    graph_mode other than for choosing mode="auto"'s mode (graphd always
-    replays a captured graph, so NONE and JAX have no meaning).
+    As Warp's, the same function and options give the same object back
+    (graph_cache_max is no part of that key: it updates the object found);
+    an integer graph_mode becomes Warp's JaxCallableGraphMode. A call on a
+    CPU device runs Warp's own jax_callable of the same arguments.
+
+    graph_cache_max (Warp's default 32, None for no bound) bounds the
+    programs the callable keeps captured in the daemon: the oldest over it
+    is evicted (the captures only this process replayed), and captured
+    again if it is replayed again. module_preload_mode is accepted without
+    effect on the GPU (modules are compiled ahead of time here); graph_mode
+    other than for choosing mode="auto"'s mode has no effect on the GPU
+    (graphd always replays a captured graph).
 
     graphd's options: mode ("auto" follows graph_mode: WARP_STAGED_EX gives
     "staged_ex", anything else the daemon's auto choice of staged or
     direct), device (the architecture to compile for) and socket."""
-    spec = FuncSpec.of_function(func, num_outputs, in_out_argnames=in_out_argnames,
-                                stage_in_argnames=stage_in_argnames, stage_out_argnames=stage_out_argnames)
-    return JaxCallable(_Fn(func, spec), vmap_method=vmap_method, output_dims=output_dims,
-                       has_side_effect=has_side_effect, mode=mode, graph_mode=graph_mode, device=device,
-                       socket=socket)
+    graph_mode = _graph_mode(graph_mode)
+    in_out = tuple(in_out_argnames) if in_out_argnames else None
+    stage_in = tuple(stage_in_argnames) if stage_in_argnames else None
+    stage_out = tuple(stage_out_argnames) if stage_out_argnames else None
+    key = ("callable", func, num_outputs, graph_mode, vmap_method, _hashable_dims(output_dims), in_out, stage_in,
+           stage_out, module_preload_mode, has_side_effect, mode, device, socket)
+
+    def warp_own():
+        own = _warp_own("jax_callable")
+        if own is None:
+            return None
+        kw = _preload(module_preload_mode)
+        return own(func, num_outputs, graph_mode=graph_mode, vmap_method=vmap_method, output_dims=output_dims,
+                   in_out_argnames=in_out_argnames, stage_in_argnames=stage_in_argnames,
+                   stage_out_argnames=stage_out_argnames, graph_cache_max=graph_cache_max,
+                   has_side_effect=has_side_effect, **kw)
+
+    def make():
+        spec = FuncSpec.of_function(func, num_outputs, in_out_argnames=in_out,
+                                    stage_in_argnames=stage_in, stage_out_argnames=stage_out)
+        return JaxCallable(_Fn(func, spec), vmap_method=vmap_method, output_dims=output_dims,
+                           has_side_effect=has_side_effect, mode=mode, graph_mode=graph_mode, device=device,
+                           socket=socket, warp_own=warp_own if _warp_own("jax_callable") else None,
+                           graph_cache_max=graph_cache_max)
+
+    def update(c):
+        c.graph_cache_max = graph_cache_max
+
+    return _cached(key, make, update)
 
 
 def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=None, output_dims=None,
@@ -357,17 +593,41 @@ def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=N
     wp, ctx, _ = warp_modules()
     if not isinstance(kernel, ctx.Kernel):
         raise TypeError(f"jax_kernel() takes a Warp kernel, not {type(kernel).__name__}")
-    if block_dim is not None and (isinstance(block_dim, bool) or int(block_dim) <= 0):
-        raise ValueError("jax_kernel(): block_dim must be positive.")
+    if block_dim is not None:
+        # Warp's checks and errors.
+        if isinstance(block_dim, bool):
+            raise TypeError("jax_kernel(): block_dim must be an integer or None.")
+        try:
+            block_dim = operator.index(block_dim)
+        except TypeError:
+            raise TypeError("jax_kernel(): block_dim must be an integer or None.") from None
+        if block_dim <= 0:
+            raise ValueError("jax_kernel(): block_dim must be positive.")
     if enable_backward:
         from ._grad import differentiable_kernel
         return differentiable_kernel(jax_callable, kernel, num_outputs, vmap_method, launch_dims, output_dims,
                                      in_out_argnames, module_preload_mode, has_side_effect, block_dim, mode=mode,
                                      device=device, socket=socket)
-    spec = FuncSpec.of_kernel(kernel, num_outputs, in_out_argnames=in_out_argnames)
-    return JaxCallable(_Fn(None, spec, kernel=kernel, block_dim=block_dim), vmap_method=vmap_method,
-                       output_dims=output_dims, has_side_effect=has_side_effect, mode=mode, graph_mode=None,
-                       device=device, socket=socket, launch_dims=launch_dims, kernel=True)
+    in_out = tuple(in_out_argnames) if in_out_argnames else None
+    key = ("kernel", kernel.func, kernel.sig, num_outputs, vmap_method, _hashable_dims(launch_dims),
+           _hashable_dims(output_dims), in_out, module_preload_mode, has_side_effect, block_dim, mode, device, socket)
+
+    def warp_own():
+        own = _warp_own("jax_kernel")
+        if own is None:
+            return None
+        kw = _preload(module_preload_mode)
+        return own(kernel, num_outputs, vmap_method=vmap_method, launch_dims=launch_dims, output_dims=output_dims,
+                   in_out_argnames=in_out_argnames, has_side_effect=has_side_effect, block_dim=block_dim, **kw)
+
+    def make():
+        spec = FuncSpec.of_kernel(kernel, num_outputs, in_out_argnames=in_out)
+        return JaxCallable(_Fn(None, spec, kernel=kernel, block_dim=block_dim), vmap_method=vmap_method,
+                           output_dims=output_dims, has_side_effect=has_side_effect, mode=mode, graph_mode=None,
+                           device=device, socket=socket, launch_dims=launch_dims, kernel=True,
+                           warp_own=warp_own if _warp_own("jax_kernel") else None, block_dim=block_dim)
+
+    return _cached(key, make)
 
 
 # --- making warp.jax_callable these -----------------------------------------------
