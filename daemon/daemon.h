@@ -66,6 +66,10 @@ typedef struct gd_daemon {
   gd_registry reg;               /* modules and programs */
   gd_allowlist host_allow;       /* host modules non-admins may register */
   gd_session_set sessions;
+  /* Client memory graphd has mapped, or is mapping: regions, flag pages
+   * and rings, one mapping each (dsession.c), within max_host_maps (from
+   * the kernel's vm.max_map_count, kernel_max_maps; 0: no bound). */
+  uint64_t host_maps, max_host_maps, kernel_max_maps;
 
   int listen_fd;
   bool listen_inherited; /* came from systemd: never unlink */

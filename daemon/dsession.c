@@ -14,10 +14,80 @@
 #include "log.h"
 #include "ring.h"
 
+/* --- mappings of client memory ---------------------------------------------
+ * Each region, flag page and ring is one mapping (a VMA) in graphd's
+ * address space, and the kernel allows vm.max_map_count of them to the
+ * whole process; past that every mmap fails, whichever user asks, and so
+ * do thread stacks and large allocations. So the daemon counts them over
+ * all sessions, from the request that asks for one until the job that
+ * lets it go has run, and refuses new ones within a bound below the
+ * kernel's. Regions may take 7/8 of it, so that a new session can still
+ * map its flag page and ring. */
+
+void dsession_maps_init(gd_daemon *d) {
+  uint64_t kernel = 65530; /* the kernel's default, when /proc says nothing */
+  FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+  unsigned long long v;
+  if (f && fscanf(f, "%llu", &v) == 1 && v > 0) kernel = v;
+  if (f) fclose(f);
+  /* A quarter for graphd's own: libraries, thread stacks, the driver's
+   * mappings, staging and module loads. */
+  uint64_t bound = kernel - kernel / 4;
+  uint64_t asked = d->opt->max_host_maps;
+  if (asked > bound)
+    GD_LOG(GD_WARN, "dsession",
+           "--max-host-maps %llu is more than 3/4 of the kernel's vm.max_map_count (%llu): "
+           "using %llu",
+           (unsigned long long)asked, (unsigned long long)kernel, (unsigned long long)bound);
+  else if (asked)
+    bound = asked;
+  d->max_host_maps = bound ? bound : 1;
+  d->kernel_max_maps = kernel;
+  GD_LOG(GD_INFO, "dsession",
+         "at most %llu mappings of client memory (regions, flag pages, rings); "
+         "vm.max_map_count is %llu",
+         (unsigned long long)d->max_host_maps, (unsigned long long)kernel);
+}
+
+/* Whether one more mapping of client memory fits (a region's, or a flag
+ * page's or ring's); if not, err says why. */
+static bool maps_fit(gd_daemon *d, bool region, char *err, size_t errlen) {
+  uint64_t max = d->max_host_maps;
+  uint64_t cap = region ? max - max / 8 : max;
+  if (!max || d->host_maps < cap) return true;
+  if (region)
+    snprintf(err, errlen,
+             "graphd holds %llu mappings of client memory over all sessions; regions may take "
+             "%llu, 7/8 of --max-host-maps %llu (the rest is kept for new sessions' flag pages "
+             "and rings; the kernel's vm.max_map_count is %llu); unregister some first",
+             (unsigned long long)d->host_maps, (unsigned long long)cap, (unsigned long long)max,
+             (unsigned long long)d->kernel_max_maps);
+  else
+    snprintf(err, errlen,
+             "graphd holds %llu mappings of client memory over all sessions, the most "
+             "--max-host-maps %llu allows (the kernel's vm.max_map_count is %llu); try again "
+             "once other sessions let some go",
+             (unsigned long long)d->host_maps, (unsigned long long)max,
+             (unsigned long long)d->kernel_max_maps);
+  return false;
+}
+
+/* --- the end of a session -------------------------------------------------- */
+
+typedef struct end_job {
+  gd_job job;
+  gd_daemon *d;
+  gd_dstream *ds;
+  gd_region_map *maps;
+  size_t nmaps;
+  uint64_t unmapped; /* mappings of client memory the worker let go */
+} end_job;
+
 int dsession_open(gd_session *s, int dev) {
   gd_daemon *d = daemon_of(s);
   gd_dsession *x = calloc(1, sizeof *x);
-  if (!x || !(x->ds = dstream_new(s->id))) {
+  if (!x || !(x->end = calloc(1, sizeof *x->end)) || !(x->ds = dstream_new(s->id))) {
+    if (x) free(x->end);
     free(x);
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
@@ -28,18 +98,11 @@ int dsession_open(gd_session *s, int dev) {
   return 0;
 }
 
-/* --- the end of a session -------------------------------------------------- */
-
-typedef struct end_job {
-  gd_job job;
-  gd_dstream *ds;
-  gd_region_map *maps;
-  size_t nmaps;
-} end_job;
-
 static void end_run(gd_job *j, void *ctx) {
   end_job *ej = gd_container_of(j, end_job, job);
   gd_device *dev = ctx;
+  ej->unmapped = ej->nmaps;
+  if (ej->ds) ej->unmapped += ej->ds->has_flags + (ej->ds->ring != NULL);
   if (ej->ds) holwatch_drop_stream(dev, ej->ds);
   for (size_t i = 0; i < ej->nmaps; i++)
     capture_forget_memory(dev, ej->maps[i].ptr, ej->maps[i].size);
@@ -49,6 +112,7 @@ static void end_run(gd_job *j, void *ctx) {
 
 static void end_done(gd_job *j) {
   end_job *ej = gd_container_of(j, end_job, job);
+  ej->d->host_maps -= ej->unmapped;
   dstream_drop(ej->ds); /* only when the end was refused and nothing ran */
   free(ej->maps);
   free(ej);
@@ -62,21 +126,23 @@ void dsession_close(gd_session *s) {
   c->sessions--;
   c->regions -= x->regions.n;
   c->region_bytes -= x->regions.bytes;
-  end_job *ej = calloc(1, sizeof *ej);
-  if (!ej || region_take_all(&x->regions, &ej->maps, &ej->nmaps) < 0) {
-    GD_LOG(GD_ERROR, "dsession",
-           "out of memory ending session %llu on its device; its "
-           "mappings stay until exit",
-           (unsigned long long)s->id);
-    free(ej);
-  } else {
-    /* A replay waiting on this client's ready flag stops waiting now. */
-    atomic_store(&x->ds->client_gone, true);
-    ej->ds = x->ds;
-    ej->job.run = end_run;
-    ej->job.done = end_done;
-    worker_submit(daemon_worker(d, s->device), &ej->job);
+  /* Nothing is allocated here: the job and the room for the mappings
+   * were made when the session and its regions were. */
+  end_job *ej = x->end;
+  gd_region *r, *tmp;
+  HASH_ITER(hh, x->regions.head, r, tmp) {
+    x->end_maps[ej->nmaps++] = r->map;
+    free(r->release);
+    region_remove(&x->regions, r);
   }
+  ej->maps = x->end_maps;
+  /* A replay waiting on this client's ready flag stops waiting now. */
+  atomic_store(&x->ds->client_gone, true);
+  ej->d = d;
+  ej->ds = x->ds;
+  ej->job.run = end_run;
+  ej->job.done = end_done;
+  worker_submit(daemon_worker(d, s->device), &ej->job);
   free(x->last_seq);
   free(x->used_slots);
   free(x->ring_progs);
@@ -103,6 +169,7 @@ static void flags_done(gd_job *j) {
   gd_session *s = fj->rq.s;
   gd_dsession *x = dsession_of(s);
   close(fj->fd);
+  if (j->status < 0) daemon_of(s)->host_maps--; /* not mapped; else the end lets it go */
   if (!s->closing) {
     if (j->status < 0) {
       session_reply_error(s, fj->rq.request_id, j->status, "RegisterFlags: %s", j->msg);
@@ -128,6 +195,7 @@ void dsession_handle_register_flags(gd_session *s, uint64_t request_id,
                                     const Graphd__Wire__RegisterFlags *m, int fd) {
   gd_dsession *x = dsession_of(s);
   const char *why = NULL;
+  char over[512];
   int code = GRAPHD_INVALID_ARGUMENT;
   if (!x) {
     why = "RegisterFlags needs a data session (one bound to a device)";
@@ -139,6 +207,9 @@ void dsession_handle_register_flags(gd_session *s, uint64_t request_id,
     why = "RegisterFlags carries the flag page's memfd (one fd)";
   } else if (m->slots == 0 || m->slots > GRAPHD_MAX_FLAG_SLOTS) {
     why = "RegisterFlags.slots must be 1 to 1024";
+  } else if (!maps_fit(daemon_of(s), false, over, sizeof over)) {
+    why = over;
+    code = GRAPHD_RESOURCE_EXHAUSTED;
   }
   if (why) {
     if (fd >= 0) close(fd);
@@ -154,14 +225,18 @@ void dsession_handle_register_flags(gd_session *s, uint64_t request_id,
   fj->ds = x->ds;
   fj->fd = fd;
   fj->slots = m->slots;
+  daemon_of(s)->host_maps++;
   session_submit(s, request_id, &fj->rq, daemon_worker(daemon_of(s), s->device), flags_run,
                  flags_done);
 }
 
 /* --- regions --------------------------------------------------------------- */
 
+struct release_job;
+
 typedef struct import_job {
   gd_request rq;
+  struct release_job *release; /* made with the request: what lets the region go */
   gd_region_import in;
   uint32_t id;    /* the region's id, given before the import */
   gd_dstream *ds; /* whose region view learns it */
@@ -172,6 +247,7 @@ typedef struct import_job {
 
 typedef struct release_job {
   gd_job job;
+  gd_daemon *d;
   gd_region_map map;
   /* The session's half, NULL once it ended: the ring entries published
    * before the release run first, the region leaves the worker's view,
@@ -192,16 +268,17 @@ static void release_run(gd_job *j, void *ctx) {
   device_release_import(ctx, &rj->map);
 }
 
-static void release_done(gd_job *j) { free(gd_container_of(j, release_job, job)); }
+static void release_done(gd_job *j) {
+  release_job *rj = gd_container_of(j, release_job, job);
+  rj->d->host_maps--;
+  free(rj);
+}
 
-/* Queues the unmapping behind whatever the worker already has. */
-static void release_map(gd_daemon *d, int dev, const gd_region_map *map, gd_dstream *ds,
-                        uint32_t id) {
-  release_job *rj = calloc(1, sizeof *rj);
-  if (!rj) {
-    GD_LOG(GD_ERROR, "dsession", "out of memory releasing a region: it stays mapped");
-    return;
-  }
+/* Queues the unmapping behind whatever the worker already has, in rj,
+ * made when the region was asked for (so that it cannot fail now). */
+static void release_map(release_job *rj, gd_daemon *d, int dev, const gd_region_map *map,
+                        gd_dstream *ds, uint32_t id) {
+  rj->d = d;
   rj->map = *map;
   rj->ds = ds;
   rj->id = id;
@@ -285,6 +362,8 @@ static void import_done(gd_job *j) {
   gd_daemon *d = daemon_of(s);
   if (ij->in.fd >= 0) close(ij->in.fd); /* never ran */
   if (j->status < 0) {
+    free(ij->release); /* nothing was mapped */
+    d->host_maps--;
     if (!s->closing)
       session_reply_error(s, ij->rq.request_id, j->status, "RegisterRegion: %s", j->msg);
     goto exit;
@@ -292,24 +371,25 @@ static void import_done(gd_job *j) {
   if (s->closing) {
     /* The session's end ran or comes first: it stops the ring and frees
      * the view; only the mapping is left. */
-    release_map(d, s->device, &ij->out, NULL, 0);
+    release_map(ij->release, d, s->device, &ij->out, NULL, 0);
     goto exit;
   }
   gd_dsession *x = dsession_of(s);
   char over[256];
   /* The mapping may be larger than asked (granularity): check what it is. */
   if (!region_fits(s, ij->out.size, over, sizeof over)) {
-    release_map(d, s->device, &ij->out, x->ds, ij->id);
+    release_map(ij->release, d, s->device, &ij->out, x->ds, ij->id);
     session_reply_error(s, ij->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "RegisterRegion: %s",
                         over);
     goto exit;
   }
   gd_region *r = region_add_as(&x->regions, ij->id, &ij->out, ij->client_base);
   if (!r) {
-    release_map(d, s->device, &ij->out, x->ds, ij->id);
+    release_map(ij->release, d, s->device, &ij->out, x->ds, ij->id);
     session_reply_error(s, ij->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
   }
+  r->release = ij->release;
   d->counters[s->device].regions++;
   d->counters[s->device].region_bytes += r->map.size;
   GD_LOG(GD_DEBUG, "dsession", "session %llu: region %u, %llu bytes, imported in %.1f us",
@@ -332,7 +412,7 @@ void dsession_handle_register_region(gd_session *s, uint64_t request_id,
                                      const Graphd__Wire__RegisterRegion *m, int fd) {
   gd_dsession *x = dsession_of(s);
   const char *why = NULL;
-  char over[256];
+  char over[512];
   int code = GRAPHD_INVALID_ARGUMENT;
   bool wants_fd = m->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD ||
                   m->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;
@@ -351,7 +431,8 @@ void dsession_handle_register_region(gd_session *s, uint64_t request_id,
   } else if (m->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_LEGACY_IPC &&
              m->ipc_handle.len != 64) {
     why = "RegisterRegion.ipc_handle must be 64 bytes (a CUipcMemHandle)";
-  } else if (!region_fits(s, m->size, over, sizeof over)) {
+  } else if (!region_fits(s, m->size, over, sizeof over) ||
+             !maps_fit(daemon_of(s), true, over, sizeof over)) {
     why = over;
     code = GRAPHD_RESOURCE_EXHAUSTED;
   }
@@ -360,12 +441,27 @@ void dsession_handle_register_region(gd_session *s, uint64_t request_id,
     session_reply_error(s, request_id, code, "%s", why);
     return;
   }
+  /* What letting it go needs, now: its release job and its place in the
+   * session's end. */
   import_job *ij = calloc(1, sizeof *ij);
-  if (!ij) {
+  release_job *rel = ij ? calloc(1, sizeof *rel) : NULL;
+  if (rel && x->end_maps_cap < x->regions.n + 1) {
+    size_t cap = x->end_maps_cap ? 2 * x->end_maps_cap : 16;
+    gd_region_map *m2 = realloc(x->end_maps, cap * sizeof *m2);
+    if (m2) {
+      x->end_maps = m2;
+      x->end_maps_cap = cap;
+    }
+  }
+  if (!rel || x->end_maps_cap < x->regions.n + 1) {
+    free(ij);
+    free(rel);
     if (fd >= 0) close(fd);
     session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
+  ij->release = rel;
+  daemon_of(s)->host_maps++;
   ij->in.kind = (int)m->kind; /* equal by graphd/protocol.h's static asserts */
   ij->in.fd = fd;
   ij->in.size = m->size;
@@ -389,7 +485,7 @@ void dsession_handle_unregister_region(gd_session *s, uint64_t request_id,
   }
   d->counters[s->device].regions--;
   d->counters[s->device].region_bytes -= r->map.size;
-  release_map(d, s->device, &r->map, x->ds, r->id);
+  release_map(r->release, d, s->device, &r->map, x->ds, r->id);
   region_remove(&x->regions, r);
   Graphd__Wire__Reply rep = GRAPHD__WIRE__REPLY__INIT;
   Graphd__Wire__UnregisterRegionReply ur = GRAPHD__WIRE__UNREGISTER_REGION_REPLY__INIT;
@@ -420,7 +516,8 @@ static void ring_done(gd_job *j) {
   gd_session *s = rj->rq.s;
   gd_dsession *x = dsession_of(s);
   close(rj->fd);
-  if (rj->doorbell >= 0) close(rj->doorbell); /* never ran */
+  if (rj->doorbell >= 0) close(rj->doorbell);   /* never ran */
+  if (j->status < 0) daemon_of(s)->host_maps--; /* not mapped; else the end lets it go */
   if (x) x->ring_pending = false;
   if (!s->closing) {
     if (j->status < 0) {
@@ -445,6 +542,7 @@ void dsession_handle_register_ring(gd_session *s, uint64_t request_id,
   gd_daemon *d = daemon_of(s);
   gd_dsession *x = dsession_of(s);
   const char *why = NULL;
+  char over[512];
   int code = GRAPHD_INVALID_ARGUMENT;
   if (!x) {
     why = "RegisterRing needs a data session (one bound to a device)";
@@ -460,6 +558,9 @@ void dsession_handle_register_ring(gd_session *s, uint64_t request_id,
   } else if (m->entries < GRAPHD_RING_MIN_ENTRIES || m->entries > GRAPHD_RING_MAX_ENTRIES ||
              (m->entries & (m->entries - 1))) {
     why = "RegisterRing.entries must be a power of two from 2 to 4096";
+  } else if (!maps_fit(d, false, over, sizeof over)) {
+    why = over;
+    code = GRAPHD_RESOURCE_EXHAUSTED;
   }
   ring_job *rj = why ? NULL : calloc(1, sizeof *rj);
   if (!why && !rj) {
@@ -481,6 +582,7 @@ void dsession_handle_register_ring(gd_session *s, uint64_t request_id,
                                 .client_pid = (uint32_t)s->pid,
                                 .client_uid = (uint32_t)s->uid};
   x->ring_pending = true;
+  d->host_maps++;
   session_submit(s, request_id, &rj->rq, daemon_worker(d, s->device), ring_run, ring_done);
 }
 

@@ -31,6 +31,13 @@ typedef struct gd_dsession {
   bool ring_pending;             /* RegisterRing is with the worker */
   const gd_regprog **ring_progs; /* by handle: the programs RingProgram named */
   uint32_t nring_progs, ring_progs_cap;
+  /* What ending the session needs, made before it is needed (when the
+   * session opens, and room for each region as it is registered), so
+   * that no end fails for want of memory: the end job, and the array its
+   * regions' mappings go to (at least regions.n + 1 entries). */
+  struct end_job *end;
+  gd_region_map *end_maps;
+  size_t end_maps_cap;
 } gd_dsession;
 
 /* The data session's state; NULL for a control session or once closed. */
@@ -42,8 +49,13 @@ int dsession_open(gd_session *s, int dev);
 
 /* The session set's on_close: ends the device's half behind the work the
  * session queued (a dead client's ready waits are released, the stream
- * drains, then its regions and flags are let go). */
+ * drains, then its regions and flags are let go). Allocates nothing. */
 void dsession_close(gd_session *s);
+
+/* Reads the kernel's vm.max_map_count and sets the bound on client
+ * mappings (d->max_host_maps): --max-host-maps, at most three quarters of
+ * the kernel's count, the rest left to graphd's own mappings. At start. */
+void dsession_maps_init(gd_daemon *d);
 
 void dsession_handle_register_flags(gd_session *s, uint64_t request_id,
                                     const Graphd__Wire__RegisterFlags *m, int fd);

@@ -23,6 +23,7 @@
 #include "notify.h"
 #include "options.h"
 #include "devices.h"
+#include "dsession.h"
 #include "server.h"
 #include "version.h"
 
@@ -80,6 +81,8 @@ static void usage(FILE *f) {
           "  --max-inflight-replays N\n"
           "                        replays a session may have queued on its device and\n"
           "                        not finished; more wait (default 1024)\n"
+          "  --max-host-maps N     client mappings (regions, flag pages, rings) graphd\n"
+          "                        keeps in all (default 0: 3/4 of vm.max_map_count)\n"
           "  --host-module-allow FILE\n"
           "                        host module ids (64 hex digits a line) that clients\n"
           "                        who are not admins may register\n"
@@ -121,6 +124,7 @@ static const struct option long_opts[] = {
     {"max-module-bytes", required_argument, NULL, 0},
     {"max-module-bytes-per-uid", required_argument, NULL, 0},
     {"max-inflight-replays", required_argument, NULL, 0},
+    {"max-host-maps", required_argument, NULL, 0},
     {"idle-timeout", required_argument, NULL, 0},
     {"max-connections", required_argument, NULL, 0},
     {"max-connections-per-uid", required_argument, NULL, 0},
@@ -329,6 +333,7 @@ int main(int argc, char **argv) {
     goto exit_loop;
   }
   gd_log_set_thread_tag("loop");
+  dsession_maps_init(&srv);
   if (devices_start(&srv, &loop, idx, n, opt.device_budget) < 0) {
     GD_LOG(GD_ERROR, "main", "no device could be opened; exiting");
     worker_pool_stop(&srv.pool, 0);

@@ -57,6 +57,7 @@ static const count_limit count_limits[] = {
     {"max-programs", offsetof(gd_options, max_programs), 1, 65536},
     {"max-programs-per-uid", offsetof(gd_options, max_programs_per_uid), 0, 65536},
     {"max-inflight-replays", offsetof(gd_options, max_inflight_replays), 1, 1 << 20},
+    {"max-host-maps", offsetof(gd_options, max_host_maps), 0, 1 << 30},
 };
 
 /* The limits that are a size, as count_limit. */
@@ -82,7 +83,9 @@ static int set_limit(gd_options *o, const char *key, const char *v, char *err, s
     long n;
     if (parse_int(v, l->min, l->max, &n) < 0) {
       snprintf(err, errlen, "%s: '%s' is not a number from %ld to %ld%s", key, v, l->min, l->max,
-               l->min ? "" : " (0 = no limit)");
+               l->min                              ? ""
+               : strcmp(key, "max-host-maps") == 0 ? " (0 = from vm.max_map_count)"
+                                                   : " (0 = no limit)");
       return -GRAPHD_INVALID_ARGUMENT;
     }
     *(uint32_t *)((char *)o + l->off) = (uint32_t)n;

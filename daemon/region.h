@@ -21,6 +21,7 @@ typedef struct gd_region {
   uint32_t id;
   gd_region_map map;
   uint64_t client_base;
+  void *release; /* dsession.c: the job that lets it go, made with it */
   UT_hash_handle hh;
 } gd_region;
 
