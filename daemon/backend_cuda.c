@@ -713,7 +713,17 @@ static int cuda_graph_instantiate(gd_backend *be, gd_backend_dev *d, gd_graph g,
   int rc = 0;
   CUgraphExec e = NULL;
   (void)d;
-  CU_CHECK_GOTO(cu->cuGraphInstantiateWithFlags(&e, (CUgraph)g, 0), GRAPHD_INVALID_ARGUMENT, exit);
+  CUresult r = cu->cuGraphInstantiateWithFlags(&e, (CUgraph)g, 0);
+  if (r == CUDA_ERROR_NOT_SUPPORTED) {
+    /* A second instance of a graph with a conditional node: the caller
+     * re-points the one it has (capture.c does not ask), so this is an
+     * answer to pass on, not an error to log. */
+    char e2[160];
+    snprintf(err, errlen, "the graph cannot have another executable instance: %s",
+             gd_cuda_strerror(cu, r, e2, sizeof e2));
+    return -GRAPHD_FAILED_PRECONDITION;
+  }
+  CU_CHECK_GOTO(r, GRAPHD_INVALID_ARGUMENT, exit);
   CU_CHECK_GOTO(cu->cuGraphUpload(e, (CUstream)s), GRAPHD_INTERNAL, fail);
   *out = e;
   return 0;

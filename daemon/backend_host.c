@@ -230,6 +230,11 @@ typedef struct host_node {
 typedef struct host_graph {
   host_node **nodes;
   size_t n, cap;
+  /* As CUDA does, a graph with a conditional node has one executable
+   * instance at a time: instances counts a graph's, from is an instance's
+   * graph. */
+  int instances;
+  struct host_graph *from;
 } host_graph;
 
 static int host_staging_alloc(gd_backend *be, gd_backend_dev *d, uint64_t bytes, gd_staging *out,
@@ -479,6 +484,14 @@ static int host_graph_instantiate(gd_backend *be, gd_backend_dev *d, gd_graph gg
                                   gd_graph_exec *out, char *err, size_t errlen) {
   (void)s;
   host_graph *g = gg, *e;
+  bool cond = false;
+  for (size_t i = 0; i < g->n; i++) cond |= g->nodes[i]->kind == HN_COND;
+  if (cond && g->instances > 0) {
+    snprintf(err, errlen,
+             "the graph cannot have another executable instance: CUDA_ERROR_NOT_SUPPORTED (a "
+             "graph with a conditional node is instantiated once)");
+    return -GRAPHD_FAILED_PRECONDITION;
+  }
   gd_graph made;
   int rc = host_graph_create(be, d, &made, err, errlen);
   if (rc < 0) return rc;
@@ -494,11 +507,15 @@ static int host_graph_instantiate(gd_backend *be, gd_backend_dev *d, gd_graph gg
     *n = *g->nodes[i];
     n->copy = true;
   }
+  g->instances++;
+  e->from = g;
   *out = e;
   return 0;
 }
 
 static void host_graph_exec_destroy(gd_backend *be, gd_backend_dev *d, gd_graph_exec e) {
+  host_graph *x = e;
+  if (x && x->from) x->from->instances--;
   host_graph_destroy(be, d, e);
 }
 

@@ -277,6 +277,16 @@ static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, ui
   return 0;
 }
 
+/* Whether p has a loop or a branch: its graph has a conditional node, and
+ * the driver instantiates such a graph once at a time (CUDA answers
+ * CUDA_ERROR_NOT_SUPPORTED to a second cuGraphInstantiateWithFlags), so
+ * its one executable graph is re-pointed for every binding set. */
+static bool has_conditional(const gd_program *p) {
+  for (uint32_t i = 0; i < p->nsteps; i++)
+    if (p->steps[i].kind == GD_STEP_WHILE || p->steps[i].kind == GD_STEP_IF) return true;
+  return false;
+}
+
 /* One more executable graph of c, its copy nodes where the graph made them
  * point. */
 static int add_exec(gd_device *d, gd_capture *c, gd_stream stream, char *err, size_t errlen) {
@@ -477,6 +487,14 @@ int capture_build(gd_device *d, const gd_regprog *prog, const gd_bound *bind, gd
   int rc = choose_mode(c, bind, err, errlen);
   if (rc == 0) rc = place_slots(d, c, err, errlen);
   if (rc == 0) rc = build_graph(d, c, bind, stream, err, errlen);
+  if (rc == 0 && has_conditional(prog->program)) {
+    char hex[2 * GD_ID_LEN + 1];
+    gd_id_hex(prog->id, 1, hex);
+    GD_LOG(GD_DEBUG, "capture",
+           "program %s has a loop or a branch: one executable graph (a graph with a conditional "
+           "node is instantiated once), re-pointed for other binding sets",
+           hex);
+  }
   if (rc == 0) {
     rc = OPS->event_create(BE, &c->last_use, err, errlen);
     c->has_event = rc == 0;
@@ -524,8 +542,9 @@ static uint64_t bind_key(const gd_capture *c, const gd_bound *bind) {
 
 /* The executable graph for this replay: one already pointing at its
  * memory; else, for a binding set seen lately (it comes back: a loop over
- * a few sets of buffers), a new one while there is room; else the least
- * recently used, to be re-pointed. */
+ * a few sets of buffers), a new one while there is room (never for a graph
+ * with a conditional node: that is the expected path, not a failure, and
+ * says nothing); else the least recently used, to be re-pointed. */
 static int pick_exec(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind, gd_exec **out,
                      char *err, size_t errlen) {
   gd_exec *lru = &c->execs[0];
@@ -541,7 +560,7 @@ static int pick_exec(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *
   bool back = false;
   for (uint32_t i = 0; i < GD_CAPTURE_RECENT && !back; i++) back = c->recent[i] == key;
   c->recent[c->recent_next++ % GD_CAPTURE_RECENT] = key;
-  if (back && c->nexecs < GD_CAPTURE_EXECS) {
+  if (back && c->nexecs < GD_CAPTURE_EXECS && !has_conditional(c->prog->program)) {
     if (c->template_stale) {
       char hex[2 * GD_ID_LEN + 1];
       gd_id_hex(c->prog->id, 1, hex);
