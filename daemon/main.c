@@ -78,6 +78,12 @@ static void usage(FILE *f) {
           "  --max-module-bytes-per-uid SIZE\n"
           "                        module bytes one uid registered (default 2G, 0 = no\n"
           "                        limit), freed like programs\n"
+          "  --max-program-bytes SIZE\n"
+          "                        memory programs take in the registry, in all\n"
+          "                        (default 4G)\n"
+          "  --max-program-bytes-per-uid SIZE\n"
+          "                        ... charged to one uid (default 1G, 0 = no limit),\n"
+          "                        freed like programs\n"
           "  --max-inflight-replays N\n"
           "                        replays a session may have queued on its device and\n"
           "                        not finished; more wait (default 1024)\n"
@@ -123,6 +129,8 @@ static const struct option long_opts[] = {
     {"max-programs-per-uid", required_argument, NULL, 0},
     {"max-module-bytes", required_argument, NULL, 0},
     {"max-module-bytes-per-uid", required_argument, NULL, 0},
+    {"max-program-bytes", required_argument, NULL, 0},
+    {"max-program-bytes-per-uid", required_argument, NULL, 0},
     {"max-inflight-replays", required_argument, NULL, 0},
     {"max-host-maps", required_argument, NULL, 0},
     {"idle-timeout", required_argument, NULL, 0},
@@ -284,6 +292,8 @@ int main(int argc, char **argv) {
       .max_module_bytes = opt.max_module_bytes,
       .max_programs_per_uid = opt.max_programs_per_uid,
       .max_module_bytes_per_uid = opt.max_module_bytes_per_uid,
+      .max_program_bytes = opt.max_program_bytes,
+      .max_program_bytes_per_uid = opt.max_program_bytes_per_uid,
   };
   registry_set_limits(&srv.reg, &limits);
   if (opt.host_module_allow[0] &&

@@ -38,6 +38,8 @@ void options_defaults(gd_options *o) {
   o->max_programs_per_uid = 8192;
   o->max_module_bytes = 8ull << 30;
   o->max_module_bytes_per_uid = 2ull << 30;
+  o->max_program_bytes = 4ull << 30;
+  o->max_program_bytes_per_uid = 1ull << 30;
   o->max_inflight_replays = 1024;
 }
 
@@ -73,6 +75,8 @@ static const size_limit size_limits[] = {
      UINT64_MAX},
     {"max-module-bytes", offsetof(gd_options, max_module_bytes), 1u << 20, 8ull << 30},
     {"max-module-bytes-per-uid", offsetof(gd_options, max_module_bytes_per_uid), 0, 8ull << 30},
+    {"max-program-bytes", offsetof(gd_options, max_program_bytes), 1u << 20, 8ull << 30},
+    {"max-program-bytes-per-uid", offsetof(gd_options, max_program_bytes_per_uid), 0, 8ull << 30},
 };
 
 /* Sets a count or size limit named key; 1 when key is none of them. */

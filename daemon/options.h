@@ -34,6 +34,8 @@ typedef struct gd_options {
   uint32_t max_programs_per_uid;         /* ... charged to one uid; 0 = no limit */
   uint64_t max_module_bytes;             /* module bytes registered, in all */
   uint64_t max_module_bytes_per_uid;     /* ... charged to one uid; 0 = no limit */
+  uint64_t max_program_bytes;            /* program bytes (in memory) registered, in all */
+  uint64_t max_program_bytes_per_uid;    /* ... charged to one uid; 0 = no limit */
   uint32_t max_inflight_replays;         /* replays queued on a session's stream, not done */
   uint32_t max_host_maps;                /* client mappings in all; 0: from vm.max_map_count */
   char host_module_allow[256];           /* file of host module ids non-admins may register */

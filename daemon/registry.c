@@ -65,15 +65,18 @@ static bool owned_by(const gd_reg_use *u, uint32_t uid) {
   return false;
 }
 
-/* What an entry costs its owners: one program, or the module's bytes. */
+/* What an entry costs its owners: one program and its bytes, or the
+ * module's bytes. */
 static void charge(gd_registry *r, uint32_t uid, bool program, uint64_t bytes, int sign) {
   gd_reg_user *u = user_get(r, uid, sign > 0);
   if (!u) return;
-  if (program)
+  if (program) {
     u->programs = sign > 0 ? u->programs + 1 : u->programs - 1;
-  else
+    u->program_bytes = sign > 0 ? u->program_bytes + bytes : u->program_bytes - bytes;
+  } else {
     u->module_bytes = sign > 0 ? u->module_bytes + bytes : u->module_bytes - bytes;
-  if (!u->programs && !u->module_bytes) {
+  }
+  if (!u->programs && !u->program_bytes && !u->module_bytes) {
     HASH_DEL(r->users, u);
     free(u);
   }
@@ -82,9 +85,10 @@ static void charge(gd_registry *r, uint32_t uid, bool program, uint64_t bytes, i
 static void unlink_program(gd_registry *r, gd_regprog *p) {
   HASH_DEL(r->programs, p);
   r->nprograms--;
+  r->program_bytes -= p->bytes;
   for (uint32_t i = 0; i < p->program->nsteps; i++)
     if (p->step_module[i]) p->step_module[i]->nlaunches--;
-  for (uint32_t i = 0; i < p->use.nowners; i++) charge(r, p->use.owners[i], true, 0, -1);
+  for (uint32_t i = 0; i < p->use.nowners; i++) charge(r, p->use.owners[i], true, p->bytes, -1);
   p->use.nowners = 0;
   p->next_dead = r->dead_programs;
   r->dead_programs = p;
@@ -133,18 +137,31 @@ static uint32_t max_programs(const gd_registry *r) {
   return l && l < GD_REGISTRY_MAX_PROGRAMS ? l : GD_REGISTRY_MAX_PROGRAMS;
 }
 
+static uint64_t max_program_bytes(const gd_registry *r) {
+  uint64_t l = r->limits.max_program_bytes;
+  return l && l < GD_REGISTRY_MAX_PROGRAM_BYTES ? l : GD_REGISTRY_MAX_PROGRAM_BYTES;
+}
+
 static uint64_t max_module_bytes(const gd_registry *r) {
   uint64_t l = r->limits.max_module_bytes;
   return l && l < GD_REGISTRY_MAX_MODULE_BYTES ? l : GD_REGISTRY_MAX_MODULE_BYTES;
 }
 
-/* Room in the whole registry for one more program, or one more module of
+/* Room in the whole registry for one more program, or one more module, of
  * len bytes: unused entries go, least recently used first. */
-static int global_room(gd_registry *r, bool program, size_t len, char *err, size_t errlen) {
+static int global_room(gd_registry *r, bool program, uint64_t len, char *err, size_t errlen) {
+  if (program && len > max_program_bytes(r)) {
+    snprintf(err, errlen,
+             "the program takes %llu bytes in memory, more than the whole program registry may "
+             "(--max-program-bytes %llu)",
+             (unsigned long long)len, (unsigned long long)max_program_bytes(r));
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
   for (;;) {
-    bool fits = program ? r->nprograms < max_programs(r)
-                        : r->nmodules < GD_REGISTRY_MAX_MODULES &&
-                              r->module_bytes + len <= max_module_bytes(r);
+    bool fits =
+        program
+            ? r->nprograms < max_programs(r) && r->program_bytes + len <= max_program_bytes(r)
+            : r->nmodules < GD_REGISTRY_MAX_MODULES && r->module_bytes + len <= max_module_bytes(r);
     if (fits) return 0;
     void *v = lru_victim(r, program, false, 0, NULL);
     if (v) {
@@ -159,11 +176,17 @@ static int global_room(gd_registry *r, bool program, size_t len, char *err, size
     if (!p) break;
     unlink_program(r, p);
   }
-  if (program)
+  if (program && r->nprograms >= max_programs(r))
     snprintf(err, errlen,
              "the program registry is full (max-programs %u) and every program in it is held "
              "by an open session",
              max_programs(r));
+  else if (program)
+    snprintf(err, errlen,
+             "the program registry is full (%llu of --max-program-bytes %llu, this program "
+             "%llu more) and every program in it is held by an open session",
+             (unsigned long long)r->program_bytes, (unsigned long long)max_program_bytes(r),
+             (unsigned long long)len);
   else
     snprintf(err, errlen,
              "the module registry is full (%u modules, %llu bytes; max-module-bytes %llu) and "
@@ -178,14 +201,17 @@ void registry_set_limits(gd_registry *r, const gd_reg_limits *l) { r->limits = *
 int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char *err,
                    size_t errlen) {
   gd_reg_use *use = program ? &((gd_regprog *)entry)->use : &((gd_module *)entry)->use;
-  uint64_t bytes = program ? 0 : ((gd_module *)entry)->len;
+  uint64_t bytes = program ? ((gd_regprog *)entry)->bytes : ((gd_module *)entry)->len;
   if (owned_by(use, uid)) return 0;
   uint64_t limit = program ? r->limits.max_programs_per_uid : r->limits.max_module_bytes_per_uid;
+  uint64_t blimit = program ? r->limits.max_program_bytes_per_uid : 0;
   for (;;) {
     gd_reg_user u = registry_user(r, uid);
     uint64_t have = program ? u.programs : u.module_bytes;
     uint64_t need = program ? 1 : bytes;
-    if (!limit || have + need <= limit) break;
+    bool count_over = limit && have + need > limit;
+    bool bytes_over = blimit && u.program_bytes + bytes > blimit;
+    if (!count_over && !bytes_over) break;
     void *v = lru_victim(r, program, true, uid, entry);
     bool vprog = program;
     if (!v && !program) {
@@ -194,7 +220,14 @@ int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char
       vprog = true;
     }
     if (!v) {
-      if (program)
+      if (program && !count_over)
+        snprintf(err, errlen,
+                 "max-program-bytes-per-uid (%llu) reached: uid %u has %llu program bytes "
+                 "registered and this program is %llu more; open sessions hold the rest "
+                 "(close sessions, or raise --max-program-bytes-per-uid)",
+                 (unsigned long long)blimit, uid, (unsigned long long)u.program_bytes,
+                 (unsigned long long)bytes);
+      else if (program)
         snprintf(err, errlen,
                  "max-programs-per-uid (%llu) reached: uid %u has %u programs registered and "
                  "open sessions hold every one; close sessions or raise the limit",
@@ -224,7 +257,7 @@ int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char
         vu->owners[i] = vu->owners[--vu->nowners];
         break;
       }
-    charge(r, uid, vprog, vprog ? 0 : ((gd_module *)v)->len, -1);
+    charge(r, uid, vprog, vprog ? ((gd_regprog *)v)->bytes : ((gd_module *)v)->len, -1);
     if (!vu->nowners) {
       if (vprog)
         unlink_program(r, v);
@@ -488,7 +521,8 @@ int registry_program_insert(gd_registry *r, gd_program *prog, bool *known, char 
     gd_program_free(prog);
     return 0;
   }
-  int rc = global_room(r, true, 0, err, errlen);
+  uint64_t bytes = registry_program_bytes(prog);
+  int rc = global_room(r, true, bytes, err, errlen);
   if (rc < 0) {
     gd_program_free(prog);
     return rc;
@@ -521,11 +555,25 @@ int registry_program_insert(gd_registry *r, gd_program *prog, bool *known, char 
   p->step_module = mods;
   for (uint32_t i = 0; i < prog->nsteps; i++)
     if (mods[i]) mods[i]->nlaunches++;
+  p->bytes = bytes;
   p->index = index_take(&r->program_index);
   r->nprograms++;
+  r->program_bytes += bytes;
   p->use.used_ns = gd_now_ns();
   HASH_ADD(hh, r->programs, id, GD_ID_LEN, p);
   return 0;
+}
+
+uint64_t registry_program_bytes(const gd_program *p) {
+  uint64_t b = sizeof(gd_regprog) + sizeof *p + (uint64_t)p->nslots * sizeof *p->slots +
+               (uint64_t)p->nsteps * (sizeof *p->steps + sizeof(gd_module *));
+  for (uint32_t i = 0; i < p->nsteps; i++) {
+    if (p->steps[i].kind != GD_STEP_LAUNCH) continue;
+    const gd_launch *l = &p->steps[i].u.launch;
+    b += (uint64_t)l->nparams * sizeof *l->params + l->param_bytes +
+         (uint64_t)l->npatches * sizeof *l->patches;
+  }
+  return b;
 }
 
 bool registry_same_program(const uint8_t id[GD_ID_LEN], const uint8_t *enc, size_t len) {

@@ -7,7 +7,7 @@
  *
  * Who pays for an entry, and when it may go: every user (uid) that
  * registered an entry owns it, and is charged for it against the per-uid
- * limits; every open session that registered it, or prepared or replayed a
+ * limits (a program counts once and by its bytes, a module by its bytes); every open session that registered it, or prepared or replayed a
  * program, holds it. An entry nobody holds is unused and may be freed,
  * least recently used first: when its owner needs room under a per-uid
  * limit (the owner lets go of it; it goes when no owner is left), or when
@@ -33,6 +33,7 @@
 #define GD_REGISTRY_MAX_MODULES 4096u
 #define GD_REGISTRY_MAX_PROGRAMS 65536u
 #define GD_REGISTRY_MAX_MODULE_BYTES (8ull << 30)
+#define GD_REGISTRY_MAX_PROGRAM_BYTES (8ull << 30)
 
 /* Who owns and holds an entry, and when it was last used (see above). */
 typedef struct gd_reg_use {
@@ -59,6 +60,7 @@ typedef struct gd_regprog {
   uint8_t id[GD_ID_LEN];
   gd_program *program;
   gd_module **step_module; /* per step: the launch's module, NULL otherwise */
+  uint64_t bytes;          /* what it takes in memory (registry_program_bytes) */
   uint32_t index;          /* dense index, for per-device tables */
   gd_reg_use use;
   struct gd_regprog *next_dead;
@@ -69,6 +71,7 @@ typedef struct gd_regprog {
 typedef struct gd_reg_user {
   uint32_t uid;
   uint32_t programs;
+  uint64_t program_bytes;
   uint64_t module_bytes;
   UT_hash_handle hh;
 } gd_reg_user;
@@ -79,6 +82,8 @@ typedef struct gd_reg_limits {
   uint64_t max_module_bytes; /* in all (at most GD_REGISTRY_MAX_MODULE_BYTES) */
   uint32_t max_programs_per_uid;
   uint64_t max_module_bytes_per_uid;
+  uint64_t max_program_bytes; /* in all (at most GD_REGISTRY_MAX_PROGRAM_BYTES) */
+  uint64_t max_program_bytes_per_uid;
 } gd_reg_limits;
 
 /* A dense index that is handed out again once freed. */
@@ -92,7 +97,7 @@ typedef struct gd_registry {
   gd_module *modules;   /* uthash head */
   gd_regprog *programs; /* uthash head */
   uint32_t nmodules, nprograms;
-  uint64_t module_bytes;
+  uint64_t module_bytes, program_bytes;
   gd_reg_limits limits;
   gd_reg_user *users; /* uthash head */
   gd_reg_index module_index, program_index;
@@ -148,6 +153,10 @@ int registry_program_decode(const uint8_t id[GD_ID_LEN], const uint8_t *enc, siz
 int registry_program_insert(gd_registry *r, gd_program *prog, bool *known, char *err,
                             size_t errlen);
 bool registry_same_program(const uint8_t id[GD_ID_LEN], const uint8_t *enc, size_t len);
+
+/* The memory a decoded program takes in the registry (its steps, slots,
+ * parameters and patches): what it is charged as program bytes. */
+uint64_t registry_program_bytes(const gd_program *p);
 
 gd_module *registry_find_module(gd_registry *r, const uint8_t id[GD_ID_LEN]);
 gd_regprog *registry_find_program(gd_registry *r, const uint8_t id[GD_ID_LEN]);

@@ -243,6 +243,61 @@ START_TEST(test_quota_module_bytes_per_uid) {
 }
 END_TEST
 
+/* A large program: 8 launches of 30000 parameter bytes each (about 240 KiB
+ * in the daemon's memory), told apart by k. */
+static graphd_status big_program(graphd_client *c, const uint8_t mod[32], int k, uint8_t pid[32]) {
+  graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, 1024, 1);
+  uint32_t grid[3] = {1, 1, 1}, block[3] = {32, 1, 1};
+  for (uint32_t i = 0; i < 8; i++) {
+    int s = graphd_program_add_launch(p, mod, "scale", grid, block, 0);
+    ck_assert_int_ge(s, 0);
+    graphd_program_param(p, (uint32_t)s, 0, NULL, 30000);
+    graphd_program_param(p, (uint32_t)s, 30000, &k, 4);
+  }
+  graphd_status st = graphd_program_finish(p, pid);
+  ck_assert_msg(st == GRAPHD_OK, "%s", graphd_program_error(p));
+  st = graphd_register_program(c, p);
+  graphd_program_free(p);
+  return st;
+}
+
+/* Programs are charged by the memory they take, not only counted: four
+ * large programs fill a 1M budget per uid; a fifth is refused, naming the
+ * limit and its flag, while all four are held, and fits once they are not
+ * (the least recently used goes). The whole registry likewise. */
+START_TEST(test_quota_program_bytes_per_uid_and_in_all) {
+  td_start(&d, "--host-devices", "1", "--max-program-bytes-per-uid", "1M", NULL);
+  uint8_t mod[32], pid[6][32];
+  graphd_client *a = session(mod);
+  for (int k = 0; k < 4; k++) ck_assert_int_eq(big_program(a, mod, k, pid[k]), GRAPHD_OK);
+  graphd_client *b = session(mod);
+  ck_assert_int_eq(big_program(b, mod, 4, pid[4]), GRAPHD_RESOURCE_EXHAUSTED);
+  const char *e = graphd_last_error(b);
+  ck_assert_msg(strstr(e, "max-program-bytes-per-uid (1048576) reached"), "%s", e);
+  ck_assert_msg(strstr(e, "--max-program-bytes-per-uid"), "%s", e);
+  /* Once a no longer holds them, its least recently used program goes. */
+  close_and_wait(a);
+  ck_assert_int_eq(big_program(b, mod, 4, pid[4]), GRAPHD_OK);
+  ck_assert(!registered(b, pid[0]));
+  close_and_wait(b);
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+
+  td_start(&d, "--host-devices", "1", "--max-program-bytes", "1M", "--max-program-bytes-per-uid",
+           "0", NULL);
+  a = session(mod);
+  for (int k = 0; k < 4; k++) ck_assert_int_eq(big_program(a, mod, k, pid[k]), GRAPHD_OK);
+  b = session(mod);
+  ck_assert_int_eq(big_program(b, mod, 4, pid[4]), GRAPHD_RESOURCE_EXHAUSTED);
+  e = graphd_last_error(b);
+  ck_assert_msg(strstr(e, "--max-program-bytes 1048576"), "%s", e);
+  close_and_wait(a);
+  ck_assert_int_eq(big_program(b, mod, 4, pid[4]), GRAPHD_OK);
+  close_and_wait(b);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("registry_quota");
   TCase *tc = tcase_create("registry_quota");
@@ -252,6 +307,7 @@ int main(void) {
   tcase_add_test(tc, test_quota_refusal_while_held_clears_when_the_holder_closes);
   tcase_add_test(tc, test_quota_total_programs_free_unused_ones);
   tcase_add_test(tc, test_quota_module_bytes_per_uid);
+  tcase_add_test(tc, test_quota_program_bytes_per_uid_and_in_all);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }
