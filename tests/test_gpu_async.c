@@ -5,7 +5,9 @@
  * killed with entries queued behind a held stream, replays of 160
  * bindings whose entries take several slots of the ring, in staged and
  * direct mode, the wait's answer for replays a graceful stop never took,
- * and a doorbell its client made blocking. Exits 77 without a GPU. */
+ * a sync replay's drain of entries --max-inflight-replays holds while
+ * another client waits, and a doorbell its client made blocking. Exits 77
+ * without a GPU. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
@@ -292,6 +294,65 @@ START_TEST(test_gpu_async_wait_reports_the_replays_a_graceful_stop_dropped) {
 }
 END_TEST
 
+typedef struct held_call {
+  fixture *f;
+  graphd_status st;
+} held_call;
+
+static void *sync_replay_of_held(void *arg) {
+  held_call *h = arg;
+  graphd_binding b[2] = {{0, h->f->x[0].ptr, GN * 4}, {3, h->f->y[0].ptr, GN * 4}};
+  h->st = graphd_replay(h->f->c, h->f->s, h->f->pid, b, 2, NULL);
+  return NULL;
+}
+
+/* --max-inflight-replays 2 and a client whose stream is held: its ring
+ * keeps the entries past the two in flight. Its sync replay's job first
+ * drains what the ring held when it began, held as the poll would hold
+ * it; once that has held another client's replay up for the ready timeout
+ * (1 s) the held session is cut off, and the other client is answered,
+ * exact. Let go, the held stream finishes: nothing is left waiting. */
+START_TEST(test_gpu_async_drain_of_held_entries_lets_another_client_through) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_start_again(&d, "--backend", "cuda", "--max-inflight-replays", "2", "--ready-timeout", "1",
+                 NULL);
+  fixture a, v;
+  fixture_up(&a);
+  fixture_up(&v);
+  graphd_set_reconnect_wait(a.c, 0);
+  ck_assert_int_eq(gpu_replay_checked(a.c, a.s, a.st, a.pid, &a.x[0], &a.y[0], &a.cc, 1, 1, NULL),
+                   GRAPHD_OK);
+  ck_assert_int_eq(gpu_replay_checked(v.c, v.s, v.st, v.pid, &v.x[0], &v.y[0], &v.cc, 1, 2, NULL),
+                   GRAPHD_OK);
+  volatile uint64_t *flag = gpu_hold_stream(a.st);
+  ck_assert_ptr_nonnull((void *)flag);
+  for (int i = 0; i < 6; i++) {
+    graphd_binding b[2] = {{0, a.x[i % 4].ptr, GN * 4}, {3, a.y[i % 4].ptr, GN * 4}};
+    ck_assert_int_eq(graphd_replay_async(a.c, a.s, a.pid, b, 2, NULL), GRAPHD_OK);
+  }
+  held_call h = {.f = &a};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, sync_replay_of_held, &h), 0);
+  usleep(300000); /* its job is in the drain, waiting on held entries */
+  double t0 = now_ms();
+  for (int i = 0; i < 5; i++)
+    ck_assert_int_eq(gpu_replay_checked(v.c, v.s, v.st, v.pid, &v.x[i % 4], &v.y[i % 4], &v.cc, 0,
+                                        (unsigned)(10 + i), NULL),
+                     GRAPHD_OK);
+  printf(
+      "FIGURE held ring drained by a sync replay: another client's 5 replays answered in "
+      "%.0f ms (ready timeout 1 s)\n",
+      now_ms() - t0);
+  ck_assert_msg(td_log_contains(&d, "held back by --max-inflight-replays"), "no cut-off logged");
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  pthread_join(t, NULL);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(a.st), CUDA_SUCCESS);
+  fixture_down(&a);
+  fixture_down(&v);
+  gpu_hold_free(flag);
+}
+END_TEST
+
 /* On the CUDA backend too, a doorbell registered in two sessions and made
  * blocking by its owner, then rung, leaves the worker serving others. */
 START_TEST(test_gpu_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker) {
@@ -441,6 +502,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_async_dead_daemon_with_entries_queued_releases_the_stream);
   tcase_add_test(tc, test_gpu_async_many_handles_in_one_process_all_finish);
   tcase_add_test(tc, test_gpu_async_wait_reports_the_replays_a_graceful_stop_dropped);
+  tcase_add_test(tc, test_gpu_async_drain_of_held_entries_lets_another_client_through);
   tcase_add_test(tc, test_gpu_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker);
   suite_add_tcase(su, tc);
   return td_run_suite(su);

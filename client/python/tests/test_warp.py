@@ -783,10 +783,39 @@ class RefusalTest(unittest.TestCase):
         x = wp.zeros(4, dtype=float, device="cpu")
         self.assertEqual(x.numpy().tolist(), [0.0] * 4)
 
+    def test_the_function_sees_the_cuda_device(self):
+        # A library keys its state by the current device (MJX's render
+        # context by wp.get_device().ordinal): while recorded, the function
+        # sees the CUDA device the call is for, as under Warp, not Warp's CPU
+        # device (ordinal -1, where MJX's lookup raised KeyError).
+        seen.clear()
+        f = gw.callable(by_device, inputs=["x"], outputs=["y"])
+        x = wp.zeros(64, dtype=float, device="cpu")
+        b = f.build(x, x, arch=90)
+        self.assertEqual(seen, [(0, True, False, "cuda:0", 90)] * 2)  # two recordings
+        # Arrays it makes on that device are scratch slots of the program.
+        self.assertEqual([s.role for s in b.slots], ["input", "output", "scratch"])
+        seen.clear()
+        Function(by_device, f._spec).build({0: (64,), 1: (64,)}, {}, 90, "staged", ordinal=1)
+        self.assertEqual([s[0] for s in seen], [1, 1])
+        self.assertEqual(wp.get_device().ordinal, -1)  # Warp's own again
+        self.assertTrue(wp.get_device().is_cpu)
+
 
 if HAVE_WARP:
     def scale_fn(x: wp.array(dtype=float), y: wp.array(dtype=float)):
         wp.launch(scale, dim=x.shape[0], inputs=[x, y, 2.0])
+
+    seen = []
+    per_device = {(4, 0): 2.0, (4, 1): 3.0}
+
+    def by_device(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        d = wp.get_device()
+        seen.append((d.ordinal, d.is_cuda, d.is_cpu, str(d), d.arch))
+        tmp = wp.zeros(x.shape[0], dtype=float, device=d)
+        with wp.ScopedDevice(d):
+            wp.launch(scale, dim=x.shape[0], inputs=[x, tmp, per_device[(4, d.ordinal)]])
+        wp.copy(y, tmp)
 
 
 @unittest.skipUnless(HAVE_WARP, WHY)

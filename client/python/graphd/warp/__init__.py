@@ -123,6 +123,26 @@ def resolve_arch(device=None):
     return _parse_arch(device)
 
 
+def resolve_ordinal(device=None):
+    """The CUDA ordinal of the device a call is for, which the recorded
+    function sees as Warp's current device: that of a Warp or JAX GPU
+    device given, else of JAX's default device when it is a GPU, else of
+    the first GPU JAX sees, else 0."""
+    if hasattr(device, "is_cuda") and hasattr(device, "ordinal"):  # a Warp device
+        return int(device.ordinal) if device.is_cuda else 0
+    if hasattr(device, "platform") and device.platform in ("gpu", "cuda"):
+        return int(getattr(device, "local_hardware_id", None) or 0)
+    try:
+        import jax
+        default = jax.config.jax_default_device
+        if hasattr(default, "platform") and default.platform in ("gpu", "cuda"):
+            return int(getattr(default, "local_hardware_id", None) or 0)
+        gpus = [d for d in jax.devices() if d.platform in ("gpu", "cuda")]
+    except Exception:
+        gpus = []
+    return int(getattr(gpus[0], "local_hardware_id", None) or 0) if gpus else 0
+
+
 def _use_socket(socket):
     """The JAX handler connects to $GRAPHD_SOCKET (or the default): a
     socket given here is put there, once per process."""
@@ -359,7 +379,8 @@ class JaxCallable:
                 dims = shapes[spec.first_array] if launch_dims is None else _batched_launch(launch_dims, batch)
                 func = _kernel_runner(self.function.kernel, dims, self.function.block_dim)
             built = self.function.build(shapes, statics, self.arch, mode, func=func,
-                                        extra=("launch", launch_dims) if self.kernel else None)
+                                        extra=("launch", launch_dims) if self.kernel else None,
+                                        ordinal=resolve_ordinal(self.device))
             self.captures.keep(built)
             return gj.Spec(built.program, results=results,
                            operand_slots=[built.arg_slots[i] for i in array_inputs],

@@ -130,14 +130,15 @@ class FuncSpec:
         return cls(kernel.key, args, num_outputs, **kw)
 
 
-def record(func, spec, shapes, statics):
+def record(func, spec, shapes, statics, ordinal=0, arch=None):
     """One run of func on reserved CPU arrays: shapes maps argument index
-    to Warp shape, statics maps index to value."""
+    to Warp shape, statics maps index to value. The function sees CUDA
+    device `ordinal` (of architecture `arch`) as Warp's current device."""
     wp, _, _ = warp_modules()
     rec = Recording()
     args = [None] * len(spec.args)
     try:
-        with Recorder(rec, spec.name):
+        with Recorder(rec, spec.name, ordinal, arch):
             for i, a in enumerate(spec.args):
                 if a.is_array:
                     shape = shapes[i]
@@ -169,11 +170,12 @@ class Function:
         self.built = {}
         self.lock = threading.Lock()
 
-    def build(self, shapes, statics, arch, mode, func=None, extra=None):
+    def build(self, shapes, statics, arch, mode, func=None, extra=None, ordinal=0):
         """The Built program for these Warp shapes ({argument index:
         shape}) and static values ({index: value}); func replaces the
         function to record (a kernel launch), extra goes into the cache
-        key with it."""
+        key with it. ordinal: the CUDA device the function sees as current
+        while it is recorded."""
         func = self.func if func is None else func
         key = (tuple(tuple(shapes[i]) if i in shapes else None for i in range(len(self.spec.args))),
                tuple(sorted((i, type(v).__name__, repr(v)) for i, v in statics.items())), arch, mode, extra)
@@ -181,8 +183,8 @@ class Function:
             hit = self.built.get(key)
             if hit is not None:
                 return hit
-            first = record(func, self.spec, shapes, statics)
-            second = record(func, self.spec, shapes, statics)
+            first = record(func, self.spec, shapes, statics, ordinal, arch)
+            second = record(func, self.spec, shapes, statics, ordinal, arch)
             if first.key() != second.key():
                 raise Refused("value_dependent", f"{self.spec.name}: two recordings of the same shapes and static "
                               "values launched different sequences, so the launches depend on something else "

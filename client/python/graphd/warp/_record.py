@@ -226,9 +226,10 @@ _NATIVE_TEXT = {
 class Recorder:
     """Context manager: patches Warp for the recording and restores it."""
 
-    def __init__(self, rec, func_name):
+    def __init__(self, rec, func_name, ordinal=0, arch=None):
         self.rec = rec
         self.func_name = func_name
+        self.ordinal, self.arch = ordinal, arch
         self.saved = []
 
     # --- patching ---
@@ -292,6 +293,27 @@ class Recorder:
                 text = _NATIVE_TEXT.get(name, f"Warp's native {name}, which does work on the host that "
                                               "graphd cannot record")
                 self._patch(core, name, _refuser("native", f"the function calls {text}"))
+
+        # The function's own code sees the CUDA device the call is for as
+        # the current device (libraries key state by its ordinal); Warp's
+        # code, under it, sees the CPU device the recording runs on.
+        self.device = RecordingDevice(cpu, self.ordinal, self.arch)
+        warp_get_device, runtime_get_device = ctx.get_device, runtime.get_device
+        device = self.device
+
+        def get_device(ident=None):
+            if ident is device:
+                return cpu
+            if ident is None and not _from_warp(sys._getframe(1)):
+                return device
+            return warp_get_device(ident)
+
+        def runtime_get(ident=None):
+            return cpu if ident is device else runtime_get_device(ident)
+
+        self._patch(wp, "get_device", get_device)
+        self._patch(ctx, "get_device", get_device)
+        self._patch(runtime, "get_device", runtime_get)
 
         launch = self._launch
         self._patch(wp, "launch", launch)
@@ -471,6 +493,36 @@ class Recorder:
         if rec is not None:
             self.rec.steps.append(rec)
         return None
+
+
+def _from_warp(frame):
+    """Whether a call comes from Warp's (or graphd.warp's) own code."""
+    name = frame.f_globals.get("__name__", "")
+    return name == "warp" or name.startswith(("warp.", "graphd.warp"))
+
+
+class RecordingDevice:
+    """What wp.get_device() gives the recorded function: the CUDA device
+    the call is for (its ordinal, "cuda:N", is_cuda, its architecture),
+    standing in for the CPU device the recording runs on. Passed back to
+    Warp (wp.zeros(device=...), wp.ScopedDevice) it is the CPU device;
+    anything else it does not say is the CPU device's."""
+
+    def __init__(self, cpu, ordinal, arch):
+        self._cpu = cpu
+        self.ordinal = int(ordinal)
+        self.alias = f"cuda:{self.ordinal}"
+        self.arch = arch
+        self.is_cuda, self.is_cpu = True, False
+
+    def __getattr__(self, name):
+        return getattr(self._cpu, name)
+
+    def __str__(self):
+        return self.alias
+
+    def __repr__(self):
+        return f'"{self.alias}"'
 
 
 def resolve_block_dim(block_dim):

@@ -69,7 +69,9 @@ class WarpCallable:
                 shapes[i] = tuple(v.shape)
             else:
                 statics[i] = a.type(v)
-        return fn.build(shapes, statics, resolve_arch(arch if arch is not None else self.device), self.mode)
+        from . import resolve_ordinal
+        target = arch if arch is not None else self.device
+        return fn.build(shapes, statics, resolve_arch(target), self.mode, ordinal=resolve_ordinal(target))
 
     def __call__(self, *args):
         wp, _, _ = warp_modules()
