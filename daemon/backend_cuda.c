@@ -22,6 +22,25 @@
 #include "../common/memfd.h"
 #include "graphd/status.h"
 
+/* A legacy IPC allocation open in a device's context. The driver opens a
+ * handle once per context (a second cuIpcOpenMemHandle answers
+ * CUDA_ERROR_ALREADY_MAPPED), but one allocation may back several regions
+ * at once: the same buffer registered by two sessions of a process (the
+ * XLA handler's and the Python package's), or registered again before the
+ * release of its previous region has run (a release waits for the jobs
+ * that use the region). So each allocation is opened once and shared,
+ * counted by the regions that use it, and keyed by the bytes of its IPC
+ * handle: the driver gives an allocation the same handle every time, and
+ * it is by that handle that the driver itself refuses a second open, so a
+ * handle found here names the mapping a second open would have given. */
+typedef struct ipc_open {
+  uint8_t handle[64];
+  CUdeviceptr ptr; /* where it is mapped here */
+  size_t bytes;    /* of the allocation from ptr on */
+  int refs;        /* regions using it */
+  struct ipc_open *next;
+} ipc_open;
+
 struct gd_backend_dev {
   CUdevice dev;
   int ordinal;
@@ -29,6 +48,7 @@ struct gd_backend_dev {
   size_t vmm_granularity;
   CUmodule cond_mod;  /* the condition kernel's module, loaded on first use */
   CUfunction cond_fn; /* graphd_set_condition */
+  ipc_open *ipc;      /* the legacy IPC allocations open here */
 };
 
 /* The condition kernel (daemon/kernels/condition.cu), built by nvcc into
@@ -63,6 +83,12 @@ fail:
 static void cuda_close(gd_backend *be, gd_backend_dev *d) {
   const gd_cuda *cu = be->priv;
   if (d->cond_mod) CU_CHECK_IGNORE(cu->cuModuleUnload(d->cond_mod));
+  while (d->ipc) {
+    ipc_open *o = d->ipc;
+    d->ipc = o->next;
+    CU_CHECK_IGNORE(cu->cuIpcCloseMemHandle(o->ptr));
+    free(o);
+  }
   CU_CHECK_IGNORE(cu->cuCtxSetCurrent(NULL));
   CU_CHECK_IGNORE(cu->cuDevicePrimaryCtxRelease(d->dev));
   free(d);
@@ -301,14 +327,33 @@ fail:
   return rc;
 }
 
-static int import_legacy(gd_backend *be, gd_backend_dev *d, const gd_region_import *in,
-                         gd_region_map *out, char *err, size_t errlen) {
+/* The open mapping of in's allocation, opened now or shared with the
+ * regions that have it open already, with a reference taken. */
+static int ipc_get(gd_backend *be, gd_backend_dev *d, const gd_region_import *in, ipc_open **out,
+                   char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;
+  for (ipc_open *o = d->ipc; o; o = o->next)
+    if (memcmp(o->handle, in->ipc_handle, sizeof o->handle) == 0) {
+      o->refs++;
+      *out = o;
+      return 0;
+    }
   CUipcMemHandle h;
   memcpy(h.reserved, in->ipc_handle, sizeof h.reserved);
   CUdeviceptr p = 0;
   CUresult r = cu->cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+  if (r == CUDA_ERROR_ALREADY_MAPPED) {
+    /* Open here, but not under this handle's bytes: graphd's own books are
+     * wrong, not the client's memory. */
+    char e[160];
+    snprintf(err, errlen,
+             "graphd has this allocation open already under another IPC handle and cannot "
+             "share the mapping (a graphd bookkeeping fault; unregister the buffer's other "
+             "regions, or report it): %s",
+             gd_cuda_strerror(cu, r, e, sizeof e));
+    return -GRAPHD_INTERNAL;
+  }
   if (r != CUDA_SUCCESS) {
     char e[160];
     snprintf(err, errlen,
@@ -318,6 +363,9 @@ static int import_legacy(gd_backend *be, gd_backend_dev *d, const gd_region_impo
     return -GRAPHD_INVALID_ARGUMENT;
   }
   int ordinal = -1;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  ipc_open *o = NULL;
   CU_CHECK_GOTO(cu->cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p),
                 GRAPHD_INTERNAL, fail);
   if (ordinal != d->ordinal) {
@@ -328,24 +376,55 @@ static int import_legacy(gd_backend *be, gd_backend_dev *d, const gd_region_impo
     rc = -GRAPHD_FAILED_PRECONDITION;
     goto fail;
   }
-  CUdeviceptr base = 0;
-  size_t size = 0;
   CU_CHECK_GOTO(cu->cuMemGetAddressRange(&base, &size, p), GRAPHD_INTERNAL, fail);
-  if (in->size > size - (size_t)(p - base)) {
-    snprintf(err, errlen, "the region declares %llu bytes but the allocation has %zu",
-             (unsigned long long)in->size, size - (size_t)(p - base));
-    rc = -GRAPHD_INVALID_ARGUMENT;
+  if (!(o = calloc(1, sizeof *o))) {
+    snprintf(err, errlen, "out of memory importing a region");
+    rc = -GRAPHD_RESOURCE_EXHAUSTED;
     goto fail;
   }
-  out->ptr = p;
-  out->size = in->size;
-  out->mapped = in->size;
-  out->kind = in->kind;
-  out->handle = NULL;
+  memcpy(o->handle, in->ipc_handle, sizeof o->handle);
+  o->ptr = p;
+  o->bytes = size - (size_t)(p - base);
+  o->refs = 1;
+  o->next = d->ipc;
+  d->ipc = o;
+  *out = o;
   return 0;
 fail:
   CU_CHECK_IGNORE(cu->cuIpcCloseMemHandle(p));
   return rc;
+}
+
+/* Drops a region's reference; the last one closes the mapping. */
+static void ipc_put(gd_backend *be, gd_backend_dev *d, ipc_open *o) {
+  const gd_cuda *cu = be->priv;
+  if (--o->refs > 0) return;
+  for (ipc_open **pp = &d->ipc; *pp; pp = &(*pp)->next)
+    if (*pp == o) {
+      *pp = o->next;
+      break;
+    }
+  CU_CHECK_IGNORE(cu->cuIpcCloseMemHandle(o->ptr));
+  free(o);
+}
+
+static int import_legacy(gd_backend *be, gd_backend_dev *d, const gd_region_import *in,
+                         gd_region_map *out, char *err, size_t errlen) {
+  ipc_open *o;
+  int rc = ipc_get(be, d, in, &o, err, errlen);
+  if (rc < 0) return rc;
+  if (in->size > o->bytes) {
+    snprintf(err, errlen, "the region declares %llu bytes but the allocation has %zu",
+             (unsigned long long)in->size, o->bytes);
+    ipc_put(be, d, o);
+    return -GRAPHD_INVALID_ARGUMENT;
+  }
+  out->ptr = o->ptr;
+  out->size = in->size;
+  out->mapped = in->size;
+  out->kind = in->kind;
+  out->handle = o;
+  return 0;
 }
 
 static int cuda_region_import(gd_backend *be, gd_backend_dev *d, const gd_region_import *in,
@@ -358,12 +437,11 @@ static int cuda_region_import(gd_backend *be, gd_backend_dev *d, const gd_region
 
 static void cuda_region_release(gd_backend *be, gd_backend_dev *d, gd_region_map *m) {
   const gd_cuda *cu = be->priv;
-  (void)d;
   if (m->kind == GRAPHD_REGION_VMM_FD) {
     CU_CHECK_IGNORE(cu->cuMemUnmap(m->ptr, m->mapped));
     CU_CHECK_IGNORE(cu->cuMemAddressFree(m->ptr, m->mapped));
-  } else {
-    CU_CHECK_IGNORE(cu->cuIpcCloseMemHandle(m->ptr));
+  } else if (m->handle) {
+    ipc_put(be, d, m->handle);
   }
 }
 

@@ -234,6 +234,29 @@ static gd_region_entry *fast_hit(graphd_client *c, uint64_t ptr, uint64_t bytes)
   return NULL;
 }
 
+/* Unregisters the cached regions that overlap [base, base + size) but
+ * are not that allocation (base, size and identity): the memory they
+ * named was freed and its addresses reused, so each is stale, and the
+ * daemon would otherwise keep the old allocation open under it. Two live
+ * allocations never overlap, so nothing current is dropped. */
+static graphd_status drop_stale(graphd_client *c, int kind, uint64_t base, uint64_t size,
+                                uint64_t identity) {
+  for (uint32_t i = 0; i < c->nregions;) {
+    gd_region_entry *e = &c->regions[i];
+    bool host = e->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;
+    bool overlaps = e->base < base + size && base < e->base + e->size;
+    if (!overlaps || host != (kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD) ||
+        (e->base == base && e->size == size && e->identity == identity)) {
+      i++;
+      continue;
+    }
+    graphd_status st = send_unregister(c, e->region_id);
+    remove_entry(c, i);
+    if (st != GRAPHD_OK && st != GRAPHD_NOT_FOUND) return st;
+  }
+  return GRAPHD_OK;
+}
+
 graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t bytes,
                                         graphd_region_ref *out) {
   graphd_status st = GRAPHD_OK;
@@ -273,15 +296,8 @@ graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t
                            (unsigned long long)size, (unsigned long long)base);
     goto exit;
   }
+  if ((st = drop_stale(c, kind, base, size, identity)) != GRAPHD_OK) goto exit;
   gd_region_entry *e = find_entry(c, base);
-  if (e && (e->identity != identity || e->size != size)) {
-    /* The address was reused by a new allocation: the old region is stale. */
-    st = send_unregister(c, e->region_id);
-    remove_entry(c, (uint32_t)(e - c->regions));
-    e = NULL;
-    if (st != GRAPHD_OK && st != GRAPHD_NOT_FOUND) goto exit;
-    st = GRAPHD_OK;
-  }
   if (!e) {
     if (kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD)
       st = register_new(c, kind, base, size, identity, h->fd, NULL, &e);
