@@ -8,7 +8,10 @@
  * memory that nobody can map, as a compiled module's constants are. Copies
  * run at once. An event recorded while fake_cuda_hold(1) is in force is
  * pending until fake_cuda_finish() (or a wait on it): that is a call still
- * queued on its stream. */
+ * queued on its stream. It has one device, whose context accepts the
+ * legacy IPC handles of its own cuMemAlloc memory (the handle holds the
+ * address and a tag); as the driver does, it opens an allocation once:
+ * a second open answers CUDA_ERROR_ALREADY_MAPPED until it is closed. */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -89,6 +92,7 @@ static CUresult fake_pointer_attribute(void *data, CUpointer_attribute a, CUdevi
       *(int *)data = find_alloc(p) >= 0;
       return 0;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = p; return 0;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; return 0;
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }
 }
@@ -131,10 +135,97 @@ static CUresult fake_sync(void) {
   finished = recorded;
   return CUDA_SUCCESS;
 }
+
+static CUdeviceptr ipc_opened[MAX_ALLOCS];
+static int nipc_opened;
+
+/* Allocations open through cuIpcOpenMemHandle. */
+__attribute__((visibility("default"))) int fake_cuda_ipc_open(void) { return nipc_opened; }
+
+static CUresult fake_one(int *n) {
+  *n = 1;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_device_get(CUdevice *dev, int ordinal) {
+  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *dev = 0;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_device_name(char *name, int len, CUdevice dev) {
+  (void)dev;
+  strncpy(name, "fake GPU", (size_t)len);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_device_uuid(CUuuid *u, CUdevice dev) {
+  (void)dev;
+  memset(u->bytes, 0x5a, sizeof u->bytes);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_total_mem(size_t *bytes, CUdevice dev) {
+  (void)dev;
+  *bytes = (size_t)1 << 30;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_attribute(int *v, CUdevice_attribute a, CUdevice dev) {
+  (void)a, (void)dev;
+  *v = 0;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_ctx_retain(CUcontext *ctx, CUdevice dev) {
+  (void)dev;
+  *ctx = (CUcontext)(uintptr_t)0xc0;
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_ok(void) { return CUDA_SUCCESS; }
+
+static CUresult fake_ipc_get(CUipcMemHandle *h, CUdeviceptr p) {
+  if (find_alloc(p) < 0) return CUDA_ERROR_INVALID_VALUE;
+  memset(h, 0, sizeof *h);
+  memcpy(h->reserved, &p, sizeof p);
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_ipc_open(CUdeviceptr *out, CUipcMemHandle h, unsigned flags) {
+  (void)flags;
+  CUdeviceptr p;
+  memcpy(&p, h.reserved, sizeof p);
+  if (find_alloc(p) < 0) return CUDA_ERROR_INVALID_VALUE;
+  for (int i = 0; i < nipc_opened; i++)
+    if (ipc_opened[i] == p) return CUDA_ERROR_ALREADY_MAPPED;
+  ipc_opened[nipc_opened++] = p;
+  *out = p; /* one address space: mapped where it lives */
+  return CUDA_SUCCESS;
+}
+
+static CUresult fake_ipc_close(CUdeviceptr p) {
+  for (int i = 0; i < nipc_opened; i++)
+    if (ipc_opened[i] == p) {
+      ipc_opened[i] = ipc_opened[--nipc_opened];
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fake_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+  int i = find_alloc(p);
+  if (i < 0) return CUDA_ERROR_NOT_FOUND;
+  *base = allocs[i].p;
+  *size = allocs[i].bytes;
+  return CUDA_SUCCESS;
+}
 #endif
 
 static CUresult fake_error_name(CUresult r, const char **s) {
-  *s = r == CUDA_ERROR_NO_DEVICE ? "CUDA_ERROR_NO_DEVICE" : "CUDA_ERROR_NOT_SUPPORTED";
+  *s = r == CUDA_ERROR_NO_DEVICE        ? "CUDA_ERROR_NO_DEVICE"
+       : r == CUDA_ERROR_ALREADY_MAPPED ? "CUDA_ERROR_ALREADY_MAPPED"
+                                        : "CUDA_ERROR_NOT_SUPPORTED";
   return CUDA_SUCCESS;
 }
 
@@ -171,6 +262,31 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(
     *pfn = (void *)fake_stream_wait_event;
   else if (strcmp(symbol, "cuCtxSynchronize") == 0 || strcmp(symbol, "cuStreamSynchronize") == 0)
     *pfn = (void *)fake_sync;
+  else if (strcmp(symbol, "cuDeviceGetCount") == 0)
+    *pfn = (void *)fake_one;
+  else if (strcmp(symbol, "cuDeviceGet") == 0)
+    *pfn = (void *)fake_device_get;
+  else if (strcmp(symbol, "cuDeviceGetName") == 0)
+    *pfn = (void *)fake_device_name;
+  else if (strcmp(symbol, "cuDeviceGetUuid") == 0)
+    *pfn = (void *)fake_device_uuid;
+  else if (strcmp(symbol, "cuDeviceTotalMem") == 0)
+    *pfn = (void *)fake_total_mem;
+  else if (strcmp(symbol, "cuDeviceGetAttribute") == 0)
+    *pfn = (void *)fake_attribute;
+  else if (strcmp(symbol, "cuDevicePrimaryCtxRetain") == 0)
+    *pfn = (void *)fake_ctx_retain;
+  else if (strcmp(symbol, "cuDevicePrimaryCtxRelease") == 0 ||
+           strcmp(symbol, "cuCtxSetCurrent") == 0)
+    *pfn = (void *)fake_ok;
+  else if (strcmp(symbol, "cuIpcGetMemHandle") == 0)
+    *pfn = (void *)fake_ipc_get;
+  else if (strcmp(symbol, "cuIpcOpenMemHandle") == 0)
+    *pfn = (void *)fake_ipc_open;
+  else if (strcmp(symbol, "cuIpcCloseMemHandle") == 0)
+    *pfn = (void *)fake_ipc_close;
+  else if (strcmp(symbol, "cuMemGetAddressRange") == 0)
+    *pfn = (void *)fake_address_range;
 #endif
   else
     *pfn = (void *)fake_unsupported;
