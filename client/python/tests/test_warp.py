@@ -1134,6 +1134,20 @@ class JaxTest(unittest.TestCase):
                                   device=90)
             self.assertIsInstance(f, gw.JaxCallable)
             self.assertEqual(f.mode, "staged_ex")
+            # Warp's clear_jax_callable_graph_cache() (every callable) reaches
+            # graphd.warp's callables too; Warp's own only knew its own.
+            self.assertIs(warp.clear_jax_callable_graph_cache, gw.clear_jax_callable_graph_cache)
+            g = gw.jax_callable(scale_fn, num_outputs=1, device=90, mode="staged")
+            (c,) = custom_calls(self.lower(g, jnp.zeros(7, jnp.float32)))
+            self.assertEqual(list(g.captures), [c[0]])
+            evicted, evict = [], gw.evict_captures
+            gw.evict_captures = lambda ids, socket=None: evicted.extend(ids)
+            try:
+                warp.clear_jax_callable_graph_cache()
+            finally:
+                gw.evict_captures = evict
+            self.assertEqual(g.graph_cache_size, 0)
+            self.assertIn(c[0], evicted)
         finally:
             gw.uninstall()
         self.assertIs(warp.jax_callable, orig)

@@ -45,7 +45,7 @@ from ._support import REASONS, SUPPORTED_BELOW, SUPPORTED_MIN, Refused, warp_mod
 from ._core import FuncSpec, Function
 from ._build import compile_module, grid_for
 
-__all__ = ["jax_callable", "jax_kernel", "callable", "install", "uninstall", "installed", "Refused", "REASONS",
+__all__ = ["jax_callable", "jax_kernel", "clear_jax_callable_graph_cache", "callable", "install", "uninstall", "installed", "Refused", "REASONS",
            "SUPPORTED_MIN", "SUPPORTED_BELOW", "resolve_arch", "resolve_mode", "compile_module", "grid_for"]
 
 # JaxCallableGraphMode values (Warp's): staged_ex is the one graphd maps.
@@ -657,7 +657,8 @@ _originals = {}
 
 
 def install():
-    """Makes warp.jax_callable and warp.jax_kernel (and their home in
+    """Makes warp.jax_callable, warp.jax_kernel and
+    warp.clear_jax_callable_graph_cache (and their home in
     warp._src.jax.ffi) graphd.warp's, so code that calls them gets graphd
     programs. Code that imported the names before install() keeps Warp's:
     install first (GRAPHD_WARP_INSTALL=1 with `import graphd` early does
@@ -670,13 +671,36 @@ def install():
     except ImportError:
         pass
     for mod in targets:
-        for name, ours in (("jax_callable", jax_callable), ("jax_kernel", jax_kernel)):
+        for name, ours in (("jax_callable", jax_callable), ("jax_kernel", jax_kernel),
+                           ("clear_jax_callable_graph_cache", clear_jax_callable_graph_cache)):
             cur = getattr(mod, name, None)
             if cur is ours:
                 continue
             _originals.setdefault((mod.__name__, name), cur)
             setattr(mod, name, ours)
     return True
+
+
+def clear_jax_callable_graph_cache(callable=None):
+    """Warp's clear_jax_callable_graph_cache for graphd.warp's callables
+    too: drops what `callable` keeps captured (and evicts it, see
+    JaxCallable), or with None what every callable keeps, Warp's
+    included. install() puts it in warp's place."""
+    own = _originals.get(("warp", "clear_jax_callable_graph_cache"))
+    if own is None:
+        ffi = _warp_ffi()
+        own = getattr(ffi, "clear_jax_callable_graph_cache", None)
+        own = None if own is clear_jax_callable_graph_cache else own
+    if isinstance(callable, JaxCallable):
+        callable.captures.clear()
+        return
+    if callable is None:
+        with _registry_lock:
+            ours = [c for c in _registry.values() if isinstance(c, JaxCallable)]
+        for c in ours:
+            c.captures.clear()
+    if own is not None:
+        own(callable)
 
 
 def uninstall():
