@@ -95,6 +95,13 @@ static void usage(FILE *f) {
           "  --metrics-listen ADDR:PORT\n"
           "                        serve GET /metrics (Prometheus text) over HTTP there,\n"
           "                        e.g. 127.0.0.1:9464 or [::]:9464 (default: off)\n"
+          "  --metrics-header-timeout S\n"
+          "                        an HTTP client must send a request's headers within\n"
+          "                        S seconds of connecting (or of its last answer),\n"
+          "                        however it trickles them (default 5)\n"
+          "  --metrics-connections-per-address N\n"
+          "                        HTTP connections one client address may hold open\n"
+          "                        (default 4, of 64 in all)\n"
           "  --log-level L         error, warn, info (default) or debug\n"
           "  --config PATH         config file (default " DEFAULT_CONFIG
           " if present)\n"
@@ -121,6 +128,8 @@ static const struct option long_opts[] = {
     {"hello-timeout", required_argument, NULL, 0},
     {"host-module-allow", required_argument, NULL, 0},
     {"metrics-listen", required_argument, NULL, 0},
+    {"metrics-header-timeout", required_argument, NULL, 0},
+    {"metrics-connections-per-address", required_argument, NULL, 0},
     {"max-region-bytes-per-uid", required_argument, NULL, 0},
     {"max-region-bytes-per-session", required_argument, NULL, 0},
     {"max-regions-per-session", required_argument, NULL, 0},
@@ -355,7 +364,8 @@ int main(int argc, char **argv) {
   }
   bool started = server_start(&srv, &loop) == 0;
   if (started && opt.metrics_listen[0] &&
-      !(metrics = metrics_start(opt.metrics_listen, srv.socket_path, err, sizeof err))) {
+      !(metrics = metrics_start(opt.metrics_listen, srv.socket_path, opt.metrics_header_timeout_s,
+                                opt.metrics_per_address, err, sizeof err))) {
     GD_LOG(GD_ERROR, "main", "%s", err);
     started = false;
   }

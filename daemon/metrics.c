@@ -3,11 +3,24 @@
  * own socket, as a control client (one session kept between scrapes), and
  * writes the reply with gd_prom_write, the renderer graphctl uses. The loop
  * sees one more control session, and a busy device costs a scrape what it
- * costs `graphctl stats`: at most the Status bound. */
+ * costs `graphctl stats`: at most the Status bound.
+ *
+ * Slow clients: libmicrohttpd's own timeout restarts on every byte, so a
+ * client that trickles a header line now and then would hold its
+ * connection for ever. A sweeper thread of ours closes (shutdown(2)) every
+ * connection whose request headers are not all in by the header deadline
+ * after it connected or got its last answer; libmicrohttpd then sees the
+ * end and frees it. One address holds a few connections at most.
+ *
+ * Locks: m->lock guards the connection list; taken by libmicrohttpd's
+ * thread (connection callbacks, on_request) and the sweeper, never while
+ * calling into libmicrohttpd. */
 #define _GNU_SOURCE
 #include "metrics.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <microhttpd.h>
@@ -17,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../common/prom.h"
@@ -25,12 +39,30 @@
 #include "options.h"
 
 #define SCRAPE_TIMEOUT_MS 5000 /* connect and Status, each */
-#define HTTP_CONNECTIONS 16    /* scrapers served at once */
+#define HTTP_CONNECTIONS 64    /* connections at once, in all */
 #define HTTP_IDLE_S 10         /* an HTTP connection idle this long is closed */
+#define SWEEP_MS 100           /* how often the header deadline is checked */
+
+/* One HTTP connection, from libmicrohttpd's "started" to its "closed". */
+typedef struct http_conn {
+  struct http_conn *prev, *next;
+  int fd;            /* our dup of its socket: never reused while listed */
+  uint64_t since_ns; /* connected, or last request answered */
+  bool headers_in;   /* the current request's headers all arrived */
+  bool cut;          /* shut down past the deadline */
+} http_conn;
 
 struct gd_metrics {
   struct MHD_Daemon *http;
-  graphd_client *c; /* kept between scrapes; only libmicrohttpd's thread uses it */
+  pthread_mutex_t lock;
+  http_conn *conns;     /* guarded by lock */
+  uint64_t deadline_ns; /* for a request's headers */
+  pthread_t sweeper;
+  bool sweeper_started;
+  bool stopping;            /* guarded by lock */
+  pthread_cond_t stop_cond; /* signalled with stopping */
+  uint64_t cut_total;       /* guarded by lock: connections cut, for the log */
+  graphd_client *c;         /* kept between scrapes; only libmicrohttpd's thread uses it */
   char socket_path[108];
   char where[160]; /* ADDR:PORT as bound, for the log */
 };
@@ -103,6 +135,96 @@ static char *scrape(gd_metrics *m, size_t *len, char *why, size_t whylen) {
   return text;
 }
 
+static uint64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The record libmicrohttpd keeps for conn (set when it started). */
+static http_conn *conn_of(struct MHD_Connection *conn) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
+
+/* A connection starts or ends: it joins or leaves the swept list. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  gd_metrics *m = cls;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    http_conn *c = calloc(1, sizeof *c);
+    if (!c) return; /* not swept: libmicrohttpd's idle timeout still holds */
+    c->fd = ci ? fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 0) : -1;
+    c->since_ns = mono_ns();
+    pthread_mutex_lock(&m->lock);
+    c->next = m->conns;
+    if (m->conns) m->conns->prev = c;
+    m->conns = c;
+    pthread_mutex_unlock(&m->lock);
+    *socket_context = c;
+  } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    http_conn *c = *socket_context;
+    if (!c) return;
+    pthread_mutex_lock(&m->lock);
+    if (c->prev)
+      c->prev->next = c->next;
+    else
+      m->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    pthread_mutex_unlock(&m->lock);
+    if (c->fd >= 0) close(c->fd);
+    free(c);
+    *socket_context = NULL;
+  }
+}
+
+/* A request was answered (or dropped): the next one on a kept-alive
+ * connection has the whole deadline from now. */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode why) {
+  gd_metrics *m = cls;
+  (void)req_cls;
+  (void)why;
+  http_conn *c = conn_of(conn);
+  if (!c) return;
+  pthread_mutex_lock(&m->lock);
+  c->since_ns = mono_ns();
+  c->headers_in = false;
+  pthread_mutex_unlock(&m->lock);
+}
+
+/* Every SWEEP_MS: connections whose headers are late are shut down. */
+static void *sweep_main(void *arg) {
+  gd_metrics *m = arg;
+  pthread_mutex_lock(&m->lock);
+  while (!m->stopping) {
+    uint64_t now = mono_ns();
+    for (http_conn *c = m->conns; c; c = c->next)
+      if (!c->headers_in && !c->cut && c->fd >= 0 && now - c->since_ns > m->deadline_ns) {
+        (void)shutdown(c->fd, SHUT_RDWR);
+        c->cut = true;
+        if (m->cut_total++ % 1000 == 0)
+          GD_LOG(GD_INFO, "metrics",
+                 "closed an HTTP connection that sent no complete request within the header "
+                 "deadline (%llu so far; --metrics-header-timeout)",
+                 (unsigned long long)m->cut_total);
+      }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += SWEEP_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    (void)pthread_cond_timedwait(&m->stop_cond, &m->lock, &ts);
+  }
+  pthread_mutex_unlock(&m->lock);
+  return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **req_cls) {
@@ -111,6 +233,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   (void)upload_data_size;
   (void)req_cls;
   gd_metrics *m = cls;
+  http_conn *c = conn_of(conn);
+  if (c) {
+    pthread_mutex_lock(&m->lock);
+    c->headers_in = true;
+    pthread_mutex_unlock(&m->lock);
+  }
   if (strcmp(url, "/metrics") != 0)
     return reply(conn, MHD_HTTP_NOT_FOUND, "not found: graphd serves /metrics only\n", NULL);
   bool head = strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
@@ -181,8 +309,8 @@ static int listen_on(const char *host, unsigned port, char *where, size_t wherel
   return fd;
 }
 
-gd_metrics *metrics_start(const char *listen_spec, const char *socket_path, char *err,
-                          size_t errlen) {
+gd_metrics *metrics_start(const char *listen_spec, const char *socket_path, double header_timeout_s,
+                          unsigned per_address, char *err, size_t errlen) {
   char host[128];
   unsigned port;
   char why[160];
@@ -196,33 +324,57 @@ gd_metrics *metrics_start(const char *listen_spec, const char *socket_path, char
     return NULL;
   }
   snprintf(m->socket_path, sizeof m->socket_path, "%s", socket_path);
+  m->deadline_ns = (uint64_t)(header_timeout_s * 1e9);
+  pthread_mutex_init(&m->lock, NULL);
+  pthread_cond_init(&m->stop_cond, NULL);
   int fd = listen_on(host, port, m->where, sizeof m->where, err, errlen);
-  if (fd < 0) {
-    free(m);
-    return NULL;
-  }
+  if (fd < 0) goto fail;
   m->http = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG, 0,
                              NULL, NULL, on_request, m, MHD_OPTION_EXTERNAL_LOGGER, http_log, NULL,
                              MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd, MHD_OPTION_CONNECTION_LIMIT,
-                             (unsigned)HTTP_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
-                             (unsigned)HTTP_IDLE_S, MHD_OPTION_END);
+                             (unsigned)HTTP_CONNECTIONS, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                             per_address, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S,
+                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, m,
+                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, m, MHD_OPTION_END);
   if (!m->http) {
     snprintf(err, errlen, "metrics-listen: %s: libmicrohttpd did not start", m->where);
     close(fd);
-    free(m);
-    return NULL;
+    goto fail;
   }
+  if (pthread_create(&m->sweeper, NULL, sweep_main, m) != 0) {
+    snprintf(err, errlen, "metrics-listen: cannot start the header deadline's thread");
+    MHD_socket lfd = MHD_quiesce_daemon(m->http);
+    MHD_stop_daemon(m->http);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd);
+    goto fail;
+  }
+  m->sweeper_started = true;
   GD_LOG(GD_INFO, "metrics", "serving http://%s/metrics", m->where);
   return m;
+
+fail:
+  pthread_cond_destroy(&m->stop_cond);
+  pthread_mutex_destroy(&m->lock);
+  free(m);
+  return NULL;
 }
 
 void metrics_stop(gd_metrics *m) {
   if (!m) return;
+  if (m->sweeper_started) {
+    pthread_mutex_lock(&m->lock);
+    m->stopping = true;
+    pthread_cond_signal(&m->stop_cond);
+    pthread_mutex_unlock(&m->lock);
+    pthread_join(m->sweeper, NULL);
+  }
   /* Quiesced first, the listening socket is handed back to us, to close
    * once libmicrohttpd's thread has stopped. */
   MHD_socket fd = MHD_quiesce_daemon(m->http);
   MHD_stop_daemon(m->http);
   if (fd != MHD_INVALID_SOCKET) close(fd);
   if (m->c) graphd_close(m->c);
+  pthread_cond_destroy(&m->stop_cond);
+  pthread_mutex_destroy(&m->lock);
   free(m);
 }

@@ -11,10 +11,13 @@ typedef struct gd_metrics gd_metrics;
 
 /* Listens on listen_spec ("ADDR:PORT") and serves GET /metrics from a
  * thread of libmicrohttpd's, asking the daemon on socket_path for each
- * scrape. Returns NULL with err filled in when the address cannot be
- * resolved or bound. */
-gd_metrics *metrics_start(const char *listen_spec, const char *socket_path, char *err,
-                          size_t errlen);
+ * scrape. A connection that has not sent a whole request's headers
+ * header_timeout_s after it connected (or got its last answer) is closed,
+ * however it trickles them; one client address holds per_address
+ * connections at most. Returns NULL with err filled in when the address
+ * cannot be resolved or bound. */
+gd_metrics *metrics_start(const char *listen_spec, const char *socket_path, double header_timeout_s,
+                          unsigned per_address, char *err, size_t errlen);
 
 /* Stops serving and frees m (NULL is fine). A scrape in progress ends
  * first: call it once the daemon's sessions are closed, so that it

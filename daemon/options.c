@@ -41,6 +41,8 @@ void options_defaults(gd_options *o) {
   o->max_program_bytes = 4ull << 30;
   o->max_program_bytes_per_uid = 1ull << 30;
   o->max_inflight_replays = 1024;
+  o->metrics_header_timeout_s = 5;
+  o->metrics_per_address = 4;
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out);
@@ -59,6 +61,7 @@ static const count_limit count_limits[] = {
     {"max-programs", offsetof(gd_options, max_programs), 1, 65536},
     {"max-programs-per-uid", offsetof(gd_options, max_programs_per_uid), 0, 65536},
     {"max-inflight-replays", offsetof(gd_options, max_inflight_replays), 1, 1 << 20},
+    {"metrics-connections-per-address", offsetof(gd_options, metrics_per_address), 1, 64},
     {"max-host-maps", offsetof(gd_options, max_host_maps), 0, 1 << 30},
 };
 
@@ -241,6 +244,9 @@ int options_set(gd_options *o, const char *key, const char *v, char *err, size_t
   } else if (strcmp(key, "host-module-allow") == 0) {
     if (copy_str(o->host_module_allow, sizeof o->host_module_allow, v) < 0)
       BAD("host-module-allow: path too long");
+  } else if (strcmp(key, "metrics-header-timeout") == 0) {
+    if (parse_seconds(v, &o->metrics_header_timeout_s) < 0 || o->metrics_header_timeout_s < 0.1)
+      BAD("metrics-header-timeout: '%s' is not a number of seconds (at least 0.1)", v);
   } else if (strcmp(key, "metrics-listen") == 0) {
     char host[sizeof o->metrics_listen], why[160];
     unsigned port;
@@ -363,6 +369,7 @@ void options_print(const gd_options *o, int fd) {
   for (size_t i = 0; i < sizeof count_limits / sizeof count_limits[0]; i++)
     dprintf(fd, "%s = %u\n", count_limits[i].key,
             *(const uint32_t *)((const char *)o + count_limits[i].off));
+  dprintf(fd, "metrics-header-timeout = %g\n", o->metrics_header_timeout_s);
   for (size_t i = 0; i < sizeof size_limits / sizeof size_limits[0]; i++)
     dprintf(fd, "%s = %llu\n", size_limits[i].key,
             (unsigned long long)*(const uint64_t *)((const char *)o + size_limits[i].off));

@@ -40,6 +40,8 @@ typedef struct gd_options {
   uint32_t max_host_maps;                /* client mappings in all; 0: from vm.max_map_count */
   char host_module_allow[256];           /* file of host module ids non-admins may register */
   char metrics_listen[128];              /* ADDR:PORT of the /metrics endpoint; empty: none */
+  double metrics_header_timeout_s;       /* an HTTP request's headers must be in by then */
+  uint32_t metrics_per_address;          /* HTTP connections one address may hold */
 } gd_options;
 
 #include <stddef.h>

@@ -44,6 +44,17 @@ static void setup(void) {
   ck_assert_int_eq(td_start(&d, "--host-devices", "2", "--metrics-listen", listen_arg, NULL), 0);
 }
 
+/* The same with --metrics-header-timeout s. */
+static void setup_header_timeout(const char *s) {
+  port = free_port();
+  snprintf(listen_arg, sizeof listen_arg, "127.0.0.1:%u", port);
+  ck_assert_int_eq(td_start(&d, "--host-devices", "1", "--metrics-listen", listen_arg,
+                            "--metrics-header-timeout", s, NULL),
+                   0);
+}
+static void setup_short_deadline(void) { setup_header_timeout("1"); }
+static void setup_long_deadline(void) { setup_header_timeout("60"); }
+
 static void teardown(void) {
   ck_assert_int_eq(td_stop(&d), 0);
   td_cleanup(&d);
@@ -306,6 +317,96 @@ START_TEST(test_metrics_bad_or_taken_addresses_stop_graphd) {
 }
 END_TEST
 
+/* A TCP connection to /metrics from the local address `from`. */
+static int connect_from(const char *from) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in src = {.sin_family = AF_INET};
+  ck_assert_int_eq(inet_pton(AF_INET, from, &src.sin_addr), 1);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&src, sizeof src), 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  return fd;
+}
+
+/* Whether the server has closed fd (end of file or reset), waiting up to
+ * ms for it. */
+static bool closed_by_server(int fd, int ms) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  if (poll(&p, 1, ms) != 1) return false;
+  char buf[256];
+  ssize_t r = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+  return r == 0 || (r < 0 && errno != EAGAIN);
+}
+
+/* A client that sends its request's headers a line at a time, every
+ * 200 ms, is cut off at the header deadline (1 s here), although the
+ * bytes keep coming: the deadline does not restart with them. (Before,
+ * the idle timer restarted on each byte and the client held its
+ * connection for as long as it trickled.) */
+START_TEST(test_metrics_trickled_headers_are_cut_at_the_deadline) {
+  free(http("GET", "/metrics")); /* serving */
+  int fd = connect_from("127.0.0.1");
+  const char *first = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  ck_assert_int_eq(send(fd, first, strlen(first), MSG_NOSIGNAL), (ssize_t)strlen(first));
+  bool cut = false;
+  int lines = 0;
+  for (; lines < 75 && !cut; lines++) { /* 15 s: past libmicrohttpd's 10 s idle timer */
+    if (send(fd, "X-Slow: 1\r\n", 11, MSG_NOSIGNAL) != 11) {
+      cut = true;
+      break;
+    }
+    cut = closed_by_server(fd, 200);
+  }
+  close(fd);
+  printf("FIGURE trickled headers: cut after %d lines (every 200 ms)\n", lines);
+  ck_assert_msg(cut, "a client trickling header lines kept its connection for 15 s");
+  /* Scrapers are served as before. */
+  char *a = http("GET", "/metrics");
+  ck_assert_msg(strstr(a, " 200 ") != NULL, "%s", a);
+  free(a);
+}
+END_TEST
+
+/* One address holds --metrics-connections-per-address (4) connections:
+ * of 20 idle connections from 127.0.0.1 the server closes 16 at once, and
+ * a scraper from another address is served while the other 4 stay open.
+ * (Before, 16 idle connections filled the server and every scraper waited
+ * for them to time out.) */
+START_TEST(test_metrics_one_address_cannot_crowd_out_scrapers) {
+  free(http("GET", "/metrics")); /* serving */
+  enum { K = 20 };
+  int fd[K];
+  bool gone[K] = {false};
+  for (int i = 0; i < K; i++) fd[i] = connect_from("127.0.0.1");
+  int ngone = 0;
+  for (int round = 0; round < 50 && ngone < K - 4; round++) /* 5 s, within the idle timer */
+    for (int i = 0; i < K; i++)
+      if (!gone[i] && closed_by_server(fd[i], i == 0 ? 100 : 0)) {
+        gone[i] = true;
+        ngone++;
+      }
+  printf("FIGURE 20 idle connections from one address: %d closed by the server\n", ngone);
+  ck_assert_int_eq(ngone, K - 4);
+  int s = connect_from("127.0.0.2");
+  const char *req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  ck_assert_int_eq(send(s, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+  char buf[64] = "";
+  struct pollfd p = {.fd = s, .events = POLLIN};
+  ck_assert_msg(poll(&p, 1, 20000) == 1, "the scraper got no answer");
+  ck_assert_int_gt(recv(s, buf, sizeof buf - 1, 0), 0);
+  ck_assert_msg(strstr(buf, " 200 ") != NULL, "%s", buf);
+  close(s);
+  /* The four from 127.0.0.1 were still open meanwhile. */
+  for (int i = 0; i < K; i++) {
+    if (!gone[i]) ck_assert(!closed_by_server(fd[i], 0));
+    close(fd[i]);
+  }
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("metrics");
   TCase *tc = tcase_create("http");
@@ -316,5 +417,15 @@ int main(void) {
   tcase_add_test(tc, test_metrics_ask_again_after_the_daemon_closed_the_session);
   tcase_add_test(tc, test_metrics_bad_or_taken_addresses_stop_graphd);
   suite_add_tcase(s, tc);
+  TCase *ts = tcase_create("short_deadline");
+  tcase_add_checked_fixture(ts, setup_short_deadline, teardown);
+  tcase_set_timeout(ts, 60);
+  tcase_add_test(ts, test_metrics_trickled_headers_are_cut_at_the_deadline);
+  suite_add_tcase(s, ts);
+  TCase *tl = tcase_create("long_deadline");
+  tcase_add_checked_fixture(tl, setup_long_deadline, teardown);
+  tcase_set_timeout(tl, 60);
+  tcase_add_test(tl, test_metrics_one_address_cannot_crowd_out_scrapers);
+  suite_add_tcase(s, tl);
   return td_run_suite(s);
 }
