@@ -1037,10 +1037,15 @@ class JaxTest(unittest.TestCase):
                 self.assertEqual(f.graph_cache_size, min(len(ids), 2))
             self.assertEqual(list(f.captures), ids[2:])
             self.assertEqual(evicted, ids[:2])
+            # A program traced again (another function calling the callable) is
+            # in use again: kept, the oldest other dropped.
+            custom_calls(self.lower(lambda x: f(x), jnp.zeros(10, jnp.float32)))
+            self.assertEqual(list(f.captures), [ids[3], ids[0]])
+            self.assertEqual(evicted, ids[:3])
             f.graph_cache_max = 1
-            self.assertEqual((list(f.captures), evicted), (ids[3:], ids[:3]))
+            self.assertEqual((list(f.captures), evicted), ([ids[0]], ids[:4]))
             wp.clear_jax_callable_graph_cache(f)
-            self.assertEqual((f.graph_cache_size, evicted), (0, ids))
+            self.assertEqual((f.graph_cache_size, evicted), (0, ids + [ids[0]]))
         finally:
             gw.evict_captures = orig
 

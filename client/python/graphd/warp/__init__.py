@@ -287,6 +287,9 @@ class JaxCallable:
                 self._calls[key] = fn
 
         def on_gpu(*arrays):
+            # A program traced again (another jit, a retrace) is in use
+            # again: kept, or captured again, as Warp's graph cache counts.
+            self.captures.keep(fn.build_for(*arrays))
             out = fn(*arrays)
             return out if isinstance(out, list) else [out]
 
@@ -402,6 +405,7 @@ class _Captures(collections.OrderedDict):
         self._owner = owner
 
     def keep(self, built):
+        """Notes a program (anything with its id_hex) as in use."""
         self[built.id_hex] = built
         self.move_to_end(built.id_hex)
         self.trim()
