@@ -8,25 +8,27 @@
 #            devices, up to three client connections)
 #   region   memfd seal and size checks, the host backend's region and
 #            flag page mappings, the region table, the Replay binding checks
+#   ring     a session's submission ring read by the worker on a host
+#            device while a second thread rewrites its entries
 # New inputs the fuzzer finds go to a scratch directory, never into the
 # repository; a crash leaves its input in build-fuzz/artifacts/ and fails
 # the run. Add every such input to the corpus once it is fixed.
 # Usage: scripts/fuzz.sh [SECONDS_EACH [HARNESS...]]   (default 30, all;
 #          $GRAPHD_FUZZ_SECONDS; $GRAPHD_FUZZ_KEEP=DIR keeps what each run
 #          found in DIR/NAME, for a longer campaign: docs/fuzzing.md)
-#        scripts/fuzz.sh --seeds   (writes the request and region seeds
-#          again from tests/fuzz/gen_seeds.c)
+#        scripts/fuzz.sh --seeds   (writes the request, region and ring
+#          seeds again from tests/fuzz/gen_seeds.c)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v clang >/dev/null || { echo "fuzz.sh: clang is not installed (Debian: clang libclang-rt-dev)" >&2; exit 2; }
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAPHD_FUZZ=ON \
   -DGRAPHD_SANITIZE=address,undefined -DGRAPHD_BUILD_TESTS=OFF -DGRAPHD_BUILD_BENCH=OFF \
   -DGRAPHD_CONDITION_KERNEL=OFF >/dev/null
-all="frame program request region"
+all="frame program request region ring"
 if [ "${1:-}" = --seeds ]; then
   cmake --build build-fuzz --target fuzz_seeds
   build-fuzz/fuzz_seeds tests/fuzz/corpus
-  echo "fuzz.sh: seeds written to tests/fuzz/corpus/request and tests/fuzz/corpus/region"
+  echo "fuzz.sh: seeds written to tests/fuzz/corpus/request, region and ring"
   exit 0
 fi
 secs=${1:-${GRAPHD_FUZZ_SECONDS:-30}}

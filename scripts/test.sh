@@ -8,7 +8,7 @@
 # unit tests there, then under ThreadSanitizer (any race fails the test
 # whose process, client or graphd, saw it), then builds the Debian package,
 # installs, runs and purges it (scripts/deb-test.sh), and last runs each
-# libFuzzer harness for a bounded time (scripts/fuzz.sh: four harnesses,
+# libFuzzer harness for a bounded time (scripts/fuzz.sh: five harnesses,
 # 30 s each).
 set -euo pipefail
 cd "$(dirname "$0")/.."

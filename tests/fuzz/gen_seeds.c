@@ -1,8 +1,9 @@
-/* Writes the seed corpora of fuzz_request and fuzz_region (their input
- * formats are described at the top of each harness) into DIR/request and
- * DIR/region: sessions that do what libgraphd does (Hello, the flag page,
- * regions, programs, replays, the control requests), and the refusals on
- * the way. scripts/fuzz.sh --seeds runs it into tests/fuzz/corpus.
+/* Writes the seed corpora of fuzz_request, fuzz_region and fuzz_ring
+ * (their input formats are described at the top of each harness) into
+ * DIR/request, DIR/region and DIR/ring: sessions that do what libgraphd
+ * does (Hello, the flag page, regions, programs, replays, the control
+ * requests), and the refusals on the way; rings of replays, long entries
+ * and entries rewritten while they are read. scripts/fuzz.sh --seeds runs it into tests/fuzz/corpus.
  * Usage: fuzz_seeds DIR */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -446,6 +447,99 @@ static void gen_region(const char *dir) {
   save(dir, "imports_bindings", &b);
 }
 
+/* --- fuzz_ring inputs ---------------------------------------------------------
+ * Byte 0: the ring's size (2 << (b % 6) entries) and, with 0x80, an order
+ * group; byte 1: the tail; the entries; then the mutator's records. The
+ * session has flag slots 0-3, programs 0 (slots 0 and 1 of 256 bytes) and
+ * 1 (64 bytes), and regions 1-3 of 4 KiB. */
+
+static void ring_entry(graphd_ring_sqe *e, uint64_t seq, uint32_t prog, uint32_t slot, uint32_t nb,
+                       uint32_t region, uint64_t offset) {
+  memset(e, 0, sizeof *e);
+  e->seq = seq;
+  e->program = prog;
+  e->stream_slot = slot;
+  e->nbindings = nb;
+  e->order = (uint32_t)seq;
+  uint64_t bytes = prog ? 64 : 256;
+  for (uint32_t i = 0; i < nb && i < GRAPHD_RING_MAX_BINDINGS; i++)
+    e->bindings[i] =
+        (graphd_ring_binding){.slot = i, .region_id = region + i, .offset = offset, .bytes = bytes};
+}
+
+/* One mutator record: `n` bytes at `off` in slot `slot`. */
+static void ring_record(buf *b, uint8_t slot, uint16_t off, const void *bytes, uint8_t n) {
+  put_u(b, slot, 1);
+  put_u(b, off, 2);
+  put_u(b, n, 1);
+  if (n) put(b, bytes, n);
+}
+
+static void gen_ring(const char *dir) {
+  buf b = {0};
+  graphd_ring_sqe e[8];
+  /* Replays as libgraphd publishes them, then refusals: a range past the
+   * region's end, an unknown region, an unknown handle, an old seq. */
+  ring_entry(&e[0], 1, 0, 0, 2, 1, 0);
+  ring_entry(&e[1], 1, 1, 1, 2, 2, 512);
+  ring_entry(&e[2], 2, 0, 0, 2, 1, 4096 - 256);
+  ring_entry(&e[3], 3, 0, 0, 2, 1, 4000);
+  ring_entry(&e[4], 2, 1, 1, 2, 9, 0);
+  ring_entry(&e[5], 4, 5, 0, 2, 1, 0);
+  ring_entry(&e[6], 3, 0, 2, 2, 2, 0);
+  ring_entry(&e[7], 1, 0, 0, 2, 1, 0);
+  put_u(&b, 2, 1);
+  put_u(&b, 8, 1);
+  put(&b, e, sizeof e);
+  save(dir, "replays", &b);
+
+  /* The same in an order group, with the tail short of the entries. */
+  put_u(&b, 0x82, 1);
+  put_u(&b, 5, 1);
+  put(&b, e, sizeof e);
+  save(dir, "group", &b);
+
+  /* A tail out of range: the ring is not read. */
+  put_u(&b, 2, 1);
+  put_u(&b, 200, 1);
+  put(&b, e, sizeof e);
+  save(dir, "tail_out_of_range", &b);
+
+  /* An entry of 30 bindings: 20 here, 10 in the slot after it; and one
+   * whose continuation slot is not published. */
+  graphd_ring_sqe l[4];
+  ring_entry(&l[0], 1, 0, 0, 2, 1, 0);
+  ring_entry(&l[1], 2, 0, 0, 30, 1, 0);
+  graphd_ring_cont *c = (graphd_ring_cont *)&l[2];
+  memset(c, 0, sizeof *c);
+  for (uint32_t i = 0; i < 10; i++)
+    c->bindings[i] = (graphd_ring_binding){.slot = 20 + i, .region_id = 3, .bytes = 256};
+  ring_entry(&l[3], 3, 0, 0, 25, 1, 0);
+  put_u(&b, 1, 1); /* 4 entries */
+  put_u(&b, 4, 1);
+  put(&b, l, sizeof l);
+  save(dir, "long_entries", &b);
+
+  /* Replays while the mutator rewrites their fields: the binding count of
+   * entry 0, the region and offset of entry 1's first binding, the handle
+   * of entry 2, a continuation's worth of bindings over entry 3, and the
+   * tail moved back and forth. */
+  put_u(&b, 2, 1);
+  put_u(&b, 8, 1);
+  put(&b, e, sizeof e);
+  uint32_t many = 4000, none = 0, region = 3, handle = 1;
+  uint64_t far = 4090;
+  ring_record(&b, 0, 16, &many, 4);
+  ring_record(&b, 0, 16, &none, 4);
+  ring_record(&b, 1, 32 + 4, &region, 4);
+  ring_record(&b, 1, 32 + 8, &far, 8);
+  ring_record(&b, 2, 8, &handle, 4);
+  ring_record(&b, 3, 0, c, 200);
+  ring_record(&b, 0xff, 0x00ff, NULL, 0); /* the tail back by one */
+  ring_record(&b, 0xff, 0x0002, NULL, 0); /* ... on by two */
+  save(dir, "racing", &b);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: fuzz_seeds DIR\n");
@@ -458,5 +552,8 @@ int main(int argc, char **argv) {
   snprintf(sub, sizeof sub, "%s/region", argv[1]);
   if (mkdir(sub, 0755) < 0 && errno != EEXIST) return 1;
   gen_region(sub);
+  snprintf(sub, sizeof sub, "%s/ring", argv[1]);
+  if (mkdir(sub, 0755) < 0 && errno != EEXIST) return 1;
+  gen_ring(sub);
   return 0;
 }
