@@ -1006,6 +1006,10 @@ class JaxTest(unittest.TestCase):
         self.assertIs(g.graph_mode, wp.JaxCallableGraphMode.JAX)
         h = gw.jax_callable(scale_fn, num_outputs=1, graph_mode=4, device=90)
         self.assertIs(h.graph_mode, wp.JaxCallableGraphMode.WARP_STAGED_EX)
+        # Warp's attributes of the object.
+        s = gw.jax_callable(jstep, num_outputs=2, in_out_argnames=["o"], stage_in_argnames=["x"], device=90)
+        self.assertEqual((s.stage_in_argnames, s.stage_out_argnames), ({"x"}, None))
+        self.assertEqual((s.func, s.num_outputs, s.num_inputs, s.num_in_out), (jstep, 2, 4, 1))
         self.assertEqual(h.mode, "staged_ex")
         with self.assertRaises(ValueError):
             gw.jax_callable(scale_fn, graph_mode=9, device=90)

@@ -173,7 +173,8 @@ class JaxCallable:
     its capture evicted from the daemon, as Warp drops its oldest graph)."""
 
     def __init__(self, function, *, vmap_method, output_dims, has_side_effect, mode, graph_mode, device, socket,
-                 launch_dims=None, kernel=False, warp_own=None, graph_cache_max=None, block_dim=None):
+                 launch_dims=None, kernel=False, warp_own=None, graph_cache_max=None, block_dim=None,
+                 module_preload_mode=None):
         if vmap_method not in _VMAP:
             raise Refused("signature", f"vmap_method {vmap_method!r}: graphd.warp batches with 'broadcast_all' or "
                           "'sequential' (and 'sequential_unrolled', which replays like 'sequential')",
@@ -188,7 +189,16 @@ class JaxCallable:
         self.mode = resolve_mode(mode, graph_mode)
         self.device = device
         self.socket = socket
-        self.kernel = kernel
+        self.is_kernel = kernel
+        # Warp's attributes of its callable objects.
+        self.kernel = function.kernel if kernel else None
+        self.func = function.kernel.func if kernel else function.func
+        self.num_outputs = self.spec.num_outputs
+        self.num_inputs = self.spec.num_inputs
+        self.num_in_out = sum(1 for a in self.spec.inputs if a.in_out)
+        self.stage_in_argnames = set(self.spec.stage_in) if self.spec.stage_in else None
+        self.stage_out_argnames = set(self.spec.stage_out) if self.spec.stage_out else None
+        self.module_preload_mode = module_preload_mode
         self.block_dim = block_dim
         self._arch = None
         self._calls = {}
@@ -268,7 +278,7 @@ class JaxCallable:
             launch_dims = (launch_dims,)
         elif launch_dims is not None:
             launch_dims = tuple(launch_dims)
-        if self.kernel:
+        if self.is_kernel:
             dims = launch_dims
             if dims is None and spec.first_array is not None:
                 dims = spec.inputs[spec.first_array].warp_shape(args[spec.first_array].shape)
@@ -297,7 +307,7 @@ class JaxCallable:
         if warp is None:
             return on_gpu(*arrays)
         overrides = {"output_dims": output_dims, "vmap_method": vmap_method}
-        if self.kernel:
+        if self.is_kernel:
             overrides["launch_dims"] = launch_dims
 
         def on_cpu(*arrays):
@@ -331,7 +341,7 @@ class JaxCallable:
                     raise ValueError(f"Missing output dimensions for argument '{a.name}'")
             elif output_dims is not None:
                 d = output_dims
-            elif self.kernel and launch_dims is not None:
+            elif self.is_kernel and launch_dims is not None:
                 d = launch_dims
             else:
                 if spec.first_array is None:
@@ -378,11 +388,11 @@ class JaxCallable:
                 result_slots_of.append(i)
                 shapes[i] = a.warp_shape(outer)
             func = self.function.func
-            if self.kernel:
+            if self.is_kernel:
                 dims = shapes[spec.first_array] if launch_dims is None else _batched_launch(launch_dims, batch)
                 func = _kernel_runner(self.function.kernel, dims, self.function.block_dim)
             built = self.function.build(shapes, statics, self.arch, mode, func=func,
-                                        extra=("launch", launch_dims) if self.kernel else None,
+                                        extra=("launch", launch_dims) if self.is_kernel else None,
                                         ordinal=resolve_ordinal(self.device))
             self.captures.keep(built)
             return gj.Spec(built.program, results=results,
@@ -598,7 +608,7 @@ def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_al
         return JaxCallable(_Fn(func, spec), vmap_method=vmap_method, output_dims=output_dims,
                            has_side_effect=has_side_effect, mode=mode, graph_mode=graph_mode, device=device,
                            socket=socket, warp_own=warp_own if _warp_own("jax_callable") else None,
-                           graph_cache_max=graph_cache_max)
+                           graph_cache_max=graph_cache_max, module_preload_mode=module_preload_mode)
 
     def update(c):
         c.graph_cache_max = graph_cache_max
@@ -650,7 +660,8 @@ def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=N
         return JaxCallable(_Fn(None, spec, kernel=kernel, block_dim=block_dim), vmap_method=vmap_method,
                            output_dims=output_dims, has_side_effect=has_side_effect, mode=mode, graph_mode=None,
                            device=device, socket=socket, launch_dims=launch_dims, kernel=True,
-                           warp_own=warp_own if _warp_own("jax_kernel") else None, block_dim=block_dim)
+                           warp_own=warp_own if _warp_own("jax_kernel") else None, block_dim=block_dim,
+                           module_preload_mode=module_preload_mode)
 
     return _cached(key, make)
 
