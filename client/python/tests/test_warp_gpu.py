@@ -178,6 +178,13 @@ class WarpGpuTest(GpuTestCase):
             cls.daemon.stop()  # tearDownClass does not run after a failed setUpClass
             raise
 
+    def setUp(self):
+        super().setUp()
+        # jax_callable gives the same object for the same arguments, as
+        # Warp's does; each test here takes its callables fresh, so that
+        # `programs` holds what that test built.
+        self.gw._registry.clear()
+
     # --- helpers -----------------------------------------------------------------
 
     def state(self, n, batch=None, seed=0):
