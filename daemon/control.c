@@ -209,9 +209,19 @@ static void reply_captures(fanout *g) {
     session_reply_error(s, g->request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
+  /* A program id is shown to the users charged for the program (who
+   * registered or hold it) and to admins only: ids are content hashes,
+   * and another user who learnt one could name the program in requests. */
+  gd_daemon *d = daemon_of(s);
+  size_t nshown = 0;
   for (size_t i = 0; i < g->n; i++) {
-    fill_info(&wi[i], &g->ci[i]);
-    wp[i] = &wi[i];
+    if (g->ask == ASK_LIST && !s->admin) {
+      const gd_regprog *p = registry_find_program(&d->reg, g->ci[i].program_id);
+      if (!p || !registry_owns(&p->use, (uint32_t)s->uid)) continue;
+    }
+    fill_info(&wi[nshown], &g->ci[i]);
+    wp[nshown] = &wi[nshown];
+    nshown++;
   }
   /* Devices whose worker has not answered: their part is missing. */
   size_t nbusy = 0;
@@ -224,7 +234,7 @@ static void reply_captures(fanout *g) {
   if (g->ask == ASK_EVICT) {
     r.body_case = GRAPHD__WIRE__REPLY__BODY_EVICT;
     r.evict = &er;
-    er.n_evicted = g->n;
+    er.n_evicted = nshown;
     er.evicted = wp;
     er.bytes = g->bytes;
     er.n_busy_devices = nbusy;
@@ -232,7 +242,7 @@ static void reply_captures(fanout *g) {
   } else {
     r.body_case = GRAPHD__WIRE__REPLY__BODY_LIST_CAPTURES;
     r.list_captures = &lr;
-    lr.n_captures = g->n;
+    lr.n_captures = nshown;
     lr.captures = wp;
     lr.n_busy_devices = nbusy;
     lr.busy_devices = busy;

@@ -267,10 +267,8 @@ static void registered(gd_session *s, uint64_t request_id, bool program,
                     : (void *)registry_find_module(&d->reg, id);
   char err[512];
   int rc = e ? registry_claim(&d->reg, (uint32_t)s->uid, program, e, err, sizeof err) : 0;
-  if (rc == 0 && e && registry_hold(&d->reg, &s->holds, program, e) < 0) {
-    snprintf(err, sizeof err, "out of memory");
-    rc = -GRAPHD_RESOURCE_EXHAUSTED;
-  }
+  if (rc == 0 && e)
+    rc = registry_hold(&d->reg, &s->holds, (uint32_t)s->uid, program, e, err, sizeof err);
   if (rc < 0)
     session_reply_error(s, request_id, rc, "%s: %s", program ? "RegisterProgram" : "RegisterModule",
                         err);
@@ -527,10 +525,14 @@ static void handle_prepare_program(gd_session *s, Graphd__Wire__Request *req) {
                         "program %s is not registered; register it first", hex);
     return;
   }
+  char err[512] = "out of memory";
   prepare_job *pj = calloc(1, sizeof *pj);
-  if (!pj || registry_hold(&daemon_of(s)->reg, &s->holds, true, p) < 0) {
+  gd_daemon *d = daemon_of(s);
+  int rc = pj ? registry_hold(&d->reg, &s->holds, (uint32_t)s->uid, true, p, err, sizeof err)
+              : -GRAPHD_RESOURCE_EXHAUSTED;
+  if (rc < 0) {
     free(pj);
-    session_reply_error(s, req->request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    session_reply_error(s, req->request_id, -rc, "PrepareProgram: %s", err);
     return;
   }
   pj->prog = p;

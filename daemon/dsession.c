@@ -654,10 +654,13 @@ void dsession_handle_ring_program(gd_session *s, uint64_t request_id,
     }
   /* The session holds the program while it is open, so the worker may
    * keep the pointer. */
+  char err[512] = "out of memory";
   ring_prog_job *pj = calloc(1, sizeof *pj);
-  if (!pj || registry_hold(&d->reg, &s->holds, true, prog) < 0) {
+  int hrc = pj ? registry_hold(&d->reg, &s->holds, (uint32_t)s->uid, true, prog, err, sizeof err)
+               : -GRAPHD_RESOURCE_EXHAUSTED;
+  if (hrc < 0) {
     free(pj);
-    session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    session_reply_error(s, request_id, -hrc, "RingProgram: %s", err);
     return;
   }
   if (x->nring_progs == x->ring_progs_cap) {

@@ -109,22 +109,44 @@ static void unlink_module(gd_registry *r, gd_module *m) {
 static bool unused_program(const gd_regprog *p) { return p->use.holders == 0; }
 static bool unused_module(const gd_module *m) { return m->use.holders == 0 && !m->nlaunches; }
 
+bool registry_owns(const gd_reg_use *u, uint32_t uid) { return owned_by(u, uid); }
+
+/* uid's place among the owners, or -1. */
+static int owner_index(const gd_reg_use *u, uint32_t uid) {
+  for (uint32_t i = 0; i < u->nowners; i++)
+    if (u->owners[i] == uid) return (int)i;
+  return -1;
+}
+
+/* Whether uid may let go of an entry in use: another user owns it too,
+ * and no session of uid holds it. */
+static bool shared_away(const gd_reg_use *u, uint32_t uid) {
+  int i = owner_index(u, uid);
+  return u->nowners > 1 && i >= 0 && u->owner_holds[i] == 0;
+}
+
 /* The least recently used unused entry of the kind, owned by uid (or by
- * anyone when !by_uid), other than `keep`; NULL when none. */
-static void *lru_victim(gd_registry *r, bool program, bool by_uid, uint32_t uid, const void *keep) {
+ * anyone when !by_uid), other than `keep`; NULL when none. With shared,
+ * instead: an entry in use that uid owns with another user, which uid may
+ * let go of (the other owner pays for it, and it stays): so that holds by
+ * another user cannot keep an owner at its limit. */
+static void *lru_victim(gd_registry *r, bool program, bool by_uid, uint32_t uid, const void *keep,
+                        bool shared) {
   void *best = NULL;
   uint64_t best_ns = UINT64_MAX;
   if (program) {
     for (gd_regprog *p = r->programs; p; p = p->hh.next)
-      if ((void *)p != keep && unused_program(p) && (!by_uid || owned_by(&p->use, uid)) &&
-          p->use.used_ns < best_ns) {
+      if ((void *)p != keep &&
+          (shared ? !unused_program(p) && shared_away(&p->use, uid) : unused_program(p)) &&
+          (!by_uid || owned_by(&p->use, uid)) && p->use.used_ns < best_ns) {
         best = p;
         best_ns = p->use.used_ns;
       }
   } else {
     for (gd_module *m = r->modules; m; m = m->hh.next)
-      if ((void *)m != keep && unused_module(m) && (!by_uid || owned_by(&m->use, uid)) &&
-          m->use.used_ns < best_ns) {
+      if ((void *)m != keep &&
+          (shared ? !unused_module(m) && shared_away(&m->use, uid) : unused_module(m)) &&
+          (!by_uid || owned_by(&m->use, uid)) && m->use.used_ns < best_ns) {
         best = m;
         best_ns = m->use.used_ns;
       }
@@ -163,7 +185,7 @@ static int global_room(gd_registry *r, bool program, uint64_t len, char *err, si
             ? r->nprograms < max_programs(r) && r->program_bytes + len <= max_program_bytes(r)
             : r->nmodules < GD_REGISTRY_MAX_MODULES && r->module_bytes + len <= max_module_bytes(r);
     if (fits) return 0;
-    void *v = lru_victim(r, program, false, 0, NULL);
+    void *v = lru_victim(r, program, false, 0, NULL, false);
     if (v) {
       if (program)
         unlink_program(r, v);
@@ -172,7 +194,7 @@ static int global_room(gd_registry *r, bool program, uint64_t len, char *err, si
       continue;
     }
     /* Modules in use only by unused programs: those programs go first. */
-    gd_regprog *p = program ? NULL : lru_victim(r, true, false, 0, NULL);
+    gd_regprog *p = program ? NULL : lru_victim(r, true, false, 0, NULL, false);
     if (!p) break;
     unlink_program(r, p);
   }
@@ -212,12 +234,17 @@ int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char
     bool count_over = limit && have + need > limit;
     bool bytes_over = blimit && u.program_bytes + bytes > blimit;
     if (!count_over && !bytes_over) break;
-    void *v = lru_victim(r, program, true, uid, entry);
+    void *v = lru_victim(r, program, true, uid, entry, false);
     bool vprog = program;
     if (!v && !program) {
       /* The user's modules may be in use only by its own unused programs. */
-      v = lru_victim(r, true, true, uid, NULL);
+      v = lru_victim(r, true, true, uid, NULL, false);
       vprog = true;
+    }
+    if (!v) {
+      /* Entries another owner holds: the user lets go, the other pays. */
+      v = lru_victim(r, program, true, uid, entry, true);
+      vprog = program;
     }
     if (!v) {
       if (program && !count_over)
@@ -252,11 +279,12 @@ int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char
     /* The user lets go of its least recently used unused entry; it goes
      * when nobody else owns it. */
     gd_reg_use *vu = vprog ? &((gd_regprog *)v)->use : &((gd_module *)v)->use;
-    for (uint32_t i = 0; i < vu->nowners; i++)
-      if (vu->owners[i] == uid) {
-        vu->owners[i] = vu->owners[--vu->nowners];
-        break;
-      }
+    int vi = owner_index(vu, uid);
+    if (vi >= 0) {
+      vu->nowners--;
+      vu->owners[vi] = vu->owners[vu->nowners];
+      vu->owner_holds[vi] = vu->owner_holds[vu->nowners];
+    }
     charge(r, uid, vprog, vprog ? ((gd_regprog *)v)->bytes : ((gd_module *)v)->len, -1);
     if (!vu->nowners) {
       if (vprog)
@@ -268,13 +296,16 @@ int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char
   if (use->nowners == use->owners_cap) {
     uint32_t cap = use->owners_cap ? 2 * use->owners_cap : 2;
     uint32_t *n = realloc(use->owners, cap * sizeof *n);
-    if (!n) {
+    if (n) use->owners = n;
+    uint32_t *nh = n ? realloc(use->owner_holds, cap * sizeof *nh) : NULL;
+    if (nh) use->owner_holds = nh;
+    if (!n || !nh) {
       snprintf(err, errlen, "out of memory");
       return -GRAPHD_RESOURCE_EXHAUSTED;
     }
-    use->owners = n;
     use->owners_cap = cap;
   }
+  use->owner_holds[use->nowners] = 0;
   use->owners[use->nowners++] = uid;
   charge(r, uid, program, bytes, +1);
   return 0;
@@ -283,7 +314,8 @@ int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char
 /* --- what sessions hold ------------------------------------------------------ */
 
 typedef struct held {
-  void *entry; /* the key */
+  void *entry;  /* the key */
+  uint32_t uid; /* of the holding session */
   bool program;
   UT_hash_handle hh;
 } held;
@@ -292,20 +324,30 @@ struct gd_reg_holds {
   held *set;
 };
 
-int registry_hold(gd_registry *r, gd_reg_holds **h, bool program, void *entry) {
-  (void)r;
+int registry_hold(gd_registry *r, gd_reg_holds **h, uint32_t uid, bool program, void *entry,
+                  char *err, size_t errlen) {
   gd_reg_use *use = program ? &((gd_regprog *)entry)->use : &((gd_module *)entry)->use;
   use->used_ns = gd_now_ns();
-  if (!*h && !(*h = calloc(1, sizeof **h))) return -GRAPHD_RESOURCE_EXHAUSTED;
+  if (!*h && !(*h = calloc(1, sizeof **h))) goto oom;
   held *x = NULL;
   HASH_FIND_PTR((*h)->set, &entry, x);
   if (x) return 0;
-  if (!(x = calloc(1, sizeof *x))) return -GRAPHD_RESOURCE_EXHAUSTED;
+  /* A hold on another user's entry is charged to the holder, as if it had
+   * registered it: no user can pin more than its own limits allow. */
+  int rc = registry_claim(r, uid, program, entry, err, errlen);
+  if (rc < 0) return rc;
+  if (!(x = calloc(1, sizeof *x))) goto oom;
   x->entry = entry;
+  x->uid = uid;
   x->program = program;
   HASH_ADD_PTR((*h)->set, entry, x);
   use->holders++;
+  int oi = owner_index(use, uid);
+  if (oi >= 0) use->owner_holds[oi]++;
   return 0;
+oom:
+  snprintf(err, errlen, "out of memory");
+  return -GRAPHD_RESOURCE_EXHAUSTED;
 }
 
 void registry_release(gd_registry *r, gd_reg_holds **h) {
@@ -316,6 +358,8 @@ void registry_release(gd_registry *r, gd_reg_holds **h) {
   HASH_ITER(hh, (*h)->set, x, tmp) {
     gd_reg_use *use = x->program ? &((gd_regprog *)x->entry)->use : &((gd_module *)x->entry)->use;
     use->holders--;
+    int oi = owner_index(use, x->uid);
+    if (oi >= 0 && use->owner_holds[oi]) use->owner_holds[oi]--;
     use->used_ns = now; /* in use until now */
     HASH_DEL((*h)->set, x);
     free(x);
@@ -337,6 +381,7 @@ static void free_program(gd_regprog *p) {
   gd_program_free(p->program);
   free(p->step_module);
   free(p->use.owners);
+  free(p->use.owner_holds);
   free(p);
 }
 
@@ -375,6 +420,7 @@ static void free_module(gd_module *m) {
   else
     free((void *)m->bytes);
   free(m->use.owners);
+  free(m->use.owner_holds);
   free(m);
 }
 

@@ -7,12 +7,16 @@
  *
  * Who pays for an entry, and when it may go: every user (uid) that
  * registered an entry owns it, and is charged for it against the per-uid
- * limits (a program counts once and by its bytes, a module by its bytes); every open session that registered it, or prepared or replayed a
+ * limits (a program counts once and by its bytes, a module by its bytes),
+ * and so is every user whose session holds it without having registered
+ * it; every open session that registered it, or prepared or replayed a
  * program, holds it. An entry nobody holds is unused and may be freed,
  * least recently used first: when its owner needs room under a per-uid
  * limit (the owner lets go of it; it goes when no owner is left), or when
- * the registry as a whole is full (it goes at once). A module that a
- * registered program launches is never freed before the program.
+ * the registry as a whole is full (it goes at once). An owner at its limit
+ * may also let go of an entry in use that another user owns as well (it
+ * stays, charged to the other). A module that a registered program
+ * launches is never freed before the program.
  *
  * Removal has two halves: the registry unlinks the entry at once (its id
  * is unknown from then on, its counts are given back) and keeps it on a
@@ -40,7 +44,8 @@ typedef struct gd_reg_use {
   uint64_t used_ns;
   uint32_t holders; /* open sessions holding it */
   uint32_t nowners, owners_cap;
-  uint32_t *owners; /* uids charged for it */
+  uint32_t *owners;      /* uids charged for it */
+  uint32_t *owner_holds; /* per owner: its sessions that hold it */
 } gd_reg_use;
 
 typedef struct gd_module {
@@ -173,8 +178,15 @@ void registry_set_limits(gd_registry *r, const gd_reg_limits *l);
 int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char *err,
                    size_t errlen);
 
-/* The session *h holds the entry from now on (once); it is used now. */
-int registry_hold(gd_registry *r, gd_reg_holds **h, bool program, void *entry);
+/* The session *h, of user uid, holds the entry from now on (once); it is
+ * used now. A user that does not own the entry is charged for it first
+ * (registry_claim), so that holds count against the holder's limits;
+ * RESOURCE_EXHAUSTED (err filled) when they do not let it. */
+int registry_hold(gd_registry *r, gd_reg_holds **h, uint32_t uid, bool program, void *entry,
+                  char *err, size_t errlen);
+
+/* Whether uid is charged for (owns) the entry: who may see its id. */
+bool registry_owns(const gd_reg_use *u, uint32_t uid);
 
 /* The entry is used now (a replay). */
 static inline void registry_touch(gd_reg_use *u, uint64_t now_ns) { u->used_ns = now_ns; }

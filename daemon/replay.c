@@ -257,8 +257,11 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
   /* The session holds the program while it is open (the fast path: the
    * same program as last time). */
   if (s->last_held != prog) {
-    if (registry_hold(&d->reg, &s->holds, true, prog) < 0)
-      REFUSE(GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    int hrc = registry_hold(&d->reg, &s->holds, (uint32_t)s->uid, true, prog, err, sizeof err);
+    if (hrc < 0) {
+      code = -hrc;
+      goto refuse;
+    }
     s->last_held = prog;
   }
   if (!x->last_seq[m->stream_slot]) x->used_slots[x->nused_slots++] = m->stream_slot;

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -298,6 +300,140 @@ START_TEST(test_quota_program_bytes_per_uid_and_in_all) {
 }
 END_TEST
 
+/* Another user's programs: a hold costs the holder, the owner is not kept
+ * at its limit by holds of others, and program ids are shown only to the
+ * users charged for them (and admins). The other user is nobody (65534),
+ * in a child process; root runs these checks, others skip them. */
+typedef struct other_user {
+  const uint8_t *pid[3];
+  int ready[2], go[2]; /* pipes: the child says it holds, the parent lets it go */
+} other_user;
+
+static void start_as_other(void) {
+  ck_assert_int_eq(td_start(&d, "--host-devices", "1", "--max-programs-per-uid", "2",
+                            "--socket-mode", "0666", NULL),
+                   0);
+  ck_assert_int_eq(chmod(d.dir, 0755), 0); /* for the child */
+}
+
+/* nobody prepares root's two programs, then registers one of its own:
+ * refused, since its holds are charged to it (limit 2). */
+static int nobody_pins_two_then_registers(const void *arg) {
+  const other_user *o = arg;
+  uint8_t mod[32], q[32];
+  graphd_client *c = session(mod);
+  for (int i = 0; i < 2; i++)
+    if (graphd_prepare_program(c, o->pid[i], NULL) != GRAPHD_OK) return 20 + i;
+  graphd_status st = program_k(c, mod, 2, q);
+  int out = st == GRAPHD_OK                                             ? 1
+            : st != GRAPHD_RESOURCE_EXHAUSTED                           ? 2
+            : !strstr(graphd_last_error(c), "max-programs-per-uid (2)") ? 3
+                                                                        : 0;
+  graphd_close(c);
+  return out;
+}
+
+START_TEST(test_quota_holds_on_another_users_programs_cost_the_holder) {
+  if (geteuid() != 0) {
+    fprintf(stderr, "not root: the rule between users is not exercised here\n");
+    return;
+  }
+  start_as_other();
+  uint8_t mod[32], pid[2][32];
+  graphd_client *a = session(mod);
+  for (int k = 0; k < 2; k++) ck_assert_int_eq(program_k(a, mod, k, pid[k]), GRAPHD_OK);
+  other_user o = {.pid = {pid[0], pid[1]}};
+  /* Before, the holds cost nobody nothing and its own program fitted (1). */
+  ck_assert_int_eq(td_as_nobody(nobody_pins_two_then_registers, &o), 0);
+  close_and_wait(a);
+}
+END_TEST
+
+/* nobody prepares program 0 and holds it until the parent says go. */
+static int nobody_holds(const void *arg) {
+  const other_user *o = arg;
+  uint8_t mod[32];
+  graphd_client *c = session(mod);
+  char st = (char)graphd_prepare_program(c, o->pid[0], NULL);
+  if (write(o->ready[1], &st, 1) != 1) return 40;
+  char go;
+  if (read(o->go[0], &go, 1) != 1) return 41;
+  graphd_close(c);
+  return 0;
+}
+
+START_TEST(test_quota_holds_of_another_user_do_not_keep_the_owner_at_its_limit) {
+  if (geteuid() != 0) {
+    fprintf(stderr, "not root: the rule between users is not exercised here\n");
+    return;
+  }
+  start_as_other();
+  uint8_t mod[32], pid[3][32];
+  graphd_client *a = session(mod);
+  for (int k = 0; k < 2; k++) ck_assert_int_eq(program_k(a, mod, k, pid[k]), GRAPHD_OK);
+  close_and_wait(a); /* root's two programs are unused now */
+  other_user o = {.pid = {pid[0]}};
+  ck_assert_int_eq(pipe(o.ready), 0);
+  ck_assert_int_eq(pipe(o.go), 0);
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) _exit(setgid(65534) != 0 || setuid(65534) != 0 ? 10 : nobody_holds(&o));
+  close(o.ready[1]); /* a child that dies ends the read below */
+  close(o.go[0]);
+  char st = -1;
+  ck_assert_int_eq(read(o.ready[0], &st, 1), 1);
+  ck_assert_int_eq(st, GRAPHD_OK);
+  /* Root needs room for two more while nobody holds program 0: program 1
+   * goes (unused), and root lets go of program 0, which nobody pays for
+   * now. (Before, the second was refused: program 0 was held.) */
+  graphd_client *b = session(mod);
+  ck_assert_int_eq(program_k(b, mod, 2, pid[2]), GRAPHD_OK);
+  uint8_t p3[32];
+  ck_assert_msg(program_k(b, mod, 3, p3) == GRAPHD_OK, "%s", graphd_last_error(b));
+  ck_assert_int_eq(write(o.go[1], "g", 1), 1);
+  int ws;
+  ck_assert_int_eq(waitpid(child, &ws, 0), child);
+  ck_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  close_and_wait(b);
+  close(o.ready[0]);
+  close(o.go[1]);
+}
+END_TEST
+
+/* nobody lists the captures: root's is not shown to it. */
+static int nobody_lists(const void *arg) {
+  (void)arg;
+  graphd_client *c = td_control(&d);
+  graphd_capture_info *ci = NULL;
+  size_t n = 99;
+  graphd_status st = graphd_list_captures(c, &ci, &n);
+  free(ci);
+  graphd_close(c);
+  return st != GRAPHD_OK ? 50 : (int)n;
+}
+
+START_TEST(test_quota_program_ids_are_shown_to_their_owners_only) {
+  if (geteuid() != 0) {
+    fprintf(stderr, "not root: the rule between users is not exercised here\n");
+    return;
+  }
+  start_as_other();
+  uint8_t mod[32], pid[32];
+  graphd_client *a = session(mod);
+  ck_assert_int_eq(program_k(a, mod, 0, pid), GRAPHD_OK);
+  replay_checked(a, pid, 0);
+  graphd_capture_info *ci = NULL;
+  size_t n = 0;
+  ck_assert_int_eq(graphd_list_captures(a, &ci, &n), GRAPHD_OK);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_mem_eq(ci[0].program_id, pid, 32);
+  free(ci);
+  /* Before, nobody saw root's capture and its program id (1). */
+  ck_assert_int_eq(td_as_nobody(nobody_lists, NULL), 0);
+  close_and_wait(a);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("registry_quota");
   TCase *tc = tcase_create("registry_quota");
@@ -308,6 +444,9 @@ int main(void) {
   tcase_add_test(tc, test_quota_total_programs_free_unused_ones);
   tcase_add_test(tc, test_quota_module_bytes_per_uid);
   tcase_add_test(tc, test_quota_program_bytes_per_uid_and_in_all);
+  tcase_add_test(tc, test_quota_holds_on_another_users_programs_cost_the_holder);
+  tcase_add_test(tc, test_quota_holds_of_another_user_do_not_keep_the_owner_at_its_limit);
+  tcase_add_test(tc, test_quota_program_ids_are_shown_to_their_owners_only);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }
