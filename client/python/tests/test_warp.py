@@ -798,6 +798,14 @@ class RefusalTest(unittest.TestCase):
         seen.clear()
         Function(by_device, f._spec).build({0: (64,), 1: (64,)}, {}, 90, "staged", ordinal=1)
         self.assertEqual([s[0] for s in seen], [1, 1])
+        # Warp's own tests are user code too (their module is warp.tests.*).
+        ns = {"__name__": "warp.tests.interop.fake"}
+        exec("import warp as wp\ndef f(x: wp.array(dtype=float), y: wp.array(dtype=float)):\n"
+             "    seen.append(wp.get_device().ordinal)\n    wp.copy(y, x)\n", ns)
+        ns["seen"] = seen
+        seen.clear()
+        gw.callable(ns["f"], inputs=["x"], outputs=["y"]).build(x, x, arch=90)
+        self.assertEqual(seen, [0, 0])
         self.assertEqual(wp.get_device().ordinal, -1)  # Warp's own again
         self.assertTrue(wp.get_device().is_cpu)
 

@@ -496,9 +496,10 @@ class Recorder:
 
 
 def _from_warp(frame):
-    """Whether a call comes from Warp's (or graphd.warp's) own code."""
+    """Whether a call comes from Warp's (or graphd.warp's) own code; Warp's
+    tests are user code."""
     name = frame.f_globals.get("__name__", "")
-    return name == "warp" or name.startswith(("warp.", "graphd.warp"))
+    return (name == "warp" or name.startswith(("warp.", "graphd.warp"))) and not name.startswith("warp.tests")
 
 
 class RecordingDevice:
