@@ -529,6 +529,29 @@ class WarpGpuTest(GpuTestCase):
         print("FIGURE Warp's vmap lookup (jax_kernel and jax_callable, broadcast_all and sequential, batch on "
               "axis 0 and 1): graphd.warp bit for bit equal to Warp")
 
+    # --- (j) ---------------------------------------------------------------------
+
+    def test_j_a_cpu_call_is_warps_own(self):
+        jax, jnp = self.jax, self.jnp
+        if not wp.is_cpu_available():
+            self.skipTest("this Warp has no CPU compiler")
+        cpu = jax.devices("cpu")[0]
+        table = np.arange(100, dtype=np.float32)
+        idx = np.random.default_rng(3).integers(0, 100, size=64).astype(np.int32)
+        want = table[idx]
+        f = self.gw.jax_kernel(lookup, mode="staged")
+        run = jax.jit(lambda t, i: f(t, i)[0])
+        gpu_out = np.asarray(run(jnp.asarray(table), jnp.asarray(idx)))
+        (b,) = f.programs.values()
+        self.assertEqual(len(self.captures_of(b.id_hex)), 1)
+        cpu_out = run(jax.device_put(table, cpu), jax.device_put(idx, cpu))
+        self.assertEqual(cpu_out.devices(), {cpu})
+        self.assertEqual(len(f.programs), 1, "the CPU call built a graphd program")
+        self.assertTrue(np.array_equal(gpu_out, want))
+        self.assertTrue(np.array_equal(np.asarray(cpu_out), want))
+        print("FIGURE one graphd.warp jax_kernel: the GPU call replayed by graphd, the CPU call Warp's own, "
+              "both equal to the lookup")
+
 
 if __name__ == "__main__":
     unittest.main()
