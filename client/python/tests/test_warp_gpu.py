@@ -24,7 +24,11 @@
 (i) Warp's own vmap lookup case: an unbatched table, batched indices,
     launch_dims / output_dims for one element through functools.partial,
     batched on either axis, broadcast_all and sequential, jax_kernel and
-    jax_callable: every batch equal to Warp's and to JAX's lookup.
+    jax_callable: every batch equal to Warp's and to JAX's lookup;
+(j) one graphd.warp callable called on the GPU and on JAX's CPU device:
+    the GPU call is graphd's (a capture), the CPU call Warp's own (no new
+    program), both equal to the lookup (skipped where Warp has no CPU
+    compiler).
 Mode "direct" and "auto" run in (a) too (auto goes direct there: its
 buffers outweigh its one kernel node).
 
