@@ -40,13 +40,15 @@ import os
 import threading
 
 from .. import program as _program
+from .._lib import Client
 from ..errors import GraphdError
 from ._support import REASONS, SUPPORTED_BELOW, SUPPORTED_MIN, Refused, warp_modules
 from ._core import FuncSpec, Function
 from ._build import compile_module, grid_for
 
-__all__ = ["jax_callable", "jax_kernel", "clear_jax_callable_graph_cache", "callable", "install", "uninstall", "installed", "Refused", "REASONS",
-           "SUPPORTED_MIN", "SUPPORTED_BELOW", "resolve_arch", "resolve_mode", "compile_module", "grid_for"]
+__all__ = ["jax_callable", "jax_kernel", "clear_jax_callable_graph_cache", "callable", "install", "uninstall",
+           "installed", "Refused", "REASONS", "SUPPORTED_MIN", "SUPPORTED_BELOW", "resolve_arch", "resolve_mode",
+           "resolve_ordinal", "evict_captures", "compile_module", "grid_for"]
 
 # JaxCallableGraphMode values (Warp's): staged_ex is the one graphd maps.
 _GRAPH_MODE_WARP_STAGED_EX = 4
@@ -439,7 +441,6 @@ def evict_captures(program_ids, socket=None):
     """Asks the daemon to evict the captures of these programs (hex ids)
     that only this process replayed. Without a daemon there is nothing
     captured, and nothing to do."""
-    from .. import Client
     try:
         c = Client.connect(os.fspath(socket) if socket is not None else None)
     except GraphdError:
@@ -696,7 +697,7 @@ def install():
     return True
 
 
-def clear_jax_callable_graph_cache(callable=None):
+def clear_jax_callable_graph_cache(callable=None):  # noqa: A002: Warp's keyword
     """Warp's clear_jax_callable_graph_cache for graphd.warp's callables
     too: drops what `callable` keeps captured (and evicts it, see
     JaxCallable), or with None what every callable keeps, Warp's
