@@ -11,12 +11,12 @@
 #include "holwatch.h"
 #include "log.h"
 #include "modcache.h"
-#include "ring.h"
 
 typedef struct give_up_ctx {
   gd_device *d;
   gd_worker *w;
   gd_dstream *ds;
+  gd_others_waiting_fn others_waiting;
   uint64_t start_ns;
   double timeout_s;
   bool stopping; /* gave up because graphd is stopping */
@@ -38,7 +38,8 @@ static int give_up(void *arg) {
   }
   if (g->timeout_s <= 0) return 0;
   if ((double)(gd_now_ns() - g->start_ns) < g->timeout_s * 1e9) return 0;
-  return worker_has_queued(g->w) || ring_others_waiting(g->d, g->ds) ? GD_GIVE_UP_HUNG : 0;
+  bool others = worker_has_queued(g->w) || (g->others_waiting && g->others_waiting(g->d, g->ds));
+  return others ? GD_GIVE_UP_HUNG : 0;
 }
 
 /* The capture of the job's program on d, built (and made room for) on the
@@ -110,8 +111,12 @@ int exec_run(gd_device *d, gd_worker *w, gd_replay_exec *ex, bool *not_started, 
   if ((rc = modcache_prepare(d, ex->prog, &loaded, &load_ns, err, errlen)) < 0) goto finish;
   if ((rc = get_capture(d, ex, &c, err, errlen)) < 0) goto finish;
   /* The client's stream has reached this call. */
-  give_up_ctx g = {
-      .d = d, .w = w, .ds = ds, .start_ns = gd_now_ns(), .timeout_s = ex->ready_timeout_s};
+  give_up_ctx g = {.d = d,
+                   .w = w,
+                   .ds = ds,
+                   .others_waiting = ex->others_waiting,
+                   .start_ns = gd_now_ns(),
+                   .timeout_s = ex->ready_timeout_s};
   rc = ops->wait_value(d->be, d->dev, ds->stream, ready, ready_dev, ex->seq, give_up, &g, err,
                        errlen);
   if (rc < 0 && g.stopping) {

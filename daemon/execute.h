@@ -20,6 +20,11 @@
 #include "registry.h"
 #include "worker.h"
 
+/* Whether a session other than ds has ring entries the worker could run:
+ * the host backend's give-up of a ready flag asks it (ring_others_waiting,
+ * passed in so that this layer stays below the ring). */
+typedef bool (*gd_others_waiting_fn)(gd_device *d, const gd_dstream *ds);
+
 /* One replay, resolved. */
 typedef struct gd_replay_exec {
   const gd_regprog *prog;
@@ -29,8 +34,9 @@ typedef struct gd_replay_exec {
   double ready_timeout_s;
   uint32_t client_pid;
   uint32_t client_uid;
-  uint64_t epoch; /* the device epoch the bindings were resolved in */
-  gd_bound *bind; /* one per slot of the program */
+  uint64_t epoch;                      /* the device epoch the bindings were resolved in */
+  gd_others_waiting_fn others_waiting; /* NULL: none counted */
+  gd_bound *bind;                      /* one per slot of the program */
   /* Set by exec_run: */
   bool captured;
   bool recaptured;

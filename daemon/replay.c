@@ -275,6 +275,7 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
   rj->ex.client_pid = (uint32_t)s->pid;
   rj->ex.client_uid = (uint32_t)s->uid;
   rj->ex.epoch = epoch;
+  rj->ex.others_waiting = ring_others_waiting;
   d->counters[s->device].inflight++;
   if (full) {
     rj->rq.s = s;

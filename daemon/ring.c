@@ -171,6 +171,7 @@ static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
                        .client_pid = r->client_pid,
                        .client_uid = r->client_uid,
                        .epoch = epoch,
+                       .others_waiting = ring_others_waiting,
                        .bind = bind};
   bool not_started = false;
   ran = true;
