@@ -220,8 +220,10 @@ static int global_room(gd_registry *r, bool program, uint64_t len, char *err, si
 
 void registry_set_limits(gd_registry *r, const gd_reg_limits *l) { r->limits = *l; }
 
-int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char *err,
-                   size_t errlen) {
+/* registry_claim for one entry; keep is a program that must not be freed
+ * to make room (the one whose modules are being claimed). */
+static int claim(gd_registry *r, uint32_t uid, bool program, void *entry, const void *keep,
+                 char *err, size_t errlen) {
   gd_reg_use *use = program ? &((gd_regprog *)entry)->use : &((gd_module *)entry)->use;
   uint64_t bytes = program ? ((gd_regprog *)entry)->bytes : ((gd_module *)entry)->len;
   if (owned_by(use, uid)) return 0;
@@ -238,7 +240,7 @@ int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char
     bool vprog = program;
     if (!v && !program) {
       /* The user's modules may be in use only by its own unused programs. */
-      v = lru_victim(r, true, true, uid, NULL, false);
+      v = lru_victim(r, true, true, uid, keep, false);
       vprog = true;
     }
     if (!v) {
@@ -309,6 +311,20 @@ int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char
   use->owners[use->nowners++] = uid;
   charge(r, uid, program, bytes, +1);
   return 0;
+}
+
+int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char *err,
+                   size_t errlen) {
+  gd_regprog *p = entry;
+  bool had = program && owned_by(&p->use, uid);
+  int rc = claim(r, uid, program, entry, NULL, err, errlen);
+  if (rc < 0 || !program || had) return rc;
+  /* A program keeps the modules it launches: its owners pay for them too,
+   * so that another user's program cannot keep a module's owner at its
+   * limit (the owner may let go of a module another owner pays for). */
+  for (uint32_t i = 0; i < p->program->nsteps && rc == 0; i++)
+    if (p->step_module[i]) rc = claim(r, uid, false, p->step_module[i], p, err, errlen);
+  return rc;
 }
 
 /* --- what sessions hold ------------------------------------------------------ */

@@ -16,7 +16,8 @@
  * the registry as a whole is full (it goes at once). An owner at its limit
  * may also let go of an entry in use that another user owns as well (it
  * stays, charged to the other). A module that a registered program
- * launches is never freed before the program.
+ * launches is never freed before the program, and the program's owners
+ * are charged for it too.
  *
  * Removal has two halves: the registry unlinks the entry at once (its id
  * is unknown from then on, its counts are given back) and keeps it on a
@@ -174,7 +175,8 @@ void registry_set_limits(gd_registry *r, const gd_reg_limits *l);
  * per user: if that takes the user over a per-uid limit, the user's unused
  * entries are let go, least recently used first, and when that is not
  * enough the charge is refused with RESOURCE_EXHAUSTED naming the limit
- * (and an entry nobody owns or holds is unlinked). */
+ * (and an entry nobody owns or holds is unlinked). A program's first
+ * charge to uid also charges uid for the modules it launches. */
 int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char *err,
                    size_t errlen);
 

@@ -434,6 +434,69 @@ START_TEST(test_quota_program_ids_are_shown_to_their_owners_only) {
 }
 END_TEST
 
+/* A program of another user keeps root's module: nobody registers a
+ * program that launches the host module root registered (without
+ * registering the module itself) and holds it. Root, at its module byte
+ * limit, needs room for another module: it lets go of the launched one,
+ * which nobody now pays for. (Before, the module was pinned and root was
+ * refused until nobody left.) */
+static int nobody_launches(const void *arg) {
+  const other_user *o = arg;
+  graphd_client *c = td_data(&d, 0);
+  uint8_t pid[32];
+  char st = (char)program_k(c, o->pid[0], 5, pid);
+  if (write(o->ready[1], &st, 1) != 1) return 40;
+  char go;
+  if (read(o->go[0], &go, 1) != 1) return 41;
+  graphd_close(c);
+  return 0;
+}
+
+START_TEST(test_quota_another_users_program_does_not_pin_a_module) {
+  if (geteuid() != 0) {
+    fprintf(stderr, "not root: the rule between users is not exercised here\n");
+    return;
+  }
+  char lim[32];
+  snprintf(lim, sizeof lim, "%zu", plugin_len + 100);
+  ck_assert_int_eq(td_start(&d, "--host-devices", "1", "--max-module-bytes-per-uid", lim,
+                            "--socket-mode", "0666", NULL),
+                   0);
+  ck_assert_int_eq(chmod(d.dir, 0755), 0);
+  uint8_t mod[32];
+  graphd_client *a = td_control(&d);
+  ck_assert_int_eq(graphd_register_module(a, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
+  close_and_wait(a);
+  other_user o = {.pid = {mod}};
+  ck_assert_int_eq(pipe(o.ready), 0);
+  ck_assert_int_eq(pipe(o.go), 0);
+  pid_t child = fork();
+  ck_assert_int_ge(child, 0);
+  if (child == 0) _exit(setgid(65534) != 0 || setuid(65534) != 0 ? 10 : nobody_launches(&o));
+  close(o.ready[1]);
+  close(o.go[0]);
+  char st = -1;
+  ck_assert_int_eq(read(o.ready[0], &st, 1), 1);
+  ck_assert_int_eq(st, GRAPHD_OK);
+  /* Another module of root's: the plugin with bytes after its end. */
+  size_t len2 = plugin_len + 64;
+  uint8_t *other = calloc(1, len2), id2[32];
+  memcpy(other, plugin, plugin_len);
+  graphd_client *b = td_control(&d);
+  ck_assert_msg(graphd_register_module(b, GRAPHD_MODULE_HOST_ELF, other, len2, id2) == GRAPHD_OK,
+                "%s", graphd_last_error(b));
+  free(other);
+  ck_assert_int_eq(write(o.go[1], "g", 1), 1);
+  int ws;
+  ck_assert_int_eq(waitpid(child, &ws, 0), child);
+  ck_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  close_and_wait(b);
+  close(o.ready[0]);
+  close(o.go[1]);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("registry_quota");
   TCase *tc = tcase_create("registry_quota");
@@ -447,6 +510,7 @@ int main(void) {
   tcase_add_test(tc, test_quota_holds_on_another_users_programs_cost_the_holder);
   tcase_add_test(tc, test_quota_holds_of_another_user_do_not_keep_the_owner_at_its_limit);
   tcase_add_test(tc, test_quota_program_ids_are_shown_to_their_owners_only);
+  tcase_add_test(tc, test_quota_another_users_program_does_not_pin_a_module);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }
