@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -651,6 +653,114 @@ START_TEST(test_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_wor
 }
 END_TEST
 
+/* Sends a request carrying fd on the raw data session s (RegisterFlags,
+ * RegisterRegion of a host memfd, or RegisterRing with fd as the ring and
+ * a fresh eventfd as its doorbell) and returns the reply's code. */
+static uint32_t send_with_fd(int s, int what, int fd, char *msg, size_t msglen) {
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__RegisterFlags rf = GRAPHD__WIRE__REGISTER_FLAGS__INIT;
+  Graphd__Wire__RegisterRegion rg = GRAPHD__WIRE__REGISTER_REGION__INIT;
+  Graphd__Wire__RegisterRing rr = GRAPHD__WIRE__REGISTER_RING__INIT;
+  int fds[2] = {fd, eventfd(0, EFD_NONBLOCK)};
+  req.request_id = 40;
+  req.nfds = what == 2 ? 2 : 1;
+  if (what == 0) {
+    req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_FLAGS;
+    req.register_flags = &rf;
+    rf.slots = 64;
+  } else if (what == 1) {
+    req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_REGION;
+    req.register_region = &rg;
+    rg.kind = GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;
+    rg.size = 4096;
+  } else {
+    req.body_case = GRAPHD__WIRE__REQUEST__BODY_REGISTER_RING;
+    req.register_ring = &rr;
+    rr.entries = 8;
+  }
+  td_raw_send_request(s, &req, fds, (int)req.nfds);
+  close(fds[1]);
+  Graphd__Wire__Reply *r = td_raw_recv(s, 5000);
+  ck_assert_ptr_nonnull(r);
+  uint32_t code = r->code;
+  snprintf(msg, msglen, "%s", r->message ? r->message : "");
+  graphd__wire__reply__free_unpacked(r, NULL);
+  return code;
+}
+
+/* Every kind of fd a client can send where graphd wants a memfd (the flag
+ * page, a host region, the ring) or an eventfd (the doorbell): a pipe, a
+ * socket, an eventfd, /dev/null, a FIFO, a regular file, an unsealed
+ * memfd. Each is refused with a reason, nothing of it is read, and
+ * afterwards another client is served and the device's worker sleeps. */
+START_TEST(test_async_every_kind_of_fd_a_client_sends_is_refused_and_never_read) {
+  client v;
+  client_open(&v, 8, 23);
+  victim_is_served(&v, true);
+  char dir[] = "/tmp/graphd-fds-XXXXXX", path[64], msg[256];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/fifo", dir);
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  int fifo = open(path, O_RDWR | O_NONBLOCK);
+  snprintf(path, sizeof path, "%s/file", dir);
+  int file = open(path, O_RDWR | O_CREAT, 0600);
+  ck_assert_int_eq(ftruncate(file, 1 << 20), 0);
+  int pipefd[2], sp[2];
+  ck_assert_int_eq(pipe(pipefd), 0);
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+  int kinds[] = {pipefd[0], sp[0], eventfd(0, EFD_SEMAPHORE),  open("/dev/null", O_RDWR),
+                 fifo,      file,  memfd_create("unsealed", 0)};
+  const char *names[] = {"pipe", "socket", "eventfd",       "/dev/null",
+                         "fifo", "file",   "unsealed memfd"};
+  ck_assert_int_ge(kinds[6], 0);
+  ck_assert_int_eq(ftruncate(kinds[6], 1 << 20), 0);
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    ck_assert_int_ge(kinds[k], 0);
+    uint32_t code;
+    /* As the doorbell (an eventfd is a doorbell: accepted). */
+    int s = td_raw_ring_session(&d, 0, kinds[k], &code, msg, sizeof msg);
+    ck_assert_msg(k == 2 ? code == GRAPHD_OK : code == GRAPHD_INVALID_ARGUMENT, "%s doorbell: %s",
+                  names[k], msg);
+    close(s);
+    /* As the flag page, a host region and the ring, on a session of its own. */
+    for (int what = 0; what < 3; what++) {
+      graphd_client *ctl = td_control(&d);
+      s = td_raw_connect(&d);
+      td_raw_data_hello(ctl, s, 0);
+      graphd_close(ctl);
+      if (what > 0) {
+        int flags = gd_memfd_new_shared("flags", 4096);
+        td_expect_reply(td_raw_register_flags(s, 2, flags, 64), GRAPHD_OK, NULL);
+        close(flags);
+      }
+      code = send_with_fd(s, what, kinds[k], msg, sizeof msg);
+      ck_assert_msg(code == GRAPHD_INVALID_ARGUMENT, "%s as %s: %s (%s)", names[k],
+                    what == 0   ? "flags"
+                    : what == 1 ? "region"
+                                : "ring",
+                    graphd_status_name(code), msg);
+      ck_assert_msg(msg[0], "%s refused with no reason", names[k]);
+      close(s);
+    }
+  }
+  victim_is_served(&v, false);
+  long t0 = thread_cpu_ticks(d.pid, "host0");
+  usleep(500000);
+  long used = thread_cpu_ticks(d.pid, "host0") - t0;
+  long hz = sysconf(_SC_CLK_TCK);
+  ck_assert_msg(used * 5 < hz / 2, "the idle worker used %ld of %ld ticks in 0.5 s", used, hz / 2);
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) close(kinds[k]);
+  close(pipefd[1]);
+  close(sp[1]);
+  snprintf(path, sizeof path, "%s/fifo", dir);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/file", dir);
+  unlink(path);
+  rmdir(dir);
+  client_close(&v);
+}
+END_TEST
+
 /* A semaphore-mode eventfd holding 2^40 as a doorbell: the worker is woken
  * once, not once per unit counted, so it sleeps while nothing is queued,
  * and another client is served. */
@@ -707,6 +817,7 @@ int main(void) {
   tcase_add_test(tc, test_async_ring_size_is_checked);
   tcase_add_test(tc, test_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker);
   tcase_add_test(tc, test_async_a_semaphore_doorbell_does_not_keep_the_worker_busy);
+  tcase_add_test(tc, test_async_every_kind_of_fd_a_client_sends_is_refused_and_never_read);
   suite_add_tcase(su, tc);
   return td_run_suite(su);
 }
