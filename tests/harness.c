@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -291,6 +292,10 @@ long td_rss_kib(pid_t pid) {
 }
 
 graphd_client *td_data(const gd_test_daemon *d, int index) {
+  return td_data_timeout(d, index, 30000);
+}
+
+graphd_client *td_data_timeout(const gd_test_daemon *d, int index, int timeout_ms) {
   graphd_client *ctl = td_control(d);
   graphd_daemon_status *s;
   ck_assert_int_eq(graphd_get_status(ctl, &s), GRAPHD_OK);
@@ -299,7 +304,7 @@ graphd_client *td_data(const gd_test_daemon *d, int index) {
   graphd_connect_options_init(&o);
   o.socket_path = d->socket;
   o.kind = GRAPHD_SESSION_DATA;
-  o.timeout_ms = 30000;
+  o.timeout_ms = timeout_ms;
   o.client_name = "test-data";
   memcpy(o.device_uuid, s->devices[index].uuid, 16);
   graphd_daemon_status_free(s);
@@ -482,6 +487,21 @@ int td_raw_ring_session(const gd_test_daemon *d, int dev, int doorbell, uint32_t
   snprintf(msg, msglen, "%s", r->message ? r->message : "");
   graphd__wire__reply__free_unpacked(r, NULL);
   return fd;
+}
+
+int td_raw_wedge_attempt(const gd_test_daemon *d, int dev, int s[2]) {
+  int bell = eventfd(0, EFD_NONBLOCK);
+  ck_assert_int_ge(bell, 0);
+  for (int i = 0; i < 2; i++) {
+    uint32_t code;
+    char msg[256];
+    s[i] = td_raw_ring_session(d, dev, bell, &code, msg, sizeof msg);
+    ck_assert_msg(code == GRAPHD_OK, "ring %d: %s", i, msg);
+  }
+  ck_assert_int_eq(fcntl(bell, F_SETFL, fcntl(bell, F_GETFL) & ~O_NONBLOCK), 0);
+  uint64_t one = 1;
+  ck_assert_int_eq(write(bell, &one, sizeof one), (int)sizeof one);
+  return bell;
 }
 
 void td_raw_hello(int fd) {

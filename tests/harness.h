@@ -59,6 +59,8 @@ graphd_client *td_control(const gd_test_daemon *d);
 /* Data session for the daemon's device `index` (found through status).
  * Fails the test on error. */
 graphd_client *td_data(const gd_test_daemon *d, int index);
+/* The same, with calls that time out after timeout_ms. */
+graphd_client *td_data_timeout(const gd_test_daemon *d, int index, int timeout_ms);
 
 /* Reads a whole file (malloc'd). Fails the test on error. */
 void *td_read_file(const char *path, size_t *len);
@@ -103,6 +105,12 @@ Graphd__Wire__Reply *td_raw_register_flags(int fd, uint64_t id, int flags_fd, ui
  * and its message to msg. */
 int td_raw_ring_session(const gd_test_daemon *d, int dev, int doorbell, uint32_t *code, char *msg,
                         size_t msglen);
+
+/* The doorbell wedge: one eventfd registered as the doorbell of two raw
+ * sessions' rings on device `dev`, made blocking by its owner after the
+ * daemon took it, then rung. The sessions' sockets go to s[2] and the
+ * eventfd is returned; the caller closes all three. */
+int td_raw_wedge_attempt(const gd_test_daemon *d, int dev, int s[2]);
 
 /* Spawns argv, collecting stdout and stderr into out (NUL-terminated).
  * Returns the exit status (WEXITSTATUS) or -1. */

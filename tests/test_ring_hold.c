@@ -40,27 +40,6 @@ static void teardown(void) {
   td_cleanup(&d);
 }
 
-/* A data session on host device 0 whose calls time out after ms. */
-static graphd_client *connect_data(int ms) {
-  graphd_client *ctl = td_control(&d);
-  graphd_daemon_status *s;
-  ck_assert_int_eq(graphd_get_status(ctl, &s), GRAPHD_OK);
-  graphd_connect_options o;
-  graphd_connect_options_init(&o);
-  o.socket_path = d.socket;
-  o.kind = GRAPHD_SESSION_DATA;
-  o.timeout_ms = ms;
-  o.client_name = "test-ring-hold";
-  memcpy(o.device_uuid, s->devices[0].uuid, 16);
-  graphd_daemon_status_free(s);
-  graphd_close(ctl);
-  graphd_client *c = NULL;
-  char err[GRAPHD_ERRMAX];
-  graphd_status st = graphd_connect(&o, &c, err, sizeof err);
-  ck_assert_msg(st == GRAPHD_OK, "data connect: %s", err);
-  return c;
-}
-
 /* A client with the staged 3-kernel program over n floats, a stream and
  * PAIRS pairs of buffers. */
 typedef struct client {
@@ -73,7 +52,7 @@ typedef struct client {
 
 static void client_open(client *k, uint32_t ring_entries, uint32_t n) {
   memset(k, 0, sizeof *k);
-  k->c = connect_data(VICTIM_TIMEOUT_MS);
+  k->c = td_data_timeout(&d, 0, VICTIM_TIMEOUT_MS);
   k->n = n;
   if (ring_entries) ck_assert_int_eq(graphd_set_ring_entries(k->c, ring_entries), GRAPHD_OK);
   uint8_t mod[32];
