@@ -27,7 +27,8 @@
 # imports graphd with GRAPHD_WARP_INSTALL=1) against a fresh daemon: Warp's
 # `python -m unittest -v warp.tests.interop.test_jax` (in the pack that
 # warp-for-device.sh makes) and, where MuJoCo is on the PYTHONPATH, MJX's
-# mujoco/mjx/warp/*_test.py, each file in one process. $GRAPHD_SUITE_FILTER
+# mujoco/mjx/warp/*_test.py, each file in one process ($GRAPHD_SUITES picks
+# them: "warp mjx" by default). $GRAPHD_SUITE_FILTER
 # narrows the MJX files (a regular expression); $GRAPHD_SUITE_WARP_ARGS
 # replaces the Warp test's name (for example one test case). Logs:
 # suite-{alone,graphd}-{warp,mjx-NAME}-RUN.log; a line starting SUITE per
@@ -153,11 +154,13 @@ suites() {
       start_daemon "$out/graphd-suites-$name.log" || { rc=1; return; }
       pp="$site:$PYTHONPATH"
     fi
-    echo "== Warp's JAX tests, $how ($name)"
-    # shellcheck disable=SC2086 # the names are words
-    (cd /tmp && PYTHONPATH=$pp GRAPHD_SOCKET=$sock suite "$out/suite-$how-warp-$name.log" \
-      "$py" -m unittest -v ${GRAPHD_SUITE_WARP_ARGS:-warp.tests.interop.test_jax})
-    if [[ -n $mjx_dir ]]; then
+    if [[ " ${GRAPHD_SUITES:-warp mjx} " == *" warp "* ]]; then
+      echo "== Warp's JAX tests, $how ($name)"
+      # shellcheck disable=SC2086 # the names are words
+      (cd /tmp && PYTHONPATH=$pp GRAPHD_SOCKET=$sock suite "$out/suite-$how-warp-$name.log" \
+        "$py" -m unittest -v ${GRAPHD_SUITE_WARP_ARGS:-warp.tests.interop.test_jax})
+    fi
+    if [[ -n $mjx_dir && " ${GRAPHD_SUITES:-warp mjx} " == *" mjx "* ]]; then
       for f in "$mjx_dir"/*_test.py; do
         local t
         t=$(basename "$f" _test.py)
