@@ -228,6 +228,74 @@ def _vary(x, axes):
     return jax.lax.pvary(x, missing)
 
 
+# --- a hook run where a call is lowered ----------------------------------------
+
+
+class LoweringHook:
+    """What on_lowering() runs: fn(platforms), the tuple of platforms a
+    computation is lowered for ("cuda", "cpu", ...), each time the values
+    it passes through are lowered, and at every eager call (with the
+    platform of the default backend). Compared by identity, as JAX compares
+    the parameters of the equations it caches."""
+
+    def __init__(self, fn, name=""):
+        self.fn, self.name = fn, name
+
+    def __repr__(self):
+        return f"LoweringHook({self.name})"
+
+
+_hook_p = None
+
+
+def _hook_primitive():
+    """graphd_lowering: the identity on its operands, whose lowering runs
+    its hook. Made once, at the first use."""
+    global _hook_p
+    if _hook_p is not None:
+        return _hook_p
+    with _lock:
+        if _hook_p is not None:
+            return _hook_p
+        from jax.extend.core import Primitive
+        from jax.interpreters import ad, batching, mlir
+        p = Primitive("graphd_lowering")
+        p.multiple_results = True
+
+        def impl(*args, hook):
+            hook.fn((jax.default_backend(),))
+            return list(args)
+
+        def lowering(ctx, *args, hook):
+            hook.fn(tuple(ctx.module_context.platforms))
+            return list(args)
+
+        def batch(args, dims, *, hook):
+            return p.bind(*args, hook=hook), list(dims)
+
+        def jvp(primals, tangents, *, hook):
+            return p.bind(*primals, hook=hook), list(tangents)
+
+        p.def_impl(impl)
+        p.def_abstract_eval(lambda *avals, hook: list(avals))
+        mlir.register_lowering(p, lowering)
+        batching.primitive_batchers[p] = batch
+        ad.primitive_jvps[p] = jvp
+        _hook_p = p
+    return _hook_p
+
+
+def on_lowering(values, hook):
+    """values (a list of JAX arrays or tracers), passed through an identity
+    whose lowering runs hook (a LoweringHook): what depends on the returned
+    values is lowered with it. jax.lax.platform_dependent traces every
+    branch but lowers only the taken one, so a hook in one branch says
+    that branch is compiled for the platforms it is given."""
+    if not values:
+        return []
+    return list(_hook_primitive().bind(*values, hook=hook))
+
+
 def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
              has_side_effect=False, register=True, sync=False):
     """A JAX-callable function that replays a graphd program.
@@ -355,4 +423,4 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
 
 
 __all__ = ["Spec", "callable", "register_target", "xla_lib", "registry_add_module",
-           "registry_add_program", "VMAP_METHODS"]
+           "registry_add_program", "VMAP_METHODS", "LoweringHook", "on_lowering"]

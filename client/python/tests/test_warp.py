@@ -1061,6 +1061,39 @@ class JaxTest(unittest.TestCase):
         finally:
             gw.evict_captures = orig
 
+    def test_graph_cache_counts_gpu_lowerings_only(self):
+        # A call lowered for the CPU is Warp's own: its program, traced in
+        # the CUDA branch all the same, is not one the callable keeps (it
+        # had counted, so a fresh shape on the GPU then made 2, not 1).
+        # Lowered for CUDA, each new shape is one.
+        f = gw.jax_callable(scale_fn, num_outputs=1, device=90, mode="staged_ex", has_side_effect=True)
+        for n in (20, 21):
+            jax.jit(f).trace(jnp.zeros(n, jnp.float32)).lower(lowering_platforms=("cpu",))
+        self.assertEqual(f.graph_cache_size, 0)
+        for i, n in enumerate((22, 23)):
+            (c,) = custom_calls(self.lower(f, jnp.zeros(n, jnp.float32)))
+            self.assertEqual(f.graph_cache_size, i + 1)
+            self.assertEqual(list(f.captures)[-1], c[0])
+
+    def test_cuda_call_needs_warps_cuda_support(self):
+        # A Warp built without CUDA cannot build CUDA modules: a call
+        # lowered for a GPU is refused with Warp's own message, and so is
+        # graphd.warp.callable; the CPU call (Warp's own) still lowers.
+        from unittest import mock
+        f = gw.jax_callable(scale_fn, num_outputs=1, device=90, mode="staged_ex")
+        k = gw.jax_kernel(count, device=90, output_dims=1, mode="staged_ex")
+        x = jnp.zeros(9, jnp.float32)
+        with mock.patch.object(wp._src.context.runtime, "is_cuda_enabled", False):
+            for c in (f, k):
+                with self.assertRaisesRegex(GraphdError, "does not include CUDA support"):
+                    self.lower(lambda v, c=c: c(v)[0], x)
+                jax.jit(lambda v, c=c: c(v)[0]).trace(x).lower(lowering_platforms=("cpu",))
+            w = gw.callable(scale_fn, inputs=["x"], outputs=["y"], device=90)
+            a = wp.zeros(9, dtype=float, device="cpu")
+            with self.assertRaisesRegex(GraphdError, "does not include CUDA support"):
+                w(a, a)
+        self.assertEqual(len(custom_calls(self.lower(lambda v: f(v)[0], x))), 1)
+
     def test_cpu_lowers_to_warps_own_call(self):
         # One call, lowered per platform: Warp's own FFI call for a CPU
         # device, graphd's replay for CUDA (a CPU call had lowered to

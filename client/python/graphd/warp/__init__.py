@@ -299,10 +299,11 @@ class JaxCallable:
                 self._calls[key] = fn
 
         def on_gpu(*arrays):
-            # A program traced again (another jit, a retrace) is in use
-            # again: kept, or captured again, as Warp's graph cache counts.
-            self.captures.keep(fn.build_for(*arrays))
-            out = fn(*arrays)
+            # Counted where the call is lowered for a GPU, not where it is
+            # traced: the CUDA branch is traced for a CPU call too.
+            from .. import jax as gj
+            hook = gj.LoweringHook(_CudaLowering(self, fn.build_for(*arrays)), spec.name)
+            out = fn(*gj.on_lowering(list(arrays), hook)) if arrays else gj.on_lowering(_as_list(fn()), hook)
             return out if isinstance(out, list) else [out]
 
         warp = self.warp_callable()
@@ -396,7 +397,6 @@ class JaxCallable:
             built = self.function.build(shapes, statics, self.arch, mode, func=func,
                                         extra=("launch", launch_dims) if self.is_kernel else None,
                                         ordinal=resolve_ordinal(self.device))
-            self.captures.keep(built)
             return gj.Spec(built.program, results=results,
                            operand_slots=[built.arg_slots[i] for i in array_inputs],
                            result_slots=[built.arg_slots[i] for i in result_slots_of],
@@ -404,6 +404,35 @@ class JaxCallable:
 
         build.__name__ = spec.name
         return build
+
+
+def _as_list(out):
+    return out if isinstance(out, list) else [out]
+
+
+def require_cuda():
+    """Refuses a CUDA call where Warp says its build has no CUDA support
+    (Warp's own message): such a Warp cannot build CUDA modules, and Warp's
+    own callables refuse the call the same way."""
+    _, ctx, _ = warp_modules()
+    if not getattr(ctx.runtime, "is_cuda_enabled", True):
+        raise GraphdError("FAILED_PRECONDITION", "This Warp build does not include CUDA support")
+
+
+class _CudaLowering:
+    """Run where a callable's replay is lowered: for a GPU it checks that
+    Warp has CUDA support and notes the program as in use (kept, or
+    captured again), as Warp's graph cache counts a graph where it runs;
+    lowered for the CPU only (the branch not taken), it does nothing."""
+
+    def __init__(self, owner, built):
+        self.owner, self.built = owner, built
+
+    def __call__(self, platforms):
+        if all(p == "cpu" for p in platforms):
+            return
+        require_cuda()
+        self.owner.captures.keep(self.built)
 
 
 class _Captures(collections.OrderedDict):

@@ -74,7 +74,9 @@ class WarpCallable:
         return fn.build(shapes, statics, resolve_arch(target), self.mode, ordinal=resolve_ordinal(target))
 
     def __call__(self, *args):
+        from . import require_cuda
         wp, _, _ = warp_modules()
+        require_cuda()
         self._function()
         spec = self._spec
         if len(args) != len(spec.args):
