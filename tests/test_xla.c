@@ -324,6 +324,68 @@ START_TEST(test_xla_empty_buffers_and_many_buffers) {
 }
 END_TEST
 
+/* Adds a third attribute, `fixed`, an array of n int64 values (XLA passes
+ * attributes sorted by name: it goes first). */
+static void frame_fixed(frame *f, XLA_FFI_DataType dtype, int64_t *values, size_t n) {
+  static XLA_FFI_ByteSpan name = {"fixed", 5};
+  static XLA_FFI_ByteSpan *names[3];
+  static XLA_FFI_AttrType types[3];
+  static void *attrs[3];
+  static XLA_FFI_Array arr;
+  arr = (XLA_FFI_Array){.dtype = dtype, .size = n, .data = values};
+  names[0] = &name;
+  types[0] = XLA_FFI_AttrType_ARRAY;
+  attrs[0] = &arr;
+  for (int i = 0; i < 2; i++) {
+    names[i + 1] = f->name_ptrs[i];
+    types[i + 1] = f->attr_types[i];
+    attrs[i + 1] = f->attrs[i];
+  }
+  f->cf.attrs.size = 3;
+  f->cf.attrs.names = names;
+  f->cf.attrs.types = types;
+  f->cf.attrs.attrs = attrs;
+}
+
+/* Fixed bindings, (slot, address, bytes) triples on slots no operand or
+ * result names: good ones get as far as connecting; a malformed
+ * attribute, a bad range, or a slot named twice is refused by name. */
+START_TEST(test_xla_fixed_bindings) {
+  no_daemon();
+  frame f;
+  static float device_buffer[64];
+  int64_t at = (int64_t)(uintptr_t)device_buffer;
+  int64_t two[6] = {5, at, 256, 6, at + 128, 128};
+  frame_init(&f, 2);
+  frame_fixed(&f, XLA_FFI_DataType_S64, two, 6);
+  expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
+  frame_init(&f, 2);
+  frame_fixed(&f, XLA_FFI_DataType_S64, two, 5);
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "'fixed' attribute must be an int64 array of");
+  frame_init(&f, 2);
+  frame_fixed(&f, XLA_FFI_DataType_S32, two, 6);
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "'fixed' attribute");
+  int64_t on_operand[3] = {1, at, 256};
+  frame_init(&f, 2);
+  frame_fixed(&f, XLA_FFI_DataType_S64, on_operand, 3);
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "slot 1 has a fixed binding and another buffer");
+  int64_t on_result[3] = {2, at, 256};
+  frame_init(&f, 2);
+  frame_fixed(&f, XLA_FFI_DataType_S64, on_result, 3);
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "slot 2 has a fixed binding and another buffer");
+  int64_t twice[6] = {5, at, 256, 5, at, 256};
+  frame_init(&f, 2);
+  frame_fixed(&f, XLA_FFI_DataType_S64, twice, 6);
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "slot 5 has a fixed binding and another buffer");
+  int64_t bad[3][3] = {{-1, at, 256}, {5, 0, 256}, {5, at, 0}};
+  for (int i = 0; i < 3; i++) {
+    frame_init(&f, 2);
+    frame_fixed(&f, XLA_FFI_DataType_S64, bad[i], 3);
+    expect_error(&f, GRAPHD_INVALID_ARGUMENT, "fixed binding 0 (slot");
+  }
+}
+END_TEST
+
 START_TEST(test_xla_call_reaches_the_daemon_and_syncs_its_program) {
   gd_test_daemon d;
   td_start(&d, "--backend", "host", NULL);
@@ -506,6 +568,7 @@ int main(void) {
   tcase_add_test(tc, test_xla_answers_the_metadata_query_without_an_api);
   tcase_add_test(tc, test_xla_refuses_bad_attributes);
   tcase_add_test(tc, test_xla_sync_attribute_is_a_bool_or_integer_scalar);
+  tcase_add_test(tc, test_xla_fixed_bindings);
   tcase_add_test(tc, test_xla_refuses_wrong_argument_counts_and_dtypes);
   tcase_add_test(tc, test_xla_only_runs_at_execution);
   tcase_add_test(tc, test_xla_no_daemon_is_a_clean_unavailable_error);

@@ -6,6 +6,10 @@
  *   program  string, the program id in 64 hex digits
  *   slots    array of i64: the program slot of each operand, then of each
  *            result, in order; -1 for an empty buffer, which binds nothing
+ *   fixed    optional array of i64, (slot, address, bytes) triples: slots
+ *            bound at every call to memory of the process at a fixed
+ *            address (a library's device buffers made before the call),
+ *            read and written; no operand or result names them
  *   sync     optional scalar (bool or integer): nonzero replays through a
  *            round trip to the daemon, as graphd_replay does; absent or zero
  *            replays asynchronously (graphd_replay_async), unless
@@ -319,6 +323,8 @@ static XLA_FFI_Error *metadata(XLA_FFI_CallFrame *cf) {
 /* The bindings of a call's buffers: slot[i] for operand i, then for each
  * result. A result aliased to an operand (an in-out slot) is the same
  * buffer, bound once; slot -1 names an empty buffer, bound to nothing.
+ * Then the nfixed (slot, address, bytes) triples of `fixed`, read and
+ * written, on slots nothing else names.
  * Where XLA gave an in-out slot's result a buffer of its own rather than
  * the operand's, the result's buffer is bound and from[] holds the
  * operand's address, to be copied into it first (the operand is left as it
@@ -326,9 +332,9 @@ static XLA_FFI_Error *metadata(XLA_FFI_CallFrame *cf) {
  * then from[] and dir[] (XLA_DIR_IN and XLA_DIR_OUT) for each. NULL or the error. */
 static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFrame *cf,
                                    const int64_t *slot, int64_t nargs, int64_t nrets,
-                                   graphd_binding **out, uint64_t **from, uint8_t **dir,
-                                   int64_t *nout) {
-  int64_t n = nargs + nrets;
+                                   const int64_t *fixed, int64_t nfixed, graphd_binding **out,
+                                   uint64_t **from, uint8_t **dir, int64_t *nout) {
+  int64_t n = nargs + nrets + nfixed;
   /* An open-addressing table from slot to binding, at most half full. */
   uint32_t cap = 16;
   while (cap < 2 * (uint64_t)n) cap *= 2;
@@ -346,6 +352,34 @@ static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFra
   int64_t nb = 0;
   XLA_FFI_Error *e = NULL;
   for (int64_t i = 0; i < n && !e; i++) {
+    if (i >= nargs + nrets) {
+      const int64_t *fx = fixed + 3 * (i - nargs - nrets);
+      if (fx[0] < 0 || fx[0] > UINT32_MAX || fx[1] <= 0 || fx[2] <= 0) {
+        e = fail(api, GRAPHD_INVALID_ARGUMENT,
+                 "fixed binding %lld (slot %lld, address 0x%llx, %lld bytes) is not a slot and "
+                 "a memory range",
+                 (long long)(i - nargs - nrets), (long long)fx[0], (unsigned long long)fx[1],
+                 (long long)fx[2]);
+        break;
+      }
+      uint32_t h = ((uint32_t)fx[0] * 2654435761u) & (cap - 1);
+      while (at[h] >= 0 && b[at[h]].slot != (uint32_t)fx[0]) h = (h + 1) & (cap - 1);
+      if (at[h] >= 0) {
+        e = fail(api, GRAPHD_INVALID_ARGUMENT,
+                 "slot %lld has a fixed binding and another buffer (an operand, a result or "
+                 "another fixed binding)",
+                 (long long)fx[0]);
+        break;
+      }
+      at[h] = (int32_t)nb;
+      f[nb] = 0;
+      d[nb] = XLA_DIR_IN | XLA_DIR_OUT;
+      b[nb].slot = (uint32_t)fx[0];
+      b[nb].ptr = (uint64_t)fx[1];
+      b[nb].bytes = (uint64_t)fx[2];
+      nb++;
+      continue;
+    }
     bool is_arg = i < nargs;
     int64_t k = is_arg ? i : i - nargs;
     const char *what = is_arg ? "operand" : "result";
@@ -520,19 +554,30 @@ static XLA_FFI_Error *replay_call(XLA_FFI_CallFrame *cf) {
                 "the 'sync' attribute must be a bool or integer scalar");
   sync = sync || env_sync;
   if (sync) count(&stats.sync_calls, 1);
+  const XLA_FFI_Array *fixed = find_attr(&cf->attrs, "fixed", &t);
+  int64_t nfixed = 0;
+  if (fixed) {
+    if (t != XLA_FFI_AttrType_ARRAY || fixed->dtype != XLA_FFI_DataType_S64 || fixed->size % 3)
+      return fail(api, GRAPHD_INVALID_ARGUMENT,
+                  "the 'fixed' attribute must be an int64 array of (slot, address, bytes) triples");
+    nfixed = (int64_t)fixed->size / 3;
+  }
   int64_t nargs = cf->args.size, nrets = cf->rets.size;
   if ((int64_t)slots->size != nargs + nrets)
     return fail(api, GRAPHD_INVALID_ARGUMENT,
                 "%lld operands and %lld results, but 'slots' names %zu slots", (long long)nargs,
                 (long long)nrets, slots->size);
-  if (nargs + nrets > MAX_BUFFERS)
-    return fail(api, GRAPHD_INVALID_ARGUMENT, "%lld operands and results: at most %d",
-                (long long)(nargs + nrets), MAX_BUFFERS);
+  if (nargs + nrets + nfixed > MAX_BUFFERS)
+    return fail(api, GRAPHD_INVALID_ARGUMENT,
+                "%lld operands, results and fixed bindings: at most %d",
+                (long long)(nargs + nrets + nfixed), MAX_BUFFERS);
   graphd_binding *b = NULL;
   uint64_t *from = NULL;
   uint8_t *dir = NULL;
   int64_t nb = 0;
-  XLA_FFI_Error *xe = bind_buffers(api, cf, slots->data, nargs, nrets, &b, &from, &dir, &nb);
+  XLA_FFI_Error *xe =
+      bind_buffers(api, cf, slots->data, nargs, nrets, fixed ? (const int64_t *)fixed->data : NULL,
+                   nfixed, &b, &from, &dir, &nb);
   if (xe) return xe;
   count(&stats.buffers, (uint64_t)nb);
 

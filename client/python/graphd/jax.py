@@ -56,6 +56,12 @@ class Spec:
                    for operands.
     modules        the modules the program launches: (kind, bytes) pairs,
                    kind "ptx", "cubin", "fatbin" or "host_elf".
+    fixed          (slot, address, nbytes) of slots bound at every call to
+                   memory of this process at a fixed address (device
+                   memory that outlives the calls, such as a library's
+                   buffers made before them), read and written. The
+                   address goes into the call as it is: that memory must
+                   stay allocated while the compiled call may run.
 
     An operand and a result that name the same slot form an in-out pair:
     XLA aliases the result to the operand's buffer (input_output_aliases),
@@ -63,12 +69,25 @@ class Spec:
     the operands and at most once among the results. Slots that no operand
     or result names are the program's own (scratch, or unstaged)."""
 
-    def __init__(self, program, results, operand_slots, result_slots, modules=()):
+    def __init__(self, program, results, operand_slots, result_slots, modules=(), fixed=()):
         self.program = program
         self.results = [jax.ShapeDtypeStruct(tuple(r.shape), np.dtype(r.dtype)) for r in results]
         self.operand_slots = [None if s is None else int(s) for s in operand_slots]
         self.result_slots = [None if s is None else int(s) for s in result_slots]
         self.modules = [(k, bytes(b)) for k, b in modules]
+        self.fixed = [tuple(int(v) for v in f) for f in fixed]
+        named = {s for s in self.operand_slots + self.result_slots if s is not None}
+        for f in self.fixed:
+            if len(f) != 3:
+                raise GraphdError("INVALID_ARGUMENT", f"a fixed binding is (slot, address, nbytes), not {f}")
+            slot, address, nbytes = f
+            if not 0 <= slot <= 0xFFFFFFFF or slot in named:
+                raise GraphdError("INVALID_ARGUMENT", f"fixed slot {slot} is out of range or an operand's or "
+                                  "result's too")
+            if not 0 < address < 1 << 63 or nbytes <= 0:
+                raise GraphdError("INVALID_ARGUMENT", f"fixed slot {slot}: address 0x{address:x} and {nbytes} bytes "
+                                  "are not a memory range")
+            named.add(slot)
         if len(self.result_slots) != len(self.results):
             raise GraphdError("INVALID_ARGUMENT",
                               f"{len(self.results)} results but {len(self.result_slots)} result slots")
@@ -98,6 +117,8 @@ class _Built:
         # -1: an empty buffer, bound to no slot (the handler checks it is empty).
         self.slots = np.array([-1 if s is None else s for s in spec.operand_slots + spec.result_slots],
                               dtype=np.int64)
+        # (slot, address, bytes) triples, flat; None without any.
+        self.fixed = np.array([v for f in spec.fixed for v in f], dtype=np.int64) if spec.fixed else None
 
 
 # --- the FFI target and libgraphd_xla -----------------------------------------
@@ -369,6 +390,8 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
         b = built_for(args)
         spec = b.spec
         attrs = dict(program=b.id_hex, slots=b.slots)
+        if b.fixed is not None:
+            attrs["fixed"] = b.fixed
         if sync:
             attrs["sync"] = True
         # Inside shard_map the operands of one call must vary over the
