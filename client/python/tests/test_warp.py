@@ -560,6 +560,20 @@ if HAVE_WARP:
     def f_global(x: wp.array(dtype=float), y: wp.array(dtype=float)):
         wp.launch(scale, dim=x.shape[0], inputs=[GLOBAL, y, 1.0])
 
+    @wp.kernel
+    def by_id(obj: wp.uint64, seed: wp.uint64, y: wp.array(dtype=float)):
+        i = wp.tid()
+        y[i] = float(seed % wp.uint64(7))
+
+    @wp.kernel
+    def by_texture(texs: wp.array(dtype=wp.Texture2D), y: wp.array(dtype=float)):
+        i = wp.tid()
+        y[i] = 1.0
+
+    def f_zero_global(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        GLOBAL.zero_()
+        wp.launch(scale, dim=x.shape[0], inputs=[GLOBAL, y, 1.0])
+
     CACHE = {}
 
     def f_cached(x: wp.array(dtype=float), y: wp.array(dtype=float)):
@@ -662,9 +676,38 @@ class RefusalTest(unittest.TestCase):
     def test_unknown_memory(self):
         global GLOBAL
         GLOBAL = wp.zeros(16, dtype=float, device="cpu")
-        self.refused("unknown_pointer", self.build, f_global, pattern="neither an argument")
-        # An array cached across calls is not the second run's allocation.
+        # A Warp array made outside the function that a launch passes is a
+        # fixed slot (WarpCallableTest); set or copied inside the function
+        # it has no array to say so, and is refused.
+        self.assertEqual([s.role for s in self.build(f_global).slots], ["input", "output", "fixed"])
+        self.refused("unknown_pointer", self.build, f_zero_global, pattern="neither an argument")
+        # An array cached across calls is not the second run's allocation,
+        # nor memory made outside the recording.
         self.refused("unknown_pointer", self.build, f_cached)
+
+    def test_process_handles(self):
+        # A Warp BVH's id (a wp.uint64 argument) and an array of textures
+        # are an address and handles in this process's CUDA context (MJX's
+        # render passes both): refused, not baked into a program that the
+        # daemon runs in its own context. A plain uint64 is a value.
+        lo = wp.zeros(4, dtype=wp.vec3, device="cpu")
+        hi = wp.array(np.ones((4, 3), dtype=np.float32), dtype=wp.vec3, device="cpu")
+        bvh = wp.Bvh(lo, hi)
+        textures = wp.array([wp.Texture2D(np.zeros((2, 2, 4), dtype=np.float32), device="cpu")],
+                            dtype=wp.Texture2D, device="cpu")
+
+        def f_bvh(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+            wp.launch(by_id, dim=x.shape[0], inputs=[bvh.id, wp.uint64(12345), y])
+
+        def f_seed(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+            wp.launch(by_id, dim=x.shape[0], inputs=[wp.uint64(0), wp.uint64(bvh.id + 8), y])
+
+        def f_textures(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+            wp.launch(by_texture, dim=x.shape[0], inputs=[textures, y])
+
+        self.refused("param_type", self.build, f_bvh, pattern="parameter 'obj' is the id of a Warp Bvh")
+        self.refused("param_type", self.build, f_textures, pattern="array of Warp textures")
+        self.assertEqual(self.build(f_seed).nsteps, 1)
 
     def test_host_data(self):
         self.refused("host_data", self.build, f_hostdata)
@@ -814,6 +857,28 @@ if HAVE_WARP:
     def scale_fn(x: wp.array(dtype=float), y: wp.array(dtype=float)):
         wp.launch(scale, dim=x.shape[0], inputs=[x, y, 2.0])
 
+    @wp.kernel
+    def add_table(x: wp.array(dtype=float), table: wp.array(dtype=float), y: wp.array(dtype=float)):
+        i = wp.tid()
+        y[i] = x[i] + table[i]
+        table[i] = table[i] + 1.0
+
+    # Memory a library made before the calls (MJX's render context): a
+    # table the functions below close over. Host memory a GPU can read
+    # stands for device memory here (pinned, as Warp marks such an array).
+    TABLE_MEMORY = np.arange(64, dtype=np.float32)
+    TABLE = wp.array(ptr=TABLE_MEMORY.ctypes.data, dtype=float, shape=(64,), device="cpu", pinned=True)
+    BODY = Body()
+    BODY.pos = wp.zeros(16, dtype=wp.vec3, device="cpu", pinned=False)
+    BODY.vel = wp.zeros(16, dtype=wp.vec3, device="cpu")
+
+    def with_table(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        wp.launch(add_table, dim=16, inputs=[x, TABLE, y])
+        wp.launch(add_table, dim=8, inputs=[x, TABLE[8:], y])  # a view: the same slot, 32 bytes in
+
+    def with_body(out: wp.array(dtype=wp.vec3)):
+        wp.launch(integrate, dim=16, inputs=[BODY, 0.1, wp.vec3(0.0, -9.8, 0.0), out])
+
     seen = []
     per_device = {(4, 0): 2.0, (4, 1): 3.0}
 
@@ -828,6 +893,27 @@ if HAVE_WARP:
 
 @unittest.skipUnless(HAVE_WARP, WHY)
 class WarpCallableTest(unittest.TestCase):
+    def test_arrays_made_outside_are_fixed_slots(self):
+        # A Warp array the function closes over (made before the calls) is
+        # a slot of its own, read and written, bound at every call to the
+        # array's address; a view of it shares that slot; the program keeps
+        # the array alive. Refused before: unknown_pointer.
+        x = wp.zeros(16, dtype=float, device="cpu")
+        b = gw.callable(with_table, inputs=["x"], outputs=["y"]).build(x, x, arch=90)
+        self.assertEqual([(s.role, s.nbytes) for s in b.slots], [("input", 64), ("output", 64), ("fixed", 256)])
+        self.assertEqual(b.program._slots[2], (gprog.ROLES["inout"], gprog.SLOT_STAGED, 256))
+        ((slot, address, nbytes, arrays),) = [(f.slot, f.address, f.nbytes, f.arrays) for f in b.fixed]
+        self.assertEqual((slot, address, nbytes), (2, TABLE.ptr, 256))
+        self.assertIs(arrays[0], TABLE)
+        # Parameter 2 of each launch is the table: patched to slot 2, at
+        # 0 and at 8 floats in.
+        self.assertEqual([l.params[2][4] for l in b.launches], [[(0, 2, 0)], [(0, 2, 32)]])
+        # A struct's arrays made outside: one slot each (pos, vel).
+        out = wp.zeros(16, dtype=wp.vec3, device="cpu")
+        c = gw.callable(with_body).build(out, arch=90)
+        self.assertEqual([(f.address, f.nbytes) for f in c.fixed], sorted([(BODY.pos.ptr, 192), (BODY.vel.ptr, 192)]))
+        self.assertEqual([s.role for s in c.slots], ["inout", "fixed", "fixed"])
+
     def test_build_from_shapes(self):
         f = gw.callable(scale_fn, inputs=["x"], outputs=["y"])
         x = wp.zeros(300, dtype=float, device="cpu")
@@ -1093,6 +1179,24 @@ class JaxTest(unittest.TestCase):
             with self.assertRaisesRegex(GraphdError, "does not include CUDA support"):
                 w(a, a)
         self.assertEqual(len(custom_calls(self.lower(lambda v: f(v)[0], x))), 1)
+
+    def test_array_made_outside_is_bound_at_its_address(self):
+        # The call carries the fixed slot, the table's address and size as
+        # the attribute `fixed`; operands and results name their own slots.
+        f = gw.jax_callable(with_table, num_outputs=1, device=90)
+        text = self.lower(f, jnp.zeros(16, jnp.float32))
+        (c,) = custom_calls(text)
+        self.assertEqual(c[1], [0, 1])
+        (fixed,) = re.findall(r"fixed = dense<\[([-0-9, ]*)\]>", text)
+        self.assertEqual([int(v) for v in fixed.split(",")], [2, TABLE.ptr, 256])
+        self.assertEqual(program_of(f, c).fixed[0].arrays[0].ptr, TABLE.ptr)
+        # Pageable host memory is refused where the call is lowered for a
+        # GPU (a kernel there cannot read it); for the CPU it lowers.
+        g = gw.jax_callable(with_body, num_outputs=1, output_dims={"out": 16}, device=90)
+        with self.assertRaisesRegex(gw.Refused, "on the CPU and not pinned") as cm:
+            self.lower(lambda: g())
+        self.assertEqual(cm.exception.reason, "cpu_device")
+        jax.jit(lambda: g()).trace().lower(lowering_platforms=("cpu",))
 
     def test_cpu_lowers_to_warps_own_call(self):
         # One call, lowered per platform: Warp's own FFI call for a CPU

@@ -28,7 +28,12 @@
 (j) one graphd.warp callable called on the GPU and on JAX's CPU device:
     the GPU call is graphd's (a capture), the CPU call Warp's own (no new
     program), both equal to the lookup (skipped where Warp has no CPU
-    compiler).
+    compiler);
+(k) a function that reads and writes a Warp array made on the GPU before
+    the calls (from Warp's memory pool, bound through the handler's
+    copies, and from cuMemAlloc, bound as it is), staged and direct: the
+    outputs of 20 jitted calls and the array afterwards bit for bit
+    equal to Warp's jax_callable on an array of the same contents.
 Mode "direct" and "auto" run in (a) too (auto goes direct there: its
 buffers outweigh its one kernel node).
 
@@ -124,6 +129,20 @@ if WARP_ERROR is None:
 
     def lookup_fn(table: wp.array(dtype=float), indices: wp.array(dtype=int), output: wp.array(dtype=float)):
         wp.launch(lookup, dim=indices.shape, inputs=[table, indices, output])
+
+    @wp.kernel
+    def accumulate(x: wp.array(dtype=float), acc: wp.array(dtype=float), y: wp.array(dtype=float)):
+        i = wp.tid()
+        a = acc[i] + x[i]
+        acc[i] = a
+        y[i] = 2.0 * a
+
+    # Device memory a library made before the calls (as MJX's render
+    # context holds its buffers), which the function closes over.
+    OUTSIDE = {}
+
+    def with_outside(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        wp.launch(accumulate, dim=x.shape[0], inputs=[x, OUTSIDE["acc"]], outputs=[y])
 
     from _warp_tiles import TILE, row_sums
 
@@ -555,6 +574,41 @@ class WarpGpuTest(GpuTestCase):
         self.assertTrue(np.array_equal(np.asarray(cpu_out), want))
         print("FIGURE one graphd.warp jax_kernel: the GPU call replayed by graphd, the CPU call Warp's own, "
               "both equal to the lookup")
+
+    # --- (k) ---------------------------------------------------------------------
+
+    def test_k_a_warp_array_made_outside_the_function(self):
+        jax, jnp = self.jax, self.jnp
+        n, calls = 4096 + 3, 20
+        x = jnp.asarray(np.random.default_rng(5).normal(size=n).astype(np.float32))
+        start = np.linspace(-1.0, 1.0, n, dtype=np.float32)
+
+        def run(f, pool):
+            with wp.ScopedMempool("cuda:0", pool):
+                OUTSIDE["acc"] = wp.array(start, dtype=float, device="cuda:0")
+            call = jax.jit(lambda v: f(v)[0])
+            ys = [np.asarray(call(x)) for _ in range(calls)]
+            return ys, OUTSIDE["acc"].numpy()
+
+        warp_ys, warp_acc = run(self.warp_jax_callable(with_outside, num_outputs=1), True)
+        # Warp's own: each call added x to the array (float32 sums in order).
+        want = start.copy()
+        for _ in range(calls):
+            want = want + np.asarray(x)
+        self.assertTrue(np.array_equal(warp_acc, want), "Warp's own run is not the sum")
+        for pool in (True, False):
+            for mode in ("staged", "direct"):
+                self.gw._registry.clear()
+                f = self.gw.jax_callable(with_outside, num_outputs=1, mode=mode)
+                ys, acc = run(f, pool)
+                (b,) = f.programs.values()
+                self.assertEqual([(x.address, x.nbytes) for x in b.fixed], [(OUTSIDE["acc"].ptr, 4 * n)])
+                self.assertEqual(len(self.captures_of(b.id_hex)), 1)
+                what = f"{'pool' if pool else 'cuMemAlloc'} memory, {mode}"
+                self.assertTrue(all(np.array_equal(g, w) for g, w in zip(ys, warp_ys)), f"{what}: outputs differ")
+                self.assertTrue(np.array_equal(acc, warp_acc), f"{what}: the array made outside differs")
+        print(f"FIGURE a Warp array made outside the function ({calls} calls, pool and cuMemAlloc memory, "
+              "staged and direct): graphd.warp bit for bit equal to Warp's jax_callable")
 
 
 if __name__ == "__main__":

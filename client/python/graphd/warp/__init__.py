@@ -44,7 +44,7 @@ from .._lib import Client
 from ..errors import GraphdError
 from ._support import REASONS, SUPPORTED_BELOW, SUPPORTED_MIN, Refused, warp_modules
 from ._core import FuncSpec, Function
-from ._build import compile_module, grid_for
+from ._build import check_fixed, compile_module, grid_for
 
 __all__ = ["jax_callable", "jax_kernel", "clear_jax_callable_graph_cache", "callable", "install", "uninstall",
            "installed", "Refused", "REASONS", "SUPPORTED_MIN", "SUPPORTED_BELOW", "resolve_arch", "resolve_mode",
@@ -400,7 +400,8 @@ class JaxCallable:
             return gj.Spec(built.program, results=results,
                            operand_slots=[built.arg_slots[i] for i in array_inputs],
                            result_slots=[built.arg_slots[i] for i in result_slots_of],
-                           modules=built.spec_modules())
+                           modules=built.spec_modules(),
+                           fixed=[(f.slot, f.address, f.nbytes) for f in built.fixed])
 
         build.__name__ = spec.name
         return build
@@ -432,6 +433,9 @@ class _CudaLowering:
         if all(p == "cpu" for p in platforms):
             return
         require_cuda()
+        ours = next((b for b in self.owner.function.built.values() if b.id_hex == self.built.id_hex), None)
+        if ours is not None:
+            check_fixed(ours, self.owner.spec.name)
         self.owner.captures.keep(self.built)
 
 

@@ -133,10 +133,35 @@ class CondInfo:
         self.body, self.orelse = body, orelse
 
 
+class FixedBinding:
+    """A slot bound at every call to memory of Warp arrays made outside the
+    function: its address and size, and the arrays (kept alive while the
+    program is: freeing them would leave the program a stale address, as
+    it would a Warp graph)."""
+
+    def __init__(self, slot, address, nbytes, arrays):
+        self.slot, self.address, self.nbytes, self.arrays = slot, address, nbytes, arrays
+
+    def __repr__(self):
+        return f"slot {self.slot}: {self.nbytes} bytes at 0x{self.address:x}"
+
+
+def check_fixed(built, name):
+    """Refuses a program bound to host memory a GPU cannot read: a Warp
+    array made outside the function on the CPU device, not pinned."""
+    for f in built.fixed:
+        for arr in f.arrays:
+            if arr.device.is_cpu and not arr.pinned:
+                raise Refused("cpu_device", f"{name}: a launch passes a Warp array made outside the function that "
+                              f"is on the CPU and not pinned ({f.nbytes} bytes at 0x{f.address:x}): a GPU kernel "
+                              "cannot read it; make it on the CUDA device (or in pinned memory), or pass it as an "
+                              "argument", code="INVALID_ARGUMENT")
+
+
 class Built:
     """A Warp function's program for one signature."""
 
-    def __init__(self, program, slots, arg_slots, modules, launches, nsteps, conds=()):
+    def __init__(self, program, slots, arg_slots, modules, launches, nsteps, conds=(), fixed=()):
         self.program = program
         self.encoding, self.id = program.finish()
         self.id_hex = self.id.hex()
@@ -145,6 +170,7 @@ class Built:
         self.modules = modules  # [CompiledModule]
         self.launches = launches
         self.conds = list(conds)
+        self.fixed = list(fixed)  # [FixedBinding]
         self.nsteps = nsteps
 
     def spec_modules(self):
@@ -214,6 +240,21 @@ def _assemble(rec, args, mode, arch, name):
         s = p.add_slot("scratch", b.size)
         slots.append(SlotInfo(s, "scratch", b.size, False, f"allocation {b.alloc}"))
         by_buffer[id(b)] = s
+    # Warp arrays made outside the function: one inout slot per range of
+    # overlapping arrays (views of one allocation share it), bound at every
+    # call to its address, as Warp's graphs bake it in.
+    shift, fixed = {}, []
+    for group in _overlapping([b for b in rec.buffers if b.fixed is not None and b.used]):
+        lo, hi = min(b.base for b in group), max(b.base + b.size for b in group)
+        if len(slots) >= _program.MAX_SLOTS:
+            raise Refused("limits", f"{name}: the Warp arrays made outside the function take slots over the "
+                          f"daemon's limit of {_program.MAX_SLOTS}", code="RESOURCE_EXHAUSTED")
+        s = p.add_slot("inout", hi - lo, staged=True)
+        arrays = [b.fixed for b in group]
+        slots.append(SlotInfo(s, "fixed", hi - lo, True, f"Warp array at 0x{lo:x} ({arrays[0].device})"))
+        fixed.append(FixedBinding(s, lo, hi - lo, arrays))
+        for b in group:
+            by_buffer[id(b)], shift[id(b)] = s, b.base - lo
     if not rec.steps:
         raise Refused("empty", f"{name} launches nothing, sets and copies nothing: there is no program to run")
     nsteps = count_steps(rec.steps)
@@ -260,6 +301,7 @@ def _assemble(rec, args, mode, arch, name):
             p.param(i, off, prm.data)
             pl = []
             for o, buf, bo in prm.pointers:
+                bo += shift.get(id(buf), 0)
                 p.patch(i, off + o, by_buffer[id(buf)], bo)
                 pl.append((o, by_buffer[id(buf)], bo))
             plist.append((prm.name, off, len(prm.data), prm.align, pl))
@@ -267,4 +309,17 @@ def _assemble(rec, args, mode, arch, name):
         launches.append(LaunchInfo(i, k, entry, cm, grid, st.block_dim, int(shared), plist, tuple(st.dim)))
 
     add(rec.steps)
-    return Built(p, slots, arg_slots, modules, launches, nsteps, conds)
+    return Built(p, slots, arg_slots, modules, launches, nsteps, conds, fixed)
+
+
+def _overlapping(buffers):
+    """buffers grouped by overlapping byte ranges, in address order."""
+    groups, end = [], None
+    for b in sorted(buffers, key=lambda b: b.base):
+        if groups and b.base < end:
+            groups[-1].append(b)
+            end = max(end, b.base + b.size)
+        else:
+            groups.append([b])
+            end = b.base + b.size
+    return groups

@@ -42,8 +42,83 @@ def pointer_offsets(ct):
     return out
 
 
-def _param(recorder, kernel, label, value):
-    """A Param from a packed ctypes value: pointers resolved to buffers."""
+def warp_arrays(obj, depth=0):
+    """The Warp arrays a launch argument holds, whose addresses its packed
+    value carries: an array and its gradient, an indexed array's source
+    and index arrays, and those in a struct's fields, nested."""
+    wp, _, types_mod = warp_modules()
+    if obj is None or depth > 16:
+        return []
+    if isinstance(obj, wp.array):
+        return [obj] + warp_arrays(getattr(obj, "_grad", None) or None, depth + 1)
+    if isinstance(obj, types_mod.indexedarray):
+        out = warp_arrays(obj.data, depth + 1)
+        for ix in obj.indices or ():
+            out += warp_arrays(ix, depth + 1)
+        return out
+    from warp._src.codegen import StructInstance
+    if isinstance(obj, StructInstance):
+        out = []
+        for name in obj._cls.vars:
+            out += warp_arrays(getattr(obj, name, None), depth + 1)
+        return out
+    return []
+
+
+# Warp objects whose ids (wp.uint64 kernel arguments) and handles are
+# addresses in the calling process's CUDA context, which the daemon's
+# context cannot use.
+_HANDLE_TYPES = ("Bvh", "Mesh", "Volume", "HashGrid", "MarchingCubes", "Texture")
+
+
+def _native_ids(recorder):
+    """The ids of the live Warp BVHs, meshes, volumes, hash grids and
+    textures, found once per recording (only a nonzero wp.uint64 argument
+    asks)."""
+    ids = getattr(recorder, "native_ids", None)
+    if ids is None:
+        import gc
+        wp, _, _ = warp_modules()
+        types = tuple(t for t in (getattr(wp, n, None) for n in _HANDLE_TYPES) if isinstance(t, type))
+        ids = {}
+        for o in gc.get_objects():
+            if isinstance(o, types):
+                try:
+                    v = int(o.id)
+                except Exception:  # noqa: BLE001: an object without a live id
+                    continue
+                if v:
+                    ids[v] = type(o).__name__
+        recorder.native_ids = ids
+    return ids
+
+
+def _check_handles(recorder, kernel, label, arg_type, value):
+    """Refuses a Warp object id passed as a wp.uint64 argument, and an array
+    of textures: their values are addresses and handles in this process's
+    CUDA context; the daemon runs the kernels in its own."""
+    wp, _, types_mod = warp_modules()
+    texture = getattr(wp, "Texture", None)
+    if isinstance(value, wp.array) and isinstance(texture, type) and isinstance(value.dtype, type) \
+            and issubclass(value.dtype, texture):
+        raise Refused("param_type", f"launch of {kernel.key}: parameter {label!r} is an array of Warp textures, "
+                      "whose handles belong to this process's CUDA context; the daemon runs the kernels in its own")
+    if arg_type is types_mod.uint64 and value is not None and not isinstance(value, wp.array):
+        try:
+            v = int(value)
+        except (TypeError, ValueError):
+            return
+        what = _native_ids(recorder).get(v) if v else None
+        if what is not None:
+            raise Refused("param_type", f"launch of {kernel.key}: parameter {label!r} is the id of a Warp {what}, "
+                          "an address in this process's CUDA context; the daemon runs the kernels in its own, "
+                          "where it means nothing")
+
+
+def _param(recorder, kernel, label, value, arg=None):
+    """A Param from a packed ctypes value: pointers resolved to buffers.
+    arg: the launch argument packed into it, whose Warp arrays made outside
+    the function are fixed buffers (bound at their own address)."""
     ct = type(value)
     size = ctypes.sizeof(ct)
     align = ctypes.alignment(ct)
@@ -53,7 +128,8 @@ def _param(recorder, kernel, label, value):
     for o in offs:
         v = int.from_bytes(data[o:o + 8], "little")
         if v:
-            buf, bo = recorder._resolve(v, 1, f"launch of {kernel.key}, parameter {label!r}")
+            what = f"launch of {kernel.key}, parameter {label!r}"
+            buf, bo = recorder._resolve(v, 1, what, outside=arg)
             ptrs.append((o, buf, bo))
             data[o:o + 8] = bytes(8)
     # An address hidden in a plain integer would replay as a stale pointer.
@@ -106,10 +182,11 @@ def pack_launch(recorder, kernel, dim, fwd_args, adj_args, adjoint, max_blocks, 
     params = [_param(recorder, kernel, "dim", bounds)]
     for i, a in enumerate(fwd_args):
         arg = kernel.adj.args[i]
-        params.append(_param(recorder, kernel, arg.label, ctx.pack_arg(kernel, arg.type, arg.label, a, "cpu")))
+        _check_handles(recorder, kernel, arg.label, arg.type, a)
+        params.append(_param(recorder, kernel, arg.label, ctx.pack_arg(kernel, arg.type, arg.label, a, "cpu"), a))
     if adjoint:
         for i, a in enumerate(adj_args):
             arg = kernel.adj.args[i]
             params.append(_param(recorder, kernel, "adj_" + arg.label,
-                                 ctx.pack_arg(kernel, arg.type, arg.label, a, "cpu", adjoint=True)))
+                                 ctx.pack_arg(kernel, arg.type, arg.label, a, "cpu", adjoint=True), a))
     return LaunchRec(kernel, bool(adjoint), tuple(dim), block_dim, int(max_blocks or 0), params)

@@ -67,18 +67,35 @@ def _release(ptr, nbytes):
 
 class Buffer:
     """A memory range the recording knows: an argument (`arg` is its
-    position among the function's arguments) or an allocation made inside
-    the function (`alloc` is its order among them)."""
+    position among the function's arguments), an allocation made inside
+    the function (`alloc` is its order among them), or the memory of a
+    Warp array made outside the function that a launch passes (`fixed`:
+    that array, kept alive with the program; bound at its own address)."""
 
-    def __init__(self, base, size, arg=None, alloc=None, what=""):
+    def __init__(self, base, size, arg=None, alloc=None, what="", fixed=None):
         self.base, self.size = base, size
         self.arg, self.alloc = arg, alloc
+        self.fixed = fixed
         self.what = what
         self.used = False
         self.alive = True
 
     def key(self):
+        if self.fixed is not None:
+            return ("fixed", self.base, self.size)
         return ("arg", self.arg) if self.arg is not None else ("alloc", self.alloc, self.size)
+
+
+def array_extent(arr):
+    """(address, bytes) of the memory a Warp array's elements span (its
+    strides included); (0, 0) for an empty one."""
+    _, _, types_mod = warp_modules()
+    if not arr.ptr or any(d == 0 for d in arr.shape):
+        return 0, 0
+    n = types_mod.type_size_in_bytes(arr.dtype)
+    for d, st in zip(arr.shape, arr.strides):
+        n += (d - 1) * st
+    return int(arr.ptr), int(n)
 
 
 class Param:
@@ -180,6 +197,12 @@ class Recording:
 # --- the recorder ----------------------------------------------------------------
 
 
+# Reserved memory handed out by recordings and still mapped ({address:
+# bytes}): an array made by an earlier recording (cached across calls) is
+# never a fixed buffer.
+_RESERVED = {}
+
+
 class _Allocator:
     """The CPU device's allocator while recording."""
 
@@ -193,12 +216,14 @@ class _Allocator:
     def allocate(self, nbytes):
         p = _reserve(nbytes)
         self.live[p] = nbytes
+        _RESERVED[p] = int(nbytes)
         self.rec.buffers.append(Buffer(p, int(nbytes), alloc=self.rec.allocs, what="an array allocated inside the function"))
         self.rec.allocs += 1
         return p
 
     def deallocate(self, ptr, nbytes):
         n = self.live.pop(ptr, None)
+        _RESERVED.pop(ptr, None)
         if n is not None:
             for b in self.rec.buffers:
                 if b.alloc is not None and b.alive and b.base == ptr:
@@ -215,6 +240,10 @@ def _refuser(reason, text):
 # Native host functions that stay usable while recording: memory management
 # and queries. Others that do work on the host are refused (see _deny).
 _NATIVE_ALLOWED = {"wp_alloc_host", "wp_free_host", "wp_host_compiler_version"}
+# Native functions that work on a CUDA device's memory at once: while
+# recording they could only reach arrays made outside the function.
+_DEVICE_WORK = ("wp_memset_device", "wp_memtile_device", "wp_memcpy_h2d", "wp_memcpy_d2h", "wp_memcpy_d2d",
+                "wp_memcpy_peer", "wp_array_copy_device", "wp_array_fill_device")
 _NATIVE_TEXT = {
     "wp_array_copy_host": "a copy between non-contiguous arrays (graphd copies contiguous byte ranges; "
                           "copy into a contiguous array with a kernel instead)",
@@ -282,6 +311,13 @@ class Recorder:
         self._patch(cpu, "memtile", self._memtile)
 
         core = runtime.core
+        for name in _DEVICE_WORK:
+            if hasattr(core, name):
+                self._patch(core, name, _refuser("unknown_pointer", "the function sets or copies the memory of a "
+                                                 "CUDA device itself (zero_, fill_ or wp.copy on an array made "
+                                                 "outside the function or on an explicit CUDA device): that would "
+                                                 "run now, once, not in the program; pass the array as an argument "
+                                                 "or allocate it inside the function"))
         for name in [n for n in vars(core) if n.startswith("wp_")]:
             if name == "wp_memcpy_h2h":
                 self._patch(core, name, self._memcpy)
@@ -377,15 +413,35 @@ class Recorder:
 
     # --- the recorded operations ---
 
-    def _resolve(self, ptr, nbytes, what, mark=True):
+    def _resolve(self, ptr, nbytes, what, mark=True, outside=None):
+        """(buffer, offset) of [ptr, ptr + nbytes). outside: a launch
+        argument; a pointer into one of its Warp arrays that the recording
+        does not know (made outside the function) becomes a fixed buffer."""
         hit = self.rec.find(ptr, max(int(nbytes), 1))
+        if hit is None and outside is not None:
+            hit = self._outside(ptr, max(int(nbytes), 1), outside)
         if hit is None:
             raise Refused("unknown_pointer", f"{what} uses memory at 0x{ptr:x} ({nbytes} bytes) that is neither an "
-                          "argument of the function nor allocated inside it (a global array, an array cached "
-                          "across calls, or host data); pass it as an argument")
+                          "argument of the function, nor allocated inside it, nor a Warp array a launch passes "
+                          "(a raw address, host data, or a memset or copy of an array made outside the "
+                          "function); pass it as an argument")
         if mark:
             hit[0].used = True
         return hit
+
+    def _outside(self, ptr, nbytes, arg):
+        """A fixed buffer for the Warp array of launch argument `arg` made
+        outside the function that holds [ptr, ptr + nbytes), or None."""
+        from ._params import warp_arrays
+        for arr in warp_arrays(arg):
+            base, size = array_extent(arr)
+            if any(r <= base < r + n for r, n in _RESERVED.items()):
+                continue
+            if base <= ptr and ptr + nbytes <= base + size:
+                b = Buffer(base, size, fixed=arr, what=f"a Warp array made outside the function ({arr.device})")
+                self.rec.buffers.append(b)
+                return b, ptr - base
+        return None
 
     def _memset(self, ptr, value, nbytes):
         nbytes = int(nbytes)

@@ -6,6 +6,7 @@ of that device."""
 import threading
 
 from ..errors import GraphdError
+from ._build import check_fixed
 from ._core import FuncSpec, Function
 from ._support import Refused, warp_modules
 
@@ -98,11 +99,14 @@ class WarpCallable:
         if device is None:
             raise GraphdError("INVALID_ARGUMENT", f"{spec.name} has no array argument to say which device to use")
         built = self.build(*args, arch=self.device if self.device is not None else device)
+        check_fixed(built, spec.name)
         client, stream = self._session(device, built)
         bindings = []
         for i, a in enumerate(spec.args):
             if a.is_array and built.arg_slots[i] is not None:  # an empty array has no slot
                 bindings.append((built.arg_slots[i], args[i].ptr, built.slots[built.arg_slots[i]].nbytes))
+        # Warp arrays made outside the function, at their own address.
+        bindings += [(f.slot, f.address, f.nbytes) for f in built.fixed]
         return client.replay(stream, built.id, bindings)
 
     def _session(self, device, built):
