@@ -250,6 +250,12 @@ START_TEST(test_xla_no_daemon_is_a_clean_unavailable_error) {
   frame f;
   frame_init(&f, 2);
   expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
+  /* Nothing reached a daemon: the program has no replay number. */
+  uint8_t id[32];
+  uint64_t seq = 1;
+  for (int i = 0; i < 32; i++) ck_assert_int_eq(sscanf(hex_id + 2 * i, "%2hhx", &id[i]), 1);
+  graphd_xla_last_replays(id, 1, &seq);
+  ck_assert_uint_eq(seq, 0);
 }
 END_TEST
 
@@ -422,10 +428,28 @@ START_TEST(test_xla_call_reaches_the_daemon_and_syncs_its_program) {
   frame f;
   frame_init(&f, 2);
   f.program.ptr = hex;
+  uint64_t seq[2] = {1, 1};
+  uint8_t ids[64];
+  memcpy(ids, pid, 32);
+  memset(ids + 32, 0x5a, 32); /* a program no call named */
+  graphd_xla_last_replays(ids, 2, seq);
+  ck_assert_uint_eq(seq[0], 0);
+  ck_assert_uint_eq(seq[1], 0);
   /* XLA's buffers are not host-backend memory, and a host device takes no
    * CUDA stream: the call fails there, after the session was made and the
    * program synced from the client-side registry. */
   expect_error(&f, GRAPHD_INVALID_ARGUMENT, "host devices take no CUDA stream");
+  /* The call got the program to the daemon: it has a replay number, the
+   * next call a later one; the other program still none. */
+  graphd_xla_last_replays(ids, 2, seq);
+  ck_assert_uint_gt(seq[0], 0);
+  ck_assert_uint_eq(seq[1], 0);
+  uint64_t first = seq[0];
+  frame_init(&f, 2);
+  f.program.ptr = hex;
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "host devices take no CUDA stream");
+  graphd_xla_last_replays(ids, 2, seq);
+  ck_assert_uint_gt(seq[0], first);
   ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
   ck_assert_uint_eq(st->programs, 1);
   ck_assert_uint_eq(st->modules, 1);

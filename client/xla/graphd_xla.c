@@ -517,6 +517,61 @@ static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stre
   return st;
 }
 
+/* --- Which programs this process's calls replayed, and when --------------
+ * A process-wide sequence number per call that got its program to the
+ * daemon; graphd.warp reads it to learn which programs the daemon holds
+ * captured again after it asked for their eviction (a compiled call
+ * replays without passing through Python). Open addressing on the id,
+ * grown by doubling; bookkeeping only, so running out of memory skips it. */
+typedef struct seen_program {
+  uint8_t id[32];
+  uint64_t seq; /* 0: a free entry */
+} seen_program;
+
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+static seen_program *seen_tab; /* guarded by seen_lock */
+static size_t seen_cap, seen_n;
+static uint64_t seen_seq;
+
+static size_t seen_slot(const seen_program *tab, size_t cap, const uint8_t id[32]) {
+  uint64_t h;
+  memcpy(&h, id, sizeof h);
+  size_t i = (size_t)(h * 0x9E3779B97F4A7C15ull) & (cap - 1);
+  while (tab[i].seq && memcmp(tab[i].id, id, 32) != 0) i = (i + 1) & (cap - 1);
+  return i;
+}
+
+static void note_replay(const uint8_t pid[32]) {
+  pthread_mutex_lock(&seen_lock);
+  if (2 * (seen_n + 1) > seen_cap) {
+    size_t cap = seen_cap ? 2 * seen_cap : 64;
+    seen_program *t = calloc(cap, sizeof *t);
+    if (!t) {
+      pthread_mutex_unlock(&seen_lock);
+      return;
+    }
+    for (size_t i = 0; i < seen_cap; i++)
+      if (seen_tab[i].seq) t[seen_slot(t, cap, seen_tab[i].id)] = seen_tab[i];
+    free(seen_tab);
+    seen_tab = t;
+    seen_cap = cap;
+  }
+  size_t i = seen_slot(seen_tab, seen_cap, pid);
+  if (!seen_tab[i].seq) {
+    memcpy(seen_tab[i].id, pid, 32);
+    seen_n++;
+  }
+  seen_tab[i].seq = ++seen_seq;
+  pthread_mutex_unlock(&seen_lock);
+}
+
+void graphd_xla_last_replays(const uint8_t *ids, size_t n, uint64_t *seq) {
+  pthread_mutex_lock(&seen_lock);
+  for (size_t k = 0; k < n; k++)
+    seq[k] = seen_cap ? seen_tab[seen_slot(seen_tab, seen_cap, ids + 32 * k)].seq : 0;
+  pthread_mutex_unlock(&seen_lock);
+}
+
 static XLA_FFI_Error *replay_call(XLA_FFI_CallFrame *cf);
 
 XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
@@ -612,6 +667,7 @@ static XLA_FFI_Error *replay_call(XLA_FFI_CallFrame *cf) {
   if (st != GRAPHD_OK) {
     snprintf(err, sizeof err, "%s", graphd_last_error(c));
   } else {
+    note_replay(pid);
     pthread_mutex_lock(&table_lock);
     s = stream_for(d, sa.stream, err, sizeof err, &st);
     pthread_mutex_unlock(&table_lock);

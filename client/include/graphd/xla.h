@@ -32,6 +32,13 @@ __attribute__((visibility("default"))) XLA_FFI_Error *graphd_xla_replay(XLA_FFI_
  * collect() does) so that no failure goes unseen. Thread-safe. */
 __attribute__((visibility("default"))) int graphd_xla_collect(char *err, size_t errlen);
 
+/* For each of n program ids (32 bytes each, back to back), the number of
+ * the last call of this process that got the program to the daemon to
+ * replay it, from a sequence that grows with every such call; 0 when none
+ * did. Thread-safe. */
+__attribute__((visibility("default"))) void graphd_xla_last_replays(const uint8_t *ids, size_t n,
+                                                                    uint64_t *seq);
+
 #ifdef __cplusplus
 }
 #endif

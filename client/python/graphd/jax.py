@@ -193,6 +193,23 @@ def collect():
         raise GraphdError(status_name(rc), buf.value.decode(errors="replace"))
 
 
+def last_replays(program_ids):
+    """For each program id (32 bytes or 64 hex digits), the number of the
+    last call of this process whose handler got it to the daemon to replay
+    (from one sequence that grows with every such call), 0 when none did.
+    A compiled call replays without passing through Python: this is how
+    Python learns that it ran."""
+    ids = [_as_id(p, "program id") for p in program_ids]
+    if not ids:
+        return []
+    fn = xla_lib().graphd_xla_last_replays
+    fn.restype = None
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
+    out = (ctypes.c_uint64 * len(ids))()
+    fn(b"".join(ids), len(ids), out)
+    return list(out)
+
+
 # --- building and registering programs ----------------------------------------
 
 
@@ -446,4 +463,4 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
 
 
 __all__ = ["Spec", "callable", "register_target", "xla_lib", "registry_add_module",
-           "registry_add_program", "VMAP_METHODS", "LoweringHook", "on_lowering"]
+           "registry_add_program", "VMAP_METHODS", "LoweringHook", "on_lowering", "last_replays"]

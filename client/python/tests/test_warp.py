@@ -1147,6 +1147,35 @@ class JaxTest(unittest.TestCase):
         finally:
             gw.evict_captures = orig
 
+    def test_replays_after_clearing_count_again(self):
+        # A compiled call replays without passing through Python; after
+        # clear_jax_callable_graph_cache the daemon captures a program again
+        # at its next replay, which the handler's replay numbers show
+        # (faked here: no GPU). The callable counts it again, in the order
+        # they ran, graph_cache_max still bounding it, as Warp counts each
+        # graph it captures again. Replays before the clearing do not count.
+        from graphd import jax as gj
+        evicted, replays = [], {}
+        orig_evict, orig_last = gw.evict_captures, gj.last_replays
+        gw.evict_captures = lambda ids, socket=None: evicted.extend(ids)
+        gj.last_replays = lambda ids: [replays.get(i, 0) for i in ids]
+        try:
+            f = gw.jax_callable(scale_fn, num_outputs=1, device=90, graph_cache_max=2, mode="direct",
+                                vmap_method="sequential")
+            a, b, c = [custom_calls(self.lower(f, jnp.zeros(n, jnp.float32)))[0][0] for n in (40, 41, 42)]
+            self.assertEqual((list(f.captures), evicted), ([b, c], [a]))
+            replays[a] = 1  # before the clearing: replayed, captured again
+            self.assertEqual((f.graph_cache_size, list(f.captures)), (2, [c, a]))
+            wp.clear_jax_callable_graph_cache(f)
+            self.assertEqual(f.graph_cache_size, 0)
+            replays[a] = 5
+            self.assertEqual((f.graph_cache_size, list(f.captures)), (1, [a]))
+            replays.update({c: 6, b: 7})
+            self.assertEqual((f.graph_cache_size, list(f.captures)), (2, [c, b]))
+            self.assertEqual(evicted[-1], a)
+        finally:
+            gw.evict_captures, gj.last_replays = orig_evict, orig_last
+
     def test_graph_cache_counts_gpu_lowerings_only(self):
         # A call lowered for the CPU is Warp's own: its program, traced in
         # the CUDA branch all the same, is not one the callable keeps (it

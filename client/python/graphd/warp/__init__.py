@@ -226,7 +226,9 @@ class JaxCallable:
 
     @property
     def graph_cache_size(self):
-        """How many programs the callable keeps captured."""
+        """How many programs the callable keeps captured, those replayed
+        since they were dropped included (see _Captures.sync)."""
+        self.captures.sync()
         return len(self.captures)
 
     def warp_callable(self):
@@ -436,7 +438,7 @@ class _CudaLowering:
         ours = next((b for b in self.owner.function.built.values() if b.id_hex == self.built.id_hex), None)
         if ours is not None:
             check_fixed(ours, self.owner.spec.name)
-        self.owner.captures.keep(self.built)
+        self.owner.captures.lowered(self.built)
 
 
 class _Captures(collections.OrderedDict):
@@ -448,6 +450,42 @@ class _Captures(collections.OrderedDict):
     def __init__(self, owner):
         super().__init__()
         self._owner = owner
+        # {id hex: [built, the last replay seen]} of every program lowered
+        # for a GPU: a compiled call replays (and the daemon captures a
+        # dropped program again) without Python seeing it, so the replays
+        # are read back from the handler (graphd.jax.last_replays).
+        self._seen = {}
+
+    def lowered(self, built):
+        """Notes a program lowered for a GPU: in use, and watched."""
+        self._seen.setdefault(built.id_hex, [built, 0])
+        self.keep(built)
+
+    def _replays(self):
+        """{id hex: last replay} of the watched programs; {} where there is
+        no handler to ask."""
+        if not self._seen:
+            return {}
+        from .. import jax as gj
+        ids = list(self._seen)
+        try:
+            return dict(zip(ids, gj.last_replays(ids)))
+        except (GraphdError, AttributeError, OSError):
+            return {}
+
+    def sync(self):
+        """Keeps, in the order they ran, the watched programs replayed since
+        last seen: in use again, or captured again by the daemon after they
+        were dropped (as Warp's cache counts a graph each time one is
+        captured)."""
+        ran = []
+        for pid, seq in self._replays().items():
+            entry = self._seen[pid]
+            if seq > entry[1]:
+                entry[1] = seq
+                ran.append((seq, pid))
+        for _, pid in sorted(ran):
+            self.keep(self._seen[pid][0])
 
     def keep(self, built):
         """Notes a program (anything with its id_hex) as in use."""
@@ -464,6 +502,9 @@ class _Captures(collections.OrderedDict):
             evict_captures(dropped, self._owner.socket)
 
     def clear(self):
+        # What ran before counts no more: only replays after this do.
+        for pid, seq in self._replays().items():
+            self._seen[pid][1] = max(self._seen[pid][1], seq)
         dropped = list(self)
         super().clear()
         if dropped:
