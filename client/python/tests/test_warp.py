@@ -876,6 +876,14 @@ if HAVE_WARP:
         wp.launch(add_table, dim=16, inputs=[x, TABLE, y])
         wp.launch(add_table, dim=8, inputs=[x, TABLE[8:], y])  # a view: the same slot, 32 bytes in
 
+    def with_table_zeroed(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        # Two views that overlap, the later one lower: one slot from the
+        # lower's start; then a memset inside the first view only (on the
+        # CPU Warp's device memset is recorded).
+        wp.launch(add_table, dim=8, inputs=[x, TABLE[8:], y])
+        wp.launch(add_table, dim=8, inputs=[x, TABLE[:16], y])
+        TABLE[32:].zero_()
+
     def with_body(out: wp.array(dtype=wp.vec3)):
         wp.launch(integrate, dim=16, inputs=[BODY, 0.1, wp.vec3(0.0, -9.8, 0.0), out])
 
@@ -908,6 +916,12 @@ class WarpCallableTest(unittest.TestCase):
         # Parameter 2 of each launch is the table: patched to slot 2, at
         # 0 and at 8 floats in.
         self.assertEqual([l.params[2][4] for l in b.launches], [[(0, 2, 0)], [(0, 2, 32)]])
+        # Each offset is into the one slot, from the table's start.
+        z = gw.callable(with_table_zeroed, inputs=["x"], outputs=["y"]).build(x, x, arch=90)
+        self.assertEqual([(f.address, f.nbytes) for f in z.fixed], [(TABLE.ptr, 256)])
+        self.assertEqual([l.params[2][4] for l in z.launches], [[(0, 2, 32)], [(0, 2, 0)]])
+        st = z.program._steps[2]
+        self.assertEqual((st.kind, st.slot, st.offset, st.nbytes), (gprog.STEP_MEMSET, 2, 128, 128))
         # A struct's arrays made outside: one slot each (pos, vel).
         out = wp.zeros(16, dtype=wp.vec3, device="cpu")
         c = gw.callable(with_body).build(out, arch=90)

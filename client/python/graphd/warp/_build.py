@@ -266,13 +266,13 @@ def _assemble(rec, args, mode, arch, name):
     def add(steps):
         for st in steps:
             if st.kind == "memset":
-                p.add_memset(by_buffer[id(st.buf)], st.offset, st.nbytes, st.element_size, st.value)
+                p.add_memset(*at(st.buf, st.offset), st.nbytes, st.element_size, st.value)
             elif st.kind == "copy":
-                p.add_copy(by_buffer[id(st.dst)], st.dst_offset, by_buffer[id(st.src)], st.src_offset, st.nbytes)
+                p.add_copy(*at(st.dst, st.dst_offset), *at(st.src, st.src_offset), st.nbytes)
             elif st.kind in ("while", "if"):
-                slot = by_buffer[id(st.buf)]
-                i = p.begin_while(slot, st.offset) if st.kind == "while" else p.begin_if(slot, st.offset)
-                conds.append(CondInfo(i, st.kind, slot, st.offset, count_steps(st.body), count_steps(st.orelse)))
+                slot, offset = at(st.buf, st.offset)
+                i = p.begin_while(slot, offset) if st.kind == "while" else p.begin_if(slot, offset)
+                conds.append(CondInfo(i, st.kind, slot, offset, count_steps(st.body), count_steps(st.orelse)))
                 add(st.body)
                 if st.orelse:
                     p.else_(i)
@@ -280,6 +280,10 @@ def _assemble(rec, args, mode, arch, name):
                 p.end(i)
             else:
                 add_launch(st)
+
+    def at(buf, offset):
+        """(slot, offset in it) of an offset into a recorded buffer."""
+        return by_buffer[id(buf)], offset + shift.get(id(buf), 0)
 
     def add_launch(st):
         k = st.kernel
@@ -301,9 +305,9 @@ def _assemble(rec, args, mode, arch, name):
             p.param(i, off, prm.data)
             pl = []
             for o, buf, bo in prm.pointers:
-                bo += shift.get(id(buf), 0)
-                p.patch(i, off + o, by_buffer[id(buf)], bo)
-                pl.append((o, by_buffer[id(buf)], bo))
+                slot, bo = at(buf, bo)
+                p.patch(i, off + o, slot, bo)
+                pl.append((o, slot, bo))
             plist.append((prm.name, off, len(prm.data), prm.align, pl))
             off += len(prm.data)
         launches.append(LaunchInfo(i, k, entry, cm, grid, st.block_dim, int(shared), plist, tuple(st.dim)))
