@@ -435,7 +435,7 @@ class Recorder:
         from ._params import warp_arrays
         for arr in warp_arrays(arg):
             base, size = array_extent(arr)
-            if any(r <= base < r + n for r, n in _RESERVED.items()):
+            if any(r <= base < r + n for r, n in tuple(_RESERVED.items())):  # freed elsewhere meanwhile
                 continue
             if base <= ptr and ptr + nbytes <= base + size:
                 b = Buffer(base, size, fixed=arr, what=f"a Warp array made outside the function ({arr.device})")
