@@ -335,7 +335,7 @@ def on_lowering(values, hook):
 
 
 def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
-             has_side_effect=False, register=True, sync=False):
+             has_side_effect=False, register=True, sync=False, on_lower=None):
     """A JAX-callable function that replays a graphd program.
 
     build(*operands, mode=mode) gets the traced operands as
@@ -367,6 +367,9 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
                   session's ring and the call returns at once; a failed
                   replay raises at the next call on the same device, or in
                   collect(). $GRAPHD_XLA_SYNC=1 makes every call sync.
+    on_lower      on_lower(program, platforms), run where a call is lowered
+                  (see on_lowering), with the program it replays (its id in
+                  .id_hex) and the platforms it is lowered for.
 
     The returned function takes jax arrays (positionally) and returns a
     list of arrays, one per result (a single array when there is one
@@ -406,6 +409,9 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
             register_target(name)
         b = built_for(args)
         spec = b.spec
+        if on_lower is not None and args:
+            hook = LoweringHook(lambda platforms: on_lower(b, platforms), b.id_hex[:16])
+            args = on_lowering(list(args), hook)
         attrs = dict(program=b.id_hex, slots=b.slots)
         if b.fixed is not None:
             attrs["fixed"] = b.fixed
@@ -421,6 +427,9 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
                                input_output_aliases=spec.aliases() or None)(*args, **attrs)
         if axes:
             out = [_vary(o, axes) for o in out]
+        if on_lower is not None and not args:
+            hook = LoweringHook(lambda platforms: on_lower(b, platforms), b.id_hex[:16])
+            out = on_lowering(list(out), hook)
         return out
 
     def unwrap(out):

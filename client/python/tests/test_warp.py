@@ -1204,6 +1204,17 @@ class JaxTest(unittest.TestCase):
             self.assertEqual(f.graph_cache_size, i + 1)
             self.assertEqual(list(f.captures)[-1], c[0])
 
+    def test_graph_cache_counts_the_program_a_call_replays(self):
+        # Under vmap (broadcast_all) the call replays the batched program:
+        # that one is kept (and watched for replays), not the unbatched one
+        # the trace also builds.
+        f = gw.jax_callable(scale_fn, num_outputs=1, device=90, mode="direct", has_side_effect=True)
+        text = jax.jit(jax.vmap(lambda x: f(x)[0])).trace(jnp.zeros((4, 24), jnp.float32)).lower(
+            lowering_platforms=("cuda",)).as_text()
+        (c,) = custom_calls(text)
+        self.assertEqual(list(f.captures), [c[0]])
+        self.assertEqual(len(f.programs), 2)  # the unbatched one, traced, and the batched one
+
     def test_cuda_call_needs_warps_cuda_support(self):
         # A Warp built without CUDA cannot build CUDA modules: a call
         # lowered for a GPU is refused with Warp's own message, and so is

@@ -297,15 +297,15 @@ class JaxCallable:
             if fn is None:
                 from .. import jax as gj
                 fn = gj.callable(self._builder(statics, out_dims, launch_dims), mode=self.mode,
-                                 vmap_method=_VMAP[vmap_method], has_side_effect=self.has_side_effect)
+                                 vmap_method=_VMAP[vmap_method], has_side_effect=self.has_side_effect,
+                                 on_lower=_CudaLowering(self))
                 self._calls[key] = fn
 
         def on_gpu(*arrays):
-            # Counted where the call is lowered for a GPU, not where it is
-            # traced: the CUDA branch is traced for a CPU call too.
-            from .. import jax as gj
-            hook = gj.LoweringHook(_CudaLowering(self, fn.build_for(*arrays)), spec.name)
-            out = fn(*gj.on_lowering(list(arrays), hook)) if arrays else gj.on_lowering(_as_list(fn()), hook)
+            # Programs are counted where a call is lowered for a GPU (the
+            # callable's on_lower), not where it is traced: the CUDA branch
+            # is traced for a CPU call too.
+            out = fn(*arrays)
             return out if isinstance(out, list) else [out]
 
         warp = self.warp_callable()
@@ -409,10 +409,6 @@ class JaxCallable:
         return build
 
 
-def _as_list(out):
-    return out if isinstance(out, list) else [out]
-
-
 def require_cuda():
     """Refuses a CUDA call where Warp says its build has no CUDA support
     (Warp's own message): such a Warp cannot build CUDA modules, and Warp's
@@ -423,22 +419,23 @@ def require_cuda():
 
 
 class _CudaLowering:
-    """Run where a callable's replay is lowered: for a GPU it checks that
-    Warp has CUDA support and notes the program as in use (kept, or
-    captured again), as Warp's graph cache counts a graph where it runs;
-    lowered for the CPU only (the branch not taken), it does nothing."""
+    """Run where a callable's replay of a program is lowered: for a GPU it
+    checks that Warp has CUDA support and notes the program as in use
+    (kept, or captured again), as Warp's graph cache counts a graph where
+    it runs; lowered for the CPU only (the branch not taken), it does
+    nothing."""
 
-    def __init__(self, owner, built):
-        self.owner, self.built = owner, built
+    def __init__(self, owner):
+        self.owner = owner
 
-    def __call__(self, platforms):
+    def __call__(self, built, platforms):
         if all(p == "cpu" for p in platforms):
             return
         require_cuda()
-        ours = next((b for b in self.owner.function.built.values() if b.id_hex == self.built.id_hex), None)
+        ours = next((b for b in self.owner.function.built.values() if b.id_hex == built.id_hex), None)
         if ours is not None:
             check_fixed(ours, self.owner.spec.name)
-        self.owner.captures.lowered(self.built)
+        self.owner.captures.lowered(built)
 
 
 class _Captures(collections.OrderedDict):
