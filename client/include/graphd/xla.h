@@ -7,7 +7,9 @@
  * and call it with the attributes `program` (the program id, 64 hex digits),
  * `slots` (an int64 array: the program slot of each operand, then of
  * each result) and optionally `sync` (a bool: replay with a round trip
- * instead of asynchronously). The program and its modules must be in the process's
+ * instead of asynchronously) and `fixed` (an int64 array of (slot, address,
+ * bytes) triples: slots bound to memory made before the call, read and
+ * written). The program and its modules must be in the process's
  * client-side registry (graphd_registry_add_*), from which each device's
  * session gets them on first use. docs/jax.md describes the flow.
  *
