@@ -1335,8 +1335,10 @@ class JaxTest(unittest.TestCase):
         orig = warp.jax_callable
         try:
             gw.install()
-            self.assertIs(warp.jax_callable, gw.jax_callable)
-            self.assertIs(warp.jax_kernel, gw.jax_kernel)
+            # graphd.warp's, with fallback="warp" (what graphd cannot serve
+            # runs as Warp's own).
+            self.assertIs(warp.jax_callable.__wrapped__, gw.jax_callable)
+            self.assertIs(warp.jax_kernel.__wrapped__, gw.jax_kernel)
             self.assertTrue(gw.installed())
             f = warp.jax_callable(jstep, num_outputs=2, in_out_argnames=["o"], graph_mode=warp.JaxCallableGraphMode.WARP_STAGED_EX,
                                   device=90)
@@ -1361,8 +1363,72 @@ class JaxTest(unittest.TestCase):
         self.assertIs(warp.jax_callable, orig)
         self.assertFalse(gw.installed())
 
+    def handle_function(self):
+        """A function graphd refuses (a launch passes a Warp BVH's id, an
+        address in this process's CUDA context) and Warp runs: y = 4."""
+        lo = wp.zeros(4, dtype=wp.vec3, device="cpu")
+        hi = wp.array(np.ones((4, 3), dtype=np.float32), dtype=wp.vec3, device="cpu")
+        bvh = wp.Bvh(lo, hi)
+
+        def f_handle(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+            wp.launch(by_id, dim=x.shape[0], inputs=[bvh.id, wp.uint64(12345), y])
+
+        f_handle.bvh = bvh  # alive as long as the function
+        return f_handle
+
+    def test_install_falls_back_to_warps_own_call(self):
+        import logging
+        import warp
+        f_handle = self.handle_function()
+        x = jnp.zeros(16, jnp.float32)
+        # Called directly, without the keyword: refused, by name.
+        with self.assertRaises(gw.Refused) as cm:
+            self.lower(gw.jax_callable(f_handle, device=90), x)
+        self.assertEqual(cm.exception.reason, "param_type")
+        before = len(gw.fallbacks())
+        try:
+            gw.install()
+            f = warp.jax_callable(f_handle, device=90)
+            self.assertEqual(f.fallback, "warp")
+            with self.assertLogs("graphd.warp", logging.INFO) as logs:
+                text = self.lower(f, x)
+            # Warp's own FFI call in the CUDA lowering, not graphd's replay.
+            self.assertEqual(custom_calls(text), [])
+            self.assertEqual(text.count(f"custom_call @{f.warp_callable().name}("), 1)
+            self.assertEqual(len(logs.records), 1)
+            self.assertRegex(logs.output[0], "INFO:graphd.warp:.*f_handle runs as Warp's own jax_callable "
+                             r"\(param_type\).*id of a Warp Bvh")
+            # Once per function and signature: later traces log nothing more.
+            with self.assertNoLogs("graphd.warp", logging.INFO):
+                text2 = self.lower(lambda x: f(x), x)
+                self.assertEqual(custom_calls(text2), [])
+            self.assertEqual(len(f.fallbacks), 1)
+            new = gw.fallbacks()[before:]
+            self.assertEqual([(r.name, r.reason) for r in new], [(f.__name__, "param_type")])
+            self.assertTrue(new[0].name.endswith("f_handle"), new[0].name)
+            # On the CPU the outputs are Warp's.
+            if wp.is_cpu_available():
+                (y,) = jax.jit(f)(x)
+                np.testing.assert_array_equal(np.asarray(y), np.full(16, 4.0, np.float32))
+                # vmap on the fallback path: Warp's own batching.
+                (yb,) = jax.jit(jax.vmap(f))(jnp.zeros((3, 16), jnp.float32))
+                np.testing.assert_array_equal(np.asarray(yb), np.full((3, 16), 4.0, np.float32))
+            # The user's errors are still Warp's errors, not a fallback.
+            with self.assertRaisesRegex(TypeError, "Invalid data type"):
+                f(jnp.zeros(16, jnp.int32))
+        finally:
+            gw.uninstall()
+        # Uninstalled, the same function without the keyword is refused again.
+        with self.assertRaises(gw.Refused):
+            self.lower(gw.jax_callable(f_handle, device=90), x)
+        # The keyword alone falls back too; a bad one is refused.
+        g = gw.jax_callable(f_handle, device=90, fallback="warp")
+        self.assertEqual(custom_calls(self.lower(g, x)), [])
+        with self.assertRaisesRegex(GraphdError, "fallback 'jax'"):
+            gw.jax_callable(f_handle, device=90, fallback="jax")
+
     def test_install_from_the_environment(self):
-        code = "import graphd, warp, graphd.warp as gw; print(warp.jax_callable is gw.jax_callable)"
+        code = "import graphd, warp, graphd.warp as gw; print(warp.jax_callable.__wrapped__ is gw.jax_callable)"
         env = dict(os.environ, GRAPHD_WARP_INSTALL="1")
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])

@@ -34,7 +34,9 @@ run through graphd unchanged. callable() replays the same programs on Warp
 arrays without JAX."""
 
 import collections
+import functools
 import importlib
+import logging
 import operator
 import os
 import threading
@@ -47,7 +49,7 @@ from ._core import FuncSpec, Function
 from ._build import check_fixed, compile_module, grid_for
 
 __all__ = ["jax_callable", "jax_kernel", "clear_jax_callable_graph_cache", "callable", "install", "uninstall",
-           "installed", "Refused", "REASONS", "SUPPORTED_MIN", "SUPPORTED_BELOW", "resolve_arch", "resolve_mode",
+           "installed", "fallbacks", "FALLBACKS", "Refused", "REASONS", "SUPPORTED_MIN", "SUPPORTED_BELOW", "resolve_arch", "resolve_mode",
            "resolve_ordinal", "evict_captures", "compile_module", "grid_for"]
 
 # JaxCallableGraphMode values (Warp's): staged_ex is the one graphd maps.
@@ -56,6 +58,11 @@ _VMAP = {None: None, "broadcast_all": "broadcast_all", "sequential": "sequential
          "sequential_unrolled": "sequential"}
 # Warp's default bound on the graphs one jax_callable keeps.
 _GRAPH_CACHE_MAX_DEFAULT = 32
+# What jax_callable(fallback=...) takes: None refuses what graphd cannot
+# serve, "warp" runs it as Warp's own callable (what install() sets).
+FALLBACKS = (None, "warp")
+
+_log = logging.getLogger("graphd.warp")
 
 
 # --- graphd's own options ------------------------------------------------------
@@ -176,7 +183,12 @@ class JaxCallable:
 
     def __init__(self, function, *, vmap_method, output_dims, has_side_effect, mode, graph_mode, device, socket,
                  launch_dims=None, kernel=False, warp_own=None, graph_cache_max=None, block_dim=None,
-                 module_preload_mode=None):
+                 module_preload_mode=None, fallback=None):
+        if fallback not in FALLBACKS:
+            raise GraphdError("INVALID_ARGUMENT", f"fallback {fallback!r} is not None or 'warp'")
+        if fallback is not None and warp_own is None:
+            raise GraphdError("FAILED_PRECONDITION", "fallback='warp' needs Warp's own jax_callable and jax_kernel "
+                              "(warp._src.jax.ffi), which this Warp does not have")
         if vmap_method not in _VMAP:
             raise Refused("signature", f"vmap_method {vmap_method!r}: graphd.warp batches with 'broadcast_all' or "
                           "'sequential' (and 'sequential_unrolled', which replays like 'sequential')",
@@ -206,6 +218,9 @@ class JaxCallable:
         self._calls = {}
         self._lock = threading.Lock()
         self._warp_own, self._warp = warp_own, None
+        self.fallback = fallback
+        # {signature: Refused} of the calls that run as Warp's own.
+        self.fallbacks = {}
         self.captures = _Captures(self)
         self._graph_cache_max = graph_cache_max
         self.__name__ = self.spec.name
@@ -327,13 +342,39 @@ class JaxCallable:
                     raise
                 # No GPU to build for: every call is on the CPU, Warp's.
                 return on_cpu(*arrays)
+        if key in self.fallbacks:
+            return on_cpu(*arrays)
         # Both branches see operands of one type inside shard_map (an FFI
         # call wants its operands to vary over the same mesh axes).
         from .. import jax as gj
         axes = frozenset().union(*(gj._varying(a) for a in arrays))
-        if axes:
-            arrays = [gj._vary(a, axes) for a in arrays]
-        return jax.lax.platform_dependent(*arrays, cpu=on_cpu, default=on_gpu)
+        varied = [gj._vary(a, axes) for a in arrays] if axes else arrays
+        try:
+            return jax.lax.platform_dependent(*varied, cpu=on_cpu, default=on_gpu)
+        except Refused as e:
+            # The program is recorded where the call is traced, so a
+            # refusal comes here, inside the caller's trace: Warp's own
+            # call of the same arrays takes the place of graphd's in it.
+            if not self._falls_back(e):
+                raise
+            self._fall_back(key, e)
+            return on_cpu(*arrays)
+
+    def _falls_back(self, refusal):
+        """Whether a refusal runs the call as Warp's: with fallback="warp",
+        one that says graphd cannot serve the function; a bad argument
+        (INVALID_ARGUMENT) is the caller's and raises either way."""
+        return self.fallback == "warp" and refusal.code != "INVALID_ARGUMENT"
+
+    def _fall_back(self, key, refusal):
+        with self._lock:
+            first = key not in self.fallbacks
+            self.fallbacks.setdefault(key, refusal)
+        if first:
+            with _fallbacks_lock:
+                _fallbacks.append(Fallback(self.spec.name, key, refusal.reason, str(refusal)))
+            _log.info("%s runs as Warp's own %s (%s): %s", self.spec.name,
+                      "jax_kernel" if self.is_kernel else "jax_callable", refusal.reason, refusal)
 
     def _out_dims(self, args, output_dims, launch_dims):
         """The Warp shape of each pure output, unbatched."""
@@ -407,6 +448,23 @@ class JaxCallable:
 
         build.__name__ = spec.name
         return build
+
+
+Fallback = collections.namedtuple("Fallback", "name signature reason message")
+Fallback.__doc__ = """A call that runs as Warp's own instead of graphd's:
+the function's name, the call's signature (static values, output and launch
+dims, vmap_method), the refusal's reason (a key of REASONS) and its message."""
+
+_fallbacks = []
+_fallbacks_lock = threading.Lock()
+
+
+def fallbacks():
+    """Every call of this process that runs as Warp's own (fallback="warp",
+    which install() sets), as Fallback records in the order they first
+    fell back: what is not on graphd."""
+    with _fallbacks_lock:
+        return list(_fallbacks)
 
 
 def require_cuda():
@@ -585,7 +643,7 @@ def _warp_own(name):
     if ffi is None:
         return None
     f = _originals.get((ffi.__name__, name)) or getattr(ffi, name, None)
-    return None if f in (jax_callable, jax_kernel) else f
+    return None if f in (jax_callable, jax_kernel, _installed_callable, _installed_kernel) else f
 
 
 def _cached(key, make, update=None):
@@ -629,7 +687,7 @@ def _graph_mode(graph_mode):
 def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_all", output_dims=None,
                  in_out_argnames=None, stage_in_argnames=None, stage_out_argnames=None,
                  graph_cache_max=_GRAPH_CACHE_MAX_DEFAULT, module_preload_mode=None, has_side_effect=False, *,
-                 mode="auto", device=None, socket=None):
+                 mode="auto", device=None, socket=None, fallback=None):
     """Warp's jax_callable, replayed through graphd.
 
     Warp's arguments keep their meaning: the function's annotated arguments
@@ -656,13 +714,17 @@ def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_al
 
     graphd's options: mode ("auto" follows graph_mode: WARP_STAGED_EX gives
     "staged_ex", anything else the daemon's auto choice of staged or
-    direct), device (the architecture to compile for) and socket."""
+    direct), device (the architecture to compile for), socket, and fallback:
+    None (the default) raises Refused where graphd cannot serve the
+    function; "warp" (what install() sets) runs that signature as Warp's
+    own jax_callable of the same arguments instead, logged once at INFO on
+    the "graphd.warp" logger and listed by fallbacks()."""
     graph_mode = _graph_mode(graph_mode)
     in_out = tuple(in_out_argnames) if in_out_argnames else None
     stage_in = tuple(stage_in_argnames) if stage_in_argnames else None
     stage_out = tuple(stage_out_argnames) if stage_out_argnames else None
     key = ("callable", func, num_outputs, graph_mode, vmap_method, _hashable_dims(output_dims), in_out, stage_in,
-           stage_out, module_preload_mode, has_side_effect, mode, device, socket)
+           stage_out, module_preload_mode, has_side_effect, mode, device, socket, fallback)
 
     def warp_own():
         own = _warp_own("jax_callable")
@@ -680,7 +742,8 @@ def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_al
         return JaxCallable(_Fn(func, spec), vmap_method=vmap_method, output_dims=output_dims,
                            has_side_effect=has_side_effect, mode=mode, graph_mode=graph_mode, device=device,
                            socket=socket, warp_own=warp_own if _warp_own("jax_callable") else None,
-                           graph_cache_max=graph_cache_max, module_preload_mode=module_preload_mode)
+                           graph_cache_max=graph_cache_max, module_preload_mode=module_preload_mode,
+                           fallback=fallback)
 
     def update(c):
         c.graph_cache_max = graph_cache_max
@@ -690,13 +753,14 @@ def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_al
 
 def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=None, output_dims=None,
                in_out_argnames=None, module_preload_mode=None, enable_backward=False, has_side_effect=False,
-               block_dim=None, *, mode="auto", device=None, socket=None):
+               block_dim=None, *, mode="auto", device=None, socket=None, fallback=None):
     """Warp's jax_kernel, replayed through graphd: one launch of `kernel`
     over launch_dims (by default the first input array's shape), with
     block_dim threads per block (256 by default). Returns the outputs as a
     list. enable_backward=True differentiates it as Warp does: the adjoint
     launch is a graphd program of its own (graphd.warp._grad). module_preload_mode
-    is accepted without effect."""
+    is accepted without effect. fallback: as jax_callable's (with
+    enable_backward, each launch falls back on its own)."""
     wp, ctx, _ = warp_modules()
     if not isinstance(kernel, ctx.Kernel):
         raise TypeError(f"jax_kernel() takes a Warp kernel, not {type(kernel).__name__}")
@@ -714,10 +778,11 @@ def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=N
         from ._grad import differentiable_kernel
         return differentiable_kernel(jax_callable, kernel, num_outputs, vmap_method, launch_dims, output_dims,
                                      in_out_argnames, module_preload_mode, has_side_effect, block_dim, mode=mode,
-                                     device=device, socket=socket)
+                                     device=device, socket=socket, fallback=fallback)
     in_out = tuple(in_out_argnames) if in_out_argnames else None
     key = ("kernel", kernel.func, kernel.sig, num_outputs, vmap_method, _hashable_dims(launch_dims),
-           _hashable_dims(output_dims), in_out, module_preload_mode, has_side_effect, block_dim, mode, device, socket)
+           _hashable_dims(output_dims), in_out, module_preload_mode, has_side_effect, block_dim, mode, device, socket,
+           fallback)
 
     def warp_own():
         own = _warp_own("jax_kernel")
@@ -733,7 +798,7 @@ def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=N
                            output_dims=output_dims, has_side_effect=has_side_effect, mode=mode, graph_mode=None,
                            device=device, socket=socket, launch_dims=launch_dims, kernel=True,
                            warp_own=warp_own if _warp_own("jax_kernel") else None, block_dim=block_dim,
-                           module_preload_mode=module_preload_mode)
+                           module_preload_mode=module_preload_mode, fallback=fallback)
 
     return _cached(key, make)
 
@@ -743,13 +808,29 @@ def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=N
 _originals = {}
 
 
+@functools.wraps(jax_callable)
+def _installed_callable(*args, fallback="warp", **kwargs):
+    """jax_callable as install() puts it in Warp's place: what graphd
+    cannot serve runs as Warp's own."""
+    return jax_callable(*args, fallback=fallback, **kwargs)
+
+
+@functools.wraps(jax_kernel)
+def _installed_kernel(*args, fallback="warp", **kwargs):
+    """jax_kernel as install() puts it in Warp's place (see
+    _installed_callable)."""
+    return jax_kernel(*args, fallback=fallback, **kwargs)
+
+
 def install():
     """Makes warp.jax_callable, warp.jax_kernel and
     warp.clear_jax_callable_graph_cache (and their home in
     warp._src.jax.ffi) graphd.warp's, so code that calls them gets graphd
     programs. Code that imported the names before install() keeps Warp's:
     install first (GRAPHD_WARP_INSTALL=1 with `import graphd` early does
-    it). Returns True; uninstall() puts Warp's back."""
+    it). What graphd cannot serve runs as Warp's own (fallback="warp"; see
+    jax_callable and fallbacks()). Returns True; uninstall() puts Warp's
+    back."""
     wp, _, _ = warp_modules()
     import importlib
     targets = [wp]
@@ -758,7 +839,7 @@ def install():
     except ImportError:
         pass
     for mod in targets:
-        for name, ours in (("jax_callable", jax_callable), ("jax_kernel", jax_kernel),
+        for name, ours in (("jax_callable", _installed_callable), ("jax_kernel", _installed_kernel),
                            ("clear_jax_callable_graph_cache", clear_jax_callable_graph_cache)):
             cur = getattr(mod, name, None)
             if cur is ours:
@@ -809,7 +890,7 @@ def installed():
         import warp
     except ImportError:
         return False
-    return getattr(warp, "jax_callable", None) is jax_callable
+    return getattr(warp, "jax_callable", None) in (jax_callable, _installed_callable)
 
 
 from ._replay import callable  # noqa: E402
