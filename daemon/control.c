@@ -400,7 +400,9 @@ static fanout *fanout_new(gd_session *s, uint64_t request_id, enum ask ask) {
   return f;
 }
 
-void control_handle_status(gd_session *s, uint64_t request_id) {
+void control_handle_status(gd_session *s, Graphd__Wire__Request *req, int *fds) {
+  (void)fds;
+  uint64_t request_id = req->request_id;
   gd_daemon *d = daemon_of(s);
   fanout *f = fanout_new(s, request_id, ASK_STATUS);
   if (!f) return;
@@ -414,7 +416,9 @@ void control_handle_status(gd_session *s, uint64_t request_id) {
   fan_out(f, 0, d->ndevices - 1);
 }
 
-void control_handle_list(gd_session *s, uint64_t request_id) {
+void control_handle_list(gd_session *s, Graphd__Wire__Request *req, int *fds) {
+  (void)fds;
+  uint64_t request_id = req->request_id;
   fanout *f = fanout_new(s, request_id, ASK_LIST);
   if (f) fan_out(f, 0, daemon_of(s)->ndevices - 1);
 }
@@ -426,7 +430,10 @@ static int parse_prefix(const char *hex, gd_evict_sel *sel) {
   return 0;
 }
 
-void control_handle_evict(gd_session *s, uint64_t request_id, const Graphd__Wire__Evict *m) {
+void control_handle_evict(gd_session *s, Graphd__Wire__Request *req, int *fds) {
+  (void)fds;
+  uint64_t request_id = req->request_id;
+  const Graphd__Wire__Evict *m = req->evict;
   gd_daemon *d = daemon_of(s);
   fanout *g = fanout_new(s, request_id, ASK_EVICT);
   if (!g) return;

@@ -11,9 +11,9 @@
 #include "graphd.pb-c.h"
 #include "session.h"
 
-void control_handle_status(gd_session *s, uint64_t request_id);
-void control_handle_list(gd_session *s, uint64_t request_id);
-void control_handle_evict(gd_session *s, uint64_t request_id, const Graphd__Wire__Evict *m);
+void control_handle_status(gd_session *s, Graphd__Wire__Request *req, int *fds);
+void control_handle_list(gd_session *s, Graphd__Wire__Request *req, int *fds);
+void control_handle_evict(gd_session *s, Graphd__Wire__Request *req, int *fds);
 
 /* Fills di (and dc, which it points at) for device i, with free_mem as its
  * free memory (0: unknown). */

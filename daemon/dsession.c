@@ -191,16 +191,15 @@ static void flags_done(gd_job *j) {
   free(fj);
 }
 
-void dsession_handle_register_flags(gd_session *s, uint64_t request_id,
-                                    const Graphd__Wire__RegisterFlags *m, int fd) {
+void dsession_handle_register_flags(gd_session *s, Graphd__Wire__Request *req, int *fds) {
+  uint64_t request_id = req->request_id;
+  const Graphd__Wire__RegisterFlags *m = req->register_flags;
+  int fd = fds[0]; /* taken */
   gd_dsession *x = dsession_of(s);
   const char *why = NULL;
   char over[512];
   int code = GRAPHD_INVALID_ARGUMENT;
-  if (!x) {
-    why = "RegisterFlags needs a data session (one bound to a device)";
-    code = GRAPHD_FAILED_PRECONDITION;
-  } else if (x->flag_slots) {
+  if (x->flag_slots) {
     why = "this session already registered its flag page";
     code = GRAPHD_ALREADY_EXISTS;
   } else if (fd < 0) {
@@ -408,20 +407,19 @@ exit:
   free(ij);
 }
 
-void dsession_handle_register_region(gd_session *s, uint64_t request_id,
-                                     const Graphd__Wire__RegisterRegion *m, int fd) {
+void dsession_handle_register_region(gd_session *s, Graphd__Wire__Request *req, int *fds) {
+  uint64_t request_id = req->request_id;
+  const Graphd__Wire__RegisterRegion *m = req->register_region;
+  int fd = fds[0]; /* taken */
   gd_dsession *x = dsession_of(s);
   const char *why = NULL;
   char over[512];
   int code = GRAPHD_INVALID_ARGUMENT;
   bool wants_fd = m->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD ||
                   m->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD;
-  if (!x) {
-    why = "RegisterRegion needs a data session (one bound to a device)";
-    code = GRAPHD_FAILED_PRECONDITION;
-  } else if (m->kind != GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD &&
-             m->kind != GRAPHD__WIRE__REGION_KIND__REGION_KIND_LEGACY_IPC &&
-             m->kind != GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD) {
+  if (m->kind != GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD &&
+      m->kind != GRAPHD__WIRE__REGION_KIND__REGION_KIND_LEGACY_IPC &&
+      m->kind != GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD) {
     why = "RegisterRegion.kind must be VMM_FD, LEGACY_IPC or HOST_MEMFD";
   } else if (wants_fd != (fd >= 0)) {
     why = wants_fd ? "RegisterRegion of this kind carries exactly one fd"
@@ -473,8 +471,10 @@ void dsession_handle_register_region(gd_session *s, uint64_t request_id,
                  import_done);
 }
 
-void dsession_handle_unregister_region(gd_session *s, uint64_t request_id,
-                                       const Graphd__Wire__UnregisterRegion *m) {
+void dsession_handle_unregister_region(gd_session *s, Graphd__Wire__Request *req, int *fds) {
+  (void)fds;
+  uint64_t request_id = req->request_id;
+  const Graphd__Wire__UnregisterRegion *m = req->unregister_region;
   gd_daemon *d = daemon_of(s);
   gd_dsession *x = dsession_of(s);
   gd_region *r = x ? region_find(&x->regions, m->region_id) : NULL;
@@ -537,17 +537,15 @@ static void ring_done(gd_job *j) {
   free(rj);
 }
 
-void dsession_handle_register_ring(gd_session *s, uint64_t request_id,
-                                   const Graphd__Wire__RegisterRing *m, const int fds[2]) {
+void dsession_handle_register_ring(gd_session *s, Graphd__Wire__Request *req, int *fds) {
+  uint64_t request_id = req->request_id;
+  const Graphd__Wire__RegisterRing *m = req->register_ring; /* both fds taken */
   gd_daemon *d = daemon_of(s);
   gd_dsession *x = dsession_of(s);
   const char *why = NULL;
   char over[512];
   int code = GRAPHD_INVALID_ARGUMENT;
-  if (!x) {
-    why = "RegisterRing needs a data session (one bound to a device)";
-    code = GRAPHD_FAILED_PRECONDITION;
-  } else if (!x->flag_slots) {
+  if (!x->flag_slots) {
     why = "the session has no flag page; RegisterFlags first";
     code = GRAPHD_FAILED_PRECONDITION;
   } else if (x->has_ring || x->ring_pending) {
@@ -625,8 +623,10 @@ static void ring_prog_done(gd_job *j) {
   free(pj);
 }
 
-void dsession_handle_ring_program(gd_session *s, uint64_t request_id,
-                                  const Graphd__Wire__RingProgram *m) {
+void dsession_handle_ring_program(gd_session *s, Graphd__Wire__Request *req, int *fds) {
+  (void)fds;
+  uint64_t request_id = req->request_id;
+  const Graphd__Wire__RingProgram *m = req->ring_program;
   gd_daemon *d = daemon_of(s);
   gd_dsession *x = dsession_of(s);
   if (!x || !x->has_ring) {

@@ -57,17 +57,12 @@ void dsession_close(gd_session *s);
  * the kernel's count, the rest left to graphd's own mappings. At start. */
 void dsession_maps_init(gd_daemon *d);
 
-void dsession_handle_register_flags(gd_session *s, uint64_t request_id,
-                                    const Graphd__Wire__RegisterFlags *m, int fd);
-void dsession_handle_register_region(gd_session *s, uint64_t request_id,
-                                     const Graphd__Wire__RegisterRegion *m, int fd);
-void dsession_handle_unregister_region(gd_session *s, uint64_t request_id,
-                                       const Graphd__Wire__UnregisterRegion *m);
+void dsession_handle_register_flags(gd_session *s, Graphd__Wire__Request *req, int *fds);
+void dsession_handle_register_region(gd_session *s, Graphd__Wire__Request *req, int *fds);
+void dsession_handle_unregister_region(gd_session *s, Graphd__Wire__Request *req, int *fds);
 /* RegisterRing: fds are the ring's memfd and its doorbell (both taken). */
-void dsession_handle_register_ring(gd_session *s, uint64_t request_id,
-                                   const Graphd__Wire__RegisterRing *m, const int fds[2]);
-void dsession_handle_ring_program(gd_session *s, uint64_t request_id,
-                                  const Graphd__Wire__RingProgram *m);
+void dsession_handle_register_ring(gd_session *s, Graphd__Wire__Request *req, int *fds);
+void dsession_handle_ring_program(gd_session *s, Graphd__Wire__Request *req, int *fds);
 
 /* A worker released a hung client's waits: close its session, so that its
  * later requests fail. */

@@ -211,7 +211,10 @@ int replay_bind(const gd_program *p, gd_region_table *regions, uint64_t epoch, i
   return rc;
 }
 
-void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Replay *m) {
+void replay_handle(gd_session *s, Graphd__Wire__Request *req, int *fds) {
+  (void)fds;
+  uint64_t request_id = req->request_id;
+  const Graphd__Wire__Replay *m = req->replay;
   uint64_t t0 = gd_now_ns();
   char err[512];
   int code = GRAPHD_INVALID_ARGUMENT;
@@ -224,7 +227,6 @@ void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Repla
   } while (0)
   gd_daemon *d = daemon_of(s);
   gd_dsession *x = dsession_of(s);
-  if (!x) REFUSE(GRAPHD_FAILED_PRECONDITION, "Replay needs a data session (one bound to a device)");
   if (m->program_id.len != GD_ID_LEN)
     REFUSE(GRAPHD_INVALID_ARGUMENT, "Replay.program_id must be %d bytes", GD_ID_LEN);
   gd_regprog *prog = registry_find_program(&d->reg, m->program_id.data);

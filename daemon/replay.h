@@ -34,7 +34,7 @@ int replay_bind(const gd_program *p, gd_region_table *regions, uint64_t epoch, i
                 Graphd__Wire__Binding *const *bindings, size_t n, gd_bound *bind, char *err,
                 size_t errlen);
 
-void replay_handle(gd_session *s, uint64_t request_id, const Graphd__Wire__Replay *m);
+void replay_handle(gd_session *s, Graphd__Wire__Request *req, int *fds);
 
 /* Shutdown: the replays held back by --max-inflight-replays fail with
  * UNAVAILABLE, not run. */

@@ -20,7 +20,7 @@
 #include "graphd/status.h"
 #include "log.h"
 #include "check.h"
-#include "dispatch.h"
+#include "router.h"
 #include "dsession.h"
 #include "replay.h"
 #include "session.h"
@@ -373,8 +373,8 @@ int server_start(gd_daemon *s, uv_loop_t *loop) {
   s->start_ns = gd_now_ns();
   s->sessions.loop = loop;
   s->sessions.max_frame = s->opt->max_frame;
-  s->sessions.on_request = dispatch_request;
-  s->sessions.on_close = dispatch_session_closed;
+  s->sessions.on_request = router_request;
+  s->sessions.on_close = router_session_closed;
   UV_CHECK_GOTO(uv_poll_init(loop, &s->listen_poll, s->listen_fd), GRAPHD_INTERNAL, exit);
   s->listen_poll.data = s;
   UV_CHECK_GOTO(uv_timer_init(loop, &s->accept_timer), GRAPHD_INTERNAL, exit);

@@ -1,5 +1,5 @@
 /* The listener, accepting sessions, and the daemon's lifecycle on the loop:
- * it wires accepted sessions to the request dispatch, and signals start a
+ * it wires accepted sessions to the request router, and signals start a
  * graceful shutdown.
  *
  * DESIGN: everything here runs on the loop thread, but server_listen()

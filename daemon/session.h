@@ -73,7 +73,7 @@ struct gd_session {
   bool stopped_reading;       /* shutdown: the socket is shut for reading */
   int refs;                   /* the poll handle + jobs in flight */
   void *data;                 /* a data session's state (dsession.c), NULL once closed */
-  struct gd_reg_holds *holds; /* registry entries it holds (dispatch.c, replay.c) */
+  struct gd_reg_holds *holds; /* registry entries it holds (registration.c, replay.c, dsession.c) */
   const void *last_held;      /* the program it held last, to skip the lookup */
   uint64_t opened_ns;         /* accepted */
   uint64_t active_ns;         /* its last request came in or ended */
