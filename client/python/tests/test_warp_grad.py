@@ -76,6 +76,11 @@ if HAVE_WARP:
         tid = wp.tid()
         b[tid] = a[tid] * float(wp.block_dim())
 
+    @wp.kernel(module="det_fallback")
+    def det_square(a: wp.array(dtype=float), s: float, c: wp.array(dtype=float)):
+        tid = wp.tid()
+        c[tid] = (a[tid] * s) ** 2.0
+
     @wp.kernel(enable_backward=False)
     def no_adjoint(a: wp.array(dtype=float), b: wp.array(dtype=float)):
         tid = wp.tid()
@@ -288,6 +293,43 @@ class AdjointProgramTest(unittest.TestCase):
             self.assertIsInstance(k, gw._grad.DifferentiableKernel)
         finally:
             gw.uninstall()
+
+    def test_install_falls_back_for_both_launches(self):
+        # A kernel in Warp's deterministic mode (hidden buffers graphd does
+        # not allocate) is refused; under install() the forward and the
+        # adjoint launch each run as Warp's own call, and the gradient is
+        # Warp's.
+        import logging
+        import warp
+        a = jnp.arange(16, dtype=jnp.float32) * 0.25
+        opts = det_square.module.options
+        saved = opts["deterministic"]
+        opts["deterministic"] = wp.DeterministicMode.RUN_TO_RUN
+        try:
+            def loss(k):
+                return lambda a: jnp.sum(k(a, 2.0)[0])
+
+            with self.assertRaises(gw.Refused) as cm:
+                self.lower(jax.grad(loss(gw.jax_kernel(det_square, enable_backward=True, device=ARCH))), a)
+            self.assertEqual(cm.exception.reason, "kernel")
+            try:
+                gw.install()
+                k = warp.jax_kernel(det_square, enable_backward=True, device=ARCH)
+                with self.assertLogs("graphd.warp", logging.INFO) as logs:
+                    text = self.lower(jax.grad(loss(k)), a)
+                self.assertEqual(custom_calls(text), [])
+                self.assertEqual(len(logs.records), 2)
+                reasons = [[r.reason for r in c.fallbacks.values()] for c in (k.forward, k.backward)]
+                self.assertEqual(reasons, [["kernel"], ["kernel"]])
+                for c in (k.forward, k.backward):
+                    self.assertEqual(text.count(f"custom_call @{c.warp_callable().name}("), 1)
+                if wp.is_cpu_available():
+                    got = jax.jit(jax.grad(loss(k)))(a)
+                    np.testing.assert_array_equal(np.asarray(got), 8.0 * np.asarray(a))
+            finally:
+                gw.uninstall()
+        finally:
+            opts["deterministic"] = saved
 
 
 @unittest.skipUnless(HAVE_WARP and HAVE_JAX, WHY or "jax is not importable")
