@@ -33,7 +33,12 @@
     the calls (from Warp's memory pool, bound through the handler's
     copies, and from cuMemAlloc, bound as it is), staged and direct: the
     outputs of 20 jitted calls and the array afterwards bit for bit
-    equal to Warp's jax_callable on an array of the same contents.
+    equal to Warp's jax_callable on an array of the same contents;
+(l) under graphd.warp.install(), a function whose kernel queries a Warp
+    BVH by its id (an address in this process's CUDA context, which
+    graphd refuses) runs as Warp's own call: no graphd program, the
+    fallback logged once, and its outputs over 10 jitted calls (also
+    under vmap) bit for bit equal to Warp's jax_callable.
 Mode "direct" and "auto" run in (a) too (auto goes direct there: its
 buffers outweigh its one kernel node).
 
@@ -143,6 +148,24 @@ if WARP_ERROR is None:
 
     def with_outside(x: wp.array(dtype=float), y: wp.array(dtype=float)):
         wp.launch(accumulate, dim=x.shape[0], inputs=[x, OUTSIDE["acc"]], outputs=[y])
+
+    @wp.kernel
+    def boxes_near(bvh: wp.uint64, x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        """y[i]: how many of the BVH's boxes are within 0.5 of (x[i], 0, 0)."""
+        i = wp.tid()
+        p = wp.vec3(x[i], 0.0, 0.0)
+        query = wp.bvh_query_aabb(bvh, p - wp.vec3(0.5), p + wp.vec3(0.5))
+        hit = int(0)
+        n = int(0)
+        while wp.bvh_query_next(query, hit):
+            n += 1
+        y[i] = float(n) + x[i]
+
+    # A BVH a library built before the calls (as MJX's render context).
+    BVH = {}
+
+    def with_bvh(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        wp.launch(boxes_near, dim=x.shape[0], inputs=[BVH["bvh"].id, x], outputs=[y])
 
     from _warp_tiles import TILE, row_sums
 
@@ -609,6 +632,42 @@ class WarpGpuTest(GpuTestCase):
                 self.assertTrue(np.array_equal(acc, warp_acc), f"{what}: the array made outside differs")
         print(f"FIGURE a Warp array made outside the function ({calls} calls, pool and cuMemAlloc memory, "
               "staged and direct): graphd.warp bit for bit equal to Warp's jax_callable")
+
+    # --- (l) ---------------------------------------------------------------------
+
+    def test_l_install_runs_what_graphd_refuses_as_warps_own(self):
+        import logging
+        jax, jnp, gw = self.jax, self.jnp, self.gw
+        rng = np.random.default_rng(7)
+        lo = rng.uniform(-4.0, 4.0, size=(64, 3)).astype(np.float32)
+        lo[:, 1:] = -0.25
+        BVH["bvh"] = wp.Bvh(wp.array(lo, dtype=wp.vec3, device="cuda:0"),
+                            wp.array(lo + 0.5, dtype=wp.vec3, device="cuda:0"))
+        xs = [jnp.asarray(rng.uniform(-4.0, 4.0, size=1000).astype(np.float32)) for _ in range(10)]
+        batch = jnp.stack(xs[:4])
+        warp_f = self.warp_jax_callable(with_bvh, num_outputs=1)
+        want = [np.asarray(jax.jit(lambda x: warp_f(x)[0])(x)) for x in xs]
+        want_b = np.asarray(jax.jit(jax.vmap(lambda x: warp_f(x)[0]))(batch))
+        self.assertTrue(any(np.any(w != np.asarray(x)) for w, x in zip(want, xs)), "no box was near")
+        try:
+            gw.install()
+            f = wp.jax_callable(with_bvh, num_outputs=1)
+            self.assertIsInstance(f, gw.JaxCallable)
+            with self.assertLogs("graphd.warp", logging.INFO) as logs:
+                call = jax.jit(lambda x: f(x)[0])
+                got = [np.asarray(call(x)) for x in xs]
+                got_b = np.asarray(jax.jit(jax.vmap(lambda x: f(x)[0]))(batch))
+        finally:
+            gw.uninstall()
+        self.assertEqual(f.programs, {}, "graphd built a program for a function it refuses")
+        # One signature (the vmapped call is the same one, batched by Warp):
+        # one fallback, logged once.
+        self.assertEqual([r.reason for r in f.fallbacks.values()], ["param_type"])
+        self.assertEqual(len(logs.records), 1, logs.output)
+        self.assertTrue(all(np.array_equal(g, w) for g, w in zip(got, want)), "outputs differ from Warp's")
+        self.assertTrue(np.array_equal(got_b, want_b), "vmapped outputs differ from Warp's")
+        print("FIGURE a function with a BVH id under install(): Warp's own call, bit for bit equal to Warp's "
+              f"jax_callable over {len(xs)} calls and a vmap of {batch.shape[0]}")
 
 
 if __name__ == "__main__":
