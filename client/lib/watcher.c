@@ -87,7 +87,14 @@ static void release_all(graphd_client *c) {
   }
   for (uint32_t i = 0; i < GD_CLIENT_FLAG_SLOTS; i++) {
     uint64_t v = atomic_load(&f->issued[i]);
-    if (v) __atomic_store_n(gd_flag_word(f, i, GRAPHD_FLAG_WORD_DONE), v, __ATOMIC_RELEASE);
+    volatile uint64_t *done = gd_flag_word(f, i, GRAPHD_FLAG_WORD_DONE);
+    /* Raised, never lowered: a done the daemon wrote past what this side
+     * counts as issued stays (only the GPU can write a lower one, which
+     * the rewrites cover). */
+    uint64_t cur = __atomic_load_n(done, __ATOMIC_ACQUIRE);
+    while (cur < v &&
+           !__atomic_compare_exchange_n(done, &cur, v, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    }
   }
 }
 
