@@ -1,8 +1,10 @@
 /* Data sessions on the loop: a session bound to one device, from Hello to
- * its end. It registers its flag page and its regions here, and ends here:
- * when its client leaves, when it is cut off as hung (the head-of-line
- * policy), or when its device is reset after a fault. Its half on the
- * device is a gd_dstream (dstream.c); its replays are replay.c's.
+ * its end: it ends here when its client leaves, when it is cut off as hung
+ * (the head-of-line policy), or when its device is reset after a fault.
+ * What it attaches meanwhile (its flag page, regions and ring) comes
+ * through attach.c, within the bound on mappings of client memory kept
+ * here. Its half on the device is a gd_dstream (dstream.c); its replays
+ * are replay.c's.
  *
  * DESIGN: loop thread only; the jobs' run functions run on the device's
  * worker. A data session's state hangs off session->data until it closes. */
@@ -57,12 +59,22 @@ void dsession_close(gd_session *s);
  * the kernel's count, the rest left to graphd's own mappings. At start. */
 void dsession_maps_init(gd_daemon *d);
 
-void dsession_handle_register_flags(gd_session *s, Graphd__Wire__Request *req, int *fds);
-void dsession_handle_register_region(gd_session *s, Graphd__Wire__Request *req, int *fds);
-void dsession_handle_unregister_region(gd_session *s, Graphd__Wire__Request *req, int *fds);
-/* RegisterRing: fds are the ring's memfd and its doorbell (both taken). */
-void dsession_handle_register_ring(gd_session *s, Graphd__Wire__Request *req, int *fds);
-void dsession_handle_ring_program(gd_session *s, Graphd__Wire__Request *req, int *fds);
+/* Whether one more mapping of client memory fits (a region's, or a flag
+ * page's or ring's) under the bound over all sessions; if not, err says
+ * why. */
+bool dsession_maps_fit(gd_daemon *d, bool region, char *err, size_t errlen);
+
+/* A region's release, made when the region is asked for so that letting
+ * it go cannot fail for want of memory; NULL when out of memory. Freed by
+ * the release itself, or with free() when never queued. */
+struct release_job *dsession_release_new(void);
+
+/* Queues, in rj, the unmapping of map on device dev behind whatever its
+ * worker already has: the ring entries ds published before it run first
+ * and the region (id) leaves the worker's view (ds NULL once the session
+ * ended), the stream drains, then the import is let go. */
+void dsession_release_map(struct release_job *rj, gd_daemon *d, int dev, const gd_region_map *map,
+                          gd_dstream *ds, uint32_t id);
 
 /* A worker released a hung client's waits: close its session, so that its
  * later requests fail. */

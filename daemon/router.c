@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <unistd.h>
 
+#include "attach.h"
 #include "control.h"
 #include "daemon.h"
 #include "dsession.h"
@@ -37,11 +38,11 @@ static const gd_route routes[] = {
     ROUTE(REGISTER_MODULE, "RegisterModule", 1, false, false, registration_handle_module),
     ROUTE(REGISTER_PROGRAM, "RegisterProgram", 1, false, false, registration_handle_program),
     ROUTE(PREPARE_PROGRAM, "PrepareProgram", 0, false, true, registration_handle_prepare),
-    ROUTE(REGISTER_FLAGS, "RegisterFlags", 1, true, true, dsession_handle_register_flags),
-    ROUTE(REGISTER_REGION, "RegisterRegion", 1, true, true, dsession_handle_register_region),
-    ROUTE(UNREGISTER_REGION, "UnregisterRegion", 0, false, true, dsession_handle_unregister_region),
-    ROUTE(REGISTER_RING, "RegisterRing", 2, true, true, dsession_handle_register_ring),
-    ROUTE(RING_PROGRAM, "RingProgram", 0, false, true, dsession_handle_ring_program),
+    ROUTE(REGISTER_FLAGS, "RegisterFlags", 1, true, true, attach_handle_register_flags),
+    ROUTE(REGISTER_REGION, "RegisterRegion", 1, true, true, attach_handle_register_region),
+    ROUTE(UNREGISTER_REGION, "UnregisterRegion", 0, false, true, attach_handle_unregister_region),
+    ROUTE(REGISTER_RING, "RegisterRing", 2, true, true, attach_handle_register_ring),
+    ROUTE(RING_PROGRAM, "RingProgram", 0, false, true, attach_handle_ring_program),
     ROUTE(REPLAY, "Replay", 0, false, true, replay_handle),
 };
 
