@@ -29,7 +29,8 @@
 # warp-for-device.sh makes) and, where MuJoCo is on the PYTHONPATH, MJX's
 # mujoco/mjx/warp/*_test.py, each file in one process ($GRAPHD_SUITES picks
 # them: "warp mjx" by default). $GRAPHD_SUITE_FILTER
-# narrows the MJX files (a regular expression); $GRAPHD_SUITE_WARP_ARGS
+# narrows the MJX files (a regular expression), $GRAPHD_SUITE_HOWS the ways
+# ("alone graphd" by default); $GRAPHD_SUITE_WARP_ARGS
 # replaces the Warp test's name (for example one test case). Logs:
 # suite-{alone,graphd}-{warp,mjx-NAME}-RUN.log; a line starting SUITE per
 # log gives its counts.
@@ -148,7 +149,7 @@ suites() {
   printf 'import os\nos.environ.setdefault("GRAPHD_WARP_INSTALL", "1")\nimport graphd  # noqa: F401 (installs graphd.warp)\n' >"$site/sitecustomize.py"
   local mjx_dir
   mjx_dir=$("$py" -c 'import mujoco.mjx.warp as w, os; print(os.path.dirname(w.__file__))' 2>/dev/null)
-  for how in alone graphd; do
+  for how in ${GRAPHD_SUITE_HOWS:-alone graphd}; do
     local pp=$PYTHONPATH
     if [[ $how == graphd ]]; then
       start_daemon "$out/graphd-suites-$name.log" || { rc=1; return; }
