@@ -21,7 +21,7 @@ static const char *refusal_hook(void *ctx) {
 /* Ticks also while a ring is held back by --max-inflight-replays: its
  * entries may run once the device has caught up. */
 static bool tick_hook(void *ctx) {
-  return upkeep_wants_tick(ctx) | ring_held(ctx) | ring_has_stats(ctx);
+  return upkeep_wants_tick(ctx) || ring_held(ctx) || ring_has_stats(ctx);
 }
 
 static bool pending_hook(void *ctx) { return ring_pending(ctx); }
