@@ -147,6 +147,26 @@ def natural_offsets(params):
     return out
 
 
+class NativeStandIns:
+    """Within the block, Warp's native wp_bvh_refit_device and
+    wp_mesh_refit_device (work on a CUDA device) are functions that note
+    each call in `ran` as (what, id)."""
+
+    NAMES = {"wp_bvh_refit_device": "bvh", "wp_mesh_refit_device": "mesh"}
+
+    def __enter__(self):
+        self.core = wp._src.context.runtime.core
+        self.saved = {n: getattr(self.core, n) for n in self.NAMES}
+        self.ran = []
+        for n, what in self.NAMES.items():
+            setattr(self.core, n, lambda i, what=what: self.ran.append((what, i)) or True)
+        return self
+
+    def __exit__(self, *exc):
+        for n, v in self.saved.items():
+            setattr(self.core, n, v)
+
+
 @unittest.skipUnless(HAVE_WARP, WHY)
 class ProgramFromWarpTest(unittest.TestCase):
     @classmethod
@@ -588,6 +608,27 @@ if HAVE_WARP:
     def f_scan(x: wp.array(dtype=float), y: wp.array(dtype=float)):
         wp.utils.array_scan(x, y)
 
+    # A BVH and a mesh on a CUDA device, as far as Warp's refit code asks
+    # (no GPU here): their refit calls Warp's native wp_bvh_refit_device /
+    # wp_mesh_refit_device, which the tests stand in for.
+    class OnCuda:
+        id = 0x7000
+        device = type("CudaDevice", (), {"is_cpu": False, "is_cuda": True})()
+
+        @property
+        def runtime(self):
+            return wp._src.context.runtime
+
+    CUDA_BVH = OnCuda()
+
+    def f_refit_bvh(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        wp.launch(scale, dim=x.shape[0], inputs=[x, y, 2.0])
+        wp.Bvh.refit(CUDA_BVH)
+
+    def f_refit_mesh(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+        wp.launch(scale, dim=x.shape[0], inputs=[x, y, 2.0])
+        wp.Mesh.refit(CUDA_BVH)
+
     def f_fill_vec(x: wp.array(dtype=wp.vec3), y: wp.array(dtype=wp.vec3)):
         y.fill_(wp.vec3(1.0, 2.0, 3.0))
 
@@ -714,6 +755,23 @@ class RefusalTest(unittest.TestCase):
 
     def test_native_host_work(self):
         self.refused("native", self.build, f_scan, pattern="wp_array_scan")
+
+    def test_native_work_on_a_cuda_device(self):
+        # Bvh.refit and Mesh.refit on a CUDA device call Warp's native
+        # functions, which run on the GPU at once: recorded, they had run
+        # once while the function was recorded, on the bounds of that
+        # moment, and never when the program replays (MJX's refit_bvh: the
+        # program wrote the boxes, the BVH kept the tree of the recording).
+        # Refused, and not run. Failed before: built, the refit run twice.
+        with NativeStandIns() as native:
+            self.refused("native", self.build, f_refit_bvh, pattern=r"wp_bvh_refit_device \(Bvh\.refit\).*"
+                         "GPU at once")
+            self.refused("native", self.build, f_refit_mesh, pattern=r"wp_mesh_refit_device \(Mesh\.refit\)")
+            # The program's own launch alone still builds.
+            self.assertEqual(self.build(scale_fn).nsteps, 1)
+            # Outside a recording the refit is Warp's again, and runs.
+            wp.Bvh.refit(CUDA_BVH)
+        self.assertEqual(native.ran, [("bvh", CUDA_BVH.id)])
 
     def test_fill_value(self):
         self.refused("fill_value", self.build, f_fill_vec, pattern="12-byte value")
@@ -975,6 +1033,42 @@ if HAVE_WARP:
     def half_scale(x: wp.array(dtype=wp.bfloat16), y: wp.array(dtype=wp.bfloat16)):
         i = wp.tid()
         y[i] = x[i] * wp.bfloat16(2.0)
+
+
+if HAVE_WARP:
+    # MJX's refit_bvh, in small: a kernel writes each world's boxes into a
+    # render-context array made before the calls, then the context's BVH
+    # (on the GPU) is refit to them.
+    @wp.kernel
+    def world_boxes(pos: wp.array2d(dtype=float), lower: wp.array(dtype=float), token: wp.array(dtype=int)):
+        w, i = wp.tid()
+        lower[w * pos.shape[1] + i] = pos[w, i] - 0.5
+        token[w] = w
+
+    BOXES_MEMORY = np.zeros(64, dtype=np.float32)
+    BOXES = wp.array(ptr=BOXES_MEMORY.ctypes.data, dtype=float, shape=(64,), device="cpu", pinned=True)
+
+    def refit_shim(nworld: int, pos: wp.array2d(dtype=float), rc_id: int, token: wp.array(dtype=int)):
+        token.zero_()
+        wp.launch(world_boxes, dim=pos.shape, inputs=[pos, BOXES, token])
+        wp.Bvh.refit(CUDA_BVH)
+
+
+def mjx_style_refit(f, nworld):
+    """f (a jax_callable of refit_shim) as MJX calls its FFI functions:
+    vmap_method None under jax.custom_batching.custom_vmap, whose rule
+    folds a nested vmap's batch dimensions into the first (MJX's
+    marshal_custom_vmap) and calls the function once on all worlds."""
+    @jax.custom_batching.custom_vmap
+    def refit(pos):
+        return f(nworld, pos if pos.ndim == 2 else pos[None], 11)[0]
+
+    @refit.def_vmap
+    def rule(axis_size, in_batched, pos):
+        out = refit(pos.reshape(-1, pos.shape[-1]))
+        return (out if out.shape[0] == axis_size else out.reshape(axis_size, -1)), True
+
+    return refit
 
 
 def program_of(f, call):
@@ -1426,6 +1520,68 @@ class JaxTest(unittest.TestCase):
         self.assertEqual(custom_calls(self.lower(g, x)), [])
         with self.assertRaisesRegex(GraphdError, "fallback 'jax'"):
             gw.jax_callable(f_handle, device=90, fallback="jax")
+
+    def test_install_runs_a_gpu_refit_as_warps_own_under_nested_vmap(self):
+        # MJX's refit_bvh under install(), as its render test calls it (a
+        # vmap, and a vmap of a vmap): graphd had made it a program that
+        # wrote the boxes and never refit the BVH. The refit ran on the GPU
+        # at once while the function was recorded, once a recording, on the
+        # boxes of that moment; the nested vmap, recorded again for its
+        # inner shape, left another tree than the single vmap did, and MJX's
+        # render (Warp's own, it passes the BVH's id) drew other pixels.
+        # Now it is refused where it is recorded and runs as Warp's own
+        # call, refit included, at every call. Failed before: a graphd
+        # replay, the refit run 6 times while lowering.
+        import logging
+        import warp
+        nworld = 8
+        pos = jnp.arange(nworld * 8, dtype=jnp.float32).reshape(nworld, 8)
+        before = len(gw.fallbacks())
+        with NativeStandIns() as native:
+            try:
+                gw.install()
+                f = warp.jax_callable(refit_shim, num_outputs=1, output_dims={"token": (nworld,)},
+                                      vmap_method=None, has_side_effect=True, device=90)
+                self.assertIsInstance(f, gw.JaxCallable)
+                single, nested = jax.vmap(mjx_style_refit(f, nworld)), jax.vmap(jax.vmap(mjx_style_refit(f, nworld)))
+                with self.assertLogs("graphd.warp", logging.INFO) as logs:
+                    texts = [self.lower(single, pos), self.lower(nested, pos.reshape(2, 4, 8))]
+                for text in texts:
+                    self.assertEqual(custom_calls(text), [])
+                    self.assertEqual(text.count(f"custom_call @{f.warp_callable().name}("), 1)
+                self.assertEqual(native.ran, [], "the refit ran while the call was lowered")
+                self.assertEqual(f.programs, {})
+                self.assertEqual([r.reason for r in f.fallbacks.values()], ["native"])
+                self.assertEqual([(r.name, r.reason) for r in gw.fallbacks()[before:]], [(f.__name__, "native")])
+                self.assertEqual(len(logs.records), 1, logs.output)
+                self.assertRegex(logs.output[0], r"refit_shim runs as Warp's own jax_callable \(native\).*"
+                                 r"wp_bvh_refit_device \(Bvh\.refit\)")
+                if not wp.is_cpu_available():
+                    return
+                # On the CPU, Warp's own call: the refit runs once a call, and
+                # the nested vmap gives the single vmap's worlds in order.
+                got = {}
+                for what, g, p in (("single", single, pos), ("nested", nested, pos.reshape(2, 4, 8))):
+                    BOXES_MEMORY[:] = 0.0
+                    native.ran.clear()
+                    token = np.asarray(jax.block_until_ready(jax.jit(g)(p))).reshape(-1)
+                    got[what] = (token, BOXES_MEMORY.copy())
+                    self.assertEqual(native.ran, [("bvh", CUDA_BVH.id)], what)
+            finally:
+                gw.uninstall()
+            # Warp's own jax_callable, nested the same way: bit for bit.
+            w = warp.jax_callable(refit_shim, num_outputs=1, output_dims={"token": (nworld,)}, vmap_method=None,
+                                  has_side_effect=True)
+            self.assertNotIsInstance(w, gw.JaxCallable)
+            BOXES_MEMORY[:] = 0.0
+            token = np.asarray(jax.block_until_ready(jax.jit(jax.vmap(jax.vmap(mjx_style_refit(w, nworld))))(
+                pos.reshape(2, 4, 8)))).reshape(-1)
+            want = (token, BOXES_MEMORY.copy())
+        np.testing.assert_array_equal(want[0], np.arange(nworld))
+        np.testing.assert_array_equal(want[1], np.asarray(pos).reshape(-1) - 0.5)
+        for what in ("single", "nested"):
+            for g, w_ in zip(got[what], want):
+                self.assertTrue(np.array_equal(g, w_), what)
 
     def test_install_from_the_environment(self):
         code = "import graphd, warp, graphd.warp as gw; print(warp.jax_callable.__wrapped__ is gw.jax_callable)"

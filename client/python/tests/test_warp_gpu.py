@@ -38,7 +38,14 @@
     BVH by its id (an address in this process's CUDA context, which
     graphd refuses) runs as Warp's own call: no graphd program, the
     fallback logged once, and its outputs over 10 jitted calls (also
-    under vmap) bit for bit equal to Warp's jax_callable.
+    under vmap) bit for bit equal to Warp's jax_callable;
+(m) MJX's render test in small under install(): a refit (boxes written
+    into arrays made before the calls, then Bvh.refit on the GPU) and a
+    query by the BVH's id, each a jax_callable with vmap_method None
+    under custom_vmap, called in a vmap and in a vmap of vmaps: both run
+    as Warp's own calls (native, param_type) and every hit is Warp's, bit
+    for bit (graphd had made the refit a program that never refit the
+    tree).
 Mode "direct" and "auto" run in (a) too (auto goes direct there: its
 buffers outweigh its one kernel node).
 
@@ -166,6 +173,44 @@ if WARP_ERROR is None:
 
     def with_bvh(x: wp.array(dtype=float), y: wp.array(dtype=float)):
         wp.launch(boxes_near, dim=x.shape[0], inputs=[BVH["bvh"].id, x], outputs=[y])
+
+    # (m): MJX's refit_bvh and render in small. A scene made before the
+    # calls (as MJX's render context): a BVH on the GPU over one box per
+    # world and index, and its bounds arrays.
+    SCENE = {}
+
+    @wp.kernel
+    def scene_boxes(pos: wp.array2d(dtype=float), lowers: wp.array(dtype=wp.vec3),
+                    uppers: wp.array(dtype=wp.vec3), token: wp.array(dtype=int)):
+        w, j = wp.tid()
+        c = wp.vec3(pos[w, j], 10.0 * float(w), 0.0)
+        k = w * pos.shape[1] + j
+        lowers[k] = c - wp.vec3(0.25)
+        uppers[k] = c + wp.vec3(0.25)
+        if j == 0:
+            token[w] = w
+
+    def refit_scene(pos: wp.array2d(dtype=float), token: wp.array(dtype=int)):
+        token.zero_()
+        wp.launch(scene_boxes, dim=pos.shape, inputs=[pos, SCENE["lowers"], SCENE["uppers"], token])
+        SCENE["bvh"].refit()
+
+    @wp.kernel
+    def scene_hits(bvh: wp.uint64, x: wp.array2d(dtype=float), token: wp.array(dtype=int),
+                   y: wp.array2d(dtype=float)):
+        """y[w, i]: the sum of 1 + index over the boxes within 0.5 of
+        (x[w, i], 10 w, 0) (world w's boxes only, by their height)."""
+        w, i = wp.tid()
+        p = wp.vec3(x[w, i], 10.0 * float(w), 0.0)
+        query = wp.bvh_query_aabb(bvh, p - wp.vec3(0.5), p + wp.vec3(0.5))
+        hit = int(0)
+        n = int(0)
+        while wp.bvh_query_next(query, hit):
+            n += 1 + hit
+        y[w, i] = float(n + token[w] - w)
+
+    def render_scene(x: wp.array2d(dtype=float), token: wp.array(dtype=int), y: wp.array2d(dtype=float)):
+        wp.launch(scene_hits, dim=x.shape, inputs=[SCENE["bvh"].id, x, token], outputs=[y])
 
     from _warp_tiles import TILE, row_sums
 
@@ -668,6 +713,83 @@ class WarpGpuTest(GpuTestCase):
         self.assertTrue(np.array_equal(got_b, want_b), "vmapped outputs differ from Warp's")
         print("FIGURE a function with a BVH id under install(): Warp's own call, bit for bit equal to Warp's "
               f"jax_callable over {len(xs)} calls and a vmap of {batch.shape[0]}")
+
+    # --- (m) ---------------------------------------------------------------------
+
+    def test_m_install_refit_and_query_under_nested_vmap(self):
+        jax, jnp, gw = self.jax, self.jnp, self.gw
+        nworld, nbox, nq = 16, 32, 256
+        rng = np.random.default_rng(11)
+        pos = jnp.asarray(rng.uniform(-4.0, 4.0, size=(nworld, nbox)).astype(np.float32))
+        x = jnp.asarray(rng.uniform(-4.0, 4.0, size=(nworld, nq)).astype(np.float32))
+        far = np.full((nworld * nbox, 3), 1000.0, dtype=np.float32)
+        SCENE["lowers"] = wp.array(far, dtype=wp.vec3, device="cuda:0")
+        SCENE["uppers"] = wp.array(far + 1.0, dtype=wp.vec3, device="cuda:0")
+        SCENE["bvh"] = wp.Bvh(SCENE["lowers"], SCENE["uppers"])
+
+        def reset():
+            """The boxes and the tree far away, as built."""
+            SCENE["lowers"].assign(far)
+            SCENE["uppers"].assign(far + 1.0)
+            SCENE["bvh"].refit()
+            wp.synchronize()
+
+        def mjx_style(f, nout_dims):
+            """f as MJX calls its FFI functions: vmap_method None under
+            custom_vmap, whose rule folds a nested vmap's batch dimensions
+            into the first and calls f once on all worlds."""
+            @jax.custom_batching.custom_vmap
+            def call(*args):
+                args = [a.reshape((1,) * (n - a.ndim) + a.shape) for a, n in zip(args, (2, 1))]
+                return f(*args, output_dims=nout_dims(args[0].shape[0]))[0]
+
+            @call.def_vmap
+            def rule(axis_size, in_batched, *args):
+                out = call(*[a.reshape(-1, *a.shape[2:]) if a.ndim == n + 1 else a
+                             for a, n in zip(args, (2, 1))])
+                return (out if out.shape[0] == axis_size else out.reshape(axis_size, -1, *out.shape[1:])), True
+            return call
+
+        def run(make):
+            """MJX's render test: a vmap (refit, then query), then the same
+            in a vmap of vmaps (2 x 8 worlds), without a reset between."""
+            refit = mjx_style(make(refit_scene), lambda n: {"token": (n,)})
+            query = mjx_style(make(render_scene), lambda n: {"y": (n, nq)})
+
+            def inner(p, xs):
+                token = jax.vmap(refit)(p)
+                return jax.vmap(query)(xs, token)
+            reset()
+            single = np.asarray(inner(pos, x))
+            nested = np.asarray(jax.vmap(inner)(pos.reshape(2, 8, nbox), x.reshape(2, 8, nq))).reshape(nworld, nq)
+            return single, nested
+
+        def warp_own(fn):
+            return self.warp_jax_callable(fn, num_outputs=1, vmap_method=None, has_side_effect=True)
+
+        want_single, want_nested = run(warp_own)
+        self.assertTrue(np.array_equal(want_single, want_nested), "Warp's own nested vmap differs from its vmap")
+        self.assertGreater(np.count_nonzero(want_single), nworld, "no box was hit (the refit did nothing?)")
+        made = {}
+        try:
+            gw.install()
+
+            def graphd_own(fn):
+                made[fn.__name__] = wp.jax_callable(fn, num_outputs=1, vmap_method=None, has_side_effect=True)
+                self.assertIsInstance(made[fn.__name__], gw.JaxCallable)
+                return made[fn.__name__]
+            got_single, got_nested = run(graphd_own)
+        finally:
+            gw.uninstall()
+        # The refit runs Bvh.refit on the GPU (native), the query passes
+        # the BVH's id (param_type): both Warp's own, no graphd program.
+        self.assertEqual({n: sorted({r.reason for r in f.fallbacks.values()}) for n, f in made.items()},
+                         {"refit_scene": ["native"], "render_scene": ["param_type"]})
+        self.assertEqual({n: f.programs for n, f in made.items()}, {"refit_scene": {}, "render_scene": {}})
+        self.assertTrue(np.array_equal(got_single, want_single), "vmap: the hits differ from Warp's")
+        self.assertTrue(np.array_equal(got_nested, want_nested), "nested vmap: the hits differ from Warp's")
+        print(f"FIGURE MJX's refit and query under install(), a vmap of {nworld} and a vmap of vmaps (2 x 8): "
+              "Warp's own calls, bit for bit equal to Warp's jax_callable")
 
 
 if __name__ == "__main__":

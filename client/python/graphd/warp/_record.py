@@ -21,7 +21,11 @@ nothing here writes them). While it runs:
   refused: other native host functions (scans, sorts, mesh builds,
   non-contiguous copies and fills), reading values (array.numpy(),
   .list(), numpy conversion), synchronisation, graph capture inside the
-  function and capture_pause/resume (host code between graph parts).
+  function and capture_pause/resume (host code between graph parts);
+- Warp's native functions that work on a CUDA device at once (the refit
+  of a BVH or mesh made before the calls, sorts, scans) are refused too:
+  they would run once, while recording, and never when the program
+  replays.
 
 Everything is put back when the function returns or raises. Recording
 holds a process-wide lock: two recordings never overlap, and other threads
@@ -250,6 +254,28 @@ _NATIVE_TEXT = {
     "wp_array_fill_host": "fill_ on a non-contiguous array (graphd memsets contiguous byte ranges)",
     "wp_cpu_launch_kernel": "a kernel run on the CPU",
 }
+# Warp's methods behind the native functions that work on a CUDA device at
+# once (on a BVH, mesh, volume or hash grid made outside the function: one
+# made inside is on the recording's CPU device), for the refusal's text.
+_DEVICE_METHOD = {
+    "wp_bvh_refit_device": "Bvh.refit",
+    "wp_bvh_rebuild_device": "Bvh.rebuild",
+    "wp_mesh_refit_device": "Mesh.refit",
+    "wp_mesh_set_points_device": "setting Mesh.points",
+    "wp_mesh_set_velocities_device": "setting Mesh.velocities",
+    "wp_hash_grid_update_device": "HashGrid.build",
+    "wp_hash_grid_reserve_device": "HashGrid.reserve",
+}
+
+
+def _native_device_work(name):
+    """Whether Warp's native function `name` does work on a CUDA device at
+    once (a refit, sort, scan, build...): recorded, it would run then, once,
+    and never when the program replays. Memory management, the destruction
+    of objects made before (the garbage collector may run them while
+    recording) and the wp_cuda_* driver functions are not such work."""
+    return ("_device" in name and not name.startswith(("wp_cuda_", "wp_alloc_device", "wp_free_device"))
+            and not name.endswith("_destroy_device") and name not in _DEVICE_WORK)
 
 
 class Recorder:
@@ -329,6 +355,12 @@ class Recorder:
                 text = _NATIVE_TEXT.get(name, f"Warp's native {name}, which does work on the host that "
                                               "graphd cannot record")
                 self._patch(core, name, _refuser("native", f"the function calls {text}"))
+            elif _native_device_work(name):
+                what = f" ({_DEVICE_METHOD[name]})" if name in _DEVICE_METHOD else ""
+                self._patch(core, name, _refuser(
+                    "native", f"the function calls Warp's native {name}{what}, which works on the GPU at once, "
+                    "outside any graph: graphd would run it once, while recording the function, and never when "
+                    "the program replays"))
 
         # The function's own code sees the CUDA device the call is for as
         # the current device (libraries key state by its ordinal); Warp's

@@ -33,7 +33,7 @@ REASONS = {
                    "does nothing, Warp's own function through a reference taken before recording)",
     "nested_capture": "graph capture inside the function",
     "value_dependent": "a launch sequence that depends on something other than shapes",
-    "native": "native host work graphd cannot record",
+    "native": "Warp's native work graphd cannot record (on the host, or on a CUDA device at once)",
     "unrecorded_launch": "a launch that bypassed the recorder",
     "launch_command": "changing a recorded Launch object",
     "unknown_pointer": "memory that is neither an argument nor allocated inside the function",
