@@ -36,17 +36,8 @@ except Exception as e:  # noqa: BLE001: any failure to import Warp
     WARP_ERROR = e
 
 if WARP_ERROR is None:
-    @wp.kernel
-    def scale_sum_square(a: wp.array(dtype=float), b: wp.array(dtype=float), s: float, c: wp.array(dtype=float)):
-        tid = wp.tid()
-        c[tid] = (a[tid] * s + b[tid]) ** 2.0
-
-    @wp.kernel
-    def two_outputs(a: wp.array(dtype=float), b: wp.array(dtype=float), s: float, c: wp.array(dtype=float),
-                    d: wp.array(dtype=float)):
-        tid = wp.tid()
-        c[tid] = a[tid] ** 2.0
-        d[tid] = a[tid] * b[tid] * s
+    from _warp_grad_kernels import (extra_axis, outer_2d, scale_mat, scale_sum_square, scale_vec,
+                                    times_block, two_outputs)
 
     @wp.kernel
     def inc_2d(x: wp.array2d(dtype=float), y: wp.array2d(dtype=float)):
@@ -54,36 +45,9 @@ if WARP_ERROR is None:
         y[i, j] = x[i, j] + 1.0
 
     @wp.kernel
-    def scale_vec(a: wp.array(dtype=wp.vec2), s: float, out: wp.array(dtype=wp.vec2)):
-        tid = wp.tid()
-        out[tid] = a[tid] * s
-
-    @wp.kernel
-    def scale_mat(a: wp.array(dtype=wp.mat22), s: float, out: wp.array(dtype=wp.mat22)):
-        tid = wp.tid()
-        out[tid] = a[tid] * s
-
-    @wp.kernel
     def triple(a: wp.array(dtype=float), b: wp.array(dtype=float)):
         tid = wp.tid()
         b[tid] = 3.0 * a[tid]
-
-    @wp.kernel(module="unique")
-    def times_block(a: wp.array(dtype=float), b: wp.array(dtype=float)):
-        tid = wp.tid()
-        b[tid] = a[tid] * float(wp.block_dim())
-
-    @wp.kernel
-    def extra_axis(a: wp.array4d(dtype=float), b: wp.array4d(dtype=float)):
-        i, j, k = wp.tid()
-        for m in range(a.shape[0]):
-            b[m, i, j, k] = a[m, i, j, k] * 2.0
-
-    @wp.kernel
-    def outer_2d(a: wp.array3d(dtype=float), b: wp.array3d(dtype=float)):
-        i, j = wp.tid()
-        for m in range(a.shape[0]):
-            b[m, i, j] = a[m, i, j] * 2.0
 
 
 def _check_environment():
