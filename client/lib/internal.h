@@ -70,6 +70,7 @@ typedef struct gd_flag_page {
    * the watcher's lock. */
   gd_seq_range lost[GD_CLIENT_FLAG_SLOTS][GD_LOST_RANGES];
   uint8_t lost_next[GD_CLIENT_FLAG_SLOTS];
+  _Atomic bool any_lost; /* set with the first range: until then a wait takes no lock */
 } gd_flag_page;
 
 /* Word `word` (GRAPHD_FLAG_WORD_*) of flag slot `slot`: its address on the

@@ -81,6 +81,7 @@ static void release_all(graphd_client *c) {
       if (issued > done) {
         f->lost[i][f->lost_next[i]] = (gd_seq_range){.lo = done, .hi = issued};
         f->lost_next[i] = (uint8_t)((f->lost_next[i] + 1) % GD_LOST_RANGES);
+        atomic_store(&f->any_lost, true);
       }
     }
     f->snapped = true;
@@ -246,7 +247,7 @@ bool gd_flags_cut_off(graphd_client *c, uint32_t *slot, uint64_t *done, uint64_t
 bool gd_flags_lost(graphd_client *c, uint32_t slot, uint64_t seq, uint64_t *done) {
   gd_flag_page *f = c->flags;
   bool lost = false;
-  if (!f || slot >= GD_CLIENT_FLAG_SLOTS) return false;
+  if (!f || slot >= GD_CLIENT_FLAG_SLOTS || !atomic_load(&f->any_lost)) return false;
   pthread_mutex_lock(&watch_lock);
   for (int i = 0; i < GD_LOST_RANGES && !lost; i++) {
     gd_seq_range r = f->lost[slot][i];
