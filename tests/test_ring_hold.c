@@ -104,14 +104,9 @@ static void warm_up(client *k) {
   }
 }
 
-/* The victim: sync and async replays of every pair, each answered. */
-static void victim_is_served(client *v) {
-  for (int i = 0; i < PAIRS; i++) {
-    memset(v->y[i], 0, v->n * 4);
-    graphd_status st = replay(v, v->s, i, true, NULL);
-    ck_assert_msg(st == GRAPHD_OK, "victim's sync replay: %s", graphd_last_error(v->c));
-    check_pair(v, i);
-  }
+/* The victim's async replays of every pair, through its ring only (no
+ * job), each answered. */
+static void victim_async_served(client *v) {
   uint64_t seq = 0;
   for (int i = 0; i < PAIRS; i++) {
     memset(v->y[i], 0, v->n * 4);
@@ -120,6 +115,17 @@ static void victim_is_served(client *v) {
   graphd_status st = graphd_stream_wait(v->s, seq, VICTIM_TIMEOUT_MS);
   ck_assert_msg(st == GRAPHD_OK, "victim's async replays: %s", graphd_last_error(v->c));
   for (int i = 0; i < PAIRS; i++) check_pair(v, i);
+}
+
+/* The victim: sync and async replays of every pair, each answered. */
+static void victim_is_served(client *v) {
+  for (int i = 0; i < PAIRS; i++) {
+    memset(v->y[i], 0, v->n * 4);
+    graphd_status st = replay(v, v->s, i, true, NULL);
+    ck_assert_msg(st == GRAPHD_OK, "victim's sync replay: %s", graphd_last_error(v->c));
+    check_pair(v, i);
+  }
+  victim_async_served(v);
 }
 
 /* A hand on k's ring, as a client that writes it itself: the ring and the
@@ -382,16 +388,15 @@ START_TEST(test_ring_hold_ready_flag_that_never_rises_is_cut_off) {
   warm_up(&v);
   atomic_store(&sh->step, 2);
   wait_step(3);
-  /* The victim's entries only (its ring and regions are made): no job. */
-  uint64_t seq = 0;
-  for (int i = 0; i < PAIRS; i++) {
-    memset(v.y[i], 0, v.n * 4);
-    ck_assert_int_eq(replay(&v, v.s, i, false, &seq), GRAPHD_OK);
+  /* The victim's entries only (its ring and regions are made): no job.
+   * A worker slow to wake may run a batch before it takes the hostile's
+   * entry, which then waits with nobody behind it (no cut-off): the next
+   * batch waits behind it, and is answered once the ready timeout cut
+   * the hostile off. */
+  for (int round = 0; round < 3 && !td_log_contains(&d, "is hung"); round++) {
+    victim_async_served(&v);
+    for (int i = 0; i < 3000 && !td_log_contains(&d, "is hung"); i++) usleep(1000);
   }
-  graphd_status st = graphd_stream_wait(v.s, seq, VICTIM_TIMEOUT_MS);
-  ck_assert_msg(st == GRAPHD_OK, "victim's async replays: %s", graphd_last_error(v.c));
-  for (int i = 0; i < PAIRS; i++) check_pair(&v, i);
-  for (int i = 0; i < 5000 && !td_log_contains(&d, "is hung"); i++) usleep(1000);
   ck_assert_msg(td_log_contains(&d, "is hung"), "the hung session was not cut off");
   victim_is_served(&v);
   finish(pid);
