@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../common/file.h"
+#include "common/file.h"
 #include "bench_util.h"
 
 /* Where the flags sit, in 64-bit words: a cache line each. */

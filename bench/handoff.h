@@ -25,7 +25,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../common/cuda_driver.h"
+#include "common/cuda_driver.h"
 
 enum { HANDOFF_ONE_STREAM, HANDOFF_HOST_FLAGS, HANDOFF_DEVICE_FLAGS, HANDOFF_NVARIANTS };
 

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/cuda_driver.h"
+#include "common/cuda_driver.h"
 
 typedef struct inproc {
   const gd_cuda *cu;

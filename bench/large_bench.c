@@ -21,8 +21,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/cuda_driver.h"
-#include "../common/file.h"
+#include "common/cuda_driver.h"
+#include "common/file.h"
 #include "graphd/graphd.h"
 #include "bench_util.h"
 

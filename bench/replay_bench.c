@@ -48,8 +48,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/cuda_driver.h"
-#include "../common/file.h"
+#include "common/cuda_driver.h"
+#include "common/file.h"
 #include "graphd/graphd.h"
 #include "bench_util.h"
 #include "handoff.h"

@@ -29,8 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/cuda_driver.h"
-#include "../common/file.h"
+#include "common/cuda_driver.h"
+#include "common/file.h"
 #include "graphd/graphd.h"
 
 #ifndef GRAPHD_BENCH_KERNEL_DIR

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "../proto/hex.h"
+#include "graphd/hex.h"
 
 void gd_uuid_format(const uint8_t u[16], const char *prefix, char out[GD_UUID_STR_MAX]) {
   char h[33];

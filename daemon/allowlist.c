@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hex.h"
+#include "graphd/hex.h"
 
 static int cmp_id(const void *a, const void *b) { return memcmp(a, b, 32); }
 

@@ -10,7 +10,7 @@
 #include "daemon.h"
 #include "dsession.h"
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 #include "ring.h"
 
 /* --- RegisterFlags --------------------------------------------------------- */

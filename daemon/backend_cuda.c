@@ -14,12 +14,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../common/cuda_driver.h"
-#include "../common/uuid.h"
-#include "../proto/program.h"
+#include "common/cuda_driver.h"
+#include "common/uuid.h"
+#include "graphd/encoding.h"
 #include "backend.h"
 #include "check.h"
-#include "../common/memfd.h"
+#include "common/memfd.h"
 #include "graphd/status.h"
 
 /* A legacy IPC allocation open in a device's context. The driver opens a

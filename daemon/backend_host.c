@@ -18,11 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/uuid.h"
+#include "common/uuid.h"
 #include "backend.h"
-#include "../proto/program.h"
+#include "graphd/encoding.h"
 #include "graphd/host_kernel.h"
-#include "../common/memfd.h"
+#include "common/memfd.h"
 #include "graphd/status.h"
 #include <openssl/sha.h>
 

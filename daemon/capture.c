@@ -9,7 +9,7 @@
 #include "clock.h"
 #include "graphd/status.h"
 #include "holwatch.h"
-#include "log.h"
+#include "common/log.h"
 #include "modcache.h"
 
 #define STAGING_ALIGN 256u

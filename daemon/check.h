@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 
 #define SYS_CHECK_GOTO(call, status, label)                                                        \
   do {                                                                                             \

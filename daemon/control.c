@@ -9,8 +9,8 @@
 #include "dsession.h"
 #include "evict.h"
 #include "graphd/status.h"
-#include "hex.h"
-#include "log.h"
+#include "graphd/hex.h"
+#include "common/log.h"
 #include "version.h"
 
 static const char *state_name(int st) {

@@ -8,7 +8,7 @@
 #include <uthash.h>
 
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 
 typedef struct gd_live_import {
   uint64_t serial;

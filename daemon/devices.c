@@ -5,7 +5,7 @@
 
 #include "dsession.h"
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 #include "ring.h"
 #include "upkeep.h"
 

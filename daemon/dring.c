@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../common/memfd.h"
+#include "common/memfd.h"
 #include "graphd/status.h"
 
 int dring_region_add(gd_dregion **view, uint32_t id, const gd_region_map *m) {

@@ -11,7 +11,7 @@
 #include "capture.h"
 #include "graphd/status.h"
 #include "holwatch.h"
-#include "log.h"
+#include "common/log.h"
 #include "ring.h"
 
 /* --- mappings of client memory ---------------------------------------------

@@ -7,7 +7,7 @@
 
 #include "clock.h"
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 
 #define OPS (d->be->ops)
 #define BE d->be, d->dev

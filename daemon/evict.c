@@ -7,7 +7,7 @@
 
 #include "clock.h"
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 
 int evict_make_room(gd_device *d, const gd_capture *nc, uint32_t *n, uint64_t *bytes_freed,
                     char *err, size_t errlen) {

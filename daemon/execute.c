@@ -9,7 +9,7 @@
 #include "evict.h"
 #include "graphd/status.h"
 #include "holwatch.h"
-#include "log.h"
+#include "common/log.h"
 #include "modcache.h"
 
 typedef struct give_up_ctx {

@@ -7,14 +7,14 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "../common/uuid.h"
+#include "common/uuid.h"
 #include "control.h"
 #include "daemon.h"
 #include "dsession.h"
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 #include "version.h"
-#include "wire.h"
+#include "graphd/wire.h"
 
 /* The admin rule (docs/design.md, "Privilege"): root, the daemon's own
  * uid, or a member of the admin group (primary or supplementary, from

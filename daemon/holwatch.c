@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "clock.h"
-#include "log.h"
+#include "common/log.h"
 
 typedef struct gd_watch {
   gd_dstream *ds;

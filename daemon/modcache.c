@@ -8,7 +8,7 @@
 
 #include "clock.h"
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 
 _Static_assert(GD_FUNC_MAX_PARAMS >= GD_MAX_PARAMS, "a function can describe every parameter");
 

@@ -9,7 +9,7 @@
 
 #include "check.h"
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 
 /* STATUS= is refreshed at least this often, even without a watchdog. */
 #define STATUS_PERIOD_MS 5000u

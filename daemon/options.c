@@ -11,10 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/paths.h"
-#include "frame.h"
+#include "common/listen.h"
+#include "common/paths.h"
+#include "graphd/frame.h"
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 
 void options_defaults(gd_options *o) {
   memset(o, 0, sizeof *o);
@@ -250,7 +251,7 @@ int options_set(gd_options *o, const char *key, const char *v, char *err, size_t
   } else if (strcmp(key, "metrics-listen") == 0) {
     char host[sizeof o->metrics_listen], why[160];
     unsigned port;
-    if (*v && options_split_listen(v, host, sizeof host, &port, why, sizeof why) < 0)
+    if (*v && gd_split_listen(v, host, sizeof host, &port, why, sizeof why) < 0)
       BAD("metrics-listen: %s", why);
     if (copy_str(o->metrics_listen, sizeof o->metrics_listen, v) < 0)
       BAD("metrics-listen: '%s' is too long", v);
@@ -310,44 +311,6 @@ int options_load_file(gd_options *o, const char *path, char *err, size_t errlen)
     snprintf(err, errlen, "%s:%d: syntax error", path, rc);
     return -GRAPHD_INVALID_ARGUMENT;
   }
-  return 0;
-}
-
-int options_split_listen(const char *spec, char *host, size_t hostlen, unsigned *port, char *err,
-                         size_t errlen) {
-  const char *colon = strrchr(spec, ':');
-  const char *h = spec, *hend = colon;
-  long p;
-  if (!colon) {
-    snprintf(err, errlen, "'%s' is not ADDR:PORT (for example 127.0.0.1:9464 or [::1]:9464)", spec);
-    return -1;
-  }
-  if (*spec == '[') {
-    if (colon == spec || colon[-1] != ']') {
-      snprintf(err, errlen, "'%s': an IPv6 address goes in brackets, [ADDR]:PORT", spec);
-      return -1;
-    }
-    h = spec + 1;
-    hend = colon - 1;
-  } else if (memchr(spec, ':', (size_t)(colon - spec))) {
-    snprintf(err, errlen, "'%s': an IPv6 address goes in brackets, [ADDR]:PORT", spec);
-    return -1;
-  }
-  if (hend == h) {
-    snprintf(err, errlen, "'%s' names no address (0.0.0.0 or [::] for every interface)", spec);
-    return -1;
-  }
-  if ((size_t)(hend - h) >= hostlen) {
-    snprintf(err, errlen, "'%s': the address is too long", spec);
-    return -1;
-  }
-  if (parse_int(colon + 1, 1, 65535, &p) < 0) {
-    snprintf(err, errlen, "'%s': the port is not a number from 1 to 65535", spec);
-    return -1;
-  }
-  memcpy(host, h, (size_t)(hend - h));
-  host[hend - h] = '\0';
-  *port = (unsigned)p;
   return 0;
 }
 

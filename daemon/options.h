@@ -62,12 +62,6 @@ int options_load_file(gd_options *o, const char *path, char *err, size_t errlen)
 /* Parses "123", "64K", "4M", "2G" (powers of 1024). Returns 0 or -1. */
 int options_parse_size(const char *s, uint64_t *out);
 
-/* Splits "ADDR:PORT" (ADDR a name, an IPv4 address or a bracketed IPv6
- * one; PORT 1 to 65535) into host (brackets removed) and port. Returns 0,
- * or -1 with err saying what is wrong. */
-int options_split_listen(const char *spec, char *host, size_t hostlen, unsigned *port, char *err,
-                         size_t errlen);
-
 /* Writes the effective settings, one "key = value" per line. */
 void options_print(const gd_options *o, int fd);
 #endif

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "capture.h"
-#include "log.h"
+#include "common/log.h"
 #include "modcache.h"
 
 typedef struct reclaim_batch {

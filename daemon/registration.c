@@ -12,7 +12,7 @@
 #include "allowlist.h"
 #include "daemon.h"
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 #include "modcache.h"
 #include "reclaim.h"
 #include "registry.h"

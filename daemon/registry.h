@@ -32,7 +32,7 @@
 #include <stdint.h>
 #include <uthash.h>
 
-#include "../proto/program.h"
+#include "graphd/encoding.h"
 
 #define GD_MODULE_INLINE_MAX (256u << 10) /* larger modules come as a memfd */
 #define GD_REGISTRY_MAX_MODULES 4096u

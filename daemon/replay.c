@@ -10,7 +10,7 @@
 #include "dsession.h"
 #include "execute.h"
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 #include "ring.h"
 
 /* One replay, resolved on the loop and run on the worker. */

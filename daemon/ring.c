@@ -7,11 +7,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../proto/program.h"
+#include "graphd/encoding.h"
 #include "clock.h"
 #include "execute.h"
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 
 /* Entries taken from one ring before looking at the others and the queue. */
 #define RING_BATCH 32

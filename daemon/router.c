@@ -15,7 +15,7 @@
 #include "registration.h"
 #include "registry.h"
 #include "replay.h"
-#include "wire.h"
+#include "graphd/wire.h"
 
 typedef struct gd_route {
   Graphd__Wire__Request__BodyCase body;

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "graphd/status.h"
-#include "log.h"
+#include "common/log.h"
 #include "check.h"
 #include "router.h"
 #include "dsession.h"

@@ -12,8 +12,8 @@
 
 #include "clock.h"
 #include "graphd/status.h"
-#include "log.h"
-#include "wire.h"
+#include "common/log.h"
+#include "graphd/wire.h"
 
 #define READS_PER_WAKEUP 16
 #define MAX_QUEUED_OUTPUT (64u << 20)

@@ -2,10 +2,14 @@
  * life of a request that goes to a worker. What a data session adds
  * (regions, flags, its stream) hangs off `data` (dsession.c).
  *
- * DESIGN: loop thread only. A session reads its socket itself through a
- * uv_poll_t (libuv streams cannot hand over arbitrary fds), takes one
- * request at a time (the next frame is not decoded while a request is with
- * a worker), and writes replies through a non-blocking queue. It is freed
+ * DESIGN: the loop thread owns a session, with two exceptions: a worker
+ * may pack a reply (session_pack_reply) and send it straight to the
+ * socket (session_send_direct), under send_lock, which guards the
+ * socket's writes, the reply queue and `closing`. A session reads its
+ * socket itself through a uv_poll_t (libuv streams cannot hand over
+ * arbitrary fds), takes one request at a time (the next frame is not
+ * decoded while a request is with a worker), and writes replies through a
+ * non-blocking queue. It is freed
  * only when its poll handle has closed and no job refers to it (`refs`).
  * Decoded requests go to the set's on_request, and a closing session to
  * its on_close, so this file knows no request. */
@@ -19,7 +23,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "frame.h"
+#include "graphd/frame.h"
 #include "graphd.pb-c.h"
 #include "worker.h"
 

@@ -7,7 +7,7 @@
 #include "dstream.h"
 #include "graphd/status.h"
 #include "holwatch.h"
-#include "log.h"
+#include "common/log.h"
 #include "modcache.h"
 
 /* Drops everything the faulted context holds and resets it. */

@@ -15,7 +15,7 @@
 #include "clock.h"
 #include "graphd/status.h"
 #include "crash.h"
-#include "log.h"
+#include "common/log.h"
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

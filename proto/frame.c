@@ -1,5 +1,5 @@
 #define _GNU_SOURCE
-#include "frame.h"
+#include "graphd/frame.h"
 
 #include <errno.h>
 #include <stdlib.h>

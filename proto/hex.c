@@ -1,4 +1,4 @@
-#include "hex.h"
+#include "graphd/hex.h"
 
 #include <limits.h>
 #include <stdio.h>

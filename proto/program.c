@@ -1,5 +1,5 @@
 /* Canonical encodings, ids and the structural validation stage. */
-#include "program.h"
+#include "graphd/encoding.h"
 
 #include <openssl/evp.h>
 #include <stdarg.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "graphd/status.h"
-#include "hex.h"
+#include "graphd/hex.h"
 
 /* --- ids -------------------------------------------------------------- */
 

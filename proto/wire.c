@@ -1,8 +1,8 @@
-#include "wire.h"
+#include "graphd/wire.h"
 
 #include <stdlib.h>
 
-#include "frame.h"
+#include "graphd/frame.h"
 #include "graphd/protocol.h"
 #include "graphd/status.h"
 

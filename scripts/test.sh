@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test suite: checks the C formatting (.clang-format), builds graphd
+# The test suite: checks the C formatting (.clang-format) and that every
+# include points down the tree's layers (scripts/check-layers.py), builds graphd
 # with warnings as errors and runs every
 # ctest (GPU tests skip with 77 where there is no GPU; on a GPU machine set
 # GRAPHD_REQUIRE_GPU=1 to make a skip a failure), builds the Python wheel
@@ -15,6 +16,7 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 jobs=$(nproc)
 scripts/check-format.sh
+scripts/check-layers.py
 
 # jaxlib's XLA FFI header, for the JAX handler and its tests (downloaded
 # once; without it the handler and test_xla are left out, with a message).

@@ -1,7 +1,7 @@
 #include "gpu_common.h"
 
 #include "program3.h"
-#include "../common/file.h"
+#include "common/file.h"
 
 #include <stdio.h>
 #include <sys/mman.h>

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "../common/cuda_driver.h"
+#include "common/cuda_driver.h"
 #include "graphd/graphd.h"
 
 #define GN (64u * 1024u) /* floats per slot */

@@ -20,10 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/memfd.h"
-#include "frame.h"
+#include "common/memfd.h"
+#include "graphd/frame.h"
 #include "graphd/protocol.h"
-#include "wire.h"
+#include "graphd/wire.h"
 
 extern char **environ;
 

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "../client/lib/internal.h"
-#include "../common/memfd.h"
+#include "common/memfd.h"
 #include "harness.h"
 #include "program3.h"
 

@@ -4,9 +4,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../proto/hex.h"
-#include "../common/paths.h"
-#include "../common/uuid.h"
+#include "graphd/hex.h"
+#include "common/paths.h"
+#include "common/uuid.h"
 #include "harness.h"
 
 START_TEST(test_hex_encodes_lower_case_and_decodes_either_case) {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/cuda_driver.h"
+#include "common/cuda_driver.h"
 #include "../daemon/backend.h"
 #include "graphd/protocol.h"
 #include "graphd/status.h"

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "graphd/graphd.h"
-#include "frame.h"
+#include "graphd/frame.h"
 #include "harness.h"
 
 static graphd_client *data_session(const gd_test_daemon *d, const uint8_t uuid[16],

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../common/file.h"
-#include "../common/memfd.h"
+#include "common/file.h"
+#include "common/memfd.h"
 #include "../daemon/backend.h"
 #include "../daemon/capture.h"
 #include "../daemon/device.h"

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "frame.h"
+#include "graphd/frame.h"
 #include "graphd/status.h"
 #include "harness.h"
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/cuda_driver.h"
+#include "common/cuda_driver.h"
 #include "harness.h"
 
 typedef struct truth {

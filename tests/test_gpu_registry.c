@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/cuda_driver.h"
+#include "common/cuda_driver.h"
 #include "harness.h"
 
 static gd_test_daemon d;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../proto/program.h"
+#include "graphd/encoding.h"
 #include "graphd/program.h"
 #include "harness.h"
 

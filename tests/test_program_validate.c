@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../proto/program.h"
+#include "graphd/encoding.h"
 #include "graphd/status.h"
 #include "harness.h"
 

@@ -14,9 +14,9 @@
 
 #include "../daemon/region.h"
 #include "../daemon/replay.h"
-#include "../common/memfd.h"
+#include "common/memfd.h"
 #include "harness.h"
-#include "wire.h"
+#include "graphd/wire.h"
 
 static gd_test_daemon d;
 

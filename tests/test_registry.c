@@ -12,10 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../proto/program.h"
+#include "graphd/encoding.h"
 #include "harness.h"
-#include "frame.h"
-#include "wire.h"
+#include "graphd/frame.h"
+#include "graphd/wire.h"
 
 static gd_test_daemon d;
 static uint8_t *plugin;

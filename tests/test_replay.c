@@ -15,10 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/memfd.h"
+#include "common/memfd.h"
 #include "harness.h"
 #include "program3.h"
-#include "wire.h"
+#include "graphd/wire.h"
 
 #define N 1024u /* floats per slot */
 

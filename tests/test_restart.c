@@ -20,9 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/memfd.h"
+#include "common/memfd.h"
 #include "harness.h"
-#include "wire.h"
+#include "graphd/wire.h"
 
 #define N 1024u /* floats per slot */
 

@@ -10,10 +10,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "frame.h"
+#include "graphd/frame.h"
 #include "graphd/graphd.h"
 #include "harness.h"
-#include "wire.h"
+#include "graphd/wire.h"
 
 static gd_test_daemon d;
 static graphd_client *bystander;

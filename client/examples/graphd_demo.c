@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../common/cuda_driver.h"
-#include "../../common/file.h"
+#include "common/cuda_driver.h"
+#include "common/file.h"
 #include "graphd/graphd.h"
 
 #define N 4096u

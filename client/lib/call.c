@@ -22,11 +22,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "frame.h"
+#include "graphd/frame.h"
 #include "graphd.pb-c.h"
 #include "graphd/graphd.h"
 #include "internal.h"
-#include "wire.h"
+#include "graphd/wire.h"
 
 graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *fmt, ...) {
   va_list ap;

@@ -21,14 +21,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../common/paths.h"
-#include "../../common/uuid.h"
-#include "frame.h"
+#include "common/paths.h"
+#include "common/uuid.h"
+#include "graphd/frame.h"
 #include "graphd.pb-c.h"
 #include "graphd/graphd.h"
 #include "internal.h"
 #include "version.h"
-#include "wire.h"
+#include "graphd/wire.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
 #define DEFAULT_RECONNECT_MS 30000

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "frame.h"
+#include "graphd/frame.h"
 #include "graphd.pb-c.h"
 #include "graphd/graphd.h"
 #include "graphd/protocol.h"

@@ -1,6 +1,6 @@
 /* libgraphd: the program builder, and module ids.
  *
- * The builder fills a gd_program (proto/program.h) and, at finish, hands it
+ * The builder fills a gd_program (graphd/encoding.h) and, at finish, hands it
  * to gd_program_encode(), which runs the same structural validation as the
  * daemon and writes the canonical encoding. Each call also checks what it
  * adds, so that a mistake is reported by the call that made it, in the
@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../proto/hex.h"
-#include "program.h"
+#include "graphd/hex.h"
+#include "graphd/encoding.h"
 
 /* The public enums are the wire values. */
 #define SAME(a, b) ((int)(a) == (int)(b))

@@ -10,9 +10,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../../common/cuda_driver.h"
-#include "../../common/memfd.h"
-#include "../../common/uuid.h"
+#include "common/cuda_driver.h"
+#include "common/memfd.h"
+#include "common/uuid.h"
 #include "internal.h"
 
 static graphd_status send_unregister(graphd_client *c, uint32_t region_id) {

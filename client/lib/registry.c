@@ -10,8 +10,8 @@
 #include <stdbool.h>
 #include <unistd.h>
 
-#include "../../proto/hex.h"
-#include "../../proto/program.h"
+#include "graphd/hex.h"
+#include "graphd/encoding.h"
 #include "internal.h"
 
 #define INLINE_MAX (256u << 10)

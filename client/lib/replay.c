@@ -19,9 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../common/cuda_driver.h"
-#include "../../common/memfd.h"
-#include "../../proto/program.h"
+#include "common/cuda_driver.h"
+#include "common/memfd.h"
+#include "graphd/encoding.h"
 #include "internal.h"
 
 #define CLOSE_WAIT_MS 2000

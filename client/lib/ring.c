@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../common/memfd.h"
+#include "common/memfd.h"
 #include "internal.h"
 
 #define DEFAULT_ENTRIES 256

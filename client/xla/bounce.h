@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../common/cuda_driver.h"
+#include "common/cuda_driver.h"
 #include "graphd/graphd.h"
 
 /* Which way a bound buffer's data goes: an operand's in, a result's out. */

@@ -39,8 +39,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../common/cuda_driver.h"
-#include "../../proto/hex.h"
+#include "common/cuda_driver.h"
+#include "graphd/hex.h"
 #include "bounce.h"
 #include "graphd/graphd.h"
 #include "graphd/xla.h"
@@ -54,7 +54,7 @@ GRAPHD_STATUS_LIST(GRAPHD_XLA_SAME_)
 #define MAX_SESSIONS 64
 #define MAX_STREAMS 16
 /* Operands and results of one call: a program has at most 4096 slots
- * (proto/program.h), each named at most once among the operands and once
+ * (graphd/encoding.h), each named at most once among the operands and once
  * among the results. */
 #define MAX_BUFFERS 8192
 /* Copies of unmappable buffers a device keeps before it frees the least

@@ -7,9 +7,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "frame.h"
+#include "graphd/frame.h"
 #include "graphd.pb-c.h"
-#include "wire.h"
+#include "graphd/wire.h"
 
 #define MAX_FRAME (64u << 10)
 

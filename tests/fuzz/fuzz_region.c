@@ -23,12 +23,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../../common/memfd.h"
+#include "common/memfd.h"
 #include "../../daemon/backend.h"
 #include "../../daemon/region.h"
 #include "../../daemon/replay.h"
 #include "graphd/status.h"
-#include "program.h"
+#include "graphd/encoding.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

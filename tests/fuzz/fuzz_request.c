@@ -57,17 +57,17 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "../../common/file.h"
+#include "common/file.h"
 #include "../../daemon/daemon.h"
 #include "../../daemon/devices.h"
 #include "../../daemon/router.h"
 #include "../../daemon/dsession.h"
-#include "../../daemon/log.h"
-#include "frame.h"
+#include "common/log.h"
+#include "graphd/frame.h"
 #include "graphd.pb-c.h"
 #include "graphd/protocol.h"
-#include "program.h"
-#include "wire.h"
+#include "graphd/encoding.h"
+#include "graphd/wire.h"
 
 #define NCONN 3
 #define NDEV 2

@@ -37,18 +37,18 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "../../common/memfd.h"
+#include "common/memfd.h"
 #include "../../daemon/backend.h"
 #include "../../daemon/capture.h"
 #include "../../daemon/device.h"
 #include "../../daemon/dstream.h"
-#include "../../daemon/log.h"
+#include "common/log.h"
 #include "../../daemon/registry.h"
 #include "../../daemon/ring.h"
 #include "../../daemon/worker.h"
 #include "graphd/protocol.h"
 #include "graphd/status.h"
-#include "program.h"
+#include "graphd/encoding.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -16,7 +16,7 @@
 
 #include "graphd.pb-c.h"
 #include "graphd/protocol.h"
-#include "program.h"
+#include "graphd/encoding.h"
 
 /* --- an input being written ------------------------------------------------- */
 

@@ -30,7 +30,7 @@ PROGRAM_MAGIC = 0x47504447  # "GDPG"
 MODULE_MAGIC = 0x444D4447  # "GDMD"
 ENCODING_VERSION = 1
 
-# Caps, as in proto/program.h.
+# Caps, as in proto/include/graphd/encoding.h.
 MAX_SLOTS = 4096
 MAX_STEPS = 65536
 MAX_PARAM_BYTES = 32764

@@ -33,10 +33,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/prom.h"
+#include "prom.h"
 #include "graphd/graphd.h"
-#include "log.h"
-#include "options.h"
+#include "common/log.h"
+#include "common/listen.h"
 
 #define SCRAPE_TIMEOUT_MS 5000 /* connect and Status, each */
 #define HTTP_CONNECTIONS 64    /* connections at once, in all */
@@ -314,7 +314,7 @@ gd_metrics *metrics_start(const char *listen_spec, const char *socket_path, doub
   char host[128];
   unsigned port;
   char why[160];
-  if (options_split_listen(listen_spec, host, sizeof host, &port, why, sizeof why) < 0) {
+  if (gd_split_listen(listen_spec, host, sizeof host, &port, why, sizeof why) < 0) {
     snprintf(err, errlen, "metrics-listen: %s", why);
     return NULL;
   }

@@ -1,8 +1,8 @@
 /* A daemon status in the Prometheus text exposition format (version
  * 0.0.4), written the same way by `graphctl stats --prometheus` and by the
  * daemon's /metrics endpoint, so that their names cannot drift apart. */
-#ifndef GRAPHD_COMMON_PROM_H
-#define GRAPHD_COMMON_PROM_H
+#ifndef GRAPHD_EXPORTER_PROM_H
+#define GRAPHD_EXPORTER_PROM_H
 
 #include <stdint.h>
 #include <stdio.h>

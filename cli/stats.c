@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../../common/prom.h"
+#include "exporter/prom.h"
 #include "cli.h"
 
 static void add_u64(json_object *o, const char *k, uint64_t v) {

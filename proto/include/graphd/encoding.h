@@ -7,8 +7,8 @@
  * specified in docs/protocol.md ("Canonical encodings").
  *
  * Leaf module: no CUDA, no libuv, no logging. Thread-safe (no globals). */
-#ifndef GRAPHD_PROGRAM_H
-#define GRAPHD_PROGRAM_H
+#ifndef GRAPHD_ENCODING_H
+#define GRAPHD_ENCODING_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -2,8 +2,8 @@
  * daemon's status in the Prometheus text format over HTTP, with the names
  * of `graphctl stats --prometheus`. Started by main once the socket
  * listens, stopped after the loop has ended. */
-#ifndef GRAPHD_METRICS_H
-#define GRAPHD_METRICS_H
+#ifndef GRAPHD_EXPORTER_METRICS_H
+#define GRAPHD_EXPORTER_METRICS_H
 
 #include <stddef.h>
 

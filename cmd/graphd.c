@@ -14,17 +14,17 @@
 #include <unistd.h>
 #include <uv.h>
 
-#include "../common/uuid.h"
-#include "backend.h"
-#include "crash.h"
+#include "common/uuid.h"
+#include "daemon/backend.h"
+#include "daemon/crash.h"
 #include "graphd/status.h"
-#include "log.h"
-#include "metrics.h"
-#include "notify.h"
-#include "options.h"
-#include "devices.h"
-#include "dsession.h"
-#include "server.h"
+#include "common/log.h"
+#include "exporter/metrics.h"
+#include "daemon/notify.h"
+#include "daemon/options.h"
+#include "daemon/devices.h"
+#include "daemon/dsession.h"
+#include "daemon/server.h"
 #include "version.h"
 
 #define DEFAULT_CONFIG "/etc/graphd/graphd.conf"

@@ -5,8 +5,8 @@
  *
  * GD_LOG checks the level before evaluating its arguments. Thread-safe: a
  * line is written with one write(2). */
-#ifndef GRAPHD_LOG_H
-#define GRAPHD_LOG_H
+#ifndef GRAPHD_COMMON_LOG_H
+#define GRAPHD_COMMON_LOG_H
 
 #include <stdarg.h>
 
