@@ -41,19 +41,18 @@ import operator
 import os
 import threading
 
-from .. import program as _program
 from .._lib import Client
 from ..errors import GraphdError
 from ._support import REASONS, SUPPORTED_BELOW, SUPPORTED_MIN, Refused, warp_modules
 from ._core import FuncSpec, Function
 from ._build import check_fixed, compile_module, grid_for
+from ._options import require_cuda, resolve_arch, resolve_mode, resolve_ordinal, use_socket
+from ._replay import callable
 
 __all__ = ["jax_callable", "jax_kernel", "clear_jax_callable_graph_cache", "callable", "install", "uninstall",
            "installed", "fallbacks", "FALLBACKS", "Refused", "REASONS", "SUPPORTED_MIN", "SUPPORTED_BELOW", "resolve_arch", "resolve_mode",
            "resolve_ordinal", "evict_captures", "compile_module", "grid_for"]
 
-# JaxCallableGraphMode values (Warp's): staged_ex is the one graphd maps.
-_GRAPH_MODE_WARP_STAGED_EX = 4
 _VMAP = {None: None, "broadcast_all": "broadcast_all", "sequential": "sequential",
          "sequential_unrolled": "sequential"}
 # Warp's default bound on the graphs one jax_callable keeps.
@@ -63,106 +62,6 @@ _GRAPH_CACHE_MAX_DEFAULT = 32
 FALLBACKS = (None, "warp")
 
 _log = logging.getLogger("graphd.warp")
-
-
-# --- graphd's own options ------------------------------------------------------
-
-
-def resolve_mode(mode, graph_mode=None):
-    """graphd's replay mode: "staged", "staged_ex" or "direct" as given;
-    "auto" (or None) follows Warp's graph_mode: WARP_STAGED_EX gives
-    staged_ex, any other the daemon's auto (staged or direct by the bytes
-    against the kernel nodes to re-point)."""
-    if mode in (None, "auto"):
-        gm = int(graph_mode) if graph_mode is not None else None
-        return "staged_ex" if gm == _GRAPH_MODE_WARP_STAGED_EX else "auto"
-    if mode in _program.MODES:
-        return mode
-    raise GraphdError("INVALID_ARGUMENT", f"mode {mode!r} is not staged, staged_ex, direct or auto")
-
-
-def _parse_arch(v):
-    if isinstance(v, bool):
-        raise GraphdError("INVALID_ARGUMENT", f"device {v!r} is not an architecture")
-    if isinstance(v, int):
-        return v
-    s = str(v).strip().lower()
-    if s == "cpu" or s.startswith("cpu"):
-        raise Refused("cpu_device", "graphd replays on CUDA devices only; the CPU device is refused (use Warp's "
-                      "own jax_callable for CPU)", code="INVALID_ARGUMENT")
-    s = s.removeprefix("sm_").removeprefix("sm").removeprefix("compute_")
-    if "." in s:
-        major, minor = s.split(".", 1)
-        if major.isdigit() and minor.isdigit():
-            return int(major) * 10 + int(minor)
-    if s.isdigit():
-        return int(s)
-    raise GraphdError("INVALID_ARGUMENT", f"device {v!r} is not an architecture (90, 'sm_90', '9.0'), a JAX "
-                      "device or a Warp device")
-
-
-def resolve_arch(device=None):
-    """The SM architecture to compile for, as an int (90 for sm_90).
-
-    device: None (then $GRAPHD_WARP_ARCH, else the first GPU JAX sees), an
-    int or string architecture, a JAX device (its compute_capability) or a
-    Warp device (its arch). A CPU device is refused."""
-    if device is None:
-        env = os.environ.get("GRAPHD_WARP_ARCH")
-        if env:
-            return _parse_arch(env)
-        try:
-            import jax
-            gpus = [d for d in jax.devices() if d.platform in ("gpu", "cuda")]
-        except Exception:
-            gpus = []
-        if not gpus:
-            raise Refused("cpu_device", "no CUDA device is visible to JAX, and graphd replays on CUDA devices only; "
-                          "pass device= (for example device='sm_90') to build for a GPU elsewhere",
-                          code="FAILED_PRECONDITION")
-        device = gpus[0]
-    if hasattr(device, "is_cpu") and hasattr(device, "arch"):  # a Warp device
-        if device.is_cpu:
-            return _parse_arch("cpu")
-        return int(device.arch)
-    if hasattr(device, "platform"):  # a JAX device
-        if device.platform == "cpu":
-            return _parse_arch("cpu")
-        return _parse_arch(getattr(device, "compute_capability", None))
-    return _parse_arch(device)
-
-
-def resolve_ordinal(device=None):
-    """The CUDA ordinal of the device a call is for, which the recorded
-    function sees as Warp's current device: that of a Warp or JAX GPU
-    device given, else of JAX's default device when it is a GPU, else of
-    the first GPU JAX sees, else 0."""
-    if hasattr(device, "is_cuda") and hasattr(device, "ordinal"):  # a Warp device
-        return int(device.ordinal) if device.is_cuda else 0
-    if hasattr(device, "platform") and device.platform in ("gpu", "cuda"):
-        return int(getattr(device, "local_hardware_id", None) or 0)
-    try:
-        import jax
-        default = jax.config.jax_default_device
-        if hasattr(default, "platform") and default.platform in ("gpu", "cuda"):
-            return int(getattr(default, "local_hardware_id", None) or 0)
-        gpus = [d for d in jax.devices() if d.platform in ("gpu", "cuda")]
-    except Exception:
-        gpus = []
-    return int(getattr(gpus[0], "local_hardware_id", None) or 0) if gpus else 0
-
-
-def _use_socket(socket):
-    """The JAX handler connects to $GRAPHD_SOCKET (or the default): a
-    socket given here is put there, once per process."""
-    if socket is None:
-        return
-    socket = os.fspath(socket)
-    cur = os.environ.get("GRAPHD_SOCKET")
-    if cur and cur != socket:
-        raise GraphdError("INVALID_ARGUMENT", f"socket {socket!r}: this process already uses GRAPHD_SOCKET={cur!r}; "
-                          "the JAX handler has one daemon per process")
-    os.environ["GRAPHD_SOCKET"] = socket
 
 
 # --- the JAX callables ------------------------------------------------------------
@@ -224,7 +123,7 @@ class JaxCallable:
         self.captures = _Captures(self)
         self._graph_cache_max = graph_cache_max
         self.__name__ = self.spec.name
-        _use_socket(socket)
+        use_socket(socket)
 
     @property
     def graph_cache_max(self):
@@ -465,15 +364,6 @@ def fallbacks():
     fell back: what is not on graphd."""
     with _fallbacks_lock:
         return list(_fallbacks)
-
-
-def require_cuda():
-    """Refuses a CUDA call where Warp says its build has no CUDA support
-    (Warp's own message): such a Warp cannot build CUDA modules, and Warp's
-    own callables refuse the call the same way."""
-    _, ctx, _ = warp_modules()
-    if not getattr(ctx.runtime, "is_cuda_enabled", True):
-        raise GraphdError("FAILED_PRECONDITION", "This Warp build does not include CUDA support")
 
 
 class _CudaLowering:
@@ -892,5 +782,3 @@ def installed():
         return False
     return getattr(warp, "jax_callable", None) in (jax_callable, _installed_callable)
 
-
-from ._replay import callable  # noqa: E402

@@ -11,7 +11,7 @@ import threading
 from .. import program as _program
 from ..errors import GraphdError
 from ..program import Program, module_id
-from ._record import count_steps
+from ._steps import count_steps
 from ._support import Refused, warp_modules
 
 _compiled = {}

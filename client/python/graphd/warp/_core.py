@@ -4,7 +4,8 @@ static values: recorded twice (the two runs must agree), then assembled."""
 import threading
 
 from ._build import assemble
-from ._record import Recorder, Recording, arg_buffer, release_args
+from ._record import Recorder, arg_buffer, release_args
+from ._steps import Recording
 from ._support import Refused, warp_modules
 
 

@@ -22,7 +22,7 @@ import inspect
 import operator
 import threading
 
-from ._record import resolve_block_dim
+from ._steps import resolve_block_dim
 from ._support import Refused, warp_modules
 
 _MISSING = object()

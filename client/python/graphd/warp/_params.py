@@ -10,7 +10,7 @@ nested in structs and fixed arrays as deep as they go."""
 
 import ctypes
 
-from ._record import LaunchRec, Param, resolve_block_dim
+from ._steps import LaunchRec, Param, resolve_block_dim
 from ._support import Refused, warp_modules
 
 _offsets_cache = {}

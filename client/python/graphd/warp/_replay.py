@@ -5,9 +5,11 @@ of that device."""
 
 import threading
 
+from .._lib import Client
 from ..errors import GraphdError
 from ._build import check_fixed
 from ._core import FuncSpec, Function
+from ._options import require_cuda, resolve_arch, resolve_mode, resolve_ordinal
 from ._support import Refused, warp_modules
 
 
@@ -18,7 +20,6 @@ class WarpCallable:
     (inout). Scalars are static: each value is its own program."""
 
     def __init__(self, func, inputs=(), outputs=(), mode="staged", device=None, socket=None):
-        from . import resolve_mode
         self.func = func
         self.mode = resolve_mode(mode)
         self.device = device
@@ -59,7 +60,6 @@ class WarpCallable:
     def build(self, *args, arch=None):
         """The Built program for these arguments (Warp arrays or anything
         with .shape, and scalars), without replaying."""
-        from . import resolve_arch
         fn = self._function()
         spec = self._spec
         if len(args) != len(spec.args):
@@ -70,12 +70,10 @@ class WarpCallable:
                 shapes[i] = tuple(v.shape)
             else:
                 statics[i] = a.type(v)
-        from . import resolve_ordinal
         target = arch if arch is not None else self.device
         return fn.build(shapes, statics, resolve_arch(target), self.mode, ordinal=resolve_ordinal(target))
 
     def __call__(self, *args):
-        from . import require_cuda
         wp, _, _ = warp_modules()
         require_cuda()
         self._function()
@@ -112,7 +110,6 @@ class WarpCallable:
     def _session(self, device, built):
         """The data session of `device` (one per device), with the program
         and its modules registered, and Warp's current stream attached."""
-        from .._lib import Client
         wp, _, _ = warp_modules()
         with self._lock:
             s = self._sessions.get(device.alias)
