@@ -29,7 +29,7 @@ def build(x, *, mode):
                            modules=[("cubin", cubin)])
 
 
-scale = graphd.jax.callable(build, vmap_method="broadcast_all")
+scale = graphd.jax.program_callable(build, vmap_method="broadcast_all")
 x = jax.random.normal(jax.random.key(0), (1 << 16,), jnp.float32)
 
 # Inside jit: captured once by the daemon, then replayed on XLA's buffers.

@@ -16,7 +16,7 @@
 
 - graphd.warp (imported on demand; needs warp-lang): Warp functions and
   kernels as graphd programs, for JAX (jax_callable, jax_kernel) and for
-  Warp arrays (callable). See docs/warp.md.
+  Warp arrays (array_callable). See docs/warp.md.
 
 See docs/jax.md."""
 

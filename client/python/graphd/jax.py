@@ -1,5 +1,5 @@
-"""graphd from JAX: graphd.jax.callable turns a program builder into a
-function that JAX can call under jit, vmap, scan and the rest.
+"""graphd from JAX: graphd.jax.program_callable turns a program builder
+into a function that JAX can call under jit, vmap, scan and the rest.
 
     import graphd, graphd.jax, jax, numpy as np
     from graphd import Slot, f32, u32
@@ -14,7 +14,7 @@ function that JAX can call under jit, vmap, scan and the rest.
         return graphd.jax.Spec(p, results=[x], operand_slots=[xs],
                                result_slots=[ys], modules=[("cubin", cubin)])
 
-    scale = graphd.jax.callable(build, mode="staged", vmap_method="broadcast_all")
+    scale = graphd.jax.program_callable(build, mode="staged", vmap_method="broadcast_all")
     y = jax.jit(scale)(x)
 
 At trace time, for each new tuple of operand shapes and dtypes, `build` is
@@ -164,8 +164,8 @@ def xla_lib():
 
 def register_target(name="graphd_replay", platform="CUDA"):
     """Registers graphd_xla_replay as the FFI target `name` for `platform`,
-    once per process and (name, platform). callable() does this for CUDA;
-    other platforms are for tests that only lower."""
+    once per process and (name, platform). program_callable() does this
+    for CUDA; other platforms are for tests that only lower."""
     key = (name, platform.upper())
     if key in _targets:
         return
@@ -334,9 +334,10 @@ def on_lowering(values, hook):
     return list(_hook_primitive().bind(*values, hook=hook))
 
 
-def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
-             has_side_effect=False, register=True, sync=False, on_lower=None):
-    """A JAX-callable function that replays a graphd program.
+def program_callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
+                     has_side_effect=False, register=True, sync=False, on_lower=None):
+    """A JAX-callable function that replays a graphd program (the old
+    spelling graphd.jax.callable is the same function).
 
     build(*operands, mode=mode) gets the traced operands as
     jax.ShapeDtypeStruct and returns a Spec: the program for exactly those
@@ -471,5 +472,18 @@ def callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
     return fun
 
 
-__all__ = ["Spec", "callable", "register_target", "xla_lib", "registry_add_module",
+# Old spellings, kept for the code that uses them: looked up on the module
+# (graphd.jax.callable, `from graphd.jax import callable`) without being
+# bound in it, so that callable() here is still the builtin.
+_OLD_NAMES = {"callable": "program_callable"}
+
+
+def __getattr__(name):
+    new = _OLD_NAMES.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return globals()[new]
+
+
+__all__ = ["Spec", "program_callable", "register_target", "xla_lib", "registry_add_module",
            "registry_add_program", "VMAP_METHODS", "LoweringHook", "on_lowering", "last_replays"]

@@ -1,4 +1,4 @@
-"""graphd.jax on CPU: the lowering of graphd.jax.callable (the handler is a
+"""graphd.jax on CPU: the lowering of graphd.jax.program_callable (the handler is a
 CUDA target, so nothing is run here; the GPU suite runs it). Skipped when
 jax cannot be imported, or when libgraphd_xla was not built
 ($GRAPHD_XLA_LIB unset)."""
@@ -75,8 +75,20 @@ class TestJaxLowering(unittest.TestCase):
         spec = self.build(x, mode=mode)
         return spec.program.finish()[1].hex()
 
+    def test_the_old_spelling_callable_is_program_callable_and_shadows_nothing(self):
+        # graphd.jax.callable still works, from the module and by import,
+        # but is no global of graphd.jax: the builtin stays the builtin
+        # there, and `from graphd.jax import *` does not bind it.
+        from graphd.jax import callable as old
+        self.assertIs(old, self.gj.program_callable)
+        self.assertIs(self.gj.callable, self.gj.program_callable)
+        self.assertNotIn("callable", vars(self.gj))
+        self.assertNotIn("callable", self.gj.__all__)
+        with self.assertRaises(AttributeError):
+            self.gj.no_such_name  # noqa: B018
+
     def test_custom_call_has_program_and_slots(self):
-        f = self.gj.callable(self.build)
+        f = self.gj.program_callable(self.build)
         x = jnp.zeros((512,), jnp.float32)
         c = calls(lower(f, x))
         self.assertEqual(len(c), 1)
@@ -91,17 +103,17 @@ class TestJaxLowering(unittest.TestCase):
 
     def test_calls_are_async_unless_sync_is_asked_for(self):
         x = jnp.ones(256, jnp.float32)
-        text = lower(self.gj.callable(self.build), x)
+        text = lower(self.gj.program_callable(self.build), x)
         self.assertEqual(len(calls(text)), 1)
         self.assertNotIn("sync", text)
-        text = lower(self.gj.callable(self.build, sync=True), x)
+        text = lower(self.gj.program_callable(self.build, sync=True), x)
         self.assertEqual(len(calls(text)), 1)
         self.assertRegex(text, r"custom_call @graphd_replay.*sync = true")
         # With nothing replayed in this process, nothing is left to report.
         self.assertIsNone(self.gj.collect())
 
     def test_each_shape_is_its_own_program_and_cached(self):
-        f = self.gj.callable(self.build)
+        f = self.gj.program_callable(self.build)
         a = calls(lower(f, jnp.zeros((512,), jnp.float32)))[0][0]
         b = calls(lower(f, jnp.zeros((1024,), jnp.float32)))[0][0]
         a2 = calls(lower(f, jnp.ones((512,), jnp.float32)))[0][0]
@@ -112,16 +124,16 @@ class TestJaxLowering(unittest.TestCase):
         self.assertEqual(b, self.expected_id((1024,)))
 
     def test_mode_is_per_callable(self):
-        f = self.gj.callable(self.build, mode="staged_ex")
+        f = self.gj.program_callable(self.build, mode="staged_ex")
         pid = calls(lower(f, jnp.zeros((512,), jnp.float32)))[0][0]
         self.assertEqual(pid, self.expected_id((512,), "staged_ex"))
         self.assertNotEqual(pid, self.expected_id((512,), "staged"))
-        g = self.gj.callable(lambda x, mode: self.build(x, mode="staged"), mode="staged_ex")
+        g = self.gj.program_callable(lambda x, mode: self.build(x, mode="staged"), mode="staged_ex")
         with self.assertRaisesRegex(GraphdError, "mode is staged_ex"):
             lower(g, jnp.zeros((512,), jnp.float32))
 
     def test_vmap_broadcast_all_builds_the_batched_program(self):
-        f = self.gj.callable(self.build, vmap_method="broadcast_all")
+        f = self.gj.program_callable(self.build, vmap_method="broadcast_all")
         xs = jnp.zeros((3, 512), jnp.float32)
         c = calls(lower(jax.vmap(f), xs))
         self.assertEqual(len(c), 1)
@@ -133,7 +145,7 @@ class TestJaxLowering(unittest.TestCase):
         self.assertEqual(jax.eval_shape(jax.vmap(f), xs).shape, (3, 512))
 
     def test_vmap_sequential_loops_over_the_unbatched_program(self):
-        f = self.gj.callable(self.build, vmap_method="sequential")
+        f = self.gj.program_callable(self.build, vmap_method="sequential")
         text = lower(jax.vmap(f), jnp.zeros((3, 512), jnp.float32))
         c = calls(text)
         self.assertEqual(len(c), 1)
@@ -141,7 +153,7 @@ class TestJaxLowering(unittest.TestCase):
         self.assertIn("stablehlo.while", text)
 
     def test_vmap_without_a_method_raises(self):
-        f = self.gj.callable(self.build)
+        f = self.gj.program_callable(self.build)
         with self.assertRaises(Exception):
             lower(jax.vmap(f), jnp.zeros((3, 512), jnp.float32))
 
@@ -155,7 +167,7 @@ class TestJaxLowering(unittest.TestCase):
             p.launch(graphd.module_id("cubin", MOD), "inc", grid=1, block=256, args=[Slot(s), u32(x.size)])
             return gj.Spec(p, results=[x], operand_slots=[s], result_slots=[s], modules=[("cubin", MOD)])
 
-        f = gj.callable(build)
+        f = gj.program_callable(build)
         text = lower(f, jnp.zeros((256,), jnp.float32))
         self.assertEqual(calls(text)[0][1], [0, 0])
         self.assertIn("output_operand_aliases", text)
@@ -172,7 +184,7 @@ class TestJaxLowering(unittest.TestCase):
             return gj.Spec(p, results=[x, e], operand_slots=[s, None], result_slots=[s, None],
                            modules=[("cubin", MOD)])
 
-        f = gj.callable(build)
+        f = gj.program_callable(build)
         text = lower(f, jnp.zeros((256,), jnp.float32), jnp.zeros((0,), jnp.float32))
         self.assertEqual(calls(text)[0][1], [0, -1, 0, -1])
         self.assertEqual(gj.Spec(None, results=[], operand_slots=[0, None, 1], result_slots=[]).aliases(), {})
@@ -183,7 +195,7 @@ class TestJaxLowering(unittest.TestCase):
             gj.Spec(None, results=[], operand_slots=[2, 2], result_slots=[])
 
     def test_inside_scan(self):
-        f = self.gj.callable(self.build)
+        f = self.gj.program_callable(self.build)
 
         def loop(x):
             return jax.lax.scan(lambda c, _: (f(c), None), x, None, length=5)[0]
@@ -197,7 +209,7 @@ class TestJaxLowering(unittest.TestCase):
         # must too, or it cannot replace the scan's carry (JAX refuses the
         # scan: the carry's types differ).
         from jax.sharding import NamedSharding, PartitionSpec as P
-        f = self.gj.callable(self.build)
+        f = self.gj.program_callable(self.build)
         ndev = len(jax.local_devices())
         mesh = jax.make_mesh((ndev,), ("d",))
 

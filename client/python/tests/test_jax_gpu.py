@@ -142,7 +142,7 @@ class JaxGpuTest(GpuTestCase):
         mesh = jax.make_mesh((ndev,), ("d",))
         for mode in ("staged", "staged_ex"):
             with self.subTest(mode=mode):
-                f = self.gj.callable(self.build_double, mode=mode)
+                f = self.gj.program_callable(self.build_double, mode=mode)
                 g = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
                 # A size no other test uses, so the counts below are this test's.
                 m = N + 1024
@@ -167,11 +167,11 @@ class JaxGpuTest(GpuTestCase):
         jax, jnp, np = self.jax, self.jnp, self.np
         x = jnp.arange(N, dtype=jnp.float32)
         for method in ("sequential", "broadcast_all"):
-            f = self.gj.callable(self.build_double, vmap_method=method)
+            f = self.gj.program_callable(self.build_double, vmap_method=method)
             xs = jnp.stack([x, x + 1, x + 2])
             ys = jax.jit(jax.vmap(f))(xs)
             np.testing.assert_array_equal(np.asarray(ys), 2 * np.asarray(xs), err_msg=method)
-        f = self.gj.callable(self.build_double)
+        f = self.gj.program_callable(self.build_double)
         ndev = len(jax.local_devices())
         xp = jnp.stack([x + i for i in range(ndev)])
         np.testing.assert_array_equal(np.asarray(jax.pmap(f)(xp)), 2 * np.asarray(xp))
@@ -183,7 +183,7 @@ class JaxGpuTest(GpuTestCase):
         # module memory, which the daemon cannot map; the handler binds a
         # copy of it instead (copied on the stream before each replay).
         jax, jnp, np = self.jax, self.jnp, self.np
-        f = self.gj.callable(self.build_double)
+        f = self.gj.program_callable(self.build_double)
         const = jnp.arange(N + 3, dtype=jnp.float32) * 0.5
         g = jax.jit(lambda k: f(const) + k)
         for k in range(20):
@@ -201,7 +201,7 @@ class JaxGpuTest(GpuTestCase):
 
     def rl_scan(self, sync):
         jax, jnp, np = self.jax, self.jnp, self.np
-        f = self.gj.callable(self.build_double, sync=sync)
+        f = self.gj.program_callable(self.build_double, sync=sync)
 
         def step_graphd(s, _):
             obs = jnp.sin(s) + 1.0           # an XLA temporary as the input
@@ -226,7 +226,7 @@ class JaxGpuTest(GpuTestCase):
         from jax.sharding import PartitionSpec as P
         ndev = len(jax.local_devices())
         mesh = jax.make_mesh((ndev,), ("d",))
-        f = self.gj.callable(self.build_double)
+        f = self.gj.program_callable(self.build_double)
 
         def run(double):
             def step(s, _):
@@ -264,7 +264,7 @@ class JaxGpuTest(GpuTestCase):
             return self.gj.Spec(p, results=[x], operand_slots=[xs, ys], result_slots=[os_],
                                 modules=[k.module])
 
-        f = jax.jit(self.gj.callable(build))
+        f = jax.jit(self.gj.program_callable(build))
         x = jnp.arange(N, dtype=jnp.float32)
         for y0 in (1.0, -3.0):
             y = jnp.full((N,), y0, dtype=jnp.float32)
@@ -272,7 +272,7 @@ class JaxGpuTest(GpuTestCase):
 
     def test_daemon_killed_mid_loop_raises_within_a_second_then_recovers(self):
         jax, jnp, np = self.jax, self.jnp, self.np
-        f = self.gj.callable(self.build_double)
+        f = self.gj.program_callable(self.build_double)
         loop = jax.jit(lambda v: jax.lax.fori_loop(0, 200, lambda i, c: f(c) * 0.5, v))
         x = jnp.arange(N, dtype=jnp.float32)
         np.testing.assert_array_equal(np.asarray(loop(x)), np.asarray(x))

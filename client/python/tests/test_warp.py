@@ -832,7 +832,7 @@ class RefusalTest(unittest.TestCase):
     def test_cpu_device(self):
         self.refused("cpu_device", gw.resolve_arch, "cpu")
         self.refused("cpu_device", gw.resolve_arch, wp.get_device("cpu"))
-        f = gw.callable(scale_fn)
+        f = gw.array_callable(scale_fn)
         x = wp.zeros(16, dtype=float, device="cpu")
         self.refused("cpu_device", f, x, x)
 
@@ -890,7 +890,7 @@ class RefusalTest(unittest.TestCase):
         # sees the CUDA device the call is for, as under Warp, not Warp's CPU
         # device (ordinal -1, where MJX's lookup raised KeyError).
         seen.clear()
-        f = gw.callable(by_device, inputs=["x"], outputs=["y"])
+        f = gw.array_callable(by_device, inputs=["x"], outputs=["y"])
         x = wp.zeros(64, dtype=float, device="cpu")
         b = f.build(x, x, arch=90)
         self.assertEqual(seen, [(0, True, False, "cuda:0", 90)] * 2)  # two recordings
@@ -905,7 +905,7 @@ class RefusalTest(unittest.TestCase):
              "    seen.append(wp.get_device().ordinal)\n    wp.copy(y, x)\n", ns)
         ns["seen"] = seen
         seen.clear()
-        gw.callable(ns["f"], inputs=["x"], outputs=["y"]).build(x, x, arch=90)
+        gw.array_callable(ns["f"], inputs=["x"], outputs=["y"]).build(x, x, arch=90)
         self.assertEqual(seen, [0, 0])
         self.assertEqual(wp.get_device().ordinal, -1)  # Warp's own again
         self.assertTrue(wp.get_device().is_cpu)
@@ -959,13 +959,25 @@ if HAVE_WARP:
 
 @unittest.skipUnless(HAVE_WARP, WHY)
 class WarpCallableTest(unittest.TestCase):
+    def test_the_old_spelling_callable_is_array_callable_and_shadows_nothing(self):
+        # graphd.warp.callable still works, from the module and by import,
+        # but is no global of graphd.warp: the builtin stays the builtin
+        # there, and `from graphd.warp import *` does not bind it.
+        from graphd.warp import callable as old
+        self.assertIs(old, gw.array_callable)
+        self.assertIs(gw.callable, gw.array_callable)
+        self.assertNotIn("callable", vars(gw))
+        self.assertNotIn("callable", gw.__all__)
+        with self.assertRaises(AttributeError):
+            gw.no_such_name  # noqa: B018
+
     def test_arrays_made_outside_are_fixed_slots(self):
         # A Warp array the function closes over (made before the calls) is
         # a slot of its own, read and written, bound at every call to the
         # array's address; a view of it shares that slot; the program keeps
         # the array alive. Refused before: unknown_pointer.
         x = wp.zeros(16, dtype=float, device="cpu")
-        b = gw.callable(with_table, inputs=["x"], outputs=["y"]).build(x, x, arch=90)
+        b = gw.array_callable(with_table, inputs=["x"], outputs=["y"]).build(x, x, arch=90)
         self.assertEqual([(s.role, s.nbytes) for s in b.slots], [("input", 64), ("output", 64), ("fixed", 256)])
         self.assertEqual(b.program._slots[2], (gprog.ROLES["inout"], gprog.SLOT_STAGED, 256))
         ((slot, address, nbytes, arrays),) = [(f.slot, f.address, f.nbytes, f.arrays) for f in b.fixed]
@@ -975,27 +987,27 @@ class WarpCallableTest(unittest.TestCase):
         # 0 and at 8 floats in.
         self.assertEqual([l.params[2][4] for l in b.launches], [[(0, 2, 0)], [(0, 2, 32)]])
         # Each offset is into the one slot, from the table's start.
-        z = gw.callable(with_table_zeroed, inputs=["x"], outputs=["y"]).build(x, x, arch=90)
+        z = gw.array_callable(with_table_zeroed, inputs=["x"], outputs=["y"]).build(x, x, arch=90)
         self.assertEqual([(f.address, f.nbytes) for f in z.fixed], [(TABLE.ptr, 256)])
         self.assertEqual([l.params[2][4] for l in z.launches], [[(0, 2, 32)], [(0, 2, 0)]])
         st = z.program._steps[2]
         self.assertEqual((st.kind, st.slot, st.offset, st.nbytes), (gprog.STEP_MEMSET, 2, 128, 128))
         # A struct's arrays made outside: one slot each (pos, vel).
         out = wp.zeros(16, dtype=wp.vec3, device="cpu")
-        c = gw.callable(with_body).build(out, arch=90)
+        c = gw.array_callable(with_body).build(out, arch=90)
         self.assertEqual([(f.address, f.nbytes) for f in c.fixed], sorted([(BODY.pos.ptr, 192), (BODY.vel.ptr, 192)]))
         self.assertEqual([s.role for s in c.slots], ["inout", "fixed", "fixed"])
 
     def test_build_from_shapes(self):
-        f = gw.callable(scale_fn, inputs=["x"], outputs=["y"])
+        f = gw.array_callable(scale_fn, inputs=["x"], outputs=["y"])
         x = wp.zeros(300, dtype=float, device="cpu")
         b = f.build(x, x, arch=90)
         self.assertEqual([(s.role, s.nbytes) for s in b.slots], [("input", 1200), ("output", 1200)])
         self.assertEqual(b.launches[0].grid, (2, 1, 1))
-        g = gw.callable(scale_fn)
+        g = gw.array_callable(scale_fn)
         self.assertEqual([s.role for s in g.build(x, x, arch=90).slots], ["inout", "inout"])
         with self.assertRaises(ValueError):
-            gw.callable(scale_fn, inputs=["nope"]).build(x, x, arch=90)
+            gw.array_callable(scale_fn, inputs=["nope"]).build(x, x, arch=90)
 
 
 # --- JAX ----------------------------------------------------------------------------
@@ -1312,7 +1324,7 @@ class JaxTest(unittest.TestCase):
     def test_cuda_call_needs_warps_cuda_support(self):
         # A Warp built without CUDA cannot build CUDA modules: a call
         # lowered for a GPU is refused with Warp's own message, and so is
-        # graphd.warp.callable; the CPU call (Warp's own) still lowers.
+        # graphd.warp.array_callable; the CPU call (Warp's own) still lowers.
         from unittest import mock
         f = gw.jax_callable(scale_fn, num_outputs=1, device=90, mode="staged_ex")
         k = gw.jax_kernel(count, device=90, output_dims=1, mode="staged_ex")
@@ -1322,7 +1334,7 @@ class JaxTest(unittest.TestCase):
                 with self.assertRaisesRegex(GraphdError, "does not include CUDA support"):
                     self.lower(lambda v, c=c: c(v)[0], x)
                 jax.jit(lambda v, c=c: c(v)[0]).trace(x).lower(lowering_platforms=("cpu",))
-            w = gw.callable(scale_fn, inputs=["x"], outputs=["y"], device=90)
+            w = gw.array_callable(scale_fn, inputs=["x"], outputs=["y"], device=90)
             a = wp.zeros(9, dtype=float, device="cpu")
             with self.assertRaisesRegex(GraphdError, "does not include CUDA support"):
                 w(a, a)

@@ -12,7 +12,7 @@
 (d) `graphctl evict --all` in the middle of a scan (from a host callback
     at step 500): exactly one re-capture, the replays of the evicted and
     the new capture add up, and the result is the one without eviction;
-(e) graphd.warp.callable outside JAX, on Warp arrays that change every
+(e) graphd.warp.array_callable outside JAX, on Warp arrays that change every
     step (ping-pong), staged and direct, equal to the same launches in
     Warp;
 (f) a second process running the same function shares its capture: one
@@ -483,10 +483,10 @@ class WarpGpuTest(GpuTestCase):
             a, b = b, a
         want = (a[0].numpy(), a[1].numpy())
         for mode in ("staged", "direct"):
-            f = self.gw.callable(particles, inputs=["pos", "vel"], outputs=["pos_out", "vel_out"], mode=mode)
+            f = self.gw.array_callable(particles, inputs=["pos", "vel"], outputs=["pos_out", "vel_out"], mode=mode)
             # Warp allocates from CUDA's stream-ordered pool by default,
             # which cannot be shared with another process: these come from
-            # cuMemAlloc (docs/warp.md, "graphd.warp.callable").
+            # cuMemAlloc (docs/warp.md, "graphd.warp.array_callable").
             with wp.ScopedMempool(wp.get_device(), False):
                 a = [wp.array(p0, dtype=wp.vec3), wp.array(v0, dtype=wp.vec3)]
                 b = [wp.zeros(n, dtype=wp.vec3), wp.zeros(n, dtype=wp.vec3)]
@@ -497,7 +497,7 @@ class WarpGpuTest(GpuTestCase):
                 got = (a[0].numpy(), a[1].numpy())  # Warp's stream: after the replays
             finally:
                 f.close()
-            self.same(got, want, f"graphd.warp.callable {mode}, {steps} steps on ping-ponging Warp arrays vs Warp")
+            self.same(got, want, f"graphd.warp.array_callable {mode}, {steps} steps on ping-ponging Warp arrays vs Warp")
 
     # --- (f) ---------------------------------------------------------------------
 

@@ -30,8 +30,8 @@ first GPU JAX sees) and `socket` (the daemon's socket).
 
 install() (or GRAPHD_WARP_INSTALL=1 at `import graphd`) makes
 warp.jax_callable and warp.jax_kernel these, so libraries that call them
-run through graphd unchanged. callable() replays the same programs on Warp
-arrays without JAX."""
+run through graphd unchanged. array_callable() replays the same programs on
+Warp arrays without JAX."""
 
 import collections
 import functools
@@ -47,9 +47,9 @@ from ._support import REASONS, SUPPORTED_BELOW, SUPPORTED_MIN, Refused, warp_mod
 from ._core import FuncSpec, Function
 from ._build import check_fixed, compile_module, grid_for
 from ._options import require_cuda, resolve_arch, resolve_mode, resolve_ordinal, use_socket
-from ._replay import callable
+from ._replay import array_callable
 
-__all__ = ["jax_callable", "jax_kernel", "clear_jax_callable_graph_cache", "callable", "install", "uninstall",
+__all__ = ["jax_callable", "jax_kernel", "clear_jax_callable_graph_cache", "array_callable", "install", "uninstall",
            "installed", "fallbacks", "FALLBACKS", "Refused", "REASONS", "SUPPORTED_MIN", "SUPPORTED_BELOW", "resolve_arch", "resolve_mode",
            "resolve_ordinal", "evict_captures", "compile_module", "grid_for"]
 
@@ -210,7 +210,7 @@ class JaxCallable:
             fn = self._calls.get(key)
             if fn is None:
                 from .. import jax as gj
-                fn = gj.callable(self._builder(statics, out_dims, launch_dims), mode=self.mode,
+                fn = gj.program_callable(self._builder(statics, out_dims, launch_dims), mode=self.mode,
                                  vmap_method=_VMAP[vmap_method], has_side_effect=self.has_side_effect,
                                  on_lower=_CudaLowering(self))
                 self._calls[key] = fn
@@ -739,7 +739,7 @@ def install():
     return True
 
 
-def clear_jax_callable_graph_cache(callable=None):  # noqa: A002: Warp's keyword
+def clear_jax_callable_graph_cache(callable=None):  # noqa: A002: Warp's keyword (tests/test_names.py)
     """Warp's clear_jax_callable_graph_cache for graphd.warp's callables
     too: drops what `callable` keeps captured (and evicts it, see
     JaxCallable), or with None what every callable keeps, Warp's
@@ -782,3 +782,15 @@ def installed():
         return False
     return getattr(warp, "jax_callable", None) in (jax_callable, _installed_callable)
 
+
+# Old spellings, kept for the code that uses them: looked up on the module
+# (graphd.warp.callable, `from graphd.warp import callable`) without being
+# bound in it, so that callable() here is still the builtin.
+_OLD_NAMES = {"callable": "array_callable"}
+
+
+def __getattr__(name):
+    new = _OLD_NAMES.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return globals()[new]

@@ -1,5 +1,5 @@
-"""The same programs without JAX: graphd.warp.callable(func) is called
-with Warp arrays on a CUDA device (and scalars), like func itself, and
+"""The same programs without JAX: graphd.warp.array_callable(func) is
+called with Warp arrays on a CUDA device (and scalars), like func itself, and
 replays the function's program through libgraphd on Warp's current stream
 of that device."""
 
@@ -14,7 +14,7 @@ from ._support import Refused, warp_modules
 
 
 class WarpCallable:
-    """graphd.warp.callable's result. Every array argument is bound to its
+    """graphd.warp.array_callable's result. Every array argument is bound to its
     slot by pointer: arguments named in `inputs` are only read (input
     slots), those in `outputs` only written (output slots), the others both
     (inout). Scalars are static: each value is its own program."""
@@ -138,13 +138,13 @@ class WarpCallable:
             self._sessions.clear()
 
 
-def callable(func, *, inputs=(), outputs=(), mode="staged", device=None, socket=None):
+def array_callable(func, *, inputs=(), outputs=(), mode="staged", device=None, socket=None):
     """A function of Warp arrays (on one CUDA device) and scalars that
-    replays func's graphd program on Warp's current stream of that device.
-    inputs / outputs name the arrays that are only read / only written
-    (the rest are read and written). mode is "staged", "staged_ex",
-    "direct" or "auto";
-    device overrides the architecture to compile for; socket is the
-    daemon's socket (default: libgraphd's). Returns the replay's info
+    replays func's graphd program on Warp's current stream of that device
+    (graphd.warp.callable is its old spelling). inputs / outputs name the
+    arrays that are only read / only written (the rest are read and
+    written). mode is "staged", "staged_ex", "direct" or "auto"; device
+    overrides the architecture to compile for; socket is the daemon's
+    socket (default: libgraphd's). Each call returns the replay's info
     (captured, capture_ns, server_ns)."""
     return WarpCallable(func, inputs=inputs, outputs=outputs, mode=mode, device=device, socket=socket)
