@@ -33,12 +33,12 @@ k.launch(p, n // 256, 256, [Slot(xs), Slot(ys), f32(2.0), u32(n)])
 
 with graphd.cupy.connect() as c:  # a session on the current GPU
     c.register_module(*k.module)
-    c.replay(p, x, y)
+    c.replay_arrays(p, x, y)
     assert bool((y == want).all())  # bit for bit
 
     # On a stream of its own: the replay follows CuPy's current stream.
     with cupy.cuda.Stream(non_blocking=True):
         y2 = cupy.zeros(n, dtype=cupy.float32)
-        c.replay(p, x, y2)
+        c.replay_arrays(p, x, y2)
         assert bool((y2 == 2 * x).all())
 print("cupy_saxpy: ok")

@@ -27,7 +27,7 @@ p.launch(graphd.module_id("cubin", cubin), "scale", grid=n // 256, block=256,
 
 with graphd.torch.connect() as c:  # a session on the current GPU
     c.register_module("cubin", cubin)
-    info = c.replay(p, x, y)  # captured on the first replay
+    info = c.replay_arrays(p, x, y)  # captured on the first replay
     assert info["captured"]
     assert torch.equal(y, 2 * x)  # queued after the replay on the same stream
 
@@ -36,17 +36,17 @@ with graphd.torch.connect() as c:  # a session on the current GPU
     with torch.cuda.stream(s):
         x2 = torch.randn(n, device="cuda")
         y2 = torch.empty_like(x2)
-        c.replay(p, x2, y2)  # the same capture, on s
+        c.replay_arrays(p, x2, y2)  # the same capture, on s
         assert torch.equal(y2, 2 * x2)
 
     # A view is bound by its own bytes: here the middle third of a buffer.
     buf = torch.zeros(3 * n, device="cuda")
-    c.replay(p, x, buf[n:2 * n])
+    c.replay_arrays(p, x, buf[n:2 * n])
     assert torch.equal(buf[n:2 * n], 2 * x) and not buf[:n].any() and not buf[2 * n:].any()
 
     # A tensor smaller than its slot is refused before anything runs.
     try:
-        c.replay(p, x, buf[:n // 2])
+        c.replay_arrays(p, x, buf[:n // 2])
         raise AssertionError("a half-size output was accepted")
     except graphd.GraphdError as e:
         assert e.code == "INVALID_ARGUMENT", e

@@ -3,12 +3,14 @@
 - graphd.program: a pure-Python program builder that produces the same
   canonical encoding and SHA-256 id as libgraphd's C builder, and module
   ids. It needs neither libgraphd nor a daemon.
-- graphd._lib: ctypes bindings to libgraphd (loaded on first use; see its
-  docstring for how it is found): Client (connect, status, register
-  modules and programs, streams, host memory, replay).
+- graphd.client: Client, a libgraphd session (connect, status, register
+  modules and programs, streams, host memory, replay_bindings), with its
+  Stream and HostBuffer. It sits on graphd._lib, the private ctypes
+  binding (libgraphd is loaded on first use; see its docstring for how it
+  is found).
 
 - graphd.arrays: framework arrays (DLPack, __cuda_array_interface__) as
-  bindings; Client.replay(program, *arrays, stream=None) replays a
+  bindings; Client.replay_arrays(program, *arrays, stream=None) replays a
   Program on PyTorch tensors, CuPy arrays and the like.
 - graphd.torch, graphd.cupy (imported on demand): a data session for a
   framework's device, and for CuPy a RawKernel's module. See
@@ -26,7 +28,7 @@ from .program import (
     i8, u8, i16, u16, i32, u32, i64, u64, f16, f32, f64,
     ROLES, MODES, MODULE_KINDS,
 )
-from ._lib import Client, Stream, HostBuffer, clear
+from .client import Client, Stream, HostBuffer, clear
 from . import arrays
 from .arrays import slot_like
 

@@ -1,5 +1,5 @@
-"""Client.replay(program, *arrays, stream=None): a program replayed on
-framework arrays (PyTorch tensors, CuPy arrays, anything with DLPack or
+"""Client.replay_arrays(program, *arrays, stream=None): a program replayed
+on framework arrays (PyTorch tensors, CuPy arrays, anything with DLPack or
 `__cuda_array_interface__`; see arrays.py), for one Client.
 
 What it adds to the binding libgraphd does:
@@ -30,6 +30,7 @@ import sys
 import threading
 import weakref
 
+from . import _cuda
 from . import arrays as _arrays
 from .errors import GraphdError
 from .program import ROLES, Program
@@ -212,9 +213,9 @@ class Binder:
 
     def replay(self, program, arrays, stream=None):
         if not isinstance(program, Program):
-            raise GraphdError(_INVALID, f"replay(program, *arrays) takes a graphd.Program, not "
+            raise GraphdError(_INVALID, f"replay_arrays(program, *arrays) takes a graphd.Program, not "
                               f"{type(program).__name__}; for a program id and (slot, ptr, nbytes) "
-                              "bindings call replay(stream, program_id, bindings)")
+                              "bindings call replay_bindings(stream, program_id, bindings)")
         enc, pid = program.finish()
         bound = [i for i in range(program.nslots) if program.slot(i)[0] != "scratch"]
         if len(arrays) == 1 and isinstance(arrays[0], dict):
@@ -252,7 +253,7 @@ class Binder:
                 after.append(rid)
             bindings.append((slot, info.ptr, size))
         try:
-            return self.client.replay(gs, pid, bindings)
+            return self.client.replay_bindings(gs, pid, bindings)
         finally:
             # The daemon unmaps these once the replay queued on them is done.
             for rid in after:
@@ -304,6 +305,5 @@ class Binder:
         if not info.ptr:
             raise GraphdError(_INVALID, f"{what} has a null data pointer")
         if info.stream is not None and not host and not _same_stream(info.stream, handle):
-            from . import _cuda
             _cuda.stream_wait(handle, info.stream)
         return info

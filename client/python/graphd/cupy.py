@@ -1,7 +1,7 @@
 """graphd for CuPy: a data session on an array's GPU, the current stream,
 and CuPy's NVRTC kernels (cupy.RawKernel) as graphd modules. Replays go
-through Client.replay(program, *arrays), which binds CuPy arrays directly
-(docs/cupy.md):
+through Client.replay_arrays(program, *arrays), which binds CuPy arrays
+directly (docs/cupy.md):
 
     k = graphd.cupy.Kernel(cupy.RawKernel(src, "scale"))
     p = graphd.Program()
@@ -10,13 +10,13 @@ through Client.replay(program, *arrays), which binds CuPy arrays directly
     k.launch(p, n // 256, 256, [graphd.Slot(xs), graphd.Slot(ys), graphd.f32(2.0), graphd.u32(n)])
     with graphd.cupy.connect() as c:
         c.register_module(*k.module)
-        c.replay(p, x, y)          # on cupy.cuda.get_current_stream()
+        c.replay_arrays(p, x, y)   # on cupy.cuda.get_current_stream()
 
 Importing this module imports cupy."""
 
 import cupy
 
-from ._lib import Client
+from .client import Client
 from .arrays import slot_like
 from .errors import GraphdError
 from .program import module_id
@@ -43,7 +43,7 @@ def connect(device=None, socket=None, **kw):
 
 
 def current_stream():
-    """cupy.cuda.get_current_stream().ptr: the stream Client.replay uses
+    """cupy.cuda.get_current_stream().ptr: the stream Client.replay_arrays uses
     for CuPy arrays when none is given (0 is the legacy default stream)."""
     return cupy.cuda.get_current_stream().ptr
 

@@ -1,6 +1,6 @@
 """graphd for PyTorch: a data session on a tensor's GPU, and the current
-stream. Replays go through Client.replay(program, *tensors), which binds
-tensors directly (docs/pytorch.md):
+stream. Replays go through Client.replay_arrays(program, *tensors), which
+binds tensors directly (docs/pytorch.md):
 
     import torch, graphd, graphd.torch
     x = torch.arange(n, dtype=torch.float32, device="cuda")
@@ -12,13 +12,13 @@ tensors directly (docs/pytorch.md):
                                                  graphd.f32(2.0), graphd.u32(n)])
     with graphd.torch.connect() as c:
         c.register_module("cubin", cubin)
-        c.replay(p, x, y)          # on torch.cuda.current_stream()
+        c.replay_arrays(p, x, y)   # on torch.cuda.current_stream()
 
 Importing this module imports torch."""
 
 import torch
 
-from ._lib import Client
+from .client import Client
 from .arrays import slot_like
 from .errors import GraphdError
 
@@ -48,7 +48,7 @@ def connect(device=None, socket=None, **kw):
 
 def current_stream(device=None):
     """torch.cuda.current_stream(device).cuda_stream: the stream
-    Client.replay uses for tensors when none is given (0 is the legacy
+    Client.replay_arrays uses for tensors when none is given (0 is the legacy
     default stream)."""
     return torch.cuda.current_stream(device).cuda_stream
 

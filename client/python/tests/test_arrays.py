@@ -1,4 +1,4 @@
-"""Client.replay(program, *arrays) on the host backend, with small arrays
+"""Client.replay_arrays(program, *arrays) on the host backend, with small arrays
 that expose __cuda_array_interface__ or DLPack over graphd_host_alloc
 memory (no framework, no numpy): bit-exact results, arrays checked against
 their slots (size, dtype, contiguity, writability), views at an offset,
@@ -294,18 +294,18 @@ class HostArraysTest(unittest.TestCase):
     def test_cai_arrays_replay_bit_exact(self):
         xb, yb = self.buffers()
         x, y = CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,))
-        info = self.c.replay(self.scale(), x, y)
+        info = self.c.replay_arrays(self.scale(), x, y)
         self.assertTrue(info["captured"])
         want = [3.0 * (float(i) - 0.25) for i in range(N)]
         self.assertEqual(floats(yb, 0, N), tuple(struct.unpack(f"<{N}f", struct.pack(f"<{N}f", *want))))
-        self.assertFalse(self.c.replay(self.scale(), x, y)["captured"])
+        self.assertFalse(self.c.replay_arrays(self.scale(), x, y)["captured"])
 
     def test_dlpack_arrays_replay_bit_exact_legacy_and_versioned(self):
         for versioned in (False, True):
             xb, yb = self.buffers()
             x = DLArray(xb, xb.ptr, (N // 4, 4), versioned=versioned)
             y = DLArray(yb, yb.ptr, (N,), versioned=versioned)
-            self.c.replay(self.scale(a=0.5), x, y)
+            self.c.replay_arrays(self.scale(a=0.5), x, y)
             self.assertEqual(floats(yb, 0, N), tuple((float(i) - 0.25) * 0.5 for i in range(N)))
             self.assertEqual(x.calls, [{}])  # host arrays: no stream
 
@@ -315,18 +315,18 @@ class HostArraysTest(unittest.TestCase):
         y = CAIArray(yb, yb.ptr, (N // 2,))  # the slot is N floats: the rest is a neighbour's
         with self.assertRaisesRegex(GraphdError, r"slot 1, output\) is 2048 bytes .* the slot is "
                                     r"4096 bytes") as e:
-            self.c.replay(self.scale(), x, y)
+            self.c.replay_arrays(self.scale(), x, y)
         self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
         self.assertEqual(floats(yb, 0, N), (-7.0,) * N)
         with self.assertRaisesRegex(GraphdError, "is 8192 bytes"):
-            self.c.replay(self.scale(), x, CAIArray(yb, yb.ptr, (2 * N,)))
+            self.c.replay_arrays(self.scale(), x, CAIArray(yb, yb.ptr, (2 * N,)))
 
     def test_a_view_at_an_offset_binds_exactly_its_bytes(self):
         pad = 64  # bytes before and after each view
         xb, yb = self.buffers(pad=pad)
         x = DLArray(xb, xb.ptr + pad, (N,))
         y = CAIArray(yb, yb.ptr + pad, (N,))
-        self.c.replay(self.scale(a=2.0), x, y)
+        self.c.replay_arrays(self.scale(a=2.0), x, y)
         out = floats(yb, 0, N + pad // 2)
         self.assertEqual(out[:pad // 4], (-7.0,) * (pad // 4))
         self.assertEqual(out[pad // 4:pad // 4 + N],
@@ -337,29 +337,29 @@ class HostArraysTest(unittest.TestCase):
         xb, yb = self.buffers()
         p = self.scale(dtype="float32")
         with self.assertRaisesRegex(GraphdError, "is int32, but the slot holds float32"):
-            self.c.replay(p, CAIArray(xb, xb.ptr, (N,), typestr="<i4"), CAIArray(yb, yb.ptr, (N,)))
+            self.c.replay_arrays(p, CAIArray(xb, xb.ptr, (N,), typestr="<i4"), CAIArray(yb, yb.ptr, (N,)))
         with self.assertRaisesRegex(GraphdError, "read-only, but the program writes"):
-            self.c.replay(p, CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,), readonly=True))
+            self.c.replay_arrays(p, CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,), readonly=True))
         with self.assertRaisesRegex(GraphdError, "read-only, but the program writes"):
-            self.c.replay(p, CAIArray(xb, xb.ptr, (N,)),
+            self.c.replay_arrays(p, CAIArray(xb, xb.ptr, (N,)),
                           DLArray(yb, yb.ptr, (N,), versioned=True, readonly=True))
         # A read-only input is fine.
-        self.c.replay(p, CAIArray(xb, xb.ptr, (N,), readonly=True), CAIArray(yb, yb.ptr, (N,)))
+        self.c.replay_arrays(p, CAIArray(xb, xb.ptr, (N,), readonly=True), CAIArray(yb, yb.ptr, (N,)))
         self.assertEqual(floats(yb, 0, 1), (3.0 * -0.25,))
 
     def test_device_count_and_stream_mismatches_are_refused(self):
         xb, yb = self.buffers()
         x, y = CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,))
         with self.assertRaisesRegex(GraphdError, "on a CUDA device, but this session's device is a host"):
-            self.c.replay(self.scale(), DLArray(xb, xb.ptr, (N,), device=(2, 0)), y)
+            self.c.replay_arrays(self.scale(), DLArray(xb, xb.ptr, (N,), device=(2, 0)), y)
         with self.assertRaisesRegex(GraphdError, "binds 2 slots .* but 1 arrays"):
-            self.c.replay(self.scale(), x)
+            self.c.replay_arrays(self.scale(), x)
         with self.assertRaisesRegex(GraphdError, "takes no CUDA stream"):
-            self.c.replay(self.scale(), x, y, stream=0x1234)
+            self.c.replay_arrays(self.scale(), x, y, stream=0x1234)
         with self.assertRaisesRegex(GraphdError, "not contiguous"):
-            self.c.replay(self.scale(), CAIArray(xb, xb.ptr, (N // 2, 2), strides=(4, 2048)), y)
+            self.c.replay_arrays(self.scale(), CAIArray(xb, xb.ptr, (N // 2, 2), strides=(4, 2048)), y)
         # The dict form names the slots.
-        self.c.replay(self.scale(), {1: y, 0: x})
+        self.c.replay_arrays(self.scale(), {1: y, 0: x})
         self.assertEqual(floats(yb, 4, 1), (3.0 * 0.75,))
 
     def test_a_region_is_unregistered_when_the_arrays_bound_in_it_are_gone(self):
@@ -368,8 +368,8 @@ class HostArraysTest(unittest.TestCase):
         x2 = DLArray(xb, xb.ptr, (N,))  # the same region as x
         y = CAIArray(yb, yb.ptr, (N,))
         p = self.scale()
-        self.c.replay(p, x, y)
-        self.c.replay(p, x2, y)
+        self.c.replay_arrays(p, x, y)
+        self.c.replay_arrays(p, x2, y)
         self.assertEqual(self.c.region_count(), 2)
         self.assertEqual(len(self.c.held_regions()), 2)
         del x
@@ -381,7 +381,7 @@ class HostArraysTest(unittest.TestCase):
         self.assertEqual(self.c.region_count(), 0)
         self.assertEqual(self.c.held_regions(), [])
         # Bound again, the memory registers again and replays right.
-        self.c.replay(p, CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,)))
+        self.c.replay_arrays(p, CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,)))
         self.assertEqual(floats(yb, 0, 2), (3.0 * -0.25, 3.0 * 0.75))
 
     def test_a_view_holds_its_region_for_as_long_as_its_base_lives(self):
@@ -389,7 +389,7 @@ class HostArraysTest(unittest.TestCase):
         xbase, ybase = CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,))
         x, y = CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,))
         x.base, y.base = xbase, ybase  # as CuPy's and NumPy's views say it
-        self.c.replay(self.scale(), x, y)
+        self.c.replay_arrays(self.scale(), x, y)
         del x, y  # views made for the call
         self.assertEqual(self.c.region_count(), 2)
         del xbase
@@ -400,31 +400,54 @@ class HostArraysTest(unittest.TestCase):
     def test_an_array_without_weak_references_holds_no_region_after_the_replay(self):
         xb, yb = self.buffers()
         x, y = Slotted(xb, xb.ptr, N), Slotted(yb, yb.ptr, N)
-        self.c.replay(self.scale(), x, y)
+        self.c.replay_arrays(self.scale(), x, y)
         self.assertEqual(self.c.region_count(), 0)
         self.assertEqual(floats(yb, 4, 1), (3.0 * 0.75,))
 
     def test_memory_freed_and_allocated_again_replays_into_the_new_memory(self):
         p = self.scale()
         xb, yb = self.buffers()
-        self.c.replay(p, CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,)))
+        self.c.replay_arrays(p, CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,)))
         yb.free()  # the array bound to it is gone already
         yb2 = self.c.host_alloc(4 * N)
         fill(yb2, 0, [0.0] * N)
         y2 = CAIArray(yb2, yb2.ptr, (N,))
-        self.c.replay(p, CAIArray(xb, xb.ptr, (N,)), y2)
+        self.c.replay_arrays(p, CAIArray(xb, xb.ptr, (N,)), y2)
         self.assertEqual(floats(yb2, 0, 2), (3.0 * -0.25, 3.0 * 0.75))
 
-    def test_the_bindings_form_still_works(self):
+    def test_replay_arrays_and_replay_bindings_each_take_their_form(self):
+        xb, yb = self.buffers()
+        p = self.scale()
+        pid = self.c.register_program(p)
+        s = self.c.stream_attach()
+        self.c.replay_bindings(s, pid, [(0, xb, 4 * N), (1, yb.ptr, 4 * N)])
+        self.assertEqual(floats(yb, 4, 1), (3.0 * 0.75,))
+        # Each refuses the other's arguments, naming the one that takes them.
+        with self.assertRaisesRegex(GraphdError, "takes a graphd.Program.*replay_bindings"):
+            self.c.replay_arrays(pid, CAIArray(xb, xb.ptr, (N,)))
+        with self.assertRaisesRegex(GraphdError, "takes a graphd Stream.*replay_arrays"):
+            self.c.replay_bindings(p, pid, [(0, xb, 4 * N), (1, yb.ptr, 4 * N)])
+        with self.assertRaisesRegex(GraphdError, r"binding 1 is \(1, \d+\), not \(slot, ptr, nbytes\)"):
+            self.c.replay_bindings(s, pid, [(0, xb, 4 * N), (1, yb.ptr)])
+        with self.assertRaisesRegex(GraphdError, r"binding 0 is .*, not \(slot, ptr, nbytes\) with ptr an int"):
+            self.c.replay_bindings(s, pid, [(0, "x", 4 * N)])
+
+    def test_replay_is_still_both_told_apart_by_the_first_argument(self):
+        # The old spelling: a Stream first is replay_bindings, anything
+        # else replay_arrays (stream= included).
         xb, yb = self.buffers()
         p = self.scale()
         pid = self.c.register_program(p)
         s = self.c.stream_attach()
         self.c.replay(s, pid, [(0, xb, 4 * N), (1, yb.ptr, 4 * N)])
         self.assertEqual(floats(yb, 4, 1), (3.0 * 0.75,))
+        info = self.c.replay(self.scale(a=2.0), CAIArray(xb, xb.ptr, (N,)), CAIArray(yb, yb.ptr, (N,)), stream=None)
+        self.assertEqual(floats(yb, 4, 1), (2.0 * 0.75,))
+        self.assertEqual(set(info), {"captured", "capture_ns", "server_ns"})
         with self.assertRaisesRegex(GraphdError, "takes a graphd.Program"):
             self.c.replay(pid, CAIArray(xb, xb.ptr, (N,)))
-
+        with self.assertRaisesRegex(GraphdError, "takes three arguments; the Stream is the first"):
+            self.c.replay(s, pid)
 
 if __name__ == "__main__":
     unittest.main()

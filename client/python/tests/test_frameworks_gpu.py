@@ -1,4 +1,4 @@
-"""Client.replay(program, *arrays) on a GPU with PyTorch tensors and CuPy
+"""Client.replay_arrays(program, *arrays) on a GPU with PyTorch tensors and CuPy
 arrays: bit-exact replays, a tensor smaller than its slot refused with its
 neighbours untouched, slots bound to views at an offset, the framework's
 current stream followed, torch.cuda.empty_cache() and CuPy's
@@ -90,7 +90,7 @@ class TorchTest(unittest.TestCase):
         torch = self.torch
         x = torch.randn(N, device="cuda")
         y = torch.empty_like(x)
-        infos = [self.c.replay(self.p, x, y) for _ in range(3)]
+        infos = [self.c.replay_arrays(self.p, x, y) for _ in range(3)]
         self.assertEqual([i["captured"] for i in infos][1:], [0, 0])
         self.assertTrue(torch.equal(y, 2 * x))
 
@@ -100,7 +100,7 @@ class TorchTest(unittest.TestCase):
         y = torch.full((N // 2,), -7.0, device="cuda")
         neighbour = torch.full((N // 2,), -7.0, device="cuda")  # likely next in the segment
         with self.assertRaisesRegex(self.graphd.GraphdError, "but the slot is"):
-            self.c.replay(self.p, x, y)
+            self.c.replay_arrays(self.p, x, y)
         torch.cuda.synchronize()
         self.assertTrue(bool((y == -7).all()) and bool((neighbour == -7).all()))
 
@@ -108,7 +108,7 @@ class TorchTest(unittest.TestCase):
         torch = self.torch
         src = torch.randn(3 * N, device="cuda")
         dst = torch.full((3 * N,), -7.0, device="cuda")
-        self.c.replay(self.p, src[2 * N:], dst[N:2 * N])
+        self.c.replay_arrays(self.p, src[2 * N:], dst[N:2 * N])
         self.assertTrue(torch.equal(dst[N:2 * N], 2 * src[2 * N:]))
         self.assertTrue(bool((dst[:N] == -7).all()) and bool((dst[2 * N:] == -7).all()))
 
@@ -116,11 +116,11 @@ class TorchTest(unittest.TestCase):
         torch = self.torch
         x = torch.randn(N, device="cuda")
         with self.assertRaisesRegex(self.graphd.GraphdError, "not contiguous"):
-            self.c.replay(self.p, x.view(N // 2, 2).t(), torch.empty(N, device="cuda"))
+            self.c.replay_arrays(self.p, x.view(N // 2, 2).t(), torch.empty(N, device="cuda"))
         with self.assertRaisesRegex(self.graphd.GraphdError, "is float16, but the slot holds float32"):
-            self.c.replay(self.p, x, torch.empty(2 * N, dtype=torch.float16, device="cuda"))
+            self.c.replay_arrays(self.p, x, torch.empty(2 * N, dtype=torch.float16, device="cuda"))
         with self.assertRaisesRegex(self.graphd.GraphdError, "on the CPU"):
-            self.c.replay(self.p, x.cpu(), torch.empty(N, device="cuda"))
+            self.c.replay_arrays(self.p, x.cpu(), torch.empty(N, device="cuda"))
 
     def test_the_replay_follows_torchs_current_stream(self):
         torch = self.torch
@@ -130,7 +130,7 @@ class TorchTest(unittest.TestCase):
             y = torch.empty_like(x)
             for _ in range(5):
                 x.add_(1.0)  # queued on s before each replay
-                self.c.replay(self.p, x, y)
+                self.c.replay_arrays(self.p, x, y)
             self.assertTrue(torch.equal(y, 2 * x))
         self.assertEqual(self.c._binder._streams[s.cuda_stream].cuda_stream, s.cuda_stream)
 
@@ -141,7 +141,7 @@ class TorchTest(unittest.TestCase):
             x = torch.full((N,), float(i), device="cuda")
             y = torch.empty(N, device="cuda")
             before = y.data_ptr()
-            self.c.replay(self.p, x, y)
+            self.c.replay_arrays(self.p, x, y)
             self.assertTrue(bool((y == 2.0 * i).all()), f"round {i}")
             del x, y
             # Every array bound is gone: graphd let go of the regions
@@ -158,10 +158,10 @@ class TorchTest(unittest.TestCase):
         torch = self.torch
         x = torch.randn(N, device="cuda")
         y = torch.empty_like(x)
-        self.c.replay(self.p, x, y)
+        self.c.replay_arrays(self.p, x, y)
         held = self.c.held_regions()
         self.assertTrue(held)
-        self.c.replay(self.p, x, y)
+        self.c.replay_arrays(self.p, x, y)
         self.assertEqual(self.c.held_regions(), held)  # the cache, not a new import
         del x, y
         self.assertEqual(self.c.held_regions(), [])
@@ -206,7 +206,7 @@ class CupyTest(unittest.TestCase):
         want = cp.empty_like(x)
         self.raw((N // 256,), (256,), (x, want, cp.float32(2.0), cp.uint32(N)))
         y = cp.empty_like(x)
-        self.c.replay(self.p, x, y)
+        self.c.replay_arrays(self.p, x, y)
         self.assertTrue(bool((y == want).all()))
         self.assertEqual(self.k.module[0], "cubin")
 
@@ -215,14 +215,14 @@ class CupyTest(unittest.TestCase):
         x = cp.ones(N, dtype=cp.float32)
         y = cp.full(N // 2, -7, dtype=cp.float32)
         with self.assertRaisesRegex(self.graphd.GraphdError, "but the slot is"):
-            self.c.replay(self.p, x, y)
+            self.c.replay_arrays(self.p, x, y)
         self.assertTrue(bool((y == -7).all()))
 
     def test_a_view_at_an_offset(self):
         cp = self.cupy
         src = cp.arange(2 * N, dtype=cp.float32)
         dst = cp.full(3 * N, -7, dtype=cp.float32)
-        self.c.replay(self.p, src[N:], dst[N:2 * N])
+        self.c.replay_arrays(self.p, src[N:], dst[N:2 * N])
         self.assertTrue(bool((dst[N:2 * N] == 2 * src[N:]).all()))
         self.assertTrue(bool((dst[:N] == -7).all()) and bool((dst[2 * N:] == -7).all()))
 
@@ -233,7 +233,7 @@ class CupyTest(unittest.TestCase):
             y = cp.empty_like(x)
             for _ in range(5):
                 x += 1
-                self.c.replay(self.p, x, y)
+                self.c.replay_arrays(self.p, x, y)
             self.assertTrue(bool((y == 10).all()))
         self.assertIn(s.ptr, self.c._binder._streams)
 
@@ -243,7 +243,7 @@ class CupyTest(unittest.TestCase):
         for i in range(20):
             x = cp.full(N, i, dtype=cp.float32)
             y = cp.empty(N, dtype=cp.float32)
-            self.c.replay(self.p, x, y)
+            self.c.replay_arrays(self.p, x, y)
             self.assertTrue(bool((y == 2 * i).all()), f"round {i}")
             del x, y
             self.assertEqual(self.c.held_regions(), [])

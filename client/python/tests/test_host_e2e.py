@@ -87,7 +87,7 @@ class HostDaemonTest(unittest.TestCase):
         for r in range(replays):
             for i in range(N):
                 xs[i] = float(i + r)
-            info = self.c.replay(stream, pid, [(0, x, 4 * N), (1, y.ptr, 4 * N)])
+            info = self.c.replay_bindings(stream, pid, [(0, x, 4 * N), (1, y.ptr, 4 * N)])
             self.assertEqual(info["captured"], 1 if r == 0 else 0)
             self.assertEqual(list(ys), [3.0 * (i + r) for i in range(N)], f"replay {r}")
         k = self.counters()
@@ -121,7 +121,7 @@ class HostDaemonTest(unittest.TestCase):
         stream = self.c.stream_attach()
         for i in range(N):
             xs[i] = float(i)
-        self.c.replay(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])
+        self.c.replay_bindings(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])
         self.assertEqual(ys[N - 1], 2.0 * (N - 1))
         self.daemon.terminate()  # SIGTERM, as systemctl restart does
         self.assertEqual(self.daemon.wait(10), 0)
@@ -129,7 +129,7 @@ class HostDaemonTest(unittest.TestCase):
         # The next replay reconnects, gives the new session the program, and runs.
         for i in range(N):
             xs[i] = float(2 * i)
-        info = self.c.replay(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])
+        info = self.c.replay_bindings(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])
         self.assertEqual(info["captured"], 1)
         self.assertEqual(list(ys), [4.0 * i for i in range(N)])
         stream.detach()
@@ -138,7 +138,7 @@ class HostDaemonTest(unittest.TestCase):
         self.daemon.terminate()
         self.daemon.wait(10)
         with self.assertRaises(GraphdError) as e:
-            self.c.replay(self.c.stream_attach(), pid, [(0, x, 4 * N), (1, y, 4 * N)])
+            self.c.replay_bindings(self.c.stream_attach(), pid, [(0, x, 4 * N), (1, y, 4 * N)])
         self.assertEqual(e.exception.code, "UNAVAILABLE")
 
     def test_list_and_evict_captures(self):
@@ -146,7 +146,7 @@ class HostDaemonTest(unittest.TestCase):
         pid = self.c.register_program(p)
         x, y = self.c.host_alloc(4 * N), self.c.host_alloc(4 * N)
         stream = self.c.stream_attach()
-        self.assertEqual(self.c.replay(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])["captured"], 1)
+        self.assertEqual(self.c.replay_bindings(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])["captured"], 1)
         caps = [c for c in self.c.list_captures() if c["program"] == pid.hex()]
         self.assertEqual(len(caps), 1)
         self.assertEqual(caps[0]["replays"], 1)
@@ -162,7 +162,7 @@ class HostDaemonTest(unittest.TestCase):
         self.assertEqual([c for c in self.c.list_captures() if c["program"] == pid.hex()], [])
         self.assertEqual(self.counters()["evictions"], 1)
         # graphd.clear(): what only this process used, from a fresh session.
-        self.assertEqual(self.c.replay(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])["captured"], 1)
+        self.assertEqual(self.c.replay_bindings(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])["captured"], 1)
         went, nbytes = graphd.clear(self.sock)
         self.assertEqual([c["program"] for c in went], [pid.hex()])
         self.assertEqual(self.counters()["evictions"], 2)
@@ -173,7 +173,7 @@ class HostDaemonTest(unittest.TestCase):
         xs, ys = x.view.cast("f"), y.view.cast("f")
         for i in range(N):
             xs[i] = float(i)
-        self.assertEqual(self.c.replay(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])["captured"], 1)
+        self.assertEqual(self.c.replay_bindings(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])["captured"], 1)
         self.assertEqual(list(ys), [5.0 * i for i in range(N)])
         stream.detach()
         x.free()
@@ -189,7 +189,7 @@ class HostDaemonTest(unittest.TestCase):
         src, dst = self.c.host_alloc(4 * N), self.c.host_alloc(4 * N)
         struct.pack_into(f"<{N}f", src.view, 0, *[float(i) for i in range(N)])
         s = self.c.stream_attach()
-        self.c.replay(s, pid, [(a, src, 4 * N), (b, dst, 4 * N)])
+        self.c.replay_bindings(s, pid, [(a, src, 4 * N), (b, dst, 4 * N)])
         self.assertEqual(list(struct.unpack_from(f"<{N}f", dst.view)), [2.0 * i + 1.0 for i in range(N)])
 
     def test_registration_by_encoding_and_prepare(self):
@@ -206,7 +206,7 @@ class HostDaemonTest(unittest.TestCase):
         s = self.c.stream_attach()
         buf = self.c.host_alloc(4 * N)
         with self.assertRaises(GraphdError) as cm:
-            self.c.replay(s, bytes(32), [(0, buf, 4 * N)])
+            self.c.replay_bindings(s, bytes(32), [(0, buf, 4 * N)])
         self.assertEqual(cm.exception.code, "NOT_FOUND")
         self.assertTrue(cm.exception.message)
         self.assertTrue(str(cm.exception).startswith("graphd: NOT_FOUND: "))
@@ -222,7 +222,7 @@ class HostDaemonTest(unittest.TestCase):
         # refuses it at the replay that would capture it.
         pid = self.c.register_program(self.scale_program(hidden=2))
         with self.assertRaises(GraphdError) as cm:
-            self.c.replay(s, pid, [(0, buf, 4 * N), (1, buf, 4 * N)])
+            self.c.replay_bindings(s, pid, [(0, buf, 4 * N), (1, buf, 4 * N)])
         self.assertEqual(cm.exception.code, "INVALID_ARGUMENT", cm.exception.message)
         self.assertIn("step 0 (launch scale)", cm.exception.message)
         # A data-session call on a control session.

@@ -11,6 +11,7 @@ here. The exceptions below are keywords that callers pass by name."""
 
 import ast
 import builtins
+import inspect
 import unittest
 
 from test_imports import modules, package_dir, parse
@@ -21,7 +22,7 @@ BUILTINS = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 ALLOWED = {
     ("graphd.warp", "clear_jax_callable_graph_cache", "callable"):
         "Warp's keyword: install() puts this function in place of Warp's, whose callers pass callable=",
-    ("graphd._lib", "Client.evict", "all"):
+    ("graphd.client", "Client.evict", "all"):
         "the selector graphd_evict_options.all (graphctl evict --all), passed as all=True",
 }
 
@@ -136,6 +137,24 @@ class BuiltinNamesTest(unittest.TestCase):
             (16, "class attribute", "C", "vars"),
             (17, "module-level name", "", "sum"),
         ])
+
+
+class PublicHomesTest(unittest.TestCase):
+    def test_public_classes_and_functions_live_in_public_modules(self):
+        # What graphd and graphd.client export is defined in a module whose
+        # name has no private part (Client lived in graphd._lib).
+        import graphd
+        import graphd.client
+        bad = []
+        for mod in (graphd, graphd.client):
+            for name in mod.__all__:
+                obj = getattr(mod, name)
+                if inspect.isclass(obj) or inspect.isfunction(obj):
+                    home = obj.__module__
+                    if any(part.startswith("_") for part in home.split(".")):
+                        bad.append(f"{mod.__name__}.{name} is defined in {home}")
+        self.assertEqual(bad, [])
+        self.assertIs(graphd.Client, graphd.client.Client)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ import operator
 import os
 import threading
 
-from .._lib import Client
+from ..client import Client
 from ..errors import GraphdError
 from ._support import REASONS, SUPPORTED_BELOW, SUPPORTED_MIN, Refused, warp_modules
 from ._core import FuncSpec, Function

@@ -5,7 +5,7 @@ of that device."""
 
 import threading
 
-from .._lib import Client
+from ..client import Client
 from ..errors import GraphdError
 from ._build import check_fixed
 from ._core import FuncSpec, Function
@@ -105,7 +105,7 @@ class WarpCallable:
                 bindings.append((built.arg_slots[i], args[i].ptr, built.slots[built.arg_slots[i]].nbytes))
         # Warp arrays made outside the function, at their own address.
         bindings += [(f.slot, f.address, f.nbytes) for f in built.fixed]
-        return client.replay(stream, built.id, bindings)
+        return client.replay_bindings(stream, built.id, bindings)
 
     def _session(self, device, built):
         """The data session of `device` (one per device), with the program
