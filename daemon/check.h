@@ -3,11 +3,13 @@
  * Each logs the failing call's text, file and line. The _GOTO forms set
  * `rc` to a negated graphd status and jump to a cleanup label; the _IGNORE
  * forms only log (for cleanup paths where nothing better can be done).
+ * REFUSE_GOTO is the request checks' form: no log, the reason to err.
  * CUDA forms take the gd_cuda table `cu` from the enclosing scope. */
 #ifndef GRAPHD_CHECK_H
 #define GRAPHD_CHECK_H
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "graphd/status.h"
@@ -46,6 +48,15 @@
     if (uv_rc_ < 0)                                                                                \
       GD_LOG(GD_WARN, "uv", "%s failed: %s (%s:%d)", #call, uv_strerror(uv_rc_), __FILE__,         \
              __LINE__);                                                                            \
+  } while (0)
+
+/* A request refused: err and errlen (named in the enclosing scope) get
+ * why, printf-style, `rc` the negated status, and control goes to label. */
+#define REFUSE_GOTO(status, label, ...)                                                            \
+  do {                                                                                             \
+    snprintf(err, errlen, __VA_ARGS__);                                                            \
+    rc = -(status);                                                                                \
+    goto label;                                                                                    \
   } while (0)
 
 /* CUDA forms also write "call: CUDA_ERROR_X: text" into err/errlen when the

@@ -50,6 +50,17 @@ static inline void gd_counters_evicted(gd_device_counters *c, uint64_t n, uint64
   c->evictions += n;
 }
 
+/* Adds what replays did (the ring's, or one Replay's) to the counters. */
+static inline void gd_counters_add_tally(gd_device_counters *c, const gd_replay_tally *t) {
+  c->replays += t->replays;
+  c->errors += t->errors;
+  c->captures += t->captures;
+  c->captures_built += t->captures;
+  c->recaptures += t->recaptures;
+  c->staging_bytes += t->staging_bytes;
+  gd_counters_evicted(c, t->evicted, t->evicted_bytes);
+}
+
 /* graphd's exit status after a device faulted and could not be reset in
  * this process: the service manager restarts it. */
 #define GD_EXIT_FAULT 3

@@ -40,6 +40,23 @@ typedef struct gd_device {
   bool maybe_busy;                 /* upkeep.c: a replay may still run on the device */
 } gd_device;
 
+/* What replays on a device did, kept by the worker (per ring) or a
+ * request until the loop adds it to the device's counters
+ * (gd_counters_add_tally). */
+typedef struct gd_replay_tally {
+  uint64_t replays, errors, captures, recaptures, staging_bytes, evicted, evicted_bytes;
+} gd_replay_tally;
+
+static inline void gd_tally_add(gd_replay_tally *to, const gd_replay_tally *from) {
+  to->replays += from->replays;
+  to->errors += from->errors;
+  to->captures += from->captures;
+  to->recaptures += from->recaptures;
+  to->staging_bytes += from->staging_bytes;
+  to->evicted += from->evicted;
+  to->evicted_bytes += from->evicted_bytes;
+}
+
 /* Prepares d for device `backend_index` of be (any thread, before its
  * worker starts). */
 void device_init(gd_device *d, int index, gd_backend *be, int backend_index, uint64_t budget);

@@ -35,19 +35,12 @@ typedef struct ring_stats_job {
   gd_job job;
   gd_daemon *d;
   int dev;
-  gd_ring_stats st;
+  gd_replay_tally st;
 } ring_stats_job;
 
 static void ring_stats_done(gd_job *j) {
   ring_stats_job *sj = gd_container_of(j, ring_stats_job, job);
-  gd_device_counters *c = &sj->d->counters[sj->dev];
-  c->replays += sj->st.replays;
-  c->errors += sj->st.errors;
-  c->captures += sj->st.captures;
-  c->captures_built += sj->st.captures;
-  c->recaptures += sj->st.recaptures;
-  c->staging_bytes += sj->st.staging_bytes;
-  gd_counters_evicted(c, (uint32_t)sj->st.evicted, sj->st.evicted_bytes);
+  gd_counters_add_tally(&sj->d->counters[sj->dev], &sj->st);
   free(sj);
 }
 
@@ -87,7 +80,7 @@ static void after_hook(void *ctx, gd_worker *w, bool had_job, bool ran, int stat
   gd_device *dev = ctx;
   gd_upkeep_news news;
   upkeep_after(dev, had_job, ran, status, &news);
-  gd_ring_stats st;
+  gd_replay_tally st;
   if (ring_take_stats(dev, !had_job, &st)) {
     ring_stats_job *sj = calloc(1, sizeof *sj);
     if (sj) {

@@ -19,6 +19,7 @@
 #include <uthash.h>
 
 #include "backend.h"
+#include "device.h"
 #include "graphd/protocol.h"
 #include "registry.h"
 
@@ -50,7 +51,7 @@ typedef struct gd_dring {
   uint32_t peers;       /* other rings of the device in its order group ... */
   uint64_t peers_gen;   /* ... as counted at this dstream_rings_gen */
   /* Counted since the loop last heard (ring_take_stats). */
-  uint64_t replays, errors, captures, recaptures, staging_bytes, evicted, evicted_bytes;
+  gd_replay_tally tally;
   uint64_t taken_ns; /* when they were last taken */
 } gd_dring;
 

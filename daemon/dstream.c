@@ -1,4 +1,5 @@
-/* See dstream.h. Worker thread, but for dstream_new and dstream_release. */
+/* See dstream.h. Worker thread, but for dstream_new, dstream_release and
+ * dstream_inflight. */
 #include "dstream.h"
 
 #include <stdio.h>
@@ -43,19 +44,26 @@ void dstream_rings_changed(gd_device *d) {
   if (d->dstreams) d->dstreams->rings_gen++;
 }
 
+/* The worker is the only writer of seen, used and nused; the loop reads
+ * them for its count of replays in flight, hence the atomic stores. */
 void dstream_saw(gd_dstream *ds, uint32_t slot, uint64_t seq) {
   if (!ds->seen || slot >= ds->nslots) return;
-  if (!ds->seen[slot]) ds->used[ds->nused++] = slot;
-  if (seq > ds->seen[slot]) ds->seen[slot] = seq;
+  if (!ds->seen[slot]) {
+    ds->used[ds->nused] = slot;
+    __atomic_store_n(&ds->nused, ds->nused + 1, __ATOMIC_RELEASE);
+  }
+  if (seq > ds->seen[slot]) __atomic_store_n(&ds->seen[slot], seq, __ATOMIC_RELAXED);
 }
 
 uint64_t dstream_inflight(const gd_dstream *ds) {
   uint64_t n = 0;
-  for (uint32_t i = 0; i < ds->nused; i++) {
+  uint32_t nused = __atomic_load_n(&ds->nused, __ATOMIC_ACQUIRE);
+  for (uint32_t i = 0; i < nused; i++) {
     uint32_t slot = ds->used[i];
+    uint64_t seen = __atomic_load_n(&ds->seen[slot], __ATOMIC_RELAXED);
     uint64_t done =
         __atomic_load_n(dstream_word(ds, slot, GRAPHD_FLAG_WORD_DONE), __ATOMIC_ACQUIRE);
-    if ((int64_t)(ds->seen[slot] - done) > 0) n += ds->seen[slot] - done;
+    if ((int64_t)(seen - done) > 0) n += seen - done;
   }
   return n;
 }

@@ -67,7 +67,8 @@ void dstream_rings_changed(gd_device *d);
 /* Records that the worker took replay `seq` on slot (the highest seen). */
 void dstream_saw(gd_dstream *ds, uint32_t slot, uint64_t seq);
 
-/* Replays taken on the session's slots whose done word is still behind. */
+/* Replays taken on the session's slots whose done word is still behind.
+ * Any thread (the loop asks it for --max-inflight-replays). */
 uint64_t dstream_inflight(const gd_dstream *ds);
 
 /* Word `word` (GRAPHD_FLAG_WORD_*) of flag slot `slot`: the daemon's host

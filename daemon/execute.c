@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "clock.h"
 #include "evict.h"
 #include "graphd/status.h"
@@ -169,41 +170,41 @@ static const char *role_name(uint32_t role) {
 
 int exec_bind(const gd_program *p, gd_region_lookup find, void *table, uint64_t epoch, int dev,
               const gd_bind_req *bindings, size_t n, gd_bound *bind, char *err, size_t errlen) {
-#define REFUSE(c, ...)                                                                             \
-  do {                                                                                             \
-    snprintf(err, errlen, __VA_ARGS__);                                                            \
-    return -(c);                                                                                   \
-  } while (0)
+  int rc = 0;
   if (n > p->nslots)
-    REFUSE(GRAPHD_INVALID_ARGUMENT, "%zu bindings for a program of %u slots", n, p->nslots);
+    REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, out, "%zu bindings for a program of %u slots", n,
+                p->nslots);
   for (size_t i = 0; i < n; i++) {
     const gd_bind_req *b = &bindings[i];
     if (b->slot >= p->nslots)
-      REFUSE(GRAPHD_INVALID_ARGUMENT, "binding %zu names slot %u; the program has %u slots", i,
-             b->slot, p->nslots);
+      REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, out,
+                  "binding %zu names slot %u; the program has %u slots", i, b->slot, p->nslots);
     const gd_slot *sl = &p->slots[b->slot];
     if (sl->role == GD_ROLE_SCRATCH)
-      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u is scratch (daemon-owned) and cannot be bound",
-             b->slot);
-    if (bind[b->slot].bound) REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u is bound twice", b->slot);
+      REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, out,
+                  "slot %u is scratch (daemon-owned) and cannot be bound", b->slot);
+    if (bind[b->slot].bound)
+      REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, out, "slot %u is bound twice", b->slot);
     if (b->bytes != sl->size)
-      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u (%s) is %llu bytes, but its binding covers %llu",
-             b->slot, role_name(sl->role), (unsigned long long)sl->size,
-             (unsigned long long)b->bytes);
+      REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, out,
+                  "slot %u (%s) is %llu bytes, but its binding covers %llu", b->slot,
+                  role_name(sl->role), (unsigned long long)sl->size, (unsigned long long)b->bytes);
     const gd_region_map *m = find(table, b->region_id);
     if (!m)
-      REFUSE(GRAPHD_NOT_FOUND, "slot %u is bound to region %u, which this session does not have",
-             b->slot, b->region_id);
+      REFUSE_GOTO(GRAPHD_NOT_FOUND, out,
+                  "slot %u is bound to region %u, which this session does not have", b->slot,
+                  b->region_id);
     if (m->epoch != epoch)
-      REFUSE(GRAPHD_UNAVAILABLE,
-             "device %d was reset after a GPU fault and region %u went with "
-             "it; reconnect and register the regions again",
-             dev, b->region_id);
+      REFUSE_GOTO(GRAPHD_UNAVAILABLE, out,
+                  "device %d was reset after a GPU fault and region %u went with "
+                  "it; reconnect and register the regions again",
+                  dev, b->region_id);
     if (b->offset > m->size || b->bytes > m->size - b->offset)
-      REFUSE(GRAPHD_OUT_OF_RANGE,
-             "slot %u: region %u: bytes %llu..+%llu are out of range: the region has %llu bytes",
-             b->slot, b->region_id, (unsigned long long)b->offset, (unsigned long long)b->bytes,
-             (unsigned long long)m->size);
+      REFUSE_GOTO(GRAPHD_OUT_OF_RANGE, out,
+                  "slot %u: region %u: bytes %llu..+%llu are out of range: the region has %llu "
+                  "bytes",
+                  b->slot, b->region_id, (unsigned long long)b->offset,
+                  (unsigned long long)b->bytes, (unsigned long long)m->size);
     bind[b->slot].bound = true;
     bind[b->slot].addr = m->ptr + b->offset;
     bind[b->slot].bytes = b->bytes;
@@ -211,8 +212,79 @@ int exec_bind(const gd_program *p, gd_region_lookup find, void *table, uint64_t 
   for (uint32_t k = 0; k < p->nslots; k++) {
     const gd_slot *sl = &p->slots[k];
     if (sl->role != GD_ROLE_SCRATCH && (sl->flags & GD_SLOT_STAGED) && !bind[k].bound)
-      REFUSE(GRAPHD_INVALID_ARGUMENT, "slot %u (staged %s) is not bound", k, role_name(sl->role));
+      REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, out, "slot %u (staged %s) is not bound", k,
+                  role_name(sl->role));
   }
-  return 0;
-#undef REFUSE
+out:
+  return rc;
+}
+
+static const gd_region_map *view_find(void *table, uint32_t id) {
+  return dring_region_find(table, id);
+}
+
+/* What one replay did, counted. */
+static void tally(gd_replay_tally *t, const gd_replay_exec *ex, int rc) {
+  if (ex->captured) {
+    t->captures++;
+    t->staging_bytes += ex->staging_bytes;
+    if (ex->recaptured) t->recaptures++;
+  }
+  t->evicted += ex->budget_evicted;
+  t->evicted_bytes += ex->budget_evicted_bytes;
+  if (rc < 0)
+    t->errors++;
+  else
+    t->replays++;
+}
+
+int exec_replay(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_replay_req *rq,
+                gd_replay_tally *t, gd_replay_exec *ran_out, bool *not_started, char *err,
+                size_t errlen) {
+  int rc = 0;
+  bool flags_known = false; /* done = seq must be written even when refused */
+  bool ran = false;         /* exec_run wrote done itself */
+  gd_bound *bind = NULL;
+  gd_replay_exec ex = {0};
+  *not_started = false;
+  if (!ds->has_flags)
+    REFUSE_GOTO(GRAPHD_FAILED_PRECONDITION, finish,
+                "the session has no flag page; RegisterFlags first");
+  if (rq->stream_slot >= ds->nslots)
+    REFUSE_GOTO(GRAPHD_OUT_OF_RANGE, finish, "stream slot %u is out of range: the flag page has %u",
+                rq->stream_slot, ds->nslots);
+  if (rq->seq <= ds->seen[rq->stream_slot])
+    REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, finish,
+                "seq %llu on stream slot %u must be above the last one, %llu",
+                (unsigned long long)rq->seq, rq->stream_slot,
+                (unsigned long long)ds->seen[rq->stream_slot]);
+  flags_known = true;
+  dstream_saw(ds, rq->stream_slot, rq->seq);
+  if (rq->refused) REFUSE_GOTO(rq->refused, finish, "%s", rq->refusal);
+  const gd_program *p = rq->prog->program;
+  if (!(bind = calloc(p->nslots ? p->nslots : 1, sizeof *bind)))
+    REFUSE_GOTO(GRAPHD_RESOURCE_EXHAUSTED, finish, "out of memory");
+  uint64_t epoch = atomic_load(&d->epoch);
+  if ((rc = exec_bind(p, view_find, &ds->regions, epoch, d->index, rq->bindings, rq->nbindings,
+                      bind, err, errlen)) < 0)
+    goto finish;
+  ex = (gd_replay_exec){.prog = rq->prog,
+                        .ds = ds,
+                        .stream_slot = rq->stream_slot,
+                        .seq = rq->seq,
+                        .ready_timeout_s = rq->ready_timeout_s,
+                        .client_pid = rq->client_pid,
+                        .client_uid = rq->client_uid,
+                        .epoch = epoch,
+                        .others_waiting = rq->others_waiting,
+                        .bind = bind};
+  ran = true;
+  rc = exec_run(d, w, &ex, not_started, err, errlen);
+finish:
+  if (rc < 0 && flags_known && !ran) exec_write_done(d, ds, rq->stream_slot, rq->seq);
+  tally(t, &ex, rc);
+  ex.bind = NULL;
+  if (ran_out) *ran_out = ex;
+  free(bind);
+  return rc;
 }

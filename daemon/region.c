@@ -69,3 +69,8 @@ int region_take_all(gd_region_table *t, gd_region_map **maps, size_t *n) {
   *n = k;
   return 0;
 }
+
+const gd_region_map *region_lookup(void *table, uint32_t id) {
+  gd_region *r = region_find(table, id);
+  return r ? &r->map : NULL;
+}

@@ -34,6 +34,9 @@ typedef struct gd_region_table {
 
 gd_region *region_find(gd_region_table *t, uint32_t id);
 
+/* region_find as a lookup of exec_bind's (table is a gd_region_table). */
+const gd_region_map *region_lookup(void *table, uint32_t id);
+
 /* Adds an import under a new id; NULL when out of memory. */
 gd_region *region_add(gd_region_table *t, const gd_region_map *map, uint64_t client_base);
 

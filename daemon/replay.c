@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "capture.h"
+#include "check.h"
 #include "daemon.h"
 #include "dsession.h"
 #include "execute.h"
@@ -13,17 +14,20 @@
 #include "common/log.h"
 #include "ring.h"
 
-/* One replay, resolved on the loop and run on the worker. */
+/* One Replay: read on the loop, run on the worker's one replay path. */
 typedef struct replay_job {
   gd_request rq;
   uint64_t t0;         /* the request was read */
   uint64_t latency_ns; /* from t0 until the reply was ready */
   uint64_t server_ns;
-  bool replied;                 /* the worker sent the reply itself */
-  gd_replay_exec ex;            /* ex.bind is bind[] */
+  bool replied; /* the worker sent the reply itself */
+  gd_dstream *ds;
+  gd_replay_req req; /* req.bindings is b[] */
+  gd_replay_tally tally;
+  gd_replay_exec ran;           /* what exec_replay ran (captured, its time) */
   struct replay_job *next_held; /* held back by --max-inflight-replays */
   uint64_t held_ns;
-  gd_bound bind[]; /* one per slot of the program */
+  gd_bind_req b[]; /* the request's bindings */
 } replay_job;
 
 /* --- on the loop ----------------------------------------------------------- */
@@ -40,8 +44,8 @@ static void fill_reply(replay_job *rj, Graphd__Wire__Reply *r, Graphd__Wire__Rep
   }
   r->body_case = GRAPHD__WIRE__REPLY__BODY_REPLAY;
   r->replay = rr;
-  rr->captured = rj->ex.captured;
-  rr->capture_ns = rj->ex.capture_ns;
+  rr->captured = rj->ran.captured;
+  rr->capture_ns = rj->ran.capture_ns;
   rr->server_ns = rj->server_ns;
 }
 
@@ -49,9 +53,9 @@ static void replay_run(gd_job *j, void *ctx) {
   replay_job *rj = gd_container_of(j, replay_job, rq.job);
   uint64_t t0 = gd_now_ns();
   /* Ring entries the client published before sending this go first. */
-  ring_drain(ctx, j->worker, rj->ex.ds);
-  dstream_saw(rj->ex.ds, rj->ex.stream_slot, rj->ex.seq);
-  j->status = exec_run(ctx, j->worker, &rj->ex, &j->not_started, j->msg, sizeof j->msg);
+  ring_drain(ctx, j->worker, rj->ds);
+  j->status = exec_replay(ctx, j->worker, rj->ds, &rj->req, &rj->tally, &rj->ran, &j->not_started,
+                          j->msg, sizeof j->msg);
   uint64_t t1 = gd_now_ns();
   rj->server_ns = t1 - t0;
   rj->latency_ns = t1 - rj->t0;
@@ -75,19 +79,12 @@ static void replay_done(gd_job *j) {
   gd_session *s = rj->rq.s;
   gd_device_counters *c = &daemon_of(s)->counters[s->device];
   c->inflight--;
-  if (rj->ex.captured) {
-    c->captures++;
-    c->captures_built++;
-    c->staging_bytes += rj->ex.staging_bytes;
-    if (rj->ex.recaptured) c->recaptures++;
-  }
-  gd_counters_evicted(c, rj->ex.budget_evicted, rj->ex.budget_evicted_bytes);
-  if (j->status < 0) {
-    c->errors++;
+  if (j->ran) {
+    gd_counters_add_tally(c, &rj->tally);
   } else {
-    c->replays++;
-    gd_hist_add(&c->replay_latency, rj->latency_ns);
+    c->errors++; /* failed without running: shutdown, an unusable worker */
   }
+  if (j->status == 0) gd_hist_add(&c->replay_latency, rj->latency_ns);
   if (!s->closing && !rj->replied) {
     if (j->status < 0) {
       session_reply_error(s, rj->rq.request_id, j->status, "replay: %s", j->msg);
@@ -118,16 +115,10 @@ static void replay_done(gd_job *j) {
  * until the count drops: the client waits in its call, as a launch into a
  * full queue waits in-process. */
 
+/* The session's replays taken on its device and not done, by the worker's
+ * count of what it took and the done words of the flag page. */
 static uint64_t session_inflight(const gd_dsession *x) {
-  uint64_t n = 0;
-  for (uint32_t i = 0; i < x->nused_slots; i++) {
-    uint32_t slot = x->used_slots[i];
-    uint64_t done = __atomic_load_n(
-        x->flags_host + (uint64_t)slot * GRAPHD_FLAG_WORDS_PER_SLOT + GRAPHD_FLAG_WORD_DONE,
-        __ATOMIC_ACQUIRE);
-    if (x->last_seq[slot] > done) n += x->last_seq[slot] - done;
-  }
-  return n;
+  return x->flag_slots ? dstream_inflight(x->ds) : 0;
 }
 
 static void fail_held(replay_job *rj, int code, const char *msg) {
@@ -184,102 +175,53 @@ void replay_release_held(gd_daemon *d) {
   if (d->wait_timer.loop) uv_timer_stop(&d->wait_timer);
 }
 
-static const gd_region_map *table_find(void *table, uint32_t id) {
-  gd_region *r = region_find(table, id);
-  return r ? &r->map : NULL;
-}
-
-int replay_bind(const gd_program *p, gd_region_table *regions, uint64_t epoch, int dev,
-                Graphd__Wire__Binding *const *bindings, size_t n, gd_bound *bind, char *err,
-                size_t errlen) {
-  if (n > p->nslots) {
-    snprintf(err, errlen, "%zu bindings for a program of %u slots", n, p->nslots);
-    return -GRAPHD_INVALID_ARGUMENT;
-  }
-  gd_bind_req *b = malloc((n ? n : 1) * sizeof *b);
-  if (!b) {
-    snprintf(err, errlen, "out of memory");
-    return -GRAPHD_RESOURCE_EXHAUSTED;
-  }
-  for (size_t i = 0; i < n; i++)
-    b[i] = (gd_bind_req){.slot = bindings[i]->slot,
-                         .region_id = bindings[i]->region_id,
-                         .offset = bindings[i]->offset,
-                         .bytes = bindings[i]->bytes};
-  int rc = exec_bind(p, table_find, regions, epoch, dev, b, n, bind, err, errlen);
-  free(b);
-  return rc;
-}
-
 void replay_handle(gd_session *s, Graphd__Wire__Request *req, int *fds) {
   (void)fds;
   uint64_t request_id = req->request_id;
   const Graphd__Wire__Replay *m = req->replay;
   uint64_t t0 = gd_now_ns();
   char err[512];
-  int code = GRAPHD_INVALID_ARGUMENT;
+  size_t errlen = sizeof err;
+  int rc = 0;
   replay_job *rj = NULL;
-#define REFUSE(c, ...)                                                                             \
-  do {                                                                                             \
-    code = (c);                                                                                    \
-    snprintf(err, sizeof err, __VA_ARGS__);                                                        \
-    goto refuse;                                                                                   \
-  } while (0)
   gd_daemon *d = daemon_of(s);
   gd_dsession *x = dsession_of(s);
   if (m->program_id.len != GD_ID_LEN)
-    REFUSE(GRAPHD_INVALID_ARGUMENT, "Replay.program_id must be %d bytes", GD_ID_LEN);
+    REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, refuse, "Replay.program_id must be %d bytes", GD_ID_LEN);
   gd_regprog *prog = registry_find_program(&d->reg, m->program_id.data);
   if (!prog) {
     char hex[2 * GD_ID_LEN + 1];
     gd_id_hex(m->program_id.data, 0, hex);
-    REFUSE(GRAPHD_NOT_FOUND, "program %s is not registered; register it first", hex);
+    REFUSE_GOTO(GRAPHD_NOT_FOUND, refuse, "program %s is not registered; register it first", hex);
   }
-  const gd_program *p = prog->program;
-  uint64_t epoch = atomic_load(&d->devices[s->device].epoch);
-  if (!x->flag_slots)
-    REFUSE(GRAPHD_FAILED_PRECONDITION, "the session has no flag page; RegisterFlags first");
-  if (m->stream_slot >= x->flag_slots)
-    REFUSE(GRAPHD_OUT_OF_RANGE, "stream slot %u is out of range: the flag page has %u",
-           m->stream_slot, x->flag_slots);
-  if (m->seq <= x->last_seq[m->stream_slot])
-    REFUSE(GRAPHD_INVALID_ARGUMENT, "seq %llu on stream slot %u must be above the last one, %llu",
-           (unsigned long long)m->seq, m->stream_slot,
-           (unsigned long long)x->last_seq[m->stream_slot]);
-  rj = calloc(1, sizeof *rj + (size_t)p->nslots * sizeof rj->bind[0]);
-  if (!rj) REFUSE(GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
-  rj->t0 = t0;
-  rj->ex.bind = rj->bind;
-  int rc = replay_bind(p, &x->regions, epoch, s->device, m->bindings, m->n_bindings, rj->bind, err,
-                       sizeof err);
-  if (rc < 0) {
-    code = -rc;
-    goto refuse;
-  }
+  /* The frame's size bounds the count; the worker checks them. */
+  rj = calloc(1, sizeof *rj + (m->n_bindings ? m->n_bindings : 1) * sizeof rj->b[0]);
+  if (!rj) REFUSE_GOTO(GRAPHD_RESOURCE_EXHAUSTED, refuse, "out of memory");
   /* The session holds the program while it is open (the fast path: the
    * same program as last time). */
   if (s->last_held != prog) {
-    int hrc = registry_hold(&d->reg, &s->holds, (uint32_t)s->uid, true, prog, err, sizeof err);
-    if (hrc < 0) {
-      code = -hrc;
+    if ((rc = registry_hold(&d->reg, &s->holds, (uint32_t)s->uid, true, prog, err, errlen)) < 0)
       goto refuse;
-    }
     s->last_held = prog;
   }
-  if (!x->last_seq[m->stream_slot]) x->used_slots[x->nused_slots++] = m->stream_slot;
-  bool full = session_inflight(x) >= d->opt->max_inflight_replays;
-  x->last_seq[m->stream_slot] = m->seq;
-  rj->ex.prog = prog;
-  rj->ex.ds = x->ds;
-  rj->ex.stream_slot = m->stream_slot;
-  rj->ex.seq = m->seq;
-  rj->ex.ready_timeout_s = d->opt->ready_timeout_s;
-  rj->ex.client_pid = (uint32_t)s->pid;
-  rj->ex.client_uid = (uint32_t)s->uid;
-  rj->ex.epoch = epoch;
-  rj->ex.others_waiting = ring_others_waiting;
+  for (size_t i = 0; i < m->n_bindings; i++)
+    rj->b[i] = (gd_bind_req){.slot = m->bindings[i]->slot,
+                             .region_id = m->bindings[i]->region_id,
+                             .offset = m->bindings[i]->offset,
+                             .bytes = m->bindings[i]->bytes};
+  rj->t0 = t0;
+  rj->ds = x->ds;
+  rj->req = (gd_replay_req){.prog = prog,
+                            .stream_slot = m->stream_slot,
+                            .seq = m->seq,
+                            .bindings = rj->b,
+                            .nbindings = (uint32_t)m->n_bindings,
+                            .ready_timeout_s = d->opt->ready_timeout_s,
+                            .client_pid = (uint32_t)s->pid,
+                            .client_uid = (uint32_t)s->uid,
+                            .others_waiting = ring_others_waiting};
   d->counters[s->device].inflight++;
-  if (full) {
+  if (session_inflight(x) >= d->opt->max_inflight_replays) {
     rj->rq.s = s;
     rj->rq.request_id = request_id;
     rj->rq.job.run = replay_run;
@@ -292,6 +234,5 @@ void replay_handle(gd_session *s, Graphd__Wire__Request *req, int *fds) {
 refuse:
   free(rj);
   if (s->kind == GD_SESSION_DATA) daemon_of(s)->counters[s->device].errors++;
-  session_reply_error(s, request_id, code, "replay: %s", err);
-#undef REFUSE
+  session_reply_error(s, request_id, -rc, "replay: %s", err);
 }

@@ -49,10 +49,6 @@ int ring_set_program(gd_dstream *ds, uint32_t h, const gd_regprog *p, char *err,
   return 0;
 }
 
-static const gd_region_map *view_find(void *table, uint32_t id) {
-  return dring_region_find(table, id);
-}
-
 /* Tells the client how entry e (its slots) ended: its completion, and the
  * text of the first failure it has not read yet. */
 static void complete(gd_dring *r, const graphd_ring_sqe *e, uint32_t slots, int rc,
@@ -109,18 +105,12 @@ static void mark_hung(gd_dstream *ds) {
   if (ds->ring) ds->ring->hung = true;
 }
 
-/* Checks, resolves and runs the entry at the ring's head. */
+/* Reads the entry at the ring's head into a request, runs it on the one
+ * replay path, and completes it. */
 static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
   graphd_ring_sqe e;
   /* One copy: the client may write the shared entry at any time. */
   memcpy(&e, (const void *)&r->sq[r->head & (r->entries - 1)], sizeof e);
-  char err[512];
-  int rc = 0;
-  bool flags_known = false; /* done = seq must be written even when refused */
-  bool ran = false;
-  gd_bound *bind = NULL;
-  gd_bind_req *b = NULL;
-  const gd_regprog *prog = NULL;
   /* The slots it takes are published with it, or the ring is not to be
    * trusted any longer (as for a tail out of range). */
   uint32_t slots = GRAPHD_RING_ENTRY_SLOTS(e.nbindings);
@@ -134,74 +124,43 @@ static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
     r->warned = true;
     return -GRAPHD_INVALID_ARGUMENT;
   }
-#define REFUSE(c, ...)                                                                             \
-  do {                                                                                             \
-    rc = -(c);                                                                                     \
-    snprintf(err, sizeof err, __VA_ARGS__);                                                        \
-    goto finish;                                                                                   \
-  } while (0)
-  if (e.stream_slot >= ds->nslots)
-    REFUSE(GRAPHD_OUT_OF_RANGE, "stream slot %u is out of range: the flag page has %u",
-           e.stream_slot, ds->nslots);
-  if (e.seq <= ds->seen[e.stream_slot])
-    REFUSE(GRAPHD_INVALID_ARGUMENT, "seq %llu on stream slot %u must be above the last one, %llu",
-           (unsigned long long)e.seq, e.stream_slot, (unsigned long long)ds->seen[e.stream_slot]);
-  flags_known = true;
-  dstream_saw(ds, e.stream_slot, e.seq);
-  if (e.program >= r->nprogs || !(prog = r->progs[e.program]))
-    REFUSE(GRAPHD_NOT_FOUND,
-           "program handle %u is not one of this session's (RingProgram gives them)", e.program);
-  if (e.nbindings > GD_MAX_SLOTS)
-    REFUSE(GRAPHD_INVALID_ARGUMENT, "%u bindings: a ring entry carries at most %u", e.nbindings,
-           GD_MAX_SLOTS);
-  const gd_program *p = prog->program;
-  if (!(bind = calloc(p->nslots ? p->nslots : 1, sizeof *bind)) ||
-      !(b = malloc((e.nbindings ? e.nbindings : 1) * sizeof *b)))
-    REFUSE(GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
-  entry_bindings(r, &e, b);
-  uint64_t epoch = atomic_load(&d->epoch);
-  if ((rc = exec_bind(p, view_find, &ds->regions, epoch, d->index, b, e.nbindings, bind, err,
-                      sizeof err)) < 0)
-    goto finish;
-  gd_replay_exec ex = {.prog = prog,
-                       .ds = ds,
-                       .stream_slot = e.stream_slot,
-                       .seq = e.seq,
-                       .ready_timeout_s = r->ready_timeout_s,
-                       .client_pid = r->client_pid,
-                       .client_uid = r->client_uid,
-                       .epoch = epoch,
-                       .others_waiting = ring_others_waiting,
-                       .bind = bind};
-  bool not_started = false;
-  ran = true;
-  rc = exec_run(d, w, &ex, &not_started, err, sizeof err);
-  if (ex.captured) {
-    r->captures++;
-    r->staging_bytes += ex.staging_bytes;
-    if (ex.recaptured) r->recaptures++;
+  char err[512], why[128];
+  gd_replay_req rq = {.stream_slot = e.stream_slot,
+                      .seq = e.seq,
+                      .nbindings = e.nbindings,
+                      .ready_timeout_s = r->ready_timeout_s,
+                      .client_pid = r->client_pid,
+                      .client_uid = r->client_uid,
+                      .others_waiting = ring_others_waiting,
+                      .refusal = why};
+  gd_bind_req *b = NULL;
+  if (e.program >= r->nprogs || !(rq.prog = r->progs[e.program])) {
+    rq.refused = GRAPHD_NOT_FOUND;
+    snprintf(why, sizeof why,
+             "program handle %u is not one of this session's (RingProgram gives them)", e.program);
+  } else if (e.nbindings > GD_MAX_SLOTS) {
+    rq.refused = GRAPHD_INVALID_ARGUMENT;
+    snprintf(why, sizeof why, "%u bindings: a ring entry carries at most %u", e.nbindings,
+             GD_MAX_SLOTS);
+  } else if (!(b = malloc((e.nbindings ? e.nbindings : 1) * sizeof *b))) {
+    rq.refused = GRAPHD_RESOURCE_EXHAUSTED;
+    snprintf(why, sizeof why, "out of memory");
+  } else {
+    entry_bindings(r, &e, b);
+    rq.bindings = b;
   }
-  r->evicted += ex.budget_evicted;
-  r->evicted_bytes += ex.budget_evicted_bytes;
+  bool not_started;
+  int rc = exec_replay(d, w, ds, &rq, &r->tally, NULL, &not_started, err, sizeof err);
   /* A ready flag that did not come while others waited (the host
-   * backend's give-up): the entry fails with its done written, and the
+   * backend's give-up): the entry failed with its done written, and the
    * session is read no more and reported, to be cut off. */
   if (rc == -GRAPHD_DEADLINE_EXCEEDED && !atomic_load(&ds->client_gone)) mark_hung(ds);
-finish:
-  /* exec_run wrote done itself; a refusal before it writes it here. */
-  if (rc < 0 && flags_known && !ran) exec_write_done(d, ds, e.stream_slot, e.seq);
-  if (rc < 0) {
-    r->errors++;
+  if (rc < 0)
     GD_LOG(GD_DEBUG, "ring", "session %llu: entry seq %llu on slot %u: %s",
            (unsigned long long)ds->session_id, (unsigned long long)e.seq, e.stream_slot, err);
-  } else {
-    r->replays++;
-  }
   complete(r, &e, slots, rc, rc < 0 ? err : "");
-  free(bind);
   free(b);
   return rc;
-#undef REFUSE
 }
 
 /* Whether ds's ring has entries, and whether they may run now. */
@@ -420,28 +379,21 @@ bool ring_sleep(gd_device *d, bool asleep) {
 
 bool ring_has_stats(gd_device *d) {
   for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next)
-    if (ds->ring && (ds->ring->replays || ds->ring->errors)) return true;
+    if (ds->ring && (ds->ring->tally.replays || ds->ring->tally.errors)) return true;
   return false;
 }
 
-bool ring_take_stats(gd_device *d, bool all, gd_ring_stats *st) {
+bool ring_take_stats(gd_device *d, bool all, gd_replay_tally *st) {
   memset(st, 0, sizeof *st);
   bool any = false;
   uint64_t now = gd_now_ns();
   for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next) {
     gd_dring *r = ds->ring;
-    if (!r || !(r->replays || r->errors)) continue;
+    if (!r || !(r->tally.replays || r->tally.errors)) continue;
     if (!all && now - r->taken_ns < STATS_PERIOD_NS) continue;
     r->taken_ns = now;
-    st->replays += r->replays;
-    st->errors += r->errors;
-    st->captures += r->captures;
-    st->recaptures += r->recaptures;
-    st->staging_bytes += r->staging_bytes;
-    st->evicted += r->evicted;
-    st->evicted_bytes += r->evicted_bytes;
-    r->replays = r->errors = r->captures = r->recaptures = r->staging_bytes = r->evicted =
-        r->evicted_bytes = 0;
+    gd_tally_add(st, &r->tally);
+    memset(&r->tally, 0, sizeof r->tally);
     any = true;
   }
   return any;

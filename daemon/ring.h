@@ -1,9 +1,10 @@
 /* Asynchronous replays on the worker: the entries of each session's
  * submission ring (dring.h, graphd/protocol.h), read by the device's
- * worker itself between jobs, checked against the worker's view of the
- * session (its flag slots, program handles and regions), run in the same
- * order as a Replay request (execute.c), and answered through the ring's
- * completions. No loop thread and no protobuf on this path.
+ * worker itself between jobs, each read into a request for the one
+ * replay path a Replay request also takes (execute.h: checked against the
+ * worker's view of the session, its flag slots and regions, and run in
+ * order), the program named by a handle the session registered, and
+ * answered through the ring's completions. No loop thread and no protobuf on this path.
  *
  * Ordering with the session's requests: a job of the session that a ring
  * entry may precede (a Replay, an UnregisterRegion) first takes what the
@@ -22,13 +23,9 @@
 
 #include "device.h"
 #include "dstream.h"
+#include "execute.h"
 #include "registry.h"
 #include "worker.h"
-
-/* What the worker tells the loop of the entries it ran (for the counters). */
-typedef struct gd_ring_stats {
-  uint64_t replays, errors, captures, recaptures, staging_bytes, evicted, evicted_bytes;
-} gd_ring_stats;
 
 /* The session's settings for its ring's entries. */
 typedef struct gd_ring_params {
@@ -85,7 +82,7 @@ bool ring_sleep(gd_device *d, bool asleep);
  * first), from each ring last asked at least 1 ms ago, or from all with
  * `all` (an idle tick); false when nothing. The loop hears at most once a
  * millisecond per ring, not once an entry. */
-bool ring_take_stats(gd_device *d, bool all, gd_ring_stats *st);
+bool ring_take_stats(gd_device *d, bool all, gd_replay_tally *st);
 
 /* Some ring ran entries the loop has not heard of (the worker ticks until
  * it has). */

@@ -564,6 +564,38 @@ START_TEST(test_async_long_entries_written_by_hand_are_refused) {
 }
 END_TEST
 
+/* A replay's seq must be above the highest the worker took on its flag
+ * slot, whichever way each came: a sync Replay behind a ring entry of a
+ * higher seq on the same slot is refused before it runs, and the slot's
+ * done word does not go back. */
+START_TEST(test_async_a_sync_replay_below_a_ring_entrys_seq_is_refused) {
+  client k;
+  client_open(&k, 8, 13);
+  ck_assert_int_eq(issue(&k, 0, false, true), GRAPHD_OK);
+  check_pair(&k, 0);
+  uint64_t base = k.s->seq;
+  k.s->seq = base + 9;
+  /* No bindings: refused once its seq is taken, with done = seq written. */
+  uint64_t high = publish_by_hand(&k, 0, 1);
+  ck_assert_int_eq(graphd_stream_wait(k.s, high, 5000), GRAPHD_INVALID_ARGUMENT);
+  volatile uint64_t *done = gd_flag_word(k.c->flags, k.s->slot, GRAPHD_FLAG_WORD_DONE);
+  ck_assert_uint_eq(__atomic_load_n(done, __ATOMIC_ACQUIRE), high);
+  /* The next sync Replay takes base + 1. */
+  k.s->seq = base;
+  ck_assert_int_eq(issue(&k, 1, true, false), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(graphd_last_error(k.c), "must be above the last one"), "%s",
+                graphd_last_error(k.c));
+  ck_assert_uint_eq(__atomic_load_n(done, __ATOMIC_ACQUIRE), high);
+  for (uint32_t j = 0; j < N; j++) /* it did not run */
+    ck_assert_uint_eq(((uint32_t *)k.y[1])[j], 0xffffffffu);
+  /* Past it, both ways are exact. */
+  k.s->seq = high;
+  for (int i = 0; i < 12; i++) ck_assert_int_eq(issue(&k, i % PAIRS, i % 2 == 0, false), GRAPHD_OK);
+  for (int i = 0; i < PAIRS; i++) check_pair(&k, i);
+  client_close(&k);
+}
+END_TEST
+
 /* CPU time (user + system, in clock ticks) of the daemon's thread named
  * `name`; fails the test when there is none. */
 static long thread_cpu_ticks(pid_t pid, const char *name) {
@@ -807,6 +839,7 @@ int main(void) {
   tcase_add_test(tc, test_async_handles_of_one_process_run_in_the_order_they_were_queued);
   tcase_add_test(tc, test_async_entries_of_many_bindings_take_several_slots);
   tcase_add_test(tc, test_async_long_entries_written_by_hand_are_refused);
+  tcase_add_test(tc, test_async_a_sync_replay_below_a_ring_entrys_seq_is_refused);
   tcase_add_test(tc, test_async_ring_size_is_checked);
   tcase_add_test(tc, test_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker);
   tcase_add_test(tc, test_async_a_semaphore_doorbell_does_not_keep_the_worker_busy);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../daemon/region.h"
+#include "../daemon/execute.h"
 #include "../daemon/replay.h"
 #include "common/memfd.h"
 #include "harness.h"
@@ -445,11 +446,11 @@ START_TEST(test_region_host_mappings_go_with_the_client) {
 }
 END_TEST
 
-/* replay_bind, the binding checks of a Replay, on a table of two made-up
+/* exec_bind, the binding checks of a replay, on a table of two made-up
  * regions: an in-range binding resolves to the region's address plus the
  * offset; each broken rule is refused with its status, an offset whose sum
  * with the bytes wraps past 2^64 included. */
-START_TEST(test_replay_bind_checks_each_rule) {
+START_TEST(test_exec_bind_checks_each_rule) {
   gd_region_table t;
   memset(&t, 0, sizeof t);
   gd_region_map m;
@@ -465,18 +466,18 @@ START_TEST(test_replay_bind_checks_each_rule) {
                       {GD_ROLE_OUTPUT, GD_SLOT_STAGED, 1024},
                       {GD_ROLE_SCRATCH, 0, 64}};
   gd_program p = {.nslots = 3, .slots = slots};
-  Graphd__Wire__Binding b[3], *bp[3] = {&b[0], &b[1], &b[2]};
-  for (int i = 0; i < 3; i++) graphd__wire__binding__init(&b[i]);
+  gd_bind_req b[3];
+  memset(b, 0, sizeof b);
   gd_bound bind[3];
   char err[512];
 #define BIND(n, want)                                                                              \
   do {                                                                                             \
     memset(bind, 0, sizeof bind);                                                                  \
-    ck_assert_int_eq(replay_bind(&p, &t, 1, 0, bp, (n), bind, err, sizeof err), (want));           \
+    ck_assert_int_eq(exec_bind(&p, region_lookup, &t, 1, 0, b, (n), bind, err, sizeof err),        \
+                     (want));                                                                      \
   } while (0)
-  b[0] = (Graphd__Wire__Binding){b[0].base, .slot = 0, .region_id = r1, .offset = 0, .bytes = 1024};
-  b[1] =
-      (Graphd__Wire__Binding){b[1].base, .slot = 1, .region_id = r1, .offset = 3072, .bytes = 1024};
+  b[0] = (gd_bind_req){.slot = 0, .region_id = r1, .offset = 0, .bytes = 1024};
+  b[1] = (gd_bind_req){.slot = 1, .region_id = r1, .offset = 3072, .bytes = 1024};
   BIND(2, 0);
   ck_assert(bind[0].bound && bind[1].bound && !bind[2].bound);
   ck_assert_uint_eq(bind[1].addr, 0x10000 + 3072);
@@ -500,7 +501,7 @@ START_TEST(test_replay_bind_checks_each_rule) {
   BIND(2, -GRAPHD_INVALID_ARGUMENT);
   ck_assert_msg(strstr(err, "twice"), "%s", err);
   b[1].slot = 1;
-  b[2] = (Graphd__Wire__Binding){b[2].base, .slot = 2, .region_id = r1, .offset = 0, .bytes = 64};
+  b[2] = (gd_bind_req){.slot = 2, .region_id = r1, .offset = 0, .bytes = 64};
   BIND(3, -GRAPHD_INVALID_ARGUMENT); /* scratch is the daemon's */
   ck_assert_msg(strstr(err, "scratch"), "%s", err);
   b[2].slot = 3;
@@ -532,7 +533,7 @@ int main(void) {
   suite_add_tcase(s, tc);
   TCase *pure = tcase_create("range");
   tcase_add_test(pure, test_region_range_check_does_not_overflow);
-  tcase_add_test(pure, test_replay_bind_checks_each_rule);
+  tcase_add_test(pure, test_exec_bind_checks_each_rule);
   suite_add_tcase(s, pure);
   return td_run_suite(s);
 }

@@ -199,6 +199,23 @@ void graphd_stream_detach(graphd_stream *s) {
  * daemon certainly did not run it (it went away before the request
  * reached it, or answered that it had not started it), so it may be sent
  * to the next daemon. */
+/* The region of binding b, registered or found in the cache, as the
+ * daemon is sent it (both ways of replaying). On failure the error names
+ * the slot. Lock held. */
+static graphd_status resolve_binding(graphd_client *c, const graphd_binding *b,
+                                     graphd_ring_binding *out) {
+  graphd_region_ref r;
+  graphd_status st = gd_region_register_locked(c, b->ptr, b->bytes, &r);
+  if (st != GRAPHD_OK) {
+    char e[GRAPHD_ERRMAX];
+    snprintf(e, sizeof e, "%s", c->err);
+    return gd_client_set_err(c, st, "binding of slot %u: %s", b->slot, e);
+  }
+  *out = (graphd_ring_binding){
+      .slot = b->slot, .region_id = r.region_id, .offset = r.offset, .bytes = b->bytes};
+  return GRAPHD_OK;
+}
+
 static graphd_status replay_once(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
                                  const graphd_binding *b, size_t n, graphd_replay_info *info,
                                  bool *unrun) {
@@ -219,21 +236,17 @@ static graphd_status replay_once(graphd_client *c, graphd_stream *s, const uint8
   }
   gd_region_batch(c);
   for (size_t i = 0; i < n; i++) {
-    graphd_region_ref r;
-    st = gd_region_register_locked(c, b[i].ptr, b[i].bytes, &r);
-    if (st != GRAPHD_OK) {
+    graphd_ring_binding r;
+    if ((st = resolve_binding(c, &b[i], &r)) != GRAPHD_OK) {
       /* The daemon went away: the replay was never sent. */
       *unrun = st == GRAPHD_UNAVAILABLE && c->fail != GD_FAIL_NONE;
-      char e[GRAPHD_ERRMAX];
-      snprintf(e, sizeof e, "%s", c->err);
-      gd_client_set_err(c, st, "binding of slot %u: %s", b[i].slot, e);
       goto exit;
     }
     graphd__wire__binding__init(&wb[i]);
-    wb[i].slot = b[i].slot;
+    wb[i].slot = r.slot;
     wb[i].region_id = r.region_id;
     wb[i].offset = r.offset;
-    wb[i].bytes = b[i].bytes;
+    wb[i].bytes = r.bytes;
     wp[i] = &wb[i];
   }
   gd_flag_page *f = c->flags;
@@ -374,20 +387,15 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
     return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory for %zu bindings", n);
   gd_region_batch(c);
   for (size_t i = 0; i < n; i++) {
-    graphd_region_ref r;
-    if ((st = gd_region_register_locked(c, b[i].ptr, b[i].bytes, &r)) != GRAPHD_OK) {
-      char err[GRAPHD_ERRMAX];
-      snprintf(err, sizeof err, "%s", c->err);
-      free(cont);
-      return gd_client_set_err(c, st, "binding of slot %u: %s", b[i].slot, err);
-    }
     size_t k = i - GRAPHD_RING_MAX_BINDINGS;
     graphd_ring_binding *to =
         i < GRAPHD_RING_MAX_BINDINGS
             ? &e.bindings[i]
             : &cont[k / GRAPHD_RING_CONT_BINDINGS].bindings[k % GRAPHD_RING_CONT_BINDINGS];
-    *to = (graphd_ring_binding){
-        .slot = b[i].slot, .region_id = r.region_id, .offset = r.offset, .bytes = b[i].bytes};
+    if ((st = resolve_binding(c, &b[i], to)) != GRAPHD_OK) {
+      free(cont);
+      return st;
+    }
   }
   gd_flag_page *f = c->flags;
   uint64_t seq = s->seq + 1;

@@ -6,7 +6,7 @@
  *   then touched at both ends, so a mapping shorter than it claims faults);
  * - the region table (region.c): ids never reused, counts and bytes kept,
  *   region_check_range exactly "offset + bytes <= size" without overflow;
- * - replay_bind (replay.c): a Replay's bindings against a program's slots
+ * - exec_bind (execute.c): a replay's bindings against a program's slots
  *   and the table, accepted exactly when every rule holds, and then each
  *   address is the region's plus the offset.
  *
@@ -26,7 +26,7 @@
 #include "common/memfd.h"
 #include "../../daemon/backend.h"
 #include "../../daemon/region.h"
-#include "../../daemon/replay.h"
+#include "../../daemon/execute.h"
 #include "graphd/status.h"
 #include "graphd/encoding.h"
 
@@ -217,7 +217,7 @@ static void op_range(state *st, reader *in) {
   if ((rc == 0) != want || (rc < 0 && (rc != -GRAPHD_OUT_OF_RANGE || !err[0]))) abort();
 }
 
-/* opcode 5: replay_bind.  u8 count (of 9 at most); u8 epoch; each binding:
+/* opcode 5: exec_bind.  u8 count (of 9 at most); u8 epoch; each binding:
  *   u8 slot; u8 region (an index into the table, or past it: an id that is
  *   not there); u8 shape; u64 offset; u64 bytes. shape 0 takes the offset
  *   and bytes as they are; 1 binds the slot's size at offset % the
@@ -227,15 +227,14 @@ static void op_bind(state *st, reader *in) {
   if (!take_u(in, 1, &count) || !take_u(in, 1, &epoch)) return;
   count %= MAX_SLOTS + 2;
   epoch &= 1;
-  Graphd__Wire__Binding b[MAX_SLOTS + 1], *bp[MAX_SLOTS + 1];
+  gd_bind_req b[MAX_SLOTS + 1];
   int ridx[MAX_SLOTS + 1];
   for (uint64_t i = 0; i < count; i++) {
     uint64_t slot, reg, shape, off, bytes;
     if (!take_u(in, 1, &slot) || !take_u(in, 1, &reg) || !take_u(in, 1, &shape) ||
         !take_u(in, 8, &off) || !take_u(in, 8, &bytes))
       return;
-    graphd__wire__binding__init(&b[i]);
-    bp[i] = &b[i];
+    memset(&b[i], 0, sizeof b[i]);
     b[i].slot = (uint32_t)slot % (MAX_SLOTS + 1);
     ridx[i] = st->n && reg < 200 ? (int)(reg % (uint64_t)st->n) : -1;
     b[i].region_id = ridx[i] >= 0 ? st->sh[ridx[i]].id : (uint32_t)reg * 7919u;
@@ -273,7 +272,7 @@ static void op_bind(state *st, reader *in) {
   gd_bound bind[MAX_SLOTS];
   memset(bind, 0, sizeof bind);
   char err[512] = "";
-  int rc = replay_bind(p, &st->t, epoch, 0, bp, (size_t)count, bind, err, sizeof err);
+  int rc = exec_bind(p, region_lookup, &st->t, epoch, 0, b, (size_t)count, bind, err, sizeof err);
   if ((rc == 0) != want || (rc < 0 && !err[0])) abort();
   if (rc < 0) return;
   for (uint64_t i = 0; i < count; i++) {

@@ -224,7 +224,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (racing && pthread_create(&t, NULL, mutate, &m) != 0) die("mutator", "cannot start");
 
   /* The worker: polls, a job's drain, a sleep and a wake, a few rounds. */
-  gd_ring_stats st;
+  gd_replay_tally st;
   uint64_t hung[4];
   for (int round = 0; round < ROUNDS; round++) {
     uint64_t head = __atomic_load_n(&hdr->sq_head, __ATOMIC_ACQUIRE);
