@@ -30,8 +30,8 @@ import sys
 import threading
 import weakref
 
-from . import _cuda
-from . import arrays as _arrays
+from ._cuda import stream_wait
+from .arrays import LEGACY_STREAM, describe, has_protocol
 from .errors import GraphdError
 from .program import ROLES, Program
 
@@ -88,7 +88,7 @@ def owner(obj):
         base = getattr(obj, "_base", None)
         if base is None:
             base = getattr(obj, "base", None)
-        if base is None or base is obj or not _arrays.has_protocol(base):
+        if base is None or base is obj or not has_protocol(base):
             return obj
         obj = base
     return obj
@@ -98,7 +98,7 @@ def _same_stream(a, b):
     """Whether two CUstream ints are the same stream: the default stream
     (None or 0) is the legacy one (1), as in PyTorch and CuPy."""
     def norm(s):
-        return _arrays.LEGACY_STREAM if not s else s
+        return LEGACY_STREAM if not s else s
     return norm(a) == norm(b)
 
 
@@ -285,7 +285,7 @@ class Binder:
     def _check(self, program, slot, a, k, handle, host):
         role, _, size = program.slot(slot)
         what = f"argument {k} (slot {slot}, {role})"
-        info = _arrays.describe(a, what, stream=handle, cpu=host)
+        info = describe(a, what, stream=handle, cpu=host)
         if host and info.device == "cuda" and info.protocol == "DLPack":
             raise GraphdError(_INVALID, f"{what} is on a CUDA device, but this session's device "
                               "is a host device")
@@ -305,5 +305,5 @@ class Binder:
         if not info.ptr:
             raise GraphdError(_INVALID, f"{what} has a null data pointer")
         if info.stream is not None and not host and not _same_stream(info.stream, handle):
-            _cuda.stream_wait(handle, info.stream)
+            stream_wait(handle, info.stream)
         return info

@@ -14,7 +14,7 @@ failure)."""
 import ctypes
 import os
 
-from . import _cuda
+from ._cuda import device_uuid
 from ._bind import Binder
 from ._lib import (ERRMAX, SESSION_CONTROL, SESSION_DATA, graphd_binding, graphd_capture_info,
                    graphd_connect_options, graphd_daemon_status, graphd_device_info, graphd_evict_options,
@@ -86,7 +86,7 @@ class Client:
         """A data session on CUDA device `ordinal` as this process numbers
         its devices (CUDA_VISIBLE_DEVICES applies): its UUID comes from the
         driver. Other arguments as connect()."""
-        return cls.connect(socket_path, device_uuid=_cuda.device_uuid(ordinal), **kw)
+        return cls.connect(socket_path, device_uuid=device_uuid(ordinal), **kw)
 
     @classmethod
     def connect(cls, socket_path=None, device_uuid=None, timeout_ms=0, client_name="graphd-python",

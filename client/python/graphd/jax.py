@@ -36,7 +36,9 @@ import threading
 import numpy as np
 import jax
 
-from . import _lib
+from ._lib import lib as _libgraphd
+from ._lib import registry_add_module as _registry_add_module
+from ._lib import registry_add_program as _registry_add_program
 from .errors import GraphdError, status_name
 from .program import MODES, MODULE_KINDS, Program, _as_id
 
@@ -150,7 +152,7 @@ def xla_lib():
     with _lock:
         if _xla is not None:
             return _xla
-        _lib.lib()
+        _libgraphd()
         errors = []
         for path in _xla_candidates():
             try:
@@ -236,13 +238,13 @@ def _register(spec, encoding, pid):
 def registry_add_module(kind, data):
     """graphd_registry_add_module: keeps the module's bytes under its id in
     the process's client-side registry; returns the 32-byte id."""
-    return _lib.registry_add_module(kind, data)
+    return _registry_add_module(kind, data)
 
 
 def registry_add_program(program_id, encoding):
     """graphd_registry_add_program: keeps a program's encoding (checked
     against its id; its modules must be added first)."""
-    _lib.registry_add_program(program_id, encoding)
+    _registry_add_program(program_id, encoding)
 
 
 def _varying(x):

@@ -12,7 +12,10 @@ from the importing module to:
   - `from graphd.a import n` (relative forms resolved first): the module
     graphd.a.n when n is a submodule, else graphd.a, whose namespace n
     comes from; `from . import n` naming a submodule is thus an edge to
-    that submodule only;
+    that submodule only (Python imports graphd.a.n there without waiting
+    for graphd.a's __init__, exactly as for `import graphd.a.n`; counting
+    it as a use of that __init__ would make every package whose __init__
+    re-exports its submodules look circular);
   - in both cases also every package on the way down to the imported
     module that the importer is not inside itself: importing
     graphd.warp._core from graphd.jax runs graphd/warp/__init__ first,
@@ -153,7 +156,7 @@ def describe(graph, scc, root):
         path = os.path.relpath(known[a][0], os.path.dirname(root))
         for b in sorted(graph[a]):
             if b in members:
-                where = ", ".join(str(n) for n in graph[a][b])
+                where = ", ".join(str(n) for n in sorted(graph[a][b]))
                 lines.append(f"    {a} -> {b}  ({path}:{where})")
     return "\n".join(lines)
 

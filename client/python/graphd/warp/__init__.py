@@ -209,8 +209,8 @@ class JaxCallable:
         with self._lock:
             fn = self._calls.get(key)
             if fn is None:
-                from .. import jax as gj
-                fn = gj.program_callable(self._builder(statics, out_dims, launch_dims), mode=self.mode,
+                from ..jax import program_callable
+                fn = program_callable(self._builder(statics, out_dims, launch_dims), mode=self.mode,
                                  vmap_method=_VMAP[vmap_method], has_side_effect=self.has_side_effect,
                                  on_lower=_CudaLowering(self))
                 self._calls[key] = fn
@@ -245,9 +245,9 @@ class JaxCallable:
             return on_cpu(*arrays)
         # Both branches see operands of one type inside shard_map (an FFI
         # call wants its operands to vary over the same mesh axes).
-        from .. import jax as gj
-        axes = frozenset().union(*(gj._varying(a) for a in arrays))
-        varied = [gj._vary(a, axes) for a in arrays] if axes else arrays
+        from ..jax import _vary, _varying
+        axes = frozenset().union(*(_varying(a) for a in arrays))
+        varied = [_vary(a, axes) for a in arrays] if axes else arrays
         try:
             return jax.lax.platform_dependent(*varied, cpu=on_cpu, default=on_gpu)
         except Refused as e:
@@ -308,7 +308,7 @@ class JaxCallable:
 
         def build(*avals, mode):
             import jax
-            from .. import jax as gj
+            from ..jax import Spec
             shapes, batch = {}, None
             array_inputs = [i for i, a in enumerate(spec.inputs) if a.is_array]
             for i, av in zip(array_inputs, avals):
@@ -339,7 +339,7 @@ class JaxCallable:
             built = self.function.build(shapes, statics, self.arch, mode, func=func,
                                         extra=("launch", launch_dims) if self.is_kernel else None,
                                         ordinal=resolve_ordinal(self.device))
-            return gj.Spec(built.program, results=results,
+            return Spec(built.program, results=results,
                            operand_slots=[built.arg_slots[i] for i in array_inputs],
                            result_slots=[built.arg_slots[i] for i in result_slots_of],
                            modules=built.spec_modules(),
@@ -411,10 +411,10 @@ class _Captures(collections.OrderedDict):
         no handler to ask."""
         if not self._seen:
             return {}
-        from .. import jax as gj
+        from ..jax import last_replays
         ids = list(self._seen)
         try:
-            return dict(zip(ids, gj.last_replays(ids)))
+            return dict(zip(ids, last_replays(ids)))
         except (GraphdError, AttributeError, OSError):
             return {}
 
