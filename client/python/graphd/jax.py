@@ -40,7 +40,7 @@ from ._lib import lib as _libgraphd
 from ._lib import registry_add_module as _registry_add_module
 from ._lib import registry_add_program as _registry_add_program
 from .errors import GraphdError, status_name
-from .program import MODES, MODULE_KINDS, Program, _as_id
+from .program import MODES, Program, _as_id
 
 VMAP_METHODS = (None, "sequential", "broadcast_all")
 
