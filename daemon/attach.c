@@ -109,7 +109,7 @@ static void import_run(gd_job *j, void *ctx) {
   import_job *ij = gd_container_of(j, import_job, rq.job);
   uint64_t t0 = gd_now_ns();
   j->status = device_import(ctx, &ij->in, &ij->out, j->msg, sizeof j->msg);
-  if (j->status == 0 && dring_region_add(&ij->ds->regions, ij->id, &ij->out) < 0) {
+  if (j->status == 0 && dstream_region_add(ij->ds, ij->id, &ij->out) < 0) {
     device_release_import(ctx, &ij->out);
     snprintf(j->msg, sizeof j->msg, "out of memory");
     j->status = -GRAPHD_RESOURCE_EXHAUSTED;

@@ -18,14 +18,8 @@
 
 #include "backend.h"
 #include "device.h"
+#include "dring.h"
 #include "registry.h"
-
-/* A slot bound to client memory for one replay. */
-typedef struct gd_bound {
-  bool bound;
-  uint64_t addr; /* device address of the client's bytes */
-  uint64_t bytes;
-} gd_bound;
 
 #define GD_CAPTURE_PIDS 16
 #define GD_CAPTURE_EXECS 4  /* executable graphs per capture, one per binding set */

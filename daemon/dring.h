@@ -57,6 +57,22 @@ typedef struct gd_dring {
 
 /* --- the region view ---------------------------------------------------- */
 
+/* A binding as a replay's request carries it: a slot, and a range of one
+ * of the session's regions (24 bytes, no padding: compared whole). */
+typedef struct gd_bind_req {
+  uint32_t slot;
+  uint32_t region_id;
+  uint64_t offset;
+  uint64_t bytes;
+} gd_bind_req;
+
+/* A slot bound to client memory for one replay. */
+typedef struct gd_bound {
+  bool bound;
+  uint64_t addr; /* device address of the client's bytes */
+  uint64_t bytes;
+} gd_bound;
+
 /* Adds region `id` (the loop's id for it) with its mapping. 0, or
  * -GRAPHD_RESOURCE_EXHAUSTED. */
 int dring_region_add(gd_dregion **view, uint32_t id, const gd_region_map *m);

@@ -165,7 +165,7 @@ static void release_run(gd_job *j, void *ctx) {
   release_job *rj = gd_container_of(j, release_job, job);
   if (rj->ds) {
     ring_drain(ctx, j->worker, rj->ds);
-    dring_region_remove(&rj->ds->regions, rj->id);
+    dstream_region_remove(rj->ds, rj->id);
   }
   /* GPU work of this session's replays may still read or write it. */
   dstream_sync(ctx, rj->ds);

@@ -33,6 +33,9 @@ void dstream_drop(gd_dstream *ds) {
   dring_region_clear(&ds->regions);
   free(ds->seen);
   free(ds->used);
+  free(ds->last.b);
+  free(ds->last.bind);
+  free(ds->entry_b);
   free(ds);
 }
 
@@ -42,6 +45,26 @@ uint64_t dstream_rings_gen(gd_device *d) { return d->dstreams ? d->dstreams->rin
 
 void dstream_rings_changed(gd_device *d) {
   if (d->dstreams) d->dstreams->rings_gen++;
+}
+
+int dstream_region_add(gd_dstream *ds, uint32_t id, const gd_region_map *m) {
+  ds->regions_gen++;
+  return dring_region_add(&ds->regions, id, m);
+}
+
+void dstream_region_remove(gd_dstream *ds, uint32_t id) {
+  ds->regions_gen++;
+  dring_region_remove(&ds->regions, id);
+}
+
+bool dstream_reserve(void **buf, uint32_t *cap, uint32_t n, size_t size) {
+  if (n <= *cap) return true;
+  uint32_t want = n < 16 ? 16 : n;
+  void *p = realloc(*buf, (size_t)want * size);
+  if (!p) return false;
+  *buf = p;
+  *cap = want;
+  return true;
 }
 
 /* The worker is the only writer of seen, used and nused; the loop reads

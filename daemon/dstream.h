@@ -41,6 +41,21 @@ typedef struct gd_dstream {
   uint64_t *seen;      /* per flag slot: the highest seq the worker took */
   uint32_t *used;      /* the slots with a seq seen, for the in-flight count */
   uint32_t nused;
+  uint64_t regions_gen; /* bumped whenever `regions` changes */
+  /* The last replay's bindings, as sent and as resolved: the next replay
+   * of the same program that names the same ranges of the same regions,
+   * with the view and the device epoch unchanged, takes them as they are
+   * (execute.c). */
+  struct {
+    const gd_regprog *prog; /* NULL: nothing kept */
+    uint64_t regions_gen, epoch;
+    gd_bind_req *b;
+    uint32_t n, b_cap;
+    gd_bound *bind;
+    uint32_t bind_cap;
+  } last;
+  gd_bind_req *entry_b; /* the ring's bindings of the entry at hand */
+  uint32_t entry_b_cap;
 } gd_dstream;
 
 /* A fresh dstream for a data session. Loop thread. NULL when out of memory. */
@@ -63,6 +78,16 @@ gd_dstream *dstream_first(gd_device *d);
  * (ring.c keeps what it derives from the set of rings until it does). */
 uint64_t dstream_rings_gen(gd_device *d);
 void dstream_rings_changed(gd_device *d);
+
+/* The worker's view of the session's regions: a region imported under
+ * the loop's id, and one let go. Either forgets the last replay's
+ * resolution. */
+int dstream_region_add(gd_dstream *ds, uint32_t id, const gd_region_map *m);
+void dstream_region_remove(gd_dstream *ds, uint32_t id);
+
+/* At least n entries of *buf (of *cap); false when out of memory (*buf is
+ * kept). */
+bool dstream_reserve(void **buf, uint32_t *cap, uint32_t n, size_t size);
 
 /* Records that the worker took replay `seq` on slot (the highest seen). */
 void dstream_saw(gd_dstream *ds, uint32_t slot, uint64_t seq);

@@ -223,6 +223,47 @@ static const gd_region_map *view_find(void *table, uint32_t id) {
   return dring_region_find(table, id);
 }
 
+/* Whether rq names what the last replay on ds named, with nothing that
+ * resolved it changed since: the same program (its id as well, in case
+ * another took its place), the same bindings, the region view and the
+ * device epoch as they were. */
+static bool same_as_last(const gd_dstream *ds, const gd_replay_req *rq, uint64_t epoch) {
+  return ds->last.prog == rq->prog && ds->last.regions_gen == ds->regions_gen &&
+         ds->last.epoch == epoch && ds->last.n == rq->nbindings &&
+         memcmp(ds->last.prog->id, rq->prog->id, GD_ID_LEN) == 0 &&
+         (!rq->nbindings ||
+          memcmp(ds->last.b, rq->bindings, (size_t)rq->nbindings * sizeof *rq->bindings) == 0);
+}
+
+/* rq's bindings resolved against ds's view of its regions (exec_bind),
+ * kept in ds->last so that the next replay naming the same ones does no
+ * work per binding: a loop over the same buffers costs one comparison.
+ * NULL with *rc and err set when refused. */
+static gd_bound *resolve(gd_device *d, gd_dstream *ds, const gd_replay_req *rq, uint64_t epoch,
+                         int *rc, char *err, size_t errlen) {
+  if (same_as_last(ds, rq, epoch)) return ds->last.bind;
+  const gd_program *p = rq->prog->program;
+  uint32_t nslots = p->nslots ? p->nslots : 1;
+  ds->last.prog = NULL;
+  if (!dstream_reserve((void **)&ds->last.bind, &ds->last.bind_cap, nslots, sizeof(gd_bound)) ||
+      !dstream_reserve((void **)&ds->last.b, &ds->last.b_cap, rq->nbindings ? rq->nbindings : 1,
+                       sizeof(gd_bind_req))) {
+    snprintf(err, errlen, "out of memory");
+    *rc = -GRAPHD_RESOURCE_EXHAUSTED;
+    return NULL;
+  }
+  memset(ds->last.bind, 0, (size_t)nslots * sizeof(gd_bound));
+  if ((*rc = exec_bind(p, view_find, &ds->regions, epoch, d->index, rq->bindings, rq->nbindings,
+                       ds->last.bind, err, errlen)) < 0)
+    return NULL;
+  if (rq->nbindings) memcpy(ds->last.b, rq->bindings, (size_t)rq->nbindings * sizeof *rq->bindings);
+  ds->last.n = rq->nbindings;
+  ds->last.regions_gen = ds->regions_gen;
+  ds->last.epoch = epoch;
+  ds->last.prog = rq->prog;
+  return ds->last.bind;
+}
+
 /* What one replay did, counted. */
 static void tally(gd_replay_tally *t, const gd_replay_exec *ex, int rc) {
   if (ex->captured) {
@@ -261,13 +302,8 @@ int exec_replay(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_replay_req 
   flags_known = true;
   dstream_saw(ds, rq->stream_slot, rq->seq);
   if (rq->refused) REFUSE_GOTO(rq->refused, finish, "%s", rq->refusal);
-  const gd_program *p = rq->prog->program;
-  if (!(bind = calloc(p->nslots ? p->nslots : 1, sizeof *bind)))
-    REFUSE_GOTO(GRAPHD_RESOURCE_EXHAUSTED, finish, "out of memory");
   uint64_t epoch = atomic_load(&d->epoch);
-  if ((rc = exec_bind(p, view_find, &ds->regions, epoch, d->index, rq->bindings, rq->nbindings,
-                      bind, err, errlen)) < 0)
-    goto finish;
+  if (!(bind = resolve(d, ds, rq, epoch, &rc, err, errlen))) goto finish;
   ex = (gd_replay_exec){.prog = rq->prog,
                         .ds = ds,
                         .stream_slot = rq->stream_slot,
@@ -285,6 +321,5 @@ finish:
   tally(t, &ex, rc);
   ex.bind = NULL;
   if (ran_out) *ran_out = ex;
-  free(bind);
   return rc;
 }

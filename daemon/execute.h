@@ -49,14 +49,6 @@ typedef struct gd_replay_exec {
   uint64_t budget_evicted_bytes;
 } gd_replay_exec;
 
-/* A binding as either front end carries it. */
-typedef struct gd_bind_req {
-  uint32_t slot;
-  uint32_t region_id;
-  uint64_t offset;
-  uint64_t bytes;
-} gd_bind_req;
-
 /* One replay as a front end hands it over: the program (resolved by the
  * front end: the registry's on the loop, a ring handle on the worker), the
  * flag slot and seq, the bindings, and the session's terms. */

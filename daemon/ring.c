@@ -133,7 +133,6 @@ static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
                       .client_uid = r->client_uid,
                       .others_waiting = ring_others_waiting,
                       .refusal = why};
-  gd_bind_req *b = NULL;
   if (e.program >= r->nprogs || !(rq.prog = r->progs[e.program])) {
     rq.refused = GRAPHD_NOT_FOUND;
     snprintf(why, sizeof why,
@@ -142,12 +141,13 @@ static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
     rq.refused = GRAPHD_INVALID_ARGUMENT;
     snprintf(why, sizeof why, "%u bindings: a ring entry carries at most %u", e.nbindings,
              GD_MAX_SLOTS);
-  } else if (!(b = malloc((e.nbindings ? e.nbindings : 1) * sizeof *b))) {
+  } else if (!dstream_reserve((void **)&ds->entry_b, &ds->entry_b_cap,
+                              e.nbindings ? e.nbindings : 1, sizeof(gd_bind_req))) {
     rq.refused = GRAPHD_RESOURCE_EXHAUSTED;
     snprintf(why, sizeof why, "out of memory");
   } else {
-    entry_bindings(r, &e, b);
-    rq.bindings = b;
+    entry_bindings(r, &e, ds->entry_b);
+    rq.bindings = ds->entry_b;
   }
   bool not_started;
   int rc = exec_replay(d, w, ds, &rq, &r->tally, NULL, &not_started, err, sizeof err);
@@ -159,7 +159,6 @@ static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
     GD_LOG(GD_DEBUG, "ring", "session %llu: entry seq %llu on slot %u: %s",
            (unsigned long long)ds->session_id, (unsigned long long)e.seq, e.stream_slot, err);
   complete(r, &e, slots, rc, rc < 0 ? err : "");
-  free(b);
   return rc;
 }
 

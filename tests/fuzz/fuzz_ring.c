@@ -185,7 +185,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                        .mapped = REGION_BYTES,
                        .kind = GRAPHD_REGION_HOST_MEMFD,
                        .epoch = epoch};
-    if (dring_region_add(&ds->regions, i + 1, &m) < 0) die("region", "out of memory");
+    if (dstream_region_add(ds, i + 1, &m) < 0) die("region", "out of memory");
   }
 
   /* The ring, written as the input says, then handed to the worker. */
