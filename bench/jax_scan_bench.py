@@ -89,7 +89,7 @@ def main():
         for sync in (True, False):
             how = "sync" if sync else "async"
             us, got, (recaptures, captures) = per_step_us(
-                scan_of(gj.callable(build, mode=mode, sync=sync)), s0)
+                scan_of(gj.program_callable(build, mode=mode, sync=sync)), s0)
             gj.collect()
             same = np.array_equal(np.asarray(got), np.asarray(ref))
             print(f"FIGURE jax scan, graphd {mode} {how}: {us:.2f} us/step, overhead {us - ref_us:.2f} "

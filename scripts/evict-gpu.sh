@@ -47,7 +47,7 @@ def build(x, *, mode):
     return gj.Spec(p, results=[x], operand_slots=[a], result_slots=[b], modules=[("cubin", cubin)])
 
 for mode, size in (("staged", n), ("staged_ex", n // 4)):
-    f = jax.jit(gj.callable(build, mode=mode))
+    f = jax.jit(gj.program_callable(build, mode=mode))
     x = jnp.arange(size, dtype=jnp.float32)
     for _ in range(5):
         y = f(x)
