@@ -107,6 +107,49 @@ START_TEST(test_region_new_allocation_at_a_reused_address_is_a_new_region) {
 }
 END_TEST
 
+/* The cache finds the region holding an address among many, in whatever
+ * order they came and went: every address inside each live allocation
+ * gives that allocation's region, at its offset, with nothing sent again
+ * (the count stays), after frees in the middle and new allocations that
+ * may take freed addresses. */
+START_TEST(test_region_cache_finds_each_address_among_many) {
+  graphd_client *c = td_data(&d, 0);
+  enum { NA = 48 };
+  void *a[NA] = {0};
+  size_t sz[NA];
+  uint32_t id[NA];
+  unsigned rng = 7;
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < NA; i++) {
+      if (a[i]) continue;
+      sz[i] = 4096u * (1 + rand_r(&rng) % 8);
+      ck_assert_int_eq(graphd_host_alloc(c, sz[i], &a[i]), GRAPHD_OK);
+      graphd_region_ref r;
+      ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a[i], 64, &r), GRAPHD_OK);
+      ck_assert_uint_eq(r.offset, 0);
+      id[i] = r.region_id;
+    }
+    uint32_t live = graphd_region_count(c);
+    for (int k = 0; k < 4 * NA; k++) {
+      int i = rand_r(&rng) % NA;
+      uint64_t off = (uint64_t)(rand_r(&rng) % (sz[i] / 8)) * 8;
+      graphd_region_ref r;
+      ck_assert_int_eq(graphd_region_register(c, (uint64_t)(uintptr_t)a[i] + off, 8, &r),
+                       GRAPHD_OK);
+      ck_assert_uint_eq(r.region_id, id[i]);
+      ck_assert_uint_eq(r.offset, off);
+      ck_assert_uint_eq(r.size, sz[i]);
+    }
+    ck_assert_uint_eq(graphd_region_count(c), live);
+    for (int i = round; i < NA; i += 3) {
+      ck_assert_int_eq(graphd_host_free(c, a[i]), GRAPHD_OK);
+      a[i] = NULL;
+    }
+  }
+  graphd_close(c);
+}
+END_TEST
+
 START_TEST(test_region_lru_cap_unregisters_the_least_recently_used) {
   graphd_client *ctl = td_control(&d);
   graphd_client *c = td_data(&d, 0);
@@ -522,6 +565,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_region_register_is_cached_and_counted);
   tcase_add_test(tc, test_region_new_allocation_at_a_reused_address_is_a_new_region);
+  tcase_add_test(tc, test_region_cache_finds_each_address_among_many);
   tcase_add_test(tc, test_region_lru_cap_unregisters_the_least_recently_used);
   tcase_add_test(tc, test_region_unregister_and_release_on_close);
   tcase_add_test(tc, test_region_needs_a_data_session_and_its_own_memory);

@@ -27,14 +27,31 @@ static graphd_status send_unregister(graphd_client *c, uint32_t region_id) {
   return st;
 }
 
+/* The cache is kept in order of base, so that the entry holding an
+ * address is a binary search away (a replay looks one up per binding).
+ * Live allocations never overlap; a stale entry (its memory freed and the
+ * addresses reused) may overlap a live one until drop_stale removes it. */
 static void remove_entry(graphd_client *c, uint32_t i) {
-  c->regions[i] = c->regions[--c->nregions];
+  memmove(&c->regions[i], &c->regions[i + 1], (c->nregions - i - 1) * sizeof c->regions[0]);
+  c->nregions--;
+}
+
+/* The index of the first entry whose base is above ptr. */
+static uint32_t upper_bound(const graphd_client *c, uint64_t ptr) {
+  uint32_t lo = 0, hi = c->nregions;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (c->regions[mid].base <= ptr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
 }
 
 static gd_region_entry *find_entry(graphd_client *c, uint64_t base) {
-  for (uint32_t i = 0; i < c->nregions; i++)
-    if (c->regions[i].base == base) return &c->regions[i];
-  return NULL;
+  uint32_t i = upper_bound(c, base);
+  return i > 0 && c->regions[i - 1].base == base ? &c->regions[i - 1] : NULL;
 }
 
 /* Unregisters least recently used entries until there is room for one. */
@@ -77,7 +94,10 @@ static graphd_status register_new(graphd_client *c, int kind, uint64_t base, uin
   Graphd__Wire__Reply *rep = NULL;
   st = gd_client_call(c, &req, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0, &rep);
   if (st != GRAPHD_OK) return st;
-  gd_region_entry *e = &c->regions[c->nregions++];
+  uint32_t at = upper_bound(c, base);
+  memmove(&c->regions[at + 1], &c->regions[at], (c->nregions - at) * sizeof c->regions[0]);
+  c->nregions++;
+  gd_region_entry *e = &c->regions[at];
   e->base = base;
   e->size = size;
   e->identity = identity;
@@ -215,9 +235,13 @@ void gd_region_batch(graphd_client *c) { c->check_serial++; }
  * range); NULL sends the caller down the full path. This is the replay hot
  * path: XLA's buffers of one call mostly lie in a few large allocations. */
 static gd_region_entry *fast_hit(graphd_client *c, uint64_t ptr, uint64_t bytes) {
-  for (uint32_t i = 0; i < c->nregions; i++) {
-    gd_region_entry *e = &c->regions[i];
-    if (ptr < e->base || ptr - e->base >= e->size || bytes > e->size - (ptr - e->base)) continue;
+  /* The entry with the highest base at or below ptr: the only live one
+   * that can hold it. (A stale entry below it that also holds ptr is
+   * dropped on the full path.) */
+  uint32_t i = upper_bound(c, ptr);
+  if (i > 0) {
+    gd_region_entry *e = &c->regions[i - 1];
+    if (ptr - e->base >= e->size || bytes > e->size - (ptr - e->base)) return NULL;
     if (e->kind == GRAPHD__WIRE__REGION_KIND__REGION_KIND_HOST_MEMFD) {
       gd_host_alloc *h = find_host(c, ptr);
       return h && h->serial == e->identity ? e : NULL;
