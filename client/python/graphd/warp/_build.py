@@ -213,7 +213,7 @@ def assemble(rec, args, mode, arch, name):
         raise
     except GraphdError as e:
         if e.code == "RESOURCE_EXHAUSTED":
-            raise Refused("limits", f"{name}: the program is over the daemon's limits (proto/program.h): "
+            raise Refused("limits", f"{name}: the program is over the daemon's limits (graphd/encoding.h): "
                           f"{e.message}", code="RESOURCE_EXHAUSTED") from None
         raise
 
