@@ -49,6 +49,8 @@ void control_fill_device(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__D
   dc->replay_p90_ns = gd_hist_quantile(&c->replay_latency, 0.90);
   dc->replay_p99_ns = gd_hist_quantile(&c->replay_latency, 0.99);
   dc->replay_max_ns = c->replay_latency.max;
+  dc->worker_replay_ns = c->worker_replay_ns;
+  dc->worker_replays = c->worker_replays;
   di->counters = dc;
 }
 

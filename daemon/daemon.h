@@ -35,6 +35,8 @@ typedef struct gd_device_counters {
   uint64_t captures_built;
   uint64_t staging_bytes;
   uint64_t evictions;
+  uint64_t worker_replay_ns; /* the workers' time in the replay path (gd_replay_tally) */
+  uint64_t worker_replays;
   gd_hist replay_latency; /* request read to reply, successful replays (ns) */
   /* Status asks each worker for its free memory with one job at most: a
    * wedged worker does not collect a job per request (loop thread). */
@@ -59,6 +61,8 @@ static inline void gd_counters_add_tally(gd_device_counters *c, const gd_replay_
   c->recaptures += t->recaptures;
   c->staging_bytes += t->staging_bytes;
   gd_counters_evicted(c, t->evicted, t->evicted_bytes);
+  c->worker_replay_ns += t->worker_ns;
+  c->worker_replays += t->worker_replays;
 }
 
 /* graphd's exit status after a device faulted and could not be reset in

@@ -45,6 +45,7 @@ typedef struct gd_device {
  * (gd_counters_add_tally). */
 typedef struct gd_replay_tally {
   uint64_t replays, errors, captures, recaptures, staging_bytes, evicted, evicted_bytes;
+  uint64_t worker_ns, worker_replays; /* the worker's time in the replay path, and for how many */
 } gd_replay_tally;
 
 static inline void gd_tally_add(gd_replay_tally *to, const gd_replay_tally *from) {
@@ -55,6 +56,8 @@ static inline void gd_tally_add(gd_replay_tally *to, const gd_replay_tally *from
   to->staging_bytes += from->staging_bytes;
   to->evicted += from->evicted;
   to->evicted_bytes += from->evicted_bytes;
+  to->worker_ns += from->worker_ns;
+  to->worker_replays += from->worker_replays;
 }
 
 /* Prepares d for device `backend_index` of be (any thread, before its

@@ -287,6 +287,7 @@ int exec_replay(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_replay_req 
   bool ran = false;         /* exec_run wrote done itself */
   gd_bound *bind = NULL;
   gd_replay_exec ex = {0};
+  uint64_t t0 = gd_now_ns();
   *not_started = false;
   if (!ds->has_flags)
     REFUSE_GOTO(GRAPHD_FAILED_PRECONDITION, finish,
@@ -319,6 +320,8 @@ int exec_replay(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_replay_req 
 finish:
   if (rc < 0 && flags_known && !ran) exec_write_done(d, ds, rq->stream_slot, rq->seq);
   tally(t, &ex, rc);
+  t->worker_ns += gd_now_ns() - t0;
+  t->worker_replays++;
   ex.bind = NULL;
   if (ran_out) *ran_out = ex;
   return rc;

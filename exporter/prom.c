@@ -138,6 +138,18 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
       fprintf(f, ",quantile=\"%s\"} %.9f\n", qs[k].q, (double)qs[k].v / 1e9);
     }
   }
+  family(f, "graphd_replay_worker_seconds", "summary",
+         "The device worker's time per replay: checks, binding resolution, the capture on first "
+         "use and queueing (on a host device the run too), over the replays it took.");
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    const graphd_device_work *w = &s->work[i];
+    fprintf(f, "graphd_replay_worker_seconds_sum");
+    dev_labels(f, &s->devices[i]);
+    fprintf(f, "} %.9f\n", (double)w->replay_ns / 1e9);
+    fprintf(f, "graphd_replay_worker_seconds_count");
+    dev_labels(f, &s->devices[i]);
+    fprintf(f, "} %llu\n", (unsigned long long)w->replays);
+  }
   static const char *const cnames[] = {"graphd_client_sessions", "graphd_client_regions",
                                        "graphd_client_region_bytes"};
   static const char *const chelp[] = {"Sessions the client process has open.",

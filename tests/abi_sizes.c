@@ -45,6 +45,9 @@ int main(void) {
   OFF(graphd_daemon_status, session_info);
   OFF(graphd_daemon_status, modules);
   OFF(graphd_daemon_status, programs);
+  OFF(graphd_daemon_status, work);
+  SIZE(graphd_device_work);
+  OFF(graphd_device_work, replays);
   SIZE(graphd_region_ref);
   OFF(graphd_region_ref, offset);
   OFF(graphd_region_ref, import_ns);

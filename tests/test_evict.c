@@ -495,6 +495,11 @@ START_TEST(test_graphctl_stats_agree_with_the_actions) {
   uint64_t p99 = jget(d1, "replay_latency_ns.p99"), mx = jget(d1, "replay_latency_ns.max");
   ck_assert_uint_gt(p50, 0);
   ck_assert(p50 <= p90 && p90 <= p99 && p99 <= mx);
+  /* The worker's time: every replay it took (the unknown program was
+   * refused on the loop), and some time for them. */
+  ck_assert_uint_eq(jget(d1, "worker_replays"), 21);
+  ck_assert_uint_gt(jget(d1, "worker_replay_ns"), 0);
+  ck_assert_uint_eq(jget(d0, "worker_replays"), 0);
   ck_assert_uint_eq(jget(d0, "replays"), 0);
   ck_assert_uint_eq(jget(d0, "replay_latency_ns.p50"), 0);
   ck_assert(json_object_object_get_ex(root, "clients", &cls));
@@ -519,6 +524,10 @@ START_TEST(test_graphctl_stats_agree_with_the_actions) {
   const char *at = strstr(out, line);
   ck_assert_msg(at && strstr(at, "} 1\n") == strchr(at, '}'), "%s", out);
   ck_assert_msg(strstr(out, ",quantile=\"0.99\"} "), "%s", out);
+  ck_assert_msg(strstr(out, "# TYPE graphd_replay_worker_seconds summary\n"), "%s", out);
+  snprintf(line, sizeof line, "graphd_replay_worker_seconds_count{device=\"1\"");
+  at = strstr(out, line);
+  ck_assert_msg(at && strstr(at, "} 21\n") == strchr(at, '}'), "%s", out);
   snprintf(line, sizeof line, "graphd_client_regions{pid=\"%d\"", (int)getpid());
   ck_assert_msg(strstr(out, line), "%s", out);
   /* Every sample line is NAME{labels} VALUE or NAME VALUE. */

@@ -202,6 +202,10 @@ START_TEST(test_metrics_follow_sessions_and_replays) {
   const char *q = td_fmt("graphd_replay_latency_seconds{device=\"1\",uuid=\"%s\",quantile=\"0.5\"}",
                          dev1.uuid_str);
   ck_assert_double_gt(sample(b, q), 0);
+  q = td_fmt("graphd_replay_worker_seconds_count{device=\"1\",uuid=\"%s\"}", dev1.uuid_str);
+  ck_assert_double_eq(sample(b, q), 5);
+  q = td_fmt("graphd_replay_worker_seconds_sum{device=\"1\",uuid=\"%s\"}", dev1.uuid_str);
+  ck_assert_double_gt(sample(b, q), 0);
   /* The scraper's own session is not a client of the figures. */
   ck_assert_ptr_null(strstr(b, "graphd-metrics"));
 

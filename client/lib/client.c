@@ -383,7 +383,9 @@ graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
   }
   Graphd__Wire__StatusReply *sr = rep->status;
   graphd_daemon_status *s = calloc(1, sizeof *s);
-  if (!s || (sr->n_devices && !(s->devices = calloc(sr->n_devices, sizeof *s->devices)))) {
+  if (!s || (sr->n_devices && (!(s->devices = calloc(sr->n_devices, sizeof *s->devices)) ||
+                               !(s->work = calloc(sr->n_devices, sizeof *s->work))))) {
+    if (s) free(s->devices);
     free(s);
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
@@ -393,7 +395,13 @@ graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
   s->pid = sr->pid;
   s->sessions = sr->sessions;
   s->ndevices = (uint32_t)sr->n_devices;
-  for (size_t i = 0; i < sr->n_devices; i++) copy_device(&s->devices[i], sr->devices[i]);
+  for (size_t i = 0; i < sr->n_devices; i++) {
+    copy_device(&s->devices[i], sr->devices[i]);
+    if (sr->devices[i]->counters) {
+      s->work[i].replay_ns = sr->devices[i]->counters->worker_replay_ns;
+      s->work[i].replays = sr->devices[i]->counters->worker_replays;
+    }
+  }
   s->modules = sr->modules;
   s->module_bytes = sr->module_bytes;
   s->programs = sr->programs;
@@ -427,6 +435,7 @@ void graphd_daemon_status_free(graphd_daemon_status *s) {
   if (!s) return;
   free(s->session_info);
   free(s->devices);
+  free(s->work);
   free(s);
 }
 

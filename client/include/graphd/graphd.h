@@ -144,6 +144,15 @@ typedef struct graphd_session_info {
   uint64_t region_bytes;
 } graphd_session_info;
 
+/* A device worker's time in the replay path since start: checking a
+ * replay, resolving its bindings, the capture on first use and queueing
+ * it (on a host device, running it too). Its mean per replay is
+ * replay_ns / replays. */
+typedef struct graphd_device_work {
+  uint64_t replay_ns;
+  uint64_t replays; /* replays the worker took, run or refused */
+} graphd_device_work;
+
 typedef struct graphd_daemon_status {
   char version[64];
   uint64_t uptime_ms;
@@ -156,6 +165,10 @@ typedef struct graphd_daemon_status {
   uint64_t modules;                  /* registered modules, daemon-wide */
   uint64_t module_bytes;
   uint64_t programs; /* registered programs, daemon-wide */
+  /* ndevices entries, in the order of devices. Kept apart from
+   * graphd_device_info, whose size programs built against an earlier
+   * header rely on (graphd_session_device fills one they allocate). */
+  graphd_device_work *work;
 } graphd_daemon_status;
 
 /* Asks the daemon for its status. On success *out must be released with

@@ -80,6 +80,10 @@ class graphd_session_info(ctypes.Structure):
     ]
 
 
+class graphd_device_work(ctypes.Structure):
+    _fields_ = [("replay_ns", _u64), ("replays", _u64)]
+
+
 class graphd_daemon_status(ctypes.Structure):
     _fields_ = [
         ("version", ctypes.c_char * 64),
@@ -93,6 +97,7 @@ class graphd_daemon_status(ctypes.Structure):
         ("modules", _u64),
         ("module_bytes", _u64),
         ("programs", _u64),
+        ("work", ctypes.POINTER(graphd_device_work)),
     ]
 
 
@@ -127,7 +132,7 @@ class graphd_evict_options(ctypes.Structure):
 # The structures whose layout the tests compare with C (tests/abi_sizes.c).
 STRUCTS = {c.__name__: c for c in (
     graphd_connect_options, graphd_device_counters, graphd_device_info, graphd_session_info,
-    graphd_daemon_status, graphd_region_ref, graphd_binding, graphd_replay_info,
+    graphd_device_work, graphd_daemon_status, graphd_region_ref, graphd_binding, graphd_replay_info,
     graphd_prepare_info, graphd_capture_info, graphd_evict_options)}
 
 _P = ctypes.c_void_p

@@ -188,7 +188,8 @@ class Client:
         """The daemon's status as a dict: version, uptime_ms, pid, sessions,
         modules, module_bytes, programs, devices (a list of dicts with the
         fields of graphd_device_info, its counters as a dict, uuid as
-        bytes) and session_info (a list of dicts)."""
+        bytes, and "work": the worker's time in the replay path,
+        replay_ns over replays) and session_info (a list of dicts)."""
         l = lib()
         p = ctypes.POINTER(graphd_daemon_status)()
         self._check(l.graphd_get_status(self._handle(), ctypes.byref(p)))
@@ -197,7 +198,8 @@ class Client:
             out = {n: getattr(s, n) for n in ("uptime_ms", "pid", "sessions", "modules",
                                                "module_bytes", "programs")}
             out["version"] = s.version.decode(errors="replace")
-            out["devices"] = [struct_dict(s.devices[i]) for i in range(s.ndevices)]
+            out["devices"] = [dict(struct_dict(s.devices[i]), work=struct_dict(s.work[i]))
+                              for i in range(s.ndevices)]
             out["session_info"] = [struct_dict(s.session_info[i]) for i in range(s.nsession_info)]
         finally:
             l.graphd_daemon_status_free(p)
