@@ -12,8 +12,10 @@
  *   fresh      buffers at new addresses on every call.
  * Anchors, in this process on the same GPU: the graph of the same launches
  * on fixed buffers, and the same graph with a copy into and out of every
- * slot around it (what staging costs). It prints figures and asserts
- * nothing; exit 1 when something fails, 77 without a GPU. */
+ * slot around it (what staging costs). Beside each time, the daemon's
+ * worker's mean time per replay over the same calls (from Status: checks,
+ * binding resolution, queueing). It prints figures and asserts nothing;
+ * exit 1 when something fails, 77 without a GPU. */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <stdio.h>
@@ -54,6 +56,23 @@ static double median(double *v, long n) {
 }
 
 static size_t slot_bytes(void) { return (size_t)FLOATS * 4; }
+
+/* The worker's time in the replay path on the device with this UUID, and
+ * how many replays it covers (Status). */
+static void worker_time(graphd_client *c, const uint8_t uuid[16], uint64_t *ns, uint64_t *n) {
+  graphd_daemon_status *s;
+  *ns = *n = 0;
+  if (graphd_get_status(c, &s) != GRAPHD_OK) {
+    fprintf(stderr, "large_bench: status: %s\n", graphd_last_error(c));
+    exit(1);
+  }
+  for (uint32_t i = 0; i < s->ndevices; i++)
+    if (memcmp(s->devices[i].uuid, uuid, 16) == 0) {
+      *ns = s->work[i].replay_ns;
+      *n = s->work[i].replays;
+    }
+  graphd_daemon_status_free(s);
+}
 
 /* The in-process graph of the L launches over slots at base + k * slot,
  * with copies from and to `client` around it when staged. */
@@ -235,9 +254,11 @@ int main(int argc, char **argv) {
   graphd_binding *bd = calloc(S, sizeof *bd);
   double *t = calloc((size_t)ROUNDS, sizeof *t);
   static const char *const ways[4] = {"fixed", "alternate", "rotate", "fresh"};
-  double res[NMODES][4], first[NMODES];
+  double res[NMODES][4], first[NMODES], work[NMODES][4];
   for (int m = 0; m < NMODES; m++) {
     for (int w = -1; w < 4; w++) {
+      uint64_t ns0, n0, ns1, n1;
+      worker_time(c, (const uint8_t *)uuid.bytes, &ns0, &n0);
       for (long r = -10; r < ROUNDS; r++) {
         long i = r + 10;
         CUdeviceptr base = w <= 0   ? set[0]
@@ -260,7 +281,11 @@ int main(int argc, char **argv) {
         }
         if (r >= 0) t[r] = dt;
       }
-      if (w >= 0) res[m][w] = median(t, ROUNDS);
+      worker_time(c, (const uint8_t *)uuid.bytes, &ns1, &n1);
+      if (w >= 0) {
+        res[m][w] = median(t, ROUNDS);
+        work[m][w] = n1 > n0 ? (double)(ns1 - ns0) / (double)(n1 - n0) / 1e3 : 0;
+      }
     }
   }
   printf(
@@ -272,12 +297,17 @@ int main(int argc, char **argv) {
   for (int w = 0; w < 4; w++)
     printf("%-12s %9.1f us %9.1f us %9.1f us\n", ways[w], res[0][w], res[1][w], res[2][w]);
   printf("first call (capture) %9.1f us %9.1f us %9.1f us\n", first[0], first[1], first[2]);
+  printf("the daemon's worker, mean time per replay (checks, bindings, queueing):\n");
+  for (int w = 0; w < 4; w++)
+    printf("%-12s %9.1f us %9.1f us %9.1f us\n", ways[w], work[0][w], work[1][w], work[2][w]);
   printf("direct, fixed buffers, against the in-process graph with copies: %.2fx faster\n",
          copies_us / res[2][0]);
   printf("RESULT slots=%u launches=%u inproc_fixed_us=%.1f inproc_copies_us=%.1f", S, L, fixed_us,
          copies_us);
   for (int m = 0; m < NMODES; m++)
-    for (int w = 0; w < 4; w++) printf(" %s_%s_us=%.1f", mode_names[m], ways[w], res[m][w]);
+    for (int w = 0; w < 4; w++)
+      printf(" %s_%s_us=%.1f %s_%s_worker_us=%.1f", mode_names[m], ways[w], res[m][w],
+             mode_names[m], ways[w], work[m][w]);
   printf("\n");
   graphd_close(c);
   return 0;
