@@ -37,6 +37,7 @@
   X(cuDeviceTotalMem)                                                                              \
   X(cuDeviceGetAttribute)                                                                          \
   X(cuDevicePrimaryCtxRetain)                                                                      \
+  X(cuDevicePrimaryCtxGetState)                                                                    \
   X(cuDevicePrimaryCtxRelease)                                                                     \
   X(cuDevicePrimaryCtxReset)                                                                       \
   X(cuCtxSetCurrent)                                                                               \

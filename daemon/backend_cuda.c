@@ -58,6 +58,42 @@ extern const size_t gd_condition_fatbin_len;
 
 #define JIT_LOG 8192
 
+static int import_vmm(gd_backend *be, gd_backend_dev *d, const gd_region_import *in,
+                      gd_region_map *out, char *err, size_t errlen);
+static void cuda_region_release(gd_backend *be, gd_backend_dev *d, gd_region_map *m);
+
+/* The driver does much of its work for VMM sharing on first use in a
+ * process (the first import, reservation and mapping cost several times
+ * what later ones do). Pays it when the device opens: one allocation of
+ * the smallest size, exported, imported and mapped the way a client's
+ * region is, then let go. Best effort: a failure leaves the cost where it
+ * was, on the first region a client registers. */
+static void warm_vmm(gd_backend *be, gd_backend_dev *d) {
+  const gd_cuda *cu = be->priv;
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = d->ordinal;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t gran = 0;
+  CUmemGenericAllocationHandle h;
+  if (cu->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) !=
+          CUDA_SUCCESS ||
+      cu->cuMemCreate(&h, gran, &prop, 0) != CUDA_SUCCESS)
+    return;
+  int fd = -1;
+  if (cu->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ==
+      CUDA_SUCCESS) {
+    gd_region_import in = {.kind = GRAPHD_REGION_VMM_FD, .fd = fd, .size = gran};
+    gd_region_map m;
+    char e[256];
+    if (import_vmm(be, d, &in, &m, e, sizeof e) == 0) cuda_region_release(be, d, &m);
+    close(fd);
+  }
+  CU_CHECK_IGNORE(cu->cuMemRelease(h));
+}
+
 static int cuda_open(gd_backend *be, int i, gd_backend_dev **out, char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;
@@ -70,6 +106,7 @@ static int cuda_open(gd_backend *be, int i, gd_backend_dev **out, char *err, siz
   CU_CHECK_GOTO(cu->cuDevicePrimaryCtxRetain(&d->ctx, d->dev), GRAPHD_UNAVAILABLE, fail);
   CU_CHECK_GOTO(cu->cuCtxSetCurrent(d->ctx), GRAPHD_UNAVAILABLE, fail_release);
   d->ordinal = be->devices[i].backend_index;
+  warm_vmm(be, d);
   *out = d;
   return 0;
 
