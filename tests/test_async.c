@@ -260,12 +260,17 @@ START_TEST(test_async_full_ring_blocks_the_call_until_the_worker_takes_an_entry)
   ck_assert_int_eq(issue(&k, 2, false, false), GRAPHD_OK);
   blocked_call b = {.k = &k};
   pthread_t th;
+  uint64_t waited = graphd_ring_wait_ns(k.c);
   ck_assert_int_eq(pthread_create(&th, NULL, third_call, &b), 0);
   usleep(200000);
   ck_assert_msg(!atomic_load(&b.finished), "the call returned with the ring full");
   ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
   pthread_join(th, NULL);
   ck_assert_msg(b.st == GRAPHD_OK, "%s", graphd_last_error(k.c));
+  /* The call's time waiting for room is counted: 200 ms at least. */
+  waited = graphd_ring_wait_ns(k.c) - waited;
+  ck_assert_msg(waited >= 190000000u, "%llu ns counted waiting for room in the ring",
+                (unsigned long long)waited);
   for (int i = 1; i <= 3; i++) check_pair(&k, i);
   client_close(&k);
 }
@@ -484,6 +489,26 @@ START_TEST(test_async_entries_of_many_bindings_take_several_slots) {
             ck_abort_msg("replay %d: y_%u[%u] = %g, want %g", r, i, j,
                          (double)buf[set][2 * i + 1][j],
                          (double)((float)(i + 1) * buf[set][2 * i][j]));
+    }
+    if (!small) {
+      /* A binding that cannot be resolved in the entry's last slot, whose
+       * slots were being written in the ring: refused naming it, nothing
+       * published, and the next replay's slots written over them. */
+      graphd_binding bad[2 * WIDE_K];
+      memcpy(bad, bd[0], sizeof bad);
+      bad[2 * WIDE_K - 1].ptr = 8;
+      graphd_status st = graphd_replay_async(c, s, pid, bad, 2 * WIDE_K, NULL);
+      ck_assert_int_eq(st, GRAPHD_INVALID_ARGUMENT);
+      ck_assert_msg(strstr(graphd_last_error(c), "slot 119"), "%s", graphd_last_error(c));
+      for (uint32_t i = 0; i < WIDE_K; i++)
+        for (uint32_t j = 0; j < WIDE_N; j++) buf[0][2 * i + 1][j] = -1.0f;
+      uint64_t seq = 0;
+      ck_assert_int_eq(graphd_replay_async(c, s, pid, bd[0], 2 * WIDE_K, &seq), GRAPHD_OK);
+      ck_assert_int_eq(graphd_stream_wait(s, seq, -1), GRAPHD_OK);
+      for (uint32_t i = 0; i < WIDE_K; i++)
+        for (uint32_t j = 0; j < WIDE_N; j++)
+          ck_assert_float_eq(buf[0][2 * i + 1][j], (float)(i + 1) * buf[0][2 * i][j]);
+      replays++;
     }
     graphd_async_info info;
     ck_assert_int_eq(graphd_replay_collect(c, &info), GRAPHD_OK);

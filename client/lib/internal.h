@@ -173,6 +173,7 @@ struct graphd_client {
   uint32_t *busy; /* guarded by lock: devices the last list or evict could not reach in time */
   size_t nbusy;
   atomic_bool dead;                 /* the daemon hung up (seen by the watcher or a call) */
+  _Atomic uint64_t ring_wait_ns;    /* async replays' time waiting for ring space */
   int watch_fd;                     /* dup of fd for the watcher, -1 when not watched */
   struct graphd_client *watch_next; /* guarded by the watcher's lock */
   int64_t rewrite_until_us;         /* watcher: when it stops rewriting a dead handle's releases */
@@ -250,6 +251,11 @@ graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const
  * within it, each cached allocation is checked with the driver once, not
  * once a binding (one allocation holds many of a call's buffers). */
 void gd_region_batch(graphd_client *c);
+/* Pays the driver's first export of VMM memory in this process (several
+ * hundred microseconds, tens after) when a data session of a CUDA daemon
+ * opens, instead of on the first region registered. Only where the
+ * session's GPU has its primary context already: never creates one. */
+void gd_region_warm_export(graphd_client *c);
 /* gd_region_register with the lock held. */
 graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t bytes,
                                         graphd_region_ref *out);
@@ -275,12 +281,18 @@ void gd_ring_reap(graphd_client *c);
  * returns its status; GRAPHD_OK when there is none. */
 graphd_status gd_ring_take_error(graphd_client *c);
 
-/* Publishes entry e and its nslots - 1 continuation slots (cont), waiting
- * while the ring has not that many free (at most the handle's timeout, and
- * not once the daemon is gone); rings the doorbell when the worker sleeps.
+/* Waits while the ring has fewer than nslots free slots (at most the
+ * handle's timeout, and not once the daemon is gone), ringing the doorbell
+ * when the worker sleeps; the time counts in ring_wait_ns. Lock held. */
+graphd_status gd_ring_reserve(graphd_client *c, uint32_t nslots);
+/* Continuation slot k (1 to nslots - 1) of the entry to be published next,
+ * in the ring itself: written in place after gd_ring_reserve, read by the
+ * worker only once published. Lock held. */
+graphd_ring_cont *gd_ring_cont_slot(graphd_client *c, uint32_t k);
+/* Publishes entry e with the nslots - 1 continuation slots written after
+ * it (space reserved), and rings the doorbell when the worker sleeps.
  * Lock held. */
-graphd_status gd_ring_submit(graphd_client *c, const graphd_ring_sqe *e,
-                             const graphd_ring_cont *cont, uint32_t nslots);
+void gd_ring_publish(graphd_client *c, const graphd_ring_sqe *e, uint32_t nslots);
 
 /* Waits up to ms for the worker to take every entry published. */
 bool gd_ring_wait_taken(graphd_client *c, int ms);

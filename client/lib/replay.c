@@ -380,32 +380,27 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
   memset(&e, 0, sizeof e);
   if ((st = gd_ring_handle(c, program_id, &e.program)) != GRAPHD_OK) return st;
   e.nbindings = (uint32_t)n;
-  /* Bindings past the entry's own go in the slots after it. */
+  /* Bindings past the entry's own go in the slots after it, written
+   * straight into the ring once there is room for them all. */
   uint32_t nslots = GRAPHD_RING_ENTRY_SLOTS(n);
-  graphd_ring_cont *cont = NULL;
-  if (nslots > 1 && !(cont = calloc(nslots - 1, sizeof *cont)))
-    return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory for %zu bindings", n);
+  if ((st = gd_ring_reserve(c, nslots)) != GRAPHD_OK) return st;
   gd_region_batch(c);
   for (size_t i = 0; i < n; i++) {
     size_t k = i - GRAPHD_RING_MAX_BINDINGS;
     graphd_ring_binding *to =
         i < GRAPHD_RING_MAX_BINDINGS
             ? &e.bindings[i]
-            : &cont[k / GRAPHD_RING_CONT_BINDINGS].bindings[k % GRAPHD_RING_CONT_BINDINGS];
-    if ((st = resolve_binding(c, &b[i], to)) != GRAPHD_OK) {
-      free(cont);
-      return st;
-    }
+            : &gd_ring_cont_slot(c, 1 + (uint32_t)(k / GRAPHD_RING_CONT_BINDINGS))
+                   ->bindings[k % GRAPHD_RING_CONT_BINDINGS];
+    if ((st = resolve_binding(c, &b[i], to)) != GRAPHD_OK) return st;
   }
   gd_flag_page *f = c->flags;
   uint64_t seq = s->seq + 1;
   e.seq = seq;
   e.stream_slot = s->slot;
   const gd_cuda *cu = NULL;
-  if (f->cuda && gd_cuda_load(&cu, NULL, 0) < 0) {
-    free(cont);
+  if (f->cuda && gd_cuda_load(&cu, NULL, 0) < 0)
     return gd_client_set_err(c, GRAPHD_INTERNAL, "cannot load the CUDA driver");
-  }
   /* From the publish to the last stream operation, in this process's
    * order on the GPU, which the worker follows across its handles. */
   e.order = gd_order_begin(c);
@@ -415,34 +410,25 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
   /* From here the daemon may write done = seq; the watcher must know. */
   atomic_store(&f->issued[s->slot], seq);
   s->seq = seq;
-  st = gd_ring_submit(c, &e, cont, nslots);
-  free(cont);
-  if (st == GRAPHD_OK) {
-    s->ring_seq = seq;
-    s->ring_tail = c->ring->tail;
-    s->ring_gen = c->ring->gen;
-  } else {
-    /* Never published, so no done = seq will come and no wait for it is
-     * queued; a reconnect does not count it as cut off. */
-    f->unrun[s->slot] = seq;
-  }
+  gd_ring_publish(c, &e, nslots);
+  s->ring_seq = seq;
+  s->ring_tail = c->ring->tail;
+  s->ring_gen = c->ring->gen;
   if (f->cuda) {
     /* One driver call for the stream's part: ready = seq and the wait for
-     * done (for a published entry; the worker's ready wait may be queued
-     * already, which is fine: it waits on the GPU), then passed = seq,
-     * the stream's last touch of the page for this seq. */
+     * done (the worker's ready wait may be queued already, which is fine:
+     * it waits on the GPU), then passed = seq, the stream's last touch of
+     * the page for this seq. */
     CUstreamBatchMemOpParams op[3];
     unsigned k = 0;
     memset(op, 0, sizeof op);
-    if (st == GRAPHD_OK) {
-      op[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-      op[k].writeValue.address = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_READY);
-      op[k++].writeValue.value64 = seq;
-      op[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-      op[k].waitValue.address = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_DONE);
-      op[k].waitValue.value64 = seq;
-      op[k++].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-    }
+    op[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    op[k].writeValue.address = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_READY);
+    op[k++].writeValue.value64 = seq;
+    op[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    op[k].waitValue.address = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_DONE);
+    op[k].waitValue.value64 = seq;
+    op[k++].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
     op[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
     op[k].writeValue.address = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_PASSED);
     op[k++].writeValue.value64 = seq;
@@ -452,11 +438,10 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
        * replay then runs unordered with the stream, which the error says. */
       __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_READY), seq, __ATOMIC_RELEASE);
       __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
-      if (st == GRAPHD_OK)
-        st = gd_client_set_err(c, GRAPHD_INTERNAL,
-                               "cannot enqueue the flag operations on the stream; replay seq "
-                               "%llu ran without waiting for the stream's earlier work",
-                               (unsigned long long)seq);
+      st = gd_client_set_err(c, GRAPHD_INTERNAL,
+                             "cannot enqueue the flag operations on the stream; replay seq "
+                             "%llu ran without waiting for the stream's earlier work",
+                             (unsigned long long)seq);
     }
   } else {
     __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);

@@ -232,35 +232,54 @@ static void ring_doorbell(gd_ring *r) {
   }
 }
 
-graphd_status gd_ring_submit(graphd_client *c, const graphd_ring_sqe *e,
-                             const graphd_ring_cont *cont, uint32_t nslots) {
+graphd_status gd_ring_reserve(graphd_client *c, uint32_t nslots) {
   gd_ring *r = c->ring;
-  int64_t deadline = c->timeout_ms > 0 ? now_us() + (int64_t)c->timeout_ms * 1000 : INT64_MAX;
+  if (r->tail - r->cq_head + nslots <= r->entries) return GRAPHD_OK;
+  int64_t t0 = now_us();
+  int64_t deadline = c->timeout_ms > 0 ? t0 + (int64_t)c->timeout_ms * 1000 : INT64_MAX;
+  graphd_status st = GRAPHD_OK;
   for (unsigned spins = 0; r->tail - r->cq_head + nslots > r->entries; spins++) {
     /* Full: the worker takes entries as the device catches up. */
     gd_ring_reap(c);
     if (r->tail - r->cq_head + nslots <= r->entries) break;
-    if (atomic_load(&c->dead))
-      return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
-                               "graphd went away while the ring was full; the replay was not sent");
-    if (now_us() > deadline)
-      return gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED,
-                               "the ring stayed full for %d ms; the replay was not sent",
-                               c->timeout_ms);
+    if (atomic_load(&c->dead)) {
+      st = gd_client_set_err(c, GRAPHD_UNAVAILABLE,
+                             "graphd went away while the ring was full; the replay was not sent");
+      break;
+    }
+    if (now_us() > deadline) {
+      st = gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED,
+                             "the ring stayed full for %d ms; the replay was not sent",
+                             c->timeout_ms);
+      break;
+    }
     ring_doorbell(r);
     if (spins > 64) {
       struct timespec nap = {0, 20000};
       nanosleep(&nap, NULL);
     }
   }
-  for (uint32_t k = 1; k < nslots; k++)
-    memcpy((void *)&r->sq[(r->tail + k) & (r->entries - 1)], &cont[k - 1], sizeof *cont);
+  atomic_fetch_add_explicit(&c->ring_wait_ns, (uint64_t)(now_us() - t0) * 1000,
+                            memory_order_relaxed);
+  return st;
+}
+
+graphd_ring_cont *gd_ring_cont_slot(graphd_client *c, uint32_t k) {
+  gd_ring *r = c->ring;
+  return (graphd_ring_cont *)(uintptr_t)&r->sq[(r->tail + k) & (r->entries - 1)];
+}
+
+void gd_ring_publish(graphd_client *c, const graphd_ring_sqe *e, uint32_t nslots) {
+  gd_ring *r = c->ring;
   memcpy((void *)&r->sq[r->tail & (r->entries - 1)], e, sizeof *e);
   r->tail += nslots;
   r->issued++;
   __atomic_store_n(&r->hdr->sq_tail, r->tail, __ATOMIC_SEQ_CST);
   ring_doorbell(r);
-  return GRAPHD_OK;
+}
+
+uint64_t graphd_ring_wait_ns(graphd_client *c) {
+  return c ? atomic_load_explicit(&c->ring_wait_ns, memory_order_relaxed) : 0;
 }
 
 bool gd_ring_wait_taken(graphd_client *c, int ms) {

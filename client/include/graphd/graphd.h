@@ -407,6 +407,12 @@ GRAPHD_EXPORT graphd_status graphd_replay_collect(graphd_client *c, graphd_async
  * it and this is rarely needed. */
 GRAPHD_EXPORT graphd_status graphd_stream_wait(graphd_stream *s, uint64_t seq, int timeout_ms);
 
+/* Nanoseconds this handle's graphd_replay_async calls have spent waiting
+ * for room in the ring since connect (the device behind: a full ring
+ * waits as a launch into a full queue does). A caller's own time in the
+ * call is its whole time less the change in this. */
+GRAPHD_EXPORT uint64_t graphd_ring_wait_ns(graphd_client *c);
+
 /* The ring's size in entries (a power of two, 2 to 4096; default 256), for
  * a handle whose ring is not made yet. INVALID_ARGUMENT otherwise. */
 GRAPHD_EXPORT graphd_status graphd_set_ring_entries(graphd_client *c, uint32_t entries);
