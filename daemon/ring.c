@@ -13,7 +13,7 @@
 #include "graphd/status.h"
 #include "common/log.h"
 
-/* Entries taken from one ring before looking at the others and the queue. */
+/* Rounds of one entry from each ring before ring_poll returns. */
 #define RING_BATCH 32
 
 int ring_attach(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_ring_params *pr, int fd,
@@ -345,16 +345,25 @@ bool ring_held(gd_device *d) {
   return false;
 }
 
+/* One entry from each ring in turn, not a run of one ring's entries: a
+ * client's next entry usually waits (on the GPU) for its stream to see the
+ * previous one done, and on a capture that sessions share the next
+ * session's entry would queue behind that whole run, hand-off by hand-off.
+ * Taken in turn, the sessions' hand-offs overlap each other's work. */
 int ring_poll(gd_device *d, gd_worker *w) {
   int first = 0;
   bool held;
-  for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next) {
-    gd_dstream *t;
-    for (int k = 0; k < RING_BATCH && (t = next_for(d, ds, &held)) && !held; k++) {
+  for (int k = 0; k < RING_BATCH; k++) {
+    bool took = false;
+    for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next) {
+      gd_dstream *t = next_for(d, ds, &held);
+      if (!t || held) continue;
       int rc = take_one(d, w, t, t->ring);
+      took = true;
       if (rc < 0 && !first) first = rc;
       if (worker_jobs_waiting(w)) return first;
     }
+    if (!took) break;
   }
   return first;
 }

@@ -70,8 +70,9 @@ bool ring_pending(gd_device *d);
  * worker then ticks, to look again). */
 bool ring_held(gd_device *d);
 
-/* Runs a batch of entries from each ring, returning early when a job
- * waits; returns the first failure's status, else 0. */
+/* Runs entries of the rings, one from each ring in turn for a bounded
+ * number of rounds, returning early when a job waits; returns the first
+ * failure's status, else 0. */
 int ring_poll(gd_device *d, gd_worker *w);
 
 /* Before sleeping (asleep): asks the clients to ring, and says whether an

@@ -443,6 +443,85 @@ START_TEST(test_async_handles_of_one_process_run_in_the_order_they_were_queued) 
 }
 END_TEST
 
+/* One process of the turn test: sets up its session (ring, program,
+ * region) and says so on `ready`, queues ROUNDS entries when `go` says,
+ * says so again, then copies each entry's stamp into its row of `stamps`.
+ * Exit status 0, or the failed step. */
+enum { TURN_ROUNDS = 12 };
+static int turn_child(int ready, int go, uint64_t *stamps) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t mod[32], pid[32];
+  graphd_stream *s;
+  uint64_t *out, seq = 0;
+  char byte = 'r';
+  if (!c || graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod) ||
+      stamp_program_register(c, mod, pid) || graphd_stream_attach(c, NULL, &s) ||
+      graphd_host_alloc(c, 8 * (TURN_ROUNDS + 1), (void **)&out))
+    return 2;
+  graphd_binding b = {.slot = 0, .ptr = (uint64_t)(uintptr_t)&out[TURN_ROUNDS], .bytes = 8};
+  if (graphd_replay_async(c, s, pid, &b, 1, &seq) || graphd_stream_wait(s, seq, -1)) return 3;
+  if (write(ready, &byte, 1) != 1 || read(go, &byte, 1) != 1) return 4;
+  for (int i = 0; i < TURN_ROUNDS; i++) {
+    b.ptr = (uint64_t)(uintptr_t)&out[i];
+    if (graphd_replay_async(c, s, pid, &b, 1, &seq)) return 5;
+  }
+  if (write(ready, &byte, 1) != 1 || graphd_stream_wait(s, seq, -1)) return 6;
+  memcpy(stamps, out, sizeof *out * TURN_ROUNDS);
+  graphd_stream_detach(s);
+  graphd_close(c);
+  return 0;
+}
+
+/* Two processes (sessions that share no order) queue entries of one
+ * program while the daemon is stopped. The worker takes one entry from
+ * each ring in turn, not one ring's run and then the other's (on a GPU
+ * each entry of a session waits for its stream to see the previous one
+ * done, and the sessions share the capture), so the launches alternate
+ * (each replay's stamp numbers its launch in the daemon). */
+START_TEST(test_async_rings_of_two_processes_are_taken_in_turn) {
+  enum { KIDS = 2 };
+  uint64_t *stamps = mmap(NULL, sizeof(uint64_t) * KIDS * TURN_ROUNDS, PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ck_assert_ptr_ne(stamps, MAP_FAILED);
+  int ready[2], go[KIDS][2];
+  ck_assert_int_eq(pipe(ready), 0);
+  pid_t kids[KIDS];
+  for (int k = 0; k < KIDS; k++) {
+    ck_assert_int_eq(pipe(go[k]), 0);
+    kids[k] = fork();
+    ck_assert_int_ge(kids[k], 0);
+    if (kids[k] == 0) _exit(turn_child(ready[1], go[k][0], stamps + k * TURN_ROUNDS));
+  }
+  char byte;
+  for (int k = 0; k < KIDS; k++) ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+  stop_daemon();
+  for (int k = 0; k < KIDS; k++) ck_assert_int_eq(write(go[k][1], "g", 1), 1);
+  for (int k = 0; k < KIDS; k++) ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+  ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+  for (int k = 0; k < KIDS; k++) {
+    int status;
+    ck_assert_int_eq(waitpid(kids[k], &status, 0), kids[k]);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "process %d: status %d", k,
+                  status);
+  }
+  /* Launch number -> process: every launch's neighbours are the other's. */
+  uint64_t lo = UINT64_MAX;
+  for (int i = 0; i < KIDS * TURN_ROUNDS; i++) lo = stamps[i] < lo ? stamps[i] : lo;
+  int owner[KIDS * TURN_ROUNDS];
+  memset(owner, 0xff, sizeof owner);
+  for (int i = 0; i < KIDS * TURN_ROUNDS; i++) {
+    uint64_t at = stamps[i] - lo;
+    ck_assert_uint_lt(at, KIDS * TURN_ROUNDS);
+    owner[at] = i / TURN_ROUNDS;
+  }
+  for (int j = 1; j < KIDS * TURN_ROUNDS; j++)
+    ck_assert_msg(owner[j] != owner[j - 1],
+                  "launches %d and %d both ran process %d's entries: one ring's run went first",
+                  j - 1, j, owner[j]);
+  munmap(stamps, sizeof(uint64_t) * KIDS * TURN_ROUNDS);
+}
+END_TEST
+
 /* A replay of many bindings: its entry continues in the slots after it,
  * wrapping around a small ring, and every output is exact. A ring too
  * small for the entry sends it the synchronous way. */
@@ -928,6 +1007,7 @@ int main(void) {
   tcase_add_test(tc, test_async_daemon_killed_with_entries_queued_releases_the_stream);
   tcase_add_test(tc, test_async_many_clients_at_once_are_exact);
   tcase_add_test(tc, test_async_handles_of_one_process_run_in_the_order_they_were_queued);
+  tcase_add_test(tc, test_async_rings_of_two_processes_are_taken_in_turn);
   tcase_add_test(tc, test_async_entries_of_many_bindings_take_several_slots);
   tcase_add_test(tc, test_async_long_entries_written_by_hand_are_refused);
   tcase_add_test(tc, test_async_a_sync_replay_below_a_ring_entrys_seq_is_refused);
