@@ -1,13 +1,25 @@
-"""The time per step of MuJoCo MJX's humanoid (impl="warp") in a jax.jit +
+"""The time per step of a MuJoCo MJX scene (impl="warp") in a jax.jit +
 lax.scan loop, through Warp's own warp.jax_callable in each graph mode MJX
 can be given (NONE, JAX, WARP, which is MJX's default on a GPU,
 WARP_STAGED, WARP_STAGED_EX) and through graphd.warp after
 graphd.warp.install() (staged, direct, auto), with the step's buffers at
 repeating addresses and at changing ones.
 
-The model is the humanoid mujoco-mjx ships for its tests
-(mujoco/mjx/test_data/humanoid/humanoid.xml), --worlds copies, each from
-its own perturbed start, stepped by jax.vmap(mjx.step); MJX runs a whole
+The scene (--scene) is one of three, or all three in turn (--scene all),
+each run as below with its own figures and table:
+
+  humanoid  the humanoid mujoco-mjx ships for its tests
+            (mujoco/mjx/test_data/humanoid/humanoid.xml), 128 worlds;
+  pendula   mujoco-mjx's pendula test model (mujoco/mjx/test_data/
+            pendula.xml: free, ball, slide and hinge joints, chains,
+            limits, no contacts), 16 worlds: a short step;
+  contacts  a scene of this bench's own: spheres, boxes and a capsule
+            falling on a plane and on each other beside an actuated
+            four-joint arm, 64 worlds: a short step with contacts.
+
+--worlds copies (the scene's number by default), each from its own
+perturbed start (hinge and slide joints, velocities, controls), stepped by
+jax.vmap(mjx.step); MJX runs a whole
 step as one warp.jax_callable (mujoco/mjx/warp/ffi.py calls
 `wp.jax_callable` when a step is traced), so install() puts the whole step
 on graphd. MuJoCo Warp's overflow warnings (printf calls in its kernels)
@@ -70,13 +82,55 @@ GRAPHD_MODES = ("staged", "staged_ex", "direct", "auto")
 # loop inside XLA's own graph there, the likeliest to fail.
 WARP_MODES = ("WARP", "WARP_STAGED", "WARP_STAGED_EX", "NONE", "JAX")
 VARIANTS = ("repeat", "change")
-MODEL = ("test_data", "humanoid", "humanoid.xml")  # under mujoco/mjx
+CONTACTS_XML = """
+<mujoco model="contacts">
+  <option timestep="0.004"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="2 2 0.1"/>
+    <body pos="0.45 0 0.3"><freejoint/><geom type="sphere" size="0.08" mass="0.5"/></body>
+    <body pos="0.55 0.2 0.5"><freejoint/><geom type="sphere" size="0.06" mass="0.3"/></body>
+    <body pos="0.5 -0.3 0.2"><freejoint/><geom type="box" size="0.07 0.07 0.07" mass="0.6"/></body>
+    <body pos="0.3 0.35 0.4"><freejoint/><geom type="box" size="0.05 0.1 0.04" mass="0.4"/></body>
+    <body pos="0.6 -0.1 0.7"><freejoint/><geom type="capsule" size="0.04 0.1" mass="0.3"/></body>
+    <body name="arm" pos="0 0 0.1">
+      <joint name="yaw" axis="0 0 1"/>
+      <joint name="shoulder" axis="0 1 0" range="-1.5 1.5"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0.15" size="0.03"/>
+      <body pos="0.3 0 0.15">
+        <joint name="elbow" axis="0 1 0" range="-2 2"/>
+        <geom type="capsule" fromto="0 0 0 0.3 0 -0.15" size="0.025"/>
+        <body pos="0.3 0 -0.15">
+          <joint name="wrist" axis="1 0 0"/>
+          <geom type="box" size="0.04 0.04 0.02"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor joint="yaw" gear="5" ctrlrange="-1 1"/>
+    <motor joint="shoulder" gear="10" ctrlrange="-1 1"/>
+    <motor joint="elbow" gear="8" ctrlrange="-1 1"/>
+    <motor joint="wrist" gear="2" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>
+"""
+
+# name: (file under mujoco/mjx or None for an XML string here, XML, worlds,
+# contacts a world for naconmax, constraint rows a world for njmax)
+SCENES = {
+    "humanoid": (("test_data", "humanoid", "humanoid.xml"), None, 128, 16, 128),
+    "pendula": (("test_data", "pendula.xml"), None, 16, 1, 64),
+    "contacts": (None, CONTACTS_XML, 64, 48, 384),
+}
 
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", default=os.environ.get("GRAPHD_SOCKET"), help="graphd's socket")
-    ap.add_argument("--worlds", type=int, default=128, help="humanoids stepped together (128)")
+    ap.add_argument("--scene", default="humanoid", choices=(*SCENES, "all"),
+                    help="the model stepped (humanoid), or all three in turn")
+    ap.add_argument("--worlds", type=int, default=None,
+                    help="copies stepped together (the scene's own: humanoid 128, pendula 16, contacts 64)")
     ap.add_argument("--steps", type=int, default=200, help="steps timed per repeat (200)")
     ap.add_argument("--chunk", type=int, default=20, help="steps per scan in the change pattern (20)")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats per path and pattern; the median counts (5)")
@@ -91,7 +145,7 @@ def parse_args(argv=None):
     ap.add_argument("--cpu", action="store_true",
                     help="a check of the bench itself on JAX's CPU backend: Warp's NONE and JAX modes only")
     a = ap.parse_args(argv)
-    if min(a.worlds, a.steps, a.chunk, a.repeats) < 1:
+    if min(a.worlds or 1, a.steps, a.chunk, a.repeats) < 1:
         ap.error("--worlds, --steps, --chunk and --repeats must be positive")
     if a.steps % a.chunk:
         ap.error("--steps must be a multiple of --chunk")
@@ -120,28 +174,38 @@ def prerequisites():
 
 
 class Sim:
-    """The humanoid, its batched start, and MJX's step."""
+    """A scene, its batched start, and MJX's step."""
 
-    def __init__(self, worlds, seed=0):
+    def __init__(self, scene, worlds, seed=0):
         import jax
         import jax.numpy as jnp
         import mujoco
         import mujoco.mjx as mjx
         import numpy as np
         self.jax, self.mjx = jax, mjx
-        self.path = os.path.join(os.path.dirname(mjx.__file__), *MODEL)
-        if not os.path.exists(self.path):
-            print(f"mjx_scan_bench: no {self.path} in this mujoco-mjx", file=sys.stderr)
-            sys.exit(2)
-        m = self.m = mujoco.MjModel.from_xml_path(self.path)
+        rel, xml, _, contacts, rows = SCENES[scene]
+        self.scene = scene
+        if rel is None:
+            self.path = f"{scene} (this bench's own)"
+            m = self.m = mujoco.MjModel.from_xml_string(xml)
+        else:
+            path = os.path.join(os.path.dirname(mjx.__file__), *rel)
+            if not os.path.exists(path):
+                print(f"mjx_scan_bench: no {path} in this mujoco-mjx", file=sys.stderr)
+                sys.exit(2)
+            self.path = os.path.relpath(path, os.path.dirname(os.path.dirname(path)))
+            m = self.m = mujoco.MjModel.from_xml_path(path)
         rng = np.random.default_rng(seed)
         qpos = np.tile(m.qpos0.astype(np.float32), (worlds, 1))
-        qpos[:, 7:] += rng.uniform(-0.1, 0.1, size=(worlds, m.nq - 7)).astype(np.float32)
+        # Hinge and slide joints only: free and ball joints hold quaternions.
+        adr = [int(m.jnt_qposadr[j]) for j in range(m.njnt)
+               if m.jnt_type[j] in (mujoco.mjtJoint.mjJNT_HINGE, mujoco.mjtJoint.mjJNT_SLIDE)]
+        qpos[:, adr] += rng.uniform(-0.1, 0.1, size=(worlds, len(adr))).astype(np.float32)
         qvel = rng.uniform(-0.1, 0.1, size=(worlds, m.nv)).astype(np.float32)
         ctrl = rng.uniform(-0.2, 0.2, size=(worlds, m.nu)).astype(np.float32)
-        # naconmax counts contacts over all worlds (four foot-floor pairs,
-        # at most 8 contacts a world); njmax constraint rows per world.
-        d = mjx.make_data(m, impl="warp", naconmax=16 * worlds, njmax=128)
+        # naconmax counts contacts over all worlds; njmax constraint rows
+        # per world.
+        d = mjx.make_data(m, impl="warp", naconmax=max(contacts, 1) * worlds, njmax=rows)
         d0 = jax.vmap(lambda q, v, c: d.replace(qpos=q, qvel=v, ctrl=c))(
             jnp.asarray(qpos), jnp.asarray(qvel), jnp.asarray(ctrl))
         # Committed to the device like a scan's result, so that jit sees one
@@ -180,7 +244,7 @@ def build_only(a):
     arch = gw.resolve_arch(a.arch)
     os.environ["GRAPHD_WARP_ARCH"] = str(arch)
     gw.install()
-    sim = Sim(a.worlds)
+    sim = Sim(a.scene, a.worlds)
     status = 0
     for mode in a.modes or ("auto",):
         mjx_registry().clear()
@@ -189,13 +253,13 @@ def build_only(a):
             mx = sim.model(wp.JaxCallableGraphMode.WARP)  # as on a GPU, where WARP is MJX's default
             sim.scan(1).trace(mx, sim.d0).lower(lowering_platforms=("cuda",))
         except gw.Refused as e:
-            print(f"FIGURE MJX step, graphd.warp {mode}, sm_{arch}: refused ({e.reason}): {e}")
+            print(f"FIGURE MJX {a.scene} step, graphd.warp {mode}, sm_{arch}: refused ({e.reason}): {e}")
             status = 1
             continue
         for c in mjx_registry().values():
             for b in c.programs.values():
                 lines = b.describe().splitlines()
-                print(f"FIGURE MJX step, graphd.warp {mode} ({c.mode}), sm_{arch}: {lines[0]}; "
+                print(f"FIGURE MJX {a.scene} step, graphd.warp {mode} ({c.mode}), sm_{arch}: {lines[0]}; "
                       f"{len(b.launches)} launches, {len(b.conds)} while/if")
     gw.uninstall()
     return status
@@ -246,7 +310,7 @@ def run(a):
     if gw is not None and gw.installed():
         gw.uninstall()
     wp.init()
-    sim = Sim(a.worlds)
+    sim = Sim(a.scene, a.worlds)
 
     def counters():
         """The capture counters summed over the daemon's devices, read until
@@ -410,15 +474,18 @@ def run(a):
 
     device = gpus[0].device_kind
     m = sim.m
-    print(f"step: MJX humanoid ({os.path.relpath(sim.path, os.path.dirname(os.path.dirname(sim.path)))}, nq {m.nq}, "
+    # The humanoid's keys as they always were; the other scenes' named.
+    pre = "mjx" if a.scene == "humanoid" else f"mjx_{a.scene}"
+    what = f"mjx {a.scene} scan"
+    print(f"step: MJX {a.scene} ({sim.path}, nq {m.nq}, "
           f"nv {m.nv}), {a.worlds} worlds, jax.vmap(mjx.step) in lax.scan; {a.steps} steps a repeat (change: "
           f"scans of {a.chunk}), median of {a.repeats}; Warp {wp.__version__}, jax {jax.__version__}, {device}")
-    results = [f"mjx_worlds={a.worlds}", f"mjx_steps={a.steps}", f"mjx_chunk={a.chunk}"]
+    results = [f"{pre}_worlds={a.worlds}", f"{pre}_steps={a.steps}", f"{pre}_chunk={a.chunk}"]
     for p in paths:
         if p.error:
-            print(f"FIGURE mjx scan, {p.name}: failed ({p.error})")
+            print(f"FIGURE {what}, {p.name}: failed ({p.error})")
             continue
-        key = f"mjx_{p.kind}_{p.mode}"
+        key = f"{pre}_{p.kind}_{p.mode}"
         for v in a.variants:
             if v not in p.us:
                 continue
@@ -428,13 +495,13 @@ def run(a):
                          f"{p.extra['recaptures']} re-captures")
             elif p.mode in ("WARP",):
                 extra = f"; Warp holds {p.extra['graphs']} graphs after the path"
-            print(f"FIGURE mjx scan, {p.name}, {v} addresses: {p.us[v]:.2f} us/step "
+            print(f"FIGURE {what}, {p.name}, {v} addresses: {p.us[v]:.2f} us/step "
                   f"({p.us[v] / a.worlds * 1e3:.1f} ns per world-step); {p.notes.get(v, '')}{extra}")
             results.append(f"{key}_{v}_us={p.us[v]:.2f}")
         if p.kind == "graphd":
             results += [f"{key}_captures={p.extra['captures_built']}", f"{key}_recaptures={p.extra['recaptures']}"]
             for b in p.extra["programs"]:
-                print(f"FIGURE mjx step program {b.id_hex[:16]} ({p.mode}): {len(b.launches)} launches, "
+                print(f"FIGURE mjx {a.scene} step program {b.id_hex[:16]} ({p.mode}): {len(b.launches)} launches, "
                       f"{len(b.conds)} while/if, {len(b.slots)} slots, {sum(s.nbytes for s in b.slots)} bytes")
         elif p.mode == "WARP":
             results.append(f"{key}_graphs={p.extra['graphs']}")
@@ -453,9 +520,15 @@ def run(a):
 
 def main(argv=None):
     a = parse_args(argv)
-    if a.build_only:
-        return build_only(a)
-    return run(a)
+    status = 0
+    for scene in SCENES if a.scene == "all" else (a.scene,):
+        one = argparse.Namespace(**vars(a))
+        one.scene = scene
+        one.worlds = a.worlds or SCENES[scene][2]
+        if a.scene == "all":
+            print(f"== mjx_scan_bench: {scene}", flush=True)
+        status = max(status, build_only(one) if a.build_only else run(one))
+    return status
 
 
 if __name__ == "__main__":
