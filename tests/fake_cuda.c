@@ -5,7 +5,9 @@
  * Built with FAKE_CUDA_MEM, it has a device for the XLA handler's copies
  * of unmappable memory (tests/test_xla.c): cuMemAlloc memory is host
  * memory that graphd could map (legacy IPC); any other address is device
- * memory that nobody can map, as a compiled module's constants are. Copies
+ * memory that nobody can map, as a compiled module's constants are, in
+ * allocations of 64 KiB (aligned blocks) whose buffer ids change when
+ * fake_cuda_reload() says the module was loaded again. Copies
  * run at once. An event recorded while fake_cuda_hold(1) is in force is
  * pending until fake_cuda_finish() (or a wait on it): that is a call still
  * queued on its stream. It has one device, whose context accepts the
@@ -50,6 +52,19 @@ static int find_alloc(CUdeviceptr p) {
   return -1;
 }
 
+/* Module memory: 64 KiB blocks, loaded again (new buffer ids) by
+ * fake_cuda_reload; buffer id queries counted. */
+#define MODULE_BLOCK 0x10000ull
+static unsigned long long module_gen, id_queries;
+static int module_ranges;
+__attribute__((visibility("default"))) void fake_cuda_reload(void) { module_gen++; }
+/* Whether cuMemGetAddressRange answers for module memory (off: only for
+ * cuMemAlloc memory, as the other tests expect). */
+__attribute__((visibility("default"))) void fake_cuda_module_ranges(int on) { module_ranges = on; }
+__attribute__((visibility("default"))) unsigned long long fake_cuda_id_queries(void) {
+  return id_queries;
+}
+
 /* Live cuMemAlloc allocations. */
 __attribute__((visibility("default"))) int fake_cuda_allocs(void) { return nallocs; }
 
@@ -91,7 +106,11 @@ static CUresult fake_pointer_attribute(void *data, CUpointer_attribute a, CUdevi
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
       *(int *)data = find_alloc(p) >= 0;
       return 0;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = p; return 0;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      id_queries++;
+      *(unsigned long long *)data =
+          find_alloc(p) >= 0 ? p : ((p / MODULE_BLOCK) << 16) + module_gen + 1;
+      return 0;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; return 0;
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }
@@ -215,6 +234,11 @@ static CUresult fake_ipc_close(CUdeviceptr p) {
 
 static CUresult fake_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
   int i = find_alloc(p);
+  if (i < 0 && module_ranges) {
+    *base = p & ~(MODULE_BLOCK - 1);
+    *size = MODULE_BLOCK;
+    return CUDA_SUCCESS;
+  }
   if (i < 0) return CUDA_ERROR_NOT_FOUND;
   *base = allocs[i].p;
   *size = allocs[i].bytes;

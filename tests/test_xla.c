@@ -469,6 +469,9 @@ END_TEST
 static void (*hold)(int);
 static void (*finish)(void);
 static int (*live_allocs)(void);
+static void (*reload)(void);
+static void (*module_ranges)(int);
+static unsigned long long (*id_queries)(void);
 
 static void fake_driver(void) {
   const char *lib = FAKE_CUDA_DIR "/libfake_cuda_mem.so";
@@ -481,7 +484,10 @@ static void fake_driver(void) {
   *(void **)&hold = dlsym(h, "fake_cuda_hold");
   *(void **)&finish = dlsym(h, "fake_cuda_finish");
   *(void **)&live_allocs = dlsym(h, "fake_cuda_allocs");
-  ck_assert(hold && finish && live_allocs);
+  *(void **)&reload = dlsym(h, "fake_cuda_reload");
+  *(void **)&module_ranges = dlsym(h, "fake_cuda_module_ranges");
+  *(void **)&id_queries = dlsym(h, "fake_cuda_id_queries");
+  ck_assert(hold && finish && live_allocs && reload && module_ranges && id_queries);
 }
 
 enum { NBUF = 64, NFLOAT = 11 }; /* 44 bytes, as in the field */
@@ -585,6 +591,71 @@ START_TEST(test_xla_copies_a_queued_call_uses_are_not_freed) {
 }
 END_TEST
 
+/* One call that binds buffers first..first+n-1 as operands only (as a
+ * compiled module's constants are bound), each copy checked against its
+ * buffer; *copies and *queries: what the call queued and asked. */
+static void constant_call(xla_bounce_table *t, int first, int n, uint64_t *copies,
+                          uint64_t *queries) {
+  graphd_binding b[NBUF];
+  uint8_t dir[NBUF];
+  for (int i = 0; i < n; i++) {
+    b[i] = (graphd_binding){
+        .slot = (uint32_t)i, .ptr = (uint64_t)(uintptr_t)bufs[first + i], .bytes = sizeof bufs[0]};
+    dir[i] = XLA_DIR_IN;
+  }
+  char err[512] = "";
+  pthread_mutex_lock(&t->lock);
+  ck_assert_msg(xla_bounce_add(t, b, n, err, sizeof err) >= 0, "%s", err);
+  xla_bounce_call call;
+  ck_assert_int_eq(xla_bounce_begin(t, b, dir, n, (CUstream)0x5eed, &call, err, sizeof err),
+                   GRAPHD_OK);
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(memcmp((void *)(uintptr_t)call.use[i].ptr, bufs[first + i], sizeof bufs[0]) == 0,
+                  "buffer %d's copy does not hold it", first + i);
+  *copies = call.copies;
+  *queries = call.id_queries;
+  ck_assert_int_eq(xla_bounce_end(t, &call, b, dir, n, true, err, sizeof err), GRAPHD_OK);
+  pthread_mutex_unlock(&t->lock);
+}
+
+/* A module's constants are copied on the first call and not again while
+ * their allocation lives, which a call checks with one buffer id query for
+ * each allocation they lie in, not one for each constant; once the module
+ * is loaded again (new buffer ids, new contents) they are all copied
+ * afresh. */
+START_TEST(test_xla_constants_are_copied_once_and_checked_once_an_allocation) {
+  enum { NC = 40 };
+  fake_driver();
+  module_ranges(1);
+  xla_bounce_table t;
+  xla_bounce_init(&t, 256);
+  /* The 64 KiB blocks (the fake's allocations) the constants lie in. */
+  uintptr_t lo = (uintptr_t)bufs[0] / 0x10000, hi = (uintptr_t)bufs[NC - 1] / 0x10000;
+  uint64_t blocks = hi - lo + 1, copies, queries;
+  for (int i = 0; i < NC; i++) bufs[i][0] = (float)i;
+  constant_call(&t, 0, NC, &copies, &queries);
+  ck_assert_uint_eq(copies, NC);
+  unsigned long long q0 = id_queries();
+  for (int k = 0; k < 3; k++) {
+    constant_call(&t, 0, NC, &copies, &queries);
+    ck_assert_uint_eq(copies, 0);
+    ck_assert_msg(queries <= blocks, "%llu buffer id queries for %d constants in %llu allocations",
+                  (unsigned long long)queries, NC, (unsigned long long)blocks);
+  }
+  ck_assert_uint_le(id_queries() - q0, 3 * blocks);
+  /* Loaded again: new ids, new contents; every copy made again. */
+  for (int i = 0; i < NC; i++) bufs[i][0] = 1000.0f + (float)i;
+  reload();
+  constant_call(&t, 0, NC, &copies, &queries);
+  ck_assert_uint_eq(copies, NC);
+  constant_call(&t, 0, NC, &copies, &queries);
+  ck_assert_uint_eq(copies, 0);
+  xla_bounce_close(&t);
+  module_ranges(0);
+  ck_assert_int_eq(live_allocs(), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("xla");
   TCase *tc = tcase_create("xla");
@@ -601,6 +672,7 @@ int main(void) {
   tcase_add_test(tc, test_xla_call_reaches_the_daemon_and_syncs_its_program);
   tcase_add_test(tc, test_xla_copies_past_the_cap_free_the_least_recently_used);
   tcase_add_test(tc, test_xla_copies_a_queued_call_uses_are_not_freed);
+  tcase_add_test(tc, test_xla_constants_are_copied_once_and_checked_once_an_allocation);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }

@@ -155,6 +155,44 @@ int xla_bounce_add(xla_bounce_table *t, const graphd_binding *b, int64_t nb, cha
   return added;
 }
 
+/* The buffer id of the allocation at base now, asked of the driver once a
+ * call (XLA puts a module's constants in one allocation: one query for
+ * them all). */
+static unsigned long long allocation_id(const gd_cuda *cu, xla_bounce_call *call,
+                                        CUdeviceptr base) {
+  for (int k = 0; k < call->nids; k++)
+    if (call->ids[k].base == base) return call->ids[k].id;
+  unsigned long long id = gd_cuda_buffer_id(cu, base);
+  call->id_queries++;
+  if (call->nids < XLA_CALL_IDS) {
+    call->ids[call->nids].base = base;
+    call->ids[call->nids++].id = id;
+  }
+  return id;
+}
+
+/* Whether constant x's copy holds it still: filled from an allocation
+ * that still lives. Buffer ids are never reused, and an allocation never
+ * changes its range, so the same id at the allocation's base means src is
+ * still in it. */
+static bool constant_holds(const gd_cuda *cu, xla_bounce_call *call, const xla_bounce *x) {
+  if (!x->filled) return false;
+  unsigned long long id = allocation_id(cu, call, x->alloc);
+  return id && id == x->src_id;
+}
+
+/* Notes which allocation holds constant x now, before its copy is filled
+ * from it. */
+static void constant_learn(const gd_cuda *cu, xla_bounce_call *call, xla_bounce *x) {
+  CUdeviceptr base;
+  size_t size;
+  if (cu->cuMemGetAddressRange(&base, &size, (CUdeviceptr)x->src) != CUDA_SUCCESS) base = x->src;
+  x->alloc = base;
+  x->src_id = gd_cuda_buffer_id(cu, base);
+  call->id_queries++;
+  x->filled = x->src_id != 0;
+}
+
 /* Queues the copies of the bindings that have one: the operands into their
  * copies (in: before the replay; a constant's copy only once), or the
  * copies out to the results (after it). */
@@ -165,10 +203,8 @@ static graphd_status copy_way(const gd_cuda *cu, xla_bounce_call *call, const gr
     if (!x || !(dir[i] & (in ? XLA_DIR_IN : XLA_DIR_OUT))) continue;
     if (in && x->constant && dir[i] == XLA_DIR_IN) {
       /* A constant: its copy holds it while the allocation is the same. */
-      unsigned long long id = gd_cuda_buffer_id(cu, (CUdeviceptr)x->src);
-      if (x->filled && id && id == x->src_id) continue;
-      x->filled = id != 0;
-      x->src_id = id;
+      if (constant_holds(cu, call, x)) continue;
+      constant_learn(cu, call, x);
     }
     call->copies++;
     CUresult r = in ? cu->cuMemcpyDtoDAsync(x->copy, (CUdeviceptr)x->src, x->bytes, call->stream)

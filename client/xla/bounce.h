@@ -52,6 +52,10 @@ typedef struct xla_bounce {
    * the allocation at src is another one (its buffer id, src_id). */
   bool constant, filled;
   unsigned long long src_id;
+  /* The allocation that held src when src_id was taken (the driver's
+   * range; src alone where it gives none). Its id is asked at its base,
+   * once a call for every constant that lies in it. */
+  CUdeviceptr alloc;
   uint64_t last_call;  /* the stamp of the last call that bound it */
   CUstream stream;     /* ... and its stream */
   xla_bounce_use *use; /* ... and its event; NULL: no call queued yet */
@@ -66,6 +70,9 @@ typedef struct xla_bounce_table {
   uint64_t freed; /* copies freed to make room, for tests; guarded by lock */
 } xla_bounce_table;
 
+/* Allocations whose buffer id one call has asked already. */
+#define XLA_CALL_IDS 16
+
 /* One call's copies, between xla_bounce_begin and xla_bounce_end. */
 typedef struct xla_bounce_call {
   xla_bounce **x;            /* per binding: its copy, or NULL */
@@ -73,7 +80,13 @@ typedef struct xla_bounce_call {
   const graphd_binding *use; /* what to replay: own, or the caller's */
   CUstream stream;
   uint64_t stamp;
-  uint64_t copies; /* device-to-device copies queued */
+  uint64_t copies;     /* device-to-device copies queued */
+  uint64_t id_queries; /* buffer ids asked of the driver */
+  struct {
+    CUdeviceptr base;
+    unsigned long long id;
+  } ids[XLA_CALL_IDS];
+  int nids;
   bool any;
 } xla_bounce_call;
 

@@ -172,7 +172,8 @@ static bool env_sync; /* $GRAPHD_XLA_SYNC=1: every call is synchronous */
  * and printed to stderr at exit, to see where a step's host time goes. */
 static bool env_stats;
 static struct {
-  uint64_t calls, sync_calls, buffers, unaliased, bounced, bounce_copies, ns, replay_ns, wait_ns;
+  uint64_t calls, sync_calls, buffers, unaliased, bounced, bounce_copies, id_queries, ns, replay_ns,
+      wait_ns;
 } stats;
 
 static void print_stats(void) {
@@ -181,13 +182,15 @@ static void print_stats(void) {
   fprintf(stderr,
           "graphd_xla: %llu calls (%llu synchronous), %llu buffers bound, %llu in-out operands "
           "copied into results XLA did not alias, %llu calls binding copies of unmappable "
-          "buffers (%llu copies queued); a call: %.2f us of host time in the handler, of which "
+          "buffers (%llu copies queued, %llu driver queries for constants' allocations); a call: "
+          "%.2f us of host time in the handler, of which "
           "%.2f us in libgraphd's replay call, of which %.2f us waiting for room in the ring; "
           "the handler's and libgraphd's own work: %.2f us\n",
           (unsigned long long)n, (unsigned long long)stats.sync_calls,
           (unsigned long long)stats.buffers, (unsigned long long)stats.unaliased,
           (unsigned long long)stats.bounced, (unsigned long long)stats.bounce_copies,
-          (double)stats.ns * per, (double)stats.replay_ns * per, (double)stats.wait_ns * per,
+          (unsigned long long)stats.id_queries, (double)stats.ns * per,
+          (double)stats.replay_ns * per, (double)stats.wait_ns * per,
           (double)(stats.ns - stats.wait_ns) * per);
 }
 
@@ -518,6 +521,7 @@ static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stre
   graphd_status end = xla_bounce_end(t, &call, b, dir, nb, replayed, err, errlen);
   if (st == GRAPHD_OK) st = end;
   count(&stats.bounce_copies, call.copies);
+  count(&stats.id_queries, call.id_queries);
   pthread_mutex_unlock(&t->lock);
   return st;
 }
