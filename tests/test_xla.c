@@ -493,6 +493,24 @@ static void fake_driver(void) {
 enum { NBUF = 64, NFLOAT = 11 }; /* 44 bytes, as in the field */
 static float bufs[NBUF][NFLOAT];
 
+/* A call's start and end through the table, as the handler makes them:
+ * the lock taken, copies added, the copies in; the copies out, unlocked. */
+static void begin_call(xla_bounce_table *t, const graphd_binding *b, const uint8_t *dir, int n,
+                       xla_bounce_call *call) {
+  char err[512] = "";
+  pthread_mutex_lock(&t->lock);
+  ck_assert_msg(xla_bounce_add(t, b, n, err, sizeof err) >= 0, "%s", err);
+  ck_assert_int_eq(xla_bounce_begin(t, b, dir, n, (CUstream)0x5eed, call, err, sizeof err),
+                   GRAPHD_OK);
+}
+
+static void end_call(xla_bounce_table *t, xla_bounce_call *call, const graphd_binding *b,
+                     const uint8_t *dir, int n) {
+  char err[512] = "";
+  ck_assert_msg(xla_bounce_end(t, call, b, dir, n, true, err, sizeof err) == GRAPHD_OK, "%s", err);
+  pthread_mutex_unlock(&t->lock);
+}
+
 /* One call through the table as the handler makes it: the bindings of
  * buffers idx[0..n) (operands and results both), copies added, the copies
  * in, a "replay" that adds 1 to every element it is bound to, the copies
@@ -507,20 +525,15 @@ static void bounce_call(xla_bounce_table *t, const int *idx, int n) {
     dir[i] = XLA_DIR_IN | XLA_DIR_OUT;
     for (int k = 0; k < NFLOAT; k++) want[i][k] = bufs[idx[i]][k] + 1.0f;
   }
-  char err[512] = "";
-  pthread_mutex_lock(&t->lock);
-  ck_assert_msg(xla_bounce_add(t, b, n, err, sizeof err) >= 0, "%s", err);
   xla_bounce_call call;
-  ck_assert_int_eq(xla_bounce_begin(t, b, dir, n, (CUstream)0x5eed, &call, err, sizeof err),
-                   GRAPHD_OK);
+  begin_call(t, b, dir, n, &call);
   ck_assert(call.any);
   for (int i = 0; i < n; i++) {
     ck_assert_msg(call.use[i].ptr != b[i].ptr, "buffer %d is bound without a copy", idx[i]);
     float *copy = (float *)(uintptr_t)call.use[i].ptr;
     for (int k = 0; k < NFLOAT; k++) copy[k] += 1.0f;
   }
-  ck_assert_int_eq(xla_bounce_end(t, &call, b, dir, n, true, err, sizeof err), GRAPHD_OK);
-  pthread_mutex_unlock(&t->lock);
+  end_call(t, &call, b, dir, n);
   for (int i = 0; i < n; i++)
     ck_assert_msg(memcmp(bufs[idx[i]], want[i], sizeof want[i]) == 0, "buffer %d", idx[i]);
 }
@@ -603,19 +616,14 @@ static void constant_call(xla_bounce_table *t, int first, int n, uint64_t *copie
         .slot = (uint32_t)i, .ptr = (uint64_t)(uintptr_t)bufs[first + i], .bytes = sizeof bufs[0]};
     dir[i] = XLA_DIR_IN;
   }
-  char err[512] = "";
-  pthread_mutex_lock(&t->lock);
-  ck_assert_msg(xla_bounce_add(t, b, n, err, sizeof err) >= 0, "%s", err);
   xla_bounce_call call;
-  ck_assert_int_eq(xla_bounce_begin(t, b, dir, n, (CUstream)0x5eed, &call, err, sizeof err),
-                   GRAPHD_OK);
+  begin_call(t, b, dir, n, &call);
   for (int i = 0; i < n; i++)
     ck_assert_msg(memcmp((void *)(uintptr_t)call.use[i].ptr, bufs[first + i], sizeof bufs[0]) == 0,
                   "buffer %d's copy does not hold it", first + i);
   *copies = call.copies;
   *queries = call.id_queries;
-  ck_assert_int_eq(xla_bounce_end(t, &call, b, dir, n, true, err, sizeof err), GRAPHD_OK);
-  pthread_mutex_unlock(&t->lock);
+  end_call(t, &call, b, dir, n);
 }
 
 /* A module's constants are copied on the first call and not again while
