@@ -35,11 +35,12 @@ from .arrays import slot_like
 __version__ = "0.1.0"
 
 # GRAPHD_WARP_INSTALL=1: warp.jax_callable and warp.jax_kernel become
-# graphd.warp's at import (docs/warp.md). Import graphd before the code
-# that takes those names from warp.
+# graphd.warp's (docs/warp.md): at once if warp is imported already, else
+# when it is. Import graphd before the code that takes those names from
+# warp.
 if __import__("os").environ.get("GRAPHD_WARP_INSTALL") == "1":
     from . import warp as _warp
-    _warp.install()
+    _warp.install_when_imported()
 
 __all__ = [
     "GraphdError", "STATUS_CODES", "status_name",

@@ -1602,6 +1602,23 @@ class JaxTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr[-2000:])
         self.assertEqual(r.stdout.strip().splitlines()[-1], "True")
 
+    def test_install_from_the_environment_waits_for_warp_and_prints_nothing(self):
+        """As a sitecustomize puts it in every Python process: a process
+        that never imports Warp does not import it, and one that does gets
+        graphd.warp's functions from its first import, with Warp not
+        started (it prints its banner on stdout when it starts)."""
+        env = dict(os.environ, GRAPHD_WARP_INSTALL="1")
+        quiet = "import sys, graphd; print('warp' in sys.modules)"
+        r = subprocess.run([sys.executable, "-c", quiet], capture_output=True, text=True, env=env, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(r.stdout, "False\n")
+        late = ("import graphd, warp, graphd.warp as gw; from warp._src.jax import ffi; "
+                "from warp._src import context; "
+                "print(gw.installed(), ffi.jax_kernel.__wrapped__ is gw.jax_kernel, context.runtime is None)")
+        r = subprocess.run([sys.executable, "-c", late], capture_output=True, text=True, env=env, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual(r.stdout, "True True True\n")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -36,9 +36,11 @@ Warp arrays without JAX."""
 import collections
 import functools
 import importlib
+import importlib.util
 import logging
 import operator
 import os
+import sys
 import threading
 
 from ..client import Client
@@ -720,9 +722,9 @@ def install():
     install first (GRAPHD_WARP_INSTALL=1 with `import graphd` early does
     it). What graphd cannot serve runs as Warp's own (fallback="warp"; see
     jax_callable and fallbacks()). Returns True; uninstall() puts Warp's
-    back."""
-    wp, _, _ = warp_modules()
-    import importlib
+    back. Warp is not initialised here: it starts on first use, as it
+    does alone."""
+    wp, _, _ = warp_modules(init=False)
     targets = [wp]
     try:
         targets.append(importlib.import_module("warp._src.jax.ffi"))
@@ -737,6 +739,47 @@ def install():
             _originals.setdefault((mod.__name__, name), cur)
             setattr(mod, name, ours)
     return True
+
+
+def _install_or_warn():
+    try:
+        install()
+    except Refused as e:
+        _log.warning("GRAPHD_WARP_INSTALL=1: graphd.warp is not installed (%s); Warp's own "
+                    "jax_callable and jax_kernel stay", e)
+
+
+class _InstallOnImport:
+    """A finder on sys.meta_path that installs graphd.warp right after
+    `warp` is first imported, then takes itself off the path."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "warp":
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("warp")  # the other finders'
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _install_or_warn()
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def install_when_imported():
+    """What GRAPHD_WARP_INSTALL=1 does at `import graphd`: install() at
+    once if warp is imported already, else as soon as it is, so that a
+    process that never uses Warp (a sitecustomize reaches every Python
+    process) neither imports it nor prints anything. A Warp that
+    graphd.warp does not support is left as it is, with a warning."""
+    if "warp" in sys.modules:
+        _install_or_warn()
+    elif not any(isinstance(f, _InstallOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _InstallOnImport())
 
 
 def clear_jax_callable_graph_cache(callable=None):  # noqa: A002: Warp's keyword (tests/test_names.py)

@@ -58,7 +58,8 @@ class Refused(GraphdError):
         self.reason = reason
 
 
-_checked = None
+_checked = None  # warp_modules(): imported, checked and initialised
+_imported = None  # ... imported and checked
 
 
 def parse_version(v):
@@ -118,12 +119,35 @@ def check_layouts(wp, ctx, types_mod, codegen):
                       + "; ".join(problems), code="FAILED_PRECONDITION")
 
 
-def warp_modules():
-    """(warp, warp._src.context, warp._src.types), imported, initialised
-    and checked once."""
-    global _checked
+def warp_modules(init=True):
+    """(warp, warp._src.context, warp._src.types), imported and checked
+    once, and Warp initialised (unless init is False: install() patches
+    names without starting Warp's runtime, which prints its banner and
+    looks for devices; Warp starts on first use, as it does alone)."""
+    global _checked, _imported
     if _checked is not None:
         return _checked
+    if _imported is None:
+        try:
+            import warp as wp
+        except ImportError as e:
+            raise Refused("warp_missing", f"Warp is not importable ({e}); install warp-lang",
+                          code="FAILED_PRECONDITION") from None
+        check_version(getattr(wp, "__version__", "unknown"))
+        try:
+            from warp._src import codegen, context as ctx, types as types_mod
+        except ImportError as e:
+            raise Refused("warp_version", f"Warp {wp.__version__} lacks the internals graphd.warp uses ({e})",
+                          code="FAILED_PRECONDITION") from None
+        check_layouts(wp, ctx, types_mod, codegen)
+        _imported = (wp, ctx, types_mod)
+    if not init:
+        return _imported
+    wp, ctx, _ = _imported
+    if ctx.runtime is None:
+        wp.init()
+    _checked = _imported
+    return _checked
     try:
         import warp as wp
     except ImportError as e:
