@@ -116,8 +116,14 @@ static CUresult fake_pointer_attribute(void *data, CUpointer_attribute a, CUdevi
   }
 }
 
+static unsigned long long events_made;
+__attribute__((visibility("default"))) unsigned long long fake_cuda_events_made(void) {
+  return events_made;
+}
+
 static CUresult fake_event_create(CUevent *e, unsigned flags) {
   (void)flags;
+  events_made++;
   fake_event *f = calloc(1, sizeof *f);
   if (!f) return CUDA_ERROR_OUT_OF_MEMORY;
   *e = (CUevent)f;

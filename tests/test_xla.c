@@ -472,6 +472,7 @@ static int (*live_allocs)(void);
 static void (*reload)(void);
 static void (*module_ranges)(int);
 static unsigned long long (*id_queries)(void);
+static unsigned long long (*events_made)(void);
 
 static void fake_driver(void) {
   const char *lib = FAKE_CUDA_DIR "/libfake_cuda_mem.so";
@@ -487,7 +488,8 @@ static void fake_driver(void) {
   *(void **)&reload = dlsym(h, "fake_cuda_reload");
   *(void **)&module_ranges = dlsym(h, "fake_cuda_module_ranges");
   *(void **)&id_queries = dlsym(h, "fake_cuda_id_queries");
-  ck_assert(hold && finish && live_allocs && reload && module_ranges && id_queries);
+  *(void **)&events_made = dlsym(h, "fake_cuda_events_made");
+  ck_assert(hold && finish && live_allocs && reload && module_ranges && id_queries && events_made);
 }
 
 enum { NBUF = 64, NFLOAT = 11 }; /* 44 bytes, as in the field */
@@ -651,6 +653,11 @@ START_TEST(test_xla_constants_are_copied_once_and_checked_once_an_allocation) {
                   (unsigned long long)queries, NC, (unsigned long long)blocks);
   }
   ck_assert_uint_le(id_queries() - q0, 3 * blocks);
+  /* Each call records an event after its copies; calls that follow one
+   * another record spare ones again rather than make new ones. */
+  unsigned long long e0 = events_made();
+  for (int k = 0; k < 20; k++) constant_call(&t, 0, NC, &copies, &queries);
+  ck_assert_uint_le(events_made() - e0, 2);
   /* Loaded again: new ids, new contents; every copy made again. */
   for (int i = 0; i < NC; i++) bufs[i][0] = 1000.0f + (float)i;
   reload();

@@ -12,12 +12,32 @@ void xla_bounce_init(xla_bounce_table *t, int cap) {
   t->cap = cap > 0 ? cap : 1;
 }
 
-static void use_put(const gd_cuda *cu, xla_bounce_use *u) {
+static void use_put(const gd_cuda *cu, xla_bounce_table *t, xla_bounce_use *u) {
   if (!u || --u->refs > 0) return;
+  if (t->nspare < XLA_SPARE_EVENTS) {
+    t->spare[t->nspare++] = u;
+    return;
+  }
   /* Destroying an event whose record is still pending is allowed: the
    * driver lets it complete first. */
   cu->cuEventDestroy(u->ev);
   free(u);
+}
+
+/* An event for a call that bound copies, recorded on its stream: a spare
+ * one, or made; NULL when neither works. */
+static xla_bounce_use *use_get(const gd_cuda *cu, xla_bounce_table *t, CUstream stream) {
+  xla_bounce_use *u = t->nspare ? t->spare[--t->nspare] : calloc(1, sizeof *u);
+  if (u && !u->ev && cu->cuEventCreate(&u->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    free(u);
+    return NULL;
+  }
+  if (u && cu->cuEventRecord(u->ev, stream) != CUDA_SUCCESS) {
+    cu->cuEventDestroy(u->ev);
+    free(u);
+    return NULL;
+  }
+  return u;
 }
 
 /* Whether no queued call uses e any more: its last call's event is done
@@ -29,7 +49,7 @@ static bool idle(const gd_cuda *cu, const xla_bounce *e) {
 static void drop(const gd_cuda *cu, xla_bounce_table *t, int i) {
   xla_bounce *e = &t->v[i];
   cu->cuMemFree(e->copy);
-  use_put(cu, e->use);
+  use_put(cu, t, e->use);
   memmove(&t->v[i], &t->v[i + 1], (size_t)(t->n - i - 1) * sizeof *t->v);
   t->n--;
   t->freed++;
@@ -41,7 +61,12 @@ void xla_bounce_close(xla_bounce_table *t) {
     for (int i = 0; i < t->n; i++) {
       if (t->v[i].use) cu->cuEventSynchronize(t->v[i].use->ev);
       cu->cuMemFree(t->v[i].copy);
-      use_put(cu, t->v[i].use);
+      use_put(cu, t, t->v[i].use);
+    }
+  if (t->nspare && gd_cuda_load(&cu, NULL, 0) == 0)
+    for (int i = 0; i < t->nspare; i++) {
+      cu->cuEventDestroy(t->spare[i]->ev);
+      free(t->spare[i]);
     }
   free(t->v);
   pthread_mutex_destroy(&t->lock);
@@ -259,7 +284,6 @@ graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, con
 graphd_status xla_bounce_end(xla_bounce_table *t, xla_bounce_call *call, const graphd_binding *b,
                              const uint8_t *dir, int64_t nb, bool replayed, char *err,
                              size_t errlen) {
-  (void)t;
   graphd_status st = GRAPHD_OK;
   const gd_cuda *cu;
   if (!call->any || gd_cuda_load(&cu, NULL, 0) < 0) goto exit;
@@ -267,18 +291,12 @@ graphd_status xla_bounce_end(xla_bounce_table *t, xla_bounce_call *call, const g
   /* The call's event, after everything it queued: its copies are free to
    * go once it completes. Without one, the call is waited for here, and
    * its copies are idle at once. */
-  xla_bounce_use *u = calloc(1, sizeof *u);
-  if (u && (cu->cuEventCreate(&u->ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-            cu->cuEventRecord(u->ev, call->stream) != CUDA_SUCCESS)) {
-    if (u->ev) cu->cuEventDestroy(u->ev);
-    free(u);
-    u = NULL;
-  }
+  xla_bounce_use *u = use_get(cu, t, call->stream);
   if (!u) cu->cuStreamSynchronize(call->stream);
   for (int64_t i = 0; i < nb; i++) {
     xla_bounce *x = call->x[i];
     if (!x || (u && x->use == u)) continue; /* two slots may bind one buffer */
-    use_put(cu, x->use);
+    use_put(cu, t, x->use);
     x->use = u;
     x->stream = call->stream;
     if (u) u->refs++;

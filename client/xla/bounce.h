@@ -38,6 +38,9 @@
 /* Which way a bound buffer's data goes: an operand's in, a result's out. */
 enum { XLA_DIR_IN = 1, XLA_DIR_OUT = 2 };
 
+/* Events kept for reuse by a table. */
+#define XLA_SPARE_EVENTS 8
+
 /* The event of one call that bound copies, shared by those copies. */
 typedef struct xla_bounce_use {
   CUevent ev;
@@ -68,6 +71,11 @@ typedef struct xla_bounce_table {
   int cap;        /* above it, copies no queued call uses are freed, LRU first */
   uint64_t stamp; /* of the latest call; guarded by lock */
   uint64_t freed; /* copies freed to make room, for tests; guarded by lock */
+  /* Events no copy names any more, kept to record again rather than made
+   * anew each call (re-recording an event still pending is allowed: a
+   * query then asks about the new record); guarded by lock. */
+  xla_bounce_use *spare[XLA_SPARE_EVENTS];
+  int nspare;
 } xla_bounce_table;
 
 /* Allocations whose buffer id one call has asked already. */
