@@ -285,6 +285,10 @@ static graphd_status replay_once(graphd_client *c, graphd_stream *s, const uint8
        * count it as cut off. */
       *unrun = true;
       f->unrun[s->slot] = seq;
+      char e[GRAPHD_ERRMAX];
+      snprintf(e, sizeof e, "%s", c->err);
+      gd_client_set_err(c, st, "%s; this replay (seq %llu) did not run", e,
+                        (unsigned long long)seq);
     } else if (st == GRAPHD_UNAVAILABLE && c->fail == GD_FAIL_LOST) {
       /* It may have run, in part: never sent again, reported here once. */
       f->reported[s->slot] = seq;
