@@ -89,6 +89,7 @@ bool capture_mark_built(gd_device *d, gd_capture *c) {
 void capture_free(gd_device *d, gd_capture *c) {
   if (!c) return;
   const gd_program *p = c->prog->program;
+  for (uint32_t i = 0; i < c->nmore; i++) capture_free(d, c->more[i]);
   for (uint32_t i = 0; i < c->nexecs; i++) {
     gd_exec *x = &c->execs[i];
     OPS->graph_exec_destroy(BE, x->exec);
@@ -635,13 +636,14 @@ static int repoint_direct(gd_device *d, gd_capture *c, gd_exec *x, const gd_boun
   return rc;
 }
 
-int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind, bool first,
-                    uint32_t pid, uint32_t uid, char *err, size_t errlen) {
+/* Queues one replay on instance c (see capture_enqueue). */
+static int enqueue_on(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind, bool first,
+                      char *err, size_t errlen) {
   const gd_program *p = c->prog->program;
   int rc;
-  /* The last replay of this capture, from any session, is done with the
+  /* The last replay of this instance, from any session, is done with the
    * staging buffers (on the same stream, order is already given). */
-  if (c->replays && c->last_stream != st &&
+  if (c->queued && c->last_stream != st &&
       (rc = OPS->stream_wait_event(BE, st, c->last_use, err, errlen)) < 0)
     return rc;
   if (first) {
@@ -698,12 +700,99 @@ int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *b
         return rc;
     }
   }
-  /* Later replays of this capture wait for this one. */
+  /* Later replays of this instance wait for this one. */
   if ((rc = OPS->event_record(BE, c->last_use, st, err, errlen)) < 0) return rc;
   c->last_stream = st;
-  c->replays++;
+  c->queued++;
   c->last_queued_ns = gd_now_ns();
   x->used_ns = c->last_queued_ns;
+  return 0;
+}
+
+static gd_capture *instance(gd_capture *c, uint32_t i) { return i ? c->more[i - 1] : c; }
+
+uint32_t capture_instances(const gd_capture *c) { return 1 + c->nmore; }
+
+uint64_t capture_staging_bytes(const gd_capture *c) {
+  uint64_t b = c->staging.bytes;
+  for (uint32_t i = 0; i < c->nmore; i++) b += c->more[i]->staging.bytes;
+  return b;
+}
+
+/* Whether replays of p may run on several instances at once: nothing of a
+ * replay stays in daemon memory for the next (no scratch slot, and every
+ * slot is copied in and out, or bound, per replay). */
+static bool keeps_no_state(const gd_program *p) {
+  for (uint32_t s = 0; s < p->nslots; s++)
+    if (p->slots[s].role == GD_ROLE_SCRATCH || !staged(&p->slots[s])) return false;
+  return true;
+}
+
+static bool busy(gd_device *d, const gd_capture *x) {
+  return x->has_event && x->queued && !OPS->event_done(BE, x->last_use);
+}
+
+/* Another instance of c for stream st, or NULL (then no more are tried
+ * when it could not be built or would not fit the budget). */
+static gd_capture *add_instance(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind) {
+  char hex[2 * GD_ID_LEN + 1], err[256];
+  gd_id_hex(c->prog->id, 1, hex);
+  if (d->budget) {
+    uint64_t held = 0;
+    gd_capture *o;
+    for (uint32_t i = 0; (o = capture_next(d, &i));) held += capture_staging_bytes(o);
+    if (held + c->staging.bytes > d->budget) {
+      GD_LOG(GD_INFO, "capture",
+             "program %s: no further instance for concurrent streams: device %d's budget "
+             "(--device-budget) has no room; its replays share %u",
+             hex, d->index, capture_instances(c));
+      c->no_more = true;
+      return NULL;
+    }
+  }
+  gd_capture *n = NULL;
+  if (capture_build(d, c->prog, bind, st, &n, err, sizeof err) < 0 || n->mode != c->mode) {
+    GD_LOG(GD_WARN, "capture",
+           "program %s: another instance for a concurrent stream: %s; its replays share %u", hex,
+           n ? "it would run another way" : err, capture_instances(c));
+    capture_free(d, n);
+    c->no_more = true;
+    return NULL;
+  }
+  n->generation = c->generation;
+  n->created_unix_ms = c->created_unix_ms;
+  c->more[c->nmore++] = n;
+  GD_LOG(GD_INFO, "capture",
+         "program %s: instance %u for another stream replaying it at once (%llu staging bytes)",
+         hex, capture_instances(c), (unsigned long long)n->staging.bytes);
+  return n;
+}
+
+/* The instance of c a replay on st goes to (see capture_enqueue). */
+static gd_capture *pick_instance(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind) {
+  gd_capture *lru = c;
+  for (uint32_t i = 0; i <= c->nmore; i++) {
+    gd_capture *x = instance(c, i);
+    if (x->last_stream == st && x->queued) return x;
+    if (x->last_queued_ns < lru->last_queued_ns) lru = x;
+  }
+  for (uint32_t i = 0; i <= c->nmore; i++)
+    if (!busy(d, instance(c, i))) return instance(c, i);
+  if (c->nmore + 1 < GD_CAPTURE_INSTANCES && !c->no_more && keeps_no_state(c->prog->program)) {
+    gd_capture *n = add_instance(d, c, st, bind);
+    if (n) return n;
+  }
+  return lru;
+}
+
+int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind, bool first,
+                    uint32_t pid, uint32_t uid, gd_capture **used, char *err, size_t errlen) {
+  gd_capture *x = pick_instance(d, c, st, bind);
+  int rc = enqueue_on(d, x, st, bind, first && x == c, err, errlen);
+  if (used) *used = x;
+  if (rc < 0) return rc;
+  c->replays++;
+  c->last_queued_ns = x->last_queued_ns;
   uint32_t k = 0;
   while (k < c->npids && (c->pids[k] != pid || c->uids[k] != uid)) k++;
   if (k == c->npids && c->npids < GD_CAPTURE_PIDS) {
@@ -726,11 +815,17 @@ static bool points_into(const gd_capture *c, uint64_t ptr, uint64_t bytes) {
 void capture_forget_memory(gd_device *d, uint64_t ptr, uint64_t bytes) {
   gd_capture *c;
   for (uint32_t i = 0; (c = capture_next(d, &i));)
-    if (!c->template_stale && points_into(c, ptr, bytes)) c->template_stale = true;
+    for (uint32_t k = 0; k <= c->nmore; k++) {
+      gd_capture *x = instance(c, k);
+      if (!x->template_stale && points_into(x, ptr, bytes)) x->template_stale = true;
+    }
 }
 
 bool capture_busy(gd_device *d, const gd_capture *c) {
-  return c->has_event && !OPS->event_done(BE, c->last_use);
+  if (c->has_event && !OPS->event_done(BE, c->last_use)) return true;
+  for (uint32_t i = 0; i < c->nmore; i++)
+    if (busy(d, c->more[i])) return true;
+  return false;
 }
 
 bool capture_any_busy(gd_device *d) {
@@ -742,9 +837,12 @@ bool capture_any_busy(gd_device *d) {
 
 void capture_drop(gd_device *d, gd_capture *c) {
   char e[256];
-  if (c->has_event && OPS->event_sync(BE, c->last_use, e, sizeof e) < 0)
-    GD_LOG(GD_WARN, "capture", "eviction: waiting for the last replay failed: %s", e);
-  holwatch_drop_key(d, c);
+  for (uint32_t i = 0; i <= c->nmore; i++) {
+    gd_capture *x = instance(c, i);
+    if (x->has_event && OPS->event_sync(BE, x->last_use, e, sizeof e) < 0)
+      GD_LOG(GD_WARN, "capture", "eviction: waiting for the last replay failed: %s", e);
+    holwatch_drop_key(d, x);
+  }
   const gd_regprog *prog = c->prog;
   capture_remove(d, c);
   capture_free(d, c);
@@ -762,7 +860,7 @@ void capture_drop(gd_device *d, gd_capture *c) {
 
 bool capture_forget_program(gd_device *d, const gd_regprog *p, uint64_t *staging_bytes) {
   gd_capture *c = capture_find(d, p);
-  *staging_bytes = c ? c->staging.bytes : 0;
+  *staging_bytes = c ? capture_staging_bytes(c) : 0;
   if (c) capture_drop(d, c);
   if (d->caps && p->index < d->caps->n) d->caps->ever[p->index] = 0;
   modcache_forget_program(d, p);

@@ -5,6 +5,14 @@
  * shared staging. Two devices never share any of it: each device has its
  * own set (d->caps), indexed by the program's dense index.
  *
+ * A program that keeps nothing in the daemon from one replay to the next
+ * (no scratch slot, every slot staged) may get more instances of its
+ * capture, each a capture of its own (staging, graphs, event), built when
+ * another stream replays it while the instances it has are busy: sessions
+ * replaying it at once then run side by side instead of one after the
+ * other. The first instance is the capture the set holds and keeps the
+ * totals (replays, users, last use); eviction takes all of them.
+ *
  * This file builds, queues and frees captures; the order a replay follows
  * around them (ready flag, capture, done flag) is replay.c's, and which
  * captures to free is evict.c's.
@@ -22,8 +30,9 @@
 #include "registry.h"
 
 #define GD_CAPTURE_PIDS 16
-#define GD_CAPTURE_EXECS 4  /* executable graphs per capture, one per binding set */
-#define GD_CAPTURE_RECENT 8 /* binding sets remembered to see one come back */
+#define GD_CAPTURE_EXECS 4     /* executable graphs per capture, one per binding set */
+#define GD_CAPTURE_RECENT 8    /* binding sets remembered to see one come back */
+#define GD_CAPTURE_INSTANCES 8 /* instances of a program that keeps no state, at most */
 
 /* One executable graph of a capture, and where its copy nodes point now.
  * A capture keeps a few, so that replays that alternate between binding
@@ -72,7 +81,13 @@ typedef struct gd_capture {
   gd_event last_use;
   bool has_event;
   gd_stream last_stream; /* the stream of the last replay */
-  uint64_t replays;
+  uint64_t queued;       /* replays queued on this instance */
+  /* The first instance only: the others, and whether to stop adding them
+   * (one could not be built, or would not fit the budget). */
+  struct gd_capture *more[GD_CAPTURE_INSTANCES - 1];
+  uint32_t nmore;
+  bool no_more;
+  uint64_t replays; /* the first instance: over all of them */
   uint32_t nodes;
   uint64_t last_queued_ns;
   uint32_t pids[GD_CAPTURE_PIDS]; /* client processes that replayed it */
@@ -117,21 +132,30 @@ void capture_forget_memory(gd_device *d, uint64_t ptr, uint64_t bytes);
 /* Frees a capture that is not in the set. */
 void capture_free(gd_device *d, gd_capture *c);
 
-/* Queues one replay of c on s: waits for the last replay of c from another
- * stream, copies in (the unstaged inputs too when `first`), launches,
- * copies out, and records c's last-use event; the process (pid, running as
- * uid) joins c's users. */
+/* Queues one replay of c on s, on the instance s used last, else one that
+ * is idle, else a new one where the program allows it and the budget has
+ * room, else the least recently used (then after its last replay, from
+ * whichever stream): copies in (the unstaged inputs too when `first`),
+ * launches, copies out, and records the instance's last-use event; the
+ * process (pid, running as uid) joins c's users. *used (may be NULL) is
+ * the instance the replay went to. */
 int capture_enqueue(gd_device *d, gd_capture *c, gd_stream s, const gd_bound *bind, bool first,
-                    uint32_t pid, uint32_t uid, char *err, size_t errlen);
+                    uint32_t pid, uint32_t uid, gd_capture **used, char *err, size_t errlen);
 
-/* True while c's last queued replay has not finished. */
+/* c's staging bytes, over all its instances. */
+uint64_t capture_staging_bytes(const gd_capture *c);
+
+/* How many instances c has (1 and up). */
+uint32_t capture_instances(const gd_capture *c);
+
+/* True while a replay queued on any instance of c has not finished. */
 bool capture_busy(gd_device *d, const gd_capture *c);
 
 /* True while any capture on d has a replay that may still run. */
 bool capture_any_busy(gd_device *d);
 
-/* Frees c, which is in d's set: in stream order its last replay, from any
- * session, is done before anything is freed; its watched waits are
+/* Frees c, which is in d's set, with its instances: in stream order their
+ * last replays, from any session, are done before anything is freed; its watched waits are
  * forgotten; then modules that no remaining capture uses are unloaded. */
 void capture_drop(gd_device *d, gd_capture *c);
 

@@ -11,7 +11,7 @@
 
 int evict_make_room(gd_device *d, const gd_capture *nc, uint32_t *n, uint64_t *bytes_freed,
                     char *err, size_t errlen) {
-  uint64_t bytes = nc->staging.bytes;
+  uint64_t bytes = capture_staging_bytes(nc);
   char hex[2 * GD_ID_LEN + 1];
   *n = 0;
   *bytes_freed = 0;
@@ -27,8 +27,8 @@ int evict_make_room(gd_device *d, const gd_capture *nc, uint32_t *n, uint64_t *b
   gd_capture *c;
   for (uint32_t i = 0; (c = capture_next(d, &i));) {
     if (c == nc) continue;
-    held += c->staging.bytes;
-    if (!capture_busy(d, c)) idle += c->staging.bytes;
+    held += capture_staging_bytes(c);
+    if (!capture_busy(d, c)) idle += capture_staging_bytes(c);
   }
   if (held + bytes <= d->budget) return 0;
   if (held - idle + bytes > d->budget) {
@@ -47,7 +47,7 @@ int evict_make_room(gd_device *d, const gd_capture *nc, uint32_t *n, uint64_t *b
     }
     if (!lru) break; /* cannot happen: idle covered the need */
     c = lru;
-    uint64_t b = c->staging.bytes;
+    uint64_t b = capture_staging_bytes(c);
     gd_id_hex(c->prog->id, 1, hex);
     GD_LOG(GD_INFO, "evict", "budget: evicting idle capture %s@%d (%llu staging bytes)", hex,
            d->index, (unsigned long long)b);
@@ -64,7 +64,7 @@ static void info_of(gd_device *d, const gd_capture *c, gd_capture_info *ci) {
   memcpy(ci->program_id, c->prog->id, GD_ID_LEN);
   ci->device = (uint32_t)d->index;
   ci->mode = c->mode; /* what it runs as: auto shows its choice */
-  ci->staging_bytes = c->staging.bytes;
+  ci->staging_bytes = capture_staging_bytes(c);
   ci->nodes = c->nodes;
   ci->replays = c->replays;
   ci->generation = c->generation;
@@ -170,7 +170,7 @@ int evict_select(gd_device *d, const gd_evict_sel *sel, gd_capture_info **out, s
   for (uint32_t i = 0; (c = capture_next(d, &i));) {
     if (!selected(sel, c) || may_take(d, sel, c, err, errlen) != 1) continue;
     info_of(d, c, &ci[*n]);
-    *bytes += c->staging.bytes;
+    *bytes += capture_staging_bytes(c);
     (*n)++;
     if (!sel->dry_run) capture_drop(d, c);
   }

@@ -125,11 +125,14 @@ int exec_run(gd_device *d, gd_worker *w, gd_replay_exec *ex, bool *not_started, 
     return rc;
   }
   if (rc < 0) goto finish;
+  uint32_t instances = capture_instances(c);
+  gd_capture *used = NULL;
   rc = capture_enqueue(d, c, ds->stream, ex->bind, ex->captured, ex->client_pid, ex->client_uid,
-                       err, errlen);
+                       &used, err, errlen);
+  if (used && capture_instances(c) > instances) ex->instance_bytes = used->staging.bytes;
   if (rc < 0) goto finish;
   if (!d->be->waits_on_worker)
-    holwatch_add(d, ds, ex->stream_slot, ex->seq, ex->ready_timeout_s, c);
+    holwatch_add(d, ds, ex->stream_slot, ex->seq, ex->ready_timeout_s, used);
 finish:
   /* A call that failed because the device faulted (this replay's kernel
    * or an earlier one): say so; the worker resets the device next. */
@@ -271,6 +274,7 @@ static void tally(gd_replay_tally *t, const gd_replay_exec *ex, int rc) {
     t->staging_bytes += ex->staging_bytes;
     if (ex->recaptured) t->recaptures++;
   }
+  t->staging_bytes += ex->instance_bytes;
   t->evicted += ex->budget_evicted;
   t->evicted_bytes += ex->budget_evicted_bytes;
   if (rc < 0)

@@ -45,6 +45,7 @@ typedef struct gd_replay_exec {
   bool recaptured;
   uint64_t capture_ns;
   uint64_t staging_bytes;
+  uint64_t instance_bytes; /* staging of an instance of the capture added for this replay */
   uint32_t budget_evicted; /* captures the budget dropped to fit this one */
   uint64_t budget_evicted_bytes;
 } gd_replay_exec;

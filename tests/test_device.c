@@ -79,9 +79,10 @@ static const gd_regprog *scale_program(fixture *f, float factor) {
   return registry_find_program(&f->reg, id);
 }
 
-/* One replay of prog on host buffers x and y as the worker runs it:
- * prepare, find or build (with the budget) the capture, queue it. */
-static int replay(fixture *f, const gd_regprog *prog, float *x, float *y, uint32_t pid) {
+/* One replay of prog on host buffers x and y on stream st as the worker
+ * runs it: prepare, find or build (with the budget) the capture, queue it. */
+static int replay_on(fixture *f, const gd_regprog *prog, gd_stream st, float *x, float *y,
+                     uint32_t pid) {
   char err[512];
   gd_bound bind[2] = {{true, (uint64_t)(uintptr_t)x, N * 4}, {true, (uint64_t)(uintptr_t)y, N * 4}};
   uint64_t loaded, ns;
@@ -90,7 +91,7 @@ static int replay(fixture *f, const gd_regprog *prog, float *x, float *y, uint32
   gd_capture *c = capture_find(&f->d, prog);
   bool first = false;
   if (!c) {
-    ck_assert_int_eq(capture_build(&f->d, prog, bind, f->stream, &c, err, sizeof err), 0);
+    ck_assert_int_eq(capture_build(&f->d, prog, bind, st, &c, err, sizeof err), 0);
     ck_assert_int_eq(capture_insert(&f->d, c), 0);
     uint32_t n;
     uint64_t bytes;
@@ -103,9 +104,13 @@ static int replay(fixture *f, const gd_regprog *prog, float *x, float *y, uint32
     first = true;
   }
   /* Each test process runs as its own user here: uid = pid. */
-  rc = capture_enqueue(&f->d, c, f->stream, bind, first, pid, pid, err, sizeof err);
+  rc = capture_enqueue(&f->d, c, st, bind, first, pid, pid, NULL, err, sizeof err);
   ck_assert_msg(rc == 0, "enqueue: %s", err);
   return 0;
+}
+
+static int replay(fixture *f, const gd_regprog *prog, float *x, float *y, uint32_t pid) {
+  return replay_on(f, prog, f->stream, x, y, pid);
 }
 
 static void fill(float *x, float base) {
@@ -231,6 +236,114 @@ START_TEST(test_device_budget_drops_the_least_recently_used_capture) {
 }
 END_TEST
 
+/* The host backend runs a replay before it answers; these make its
+ * replays look still running, as a GPU's are while the stream works. */
+static int never_done(gd_backend *be, gd_backend_dev *dev, gd_event e) {
+  (void)be, (void)dev, (void)e;
+  return 0;
+}
+
+/* y = factor * x with a scratch slot: state the daemon keeps. */
+static const gd_regprog *scale_program_with_scratch(fixture *f, float factor) {
+  graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, N * 4, 1);
+  graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, N * 4, 1);
+  graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, 256, 0);
+  uint32_t grid[3] = {N / 256, 1, 1}, block[3] = {256, 1, 1}, n = N;
+  int s = graphd_program_add_launch(p, f->mod, "scale", grid, block, 0);
+  graphd_program_param_slot(p, (uint32_t)s, 0, 0, 0);
+  graphd_program_param_slot(p, (uint32_t)s, 8, 1, 0);
+  graphd_program_param(p, (uint32_t)s, 16, &factor, 4);
+  graphd_program_param(p, (uint32_t)s, 20, &n, 4);
+  uint8_t id[GD_ID_LEN];
+  ck_assert_int_eq(graphd_program_finish(p, id), GRAPHD_OK);
+  const uint8_t *enc;
+  size_t len;
+  ck_assert_int_eq(graphd_program_encoding(p, &enc, &len), GRAPHD_OK);
+  char err[1024];
+  bool known;
+  ck_assert_int_eq(registry_add_program(&f->reg, id, enc, len, &known, err, sizeof err), 0);
+  graphd_program_free(p);
+  return registry_find_program(&f->reg, id);
+}
+
+/* A program that keeps no state gets another instance of its capture for
+ * each stream that replays it while the others are busy, up to
+ * GD_CAPTURE_INSTANCES; a stream keeps going to the instance it used last;
+ * an idle instance is taken before a new one is made; one with a scratch
+ * slot, or one the budget has no room for, keeps one; eviction frees them
+ * all and gives back all their bytes. */
+START_TEST(test_device_streams_replaying_at_once_get_instances_of_a_stateless_capture) {
+  fixture f;
+  fixture_open(&f, 0);
+  char err[256];
+  gd_backend_ops ops = *f.be->ops;
+  const gd_backend_ops *host_ops = f.be->ops;
+  ops.event_done = never_done;
+  /* The host backend's streams are all one (NULL: the worker runs each
+   * replay as it comes) and it never looks at them: distinct handles
+   * stand for the sessions' streams. */
+  gd_stream st[GD_CAPTURE_INSTANCES + 2];
+  for (int i = 0; i < GD_CAPTURE_INSTANCES + 2; i++) st[i] = (gd_stream)(uintptr_t)(0x1000 + i);
+  const gd_regprog *p = scale_program(&f, 3.0f), *q = scale_program_with_scratch(&f, 5.0f);
+  static float x[GD_CAPTURE_INSTANCES + 2][N], y[GD_CAPTURE_INSTANCES + 2][N];
+  for (int i = 0; i < GD_CAPTURE_INSTANCES + 2; i++) fill(x[i], 100.0f * (float)i);
+  f.be->ops = &ops; /* every replay stays busy */
+  ck_assert_int_eq(replay_on(&f, p, st[0], x[0], y[0], 1), 0);
+  gd_capture *c = capture_find(&f.d, p);
+  uint64_t one = c->staging.bytes;
+  ck_assert_int_eq(replay_on(&f, p, st[0], x[0], y[0], 1), 0);
+  ck_assert_uint_eq(capture_instances(c), 1); /* its own stream: in order already */
+  ck_assert_int_eq(replay_on(&f, p, st[1], x[1], y[1], 2), 0);
+  ck_assert_uint_eq(capture_instances(c), 2);
+  ck_assert_int_eq(replay_on(&f, p, st[0], x[0], y[0], 1), 0);
+  ck_assert_int_eq(replay_on(&f, p, st[1], x[1], y[1], 2), 0);
+  ck_assert_uint_eq(capture_instances(c), 2); /* each went back to its own */
+  ck_assert_ptr_eq(c->last_stream, st[0]);
+  ck_assert_ptr_eq(c->more[0]->last_stream, st[1]);
+  for (int i = 2; i < GD_CAPTURE_INSTANCES + 2; i++)
+    ck_assert_int_eq(replay_on(&f, p, st[i], x[i], y[i], (uint32_t)i + 1), 0);
+  ck_assert_uint_eq(capture_instances(c), GD_CAPTURE_INSTANCES);
+  ck_assert_uint_eq(capture_staging_bytes(c), GD_CAPTURE_INSTANCES * one);
+  ck_assert_uint_eq(c->replays, GD_CAPTURE_INSTANCES + 5);
+  ck_assert_uint_eq(c->npids, GD_CAPTURE_INSTANCES + 2);
+  for (int i = 0; i < GD_CAPTURE_INSTANCES + 2; i++)
+    for (uint32_t k = 0; k < N; k++) ck_assert_float_eq(y[i][k], 3.0f * x[i][k]);
+  ck_assert(capture_busy(&f.d, c));
+  /* The scratch program keeps one instance, whatever the streams. */
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(replay_on(&f, q, st[i], x[i], y[i], 1), 0);
+  ck_assert_uint_eq(capture_instances(capture_find(&f.d, q)), 1);
+  for (uint32_t k = 0; k < N; k++) ck_assert_float_eq(y[3][k], 5.0f * x[3][k]);
+  /* Eviction takes every instance and gives back all their bytes. */
+  f.be->ops = host_ops;
+  uint64_t scratch_bytes = capture_find(&f.d, q)->staging.bytes;
+  gd_evict_sel sel = {.admin = true};
+  gd_capture_info *ci;
+  size_t n = 0;
+  uint64_t bytes = 0;
+  ck_assert_int_eq(evict_select(&f.d, &sel, &ci, &n, &bytes, err, sizeof err), 0);
+  ck_assert_uint_eq(n, 2);
+  ck_assert_uint_eq(bytes, GD_CAPTURE_INSTANCES * one + scratch_bytes);
+  ck_assert_uint_eq(ci[0].staging_bytes + ci[1].staging_bytes, bytes);
+  free(ci);
+  ck_assert_ptr_null(capture_find(&f.d, p));
+  /* Idle instances are taken before a new one is made. */
+  ck_assert_int_eq(replay_on(&f, p, st[0], x[0], y[0], 1), 0);
+  for (int i = 1; i < 4; i++) ck_assert_int_eq(replay_on(&f, p, st[i], x[i], y[i], 1), 0);
+  ck_assert_uint_eq(capture_instances(capture_find(&f.d, p)), 1);
+  /* A budget with no room for another keeps one, and tries no more. */
+  f.be->ops = &ops;
+  f.d.budget = capture_staging_bytes(capture_find(&f.d, p)) + one / 2;
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(replay_on(&f, p, st[i], x[i], y[i], 1), 0);
+  ck_assert_uint_eq(capture_instances(capture_find(&f.d, p)), 1);
+  ck_assert(capture_find(&f.d, p)->no_more);
+  for (int i = 0; i < 4; i++)
+    for (uint32_t k = 0; k < N; k++) ck_assert_float_eq(y[i][k], 3.0f * x[i][k]);
+  f.be->ops = host_ops;
+  fixture_close(&f);
+}
+END_TEST
+
 /* Replays that alternate between binding sets get an executable graph of
  * their own each (a set counts once it comes back), after which no copy
  * node is re-pointed; sets that never come back re-point one graph. */
@@ -291,7 +404,7 @@ static void run_fault(fixture *f, uint32_t kind) {
   ck_assert_int_eq(modcache_prepare(&f->d, p, &loaded, &ns, err, sizeof err), 0);
   ck_assert_int_eq(capture_build(&f->d, p, bind, f->stream, &c, err, sizeof err), 0);
   ck_assert_int_eq(capture_insert(&f->d, c), 0);
-  (void)capture_enqueue(&f->d, c, f->stream, bind, true, 1, 1, err, sizeof err);
+  (void)capture_enqueue(&f->d, c, f->stream, bind, true, 1, 1, NULL, err, sizeof err);
 }
 
 START_TEST(test_device_upkeep_resets_a_faulted_device_and_drops_its_captures) {
@@ -419,8 +532,8 @@ START_TEST(test_device_runs_conditional_loops_and_branches) {
       ck_assert_msg(capture_build(&f.d, p, bind, f.stream, &c, err, sizeof err) == 0, "%s", err);
       ck_assert_int_eq(capture_insert(&f.d, c), 0);
     }
-    ck_assert_msg(capture_enqueue(&f.d, c, f.stream, bind, first, 1, 1, err, sizeof err) == 0, "%s",
-                  err);
+    ck_assert_msg(capture_enqueue(&f.d, c, f.stream, bind, first, 1, 1, NULL, err, sizeof err) == 0,
+                  "%s", err);
     float factor = (float)(1u << cases[k].count) * (cases[k].flag ? 3.0f : 5.0f);
     for (uint32_t i = 0; i < N; i++) ck_assert_float_eq(x[i], factor * (1.0f + (float)i));
     ck_assert_uint_eq(ctl[0], 0);
@@ -481,6 +594,7 @@ int main(void) {
   tcase_add_test(tc, test_device_capture_replays_on_new_buffers_and_keeps_its_users);
   tcase_add_test(tc, test_device_evict_selects_by_program_and_client_and_guards_shared_captures);
   tcase_add_test(tc, test_device_budget_drops_the_least_recently_used_capture);
+  tcase_add_test(tc, test_device_streams_replaying_at_once_get_instances_of_a_stateless_capture);
   tcase_add_test(tc, test_device_upkeep_resets_a_faulted_device_and_drops_its_captures);
   tcase_add_test(tc, test_device_runs_conditional_loops_and_branches);
   tcase_add_test(tc, test_device_capture_keeps_a_graph_per_binding_set_that_comes_back);
