@@ -56,11 +56,13 @@ static void fixture_close(fixture *f) {
 }
 
 /* y = factor * x over N floats, staged; distinct factors make distinct
- * programs. */
-static const gd_regprog *scale_program(fixture *f, float factor) {
+ * programs. With scratch, a scratch slot of that many bytes too (state
+ * the daemon keeps, which the kernel leaves alone). */
+static const gd_regprog *scale_program_scratch(fixture *f, float factor, uint64_t scratch) {
   graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
   graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, N * 4, 1);
   graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, N * 4, 1);
+  if (scratch) graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, scratch, 0);
   uint32_t grid[3] = {N / 256, 1, 1}, block[3] = {256, 1, 1}, n = N;
   int s = graphd_program_add_launch(p, f->mod, "scale", grid, block, 0);
   graphd_program_param_slot(p, (uint32_t)s, 0, 0, 0);
@@ -77,6 +79,10 @@ static const gd_regprog *scale_program(fixture *f, float factor) {
   ck_assert_int_eq(registry_add_program(&f->reg, id, enc, len, &known, err, sizeof err), 0);
   graphd_program_free(p);
   return registry_find_program(&f->reg, id);
+}
+
+static const gd_regprog *scale_program(fixture *f, float factor) {
+  return scale_program_scratch(f, factor, 0);
 }
 
 /* One replay of prog on host buffers x and y on stream st as the worker
@@ -243,30 +249,6 @@ static int never_done(gd_backend *be, gd_backend_dev *dev, gd_event e) {
   return 0;
 }
 
-/* y = factor * x with a scratch slot: state the daemon keeps. */
-static const gd_regprog *scale_program_with_scratch(fixture *f, float factor) {
-  graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
-  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, N * 4, 1);
-  graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, N * 4, 1);
-  graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, 256, 0);
-  uint32_t grid[3] = {N / 256, 1, 1}, block[3] = {256, 1, 1}, n = N;
-  int s = graphd_program_add_launch(p, f->mod, "scale", grid, block, 0);
-  graphd_program_param_slot(p, (uint32_t)s, 0, 0, 0);
-  graphd_program_param_slot(p, (uint32_t)s, 8, 1, 0);
-  graphd_program_param(p, (uint32_t)s, 16, &factor, 4);
-  graphd_program_param(p, (uint32_t)s, 20, &n, 4);
-  uint8_t id[GD_ID_LEN];
-  ck_assert_int_eq(graphd_program_finish(p, id), GRAPHD_OK);
-  const uint8_t *enc;
-  size_t len;
-  ck_assert_int_eq(graphd_program_encoding(p, &enc, &len), GRAPHD_OK);
-  char err[1024];
-  bool known;
-  ck_assert_int_eq(registry_add_program(&f->reg, id, enc, len, &known, err, sizeof err), 0);
-  graphd_program_free(p);
-  return registry_find_program(&f->reg, id);
-}
-
 /* A program that keeps no state gets another instance of its capture for
  * each stream that replays it while the others are busy, up to
  * GD_CAPTURE_INSTANCES; a stream keeps going to the instance it used last;
@@ -285,7 +267,7 @@ START_TEST(test_device_streams_replaying_at_once_get_instances_of_a_stateless_ca
    * stand for the sessions' streams. */
   gd_stream st[GD_CAPTURE_INSTANCES + 2];
   for (int i = 0; i < GD_CAPTURE_INSTANCES + 2; i++) st[i] = (gd_stream)(uintptr_t)(0x1000 + i);
-  const gd_regprog *p = scale_program(&f, 3.0f), *q = scale_program_with_scratch(&f, 5.0f);
+  const gd_regprog *p = scale_program(&f, 3.0f), *q = scale_program_scratch(&f, 5.0f, 256);
   static float x[GD_CAPTURE_INSTANCES + 2][N], y[GD_CAPTURE_INSTANCES + 2][N];
   for (int i = 0; i < GD_CAPTURE_INSTANCES + 2; i++) fill(x[i], 100.0f * (float)i);
   f.be->ops = &ops; /* every replay stays busy */
