@@ -90,7 +90,8 @@ static const gd_regprog *scale_program(fixture *f, float factor) {
 static int replay_on(fixture *f, const gd_regprog *prog, gd_stream st, float *x, float *y,
                      uint32_t pid) {
   char err[512];
-  gd_bound bind[2] = {{true, (uint64_t)(uintptr_t)x, N * 4}, {true, (uint64_t)(uintptr_t)y, N * 4}};
+  /* One per slot: a scratch slot, if the program has one, is not bound. */
+  gd_bound bind[3] = {{true, (uint64_t)(uintptr_t)x, N * 4}, {true, (uint64_t)(uintptr_t)y, N * 4}};
   uint64_t loaded, ns;
   int rc = modcache_prepare(&f->d, prog, &loaded, &ns, err, sizeof err);
   ck_assert_msg(rc == 0, "prepare: %s", err);
