@@ -13,8 +13,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,25 +297,26 @@ END_TEST
 typedef struct held_call {
   fixture *f;
   graphd_status st;
-  atomic_bool returned;
 } held_call;
 
 static void *sync_replay_of_held(void *arg) {
   held_call *h = arg;
   graphd_binding b[2] = {{0, h->f->x[0].ptr, GN * 4}, {3, h->f->y[0].ptr, GN * 4}};
   h->st = graphd_replay(h->f->c, h->f->s, h->f->pid, b, 2, NULL);
-  atomic_store(&h->returned, true);
   return NULL;
 }
 
 /* --max-inflight-replays 2 and a client whose stream is held: two of its
- * six ring entries are in flight, the rest held. Its sync replay then
- * waits on the loop, as a launch into a full queue waits, without taking
- * the device's worker: another client's replays are answered at once,
- * well inside the ready timeout (1 s), and nobody is cut off. Let go, the
- * held stream finishes, the waiting replay runs after the entries
- * published before it and answers OK, and the session goes on. */
-START_TEST(test_gpu_async_sync_replay_behind_held_entries_leaves_the_worker_to_others) {
+ * six ring entries are queued on the GPU behind its ready flag, the rest
+ * stay on its ring, and its sync replay waits on the loop (held back as a
+ * launch into a full queue waits), not in the device's worker. Another
+ * client replaying the same capture (one instance: the program keeps
+ * scratch) queues behind the two on the GPU: the held session now blocks
+ * it, so once the ready timeout (1 s) has passed the held session is cut
+ * off and the other client is answered, exact. The waiting sync replay
+ * fails with a clear error rather than waiting for ever; let go, the held
+ * stream finishes. */
+START_TEST(test_gpu_async_held_ring_and_sync_replay_let_another_client_through) {
   ck_assert_int_eq(td_stop(&d), 0);
   td_start_again(&d, "--backend", "cuda", "--max-inflight-replays", "2", "--ready-timeout", "1",
                  NULL);
@@ -346,20 +345,17 @@ START_TEST(test_gpu_async_sync_replay_behind_held_entries_leaves_the_worker_to_o
                      GRAPHD_OK);
   double took = now_ms() - t0;
   printf(
-      "FIGURE another client's 5 replays beside a held ring and a waiting sync replay: %.1f ms "
+      "FIGURE another client's 5 replays behind a held ring and a waiting sync replay: %.1f ms "
       "(ready timeout 1 s)\n",
       took);
   fflush(stdout);
-  ck_assert_msg(took < 900, "the other client waited %.0f ms", took);
-  ck_assert_msg(!atomic_load(&h.returned), "the held session's sync replay came back early: %d",
-                h.st);
-  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  ck_assert_msg(took < 3000, "the other client waited %.0f ms", took);
+  ck_assert_msg(td_log_contains(&d, "is hung"), "the held session was not cut off");
   pthread_join(t, NULL);
-  ck_assert_msg(h.st == GRAPHD_OK, "the waiting replay: %d %s", h.st, graphd_last_error(a.c));
+  ck_assert_msg(h.st == GRAPHD_RESOURCE_EXHAUSTED || h.st == GRAPHD_UNAVAILABLE,
+                "the waiting replay: %d", h.st);
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
   ck_assert_int_eq(gcu->cuStreamSynchronize(a.st), CUDA_SUCCESS);
-  ck_assert_msg(!td_log_contains(&d, "is hung"), "a session was cut off");
-  ck_assert_int_eq(gpu_replay_checked(a.c, a.s, a.st, a.pid, &a.x[1], &a.y[1], &a.cc, 1, 30, NULL),
-                   GRAPHD_OK);
   fixture_down(&a);
   fixture_down(&v);
   gpu_hold_free(flag);
@@ -506,7 +502,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_async_dead_daemon_with_entries_queued_releases_the_stream);
   tcase_add_test(tc, test_gpu_async_many_handles_in_one_process_all_finish);
   tcase_add_test(tc, test_gpu_async_wait_reports_the_replays_a_graceful_stop_dropped);
-  tcase_add_test(tc, test_gpu_async_sync_replay_behind_held_entries_leaves_the_worker_to_others);
+  tcase_add_test(tc, test_gpu_async_held_ring_and_sync_replay_let_another_client_through);
   tcase_add_test(tc, test_gpu_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker);
   suite_add_tcase(su, tc);
   return td_run_suite(su);
