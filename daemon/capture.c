@@ -32,6 +32,15 @@ static bool slot_is_out(const gd_slot *s) {
 }
 static bool staged(const gd_slot *s) { return (s->flags & GD_SLOT_STAGED) != 0; }
 
+/* Whether replays of p may run on several instances at once: nothing of a
+ * replay stays in daemon memory for the next (no scratch slot, and every
+ * slot is copied in and out, or bound, per replay). */
+static bool keeps_no_state(const gd_program *p) {
+  for (uint32_t s = 0; s < p->nslots; s++)
+    if (p->slots[s].role == GD_ROLE_SCRATCH || !staged(&p->slots[s])) return false;
+  return true;
+}
+
 /* d's set, grown to hold index want - 1. */
 static gd_capture_set *set_of(gd_device *d, uint32_t want) {
   if (!d->caps && !(d->caps = calloc(1, sizeof *d->caps))) return NULL;
@@ -500,6 +509,7 @@ int capture_build(gd_device *d, const gd_regprog *prog, const gd_bound *bind, gd
     rc = OPS->event_create(BE, &c->last_use, err, errlen);
     c->has_event = rc == 0;
   }
+  c->no_more = !keeps_no_state(p); /* asked once, not per replay */
   if (rc < 0) {
     capture_free(d, c);
     return rc;
@@ -719,15 +729,6 @@ uint64_t capture_staging_bytes(const gd_capture *c) {
   return b;
 }
 
-/* Whether replays of p may run on several instances at once: nothing of a
- * replay stays in daemon memory for the next (no scratch slot, and every
- * slot is copied in and out, or bound, per replay). */
-static bool keeps_no_state(const gd_program *p) {
-  for (uint32_t s = 0; s < p->nslots; s++)
-    if (p->slots[s].role == GD_ROLE_SCRATCH || !staged(&p->slots[s])) return false;
-  return true;
-}
-
 static bool busy(gd_device *d, const gd_capture *x) {
   return x->has_event && x->queued && !OPS->event_done(BE, x->last_use);
 }
@@ -770,6 +771,7 @@ static gd_capture *add_instance(gd_device *d, gd_capture *c, gd_stream st, const
 
 /* The instance of c a replay on st goes to (see capture_enqueue). */
 static gd_capture *pick_instance(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind) {
+  if (!c->nmore && c->no_more) return c; /* one, and no more to come: no driver query */
   gd_capture *lru = c;
   for (uint32_t i = 0; i <= c->nmore; i++) {
     gd_capture *x = instance(c, i);
@@ -778,7 +780,7 @@ static gd_capture *pick_instance(gd_device *d, gd_capture *c, gd_stream st, cons
   }
   for (uint32_t i = 0; i <= c->nmore; i++)
     if (!busy(d, instance(c, i))) return instance(c, i);
-  if (c->nmore + 1 < GD_CAPTURE_INSTANCES && !c->no_more && keeps_no_state(c->prog->program)) {
+  if (c->nmore + 1 < GD_CAPTURE_INSTANCES && !c->no_more) {
     gd_capture *n = add_instance(d, c, st, bind);
     if (n) return n;
   }
@@ -822,7 +824,7 @@ void capture_forget_memory(gd_device *d, uint64_t ptr, uint64_t bytes) {
 }
 
 bool capture_busy(gd_device *d, const gd_capture *c) {
-  if (c->has_event && !OPS->event_done(BE, c->last_use)) return true;
+  if (busy(d, c)) return true;
   for (uint32_t i = 0; i < c->nmore; i++)
     if (busy(d, c->more[i])) return true;
   return false;

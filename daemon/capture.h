@@ -82,8 +82,9 @@ typedef struct gd_capture {
   bool has_event;
   gd_stream last_stream; /* the stream of the last replay */
   uint64_t queued;       /* replays queued on this instance */
-  /* The first instance only: the others, and whether to stop adding them
-   * (one could not be built, or would not fit the budget). */
+  /* The first instance only: the others, and whether to add none (the
+   * program keeps state, or one could not be built or would not fit the
+   * budget). */
   struct gd_capture *more[GD_CAPTURE_INSTANCES - 1];
   uint32_t nmore;
   bool no_more;

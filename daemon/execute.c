@@ -129,7 +129,7 @@ int exec_run(gd_device *d, gd_worker *w, gd_replay_exec *ex, bool *not_started, 
   gd_capture *used = NULL;
   rc = capture_enqueue(d, c, ds->stream, ex->bind, ex->captured, ex->client_pid, ex->client_uid,
                        &used, err, errlen);
-  if (used && capture_instances(c) > instances) ex->instance_bytes = used->staging.bytes;
+  if (capture_instances(c) > instances) ex->instance_bytes = used->staging.bytes;
   if (rc < 0) goto finish;
   if (!d->be->waits_on_worker)
     holwatch_add(d, ds, ex->stream_slot, ex->seq, ex->ready_timeout_s, used);
