@@ -14,7 +14,12 @@
  * The process layout runs first: its children are forked before this
  * process touches CUDA (CUDA is unusable in a child forked after cuInit).
  * The devices are the daemon's CUDA devices, from its status, matched to
- * this process's devices by UUID.
+ * this process's devices by UUID. With each figure, the daemon's worker of
+ * each device: its mean time per replay in the replay path over the timed
+ * run, and the share of the run it spent there (from Status, read as the
+ * clients start and after they end): a worker busy near 100% bounds the
+ * rate; a rate that stays low with the worker mostly idle is bound
+ * elsewhere (the GPU, the hand-offs).
  *
  * Exit status: 0 when every client worked, 1 on a failure (one line on
  * stderr), 77 when the daemon serves no CUDA device. */
@@ -42,6 +47,7 @@
 #define SYNC_EVERY 32
 #define MAX_CLIENTS 256
 #define A 1.5f
+#define MAX_DEVICES 64
 
 typedef struct opts {
   const char *socket, *kernels;
@@ -52,6 +58,41 @@ typedef struct opts {
 } opts;
 
 enum { LAYOUT_PROCESSES = 1, LAYOUT_THREADS = 2 };
+
+/* The workers' time in the replay path and their replays, by the daemon's
+ * device index (Status). */
+typedef struct work {
+  uint64_t ns[MAX_DEVICES], n[MAX_DEVICES];
+} work;
+
+/* Reads the workers' totals over a control session; 0, or -1 with a line on
+ * stderr. Touches no CUDA (the process layout forks after it). */
+static int read_work(const opts *o, work *w) {
+  graphd_connect_options co;
+  graphd_connect_options_init(&co);
+  co.socket_path = o->socket;
+  co.client_name = "scaling_bench";
+  graphd_client *c;
+  char e[GRAPHD_ERRMAX];
+  graphd_daemon_status *s;
+  memset(w, 0, sizeof *w);
+  if (graphd_connect(&co, &c, e, sizeof e) != GRAPHD_OK) {
+    fprintf(stderr, "scaling_bench: status: %s\n", e);
+    return -1;
+  }
+  if (graphd_get_status(c, &s) != GRAPHD_OK) {
+    fprintf(stderr, "scaling_bench: status: %s\n", graphd_last_error(c));
+    graphd_close(c);
+    return -1;
+  }
+  for (uint32_t i = 0; i < s->ndevices && i < MAX_DEVICES; i++) {
+    w->ns[i] = s->work[i].replay_ns;
+    w->n[i] = s->work[i].replays;
+  }
+  graphd_daemon_status_free(s);
+  graphd_close(c);
+  return 0;
+}
 
 /* One client's work and result. */
 typedef struct client {
@@ -114,6 +155,7 @@ static void run_client(client *k) {
   float *host = malloc(2 * NB);
   int count = 0;
   CUdevice dev = -1;
+  int started = 0; /* passed the start (threads: the barrier) */
   if (!host) {
     snprintf(k->err, sizeof k->err, "out of memory");
     goto out;
@@ -173,6 +215,7 @@ static void run_client(client *k) {
   for (int i = 0; i < 20; i++) GD(c, replay_once(k, c, gs, pid, bd));
   CU(cuStreamSynchronize(st));
 
+  started = 1;
   if (k->barrier) {
     pthread_barrier_wait(k->barrier);
   } else {
@@ -201,6 +244,8 @@ static void run_client(client *k) {
     }
   }
 out:
+  /* A client that failed its set-up still meets the others at the start. */
+  if (k->barrier && !started) pthread_barrier_wait(k->barrier);
   if (gs) graphd_stream_detach(gs);
   graphd_close(c);
   graphd_program_free(p);
@@ -218,7 +263,7 @@ static void *client_thread(void *arg) {
 static int load_driver(char *err, size_t len) { return gd_cuda_load(&cu, err, len); }
 
 /* One forked child per client; results come back over a pipe. */
-static int run_processes(client *ks, int n) {
+static int run_processes(client *ks, int n, work *before, work *after) {
   int go[2];
   pid_t kid[MAX_CLIENTS];
   int res[MAX_CLIENTS][2];
@@ -244,7 +289,8 @@ static int run_processes(client *ks, int n) {
   usleep(200000);
   char bytes[MAX_CLIENTS];
   memset(bytes, 'g', sizeof bytes);
-  int rc = write(go[1], bytes, (size_t)n) == n ? 0 : -1;
+  int rc = read_work(ks[0].o, before);
+  if (write(go[1], bytes, (size_t)n) != n) rc = -1;
   close(go[1]);
   for (int i = 0; i < n; i++) {
     if (read(res[i][0], &ks[i], sizeof ks[i]) != (ssize_t)sizeof ks[i]) {
@@ -254,26 +300,34 @@ static int run_processes(client *ks, int n) {
     close(res[i][0]);
     waitpid(kid[i], NULL, 0);
   }
+  if (read_work(ks[0].o, after) < 0) rc = -1;
   return rc;
 }
 
-static int run_threads(client *ks, int n) {
+/* One thread per client; this thread meets them at the start (a client
+ * that failed its set-up still comes to it) to read the workers' totals. */
+static int run_threads(client *ks, int n, work *before, work *after) {
   pthread_t t[MAX_CLIENTS];
   pthread_barrier_t b;
-  pthread_barrier_init(&b, NULL, (unsigned)n);
+  int rc = 0;
+  pthread_barrier_init(&b, NULL, (unsigned)n + 1);
   for (int i = 0; i < n; i++) {
     ks[i].barrier = &b;
     ks[i].go_fd = -1;
     if (pthread_create(&t[i], NULL, client_thread, &ks[i]) != 0) return -1;
   }
+  pthread_barrier_wait(&b);
+  if (read_work(ks[0].o, before) < 0) rc = -1;
   for (int i = 0; i < n; i++) pthread_join(t[i], NULL);
   pthread_barrier_destroy(&b);
-  return 0;
+  if (read_work(ks[0].o, after) < 0) rc = -1;
+  return rc;
 }
 
 /* Prints the layout's figure; returns replays/s, or -1 when a client
  * failed. */
-static double report(const char *layout, const client *ks, int n, int ndev) {
+static double report(const char *layout, const client *ks, int n, int ndev, const work *w0,
+                     const work *w1) {
   long total = 0;
   double longest = 0;
   for (int i = 0; i < n; i++) {
@@ -291,7 +345,12 @@ static double report(const char *layout, const client *ks, int n, int ndev) {
     long r = 0;
     for (int i = 0; i < n; i++)
       if (ks[i].ordinal == d) r += ks[i].replays;
-    printf("    device %d: %.0f replays/s\n", d, (double)r / longest);
+    uint64_t ns = w1->ns[d] - w0->ns[d], reps = w1->n[d] - w0->n[d];
+    printf(
+        "    device %d: %.0f replays/s; worker %.2f us a replay, in the replay path %.0f%% of "
+        "the run\n",
+        d, (double)r / longest, reps ? (double)ns / 1e3 / (double)reps : 0.0,
+        100.0 * (double)ns / 1e9 / longest);
   }
   return rate;
 }
@@ -395,7 +454,7 @@ int main(int argc, char **argv) {
   }
   static client ks[MAX_CLIENTS];
   int n = 0, ndev = 0;
-  for (uint32_t d = 0; d < ds->ndevices; d++) {
+  for (uint32_t d = 0; d < ds->ndevices && d < MAX_DEVICES; d++) {
     if (strcmp(ds->devices[d].backend, "cuda") != 0) continue;
     printf("device %u: %s %s, MPS %s\n", d, ds->devices[d].name, ds->devices[d].uuid_str,
            ds->devices[d].mps_enabled ? "on" : "off");
@@ -418,9 +477,10 @@ int main(int argc, char **argv) {
 
   int rc = 0;
   double procs = 0, threads = 0;
+  static work w0, w1;
   if (o.layouts & LAYOUT_PROCESSES) {
-    rc = run_processes(ks, n);
-    procs = report("one process per device and client:", ks, n, ndev);
+    rc = run_processes(ks, n, &w0, &w1);
+    procs = report("one process per device and client:", ks, n, ndev, &w0, &w1);
     memcpy(ks, saved, sizeof(client) * (size_t)n);
   }
   if (o.layouts & LAYOUT_THREADS) {
@@ -428,8 +488,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "scaling_bench: %s\n", e);
       return 1;
     }
-    if (run_threads(ks, n) < 0) rc = -1;
-    threads = report("one process driving all (threads):", ks, n, ndev);
+    if (run_threads(ks, n, &w0, &w1) < 0) rc = -1;
+    threads = report("one process driving all (threads):", ks, n, ndev, &w0, &w1);
   }
   free(cubin);
   if (rc < 0 || procs < 0 || threads < 0) return 1;
