@@ -11,75 +11,147 @@ typedef struct gd_watch {
   uint32_t slot;
   uint64_t seq;
   uint64_t since_ns;
+  uint64_t added; /* the list's add count when it came */
   double timeout_s;
   const void *key;
-  bool blocking; /* another session queued work on key behind it */
 } gd_watch;
+
+/* Per key with watches: the last add and the last add by another session,
+ * so that "another session queued work on this key after watch x" is one
+ * comparison, not a scan of the list on every add. */
+typedef struct gd_wkey {
+  const void *key;
+  const gd_dstream *last_ds; /* the session of the last add */
+  uint64_t last;             /* its add count */
+  uint64_t other;            /* the last add by a session other than last_ds (0: none) */
+  uint32_t watches;          /* watches on the list with this key */
+} gd_wkey;
 
 struct gd_holwatch {
   gd_watch *w;
   uint32_t n, cap;
+  gd_wkey *k;
+  uint32_t nk, kcap;
+  uint64_t adds;       /* queued waits seen, watched or not */
+  uint64_t checked_ns; /* the last full check */
 };
+
+/* A full check (met waits dropped, timeouts looked at) at most this often:
+ * the worker asks after every job and poll, the timeouts are seconds, and
+ * each look at a flag the GPU wrote is a cache miss. */
+#define CHECK_EVERY_NS 1000000u
 
 static bool met(const gd_watch *x) {
   return __atomic_load_n(dstream_word(x->ds, x->slot, GRAPHD_FLAG_WORD_READY), __ATOMIC_ACQUIRE) >=
          x->seq;
 }
 
+static gd_wkey *find_key(struct gd_holwatch *h, const void *key) {
+  for (uint32_t i = 0; i < h->nk; i++)
+    if (h->k[i].key == key) return &h->k[i];
+  return NULL;
+}
+
+/* Another session queued work on x's key after x. */
+static bool blocking(struct gd_holwatch *h, const gd_watch *x) {
+  const gd_wkey *k = find_key(h, x->key);
+  if (!k) return false;
+  return k->last_ds != x->ds ? k->last > x->added : k->other > x->added;
+}
+
+/* Forgets a key whose last watch went. */
+static void unwatch(struct gd_holwatch *h, const void *key) {
+  gd_wkey *k = find_key(h, key);
+  if (k && --k->watches == 0) *k = h->k[--h->nk];
+}
+
 void holwatch_add(gd_device *d, gd_dstream *ds, uint32_t slot, uint64_t seq, double timeout_s,
                   const void *key) {
   struct gd_holwatch *h = d->hol;
-  for (uint32_t i = 0; h && i < h->n; i++)
-    if (h->w[i].key == key && h->w[i].ds != ds) h->w[i].blocking = true;
+  if (!h && !(h = d->hol = calloc(1, sizeof *h))) return; /* unwatched: only the timeout is lost */
+  uint64_t add = ++h->adds;
+  gd_wkey *k = find_key(h, key);
+  if (k) {
+    if (k->last_ds != ds) k->other = k->last;
+    k->last_ds = ds;
+    k->last = add;
+  }
   gd_watch x = {.ds = ds,
                 .slot = slot,
                 .seq = seq,
                 .since_ns = gd_now_ns(),
+                .added = add,
                 .timeout_s = timeout_s,
                 .key = key};
   if (timeout_s <= 0 || ds->cut_off || met(&x)) return;
-  if (!h && !(h = d->hol = calloc(1, sizeof *h))) return; /* unwatched: only the timeout is lost */
+  if (!k) {
+    /* No watch on this key: earlier adds on it are behind nobody's wait. */
+    if (h->nk == h->kcap) {
+      uint32_t cap = h->kcap ? 2 * h->kcap : 8;
+      gd_wkey *n = realloc(h->k, cap * sizeof *n);
+      if (!n) return;
+      h->k = n;
+      h->kcap = cap;
+    }
+    k = &h->k[h->nk++];
+    *k = (gd_wkey){.key = key, .last_ds = ds, .last = add};
+  }
   if (h->n == h->cap) {
     uint32_t cap = h->cap ? 2 * h->cap : 16;
     gd_watch *n = realloc(h->w, cap * sizeof *n);
-    if (!n) return;
+    if (!n) {
+      if (!k->watches) *k = h->k[--h->nk];
+      return;
+    }
     h->w = n;
     h->cap = cap;
   }
   h->w[h->n++] = x;
+  k->watches++;
 }
 
 void holwatch_drop_stream(gd_device *d, const gd_dstream *ds) {
   struct gd_holwatch *h = d->hol;
   uint32_t k = 0;
   for (uint32_t i = 0; h && i < h->n; i++)
-    if (h->w[i].ds != ds) h->w[k++] = h->w[i];
+    if (h->w[i].ds != ds)
+      h->w[k++] = h->w[i];
+    else
+      unwatch(h, h->w[i].key);
   if (h) h->n = k;
 }
 
 void holwatch_drop_key(gd_device *d, const void *key) {
   struct gd_holwatch *h = d->hol;
   for (uint32_t k = 0; h && k < h->n;)
-    if (h->w[k].key == key)
+    if (h->w[k].key == key) {
+      unwatch(h, key);
       h->w[k] = h->w[--h->n];
-    else
+    } else {
       k++;
+    }
 }
 
 int holwatch_check(gd_device *d, uint64_t *cut, int ncut, bool *pending) {
   struct gd_holwatch *h = d->hol;
   int n = 0;
   *pending = false;
-  if (!h) return 0;
+  if (!h || !h->n) return 0;
+  *pending = true;
   uint64_t now = gd_now_ns();
+  if (now - h->checked_ns < CHECK_EVERY_NS) return 0;
+  h->checked_ns = now;
   uint32_t k = 0;
   for (uint32_t i = 0; i < h->n; i++)
-    if (!met(&h->w[i])) h->w[k++] = h->w[i];
+    if (!met(&h->w[i]))
+      h->w[k++] = h->w[i];
+    else
+      unwatch(h, h->w[i].key);
   h->n = k;
   for (uint32_t i = 0; i < h->n && n < ncut; i++) {
     gd_watch *x = &h->w[i];
     if ((double)(now - x->since_ns) < x->timeout_s * 1e9 || x->ds->cut_off) continue;
-    if (!x->blocking) continue; /* slow, but in nobody's way */
+    if (!blocking(h, x)) continue; /* slow, but in nobody's way */
     /* Hung: let its replay run now (its outputs are undefined) so the ones
      * behind it can, and have the loop close its session. */
     gd_dstream *ds = x->ds;
@@ -108,6 +180,7 @@ int holwatch_check(gd_device *d, uint64_t *cut, int ncut, bool *pending) {
 
 void holwatch_close(gd_device *d) {
   if (!d->hol) return;
+  free(d->hol->k);
   free(d->hol->w);
   free(d->hol);
   d->hol = NULL;

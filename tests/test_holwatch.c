@@ -1,0 +1,189 @@
+/* The head-of-line watch over ready waits queued on the device: which
+ * waits it releases from the host and reports, and which it leaves. Driven
+ * directly, as the worker drives it, over flag words in plain memory. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../daemon/device.h"
+#include "../daemon/dstream.h"
+#include "../daemon/holwatch.h"
+#include "graphd/protocol.h"
+
+#define SLOTS 4
+#define TIMEOUT 0.002 /* seconds */
+
+typedef struct sess {
+  gd_dstream ds;
+  uint64_t words[SLOTS * GRAPHD_FLAG_WORDS_PER_SLOT];
+} sess;
+
+static void sess_init(sess *s, uint64_t id) {
+  memset(s, 0, sizeof *s);
+  s->ds.session_id = id;
+  s->ds.flags.host = s->words;
+  s->ds.has_flags = true;
+  s->ds.nslots = SLOTS;
+}
+
+static uint64_t ready(sess *s, uint32_t slot) {
+  return *dstream_word(&s->ds, slot, GRAPHD_FLAG_WORD_READY);
+}
+
+static void set_ready(sess *s, uint32_t slot, uint64_t v) {
+  *dstream_word(&s->ds, slot, GRAPHD_FLAG_WORD_READY) = v;
+}
+
+/* Past the timeout, and past the watch's own pause between full checks. */
+static void wait_out(void) {
+  struct timespec t = {0, 5 * 1000 * 1000};
+  nanosleep(&t, NULL);
+}
+
+static int check(gd_device *d, uint64_t *cut, bool *pending) {
+  return holwatch_check(d, cut, 8, pending);
+}
+
+static int key_a, key_b; /* two keys: only their addresses count */
+
+START_TEST(test_holwatch_releases_a_wait_another_session_queued_behind) {
+  gd_device d;
+  memset(&d, 0, sizeof d);
+  sess a, b;
+  sess_init(&a, 1);
+  sess_init(&b, 2);
+  holwatch_add(&d, &a.ds, 1, 5, TIMEOUT, &key_a);
+  holwatch_add(&d, &b.ds, 0, 1, TIMEOUT, &key_a);
+  uint64_t cut[8];
+  bool pending;
+  /* Within the timeout nothing is cut. */
+  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  ck_assert(pending);
+  wait_out();
+  ck_assert_int_eq(check(&d, cut, &pending), 1);
+  ck_assert_uint_eq(cut[0], 1);
+  ck_assert(a.ds.cut_off);
+  ck_assert(!b.ds.cut_off);
+  ck_assert_uint_eq(ready(&a, 1), 5); /* released from the host */
+  ck_assert_uint_eq(ready(&b, 0), 0); /* b's own wait is left */
+  ck_assert(pending);                 /* b is still watched */
+  set_ready(&b, 0, 1);
+  wait_out();
+  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  ck_assert(!pending);
+  holwatch_close(&d);
+}
+END_TEST
+
+START_TEST(test_holwatch_leaves_a_slow_session_in_nobodys_way) {
+  gd_device d;
+  memset(&d, 0, sizeof d);
+  sess a, b;
+  sess_init(&a, 1);
+  sess_init(&b, 2);
+  /* a queues twice on key_a, b only on key_b: nobody waits behind a. */
+  holwatch_add(&d, &a.ds, 0, 1, TIMEOUT, &key_a);
+  holwatch_add(&d, &a.ds, 0, 2, TIMEOUT, &key_a);
+  holwatch_add(&d, &b.ds, 0, 1, TIMEOUT, &key_b);
+  uint64_t cut[8];
+  bool pending;
+  wait_out();
+  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  ck_assert(pending);
+  ck_assert(!a.ds.cut_off && !b.ds.cut_off);
+  ck_assert_uint_eq(ready(&a, 0), 0);
+  holwatch_close(&d);
+}
+END_TEST
+
+START_TEST(test_holwatch_counts_work_queued_behind_whose_wait_was_met) {
+  gd_device d;
+  memset(&d, 0, sizeof d);
+  sess a, b;
+  sess_init(&a, 1);
+  sess_init(&b, 2);
+  holwatch_add(&d, &a.ds, 0, 3, TIMEOUT, &key_a);
+  /* b's flag is up already: its wait is not watched, but its replay still
+   * queues behind a's on the capture. */
+  set_ready(&b, 2, 7);
+  holwatch_add(&d, &b.ds, 2, 7, TIMEOUT, &key_a);
+  /* a queues again after b: a's first wait still blocks b. */
+  holwatch_add(&d, &a.ds, 0, 4, TIMEOUT, &key_a);
+  uint64_t cut[8];
+  bool pending;
+  wait_out();
+  ck_assert_int_eq(check(&d, cut, &pending), 1);
+  ck_assert_uint_eq(cut[0], 1);
+  ck_assert_uint_eq(ready(&a, 0), 4); /* both of a's waits released */
+  ck_assert(!pending);                /* a's waits went with its session */
+  holwatch_close(&d);
+}
+END_TEST
+
+START_TEST(test_holwatch_forgets_a_key_and_a_stream) {
+  gd_device d;
+  memset(&d, 0, sizeof d);
+  sess a, b, c;
+  sess_init(&a, 1);
+  sess_init(&b, 2);
+  sess_init(&c, 3);
+  holwatch_add(&d, &a.ds, 0, 1, TIMEOUT, &key_a);
+  holwatch_add(&d, &b.ds, 0, 1, TIMEOUT, &key_a);
+  holwatch_add(&d, &c.ds, 0, 1, TIMEOUT, &key_b);
+  holwatch_drop_key(&d, &key_a); /* evicted: its waits are not watched */
+  uint64_t cut[8];
+  bool pending;
+  wait_out();
+  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  ck_assert(pending); /* c's */
+  holwatch_drop_stream(&d, &c.ds);
+  wait_out();
+  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  ck_assert(!pending);
+  /* A key watched afresh after it went: only adds from then on count. */
+  holwatch_add(&d, &a.ds, 1, 2, TIMEOUT, &key_a);
+  wait_out();
+  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  holwatch_add(&d, &b.ds, 1, 2, TIMEOUT, &key_a);
+  wait_out();
+  ck_assert_int_eq(check(&d, cut, &pending), 1); /* a, with b behind it; nobody behind b */
+  ck_assert_uint_eq(cut[0], 1);
+  ck_assert(pending);
+  holwatch_close(&d);
+}
+END_TEST
+
+START_TEST(test_holwatch_never_watches_what_cannot_hang) {
+  gd_device d;
+  memset(&d, 0, sizeof d);
+  sess a, b;
+  sess_init(&a, 1);
+  sess_init(&b, 2);
+  holwatch_add(&d, &a.ds, 0, 1, 0, &key_a); /* timeout 0: never */
+  b.ds.cut_off = true;
+  holwatch_add(&d, &b.ds, 0, 1, TIMEOUT, &key_a); /* cut off already */
+  uint64_t cut[8];
+  bool pending;
+  wait_out();
+  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  ck_assert(!pending);
+  holwatch_close(&d);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("holwatch");
+  TCase *tc = tcase_create("holwatch");
+  tcase_add_test(tc, test_holwatch_releases_a_wait_another_session_queued_behind);
+  tcase_add_test(tc, test_holwatch_leaves_a_slow_session_in_nobodys_way);
+  tcase_add_test(tc, test_holwatch_counts_work_queued_behind_whose_wait_was_met);
+  tcase_add_test(tc, test_holwatch_forgets_a_key_and_a_stream);
+  tcase_add_test(tc, test_holwatch_never_watches_what_cannot_hang);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
