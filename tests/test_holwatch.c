@@ -41,6 +41,19 @@ static void wait_out(void) {
   nanosleep(&t, NULL);
 }
 
+/* A device with no watch yet and three sessions, ids 1 to 3. */
+typedef struct fixture {
+  gd_device d;
+  sess a, b, c;
+} fixture;
+
+static void fixture_init(fixture *f) {
+  memset(&f->d, 0, sizeof f->d);
+  sess_init(&f->a, 1);
+  sess_init(&f->b, 2);
+  sess_init(&f->c, 3);
+}
+
 static int check(gd_device *d, uint64_t *cut, bool *pending) {
   return holwatch_check(d, cut, 8, pending);
 }
@@ -48,127 +61,121 @@ static int check(gd_device *d, uint64_t *cut, bool *pending) {
 static int key_a, key_b; /* two keys: only their addresses count */
 
 START_TEST(test_holwatch_releases_a_wait_another_session_queued_behind) {
-  gd_device d;
-  memset(&d, 0, sizeof d);
-  sess a, b;
-  sess_init(&a, 1);
-  sess_init(&b, 2);
-  holwatch_add(&d, &a.ds, 1, 5, TIMEOUT, &key_a);
-  holwatch_add(&d, &b.ds, 0, 1, TIMEOUT, &key_a);
+  static fixture f;
+  fixture_init(&f);
+  gd_device *d = &f.d;
+  sess *a = &f.a, *b = &f.b;
+  holwatch_add(d, &a->ds, 1, 5, TIMEOUT, &key_a);
+  holwatch_add(d, &b->ds, 0, 1, TIMEOUT, &key_a);
   uint64_t cut[8];
   bool pending;
   /* Within the timeout nothing is cut. */
-  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  ck_assert_int_eq(check(d, cut, &pending), 0);
   ck_assert(pending);
   wait_out();
-  ck_assert_int_eq(check(&d, cut, &pending), 1);
+  ck_assert_int_eq(check(d, cut, &pending), 1);
   ck_assert_uint_eq(cut[0], 1);
-  ck_assert(a.ds.cut_off);
-  ck_assert(!b.ds.cut_off);
-  ck_assert_uint_eq(ready(&a, 1), 5); /* released from the host */
-  ck_assert_uint_eq(ready(&b, 0), 0); /* b's own wait is left */
-  ck_assert(pending);                 /* b is still watched */
-  set_ready(&b, 0, 1);
+  ck_assert(a->ds.cut_off);
+  ck_assert(!b->ds.cut_off);
+  ck_assert_uint_eq(ready(a, 1), 5); /* released from the host */
+  ck_assert_uint_eq(ready(b, 0), 0); /* b's own wait is left */
+  ck_assert(pending);                /* b is still watched */
+  set_ready(b, 0, 1);
   wait_out();
-  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  ck_assert_int_eq(check(d, cut, &pending), 0);
   ck_assert(!pending);
-  holwatch_close(&d);
+  holwatch_close(d);
 }
 END_TEST
 
 START_TEST(test_holwatch_leaves_a_slow_session_in_nobodys_way) {
-  gd_device d;
-  memset(&d, 0, sizeof d);
-  sess a, b;
-  sess_init(&a, 1);
-  sess_init(&b, 2);
+  static fixture f;
+  fixture_init(&f);
+  gd_device *d = &f.d;
+  sess *a = &f.a, *b = &f.b;
   /* a queues twice on key_a, b only on key_b: nobody waits behind a. */
-  holwatch_add(&d, &a.ds, 0, 1, TIMEOUT, &key_a);
-  holwatch_add(&d, &a.ds, 0, 2, TIMEOUT, &key_a);
-  holwatch_add(&d, &b.ds, 0, 1, TIMEOUT, &key_b);
+  holwatch_add(d, &a->ds, 0, 1, TIMEOUT, &key_a);
+  holwatch_add(d, &a->ds, 0, 2, TIMEOUT, &key_a);
+  holwatch_add(d, &b->ds, 0, 1, TIMEOUT, &key_b);
   uint64_t cut[8];
   bool pending;
   wait_out();
-  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  ck_assert_int_eq(check(d, cut, &pending), 0);
   ck_assert(pending);
-  ck_assert(!a.ds.cut_off && !b.ds.cut_off);
-  ck_assert_uint_eq(ready(&a, 0), 0);
-  holwatch_close(&d);
+  ck_assert(!a->ds.cut_off && !b->ds.cut_off);
+  ck_assert_uint_eq(ready(a, 0), 0);
+  holwatch_close(d);
 }
 END_TEST
 
 START_TEST(test_holwatch_counts_work_queued_behind_whose_wait_was_met) {
-  gd_device d;
-  memset(&d, 0, sizeof d);
-  sess a, b;
-  sess_init(&a, 1);
-  sess_init(&b, 2);
-  holwatch_add(&d, &a.ds, 0, 3, TIMEOUT, &key_a);
+  static fixture f;
+  fixture_init(&f);
+  gd_device *d = &f.d;
+  sess *a = &f.a, *b = &f.b;
+  holwatch_add(d, &a->ds, 0, 3, TIMEOUT, &key_a);
   /* b's flag is up already: its wait is not watched, but its replay still
    * queues behind a's on the capture. */
-  set_ready(&b, 2, 7);
-  holwatch_add(&d, &b.ds, 2, 7, TIMEOUT, &key_a);
+  set_ready(b, 2, 7);
+  holwatch_add(d, &b->ds, 2, 7, TIMEOUT, &key_a);
   /* a queues again after b: a's first wait still blocks b. */
-  holwatch_add(&d, &a.ds, 0, 4, TIMEOUT, &key_a);
+  holwatch_add(d, &a->ds, 0, 4, TIMEOUT, &key_a);
   uint64_t cut[8];
   bool pending;
   wait_out();
-  ck_assert_int_eq(check(&d, cut, &pending), 1);
+  ck_assert_int_eq(check(d, cut, &pending), 1);
   ck_assert_uint_eq(cut[0], 1);
-  ck_assert_uint_eq(ready(&a, 0), 4); /* both of a's waits released */
-  ck_assert(!pending);                /* a's waits went with its session */
-  holwatch_close(&d);
+  ck_assert_uint_eq(ready(a, 0), 4); /* both of a's waits released */
+  ck_assert(!pending);               /* a's waits went with its session */
+  holwatch_close(d);
 }
 END_TEST
 
 START_TEST(test_holwatch_forgets_a_key_and_a_stream) {
-  gd_device d;
-  memset(&d, 0, sizeof d);
-  sess a, b, c;
-  sess_init(&a, 1);
-  sess_init(&b, 2);
-  sess_init(&c, 3);
-  holwatch_add(&d, &a.ds, 0, 1, TIMEOUT, &key_a);
-  holwatch_add(&d, &b.ds, 0, 1, TIMEOUT, &key_a);
-  holwatch_add(&d, &c.ds, 0, 1, TIMEOUT, &key_b);
-  holwatch_drop_key(&d, &key_a); /* evicted: its waits are not watched */
+  static fixture f;
+  fixture_init(&f);
+  gd_device *d = &f.d;
+  sess *a = &f.a, *b = &f.b, *c = &f.c;
+  holwatch_add(d, &a->ds, 0, 1, TIMEOUT, &key_a);
+  holwatch_add(d, &b->ds, 0, 1, TIMEOUT, &key_a);
+  holwatch_add(d, &c->ds, 0, 1, TIMEOUT, &key_b);
+  holwatch_drop_key(d, &key_a); /* evicted: its waits are not watched */
   uint64_t cut[8];
   bool pending;
   wait_out();
-  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  ck_assert_int_eq(check(d, cut, &pending), 0);
   ck_assert(pending); /* c's */
-  holwatch_drop_stream(&d, &c.ds);
+  holwatch_drop_stream(d, &c->ds);
   wait_out();
-  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  ck_assert_int_eq(check(d, cut, &pending), 0);
   ck_assert(!pending);
   /* A key watched afresh after it went: only adds from then on count. */
-  holwatch_add(&d, &a.ds, 1, 2, TIMEOUT, &key_a);
+  holwatch_add(d, &a->ds, 1, 2, TIMEOUT, &key_a);
   wait_out();
-  ck_assert_int_eq(check(&d, cut, &pending), 0);
-  holwatch_add(&d, &b.ds, 1, 2, TIMEOUT, &key_a);
+  ck_assert_int_eq(check(d, cut, &pending), 0);
+  holwatch_add(d, &b->ds, 1, 2, TIMEOUT, &key_a);
   wait_out();
-  ck_assert_int_eq(check(&d, cut, &pending), 1); /* a, with b behind it; nobody behind b */
+  ck_assert_int_eq(check(d, cut, &pending), 1); /* a, with b behind it; nobody behind b */
   ck_assert_uint_eq(cut[0], 1);
   ck_assert(pending);
-  holwatch_close(&d);
+  holwatch_close(d);
 }
 END_TEST
 
 START_TEST(test_holwatch_never_watches_what_cannot_hang) {
-  gd_device d;
-  memset(&d, 0, sizeof d);
-  sess a, b;
-  sess_init(&a, 1);
-  sess_init(&b, 2);
-  holwatch_add(&d, &a.ds, 0, 1, 0, &key_a); /* timeout 0: never */
-  b.ds.cut_off = true;
-  holwatch_add(&d, &b.ds, 0, 1, TIMEOUT, &key_a); /* cut off already */
+  static fixture f;
+  fixture_init(&f);
+  gd_device *d = &f.d;
+  sess *a = &f.a, *b = &f.b;
+  holwatch_add(d, &a->ds, 0, 1, 0, &key_a); /* timeout 0: never */
+  b->ds.cut_off = true;
+  holwatch_add(d, &b->ds, 0, 1, TIMEOUT, &key_a); /* cut off already */
   uint64_t cut[8];
   bool pending;
   wait_out();
-  ck_assert_int_eq(check(&d, cut, &pending), 0);
+  ck_assert_int_eq(check(d, cut, &pending), 0);
   ck_assert(!pending);
-  holwatch_close(&d);
+  holwatch_close(d);
 }
 END_TEST
 
