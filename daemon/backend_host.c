@@ -224,6 +224,7 @@ typedef struct host_node {
   int cond_kind;              /* HN_COND: enum gd_cond_kind */
   struct host_graph *body[2]; /* HN_COND: the loop body, or then and else */
   size_t idx;                 /* its place in its graph (and in an executable copy) */
+  struct host_graph *owner;   /* the graph it was added to (a body, for a node inside one) */
   bool copy;                  /* in an executable copy: the bodies belong to the graph */
 } host_node;
 
@@ -386,6 +387,7 @@ static int add_node(host_graph *g, host_node *n, gd_node *out, char *err, size_t
     g->cap = cap;
   }
   n->idx = g->n;
+  n->owner = g;
   g->nodes[g->n++] = n;
   *out = n;
   return 0;
@@ -541,7 +543,11 @@ static int host_graph_exec_kernel_params(gd_backend *be, gd_backend_dev *d, gd_g
                                          size_t errlen) {
   (void)be, (void)d;
   host_graph *x = e;
-  host_node *n = x->nodes[((host_node *)nn)->idx];
+  host_node *t = nn;
+  /* A top-level node has its copy in the executable graph; a node of a
+   * conditional body is the body's own (bodies are shared, and a graph
+   * with a conditional node has one executable instance). */
+  host_node *n = t->owner == x->from ? x->nodes[t->idx] : t;
   if (n->kind != HN_KERNEL) {
     snprintf(err, errlen, "not a kernel node");
     return -GRAPHD_INTERNAL;

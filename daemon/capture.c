@@ -260,7 +260,7 @@ static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, ui
       memcpy(k.grid, l->grid, sizeof k.grid);
       memcpy(k.block, l->block, sizeof k.block);
       rc = OPS->graph_add_kernel(BE, g, deps, ndeps, &k, &node, e, sizeof e);
-      if (rc == 0 && g == c->graph && uses_direct(c, l)) {
+      if (rc == 0 && uses_direct(c, l)) { /* top level or inside a conditional body */
         c->step_node[i] = node;
         c->direct_nodes++;
       }
@@ -412,21 +412,22 @@ exit:
  * instance kept per binding set is not there to spare the re-pointing). */
 #define AUTO_DIRECT_BYTES_PER_NODE (64u << 10)
 
-/* Which staged slots direct mode binds straight into the kernels: those
- * only top-level launches use (a copy or memset step, a condition word, or
- * a launch inside a loop or branch keeps its slot staged, copied outside
- * the graph); and for auto, whether that is worth it. Sets c->mode. */
+/* Which staged slots direct mode binds straight into the kernels: every
+ * bound one a launch uses, at the top level or inside a loop or branch
+ * (a kernel node of a conditional body takes new parameters in the
+ * executable graph as a top-level one does), except a condition word
+ * (the condition kernel reads it at a fixed address) and a slot a copy or
+ * memset step uses: those stay staged, copied outside the graph. For
+ * auto, whether that is worth it. Sets c->mode. */
 static int choose_mode(gd_capture *c, const gd_bound *bind, char *err, size_t errlen) {
   const gd_program *p = c->prog->program;
   c->mode = p->mode == GD_MODE_STAGED_EX ? GD_MODE_STAGED_EX : GD_MODE_STAGED;
   if (p->mode != GD_MODE_DIRECT && p->mode != GD_MODE_AUTO) return 0;
   uint32_t n = p->nslots ? p->nslots : 1;
   bool *direct = calloc(n, sizeof *direct);
-  bool *in_cond = calloc(p->nsteps, sizeof *in_cond);
   uint64_t *addr = calloc(n, sizeof *addr);
-  if (!direct || !in_cond || !addr) {
+  if (!direct || !addr) {
     free(direct);
-    free(in_cond);
     free(addr);
     snprintf(err, errlen, "out of memory");
     return -GRAPHD_RESOURCE_EXHAUSTED;
@@ -437,17 +438,12 @@ static int choose_mode(gd_capture *c, const gd_bound *bind, char *err, size_t er
     const gd_step *st = &p->steps[i];
     if (st->kind == GD_STEP_WHILE || st->kind == GD_STEP_IF) {
       direct[st->u.cond.slot] = false;
-      for (uint32_t k = i + 1; k <= i + st->u.cond.body + st->u.cond.orelse; k++) in_cond[k] = true;
     } else if (st->kind == GD_STEP_MEMSET) {
       direct[st->u.memset.slot] = false;
     } else if (st->kind == GD_STEP_COPY) {
       direct[st->u.copy.src_slot] = direct[st->u.copy.dst_slot] = false;
     }
   }
-  for (uint32_t i = 0; i < p->nsteps; i++)
-    if (in_cond[i] && p->steps[i].kind == GD_STEP_LAUNCH)
-      for (uint32_t k = 0; k < p->steps[i].u.launch.npatches; k++)
-        direct[p->steps[i].u.launch.patches[k].slot] = false;
   uint64_t bytes = 0;
   uint32_t nodes = 0, nd = 0;
   for (uint32_t s = 0; s < p->nslots; s++) {
@@ -456,13 +452,12 @@ static int choose_mode(gd_capture *c, const gd_bound *bind, char *err, size_t er
     addr[s] = bind[s].addr;
   }
   for (uint32_t i = 0; i < p->nsteps; i++) {
-    if (in_cond[i] || p->steps[i].kind != GD_STEP_LAUNCH) continue;
+    if (p->steps[i].kind != GD_STEP_LAUNCH) continue;
     const gd_launch *l = &p->steps[i].u.launch;
     bool uses = false;
     for (uint32_t k = 0; k < l->npatches && !uses; k++) uses = direct[l->patches[k].slot];
     nodes += uses;
   }
-  free(in_cond);
   if (p->mode == GD_MODE_AUTO &&
       (bytes == 0 || (bytes < (uint64_t)nodes * AUTO_DIRECT_BYTES_PER_NODE && nd <= nodes))) {
     free(direct);

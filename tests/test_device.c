@@ -465,7 +465,7 @@ static void set_launch(gd_step *st, launch_fx *lf, const uint8_t mod[GD_ID_LEN],
  * branch flag, in-out):
  *   0 while (ctl[0]) { 1: x = 2 x;  2: ctl[0] -= 1 }
  *   3 if (ctl[1]) { 4: x = 3 x } else { 5: x = 5 x } */
-static const gd_regprog *cond_program(fixture *f) {
+static const gd_regprog *cond_program(fixture *f, uint32_t mode) {
   gd_slot slots[2] = {{GD_ROLE_INOUT, GD_SLOT_STAGED, N * 4}, {GD_ROLE_INOUT, GD_SLOT_STAGED, 8}};
   gd_step steps[6];
   launch_fx lf[4];
@@ -482,7 +482,7 @@ static const gd_regprog *cond_program(fixture *f) {
       (gd_step){.kind = GD_STEP_IF, .u.cond = {.slot = 1, .offset = 4, .body = 1, .orelse = 1}};
   set_launch(&steps[4], &lf[2], f->mod, "scale", 2, 0, 0, 2, w3);
   set_launch(&steps[5], &lf[3], f->mod, "scale", 2, 0, 0, 2, w5);
-  gd_program p = {.mode = GD_MODE_STAGED, .nslots = 2, .slots = slots, .nsteps = 6, .steps = steps};
+  gd_program p = {.mode = mode, .nslots = 2, .slots = slots, .nsteps = 6, .steps = steps};
   uint8_t *enc;
   size_t len;
   char err[1024];
@@ -497,7 +497,7 @@ static const gd_regprog *cond_program(fixture *f) {
 START_TEST(test_device_runs_conditional_loops_and_branches) {
   fixture f;
   fixture_open(&f, 0);
-  const gd_regprog *p = cond_program(&f);
+  const gd_regprog *p = cond_program(&f, GD_MODE_STAGED);
   static float x[N];
   char err[512];
   uint64_t loaded, ns;
@@ -522,6 +522,52 @@ START_TEST(test_device_runs_conditional_loops_and_branches) {
     ck_assert_uint_eq(ctl[0], 0);
     ck_assert_uint_eq(ctl[1], cases[k].flag);
   }
+  fixture_close(&f);
+}
+END_TEST
+
+/* In direct mode, a slot that only launches inside the loop and the
+ * branch use is bound straight into their kernel nodes, which are given
+ * the new buffers when a replay binds others: it takes no staging, and
+ * each replay works in place on its own buffers. The condition word
+ * stays staged. */
+START_TEST(test_device_direct_mode_binds_slots_of_loop_and_branch_bodies) {
+  fixture f;
+  fixture_open(&f, 0);
+  const gd_regprog *p = cond_program(&f, GD_MODE_DIRECT);
+  static float xa[N], xb[N];
+  char err[512];
+  uint64_t loaded, ns;
+  ck_assert_msg(modcache_prepare(&f.d, p, &loaded, &ns, err, sizeof err) == 0, "%s", err);
+  gd_capture *c = NULL;
+  struct {
+    float *x;
+    uint32_t count, flag;
+  } cases[] = {{xa, 3, 1}, {xb, 2, 0}, {xa, 1, 0}, {xb, 4, 1}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    float *x = cases[k].x, *other = x == xa ? xb : xa;
+    fill(x, 1.0f);
+    fill(other, -1.0f);
+    uint32_t ctl[2] = {cases[k].count, cases[k].flag};
+    gd_bound bind[2] = {{true, (uint64_t)(uintptr_t)x, N * 4}, {true, (uint64_t)(uintptr_t)ctl, 8}};
+    bool first = !c;
+    if (first) {
+      ck_assert_msg(capture_build(&f.d, p, bind, f.stream, &c, err, sizeof err) == 0, "%s", err);
+      ck_assert_int_eq(capture_insert(&f.d, c), 0);
+      ck_assert_uint_eq(c->mode, GD_MODE_DIRECT);
+      /* x is bound into the bodies' kernels; the loop counter is staged. */
+      ck_assert(c->direct && c->direct[0] && !c->direct[1]);
+    }
+    ck_assert_msg(capture_enqueue(&f.d, c, f.stream, bind, first, 1, 1, NULL, err, sizeof err) == 0,
+                  "%s", err);
+    float factor = (float)(1u << cases[k].count) * (cases[k].flag ? 3.0f : 5.0f);
+    for (uint32_t i = 0; i < N; i++) {
+      ck_assert_float_eq(x[i], factor * (1.0f + (float)i));
+      ck_assert_float_eq(other[i], -1.0f + (float)i); /* the other buffer untouched */
+    }
+    ck_assert_uint_eq(ctl[0], 0);
+  }
+  ck_assert_uint_gt(c->repoints, 0);
   fixture_close(&f);
 }
 END_TEST
@@ -580,6 +626,7 @@ int main(void) {
   tcase_add_test(tc, test_device_streams_replaying_at_once_get_instances_of_a_stateless_capture);
   tcase_add_test(tc, test_device_upkeep_resets_a_faulted_device_and_drops_its_captures);
   tcase_add_test(tc, test_device_runs_conditional_loops_and_branches);
+  tcase_add_test(tc, test_device_direct_mode_binds_slots_of_loop_and_branch_bodies);
   tcase_add_test(tc, test_device_capture_keeps_a_graph_per_binding_set_that_comes_back);
   tcase_add_test(tc, test_device_teardown_releases_what_unended_sessions_hold);
   suite_add_tcase(s, tc);
