@@ -42,6 +42,8 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
     json_object_object_add(j, "replay_latency_ns", lat);
     add_u64(j, "worker_replay_ns", s->work[i].replay_ns);
     add_u64(j, "worker_replays", s->work[i].replays);
+    add_u64(j, "gpu_replay_ns", s->work[i].gpu_ns);
+    add_u64(j, "gpu_replays", s->work[i].gpu_replays);
     add_u64(j, "captures_built", c->captures_built);
     add_u64(j, "recaptures", c->recaptures);
     add_u64(j, "evictions", c->evictions);
@@ -73,22 +75,23 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
 static void us(char *out, size_t n, uint64_t ns) { snprintf(out, n, "%.1f", (double)ns / 1e3); }
 
 static void print_text(const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
-  printf("%-6s %8s %14s %10s %8s %8s %8s %8s %8s %9s %9s %8s %6s\n", "DEVICE", "CAPTURES",
-         "STAGING", "REPLAYS", "P50 us", "P90 us", "P99 us", "MAX us", "WORK us", "CAPTURED",
-         "RECAPTURE", "EVICTED", "ERRORS");
+  printf("%-6s %8s %14s %10s %8s %8s %8s %8s %8s %8s %9s %9s %8s %6s\n", "DEVICE", "CAPTURES",
+         "STAGING", "REPLAYS", "P50 us", "P90 us", "P99 us", "MAX us", "WORK us", "GPU us",
+         "CAPTURED", "RECAPTURE", "EVICTED", "ERRORS");
   for (uint32_t i = 0; i < s->ndevices; i++) {
     const graphd_device_counters *c = &s->devices[i].counters;
-    char p50[32], p90[32], p99[32], mx[32], work[32];
+    char p50[32], p90[32], p99[32], mx[32], work[32], gpu[32];
     const graphd_device_work *w = &s->work[i];
     us(work, sizeof work, w->replays ? w->replay_ns / w->replays : 0);
+    us(gpu, sizeof gpu, w->gpu_replays ? w->gpu_ns / w->gpu_replays : 0);
     us(p50, sizeof p50, c->replay_p50_ns);
     us(p90, sizeof p90, c->replay_p90_ns);
     us(p99, sizeof p99, c->replay_p99_ns);
     us(mx, sizeof mx, c->replay_max_ns);
-    printf("%-6u %8llu %14llu %10llu %8s %8s %8s %8s %8s %9llu %9llu %8llu %6llu\n",
+    printf("%-6u %8llu %14llu %10llu %8s %8s %8s %8s %8s %8s %9llu %9llu %8llu %6llu\n",
            s->devices[i].ordinal, (unsigned long long)c->captures,
            (unsigned long long)c->staging_bytes, (unsigned long long)c->replays, p50, p90, p99, mx,
-           work, (unsigned long long)c->captures_built, (unsigned long long)c->recaptures,
+           work, gpu, (unsigned long long)c->captures_built, (unsigned long long)c->recaptures,
            (unsigned long long)c->evictions, (unsigned long long)c->errors);
   }
   printf("\n%-8s %-6s %-20s %8s %8s %14s\n", "PID", "UID", "NAME", "SESSIONS", "REGIONS",

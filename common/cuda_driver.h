@@ -111,6 +111,7 @@
   X(cuEventRecord)                                                                                 \
   X(cuEventSynchronize)                                                                            \
   X(cuEventQuery)                                                                                  \
+  X(cuEventElapsedTime)                                                                            \
   X(cuStreamWaitEvent)                                                                             \
   X(cuLaunchKernel)
 

@@ -217,6 +217,15 @@ typedef struct gd_backend_ops {
                       size_t errlen);
   int (*stream_wait_event)(gd_backend *be, gd_backend_dev *dev, gd_stream s, gd_event e, char *err,
                            size_t errlen);
+  /* An event that also keeps the time it is reached (event_create's do
+   * not), for event_elapsed; destroyed with event_destroy. */
+  int (*event_create_timed)(gd_backend *be, gd_backend_dev *dev, gd_event *out, char *err,
+                            size_t errlen);
+  /* The device's time from timed event start to timed event end, both
+   * recorded: 1 with *ns set once end has been reached, 0 while it has
+   * not, < 0 on an error. */
+  int (*event_elapsed)(gd_backend *be, gd_backend_dev *dev, gd_event start, gd_event end,
+                       uint64_t *ns, char *err, size_t errlen);
   /* 1 when the work before the event's last record has finished, else 0. */
   int (*event_done)(gd_backend *be, gd_backend_dev *dev, gd_event e);
   /* Waits on the host until it has. */

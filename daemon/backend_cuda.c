@@ -914,6 +914,33 @@ exit:
   return rc;
 }
 
+static int cuda_event_create_timed(gd_backend *be, gd_backend_dev *d, gd_event *out, char *err,
+                                   size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  CUevent e;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuEventCreate(&e, CU_EVENT_DEFAULT), GRAPHD_INTERNAL, exit);
+  *out = e;
+exit:
+  return rc;
+}
+
+static int cuda_event_elapsed(gd_backend *be, gd_backend_dev *d, gd_event start, gd_event end,
+                              uint64_t *ns, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  float ms = 0;
+  (void)d;
+  CUresult r = cu->cuEventElapsedTime(&ms, (CUevent)start, (CUevent)end);
+  if (r == CUDA_ERROR_NOT_READY) return 0;
+  CU_CHECK_GOTO(r, GRAPHD_INTERNAL, exit);
+  *ns = ms > 0 ? (uint64_t)((double)ms * 1e6) : 0;
+  return 1;
+exit:
+  return rc;
+}
+
 static void cuda_event_destroy(gd_backend *be, gd_backend_dev *d, gd_event e) {
   const gd_cuda *cu = be->priv;
   (void)d;
@@ -997,6 +1024,8 @@ static const gd_backend_ops cuda_ops = {
     .graph_launch = cuda_graph_launch,
     .memcpy_async = cuda_memcpy_async,
     .event_create = cuda_event_create,
+    .event_create_timed = cuda_event_create_timed,
+    .event_elapsed = cuda_event_elapsed,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
     .stream_wait_event = cuda_stream_wait_event,

@@ -15,14 +15,87 @@
 #define STAGING_ALIGN 256u
 
 /* A device's captures, by program index. */
+/* The GPU time of replays, sampled: one replay at a time on the device,
+ * at most one started every GPU_SAMPLE_EVERY_NS, gets a pair of timed
+ * events around what it queues (copies in, the launch, copies out); its
+ * time is read once the end has been reached, never waited for. */
+#define GPU_SAMPLE_EVERY_NS 1000000ull
+
+typedef struct gd_gpu_sampler {
+  gd_event start, end;
+  bool made;    /* the events exist */
+  bool broken;  /* they could not be made: no sampling on this device */
+  bool pending; /* a sample is queued and its end not yet read */
+  uint64_t next_ns;
+  uint64_t ns, n; /* finished samples not yet taken (capture_take_gpu_time) */
+} gd_gpu_sampler;
+
 typedef struct gd_capture_set {
   gd_capture **caps;
   uint32_t *ever; /* captures of the program built on this device (its generation) */
   uint32_t n;
+  gd_gpu_sampler gpu;
 } gd_capture_set;
 
 #define OPS (d->be->ops)
 #define BE d->be, d->dev
+
+/* Reads the pending sample's time if its end has been reached. */
+static void sample_poll(gd_device *d, gd_gpu_sampler *g) {
+  if (!g->pending) return;
+  uint64_t ns = 0;
+  char e[256];
+  int r = OPS->event_elapsed(BE, g->start, g->end, &ns, e, sizeof e);
+  if (r == 0) return;
+  g->pending = false;
+  if (r < 0) {
+    GD_LOG(GD_DEBUG, "capture", "device %d: a replay's GPU time could not be read: %s", d->index,
+           e);
+    return;
+  }
+  g->ns += ns;
+  g->n++;
+}
+
+/* Whether the replay about to be queued on st is timed (its start is then
+ * recorded). */
+static bool sample_begin(gd_device *d, gd_stream st, uint64_t now) {
+  gd_gpu_sampler *g = d->caps ? &d->caps->gpu : NULL;
+  if (!g || g->broken || now < g->next_ns) return false;
+  sample_poll(d, g);
+  if (g->pending) return false;
+  char e[256];
+  if (!g->made) {
+    if (OPS->event_create_timed(BE, &g->start, e, sizeof e) < 0) {
+      g->broken = true;
+    } else if (OPS->event_create_timed(BE, &g->end, e, sizeof e) < 0) {
+      OPS->event_destroy(BE, g->start);
+      g->broken = true;
+    }
+    if (g->broken) {
+      GD_LOG(GD_WARN, "capture", "device %d: no GPU time of replays will be reported: %s", d->index,
+             e);
+      return false;
+    }
+    g->made = true;
+  }
+  return OPS->event_record(BE, g->start, st, e, sizeof e) == 0;
+}
+
+/* The timed replay's work is queued: its end recorded after it. */
+static void sample_end(gd_device *d, gd_stream st, uint64_t now) {
+  gd_gpu_sampler *g = &d->caps->gpu;
+  char e[256];
+  g->pending = OPS->event_record(BE, g->end, st, e, sizeof e) == 0;
+  g->next_ns = now + GPU_SAMPLE_EVERY_NS;
+}
+
+void capture_take_gpu_time(gd_device *d, uint64_t *ns, uint64_t *n) {
+  if (!d->caps) return;
+  *ns += d->caps->gpu.ns;
+  *n += d->caps->gpu.n;
+  d->caps->gpu.ns = d->caps->gpu.n = 0;
+}
 
 static bool slot_is_in(const gd_slot *s) {
   return s->role == GD_ROLE_INPUT || s->role == GD_ROLE_INOUT;
@@ -651,6 +724,7 @@ static int enqueue_on(gd_device *d, gd_capture *c, gd_stream st, const gd_bound 
   if (c->queued && c->last_stream != st &&
       (rc = OPS->stream_wait_event(BE, st, c->last_use, err, errlen)) < 0)
     return rc;
+  bool timed = sample_begin(d, st, gd_now_ns());
   if (first) {
     for (uint32_t s = 0; s < p->nslots; s++) {
       const gd_slot *sl = &p->slots[s];
@@ -710,6 +784,7 @@ static int enqueue_on(gd_device *d, gd_capture *c, gd_stream st, const gd_bound 
   c->last_stream = st;
   c->queued++;
   c->last_queued_ns = gd_now_ns();
+  if (timed) sample_end(d, st, c->last_queued_ns);
   x->used_ns = c->last_queued_ns;
   return 0;
 }
@@ -868,6 +943,10 @@ void capture_close_all(gd_device *d) {
   gd_capture_set *cs = d->caps;
   if (!cs) return;
   for (uint32_t i = 0; i < cs->n; i++) capture_free(d, cs->caps[i]);
+  if (cs->gpu.made) {
+    OPS->event_destroy(BE, cs->gpu.start);
+    OPS->event_destroy(BE, cs->gpu.end);
+  }
   free(cs->caps);
   free(cs->ever);
   free(cs);

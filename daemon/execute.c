@@ -324,6 +324,7 @@ int exec_replay(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_replay_req 
 finish:
   if (rc < 0 && flags_known && !ran) exec_write_done(d, ds, rq->stream_slot, rq->seq);
   tally(t, &ex, rc);
+  capture_take_gpu_time(d, &t->gpu_ns, &t->gpu_replays);
   t->worker_ns += gd_now_ns() - t0;
   t->worker_replays++;
   ex.bind = NULL;

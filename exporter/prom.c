@@ -150,6 +150,18 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
     dev_labels(f, &s->devices[i]);
     fprintf(f, "} %llu\n", (unsigned long long)w->replays);
   }
+  family(f, "graphd_replay_gpu_seconds", "summary",
+         "The device's time running a replay (its copies and launch on the worker's stream), over "
+         "the replays sampled: at most one at a time per device, one a millisecond.");
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    const graphd_device_work *w = &s->work[i];
+    fprintf(f, "graphd_replay_gpu_seconds_sum");
+    dev_labels(f, &s->devices[i]);
+    fprintf(f, "} %.9f\n", (double)w->gpu_ns / 1e9);
+    fprintf(f, "graphd_replay_gpu_seconds_count");
+    dev_labels(f, &s->devices[i]);
+    fprintf(f, "} %llu\n", (unsigned long long)w->gpu_replays);
+  }
   static const char *const cnames[] = {"graphd_client_sessions", "graphd_client_regions",
                                        "graphd_client_region_bytes"};
   static const char *const chelp[] = {"Sessions the client process has open.",

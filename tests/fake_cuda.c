@@ -146,6 +146,14 @@ static CUresult fake_event_query(CUevent e) {
   return t == 0 || t <= finished ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
+/* A sampled span takes 1 us of fake device time once its end is reached. */
+static CUresult fake_event_elapsed(float *ms, CUevent start, CUevent end) {
+  (void)start;
+  if (fake_event_query(end) != CUDA_SUCCESS) return CUDA_ERROR_NOT_READY;
+  *ms = 0.001f;
+  return CUDA_SUCCESS;
+}
+
 static CUresult fake_event_sync(CUevent e) {
   if (((fake_event *)e)->ticket > finished) finished = ((fake_event *)e)->ticket;
   return CUDA_SUCCESS;
@@ -286,6 +294,8 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(
     *pfn = (void *)fake_event_record;
   else if (strcmp(symbol, "cuEventQuery") == 0)
     *pfn = (void *)fake_event_query;
+  else if (strcmp(symbol, "cuEventElapsedTime") == 0)
+    *pfn = (void *)fake_event_elapsed;
   else if (strcmp(symbol, "cuEventSynchronize") == 0)
     *pfn = (void *)fake_event_sync;
   else if (strcmp(symbol, "cuStreamWaitEvent") == 0)

@@ -149,6 +149,38 @@ START_TEST(test_device_capture_replays_on_new_buffers_and_keeps_its_users) {
 }
 END_TEST
 
+/* Replays are timed on the device now and then: the first one, then one
+ * a millisecond at most, each read once its end has been reached (on the
+ * host device at once, when the next sample would begin). */
+START_TEST(test_device_samples_the_device_time_of_replays) {
+  fixture f;
+  fixture_open(&f, 0);
+  const gd_regprog *p = scale_program(&f, 2.0f);
+  static float x[N], y[N];
+  fill(x, 1.0f);
+  uint64_t ns = 0, n = 0;
+  capture_take_gpu_time(&f.d, &ns, &n); /* nothing replayed yet */
+  ck_assert_uint_eq(n, 0);
+  for (int k = 0; k < 4; k++) {
+    ck_assert_int_eq(replay(&f, p, x, y, 10), 0);
+    ck_assert_int_eq(replay(&f, p, x, y, 10), 0); /* within the millisecond: not sampled */
+    usleep(2000);
+  }
+  capture_take_gpu_time(&f.d, &ns, &n);
+  /* At least the first of each pair sampled, the last still unread (a
+   * stall of a millisecond between the two of a pair samples the second
+   * as well); each one's time is its run. */
+  ck_assert_uint_ge(n, 3);
+  ck_assert_uint_le(n, 7);
+  ck_assert_uint_gt(ns, 0);
+  uint64_t again = 0, m = 0;
+  capture_take_gpu_time(&f.d, &again, &m); /* taken once */
+  ck_assert_uint_eq(m, 0);
+  ck_assert_uint_eq(again, 0);
+  fixture_close(&f);
+}
+END_TEST
+
 START_TEST(test_device_evict_selects_by_program_and_client_and_guards_shared_captures) {
   fixture f;
   fixture_open(&f, 0);
@@ -627,6 +659,7 @@ int main(void) {
   tcase_add_test(tc, test_device_upkeep_resets_a_faulted_device_and_drops_its_captures);
   tcase_add_test(tc, test_device_runs_conditional_loops_and_branches);
   tcase_add_test(tc, test_device_direct_mode_binds_slots_of_loop_and_branch_bodies);
+  tcase_add_test(tc, test_device_samples_the_device_time_of_replays);
   tcase_add_test(tc, test_device_capture_keeps_a_graph_per_binding_set_that_comes_back);
   tcase_add_test(tc, test_device_teardown_releases_what_unended_sessions_hold);
   suite_add_tcase(s, tc);

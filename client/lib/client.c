@@ -401,6 +401,8 @@ graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
     copy_device(&s->devices[i], sr->devices[i]);
     if (sr->devices[i]->counters) {
       s->work[i].replay_ns = sr->devices[i]->counters->worker_replay_ns;
+      s->work[i].gpu_ns = sr->devices[i]->counters->gpu_replay_ns;
+      s->work[i].gpu_replays = sr->devices[i]->counters->gpu_replays;
       s->work[i].replays = sr->devices[i]->counters->worker_replays;
     }
   }

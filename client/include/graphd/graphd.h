@@ -147,10 +147,15 @@ typedef struct graphd_session_info {
 /* A device worker's time in the replay path since start: checking a
  * replay, resolving its bindings, the capture on first use and queueing
  * it (on a host device, running it too). Its mean per replay is
- * replay_ns / replays. */
+ * replay_ns / replays. And the device's time running replays, sampled:
+ * at most one replay at a time, one a millisecond, is timed on the GPU
+ * from its first copy or launch to the end of its last; the mean GPU time
+ * of a replay is gpu_ns / gpu_replays. */
 typedef struct graphd_device_work {
   uint64_t replay_ns;
   uint64_t replays; /* replays the worker took, run or refused */
+  uint64_t gpu_ns;
+  uint64_t gpu_replays; /* replays sampled */
 } graphd_device_work;
 
 typedef struct graphd_daemon_status {

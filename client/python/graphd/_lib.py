@@ -81,7 +81,7 @@ class graphd_session_info(ctypes.Structure):
 
 
 class graphd_device_work(ctypes.Structure):
-    _fields_ = [("replay_ns", _u64), ("replays", _u64)]
+    _fields_ = [("replay_ns", _u64), ("replays", _u64), ("gpu_ns", _u64), ("gpu_replays", _u64)]
 
 
 class graphd_daemon_status(ctypes.Structure):

@@ -189,7 +189,9 @@ class Client:
         modules, module_bytes, programs, devices (a list of dicts with the
         fields of graphd_device_info, its counters as a dict, uuid as
         bytes, and "work": the worker's time in the replay path,
-        replay_ns over replays) and session_info (a list of dicts)."""
+        replay_ns over replays, and the device's time running the replays
+        it timed, gpu_ns over gpu_replays) and session_info (a list of
+        dicts)."""
         l = lib()
         p = ctypes.POINTER(graphd_daemon_status)()
         self._check(l.graphd_get_status(self._handle(), ctypes.byref(p)))
