@@ -48,6 +48,27 @@ bit; otherwise the difference is reported beside Warp's own run-to-run
 difference (MuJoCo Warp's contact and constraint lists are filled through
 atomic counters, and a falling humanoid amplifies rounding).
 
+Beside each wall time per step is the GPU time per step: how long the
+step keeps the GPU busy, from the start of its first copy or launch on the
+stream to the end of its last. For graphd.warp it is the daemon's own
+figure: its device workers time the replays they sample (at most one
+replay in flight a device, so not every one) and Status reports the sum
+and the count, read before and after the timed repeats; the figure is the
+mean over the sampled replays. For Warp it is timed here, in --repeats
+more repeats after the timed ones (so that the wall times carry no cost of
+it): every CUDA graph Warp launches (through its
+runtime.core.wp_cuda_graph_launch, which both wp.capture_launch and
+jax_callable's replays of a known graph call) gets a timing event recorded
+on its stream before and after it, for the first 256 launches of each
+repeat; the figure is the mean over the timed launches, so it includes
+the time from the start event to the graph's first node. WARP_STAGED
+copies inside its graph, WARP_STAGED_EX outside it, where its figure
+leaves them out; NONE and JAX launch no Warp graph and have none. Each
+figure is also given as a ratio to Warp's WARP mode (MJX's default graph)
+in the same pattern, for graphd.warp in the RESULT line too. A daemon or
+libgraphd that does not report GPU time, or that sampled no replay, gives
+"n/a".
+
 All paths run in one process, graphd.warp's first: its recording (at
 trace time) must not overlap Warp work. Before each path MJX's registry
 of callables is emptied, and afterwards the bench checks that MJX made a
@@ -56,8 +77,10 @@ new callable of the intended kind and mode.
 Needs a GPU, a running graphd (--socket, else $GRAPHD_SOCKET), libgraphd
 and libgraphd_xla ($GRAPHD_LIB, $GRAPHD_XLA_LIB), graphd's Python package,
 warp-lang 1.18, mujoco 3.17 and mujoco-mjx 3.17 on PYTHONPATH, and jax
-with CUDA. Prints lines starting FIGURE, a table, and a RESULT line of
-key=value pairs (the format scripts/bench-report.py reads). Exit status:
+with CUDA. Prints lines starting FIGURE, a table (wall and GPU time per
+step, the GPU time as a ratio to Warp's WARP), and a RESULT line of
+key=value pairs (the format scripts/bench-report.py reads; a GPU time that
+is not available has no key). Exit status:
 0; 1 when a graphd.warp path failed or differs from a deterministic Warp
 result; 2 for bad arguments or a missing prerequisite. A Warp path that
 fails is reported and does not change the status (--strict makes it
@@ -281,11 +304,120 @@ class Path:
     def __init__(self, name, kind, mode):
         self.name, self.kind, self.mode = name, kind, mode
         self.us = {}
+        self.gpu = {}  # pattern: GpuTime
         self.final = {}
         self.notes = {}
         self.extra = {}
         self.error = None
         self.scan = None
+
+
+class GpuTime:
+    """A path's GPU time per step in one pattern: us, the mean over `timed`
+    of `total` replays (graphd) or graph launches (Warp) in `steps` steps;
+    us None when not available, `why` saying why."""
+
+    def __init__(self, us=None, timed=0, total=None, steps=0, how="", why=""):
+        self.us, self.timed, self.total, self.steps, self.how, self.why = us, timed, total, steps, how, why
+
+    def text(self):
+        if self.us is None:
+            return f"GPU time n/a ({self.why})"
+        total = "?" if self.total is None else self.total
+        each = f"; {self.total / self.steps:g} a step" if self.total is not None and self.steps else ""
+        return f"GPU {self.us:.2f} us/step (mean of {self.timed} of {total} {self.how}{each})"
+
+
+def daemon_gpu(before, after, steps):
+    """GpuTime of a graphd path from Status read before and after: the
+    workers' GPU time over the replays they sampled meanwhile."""
+    d = {k: None if before.get(k) is None or after.get(k) is None else after[k] - before[k]
+         for k in ("replays", "gpu_ns", "gpu_replays")}
+    if d["gpu_ns"] is None or d["gpu_replays"] is None:
+        return GpuTime(why="the daemon's Status has no GPU time: an older daemon or libgraphd")
+    if d["gpu_replays"] <= 0:
+        return GpuTime(total=d["replays"], steps=steps, why="the daemon sampled no replay")
+    if d["gpu_ns"] < 0 or (d["replays"] is not None and d["gpu_replays"] > d["replays"]):
+        return GpuTime(why=f"implausible: {d['gpu_replays']} replays sampled of {d['replays']}, {d['gpu_ns']} ns")
+    return GpuTime(d["gpu_ns"] / d["gpu_replays"] / 1e3, d["gpu_replays"], d["replays"], steps,
+                   "replays, those the daemon sampled")
+
+
+def gpu_us(path, variant):
+    """A path's GPU time per step in a pattern as text: us, or n/a."""
+    g = path.gpu.get(variant)
+    return "n/a" if g is None or g.us is None else f"{g.us:.2f}"
+
+
+class LaunchTimer:
+    """While entered, times on the GPU the CUDA graphs Warp launches:
+    runtime.core.wp_cuda_graph_launch, which wp.capture_launch and
+    jax_callable's replays of a known graph (looked up at every call) both
+    call, is replaced by a wrapper that records a timing event on the
+    launch's stream before and after each of the first POOL launches since
+    the last collect(). collect(), once that work is done, adds up their
+    elapsed times and frees the events for the next launches. The events
+    are made as they are first needed, on `device` (a CUDA ordinal)."""
+
+    POOL = 256
+
+    def __init__(self, wp, device):
+        self.wp, self.device = wp, device
+        self.core = wp._src.context.runtime.core
+        self.pairs = []  # (start, end) events, reused after each collect()
+        self.used = 0  # pairs recorded since the last collect()
+        self.launches = 0
+        self.timed = 0
+        self.ms = 0.0
+        self.error = None
+        self.orig = None
+
+    def __enter__(self):
+        self.orig = self.core.wp_cuda_graph_launch
+        self.core.wp_cuda_graph_launch = self.launch
+        return self
+
+    def __exit__(self, *exc):
+        self.core.wp_cuda_graph_launch = self.orig
+
+    def take(self):
+        if self.error is not None or self.used >= self.POOL:
+            return None
+        if self.used == len(self.pairs):
+            try:
+                dev = self.wp.get_cuda_device(self.device)
+                self.pairs.append((self.wp.Event(dev, enable_timing=True), self.wp.Event(dev, enable_timing=True)))
+            except Exception as e:  # noqa: BLE001: the launches go on, untimed
+                self.error = f"{type(e).__name__}: {e}"
+                return None
+        self.used += 1
+        return self.pairs[self.used - 1]
+
+    def launch(self, graph_exec, stream):
+        # What Stream.record_event does, on the raw stream the launch is given.
+        pair = self.take()
+        if pair:
+            self.core.wp_cuda_event_record(pair[0].cuda_event, stream, True)
+        ok = self.orig(graph_exec, stream)
+        if pair:
+            self.core.wp_cuda_event_record(pair[1].cuda_event, stream, True)
+        self.launches += 1
+        return ok
+
+    def collect(self):
+        for start, end in self.pairs[:self.used]:
+            self.ms += self.wp.get_event_elapsed_time(start, end)
+        self.timed += self.used
+        self.used = 0
+
+    def figure(self, steps, repeats):
+        if self.error is not None:
+            return GpuTime(total=self.launches, steps=steps, why=f"no timing events: {self.error}")
+        if not self.timed:
+            return GpuTime(total=self.launches, steps=steps, why="no Warp graph launched")
+        how = (f"graph launches, timed with events in {repeats} more repeats"
+               + (f", the first {self.POOL} of each" if self.timed < self.launches else ""))
+        return GpuTime(self.ms / self.timed * 1e3, self.timed, self.launches, steps, how)
 
 
 def run(a):
@@ -313,14 +445,19 @@ def run(a):
     sim = Sim(a.scene, a.worlds)
 
     def counters():
-        """The capture counters summed over the daemon's devices, read until
-        two reads 0.1 s apart agree: the daemon folds in what its rings
-        replayed within milliseconds of going idle."""
+        """The capture counters and the workers' replays and GPU time (None
+        where Status has no such field) summed over the daemon's devices,
+        read until two reads 0.1 s apart agree: the daemon folds in what its
+        rings replayed, and the GPU time of the replays it sampled, within
+        milliseconds of going idle."""
         last = None
         for _ in range(20):
             with graphd.Client.connect(a.socket) as c:
                 devs = c.status()["devices"]
             now = {k: sum(d["counters"][k] for d in devs) for k in ("captures_built", "recaptures")}
+            works = [d.get("work") or {} for d in devs]
+            for k in ("replays", "gpu_ns", "gpu_replays"):
+                now[k] = sum(w[k] for w in works) if all(k in w for w in works) else None
             if now == last:
                 break
             last = now
@@ -328,11 +465,12 @@ def run(a):
         return now
 
     class Timed:
-        """Around a path's timed repeats: for graphd, what the daemon built
-        meanwhile (which must be nothing)."""
+        """Around a path's timed repeats in pattern `variant`: for graphd,
+        what the daemon built meanwhile (which must be nothing) and the GPU
+        time of the replays it sampled."""
 
-        def __init__(self, path):
-            self.path = path
+        def __init__(self, path, variant):
+            self.path, self.variant = path, variant
 
         def __enter__(self):
             if self.path.kind == "graphd":
@@ -343,8 +481,36 @@ def run(a):
             if self.path.kind == "graphd" and exc[0] is None:
                 gj.collect()
                 after = counters()
-                for k in after:
+                for k in ("captures_built", "recaptures"):
                     self.path.extra[k] = self.path.extra.get(k, 0) + after[k] - self.before[k]
+                self.path.gpu[self.variant] = daemon_gpu(self.before, after, a.steps * a.repeats)
+
+    def repeats(path, variant, once, last=None):
+        """once() -> (seconds, result) --repeats times, each while the last
+        result (at first `last`) is alive: the times and final_of the last
+        result. For a Warp path, then --repeats more the same way with its
+        graph launches timed on the GPU (apart, so that the times carry no
+        cost of it; the wrapper is taken off when they end or fail, and a
+        failure there leaves the times standing)."""
+        times = []
+        with Timed(path, variant):
+            for _ in range(a.repeats):
+                t, last = once()
+                times.append(t)
+        final = final_of(last)
+        if path.kind == "warp":
+            try:
+                with LaunchTimer(wp, gpus[0].id) as timer:
+                    for _ in range(a.repeats):
+                        _, last = once()
+                        timer.collect()
+                path.gpu[variant] = timer.figure(a.steps * a.repeats, a.repeats)
+            except Exception as e:  # noqa: BLE001: reported; the wall times stand
+                print(f"mjx_scan_bench: {path.name}, {variant} addresses: the GPU-timed repeats failed:",
+                      file=sys.stderr)
+                traceback.print_exc()
+                path.gpu[variant] = GpuTime(why=f"its GPU-timed repeats failed: {type(e).__name__}")
+        return times, final
 
     def final_of(d):
         return np.asarray(d.qpos), np.asarray(d.qvel)
@@ -352,32 +518,31 @@ def run(a):
     def time_repeat(path, mx):
         f = sim.scan(a.steps)
         out = jax.block_until_ready(f(mx, sim.d0))  # compile, record, capture
-        times = []
-        with Timed(path):
-            for _ in range(a.repeats):
-                t = time.perf_counter()
-                out = jax.block_until_ready(f(mx, sim.d0))
-                times.append(time.perf_counter() - t)
+
+        def once():
+            t = time.perf_counter()
+            out = jax.block_until_ready(f(mx, sim.d0))
+            return time.perf_counter() - t, out
+        times, final = repeats(path, "repeat", once, out)
         path.scan = f
-        return statistics.median(times), final_of(out)
+        return statistics.median(times), final
 
     def time_change(path, mx):
         g = sim.scan(a.chunk)
         # Compile, record, capture; and a scan from a scan's result.
         keep = [g(mx, sim.d0)]
         keep.append(jax.block_until_ready(g(mx, keep[0])))
-        times = []
-        with Timed(path):
-            for _ in range(a.repeats):
-                d = sim.d0
-                t = time.perf_counter()
-                for _ in range(a.steps // a.chunk):
-                    d = g(mx, d)
-                    keep.append(d)  # alive to the end of the path: the next scan's buffers are new
-                jax.block_until_ready(d)
-                times.append(time.perf_counter() - t)
-        result = final_of(d)
-        del keep
+
+        def once():
+            d = sim.d0
+            t = time.perf_counter()
+            for _ in range(a.steps // a.chunk):
+                d = g(mx, d)
+                keep.append(d)  # alive to the end of the path: the next scan's buffers are new
+            jax.block_until_ready(d)
+            return time.perf_counter() - t, d
+        times, result = repeats(path, "change", once)
+        keep.clear()
         return statistics.median(times), result
 
     def measure(path, mx):
@@ -424,8 +589,8 @@ def run(a):
                     gw.uninstall()
                 mx = sim.model(wp.JaxCallableGraphMode[path.mode])
             measure(path, mx)
-            print(f"mjx_scan_bench: {path.name} measured: " + ", ".join(f"{v} addresses {us:.2f} us/step"
-                                                                       for v, us in path.us.items()), flush=True)
+            print(f"mjx_scan_bench: {path.name} measured: " + ", ".join(
+                f"{v} addresses {us:.2f} us/step (GPU {gpu_us(path, v)})" for v, us in path.us.items()), flush=True)
         except Exception as e:  # noqa: BLE001: reported, the other paths still run
             path.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             print(f"mjx_scan_bench: {path.name} failed:", file=sys.stderr)
@@ -481,6 +646,15 @@ def run(a):
           f"nv {m.nv}), {a.worlds} worlds, jax.vmap(mjx.step) in lax.scan; {a.steps} steps a repeat (change: "
           f"scans of {a.chunk}), median of {a.repeats}; Warp {wp.__version__}, jax {jax.__version__}, {device}")
     results = [f"{pre}_worlds={a.worlds}", f"{pre}_steps={a.steps}", f"{pre}_chunk={a.chunk}"]
+    warp_ref = next((p for p in paths if p.kind == "warp" and p.mode == "WARP" and not p.error), None)
+
+    def gpu_ratio(p, v):
+        """p's GPU time per step over Warp's WARP's, in pattern v, or None."""
+        g, r = p.gpu.get(v), warp_ref.gpu.get(v) if warp_ref is not None else None
+        if p is warp_ref or g is None or g.us is None or r is None or r.us is None or r.us <= 0:
+            return None
+        return g.us / r.us
+
     for p in paths:
         if p.error:
             print(f"FIGURE {what}, {p.name}: failed ({p.error})")
@@ -495,9 +669,16 @@ def run(a):
                          f"{p.extra['recaptures']} re-captures")
             elif p.mode in ("WARP",):
                 extra = f"; Warp holds {p.extra['graphs']} graphs after the path"
+            g = p.gpu.get(v) or GpuTime(why="not measured")
+            ratio = gpu_ratio(p, v)
+            gpu = g.text() + (f", {ratio:.3f}x Warp's WARP" if ratio is not None else "")
             print(f"FIGURE {what}, {p.name}, {v} addresses: {p.us[v]:.2f} us/step "
-                  f"({p.us[v] / a.worlds * 1e3:.1f} ns per world-step); {p.notes.get(v, '')}{extra}")
+                  f"({p.us[v] / a.worlds * 1e3:.1f} ns per world-step); {gpu}; {p.notes.get(v, '')}{extra}")
             results.append(f"{key}_{v}_us={p.us[v]:.2f}")
+            if g.us is not None:
+                results.append(f"{key}_{v}_gpu_us={g.us:.2f}")
+            if p.kind == "graphd" and ratio is not None:
+                results.append(f"{key}_{v}_gpu_ratio={ratio:.3f}")
         if p.kind == "graphd":
             results += [f"{key}_captures={p.extra['captures_built']}", f"{key}_recaptures={p.extra['recaptures']}"]
             for b in p.extra["programs"]:
@@ -506,12 +687,15 @@ def run(a):
         elif p.mode == "WARP":
             results.append(f"{key}_graphs={p.extra['graphs']}")
     width = max([len(p.name) for p in paths] + [10])
-    print(f"{'path':<{width}}  {'pattern':<7}  {'us/step':>9}  result")
+    print(f"{'path':<{width}}  {'pattern':<7}  {'us/step':>9}  {'GPU us/step':>11}  {'GPU/WARP':>8}  result")
     for p in paths:
         for v in a.variants:
             us = f"{p.us[v]:9.2f}" if v in p.us else f"{'-':>9}"
+            gpu = gpu_us(p, v) if v in p.us else "-"
+            ratio = gpu_ratio(p, v)
+            ratio = f"{ratio:.3f}x" if ratio is not None else "-"
             note = p.notes.get(v, "") if not p.error else f"FAILED {p.error}"
-            print(f"{p.name:<{width}}  {v:<7}  {us}  {note}")
+            print(f"{p.name:<{width}}  {v:<7}  {us}  {gpu:>11}  {ratio:>8}  {note}")
     print("RESULT " + " ".join(results))
     if a.modes and a.socket:
         scan_common.print_captures("mjx_scan_bench", a.socket)
