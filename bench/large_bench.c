@@ -14,8 +14,15 @@
  * on fixed buffers, and the same graph with a copy into and out of every
  * slot around it (what staging costs). Beside each time, the daemon's
  * worker's mean time per replay over the same calls (from Status: checks,
- * binding resolution, queueing). It prints figures and asserts nothing;
- * exit 1 when something fails, 77 without a GPU. */
+ * binding resolution, queueing).
+ *
+ * Then, per mode, the asynchronous rate on fixed buffers: --rounds
+ * graphd_replay_async calls back to back and one stream sync, the time
+ * per replay, beside --rounds launches of the in-process graph on fixed
+ * buffers the same way; with the daemon's sampled GPU time per replay
+ * (Status) beside the in-process graph's own, timed with events. It prints
+ * figures and asserts nothing; exit 1 when something fails, 77 without a
+ * GPU. */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <stdio.h>
@@ -57,21 +64,32 @@ static double median(double *v, long n) {
 
 static size_t slot_bytes(void) { return (size_t)FLOATS * 4; }
 
-/* The worker's time in the replay path on the device with this UUID, and
- * how many replays it covers (Status). */
-static void worker_time(graphd_client *c, const uint8_t uuid[16], uint64_t *ns, uint64_t *n) {
+/* The worker's record of the device with this UUID (Status): its time in
+ * the replay path over the replays it took, and the sampled GPU time. */
+static graphd_device_work worker_time(graphd_client *c, const uint8_t uuid[16]) {
   graphd_daemon_status *s;
-  *ns = *n = 0;
+  graphd_device_work w = {0};
   if (graphd_get_status(c, &s) != GRAPHD_OK) {
     fprintf(stderr, "large_bench: status: %s\n", graphd_last_error(c));
     exit(1);
   }
   for (uint32_t i = 0; i < s->ndevices; i++)
-    if (memcmp(s->devices[i].uuid, uuid, 16) == 0) {
-      *ns = s->work[i].replay_ns;
-      *n = s->work[i].replays;
-    }
+    if (memcmp(s->devices[i].uuid, uuid, 16) == 0) w = s->work[i];
   graphd_daemon_status_free(s);
+  return w;
+}
+
+/* Mean microseconds per replay (or of the GPU per sampled replay) between
+ * two records; 0 with none. */
+static double per_replay_us(graphd_device_work a, graphd_device_work b) {
+  return b.replays > a.replays
+             ? (double)(b.replay_ns - a.replay_ns) / 1e3 / (double)(b.replays - a.replays)
+             : 0;
+}
+static double gpu_us(graphd_device_work a, graphd_device_work b) {
+  return b.gpu_replays > a.gpu_replays
+             ? (double)(b.gpu_ns - a.gpu_ns) / 1e3 / (double)(b.gpu_replays - a.gpu_replays)
+             : 0;
 }
 
 /* The in-process graph of the L launches over slots at base + k * slot,
@@ -138,6 +156,32 @@ static double time_anchor(CUgraphExec e, CUstream st) {
   double m = median(t, ROUNDS);
   free(t);
   return m;
+}
+
+/* ROUNDS launches back to back, then one sync: microseconds per launch;
+ * *gpu_us gets one launch's time on the GPU (events, median). */
+static double stream_anchor(CUgraphExec e, CUstream st, double *gpu_us) {
+  CUevent a, b;
+  CK(cu->cuEventCreate(&a, CU_EVENT_DEFAULT));
+  CK(cu->cuEventCreate(&b, CU_EVENT_DEFAULT));
+  double *g = calloc((size_t)ROUNDS, sizeof *g);
+  for (long r = 0; r < ROUNDS; r++) {
+    float ms = 0;
+    CK(cu->cuEventRecord(a, st));
+    CK(cu->cuGraphLaunch(e, st));
+    CK(cu->cuEventRecord(b, st));
+    CK(cu->cuEventSynchronize(b));
+    CK(cu->cuEventElapsedTime(&ms, a, b));
+    g[r] = ms * 1e3;
+  }
+  *gpu_us = median(g, ROUNDS);
+  free(g);
+  CK(cu->cuEventDestroy(a));
+  CK(cu->cuEventDestroy(b));
+  double t0 = bench_now_us();
+  for (long r = 0; r < ROUNDS; r++) CK(cu->cuGraphLaunch(e, st));
+  CK(cu->cuStreamSynchronize(st));
+  return (bench_now_us() - t0) / (double)ROUNDS;
 }
 
 static void usage(void) {
@@ -257,8 +301,7 @@ int main(int argc, char **argv) {
   double res[NMODES][4], first[NMODES], work[NMODES][4];
   for (int m = 0; m < NMODES; m++) {
     for (int w = -1; w < 4; w++) {
-      uint64_t ns0, n0, ns1, n1;
-      worker_time(c, (const uint8_t *)uuid.bytes, &ns0, &n0);
+      graphd_device_work w0 = worker_time(c, (const uint8_t *)uuid.bytes);
       for (long r = -10; r < ROUNDS; r++) {
         long i = r + 10;
         CUdeviceptr base = w <= 0   ? set[0]
@@ -281,12 +324,42 @@ int main(int argc, char **argv) {
         }
         if (r >= 0) t[r] = dt;
       }
-      worker_time(c, (const uint8_t *)uuid.bytes, &ns1, &n1);
+      graphd_device_work w1 = worker_time(c, (const uint8_t *)uuid.bytes);
       if (w >= 0) {
         res[m][w] = median(t, ROUNDS);
-        work[m][w] = n1 > n0 ? (double)(ns1 - ns0) / (double)(n1 - n0) / 1e3 : 0;
+        work[m][w] = per_replay_us(w0, w1);
       }
     }
+  }
+  /* Asynchronous, fixed buffers: back to back, one sync. */
+  double anchor_gpu_us,
+      anchor_async_us = stream_anchor(anchor_graph(fn, set[0], set[0], 0, ctx), st, &anchor_gpu_us);
+  double async_us[NMODES], async_work[NMODES], async_gpu[NMODES];
+  for (unsigned k = 0; k < S; k++)
+    bd[k] = (graphd_binding){.slot = k, .ptr = set[0] + k * slot_bytes(), .bytes = slot_bytes()};
+  for (int m = 0; m < NMODES; m++) {
+    for (int k = 0; k < 10; k++)
+      if (graphd_replay_async(c, gs, pid[m], bd, S, NULL) != GRAPHD_OK) {
+        fprintf(stderr, "large_bench: async replay: %s\n", graphd_last_error(c));
+        return 1;
+      }
+    CK(cu->cuStreamSynchronize(st));
+    graphd_device_work w0 = worker_time(c, (const uint8_t *)uuid.bytes);
+    double t0 = bench_now_us();
+    for (long r = 0; r < ROUNDS; r++)
+      if (graphd_replay_async(c, gs, pid[m], bd, S, NULL) != GRAPHD_OK) {
+        fprintf(stderr, "large_bench: async replay: %s\n", graphd_last_error(c));
+        return 1;
+      }
+    CK(cu->cuStreamSynchronize(st));
+    async_us[m] = (bench_now_us() - t0) / (double)ROUNDS;
+    if (graphd_replay_collect(c, NULL) != GRAPHD_OK) {
+      fprintf(stderr, "large_bench: async replay: %s\n", graphd_last_error(c));
+      return 1;
+    }
+    graphd_device_work w1 = worker_time(c, (const uint8_t *)uuid.bytes);
+    async_work[m] = per_replay_us(w0, w1);
+    async_gpu[m] = gpu_us(w0, w1);
   }
   printf(
       "large_bench: %u slots of %zu bytes, %u launches, median of %ld, per call to stream sync\n",
@@ -302,12 +375,23 @@ int main(int argc, char **argv) {
     printf("%-12s %9.1f us %9.1f us %9.1f us\n", ways[w], work[0][w], work[1][w], work[2][w]);
   printf("direct, fixed buffers, against the in-process graph with copies: %.2fx faster\n",
          copies_us / res[2][0]);
+  printf("asynchronous, fixed buffers, %ld back to back then one sync, per replay:\n", ROUNDS);
+  printf("in-process graph on fixed buffers            %9.1f us (GPU %.1f us a launch)\n",
+         anchor_async_us, anchor_gpu_us);
+  for (int m = 0; m < NMODES; m++)
+    printf("%-12s %9.1f us (%.2fx the in-process graph); worker %.1f us, GPU %.1f us (%.2fx)\n",
+           mode_names[m], async_us[m], async_us[m] / anchor_async_us, async_work[m], async_gpu[m],
+           async_gpu[m] / anchor_gpu_us);
   printf("RESULT slots=%u launches=%u inproc_fixed_us=%.1f inproc_copies_us=%.1f", S, L, fixed_us,
          copies_us);
   for (int m = 0; m < NMODES; m++)
     for (int w = 0; w < 4; w++)
       printf(" %s_%s_us=%.1f %s_%s_worker_us=%.1f", mode_names[m], ways[w], res[m][w],
              mode_names[m], ways[w], work[m][w]);
+  printf(" inproc_async_us=%.1f inproc_gpu_us=%.1f", anchor_async_us, anchor_gpu_us);
+  for (int m = 0; m < NMODES; m++)
+    printf(" %s_async_us=%.1f %s_async_worker_us=%.1f %s_async_gpu_us=%.1f", mode_names[m],
+           async_us[m], mode_names[m], async_work[m], mode_names[m], async_gpu[m]);
   printf("\n");
   graphd_close(c);
   return 0;
