@@ -130,11 +130,15 @@ bool capture_forget_program(gd_device *d, const gd_regprog *p, uint64_t *staging
  * graph was made pointing into it stop instantiating it (template_stale). */
 void capture_forget_memory(gd_device *d, uint64_t ptr, uint64_t bytes);
 
-/* Adds the GPU time of the sampled replays that have finished since the
- * last call, and how many they were, to *ns and *n. A replay is sampled
- * at most once a millisecond per device, one at a time: its copies and
- * launch on the worker's stream, timed with events. */
+/* Adds the GPU time of the sampled replays read since the last call, and
+ * how many they were, to *ns and *n. A replay is sampled (its copies and
+ * launch on the worker's stream, timed with events) one in 16, or when a
+ * millisecond has passed since the last, with at most 8 in flight; a
+ * sample is read when the next one begins, or by capture_poll_gpu_time. */
 void capture_take_gpu_time(gd_device *d, uint64_t *ns, uint64_t *n);
+
+/* Reads the samples that have finished, without waiting (worker). */
+void capture_poll_gpu_time(gd_device *d);
 
 /* Frees a capture that is not in the set. */
 void capture_free(gd_device *d, gd_capture *c);

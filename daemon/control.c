@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "capture.h"
 #include "dsession.h"
 #include "evict.h"
 #include "graphd/status.h"
@@ -96,6 +97,7 @@ typedef struct dev_job {
   size_t n;
   uint64_t bytes;
   uint64_t free_b;
+  uint64_t gpu_ns, gpu_n; /* sampled GPU time read for Status (capture_take_gpu_time) */
 } dev_job;
 
 static void dev_run(gd_job *j, void *ctx) {
@@ -105,6 +107,10 @@ static void dev_run(gd_job *j, void *ctx) {
     case ASK_STATUS: {
       uint64_t total;
       j->status = d->be->ops->mem_info(d->be, d->dev, &dj->free_b, &total, j->msg, sizeof j->msg);
+      /* The replays' GPU time read up to now, so that a Status after a
+       * stream's work has finished counts its last samples. */
+      capture_poll_gpu_time(d);
+      capture_take_gpu_time(d, &dj->gpu_ns, &dj->gpu_n);
       break;
     }
     case ASK_LIST: j->status = evict_list(d, &dj->ci, &dj->n); break;
@@ -309,6 +315,8 @@ static void dev_done(gd_job *j) {
   if (g->ask == ASK_STATUS) {
     d->counters[dj->dev].status_asked = false;
     if (j->status == 0) g->free_mem[dj->dev] = d->counters[dj->dev].last_free_memory = dj->free_b;
+    d->counters[dj->dev].gpu_replay_ns += dj->gpu_ns;
+    d->counters[dj->dev].gpu_replays += dj->gpu_n;
   } else if (j->status < 0 && g->status == 0) {
     g->status = j->status;
     snprintf(g->msg, sizeof g->msg, "%s", j->msg);

@@ -152,7 +152,7 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
   }
   family(f, "graphd_replay_gpu_seconds", "summary",
          "The device's time running a replay (its copies and launch on the worker's stream), over "
-         "the replays sampled: at most one at a time per device, one a millisecond.");
+         "the replays sampled: one in 16 per device, or one a millisecond when fewer come.");
   for (uint32_t i = 0; i < s->ndevices; i++) {
     const graphd_device_work *w = &s->work[i];
     fprintf(f, "graphd_replay_gpu_seconds_sum");

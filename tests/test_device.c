@@ -150,8 +150,8 @@ START_TEST(test_device_capture_replays_on_new_buffers_and_keeps_its_users) {
 END_TEST
 
 /* Replays are timed on the device now and then: the first one, then one
- * a millisecond at most, each read once its end has been reached (on the
- * host device at once, when the next sample would begin). */
+ * a millisecond or one in 16, each read once its end has been reached (on
+ * the host device at once) when the next sample begins or on a poll. */
 START_TEST(test_device_samples_the_device_time_of_replays) {
   fixture f;
   fixture_open(&f, 0);
@@ -177,6 +177,17 @@ START_TEST(test_device_samples_the_device_time_of_replays) {
   capture_take_gpu_time(&f.d, &again, &m); /* taken once */
   ck_assert_uint_eq(m, 0);
   ck_assert_uint_eq(again, 0);
+  capture_poll_gpu_time(&f.d); /* the last one, read without a replay */
+  capture_take_gpu_time(&f.d, &again, &m);
+  ck_assert_uint_eq(m, 1);
+  /* A burst inside the millisecond: one replay in 16 timed (more only if
+   * the burst itself outlasts a millisecond). */
+  m = 0;
+  for (int k = 0; k < 32; k++) ck_assert_int_eq(replay(&f, p, x, y, 10), 0);
+  capture_poll_gpu_time(&f.d);
+  capture_take_gpu_time(&f.d, &again, &m);
+  ck_assert_uint_ge(m, 2);
+  ck_assert_uint_le(m, 16);
   fixture_close(&f);
 }
 END_TEST

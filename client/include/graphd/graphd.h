@@ -148,9 +148,9 @@ typedef struct graphd_session_info {
  * replay, resolving its bindings, the capture on first use and queueing
  * it (on a host device, running it too). Its mean per replay is
  * replay_ns / replays. And the device's time running replays, sampled:
- * at most one replay at a time, one a millisecond, is timed on the GPU
- * from its first copy or launch to the end of its last; the mean GPU time
- * of a replay is gpu_ns / gpu_replays. */
+ * one replay in 16, or one a millisecond when fewer come, is timed on the
+ * GPU from its first copy or launch to the end of its last; the mean GPU
+ * time of a replay is gpu_ns / gpu_replays. */
 typedef struct graphd_device_work {
   uint64_t replay_ns;
   uint64_t replays; /* replays the worker took, run or refused */
