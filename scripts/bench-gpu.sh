@@ -9,7 +9,8 @@
 # through graphd against the same step in pure XLA) runs in $GRAPHD_JAX_PYTHON
 # (default /opt/torch/.venv/bin/python3) against a fresh daemon, and under
 # MPS bench/scaling_bench (GRAPHD_BENCH_CLIENTS client processes per device,
-# default 8, sync then async) against another. Last, scripts/bench-report.py
+# default 8, sync then async) against another, and bench/large_bench
+# (GRAPHD_BENCH_LARGE=0 leaves it out) against a third. Last, scripts/bench-report.py
 # prints the targets table and writes OUT_DIR/bench.json, bench.md and
 # bench.png (the plot where matplotlib is importable).
 # Each run gets a fresh daemon on its own socket, so its first replays are
@@ -95,6 +96,19 @@ run_scaling() {
   done
 }
 
+# run_large NAME: large_bench (a program of real size, sync and async)
+# against a fresh daemon.
+run_large() {
+  local name=$1 r
+  start_daemon "$out/graphd-large-$name.log" || { rc=1; return; }
+  timeout 300 "$build/bench/large_bench" --socket "$sock" --kernels "$build/tests/kernels" \
+    2>&1 | tee "$out/large-$name.log"
+  r=${PIPESTATUS[0]}
+  echo "large_bench ($name) exit status $r"
+  [[ $r == 0 ]] || rc=1
+  stop_daemon
+}
+
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader | tee "$out/machine.txt"
 [[ -x $bench ]] || { echo "no $bench: build with GRAPHD_BUILD_BENCH=ON"; exit 1; }
 
@@ -112,6 +126,7 @@ if timeout 30 nvidia-cuda-mps-control -d -M; then
   sleep 1
   run_bench mps 1000 "$@"
   [[ ${GRAPHD_BENCH_SCALING:-1} == 1 ]] && run_scaling mps
+  [[ ${GRAPHD_BENCH_LARGE:-1} == 1 ]] && run_large mps
   echo quit | timeout 30 nvidia-cuda-mps-control; sleep 1
 else
   echo "nvidia-cuda-mps-control -d -M failed"; rc=1
