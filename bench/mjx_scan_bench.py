@@ -162,6 +162,10 @@ def parse_args(argv=None):
                     help="Warp's jax_callable graph modes (WARP is MJX's default), or 'none'")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="address patterns: repeat, change")
     ap.add_argument("--strict", action="store_true", help="a failed Warp path fails the bench too")
+    ap.add_argument("--unrolled", action="store_true",
+                    help="MuJoCo Warp's solver loop unrolled (graph_conditional off): no conditional node in "
+                         "either graph, so a profiler that cannot see into conditional graphs (ncu) sees "
+                         "every kernel")
     ap.add_argument("--build-only", action="store_true",
                     help="build the graphd.warp programs of the step on the CPU and print them; no GPU, no daemon")
     ap.add_argument("--arch", default="90", help="the architecture for --build-only (90)")
@@ -199,13 +203,14 @@ def prerequisites():
 class Sim:
     """A scene, its batched start, and MJX's step."""
 
-    def __init__(self, scene, worlds, seed=0):
+    def __init__(self, scene, worlds, seed=0, unrolled=False):
         import jax
         import jax.numpy as jnp
         import mujoco
         import mujoco.mjx as mjx
         import numpy as np
         self.jax, self.mjx = jax, mjx
+        self.unrolled = unrolled
         rel, xml, _, contacts, rows = SCENES[scene]
         self.scene = scene
         if rel is None:
@@ -240,7 +245,10 @@ class Sim:
         """mjx.Model with impl="warp" (graph_mode None: MJX's default),
         MuJoCo Warp's overflow warnings off."""
         mx = self.mjx.put_model(self.m, impl="warp", graph_mode=graph_mode)
-        return mx.replace(opt=mx.opt.replace(_impl=mx.opt._impl.replace(warn_overflow=0)))
+        impl = mx.opt._impl.replace(warn_overflow=0)
+        if self.unrolled:
+            impl = impl.replace(graph_conditional=False)
+        return mx.replace(opt=mx.opt.replace(_impl=impl))
 
     def scan(self, length):
         """jit of (mx, d) -> d after `length` steps. The model is an
@@ -267,7 +275,7 @@ def build_only(a):
     arch = gw.resolve_arch(a.arch)
     os.environ["GRAPHD_WARP_ARCH"] = str(arch)
     gw.install()
-    sim = Sim(a.scene, a.worlds)
+    sim = Sim(a.scene, a.worlds, unrolled=a.unrolled)
     status = 0
     for mode in a.modes or ("auto",):
         mjx_registry().clear()
@@ -442,7 +450,7 @@ def run(a):
     if gw is not None and gw.installed():
         gw.uninstall()
     wp.init()
-    sim = Sim(a.scene, a.worlds)
+    sim = Sim(a.scene, a.worlds, unrolled=a.unrolled)
 
     def counters():
         """The capture counters and the workers' replays and GPU time (None
