@@ -1,6 +1,7 @@
 /* The Prometheus text exposition format of a daemon status (prom.h). */
 #include "prom.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 
 size_t gd_client_rows(const graphd_daemon_status *s, uint32_t self, gd_client_row **out) {
@@ -105,6 +106,23 @@ static void dev_labels(FILE *f, const graphd_device_info *d) {
   fprintf(f, "\"");
 }
 
+/* A summary per device of the workers' record: the time in the replay
+ * path over the replays taken, or (gpu) the sampled GPU time over the
+ * replays sampled. */
+static void work_summary(FILE *f, const graphd_daemon_status *s, const char *name, const char *help,
+                         bool gpu) {
+  family(f, name, "summary", help);
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    const graphd_device_work *w = &s->work[i];
+    fprintf(f, "%s_sum", name);
+    dev_labels(f, &s->devices[i]);
+    fprintf(f, "} %.9f\n", (double)(gpu ? w->gpu_ns : w->replay_ns) / 1e9);
+    fprintf(f, "%s_count", name);
+    dev_labels(f, &s->devices[i]);
+    fprintf(f, "} %llu\n", (unsigned long long)(gpu ? w->gpu_replays : w->replays));
+  }
+}
+
 void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
   family(f, "graphd_uptime_seconds", "gauge", "Seconds since the daemon started.");
   fprintf(f, "graphd_uptime_seconds %.3f\n", (double)s->uptime_ms / 1e3);
@@ -138,30 +156,15 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
       fprintf(f, ",quantile=\"%s\"} %.9f\n", qs[k].q, (double)qs[k].v / 1e9);
     }
   }
-  family(f, "graphd_replay_worker_seconds", "summary",
-         "The device worker's time per replay: checks, binding resolution, the capture on first "
-         "use and queueing (on a host device the run too), over the replays it took.");
-  for (uint32_t i = 0; i < s->ndevices; i++) {
-    const graphd_device_work *w = &s->work[i];
-    fprintf(f, "graphd_replay_worker_seconds_sum");
-    dev_labels(f, &s->devices[i]);
-    fprintf(f, "} %.9f\n", (double)w->replay_ns / 1e9);
-    fprintf(f, "graphd_replay_worker_seconds_count");
-    dev_labels(f, &s->devices[i]);
-    fprintf(f, "} %llu\n", (unsigned long long)w->replays);
-  }
-  family(f, "graphd_replay_gpu_seconds", "summary",
-         "The device's time running a replay (its copies and launch on the worker's stream), over "
-         "the replays sampled: one in 16 per device, or one a millisecond when fewer come.");
-  for (uint32_t i = 0; i < s->ndevices; i++) {
-    const graphd_device_work *w = &s->work[i];
-    fprintf(f, "graphd_replay_gpu_seconds_sum");
-    dev_labels(f, &s->devices[i]);
-    fprintf(f, "} %.9f\n", (double)w->gpu_ns / 1e9);
-    fprintf(f, "graphd_replay_gpu_seconds_count");
-    dev_labels(f, &s->devices[i]);
-    fprintf(f, "} %llu\n", (unsigned long long)w->gpu_replays);
-  }
+  work_summary(f, s, "graphd_replay_worker_seconds",
+               "The device worker's time per replay: checks, binding resolution, the capture on "
+               "first use and queueing (on a host device the run too), over the replays it took.",
+               false);
+  work_summary(f, s, "graphd_replay_gpu_seconds",
+               "The device's time running a replay (its copies and launch on the worker's stream), "
+               "over the replays sampled: one in 16 per device, or one a millisecond when fewer "
+               "come.",
+               true);
   static const char *const cnames[] = {"graphd_client_sessions", "graphd_client_regions",
                                        "graphd_client_region_bytes"};
   static const char *const chelp[] = {"Sessions the client process has open.",

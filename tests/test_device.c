@@ -537,6 +537,29 @@ static const gd_regprog *cond_program(fixture *f, uint32_t mode) {
   return registry_find_program(&f->reg, p.id);
 }
 
+/* One replay of the cond program on x with the loop count and branch flag
+ * given, capturing on the first (*c NULL): x must come out scaled by 2^count
+ * and by 3 or 5, the loop counter run down to 0. */
+static void replay_cond(fixture *f, const gd_regprog *p, gd_capture **c, float *x, uint32_t count,
+                        uint32_t flag) {
+  char err[512];
+  fill(x, 1.0f);
+  uint32_t ctl[2] = {count, flag};
+  gd_bound bind[2] = {{true, (uint64_t)(uintptr_t)x, N * 4}, {true, (uint64_t)(uintptr_t)ctl, 8}};
+  bool first = !*c;
+  if (first) {
+    ck_assert_msg(capture_build(&f->d, p, bind, f->stream, c, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(capture_insert(&f->d, *c), 0);
+  }
+  ck_assert_msg(
+      capture_enqueue(&f->d, *c, f->stream, bind, first, 1, 1, NULL, err, sizeof err) == 0, "%s",
+      err);
+  float factor = (float)(1u << count) * (flag ? 3.0f : 5.0f);
+  for (uint32_t i = 0; i < N; i++) ck_assert_float_eq(x[i], factor * (1.0f + (float)i));
+  ck_assert_uint_eq(ctl[0], 0);
+  ck_assert_uint_eq(ctl[1], flag);
+}
+
 START_TEST(test_device_runs_conditional_loops_and_branches) {
   fixture f;
   fixture_open(&f, 0);
@@ -549,22 +572,8 @@ START_TEST(test_device_runs_conditional_loops_and_branches) {
   struct {
     uint32_t count, flag;
   } cases[] = {{3, 1}, {0, 0}, {5, 0}, {1, 1}};
-  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    fill(x, 1.0f);
-    uint32_t ctl[2] = {cases[k].count, cases[k].flag};
-    gd_bound bind[2] = {{true, (uint64_t)(uintptr_t)x, N * 4}, {true, (uint64_t)(uintptr_t)ctl, 8}};
-    bool first = !c;
-    if (first) {
-      ck_assert_msg(capture_build(&f.d, p, bind, f.stream, &c, err, sizeof err) == 0, "%s", err);
-      ck_assert_int_eq(capture_insert(&f.d, c), 0);
-    }
-    ck_assert_msg(capture_enqueue(&f.d, c, f.stream, bind, first, 1, 1, NULL, err, sizeof err) == 0,
-                  "%s", err);
-    float factor = (float)(1u << cases[k].count) * (cases[k].flag ? 3.0f : 5.0f);
-    for (uint32_t i = 0; i < N; i++) ck_assert_float_eq(x[i], factor * (1.0f + (float)i));
-    ck_assert_uint_eq(ctl[0], 0);
-    ck_assert_uint_eq(ctl[1], cases[k].flag);
-  }
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    replay_cond(&f, p, &c, x, cases[k].count, cases[k].flag);
   fixture_close(&f);
 }
 END_TEST
@@ -588,27 +597,14 @@ START_TEST(test_device_direct_mode_binds_slots_of_loop_and_branch_bodies) {
     uint32_t count, flag;
   } cases[] = {{xa, 3, 1}, {xb, 2, 0}, {xa, 1, 0}, {xb, 4, 1}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    float *x = cases[k].x, *other = x == xa ? xb : xa;
-    fill(x, 1.0f);
+    float *other = cases[k].x == xa ? xb : xa;
     fill(other, -1.0f);
-    uint32_t ctl[2] = {cases[k].count, cases[k].flag};
-    gd_bound bind[2] = {{true, (uint64_t)(uintptr_t)x, N * 4}, {true, (uint64_t)(uintptr_t)ctl, 8}};
-    bool first = !c;
-    if (first) {
-      ck_assert_msg(capture_build(&f.d, p, bind, f.stream, &c, err, sizeof err) == 0, "%s", err);
-      ck_assert_int_eq(capture_insert(&f.d, c), 0);
-      ck_assert_uint_eq(c->mode, GD_MODE_DIRECT);
-      /* x is bound into the bodies' kernels; the loop counter is staged. */
-      ck_assert(c->direct && c->direct[0] && !c->direct[1]);
-    }
-    ck_assert_msg(capture_enqueue(&f.d, c, f.stream, bind, first, 1, 1, NULL, err, sizeof err) == 0,
-                  "%s", err);
-    float factor = (float)(1u << cases[k].count) * (cases[k].flag ? 3.0f : 5.0f);
-    for (uint32_t i = 0; i < N; i++) {
-      ck_assert_float_eq(x[i], factor * (1.0f + (float)i));
-      ck_assert_float_eq(other[i], -1.0f + (float)i); /* the other buffer untouched */
-    }
-    ck_assert_uint_eq(ctl[0], 0);
+    replay_cond(&f, p, &c, cases[k].x, cases[k].count, cases[k].flag);
+    for (uint32_t i = 0; i < N; i++) /* the other buffer untouched */
+      ck_assert_float_eq(other[i], -1.0f + (float)i);
+    /* x is bound into the bodies' kernels; the loop counter is staged. */
+    ck_assert_uint_eq(c->mode, GD_MODE_DIRECT);
+    ck_assert(c->direct && c->direct[0] && !c->direct[1]);
   }
   ck_assert_uint_gt(c->repoints, 0);
   fixture_close(&f);
