@@ -14,7 +14,6 @@
 
 #define STAGING_ALIGN 256u
 
-/* A device's captures, by program index. */
 /* The GPU time of replays, sampled: a replay gets a pair of timed events
  * around what it queues (copies in, the launch, copies out) when a pair
  * is free and GPU_SAMPLE_EVERY replays or GPU_SAMPLE_EVERY_NS have passed
@@ -34,6 +33,7 @@ typedef struct gd_gpu_sampler {
   uint64_t ns, n; /* finished samples not yet taken (capture_take_gpu_time) */
 } gd_gpu_sampler;
 
+/* A device's captures, by program index, and its sampler. */
 typedef struct gd_capture_set {
   gd_capture **caps;
   uint32_t *ever; /* captures of the program built on this device (its generation) */
