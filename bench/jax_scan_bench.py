@@ -103,7 +103,7 @@ def main():
     with graphd.Client.connect(os.environ["GRAPHD_SOCKET"]) as c:
         for cap in c.list_captures():
             print(f"FIGURE capture of program {cap['program'][:16]} device {cap['device']} mode {cap['mode']}: "
-                  f"{cap['replays']} replays")
+                  f"{cap['replays']} replays, {cap['graphs']} executable graphs, {cap['repoints']} repoints")
 
 
 if __name__ == "__main__":

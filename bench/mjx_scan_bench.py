@@ -51,8 +51,9 @@ atomic counters, and a falling humanoid amplifies rounding).
 Beside each wall time per step is the GPU time per step: how long the
 step keeps the GPU busy, from the start of its first copy or launch on the
 stream to the end of its last. For graphd.warp it is the daemon's own
-figure: its device workers time the replays they sample (one in 16, or
-one a millisecond when fewer come, so not every one) and Status reports
+figure: its device workers time the replays they sample (one in 16 at
+random by default; scripts/warp-gpu.sh starts the daemon with
+--gpu-time-sample 1, which times every one) and Status reports
 the sum and the count, read before and after the timed repeats; the figure is the
 mean over the sampled replays. For Warp it is timed here, in --repeats
 more repeats after the timed ones (so that the wall times carry no cost of

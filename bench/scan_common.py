@@ -34,6 +34,7 @@ def print_captures(prog, socket):
         with graphd.Client.connect(socket) as c:
             for cap in c.list_captures():
                 print(f"FIGURE capture of program {cap['program'][:16]} device {cap['device']} mode "
-                      f"{cap['mode']}: {cap['replays']} replays, {cap['nodes']} nodes")
+                      f"{cap['mode']}: {cap['replays']} replays, {cap['nodes']} nodes, {cap['graphs']} "
+                      f"executable graphs, {cap['repoints']} node parameters updated for moved buffers")
     except Exception as e:  # noqa: BLE001: the figures above stand
         print(f"{prog}: cannot list the daemon's captures: {e}", file=sys.stderr)

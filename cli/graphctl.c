@@ -199,6 +199,8 @@ static json_object *capture_json(const graphd_capture_info *ci) {
   json_object_object_add(o, "busy", json_object_new_boolean(ci->busy));
   json_object_object_add(o, "generation", json_object_new_int64(ci->generation));
   json_object_object_add(o, "created_unix_ms", json_object_new_uint64(ci->created_unix_ms));
+  json_object_object_add(o, "repoints", json_object_new_uint64(ci->repoints));
+  json_object_object_add(o, "graphs", json_object_new_int64(ci->graphs));
   json_object *pids = json_object_new_array();
   for (uint32_t k = 0; k < ci->npids; k++)
     json_object_array_add(pids, json_object_new_int64(ci->pids[k]));
@@ -213,9 +215,12 @@ static void print_capture(const graphd_capture_info *ci) {
   size_t n = 0;
   for (uint32_t k = 0; k < ci->npids && n < sizeof pids; k++)
     n += (size_t)snprintf(pids + n, sizeof pids - n, "%s%u", k ? "," : "", ci->pids[k]);
-  printf("%.12s@%-3u %-9s %10s %5u nodes %10llu replays  idle %8.1f s  %s  gen %u  pids %s\n", hex,
-         ci->device, mode_name(ci->mode), sb, ci->nodes, (unsigned long long)ci->replays,
-         (double)ci->idle_ms / 1000.0, ci->busy ? "busy" : "idle", ci->generation, n ? pids : "-");
+  printf(
+      "%.12s@%-3u %-9s %10s %5u nodes %10llu replays  idle %8.1f s  %s  gen %u  graphs %u  "
+      "repoints %llu  pids %s\n",
+      hex, ci->device, mode_name(ci->mode), sb, ci->nodes, (unsigned long long)ci->replays,
+      (double)ci->idle_ms / 1000.0, ci->busy ? "busy" : "idle", ci->generation, ci->graphs,
+      (unsigned long long)ci->repoints, n ? pids : "-");
 }
 
 /* Says on stderr which devices the daemon could not reach in time, and

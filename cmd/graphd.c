@@ -89,6 +89,8 @@ static void usage(FILE *f) {
           "                        not finished; more wait (default 1024)\n"
           "  --max-host-maps N     client mappings (regions, flag pages, rings) graphd\n"
           "                        keeps in all (default 0: 3/4 of vm.max_map_count)\n"
+          "  --gpu-time-sample N   time one replay in N on the GPU, chosen at random,\n"
+          "                        for the stats (default 16, 1 = every one, 0 = none)\n"
           "  --host-module-allow FILE\n"
           "                        host module ids (64 hex digits a line) that clients\n"
           "                        who are not admins may register\n"
@@ -142,6 +144,7 @@ static const struct option long_opts[] = {
     {"max-program-bytes-per-uid", required_argument, NULL, 0},
     {"max-inflight-replays", required_argument, NULL, 0},
     {"max-host-maps", required_argument, NULL, 0},
+    {"gpu-time-sample", required_argument, NULL, 0},
     {"idle-timeout", required_argument, NULL, 0},
     {"max-connections", required_argument, NULL, 0},
     {"max-connections-per-uid", required_argument, NULL, 0},

@@ -10,28 +10,10 @@
 #include "graphd/status.h"
 #include "holwatch.h"
 #include "common/log.h"
+#include "gpusample.h"
 #include "modcache.h"
 
 #define STAGING_ALIGN 256u
-
-/* The GPU time of replays, sampled: a replay gets a pair of timed events
- * around what it queues (copies in, the launch, copies out) when a pair
- * is free and GPU_SAMPLE_EVERY replays or GPU_SAMPLE_EVERY_NS have passed
- * since the last one so timed; pairs are read in the order they were
- * queued, once their end has been reached, never waited for. */
-#define GPU_SAMPLE_PAIRS 8
-#define GPU_SAMPLE_EVERY 16
-#define GPU_SAMPLE_EVERY_NS 1000000ull
-
-typedef struct gd_gpu_sampler {
-  gd_event start[GPU_SAMPLE_PAIRS], end[GPU_SAMPLE_PAIRS];
-  bool made;              /* the events exist */
-  bool broken;            /* they could not be made: no sampling on this device */
-  uint32_t head, pending; /* the oldest pair queued, and how many are */
-  uint32_t since;         /* replays queued since the last one timed */
-  uint64_t next_ns;
-  uint64_t ns, n; /* finished samples not yet taken (capture_take_gpu_time) */
-} gd_gpu_sampler;
 
 /* A device's captures, by program index, and its sampler. */
 typedef struct gd_capture_set {
@@ -44,76 +26,12 @@ typedef struct gd_capture_set {
 #define OPS (d->be->ops)
 #define BE d->be, d->dev
 
-/* Reads the queued samples whose end has been reached, oldest first. */
-static void sample_poll(gd_device *d, gd_gpu_sampler *g) {
-  while (g->pending) {
-    uint64_t ns = 0;
-    char e[256];
-    int r = OPS->event_elapsed(BE, g->start[g->head], g->end[g->head], &ns, e, sizeof e);
-    if (r == 0) return;
-    g->head = (g->head + 1) % GPU_SAMPLE_PAIRS;
-    g->pending--;
-    if (r < 0) {
-      GD_LOG(GD_DEBUG, "capture", "device %d: a replay's GPU time could not be read: %s", d->index,
-             e);
-      continue;
-    }
-    g->ns += ns;
-    g->n++;
-  }
-}
-
-static bool sampler_make(gd_device *d, gd_gpu_sampler *g) {
-  char e[256] = "";
-  uint32_t k = 0;
-  for (; k < GPU_SAMPLE_PAIRS; k++) {
-    if (OPS->event_create_timed(BE, &g->start[k], e, sizeof e) < 0) break;
-    if (OPS->event_create_timed(BE, &g->end[k], e, sizeof e) < 0) {
-      OPS->event_destroy(BE, g->start[k]);
-      break;
-    }
-  }
-  if (k == GPU_SAMPLE_PAIRS) return g->made = true;
-  while (k--) {
-    OPS->event_destroy(BE, g->start[k]);
-    OPS->event_destroy(BE, g->end[k]);
-  }
-  g->broken = true;
-  GD_LOG(GD_WARN, "capture", "device %d: no GPU time of replays will be reported: %s", d->index, e);
-  return false;
-}
-
-/* The pair that times the replay about to be queued on st (its start then
- * recorded), or -1 when it is not timed. */
-static int sample_begin(gd_device *d, gd_stream st, uint64_t now) {
-  gd_gpu_sampler *g = d->caps ? &d->caps->gpu : NULL;
-  if (!g || g->broken) return -1;
-  if (++g->since < GPU_SAMPLE_EVERY && now < g->next_ns) return -1;
-  sample_poll(d, g);
-  if (g->pending == GPU_SAMPLE_PAIRS || (!g->made && !sampler_make(d, g))) return -1;
-  uint32_t k = (g->head + g->pending) % GPU_SAMPLE_PAIRS;
-  char e[256];
-  return OPS->event_record(BE, g->start[k], st, e, sizeof e) == 0 ? (int)k : -1;
-}
-
-/* The timed replay's work is queued: its end recorded after it. */
-static void sample_end(gd_device *d, gd_stream st, int k, uint64_t now) {
-  gd_gpu_sampler *g = &d->caps->gpu;
-  char e[256];
-  if (OPS->event_record(BE, g->end[k], st, e, sizeof e) == 0) g->pending++;
-  g->since = 0;
-  g->next_ns = now + GPU_SAMPLE_EVERY_NS;
-}
-
 void capture_poll_gpu_time(gd_device *d) {
-  if (d->caps) sample_poll(d, &d->caps->gpu);
+  if (d->caps) gpu_sample_poll(d, &d->caps->gpu);
 }
 
 void capture_take_gpu_time(gd_device *d, uint64_t *ns, uint64_t *n) {
-  if (!d->caps) return;
-  *ns += d->caps->gpu.ns;
-  *n += d->caps->gpu.n;
-  d->caps->gpu.ns = d->caps->gpu.n = 0;
+  if (d->caps) gpu_sample_take(&d->caps->gpu, ns, n);
 }
 
 static bool slot_is_in(const gd_slot *s) {
@@ -743,7 +661,7 @@ static int enqueue_on(gd_device *d, gd_capture *c, gd_stream st, const gd_bound 
   if (c->queued && c->last_stream != st &&
       (rc = OPS->stream_wait_event(BE, st, c->last_use, err, errlen)) < 0)
     return rc;
-  int timed = sample_begin(d, st, gd_now_ns());
+  int timed = d->caps ? gpu_sample_begin(d, &d->caps->gpu, st) : -1;
   if (first) {
     for (uint32_t s = 0; s < p->nslots; s++) {
       const gd_slot *sl = &p->slots[s];
@@ -803,7 +721,7 @@ static int enqueue_on(gd_device *d, gd_capture *c, gd_stream st, const gd_bound 
   c->last_stream = st;
   c->queued++;
   c->last_queued_ns = gd_now_ns();
-  if (timed >= 0) sample_end(d, st, timed, c->last_queued_ns);
+  if (timed >= 0) gpu_sample_end(d, &d->caps->gpu, st, timed);
   x->used_ns = c->last_queued_ns;
   return 0;
 }
@@ -962,10 +880,7 @@ void capture_close_all(gd_device *d) {
   gd_capture_set *cs = d->caps;
   if (!cs) return;
   for (uint32_t i = 0; i < cs->n; i++) capture_free(d, cs->caps[i]);
-  for (uint32_t k = 0; cs->gpu.made && k < GPU_SAMPLE_PAIRS; k++) {
-    OPS->event_destroy(BE, cs->gpu.start[k]);
-    OPS->event_destroy(BE, cs->gpu.end[k]);
-  }
+  gpu_sample_free(d, &cs->gpu);
   free(cs->caps);
   free(cs->ever);
   free(cs);

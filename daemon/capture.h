@@ -131,10 +131,8 @@ bool capture_forget_program(gd_device *d, const gd_regprog *p, uint64_t *staging
 void capture_forget_memory(gd_device *d, uint64_t ptr, uint64_t bytes);
 
 /* Adds the GPU time of the sampled replays read since the last call, and
- * how many they were, to *ns and *n. A replay is sampled (its copies and
- * launch on the worker's stream, timed with events) one in 16, or when a
- * millisecond has passed since the last, with at most 8 in flight; a
- * sample is read when the next one begins, or by capture_poll_gpu_time. */
+ * how many they were, to *ns and *n (gpusample.h: which replays, and when
+ * a sample is read). */
 void capture_take_gpu_time(gd_device *d, uint64_t *ns, uint64_t *n);
 
 /* Reads the samples that have finished, without waiting (worker). */

@@ -197,6 +197,8 @@ static void fill_info(Graphd__Wire__CaptureInfo *w, const gd_capture_info *c) {
   w->idle_ms = c->idle_ms;
   w->generation = c->generation;
   w->created_unix_ms = c->created_unix_ms;
+  w->repoints = c->repoints;
+  w->graphs = c->graphs;
   w->n_pids = c->npids;
   w->pids = (uint32_t *)c->pids;
   w->busy = c->busy;

@@ -9,6 +9,7 @@
 
 #include "graphd/status.h"
 #include "common/log.h"
+#include "gpusample.h"
 
 typedef struct gd_live_import {
   uint64_t serial;
@@ -22,6 +23,7 @@ void device_init(gd_device *d, int index, gd_backend *be, int backend_index, uin
   d->be = be;
   d->backend_index = backend_index;
   d->budget = budget;
+  d->gpu_sample_every = GD_GPU_SAMPLE_DEFAULT;
   atomic_init(&d->state, GD_DEVICE_STARTING);
   atomic_init(&d->epoch, 0);
 }

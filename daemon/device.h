@@ -30,6 +30,7 @@ typedef struct gd_device {
   _Atomic uint64_t epoch;          /* bumped at each reset; any thread reads it */
   char fail_msg[320];              /* written before state becomes FAILED; then read-only */
   uint64_t budget;                 /* staging bytes captures may hold; 0 = no limit */
+  uint32_t gpu_sample_every;       /* time one replay in this many (gpusample.h); 0 = none */
   struct gd_modcache *mods;        /* modcache.c */
   struct gd_capture_set *caps;     /* capture.c */
   struct gd_holwatch *hol;         /* holwatch.c */

@@ -31,10 +31,13 @@ sock=/tmp/graphd-bench-$$.sock
 rc=0
 dpid=
 
-# Starts graphd on $sock, logging to $1; waits until it answers a ping.
+# Starts graphd on $sock, logging to $1, with the flags after it; waits
+# until it answers a ping.
 start_daemon() {
+  local log=$1
+  shift
   rm -f "$sock"
-  timeout 600 "$build/graphd" --backend cuda --socket "$sock" --log-level info >"$1" 2>&1 &
+  timeout 600 "$build/graphd" --backend cuda --socket "$sock" --log-level info "$@" >"$log" 2>&1 &
   dpid=$!
   for _ in $(seq 150); do
     if [[ -S $sock ]] && timeout 5 "$build/graphctl" --socket "$sock" ping >/dev/null 2>&1; then
@@ -43,7 +46,7 @@ start_daemon() {
     kill -0 "$dpid" 2>/dev/null || break
     sleep 0.1
   done
-  echo "graphd did not come up on $sock:"; tail -5 "$1"
+  echo "graphd did not come up on $sock:"; tail -5 "$log"
   stop_daemon
   return 1
 }
@@ -100,7 +103,7 @@ run_scaling() {
 # against a fresh daemon.
 run_large() {
   local name=$1 r
-  start_daemon "$out/graphd-large-$name.log" || { rc=1; return; }
+  start_daemon "$out/graphd-large-$name.log" --gpu-time-sample 1 || { rc=1; return; }
   timeout 300 "$build/bench/large_bench" --socket "$sock" --kernels "$build/tests/kernels" \
     2>&1 | tee "$out/large-$name.log"
   r=${PIPESTATUS[0]}

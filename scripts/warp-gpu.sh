@@ -72,10 +72,13 @@ if [[ $steps == *" mjx"* ]] && ! timeout 120 "$py" -c 'import mujoco, mujoco.mjx
 fi
 nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,compute_mode --format=csv,noheader
 
-# Starts graphd on $sock, logging to $1; waits until it answers a ping.
+# Starts graphd on $sock, logging to $1, with the flags after it; waits
+# until it answers a ping.
 start_daemon() {
+  local log=$1
+  shift
   rm -f "$sock"
-  timeout 1200 "$build/graphd" --backend cuda --socket "$sock" --log-level info >"$1" 2>&1 &
+  timeout 1200 "$build/graphd" --backend cuda --socket "$sock" --log-level info "$@" >"$log" 2>&1 &
   dpid=$!
   for _ in $(seq 150); do
     if [[ -S $sock ]] && timeout 5 "$build/graphctl" --socket "$sock" ping >/dev/null 2>&1; then
@@ -84,7 +87,7 @@ start_daemon() {
     kill -0 "$dpid" 2>/dev/null || break
     sleep 0.1
   done
-  echo "graphd did not come up on $sock:"; tail -5 "$1"
+  echo "graphd did not come up on $sock:"; tail -5 "$log"
   stop_daemon
   return 1
 }
@@ -121,7 +124,9 @@ bench() {
   shift 2
   local short=${b%_scan_bench}
   echo "== $b ($name)"
-  start_daemon "$out/graphd-$short-bench-$name.log" || { rc=1; return 1; }
+  # Every replay timed on the GPU: the bench sets the daemon's mean GPU
+  # time beside Warp's, which times every launch.
+  start_daemon "$out/graphd-$short-bench-$name.log" --gpu-time-sample 1 || { rc=1; return 1; }
   timeout "$limit" "$py" "$src/bench/$b.py" --socket "$sock" "$@" 2>&1 | tee "$out/$short-bench-$name.log"
   r=${PIPESTATUS[0]}
   echo "$b ($name) exit status $r"

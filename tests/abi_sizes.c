@@ -68,6 +68,8 @@ int main(void) {
   OFF(graphd_capture_info, busy);
   OFF(graphd_capture_info, generation);
   OFF(graphd_capture_info, created_unix_ms);
+  OFF(graphd_capture_info, repoints);
+  OFF(graphd_capture_info, graphs);
   SIZE(graphd_evict_options);
   OFF(graphd_evict_options, device);
   OFF(graphd_evict_options, client_pid);

@@ -149,9 +149,10 @@ START_TEST(test_device_capture_replays_on_new_buffers_and_keeps_its_users) {
 }
 END_TEST
 
-/* Replays are timed on the device now and then: the first one, then one
- * a millisecond or one in 16, each read once its end has been reached (on
- * the host device at once) when the next sample begins or on a poll. */
+/* Replays are timed on the device: every one with --gpu-time-sample 1,
+ * one in 16 on average by default (at random gaps), none with 0; each is
+ * read once its end has been reached (on the host device at once) when
+ * the next sample begins or on a poll, and taken once. */
 START_TEST(test_device_samples_the_device_time_of_replays) {
   fixture f;
   fixture_open(&f, 0);
@@ -161,17 +162,10 @@ START_TEST(test_device_samples_the_device_time_of_replays) {
   uint64_t ns = 0, n = 0;
   capture_take_gpu_time(&f.d, &ns, &n); /* nothing replayed yet */
   ck_assert_uint_eq(n, 0);
-  for (int k = 0; k < 4; k++) {
-    ck_assert_int_eq(replay(&f, p, x, y, 10), 0);
-    ck_assert_int_eq(replay(&f, p, x, y, 10), 0); /* within the millisecond: not sampled */
-    usleep(2000);
-  }
+  f.d.gpu_sample_every = 1;
+  for (int k = 0; k < 10; k++) ck_assert_int_eq(replay(&f, p, x, y, 10), 0);
   capture_take_gpu_time(&f.d, &ns, &n);
-  /* At least the first of each pair sampled, the last still unread (a
-   * stall of a millisecond between the two of a pair samples the second
-   * as well); each one's time is its run. */
-  ck_assert_uint_ge(n, 3);
-  ck_assert_uint_le(n, 7);
+  ck_assert_uint_eq(n, 9); /* the last one is read by the next sample or a poll */
   ck_assert_uint_gt(ns, 0);
   uint64_t again = 0, m = 0;
   capture_take_gpu_time(&f.d, &again, &m); /* taken once */
@@ -180,14 +174,24 @@ START_TEST(test_device_samples_the_device_time_of_replays) {
   capture_poll_gpu_time(&f.d); /* the last one, read without a replay */
   capture_take_gpu_time(&f.d, &again, &m);
   ck_assert_uint_eq(m, 1);
-  /* A burst inside the millisecond: one replay in 16 timed (more only if
-   * the burst itself outlasts a millisecond). */
+  ck_assert_uint_gt(again, 0);
+
+  /* One in 16 on average: gaps of 1 to 31 replays. */
+  f.d.gpu_sample_every = 16;
   m = 0;
-  for (int k = 0; k < 32; k++) ck_assert_int_eq(replay(&f, p, x, y, 10), 0);
+  for (int k = 0; k < 1600; k++) ck_assert_int_eq(replay(&f, p, x, y, 10), 0);
   capture_poll_gpu_time(&f.d);
   capture_take_gpu_time(&f.d, &again, &m);
-  ck_assert_uint_ge(m, 2);
-  ck_assert_uint_le(m, 16);
+  ck_assert_uint_ge(m, 70);
+  ck_assert_uint_le(m, 130);
+
+  /* None. */
+  f.d.gpu_sample_every = 0;
+  m = 0;
+  for (int k = 0; k < 100; k++) ck_assert_int_eq(replay(&f, p, x, y, 10), 0);
+  capture_poll_gpu_time(&f.d);
+  capture_take_gpu_time(&f.d, &again, &m);
+  ck_assert_uint_le(m, 1); /* at most the one chosen before the switch */
   fixture_close(&f);
 }
 END_TEST

@@ -500,9 +500,9 @@ START_TEST(test_graphctl_stats_agree_with_the_actions) {
   ck_assert_uint_eq(jget(d1, "worker_replays"), 21);
   ck_assert_uint_gt(jget(d1, "worker_replay_ns"), 0);
   ck_assert_uint_eq(jget(d0, "worker_replays"), 0);
-  /* Some of them timed on the device (one a millisecond at most). */
+  /* Some of them timed on the device (one in 16 on average, at random). */
   uint64_t sampled = jget(d1, "gpu_replays");
-  ck_assert_uint_le(sampled, 20);
+  ck_assert_uint_le(sampled, 21);
   ck_assert(sampled == 0 || jget(d1, "gpu_replay_ns") > 0);
   ck_assert_uint_eq(jget(d0, "gpu_replays"), 0);
   ck_assert_uint_eq(jget(d0, "replays"), 0);

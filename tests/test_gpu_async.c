@@ -6,8 +6,9 @@
  * bindings whose entries take several slots of the ring, in staged and
  * direct mode, the wait's answer for replays a graceful stop never took,
  * a sync replay's drain of entries --max-inflight-replays holds while
- * another client waits, and a doorbell its client made blocking. Exits 77
- * without a GPU. */
+ * another client waits, a doorbell its client made blocking, and every
+ * replay timed on the GPU with --gpu-time-sample 1 while the worker runs
+ * far ahead. Exits 77 without a GPU. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
@@ -362,6 +363,51 @@ START_TEST(test_gpu_async_held_ring_and_sync_replay_let_another_client_through) 
 }
 END_TEST
 
+/* --gpu-time-sample 1: with the client's stream held, the worker queues
+ * 200 replays ahead of the GPU (more than the sampler's first pairs), and
+ * every one is timed once the stream goes. */
+START_TEST(test_gpu_async_every_replay_timed_while_the_worker_runs_ahead) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_start_again(&d, "--backend", "cuda", "--gpu-time-sample", "1", NULL);
+  fixture f;
+  fixture_up(&f);
+  ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x[0], &f.y[0], &f.cc, 1, 1, NULL),
+                   GRAPHD_OK);
+  volatile uint64_t *flag = gpu_hold_stream(f.st);
+  ck_assert_ptr_nonnull((void *)flag);
+  for (int i = 0; i < 200; i++) {
+    graphd_binding b[2] = {{0, f.x[i % 4].ptr, GN * 4}, {3, f.y[i % 4].ptr, GN * 4}};
+    ck_assert_int_eq(graphd_replay_async(f.c, f.s, f.pid, b, 2, NULL), GRAPHD_OK);
+  }
+  usleep(300000); /* the worker has queued them behind the held stream */
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(f.st), CUDA_SUCCESS);
+  graphd_async_info info;
+  ck_assert_int_eq(graphd_replay_collect(f.c, &info), GRAPHD_OK);
+  ck_assert_uint_eq(info.failed, 0);
+  graphd_client *ctl = td_control(&d);
+  uint64_t replays = 0, timed = 0, ns = 0;
+  for (int tries = 0; tries < 50; tries++) { /* the rings' replays are folded in within ms */
+    graphd_daemon_status *s;
+    ck_assert_int_eq(graphd_get_status(ctl, &s), GRAPHD_OK);
+    replays = s->work[0].replays;
+    timed = s->work[0].gpu_replays;
+    ns = s->work[0].gpu_ns;
+    graphd_daemon_status_free(s);
+    if (replays == 201 && timed == 201) break;
+    usleep(20000);
+  }
+  printf("FIGURE %llu replays, %llu timed on the GPU, %.1f us each\n", (unsigned long long)replays,
+         (unsigned long long)timed, timed ? (double)ns / (double)timed / 1e3 : 0.0);
+  ck_assert_uint_eq(replays, 201);
+  ck_assert_uint_eq(timed, 201);
+  ck_assert_uint_gt(ns, 0);
+  graphd_close(ctl);
+  fixture_down(&f);
+  gpu_hold_free(flag);
+}
+END_TEST
+
 /* On the CUDA backend too, a doorbell registered in two sessions and made
  * blocking by its owner, then rung, leaves the worker serving others. */
 START_TEST(test_gpu_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker) {
@@ -504,6 +550,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_async_wait_reports_the_replays_a_graceful_stop_dropped);
   tcase_add_test(tc, test_gpu_async_held_ring_and_sync_replay_let_another_client_through);
   tcase_add_test(tc, test_gpu_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker);
+  tcase_add_test(tc, test_gpu_async_every_replay_timed_while_the_worker_runs_ahead);
   suite_add_tcase(su, tc);
   return td_run_suite(su);
 }

@@ -95,6 +95,12 @@ START_TEST(test_options_limits_take_their_ranges) {
   ck_assert_int_eq(options_set(&o, "max-regions-per-uid", "x", err, sizeof err),
                    -GRAPHD_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err, "(0 = no limit)"));
+  ck_assert_uint_eq(o.gpu_time_sample, 16);
+  ck_assert_int_eq(options_set(&o, "gpu-time-sample", "1", err, sizeof err), 0);
+  ck_assert_uint_eq(o.gpu_time_sample, 1);
+  ck_assert_int_eq(options_set(&o, "gpu-time-sample", "-1", err, sizeof err),
+                   -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err, "(1 = every replay, 0 = none)"));
 }
 END_TEST
 

@@ -22,6 +22,8 @@ static graphd_status copy_infos(graphd_client *c, Graphd__Wire__CaptureInfo **w,
     ci[i].idle_ms = w[i]->idle_ms;
     ci[i].generation = w[i]->generation;
     ci[i].created_unix_ms = w[i]->created_unix_ms;
+    ci[i].repoints = w[i]->repoints;
+    ci[i].graphs = w[i]->graphs;
     ci[i].npids = (uint32_t)(w[i]->n_pids < 16 ? w[i]->n_pids : 16);
     memcpy(ci[i].pids, w[i]->pids, ci[i].npids * sizeof(uint32_t));
     ci[i].busy = w[i]->busy;

@@ -148,9 +148,9 @@ typedef struct graphd_session_info {
  * replay, resolving its bindings, the capture on first use and queueing
  * it (on a host device, running it too). Its mean per replay is
  * replay_ns / replays. And the device's time running replays, sampled:
- * one replay in 16, or one a millisecond when fewer come, is timed on the
- * GPU from its first copy or launch to the end of its last; the mean GPU
- * time of a replay is gpu_ns / gpu_replays. */
+ * one replay in 16 chosen at random (the daemon's --gpu-time-sample), is
+ * timed on the GPU from its first copy or launch to the end of its last;
+ * the mean GPU time of a replay is gpu_ns / gpu_replays. */
 typedef struct graphd_device_work {
   uint64_t replay_ns;
   uint64_t replays; /* replays the worker took, run or refused */
@@ -444,6 +444,8 @@ typedef struct graphd_capture_info {
   int busy;                 /* its last replay has not finished */
   uint32_t generation;      /* 1 for the program's first capture on the device, +1 per re-capture */
   uint64_t created_unix_ms; /* when this capture was built (wall clock, ms since 1970) */
+  uint64_t repoints;        /* node parameters updated because a replay's buffers had moved */
+  uint32_t graphs;          /* executable graphs, over its instances */
 } graphd_capture_info;
 
 /* Every capture on every device; free *out with free(). */

@@ -121,7 +121,8 @@ class graphd_capture_info(ctypes.Structure):
     _fields_ = [("program_id", _u8 * 32), ("device", _u32), ("mode", _u32),
                 ("staging_bytes", _u64), ("nodes", _u32), ("replays", _u64),
                 ("idle_ms", _u64), ("pids", _u32 * 16), ("npids", _u32), ("busy", _int),
-                ("generation", _u32), ("created_unix_ms", _u64)]
+                ("generation", _u32), ("created_unix_ms", _u64), ("repoints", _u64),
+                ("graphs", _u32)]
 
 
 class graphd_evict_options(ctypes.Structure):

@@ -378,7 +378,8 @@ class Client:
                         "staging_bytes": c.staging_bytes, "nodes": c.nodes,
                         "replays": c.replays, "idle_ms": c.idle_ms,
                         "pids": list(c.pids[:c.npids]), "busy": bool(c.busy),
-                        "generation": c.generation, "created_unix_ms": c.created_unix_ms})
+                        "generation": c.generation, "created_unix_ms": c.created_unix_ms,
+                        "repoints": c.repoints, "graphs": c.graphs})
         if ptr:
             libc_free(ptr)
         return out
