@@ -336,7 +336,9 @@ START_TEST(test_device_streams_replaying_at_once_get_instances_of_a_stateless_ca
   ck_assert_uint_eq(capture_instances(c), GD_CAPTURE_INSTANCES);
   ck_assert_uint_eq(capture_staging_bytes(c), GD_CAPTURE_INSTANCES * one);
   ck_assert_uint_eq(c->replays, GD_CAPTURE_INSTANCES + 5);
-  ck_assert_uint_eq(c->npids, GD_CAPTURE_INSTANCES + 2);
+  /* Every process is a user, as far as the list of users goes. */
+  ck_assert_uint_eq(c->npids, GD_CAPTURE_INSTANCES + 2 < GD_CAPTURE_PIDS ? GD_CAPTURE_INSTANCES + 2
+                                                                         : GD_CAPTURE_PIDS);
   for (int i = 0; i < GD_CAPTURE_INSTANCES + 2; i++)
     for (uint32_t k = 0; k < N; k++) ck_assert_float_eq(y[i][k], 3.0f * x[i][k]);
   ck_assert(capture_busy(&f.d, c));

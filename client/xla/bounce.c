@@ -46,9 +46,30 @@ static bool idle(const gd_cuda *cu, const xla_bounce *e) {
   return !e->use || cu->cuEventQuery(e->use->ev) == CUDA_SUCCESS;
 }
 
+/* One copy of block base is gone: the block goes with its last. */
+static void block_put(const gd_cuda *cu, xla_bounce_table *t, CUdeviceptr base) {
+  for (int k = 0; k < t->nblocks; k++) {
+    if (t->blocks[k].base != base) continue;
+    if (--t->blocks[k].live == 0) {
+      cu->cuMemFree(base);
+      t->blocks[k] = t->blocks[--t->nblocks];
+    }
+    return;
+  }
+}
+
+static bool grow_blocks(xla_bounce_table *t) {
+  int alloc = t->blocks_alloc ? 2 * t->blocks_alloc : 16;
+  xla_block *v = realloc(t->blocks, (size_t)alloc * sizeof *v);
+  if (!v) return false;
+  t->blocks = v;
+  t->blocks_alloc = alloc;
+  return true;
+}
+
 static void drop(const gd_cuda *cu, xla_bounce_table *t, int i) {
   xla_bounce *e = &t->v[i];
-  cu->cuMemFree(e->copy);
+  block_put(cu, t, e->block);
   use_put(cu, t, e->use);
   memmove(&t->v[i], &t->v[i + 1], (size_t)(t->n - i - 1) * sizeof *t->v);
   t->n--;
@@ -60,7 +81,7 @@ void xla_bounce_close(xla_bounce_table *t) {
   if (t->n && gd_cuda_load(&cu, NULL, 0) == 0)
     for (int i = 0; i < t->n; i++) {
       if (t->v[i].use) cu->cuEventSynchronize(t->v[i].use->ev);
-      cu->cuMemFree(t->v[i].copy);
+      block_put(cu, t, t->v[i].block);
       use_put(cu, t, t->v[i].use);
     }
   if (t->nspare && gd_cuda_load(&cu, NULL, 0) == 0)
@@ -69,6 +90,7 @@ void xla_bounce_close(xla_bounce_table *t) {
       free(t->spare[i]);
     }
   free(t->v);
+  free(t->blocks);
   pthread_mutex_destroy(&t->lock);
   memset(t, 0, sizeof *t);
 }
@@ -120,64 +142,142 @@ static bool free_lru(const gd_cuda *cu, xla_bounce_table *t, uint64_t stamp) {
   return true;
 }
 
+/* A new copy of one call, until its block is made. */
+typedef struct fresh {
+  uint64_t src, bytes;
+  uint32_t slot;
+  bool constant;
+} fresh;
+
+static uint64_t aligned(uint64_t bytes) {
+  return (bytes + XLA_COPY_ALIGN - 1) / XLA_COPY_ALIGN * XLA_COPY_ALIGN;
+}
+
+/* Takes the call's new entries of one kind out of the table again. */
+static void forget_fresh(xla_bounce_table *t, const fresh *f, int nf, bool constant) {
+  for (int k = 0; k < nf; k++) {
+    if (f[k].constant != constant) continue;
+    int at = find_at(t, f[k].src, f[k].bytes);
+    memmove(&t->v[at], &t->v[at + 1], (size_t)(t->n - at - 1) * sizeof *t->v);
+    t->n--;
+  }
+}
+
+/* Makes one block for the call's new copies of one kind (constants, or
+ * pool memory) and points their entries into it, each 256-byte aligned;
+ * on failure takes them out of the table again, *slot naming the first. */
+static CUresult make_block(const gd_cuda *cu, xla_bounce_table *t, const fresh *f, int nf,
+                           bool constant, uint64_t stamp, uint32_t *slot) {
+  uint64_t total = 0;
+  int count = 0;
+  for (int k = 0; k < nf; k++)
+    if (f[k].constant == constant) {
+      total += aligned(f[k].bytes);
+      if (!count++) *slot = f[k].slot;
+    }
+  if (!count) return CUDA_SUCCESS;
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  CUdeviceptr base = 0;
+  if (t->nblocks < t->blocks_alloc || grow_blocks(t)) {
+    r = cu->cuMemAlloc(&base, total);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      /* Room on the device first: every copy no queued call uses. */
+      while (free_lru(cu, t, stamp)) {
+      }
+      r = cu->cuMemAlloc(&base, total);
+    }
+  }
+  if (r != CUDA_SUCCESS) {
+    forget_fresh(t, f, nf, constant);
+    return r;
+  }
+  t->blocks[t->nblocks++] = (xla_block){.base = base, .live = count};
+  uint64_t off = 0;
+  for (int k = 0; k < nf; k++) {
+    if (f[k].constant != constant) continue;
+    xla_bounce *e = xla_bounce_find(t, f[k].src, f[k].bytes);
+    e->copy = base + off;
+    e->block = base;
+    off += aligned(f[k].bytes);
+  }
+  return CUDA_SUCCESS;
+}
+
 int xla_bounce_add(xla_bounce_table *t, const graphd_binding *b, int64_t nb, char *err,
                    size_t errlen) {
   const gd_cuda *cu;
   if (gd_cuda_load(&cu, NULL, 0) < 0) return 0;
   uint64_t stamp = ++t->stamp;
-  int added = 0;
   /* The call's copies that exist already are its own: none is freed for
    * another of its buffers. */
   for (int64_t i = 0; i < nb; i++) {
     xla_bounce *e = xla_bounce_find(t, b[i].ptr, b[i].bytes);
     if (e) e->last_call = stamp;
   }
-  for (int64_t i = 0; i < nb; i++) {
+  /* The new ones enter the table first (a buffer bound twice gets one),
+   * then get their memory: one block for the call's constants and one for
+   * its pool buffers, so that the daemon maps one allocation for many
+   * copies (a step of MuJoCo's binds some 70 constants). */
+  fresh *f = NULL;
+  int nf = 0, fcap = 0;
+  bool host_ok = true;
+  for (int64_t i = 0; i < nb && host_ok; i++) {
     int kind;
     if (xla_bounce_find(t, b[i].ptr, b[i].bytes) || (kind = unmappable(cu, b[i].ptr)) == MAPPABLE)
       continue;
     while (t->n >= t->cap && free_lru(cu, t, stamp)) {
     }
-    CUdeviceptr copy;
-    CUresult r = cu->cuMemAlloc(&copy, b[i].bytes);
-    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
-      /* Room on the device first: every copy no queued call uses. */
-      while (free_lru(cu, t, stamp)) {
+    if (nf == fcap) {
+      int c = fcap ? 2 * fcap : 16;
+      fresh *g = realloc(f, (size_t)c * sizeof *g);
+      if (g) {
+        f = g;
+        fcap = c;
       }
-      r = cu->cuMemAlloc(&copy, b[i].bytes);
     }
-    if (r == CUDA_SUCCESS && t->n == t->alloc) {
+    if (t->n == t->alloc) {
       int alloc = t->alloc ? 2 * t->alloc : 16;
       xla_bounce *v = realloc(t->v, (size_t)alloc * sizeof *v);
-      if (!v) {
-        cu->cuMemFree(copy);
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-      } else {
+      if (v) {
         t->v = v;
         t->alloc = alloc;
       }
     }
-    if (r != CUDA_SUCCESS) {
-      char e[160];
-      snprintf(err, errlen,
-               "slot %u is bound to memory graphd cannot map (0x%llx, %llu bytes), and no copy "
-               "of it could be made (%d copies, each bound by a call still queued): %s",
-               b[i].slot, (unsigned long long)b[i].ptr, (unsigned long long)b[i].bytes, t->n,
-               gd_cuda_strerror(cu, r, e, sizeof e));
-      added = -1;
+    if (nf == fcap || t->n == t->alloc) {
+      snprintf(err, errlen, "out of host memory for a copy of slot %u's buffer", b[i].slot);
+      host_ok = false;
       break;
     }
+    f[nf++] = (fresh){b[i].ptr, b[i].bytes, b[i].slot, kind == UNMAP_MODULE};
     int at = find_at(t, b[i].ptr, b[i].bytes);
     memmove(&t->v[at + 1], &t->v[at], (size_t)(t->n - at) * sizeof *t->v);
     t->v[at] = (xla_bounce){.src = b[i].ptr,
                             .bytes = b[i].bytes,
-                            .copy = copy,
                             .constant = kind == UNMAP_MODULE,
                             .last_call = stamp};
     t->n++;
-    added++;
   }
-  return added;
+  CUresult r = CUDA_SUCCESS;
+  uint32_t slot = 0;
+  for (int k = 0; k < 2; k++) {
+    bool constant = k == 0;
+    if (!host_ok || r != CUDA_SUCCESS)
+      forget_fresh(t, f, nf, constant);
+    else
+      r = make_block(cu, t, f, nf, constant, stamp, &slot);
+  }
+  if (host_ok && r != CUDA_SUCCESS) {
+    char e[160];
+    const fresh *x = f;
+    while (x->slot != slot) x++;
+    snprintf(err, errlen,
+             "slot %u is bound to memory graphd cannot map (0x%llx, %llu bytes), and no copy "
+             "of it could be made (%d copies, each bound by a call still queued): %s",
+             slot, (unsigned long long)x->src, (unsigned long long)x->bytes, t->n,
+             gd_cuda_strerror(cu, r, e, sizeof e));
+  }
+  free(f);
+  return host_ok && r == CUDA_SUCCESS ? nf : -1;
 }
 
 /* The buffer id of the allocation at base now, asked of the driver once a

@@ -4,7 +4,9 @@
  * constants, stream-ordered pool memory). The handler gives each such
  * buffer a copy of its own from cuMemAlloc, which graphd maps, and binds
  * the copy: an operand is copied into it on the call's stream before the
- * replay, a result out of it after.
+ * replay, a result out of it after. The copies one call makes share one
+ * allocation per kind (constants, pool buffers), freed with the last of
+ * them: one region for graphd to import instead of one per copy.
  *
  * The table is a soft cap, never a wall: when it holds `cap` copies, a
  * new one first frees the least recently used copy that no queued call
@@ -47,9 +49,19 @@ typedef struct xla_bounce_use {
   int refs; /* copies whose last call this is */
 } xla_bounce_use;
 
+/* Copies share blocks 256-byte aligned, as cuMemAlloc would align them. */
+#define XLA_COPY_ALIGN 256u
+
+/* One allocation holding the copies one call made of one kind. */
+typedef struct xla_block {
+  CUdeviceptr base;
+  int live; /* copies in it still in the table */
+} xla_block;
+
 typedef struct xla_bounce {
   uint64_t src, bytes; /* the unmappable buffer */
   CUdeviceptr copy;
+  CUdeviceptr block; /* the allocation the copy lies in */
   /* Module memory (not pool memory): under XLA only a compiled module's
    * constants, which nothing writes. Copied in once, and again only when
    * the allocation at src is another one (its buffer id, src_id). */
@@ -69,6 +81,8 @@ typedef struct xla_bounce_table {
   xla_bounce *v;  /* n copies, in order of src then bytes; guarded by lock */
   int n, alloc;   /* guarded by lock */
   int cap;        /* above it, copies no queued call uses are freed, LRU first */
+  xla_block *blocks; /* the allocations of the copies; guarded by lock */
+  int nblocks, blocks_alloc;
   uint64_t stamp; /* of the latest call; guarded by lock */
   uint64_t freed; /* copies freed to make room, for tests; guarded by lock */
   /* Events no copy names any more, kept to record again rather than made
