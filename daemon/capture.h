@@ -30,8 +30,8 @@
 #include "registry.h"
 
 #define GD_CAPTURE_PIDS 16
-#define GD_CAPTURE_EXECS 4     /* executable graphs per capture, one per binding set */
-#define GD_CAPTURE_RECENT 8    /* binding sets remembered to see one come back */
+#define GD_CAPTURE_EXECS 4      /* executable graphs per capture, one per binding set */
+#define GD_CAPTURE_RECENT 8     /* binding sets remembered to see one come back */
 #define GD_CAPTURE_INSTANCES 32 /* instances of a program that keeps no state, at most */
 
 /* One executable graph of a capture, and where its copy nodes point now.

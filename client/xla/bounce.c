@@ -251,10 +251,8 @@ int xla_bounce_add(xla_bounce_table *t, const graphd_binding *b, int64_t nb, cha
     f[nf++] = (fresh){b[i].ptr, b[i].bytes, b[i].slot, kind == UNMAP_MODULE};
     int at = find_at(t, b[i].ptr, b[i].bytes);
     memmove(&t->v[at + 1], &t->v[at], (size_t)(t->n - at) * sizeof *t->v);
-    t->v[at] = (xla_bounce){.src = b[i].ptr,
-                            .bytes = b[i].bytes,
-                            .constant = kind == UNMAP_MODULE,
-                            .last_call = stamp};
+    t->v[at] = (xla_bounce){
+        .src = b[i].ptr, .bytes = b[i].bytes, .constant = kind == UNMAP_MODULE, .last_call = stamp};
     t->n++;
   }
   CUresult r = CUDA_SUCCESS;

@@ -78,9 +78,9 @@ typedef struct xla_bounce {
 
 typedef struct xla_bounce_table {
   pthread_mutex_t lock;
-  xla_bounce *v;  /* n copies, in order of src then bytes; guarded by lock */
-  int n, alloc;   /* guarded by lock */
-  int cap;        /* above it, copies no queued call uses are freed, LRU first */
+  xla_bounce *v;     /* n copies, in order of src then bytes; guarded by lock */
+  int n, alloc;      /* guarded by lock */
+  int cap;           /* above it, copies no queued call uses are freed, LRU first */
   xla_block *blocks; /* the allocations of the copies; guarded by lock */
   int nblocks, blocks_alloc;
   uint64_t stamp; /* of the latest call; guarded by lock */
