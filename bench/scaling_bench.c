@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -53,8 +54,9 @@ typedef struct opts {
   const char *socket, *kernels;
   double seconds;
   int per_device;
-  int async;   /* graphd_replay_async: no round trip per replay */
-  int layouts; /* LAYOUT_PROCESSES | LAYOUT_THREADS */
+  int async;    /* graphd_replay_async: no round trip per replay */
+  int blocking; /* clients' contexts sleep in stream syncs instead of spinning */
+  int layouts;  /* LAYOUT_PROCESSES | LAYOUT_THREADS */
 } opts;
 
 enum { LAYOUT_PROCESSES = 1, LAYOUT_THREADS = 2 };
@@ -174,6 +176,7 @@ static void run_client(client *k) {
     goto out;
   }
   CUcontext ctx;
+  if (k->o->blocking) CU(cuDevicePrimaryCtxSetFlags(dev, CU_CTX_SCHED_BLOCKING_SYNC));
   CU(cuDevicePrimaryCtxRetain(&ctx, dev));
   CU(cuCtxSetCurrent(ctx));
   CU(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
@@ -262,8 +265,19 @@ static void *client_thread(void *arg) {
 
 static int load_driver(char *err, size_t len) { return gd_cuda_load(&cu, err, len); }
 
+/* The client processes' CPU time (user and system) over the last run. */
+static double children_cpu_s;
+
+static double rusage_s(void) {
+  struct rusage u;
+  getrusage(RUSAGE_CHILDREN, &u);
+  return (double)u.ru_utime.tv_sec + (double)u.ru_utime.tv_usec / 1e6 + (double)u.ru_stime.tv_sec +
+         (double)u.ru_stime.tv_usec / 1e6;
+}
+
 /* One forked child per client; results come back over a pipe. */
 static int run_processes(client *ks, int n, work *before, work *after) {
+  double cpu0 = rusage_s();
   int go[2];
   pid_t kid[MAX_CLIENTS];
   int res[MAX_CLIENTS][2];
@@ -300,6 +314,7 @@ static int run_processes(client *ks, int n, work *before, work *after) {
     close(res[i][0]);
     waitpid(kid[i], NULL, 0);
   }
+  children_cpu_s = rusage_s() - cpu0;
   if (read_work(ks[0].o, after) < 0) rc = -1;
   return rc;
 }
@@ -341,6 +356,16 @@ static double report(const char *layout, const client *ks, int n, int ndev, cons
   double rate = (double)total / longest;
   printf("FIGURE %-34s %d device(s) x %d client(s): %9.0f replays/s (%ld in %.2f s)\n", layout,
          ndev, n / ndev, rate, total, longest);
+  if (children_cpu_s > 0) {
+    /* Set-up and warm-up included: an upper bound on the run's share. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    printf(
+        "    client processes: %.2f us of CPU a replay, set-up included; %.0f%% of %ld cores "
+        "over the run\n",
+        children_cpu_s * 1e6 / (double)(total ? total : 1),
+        100.0 * children_cpu_s / longest / (double)(cores > 0 ? cores : 1), cores);
+    children_cpu_s = 0;
+  }
   for (int d = 0; d < ndev; d++) {
     long r = 0;
     for (int i = 0; i < n; i++)
@@ -358,14 +383,17 @@ static double report(const char *layout, const client *ks, int n, int ndev, cons
 static void usage(FILE *f) {
   fprintf(f,
           "usage: scaling_bench [--socket PATH] [--kernels DIR] [--seconds S] "
-          "[--clients-per-device K] [--async]\n"
+          "[--clients-per-device K] [--async] [--blocking-sync]\n"
           "       [--layout both|processes|threads]\n"
           "  Replays/s with one process driving every GPU the daemon serves (a thread\n"
           "  per device and client) against one process per device and client.\n"
           "  --seconds S (default 3, 0.1 to 600), --clients-per-device K (default 1, 1 to 32)\n"
           "  --async: replays through the submission ring (graphd_replay_async), no round\n"
           "  trip each; the stream is synchronized every %d replays either way\n"
-          "  --layout: run one of the two layouts only (default both)\n",
+          "  --layout: run one of the two layouts only (default both)\n"
+          "  --blocking-sync: the clients' contexts block in stream syncs\n"
+          "  (CU_CTX_SCHED_BLOCKING_SYNC) instead of spinning; for more clients than\n"
+          "  cores, where spinning clients take the CPU the daemon needs\n",
           SYNC_EVERY);
 }
 
@@ -379,6 +407,7 @@ int main(int argc, char **argv) {
                                            {"seconds", required_argument, NULL, 't'},
                                            {"clients-per-device", required_argument, NULL, 'c'},
                                            {"async", no_argument, NULL, 'a'},
+                                           {"blocking-sync", no_argument, NULL, 'b'},
                                            {"layout", required_argument, NULL, 'l'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
@@ -406,6 +435,7 @@ int main(int argc, char **argv) {
         }
         break;
       case 'a': o.async = 1; break;
+      case 'b': o.blocking = 1; break;
       case 'l':
         if (strcmp(optarg, "both") == 0)
           o.layouts = LAYOUT_PROCESSES | LAYOUT_THREADS;

@@ -40,6 +40,7 @@
   X(cuDevicePrimaryCtxGetState)                                                                    \
   X(cuDevicePrimaryCtxRelease)                                                                     \
   X(cuDevicePrimaryCtxReset)                                                                       \
+  X(cuDevicePrimaryCtxSetFlags)                                                                    \
   X(cuCtxSetCurrent)                                                                               \
   X(cuCtxGetCurrent)                                                                               \
   X(cuCtxSynchronize)                                                                              \

@@ -97,6 +97,9 @@ typedef struct gd_kernel_desc {
   uint32_t nparams;
 } gd_kernel_desc;
 
+/* graphd's own kernels (util_function). */
+enum gd_util { GD_UTIL_FILL = 0, GD_UTIL_COPY = 1, GD_UTIL_COUNT };
+
 typedef struct gd_backend_ops {
   /* Worker thread: take the device (retain and set the primary context). */
   int (*device_open)(gd_backend *be, int backend_index, gd_backend_dev **out, char *err,
@@ -202,6 +205,16 @@ typedef struct gd_backend_ops {
   int (*graph_exec_repoint_memcpy)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e, gd_node n,
                                    uint64_t dst, uint64_t src, uint64_t bytes, bool *outside,
                                    char *err, size_t errlen);
+  /* graphd's own fill or copy kernel (GD_UTIL_*), for graph_add_kernel and
+   * graph_exec_kernel_params: direct mode runs a memset or copy step that
+   * touches a client's buffer as a kernel node, which takes new pointers
+   * where a memset or memcpy node made on other memory cannot. Parameters:
+   * fill (u64 dst, u64 count, u32 value, u32 element_size), a memset of
+   * count elements; copy (u64 dst, u64 src, u64 bytes). Any grid works.
+   * -GRAPHD_UNIMPLEMENTED when the backend has none (the caller keeps
+   * such slots staged). */
+  int (*util_function)(gd_backend *be, gd_backend_dev *dev, int which, void **fn, char *err,
+                       size_t errlen);
   /* Gives a kernel node of an instantiated graph new parameters (the same
    * function and shape; k->params is read during the call, or kept by the
    * host backend: it must live as long as the executable graph). */

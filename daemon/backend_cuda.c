@@ -46,15 +46,16 @@ struct gd_backend_dev {
   int ordinal;
   CUcontext ctx;
   size_t vmm_granularity;
-  CUmodule cond_mod;  /* the condition kernel's module, loaded on first use */
-  CUfunction cond_fn; /* graphd_set_condition */
-  ipc_open *ipc;      /* the legacy IPC allocations open here */
+  CUmodule cond_mod;                 /* graphd's own kernels' module, loaded on first use */
+  CUfunction cond_fn;                /* graphd_set_condition */
+  CUfunction util_fn[GD_UTIL_COUNT]; /* graphd_fill, graphd_copy */
+  ipc_open *ipc;                     /* the legacy IPC allocations open here */
 };
 
-/* The condition kernel (daemon/kernels/condition.cu), built by nvcc into
+/* graphd's own kernels (daemon/kernels/graphd_kernels.cu), built by nvcc into
  * a fatbin that graphd carries; empty when graphd was built without nvcc. */
-extern const unsigned char gd_condition_fatbin[];
-extern const size_t gd_condition_fatbin_len;
+extern const unsigned char gd_kernels_fatbin[];
+extern const size_t gd_kernels_fatbin_len;
 
 #define JIT_LOG 8192
 
@@ -172,6 +173,7 @@ static int cuda_reset(gd_backend *be, gd_backend_dev *d, char *err, size_t errle
   const gd_cuda *cu = be->priv;
   int rc = 0;
   d->cond_mod = NULL; /* gone with the context */
+  memset(d->util_fn, 0, sizeof d->util_fn);
   d->cond_fn = NULL;
   CU_CHECK_GOTO(cu->cuDevicePrimaryCtxReset(d->dev), GRAPHD_UNAVAILABLE, exit);
   CU_CHECK_IGNORE(cu->cuDevicePrimaryCtxRelease(d->dev));
@@ -750,23 +752,41 @@ exit:
   return rc;
 }
 
+/* graphd's own kernel `name` in *fn (kept in *fn once found), its module
+ * loaded on first use. */
+static int own_function(gd_backend *be, gd_backend_dev *d, const char *name, CUfunction *fn,
+                        char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  if (*fn) return 0;
+  if (gd_kernels_fatbin_len == 0) {
+    snprintf(err, errlen, "this graphd was built without nvcc, so it has no %s kernel for GPUs",
+             name);
+    return -GRAPHD_UNIMPLEMENTED;
+  }
+  if (!d->cond_mod)
+    CU_CHECK_GOTO(cu->cuModuleLoadData(&d->cond_mod, gd_kernels_fatbin), GRAPHD_INTERNAL, exit);
+  CU_CHECK_GOTO(cu->cuModuleGetFunction(fn, d->cond_mod, name), GRAPHD_INTERNAL, exit);
+exit:
+  return rc;
+}
+
+static int cuda_util_function(gd_backend *be, gd_backend_dev *d, int which, void **fn, char *err,
+                              size_t errlen) {
+  static const char *const names[GD_UTIL_COUNT] = {"graphd_fill", "graphd_copy"};
+  if (which < 0 || which >= GD_UTIL_COUNT) return -GRAPHD_INTERNAL;
+  int rc = own_function(be, d, names[which], &d->util_fn[which], err, errlen);
+  if (rc == 0) *fn = d->util_fn[which];
+  return rc;
+}
+
 /* Adds "set the condition from the word" to g after deps. */
 static int add_set_condition(gd_backend *be, gd_backend_dev *d, CUgraph g, const gd_node *deps,
                              size_t ndeps, uint64_t handle, uint64_t cond, CUgraphNode *out,
                              char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
-  int rc = 0;
-  if (!d->cond_fn) {
-    if (gd_condition_fatbin_len == 0) {
-      snprintf(err, errlen,
-               "this graphd was built without nvcc, so it has no condition kernel "
-               "for conditional steps on GPUs");
-      return -GRAPHD_UNIMPLEMENTED;
-    }
-    CU_CHECK_GOTO(cu->cuModuleLoadData(&d->cond_mod, gd_condition_fatbin), GRAPHD_INTERNAL, exit);
-    CU_CHECK_GOTO(cu->cuModuleGetFunction(&d->cond_fn, d->cond_mod, "graphd_set_condition"),
-                  GRAPHD_INTERNAL, exit);
-  }
+  int rc = own_function(be, d, "graphd_set_condition", &d->cond_fn, err, errlen);
+  if (rc < 0) return rc;
   CUgraphConditionalHandle h = (CUgraphConditionalHandle)handle;
   CUdeviceptr word = (CUdeviceptr)cond;
   void *params[] = {&h, &word};
@@ -1021,6 +1041,7 @@ static const gd_backend_ops cuda_ops = {
     .graph_exec_destroy = cuda_graph_exec_destroy,
     .graph_exec_repoint_memcpy = cuda_graph_exec_repoint_memcpy,
     .graph_exec_kernel_params = cuda_graph_exec_kernel_params,
+    .util_function = cuda_util_function,
     .graph_launch = cuda_graph_launch,
     .memcpy_async = cuda_memcpy_async,
     .event_create = cuda_event_create,

@@ -557,6 +557,46 @@ static int host_graph_exec_kernel_params(gd_backend *be, gd_backend_dev *d, gd_g
   return 0;
 }
 
+/* The block's share of n units: [*lo, *hi). */
+static void block_share(const graphd_host_launch *l, uint64_t n, uint64_t *lo, uint64_t *hi) {
+  uint64_t blocks = (uint64_t)l->grid[0] * l->grid[1] * l->grid[2];
+  uint64_t b = l->block_idx[0] +
+               (uint64_t)l->grid[0] * (l->block_idx[1] + (uint64_t)l->grid[1] * l->block_idx[2]);
+  uint64_t per = (n + blocks - 1) / blocks;
+  *lo = b * per < n ? b * per : n;
+  *hi = *lo + per < n ? *lo + per : n;
+}
+
+/* graphd's own fill and copy kernels on a host device (util_function). */
+static void host_fill(const graphd_host_launch *l, void *const *params) {
+  uint8_t *dst = (uint8_t *)(uintptr_t) * (const uint64_t *)params[0];
+  uint64_t count = *(const uint64_t *)params[1];
+  uint32_t value = *(const uint32_t *)params[2], es = *(const uint32_t *)params[3];
+  uint64_t lo, hi;
+  block_share(l, count, &lo, &hi);
+  for (uint64_t k = lo; k < hi; k++) memcpy(dst + k * es, &value, es);
+}
+
+static void host_copy(const graphd_host_launch *l, void *const *params) {
+  uint8_t *dst = (uint8_t *)(uintptr_t) * (const uint64_t *)params[0];
+  const uint8_t *src = (const uint8_t *)(uintptr_t) * (const uint64_t *)params[1];
+  uint64_t bytes = *(const uint64_t *)params[2];
+  uint64_t lo, hi;
+  block_share(l, bytes, &lo, &hi);
+  if (hi > lo) memcpy(dst + lo, src + lo, hi - lo);
+}
+
+static int host_util_function(gd_backend *be, gd_backend_dev *d, int which, void **fn, char *err,
+                              size_t errlen) {
+  (void)be, (void)d, (void)err, (void)errlen;
+  graphd_host_kernel k = which == GD_UTIL_FILL   ? host_fill
+                         : which == GD_UTIL_COPY ? host_copy
+                                                 : NULL;
+  if (!k) return -GRAPHD_INTERNAL;
+  memcpy(fn, &k, sizeof k);
+  return 0;
+}
+
 static void run_kernel(gd_backend_dev *d, const host_node *n) {
   graphd_host_launch l;
   memset(&l, 0, sizeof l);
@@ -712,6 +752,7 @@ static const gd_backend_ops host_ops = {
     .graph_exec_destroy = host_graph_exec_destroy,
     .graph_exec_repoint_memcpy = host_graph_exec_repoint_memcpy,
     .graph_exec_kernel_params = host_graph_exec_kernel_params,
+    .util_function = host_util_function,
     .graph_launch = host_graph_launch,
     .memcpy_async = host_memcpy_async,
     .event_create = host_event_create,

@@ -15,12 +15,15 @@
 
 #define STAGING_ALIGN 256u
 
-/* A device's captures, by program index, and its sampler. */
+/* A device's captures, by program index, its sampler, and graphd's own
+ * fill and copy kernels on it (asked for once: 1 found, -1 none). */
 typedef struct gd_capture_set {
   gd_capture **caps;
   uint32_t *ever; /* captures of the program built on this device (its generation) */
   uint32_t n;
   gd_gpu_sampler gpu;
+  void *util[GD_UTIL_COUNT];
+  int util_state[GD_UTIL_COUNT];
 } gd_capture_set;
 
 #define OPS (d->be->ops)
@@ -196,6 +199,88 @@ static int build_params(gd_capture *c, uint32_t i, const gd_launch *l) {
   return fill_params(l, c->slot_addr, &c->param_buf[i], &c->kparams[i]);
 }
 
+/* graphd's fill or copy kernel on d, or NULL when its backend has none. */
+static void *util_fn(gd_device *d, int which) {
+  gd_capture_set *cs = set_of(d, 0);
+  if (!cs || !OPS->util_function) return NULL;
+  if (!cs->util_state[which]) {
+    char e[256] = "";
+    void *fn = NULL;
+    int rc = OPS->util_function(BE, which, &fn, e, sizeof e);
+    cs->util_state[which] = rc == 0 ? 1 : -1;
+    cs->util[which] = fn;
+    if (rc < 0)
+      GD_LOG(GD_INFO, "capture",
+             "device %d: direct mode keeps the slots of memset and copy steps staged: %s", d->index,
+             e);
+  }
+  return cs->util_state[which] > 0 ? cs->util[which] : NULL;
+}
+
+/* Whether memset or copy step st touches a direct slot: then it runs as a
+ * node of graphd's fill or copy kernel, re-pointed like a launch. */
+static bool util_direct(const gd_capture *c, const gd_step *st) {
+  if (!c->direct) return false;
+  if (st->kind == GD_STEP_MEMSET) return c->direct[st->u.memset.slot];
+  if (st->kind == GD_STEP_COPY)
+    return c->direct[st->u.copy.dst_slot] || c->direct[st->u.copy.src_slot];
+  return false;
+}
+
+#define UTIL_THREADS 256u
+#define UTIL_MAX_BLOCKS 1024u
+
+/* Memset or copy step st as a launch of graphd's fill or copy kernel on
+ * addr[slot]: its parameters in (*buf, *kp), made on first use, and the
+ * launch in *k. -1 when there is no such kernel or no memory. */
+static int util_params(gd_device *d, const gd_step *st, const uint64_t *addr, uint8_t **buf,
+                       void ***kp, gd_kernel_desc *k) {
+  bool fill = st->kind == GD_STEP_MEMSET;
+  void *fn = util_fn(d, fill ? GD_UTIL_FILL : GD_UTIL_COPY);
+  if (!fn) return -1;
+  if (!*buf) {
+    *buf = calloc(1, 24);
+    *kp = calloc(4, sizeof **kp);
+    if (!*buf || !*kp) {
+      free(*buf);
+      free(*kp);
+      *buf = NULL;
+      *kp = NULL;
+      return -1;
+    }
+    (*kp)[0] = *buf;
+    (*kp)[1] = *buf + 8;
+    (*kp)[2] = *buf + 16;
+    (*kp)[3] = *buf + 20; /* fill: u64 dst, u64 count, u32 value, u32 element size */
+  }
+  uint64_t bytes;
+  if (fill) {
+    const gd_memset *m = &st->u.memset;
+    uint64_t dst = addr[m->slot] + m->offset, count = m->bytes / m->element_size;
+    memcpy(*buf, &dst, 8);
+    memcpy(*buf + 8, &count, 8);
+    memcpy(*buf + 16, &m->value, 4);
+    memcpy(*buf + 20, &m->element_size, 4);
+    bytes = m->bytes;
+  } else {
+    const gd_copy *cp = &st->u.copy; /* copy: u64 dst, u64 src, u64 bytes */
+    uint64_t dst = addr[cp->dst_slot] + cp->dst_offset, src = addr[cp->src_slot] + cp->src_offset;
+    memcpy(*buf, &dst, 8);
+    memcpy(*buf + 8, &src, 8);
+    memcpy(*buf + 16, &cp->bytes, 8);
+    bytes = cp->bytes;
+  }
+  /* A thread moves 16 bytes a pass where the memory allows. */
+  uint64_t blocks = (bytes + 16u * UTIL_THREADS - 1) / (16u * UTIL_THREADS);
+  blocks = blocks < 1 ? 1 : blocks > UTIL_MAX_BLOCKS ? UTIL_MAX_BLOCKS : blocks;
+  *k = (gd_kernel_desc){.fn = fn,
+                        .grid = {(uint32_t)blocks, 1, 1},
+                        .block = {UTIL_THREADS, 1, 1},
+                        .params = *kp,
+                        .nparams = fill ? 4u : 3u};
+  return 0;
+}
+
 /* Whether launch l patches a direct slot. */
 static bool uses_direct(const gd_capture *c, const gd_launch *l) {
   for (uint32_t k = 0; c->direct && k < l->npatches; k++)
@@ -271,6 +356,18 @@ static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, ui
       memcpy(k.block, l->block, sizeof k.block);
       rc = OPS->graph_add_kernel(BE, g, deps, ndeps, &k, &node, e, sizeof e);
       if (rc == 0 && uses_direct(c, l)) { /* top level or inside a conditional body */
+        c->step_node[i] = node;
+        c->direct_nodes++;
+      }
+    } else if (util_direct(c, st)) {
+      gd_kernel_desc k;
+      if (util_params(d, st, c->slot_addr, &c->param_buf[i], &c->kparams[i], &k) < 0) {
+        snprintf(err, errlen, "step %u (%s): internal error preparing graphd's kernel for it", i,
+                 lbl);
+        return -GRAPHD_INTERNAL;
+      }
+      rc = OPS->graph_add_kernel(BE, g, deps, ndeps, &k, &node, e, sizeof e);
+      if (rc == 0) {
         c->step_node[i] = node;
         c->direct_nodes++;
       }
@@ -425,11 +522,14 @@ exit:
 /* Which staged slots direct mode binds straight into the kernels: every
  * bound one a launch uses, at the top level or inside a loop or branch
  * (a kernel node of a conditional body takes new parameters in the
- * executable graph as a top-level one does), except a condition word
- * (the condition kernel reads it at a fixed address) and a slot a copy or
- * memset step uses: those stay staged, copied outside the graph. For
- * auto, whether that is worth it. Sets c->mode. */
-static int choose_mode(gd_capture *c, const gd_bound *bind, char *err, size_t errlen) {
+ * executable graph as a top-level one does), and one a memset or copy step
+ * uses (the step then runs as graphd's fill or copy kernel; where the
+ * backend has none, such a slot stays staged), except a condition word
+ * (the condition kernel reads it at a fixed address), which stays staged,
+ * copied outside the graph. For auto, whether that is worth it. Sets
+ * c->mode. */
+static int choose_mode(gd_device *d, gd_capture *c, const gd_bound *bind, char *err,
+                       size_t errlen) {
   const gd_program *p = c->prog->program;
   c->mode = p->mode == GD_MODE_STAGED_EX ? GD_MODE_STAGED_EX : GD_MODE_STAGED;
   if (p->mode != GD_MODE_DIRECT && p->mode != GD_MODE_AUTO) return 0;
@@ -444,13 +544,17 @@ static int choose_mode(gd_capture *c, const gd_bound *bind, char *err, size_t er
   }
   for (uint32_t s = 0; s < p->nslots; s++)
     direct[s] = staged(&p->slots[s]) && p->slots[s].role != GD_ROLE_SCRATCH && bind[s].bound;
+  bool util = false;
+  for (uint32_t i = 0; i < p->nsteps && !util; i++)
+    util = p->steps[i].kind == GD_STEP_MEMSET || p->steps[i].kind == GD_STEP_COPY;
+  util = util && util_fn(d, GD_UTIL_FILL) && util_fn(d, GD_UTIL_COPY);
   for (uint32_t i = 0; i < p->nsteps; i++) {
     const gd_step *st = &p->steps[i];
     if (st->kind == GD_STEP_WHILE || st->kind == GD_STEP_IF) {
       direct[st->u.cond.slot] = false;
-    } else if (st->kind == GD_STEP_MEMSET) {
+    } else if (st->kind == GD_STEP_MEMSET && !util) {
       direct[st->u.memset.slot] = false;
-    } else if (st->kind == GD_STEP_COPY) {
+    } else if (st->kind == GD_STEP_COPY && !util) {
       direct[st->u.copy.src_slot] = direct[st->u.copy.dst_slot] = false;
     }
   }
@@ -462,10 +566,16 @@ static int choose_mode(gd_capture *c, const gd_bound *bind, char *err, size_t er
     addr[s] = bind[s].addr;
   }
   for (uint32_t i = 0; i < p->nsteps; i++) {
-    if (p->steps[i].kind != GD_STEP_LAUNCH) continue;
-    const gd_launch *l = &p->steps[i].u.launch;
+    const gd_step *st = &p->steps[i];
     bool uses = false;
-    for (uint32_t k = 0; k < l->npatches && !uses; k++) uses = direct[l->patches[k].slot];
+    if (st->kind == GD_STEP_LAUNCH) {
+      const gd_launch *l = &st->u.launch;
+      for (uint32_t k = 0; k < l->npatches && !uses; k++) uses = direct[l->patches[k].slot];
+    } else if (st->kind == GD_STEP_MEMSET) {
+      uses = direct[st->u.memset.slot];
+    } else if (st->kind == GD_STEP_COPY) {
+      uses = direct[st->u.copy.dst_slot] || direct[st->u.copy.src_slot];
+    }
     nodes += uses;
   }
   if (p->mode == GD_MODE_AUTO &&
@@ -499,7 +609,7 @@ int capture_build(gd_device *d, const gd_regprog *prog, const gd_bound *bind, gd
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
   c->prog = prog;
-  int rc = choose_mode(c, bind, err, errlen);
+  int rc = choose_mode(d, c, bind, err, errlen);
   if (rc == 0) rc = place_slots(d, c, err, errlen);
   if (rc == 0) rc = build_graph(d, c, bind, stream, err, errlen);
   if (rc == 0 && has_conditional(prog->program)) {
@@ -600,6 +710,30 @@ static int copy(gd_device *d, uint64_t dst, uint64_t src, uint64_t bytes, gd_str
   return OPS->memcpy_async(BE, dst, src, bytes, s, err, errlen);
 }
 
+/* Direct mode: gives x's node of graphd's fill or copy kernel for memset
+ * or copy step i new pointers when a direct slot it uses has moved. */
+static int repoint_util(gd_device *d, gd_capture *c, gd_exec *x, uint32_t i, const uint64_t *addr,
+                        const gd_bound *bind, char *err, size_t errlen) {
+  const gd_step *st = &c->prog->program->steps[i];
+  uint32_t s1 = st->kind == GD_STEP_MEMSET ? st->u.memset.slot : st->u.copy.dst_slot;
+  uint32_t s2 = st->kind == GD_STEP_MEMSET ? s1 : st->u.copy.src_slot;
+  if (!(c->direct[s1] && x->direct_addr[s1] != bind[s1].addr) &&
+      !(c->direct[s2] && x->direct_addr[s2] != bind[s2].addr))
+    return 0;
+  gd_kernel_desc k;
+  if (util_params(d, st, addr, &x->param_buf[i], &x->kparams[i], &k) < 0) {
+    snprintf(err, errlen, "out of memory");
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  char e[256];
+  int rc = OPS->graph_exec_kernel_params(BE, x->exec, c->step_node[i], &k, e, sizeof e);
+  if (rc < 0)
+    snprintf(err, errlen, "step %u (%s): re-pointing: %s", i,
+             st->kind == GD_STEP_MEMSET ? "memset" : "copy", e);
+  c->repoints++;
+  return rc;
+}
+
 /* Direct mode: gives x's kernel nodes that use a moved direct slot their
  * new parameters. */
 static int repoint_direct(gd_device *d, gd_capture *c, gd_exec *x, const gd_bound *bind, char *err,
@@ -620,7 +754,12 @@ static int repoint_direct(gd_device *d, gd_capture *c, gd_exec *x, const gd_boun
   int rc = 0;
   for (uint32_t i = 0; i < p->nsteps && rc == 0; i++) {
     if (!c->step_node[i]) continue;
-    const gd_launch *l = &p->steps[i].u.launch;
+    const gd_step *st = &p->steps[i];
+    if (st->kind != GD_STEP_LAUNCH) {
+      rc = repoint_util(d, c, x, i, addr, bind, err, errlen);
+      continue;
+    }
+    const gd_launch *l = &st->u.launch;
     bool uses = false;
     for (uint32_t k = 0; k < l->npatches && !uses; k++) {
       uint32_t s = l->patches[k].slot;

@@ -113,6 +113,14 @@ graphd_status gpu_wide_program(graphd_client *c, const char *kdir, graphd_mode m
   return wide_program_register(c, mod, mode, k, GN, pid);
 }
 
+graphd_status gpu_fill_copy_program(graphd_client *c, const char *kdir, graphd_mode mode,
+                                    uint8_t pid[32]) {
+  uint8_t mod[32];
+  graphd_status st = register_cubin(c, kdir, mod);
+  if (st != GRAPHD_OK) return st;
+  return fill_copy_program_register(c, mod, mode, GN, pid);
+}
+
 graphd_status gpu_fault_program(graphd_client *c, const char *kdir, uint8_t pid[32]) {
   uint8_t mod[32];
   graphd_status st = register_cubin(c, kdir, mod);

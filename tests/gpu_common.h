@@ -42,6 +42,10 @@ graphd_status gpu_fault_program(graphd_client *c, const char *kernel_dir, uint8_
  * CUBIN: y_i = (i + 1) x_i, x_i in slot 2i and y_i in slot 2i + 1. */
 graphd_status gpu_wide_program(graphd_client *c, const char *kernel_dir, graphd_mode mode,
                                uint32_t k, uint8_t pid[32]);
+/* The fill-copy program (program3.h) over GN floats, in mode, on the test
+ * CUBIN. */
+graphd_status gpu_fill_copy_program(graphd_client *c, const char *kdir, graphd_mode mode,
+                                    uint8_t pid[32]);
 
 /* The same program, put in the client-side registry (module and program)
  * and synced to c from there, so that a reconnect gives it to the new

@@ -1,6 +1,7 @@
 #include "program3.h"
 
 #include <stdio.h>
+#include <string.h>
 
 /* One scale(in, out, factor, n) launch over n floats. */
 static void add_scale(graphd_program *p, const uint8_t mod[32], uint32_t n, float factor,
@@ -95,6 +96,34 @@ graphd_status cond_program_register(graphd_client *c, const uint8_t mod[32], gra
   add_scale(p, mod, n, 5.0f, 0, 0);
   graphd_program_end(p, (uint32_t)branch);
   return finish_and_register(c, p, pid, "cond program");
+}
+
+graphd_status fill_copy_program_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
+                                         uint32_t n, uint8_t pid[32]) {
+  graphd_program *p = graphd_program_new(mode);
+  graphd_program_add_slot(p, GRAPHD_SLOT_INOUT, n * 4, 1);  /* 0: x */
+  graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, n * 4, 1); /* 1: y */
+  float one = 1.0f;
+  uint32_t bits;
+  memcpy(&bits, &one, 4);
+  graphd_program_add_memset(p, 1, 0, n * 4, 4, bits);
+  graphd_program_add_memset(p, 1, 3, 13, 1, 0x7f);
+  graphd_program_add_copy(p, 1, n * 2, 0, 0, n * 2);
+  graphd_program_add_copy(p, 1, 41, 0, 7, 37);
+  add_scale(p, mod, n, 2.0f, 0, 0);
+  return finish_and_register(c, p, pid, "fill-copy program");
+}
+
+void fill_copy_program_expect(const float *x0, uint32_t n, float *x, float *y) {
+  float one = 1.0f;
+  for (uint32_t i = 0; i < n; i++) y[i] = one;
+  memset((uint8_t *)y + 3, 0x7f, 13);
+  memcpy((uint8_t *)y + n * 2, x0, n * 2);
+  memcpy((uint8_t *)y + 41, (const uint8_t *)x0 + 7, 37);
+  for (uint32_t i = 0; i < n; i++) {
+    volatile float t = 2.0f * x0[i];
+    x[i] = t;
+  }
 }
 
 float cond_program_expect(float x, uint32_t count, uint32_t flag) {

@@ -48,4 +48,16 @@ graphd_status wide_program_register(graphd_client *c, const uint8_t mod[32], gra
 /* What the conditional program makes of x[i] for a count and a flag. */
 float cond_program_expect(float x, uint32_t count, uint32_t flag);
 
+/* x (slot 0, n floats, in-out, n a multiple of 64) and y (slot 1, n floats,
+ * out): y = 1.0f everywhere (4-byte memset), 13 bytes of y from byte 3 set
+ * to 0x7f (1-byte memset), y's second half = x's first half (copy), 37
+ * bytes of x from byte 7 copied to y at byte 41, then x = 2 x: memset and
+ * copy steps on aligned and unaligned ranges. */
+graphd_status fill_copy_program_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
+                                         uint32_t n, uint8_t pid[32]);
+
+/* What the fill-copy program leaves in x and y (n floats each) for input
+ * x0. */
+void fill_copy_program_expect(const float *x0, uint32_t n, float *x, float *y);
+
 #endif

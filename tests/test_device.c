@@ -617,6 +617,84 @@ START_TEST(test_device_direct_mode_binds_slots_of_loop_and_branch_bodies) {
 }
 END_TEST
 
+/* x (slot 0, N floats, in-out) and y (slot 1, N floats, out):
+ *   0 y = 1.0f (a memset of 4-byte elements)
+ *   1 y[N/2..N) = x[0..N/2) (a copy)
+ *   2 x = 2 x */
+static const gd_regprog *fill_copy_program(fixture *f, uint32_t mode) {
+  gd_slot slots[2] = {{GD_ROLE_INOUT, GD_SLOT_STAGED, N * 4},
+                      {GD_ROLE_OUTPUT, GD_SLOT_STAGED, N * 4}};
+  gd_step steps[3];
+  launch_fx lf;
+  float one = 1.0f, two = 2.0f;
+  uint32_t bits, w2[2] = {0, N};
+  memcpy(&bits, &one, 4);
+  memcpy(&w2[0], &two, 4);
+  steps[0] = (gd_step){.kind = GD_STEP_MEMSET,
+                       .u.memset = {.slot = 1, .element_size = 4, .value = bits, .bytes = N * 4}};
+  steps[1] = (gd_step){
+      .kind = GD_STEP_COPY,
+      .u.copy = {
+          .dst_slot = 1, .src_slot = 0, .dst_offset = N * 2, .src_offset = 0, .bytes = N * 2}};
+  set_launch(&steps[2], &lf, f->mod, "scale", 2, 0, 0, 2, w2);
+  gd_program p = {.mode = mode, .nslots = 2, .slots = slots, .nsteps = 3, .steps = steps};
+  uint8_t *enc;
+  size_t len;
+  char err[1024];
+  ck_assert_msg(gd_program_encode(&p, &enc, &len, err, sizeof err) == 0, "%s", err);
+  bool known;
+  ck_assert_msg(registry_add_program(&f->reg, p.id, enc, len, &known, err, sizeof err) == 0, "%s",
+                err);
+  free(enc);
+  return registry_find_program(&f->reg, p.id);
+}
+
+/* In direct mode, the slots of memset and copy steps are bound too: the
+ * steps run as graphd's fill and copy kernels, re-pointed when a replay
+ * binds other buffers; nothing is staged, and each replay works on its own
+ * buffers only. */
+START_TEST(test_device_direct_mode_binds_slots_of_memset_and_copy_steps) {
+  fixture f;
+  fixture_open(&f, 0);
+  const gd_regprog *p = fill_copy_program(&f, GD_MODE_DIRECT);
+  static float x[2][N], y[2][N];
+  char err[512];
+  uint64_t loaded, ns;
+  ck_assert_msg(modcache_prepare(&f.d, p, &loaded, &ns, err, sizeof err) == 0, "%s", err);
+  gd_capture *c = NULL;
+  for (int k = 0; k < 6; k++) {
+    int a = k % 2, o = 1 - a;
+    fill(x[a], (float)k);
+    fill(x[o], -7.0f);
+    fill(y[a], -3.0f);
+    fill(y[o], -5.0f);
+    gd_bound bind[2] = {{true, (uint64_t)(uintptr_t)x[a], N * 4},
+                        {true, (uint64_t)(uintptr_t)y[a], N * 4}};
+    bool first = !c;
+    if (first) {
+      ck_assert_msg(capture_build(&f.d, p, bind, f.stream, &c, err, sizeof err) == 0, "%s", err);
+      ck_assert_int_eq(capture_insert(&f.d, c), 0);
+    }
+    ck_assert_msg(capture_enqueue(&f.d, c, f.stream, bind, first, 1, 1, NULL, err, sizeof err) == 0,
+                  "%s", err);
+    for (uint32_t i = 0; i < N; i++) {
+      float in = (float)k + (float)i;
+      ck_assert_float_eq(x[a][i], 2.0f * in);
+      ck_assert_float_eq(y[a][i], i < N / 2 ? 1.0f : (float)k + (float)(i - N / 2));
+      ck_assert_float_eq(x[o][i], -7.0f + (float)i); /* the other buffers untouched */
+      ck_assert_float_eq(y[o][i], -5.0f + (float)i);
+    }
+    ck_assert_uint_eq(c->mode, GD_MODE_DIRECT);
+    ck_assert(c->direct && c->direct[0] && c->direct[1]);
+  }
+  /* A change of buffers re-points all three steps' nodes (until the set
+   * that comes back gets an executable graph of its own). */
+  ck_assert_uint_ge(c->repoints, 3);
+  ck_assert_uint_eq(c->repoints % 3, 0);
+  fixture_close(&f);
+}
+END_TEST
+
 /* Mappings in this process of memfds named `name`. */
 static int mapped(const char *name) {
   FILE *f = fopen("/proc/self/maps", "r");
@@ -672,6 +750,7 @@ int main(void) {
   tcase_add_test(tc, test_device_upkeep_resets_a_faulted_device_and_drops_its_captures);
   tcase_add_test(tc, test_device_runs_conditional_loops_and_branches);
   tcase_add_test(tc, test_device_direct_mode_binds_slots_of_loop_and_branch_bodies);
+  tcase_add_test(tc, test_device_direct_mode_binds_slots_of_memset_and_copy_steps);
   tcase_add_test(tc, test_device_samples_the_device_time_of_replays);
   tcase_add_test(tc, test_device_capture_keeps_a_graph_per_binding_set_that_comes_back);
   tcase_add_test(tc, test_device_teardown_releases_what_unended_sessions_hold);

@@ -95,6 +95,51 @@ static void fixture_up(fixture *f, unsigned seed) {
       GRAPHD_OK);
 }
 
+/* Memset and copy steps, aligned and not, bit exact in every mode on VMM
+ * and legacy memory; in direct mode they run as graphd's fill and copy
+ * kernels on the bound buffers, re-pointed as the buffers change. */
+START_TEST(test_gpu_memset_and_copy_steps_are_exact_in_every_mode) {
+  ck_assert_msg(HAVE_CUDA_KERNELS, "the build made no CUDA test kernels (no nvcc)");
+  graphd_client *c = session();
+  static const graphd_mode modes[3] = {GRAPHD_MODE_STAGED, GRAPHD_MODE_STAGED_EX,
+                                       GRAPHD_MODE_DIRECT};
+  uint8_t pid[3][32];
+  for (int m = 0; m < 3; m++)
+    ck_assert_msg(gpu_fill_copy_program(c, TEST_KERNEL_DIR, modes[m], pid[m]) == GRAPHD_OK, "%s",
+                  graphd_last_error(c));
+  CUstream st;
+  ck_assert_int_eq(gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, st, &s), GRAPHD_OK);
+  gbuf x[2], y[2];
+  for (int k = 0; k < 2; k++) {
+    ck_assert_int_eq(gbuf_alloc(&x[k], GN * 4, k), 0);
+    ck_assert_int_eq(gbuf_alloc(&y[k], GN * 4, 1 - k), 0);
+  }
+  static float x0[GN], gx[GN], gy[GN], wx[GN], wy[GN];
+  for (int r = 0; r < 18; r++) {
+    int m = r % 3, k = (r / 3) % 2;
+    for (uint32_t i = 0; i < GN; i++) x0[i] = (float)(i * 7 % 1001) * 0.37f - 13.5f + (float)r;
+    ck_assert_int_eq(gcu->cuMemcpyHtoDAsync(x[k].ptr, x0, GN * 4, st), CUDA_SUCCESS);
+    ck_assert_int_eq(gcu->cuMemsetD32Async(y[k].ptr, 0xeeeeeeeeu, GN, st), CUDA_SUCCESS);
+    graphd_binding b[2] = {{0, x[k].ptr, GN * 4}, {1, y[k].ptr, GN * 4}};
+    ck_assert_msg(graphd_replay(c, s, pid[m], b, 2, NULL) == GRAPHD_OK, "%s", graphd_last_error(c));
+    ck_assert_int_eq(gcu->cuMemcpyDtoHAsync(gx, x[k].ptr, GN * 4, st), CUDA_SUCCESS);
+    ck_assert_int_eq(gcu->cuMemcpyDtoHAsync(gy, y[k].ptr, GN * 4, st), CUDA_SUCCESS);
+    ck_assert_int_eq(gcu->cuStreamSynchronize(st), CUDA_SUCCESS);
+    fill_copy_program_expect(x0, GN, wx, wy);
+    ck_assert_msg(memcmp(gx, wx, sizeof wx) == 0, "replay %d, mode %d: x", r, m);
+    ck_assert_msg(memcmp(gy, wy, sizeof wy) == 0, "replay %d, mode %d: y", r, m);
+  }
+  graphd_stream_detach(s);
+  for (int k = 0; k < 2; k++) {
+    gbuf_free(&x[k]);
+    gbuf_free(&y[k]);
+  }
+  graphd_close(c);
+}
+END_TEST
+
 /* Loops and branches as CUDA conditional nodes: each count of passes and
  * each side of the branch, bit exact, in every mode, on VMM and legacy
  * memory. */
@@ -754,6 +799,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_gpu_thousand_replays_over_vmm_and_legacy_are_bit_exact_in_every_mode);
   tcase_add_test(tc, test_gpu_conditional_loops_and_branches_are_exact);
+  tcase_add_test(tc, test_gpu_memset_and_copy_steps_are_exact_in_every_mode);
   tcase_add_test(tc, test_gpu_a_second_process_shares_the_capture_and_it_outlives_sessions);
   tcase_add_test(tc, test_gpu_killed_client_stalls_nobody);
   tcase_add_test(tc, test_gpu_dead_daemon_releases_the_client_stream);
