@@ -103,6 +103,8 @@ START_TEST(test_evict_list_dry_run_evict_and_recapture) {
   ck_assert_uint_eq(ci[0].npids, 1);
   ck_assert_uint_eq(ci[0].pids[0], (uint32_t)getpid());
   ck_assert_uint_eq(ci[0].generation, 1);
+  ck_assert_uint_eq(ci[0].graphs, 1);   /* one binding set so far */
+  ck_assert_uint_eq(ci[0].repoints, 0); /* ... so nothing re-pointed */
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   uint64_t now_ms = (uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u;
@@ -152,6 +154,17 @@ START_TEST(test_evict_list_dry_run_evict_and_recapture) {
   ck_assert_uint_eq(n, 1);
   ck_assert_uint_eq(ci[0].generation, 2);
   ck_assert_uint_ge(ci[0].created_unix_ms, created);
+  free(ci);
+  /* Another output buffer: the copy-out node is re-pointed, and the list
+   * says so. */
+  float *y0 = k.y;
+  ck_assert_int_eq(graphd_host_alloc(k.c, N * 4, (void **)&k.y), GRAPHD_OK);
+  ck_assert_int_eq(replay_checked(&k, 10, &cap), 0);
+  k.y = y0;
+  ck_assert_int_eq(graphd_list_captures(k.c, &ci, &n), GRAPHD_OK);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_uint_ge(ci[0].repoints, 1);
+  ck_assert_uint_ge(ci[0].graphs, 1);
   free(ci);
   /* Nothing matches: nothing goes. */
   o.program = "ffffffffffff";

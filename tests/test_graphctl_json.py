@@ -70,6 +70,7 @@ class GraphctlJsonTest(unittest.TestCase):
         caps = self.check("list", "list", "--json")
         self.assertEqual(len(caps), 1)
         self.assertEqual(caps[0]["generation"], 1)
+        self.assertGreaterEqual(caps[0]["graphs"], 1)
         stats = self.check("stats", "stats", "--json")
         self.assertEqual(stats["devices"][0]["captures"], 1)
 

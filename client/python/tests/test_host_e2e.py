@@ -150,6 +150,7 @@ class HostDaemonTest(unittest.TestCase):
         caps = [c for c in self.c.list_captures() if c["program"] == pid.hex()]
         self.assertEqual(len(caps), 1)
         self.assertEqual(caps[0]["replays"], 1)
+        self.assertEqual((caps[0]["graphs"], caps[0]["repoints"]), (1, 0))
         self.assertIn(os.getpid(), caps[0]["pids"])
         self.assertEqual(self.c.busy_devices(), [])  # every worker answered
         # A dry run reports the capture and frees nothing.
