@@ -9,7 +9,6 @@
 
 #include "graphd/status.h"
 #include "common/log.h"
-#include "gpusample.h"
 
 typedef struct gd_live_import {
   uint64_t serial;

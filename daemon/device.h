@@ -21,6 +21,9 @@
 
 enum gd_device_state { GD_DEVICE_STARTING = 0, GD_DEVICE_OK = 1, GD_DEVICE_FAILED = 2 };
 
+/* --gpu-time-sample's default: one replay in this many timed on the GPU. */
+#define GD_GPU_SAMPLE_DEFAULT 16
+
 typedef struct gd_device {
   int index; /* graphd's device index */
   gd_backend *be;

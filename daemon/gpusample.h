@@ -17,7 +17,6 @@
 
 #include "backend.h"
 
-#define GD_GPU_SAMPLE_DEFAULT 16
 #define GD_GPU_SAMPLE_MAX_PAIRS 4096
 
 struct gd_device;

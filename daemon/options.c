@@ -42,7 +42,7 @@ void options_defaults(gd_options *o) {
   o->max_program_bytes = 4ull << 30;
   o->max_program_bytes_per_uid = 1ull << 30;
   o->max_inflight_replays = 1024;
-  o->gpu_time_sample = 16;
+  o->gpu_time_sample = 16; /* GD_GPU_SAMPLE_DEFAULT */
   o->metrics_header_timeout_s = 5;
   o->metrics_per_address = 4;
 }
