@@ -14,14 +14,22 @@
 
 #define N 256u /* floats per slot */
 
-START_TEST(test_capture_conditional_graph_is_repointed_without_a_warning) {
-  gd_test_daemon d;
-  td_start(&d, "--backend", "host", NULL);
+/* A daemon with one host device, a data session on it and the host test
+ * kernels registered there (mod). */
+static graphd_client *host_daemon(gd_test_daemon *d, uint8_t mod[32]) {
+  td_start(d, "--backend", "host", NULL);
   size_t len;
   void *plugin = td_read_file(HOST_KERNELS_SO, &len);
-  graphd_client *c = td_data(&d, 0);
-  uint8_t mod[32], pid[32];
+  graphd_client *c = td_data(d, 0);
   ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, len, mod), GRAPHD_OK);
+  free(plugin);
+  return c;
+}
+
+START_TEST(test_capture_conditional_graph_is_repointed_without_a_warning) {
+  gd_test_daemon d;
+  uint8_t mod[32], pid[32];
+  graphd_client *c = host_daemon(&d, mod);
   ck_assert_int_eq(cond_program_register(c, mod, GRAPHD_MODE_STAGED, N, pid), GRAPHD_OK);
   graphd_stream *s;
   ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
@@ -53,19 +61,14 @@ START_TEST(test_capture_conditional_graph_is_repointed_without_a_warning) {
   ck_assert(!td_log_contains(&d, "ERROR"));
   ck_assert(!td_log_contains(&d, "cannot have another executable instance"));
   ck_assert(td_log_contains(&d, "has a loop or a branch: one executable graph"));
-  free(plugin);
   td_cleanup(&d);
 }
 END_TEST
 
 START_TEST(test_capture_memset_and_copy_steps_are_exact_in_every_mode) {
   gd_test_daemon d;
-  td_start(&d, "--backend", "host", NULL);
-  size_t len;
-  void *plugin = td_read_file(HOST_KERNELS_SO, &len);
-  graphd_client *c = td_data(&d, 0);
   uint8_t mod[32], pid[3][32];
-  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, len, mod), GRAPHD_OK);
+  graphd_client *c = host_daemon(&d, mod);
   static const graphd_mode modes[3] = {GRAPHD_MODE_STAGED, GRAPHD_MODE_STAGED_EX,
                                        GRAPHD_MODE_DIRECT};
   for (int m = 0; m < 3; m++)
@@ -93,7 +96,6 @@ START_TEST(test_capture_memset_and_copy_steps_are_exact_in_every_mode) {
   graphd_stream_detach(s);
   graphd_close(c);
   ck_assert_int_eq(td_stop(&d), 0);
-  free(plugin);
   td_cleanup(&d);
 }
 END_TEST

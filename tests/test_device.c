@@ -510,6 +510,19 @@ static void set_launch(gd_step *st, launch_fx *lf, const uint8_t mod[GD_ID_LEN],
   l->patches = lf->patches;
 }
 
+/* Encodes p and registers it in f's registry. */
+static const gd_regprog *add_program(fixture *f, gd_program *p) {
+  uint8_t *enc;
+  size_t len;
+  char err[1024];
+  ck_assert_msg(gd_program_encode(p, &enc, &len, err, sizeof err) == 0, "%s", err);
+  bool known;
+  ck_assert_msg(registry_add_program(&f->reg, p->id, enc, len, &known, err, sizeof err) == 0, "%s",
+                err);
+  free(enc);
+  return registry_find_program(&f->reg, p->id);
+}
+
 /* x (slot 0, N floats, in-out) and ctl (slot 1: the loop count, then the
  * branch flag, in-out):
  *   0 while (ctl[0]) { 1: x = 2 x;  2: ctl[0] -= 1 }
@@ -532,15 +545,7 @@ static const gd_regprog *cond_program(fixture *f, uint32_t mode) {
   set_launch(&steps[4], &lf[2], f->mod, "scale", 2, 0, 0, 2, w3);
   set_launch(&steps[5], &lf[3], f->mod, "scale", 2, 0, 0, 2, w5);
   gd_program p = {.mode = mode, .nslots = 2, .slots = slots, .nsteps = 6, .steps = steps};
-  uint8_t *enc;
-  size_t len;
-  char err[1024];
-  ck_assert_msg(gd_program_encode(&p, &enc, &len, err, sizeof err) == 0, "%s", err);
-  bool known;
-  ck_assert_msg(registry_add_program(&f->reg, p.id, enc, len, &known, err, sizeof err) == 0, "%s",
-                err);
-  free(enc);
-  return registry_find_program(&f->reg, p.id);
+  return add_program(f, &p);
 }
 
 /* One replay of the cond program on x with the loop count and branch flag
@@ -638,15 +643,7 @@ static const gd_regprog *fill_copy_program(fixture *f, uint32_t mode) {
           .dst_slot = 1, .src_slot = 0, .dst_offset = N * 2, .src_offset = 0, .bytes = N * 2}};
   set_launch(&steps[2], &lf, f->mod, "scale", 2, 0, 0, 2, w2);
   gd_program p = {.mode = mode, .nslots = 2, .slots = slots, .nsteps = 3, .steps = steps};
-  uint8_t *enc;
-  size_t len;
-  char err[1024];
-  ck_assert_msg(gd_program_encode(&p, &enc, &len, err, sizeof err) == 0, "%s", err);
-  bool known;
-  ck_assert_msg(registry_add_program(&f->reg, p.id, enc, len, &known, err, sizeof err) == 0, "%s",
-                err);
-  free(enc);
-  return registry_find_program(&f->reg, p.id);
+  return add_program(f, &p);
 }
 
 /* In direct mode, the slots of memset and copy steps are bound too: the

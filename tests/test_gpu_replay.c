@@ -95,22 +95,31 @@ static void fixture_up(fixture *f, unsigned seed) {
       GRAPHD_OK);
 }
 
-/* Memset and copy steps, aligned and not, bit exact in every mode on VMM
- * and legacy memory; in direct mode they run as graphd's fill and copy
- * kernels on the bound buffers, re-pointed as the buffers change. */
-START_TEST(test_gpu_memset_and_copy_steps_are_exact_in_every_mode) {
+/* A session, a stream attached to it, and a program built by `make` in
+ * each of the three modes (pid[m]). */
+typedef graphd_status (*program_fn)(graphd_client *, const char *, graphd_mode, uint8_t[32]);
+static graphd_client *three_modes(program_fn make, uint8_t pid[3][32], CUstream *st,
+                                  graphd_stream **s) {
   ck_assert_msg(HAVE_CUDA_KERNELS, "the build made no CUDA test kernels (no nvcc)");
   graphd_client *c = session();
   static const graphd_mode modes[3] = {GRAPHD_MODE_STAGED, GRAPHD_MODE_STAGED_EX,
                                        GRAPHD_MODE_DIRECT};
-  uint8_t pid[3][32];
   for (int m = 0; m < 3; m++)
-    ck_assert_msg(gpu_fill_copy_program(c, TEST_KERNEL_DIR, modes[m], pid[m]) == GRAPHD_OK, "%s",
+    ck_assert_msg(make(c, TEST_KERNEL_DIR, modes[m], pid[m]) == GRAPHD_OK, "%s",
                   graphd_last_error(c));
+  ck_assert_int_eq(gcu->cuStreamCreate(st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ck_assert_int_eq(graphd_stream_attach(c, *st, s), GRAPHD_OK);
+  return c;
+}
+
+/* Memset and copy steps, aligned and not, bit exact in every mode on VMM
+ * and legacy memory; in direct mode they run as graphd's fill and copy
+ * kernels on the bound buffers, re-pointed as the buffers change. */
+START_TEST(test_gpu_memset_and_copy_steps_are_exact_in_every_mode) {
+  uint8_t pid[3][32];
   CUstream st;
-  ck_assert_int_eq(gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   graphd_stream *s;
-  ck_assert_int_eq(graphd_stream_attach(c, st, &s), GRAPHD_OK);
+  graphd_client *c = three_modes(gpu_fill_copy_program, pid, &st, &s);
   gbuf x[2], y[2];
   for (int k = 0; k < 2; k++) {
     ck_assert_int_eq(gbuf_alloc(&x[k], GN * 4, k), 0);
@@ -144,18 +153,10 @@ END_TEST
  * each side of the branch, bit exact, in every mode, on VMM and legacy
  * memory. */
 START_TEST(test_gpu_conditional_loops_and_branches_are_exact) {
-  ck_assert_msg(HAVE_CUDA_KERNELS, "the build made no CUDA test kernels (no nvcc)");
-  graphd_client *c = session();
-  static const graphd_mode modes[3] = {GRAPHD_MODE_STAGED, GRAPHD_MODE_STAGED_EX,
-                                       GRAPHD_MODE_DIRECT};
   uint8_t pid[3][32];
-  for (int m = 0; m < 3; m++)
-    ck_assert_msg(gpu_cond_program(c, TEST_KERNEL_DIR, modes[m], pid[m]) == GRAPHD_OK, "%s",
-                  graphd_last_error(c));
   CUstream st;
-  ck_assert_int_eq(gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   graphd_stream *s;
-  ck_assert_int_eq(graphd_stream_attach(c, st, &s), GRAPHD_OK);
+  graphd_client *c = three_modes(gpu_cond_program, pid, &st, &s);
   gbuf x[2], ctl[2];
   for (int k = 0; k < 2; k++) {
     ck_assert_int_eq(gbuf_alloc(&x[k], GN * 4, k), 0);
