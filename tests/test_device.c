@@ -149,6 +149,17 @@ START_TEST(test_device_capture_replays_on_new_buffers_and_keeps_its_users) {
 }
 END_TEST
 
+/* How many of n replays, with one in `every` to be timed, were. */
+static uint64_t timed_of(fixture *f, const gd_regprog *p, float *x, float *y, uint32_t every,
+                         int n) {
+  f->d.gpu_sample_every = every;
+  for (int k = 0; k < n; k++) ck_assert_int_eq(replay(f, p, x, y, 10), 0);
+  uint64_t ns = 0, m = 0;
+  capture_poll_gpu_time(&f->d);
+  capture_take_gpu_time(&f->d, &ns, &m);
+  return m;
+}
+
 /* Replays are timed on the device: every one with --gpu-time-sample 1,
  * one in 16 on average by default (at random gaps), none with 0; each is
  * read once its end has been reached (on the host device at once) when
@@ -177,21 +188,11 @@ START_TEST(test_device_samples_the_device_time_of_replays) {
   ck_assert_uint_gt(again, 0);
 
   /* One in 16 on average: gaps of 1 to 31 replays. */
-  f.d.gpu_sample_every = 16;
-  m = 0;
-  for (int k = 0; k < 1600; k++) ck_assert_int_eq(replay(&f, p, x, y, 10), 0);
-  capture_poll_gpu_time(&f.d);
-  capture_take_gpu_time(&f.d, &again, &m);
+  m = timed_of(&f, p, x, y, 16, 1600);
   ck_assert_uint_ge(m, 70);
   ck_assert_uint_le(m, 130);
-
-  /* None. */
-  f.d.gpu_sample_every = 0;
-  m = 0;
-  for (int k = 0; k < 100; k++) ck_assert_int_eq(replay(&f, p, x, y, 10), 0);
-  capture_poll_gpu_time(&f.d);
-  capture_take_gpu_time(&f.d, &again, &m);
-  ck_assert_uint_le(m, 1); /* at most the one chosen before the switch */
+  /* None, but at most the one chosen before the switch. */
+  ck_assert_uint_le(timed_of(&f, p, x, y, 0, 100), 1);
   fixture_close(&f);
 }
 END_TEST
