@@ -193,10 +193,33 @@ static int fill_params(const gd_launch *l, const uint64_t *addr, uint8_t **buf, 
   return 0;
 }
 
-/* The launch's parameters as the graph is built: patches into staging, or
- * at the bound buffers of direct slots. */
-static int build_params(gd_capture *c, uint32_t i, const gd_launch *l) {
-  return fill_params(l, c->slot_addr, &c->param_buf[i], &c->kparams[i]);
+/* Launch step i pointing at addr[slot]: its parameters in (*buf, *kp),
+ * made on first use, and the launch in *k. -1 when its function is not
+ * loaded or there is no memory. */
+static int launch_desc(gd_device *d, const gd_capture *c, uint32_t i, const uint64_t *addr,
+                       uint8_t **buf, void ***kp, gd_kernel_desc *k) {
+  const gd_launch *l = &c->prog->program->steps[i].u.launch;
+  gd_dev_func *f = modcache_function(d, c->prog, i);
+  if (!f || fill_params(l, addr, buf, kp) < 0) return -1;
+  *k = (gd_kernel_desc){
+      .fn = f->fn, .shared_bytes = l->shared_bytes, .params = *kp, .nparams = l->nparams};
+  memcpy(k->grid, l->grid, sizeof k->grid);
+  memcpy(k->block, l->block, sizeof k->block);
+  return 0;
+}
+
+/* Whether step st (a launch, memset or copy) uses a slot marked in mark
+ * (NULL: none is). */
+static bool step_uses(const bool *mark, const gd_step *st) {
+  if (!mark) return false;
+  if (st->kind == GD_STEP_LAUNCH) {
+    for (uint32_t k = 0; k < st->u.launch.npatches; k++)
+      if (mark[st->u.launch.patches[k].slot]) return true;
+    return false;
+  }
+  if (st->kind == GD_STEP_MEMSET) return mark[st->u.memset.slot];
+  if (st->kind == GD_STEP_COPY) return mark[st->u.copy.dst_slot] || mark[st->u.copy.src_slot];
+  return false;
 }
 
 /* graphd's fill or copy kernel on d, or NULL when its backend has none. */
@@ -220,11 +243,7 @@ static void *util_fn(gd_device *d, int which) {
 /* Whether memset or copy step st touches a direct slot: then it runs as a
  * node of graphd's fill or copy kernel, re-pointed like a launch. */
 static bool util_direct(const gd_capture *c, const gd_step *st) {
-  if (!c->direct) return false;
-  if (st->kind == GD_STEP_MEMSET) return c->direct[st->u.memset.slot];
-  if (st->kind == GD_STEP_COPY)
-    return c->direct[st->u.copy.dst_slot] || c->direct[st->u.copy.src_slot];
-  return false;
+  return st->kind != GD_STEP_LAUNCH && step_uses(c->direct, st);
 }
 
 #define UTIL_THREADS 256u
@@ -281,13 +300,6 @@ static int util_params(gd_device *d, const gd_step *st, const uint64_t *addr, ui
   return 0;
 }
 
-/* Whether launch l patches a direct slot. */
-static bool uses_direct(const gd_capture *c, const gd_launch *l) {
-  for (uint32_t k = 0; c->direct && k < l->npatches; k++)
-    if (c->direct[l->patches[k].slot]) return true;
-  return false;
-}
-
 static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, uint32_t count,
                      const gd_node *deps0, size_t ndeps0, gd_node *last, char *err, size_t errlen);
 
@@ -342,20 +354,15 @@ static int add_steps(gd_device *d, gd_capture *c, gd_graph g, uint32_t first, ui
       continue;
     }
     if (st->kind == GD_STEP_LAUNCH) {
-      const gd_launch *l = &st->u.launch;
-      gd_dev_func *f = modcache_function(d, c->prog, i);
-      if (!f || build_params(c, i, l) < 0) {
+      /* Its parameters: patches into staging, or at the bound buffers of
+       * direct slots. */
+      gd_kernel_desc k;
+      if (launch_desc(d, c, i, c->slot_addr, &c->param_buf[i], &c->kparams[i], &k) < 0) {
         snprintf(err, errlen, "step %u (%s): internal error preparing the launch", i, lbl);
         return -GRAPHD_INTERNAL;
       }
-      gd_kernel_desc k = {.fn = f->fn,
-                          .shared_bytes = l->shared_bytes,
-                          .params = c->kparams[i],
-                          .nparams = l->nparams};
-      memcpy(k.grid, l->grid, sizeof k.grid);
-      memcpy(k.block, l->block, sizeof k.block);
       rc = OPS->graph_add_kernel(BE, g, deps, ndeps, &k, &node, e, sizeof e);
-      if (rc == 0 && uses_direct(c, l)) { /* top level or inside a conditional body */
+      if (rc == 0 && step_uses(c->direct, st)) { /* top level or inside a conditional body */
         c->step_node[i] = node;
         c->direct_nodes++;
       }
@@ -565,19 +572,7 @@ static int choose_mode(gd_device *d, gd_capture *c, const gd_bound *bind, char *
     nd += direct[s];
     addr[s] = bind[s].addr;
   }
-  for (uint32_t i = 0; i < p->nsteps; i++) {
-    const gd_step *st = &p->steps[i];
-    bool uses = false;
-    if (st->kind == GD_STEP_LAUNCH) {
-      const gd_launch *l = &st->u.launch;
-      for (uint32_t k = 0; k < l->npatches && !uses; k++) uses = direct[l->patches[k].slot];
-    } else if (st->kind == GD_STEP_MEMSET) {
-      uses = direct[st->u.memset.slot];
-    } else if (st->kind == GD_STEP_COPY) {
-      uses = direct[st->u.copy.dst_slot] || direct[st->u.copy.src_slot];
-    }
-    nodes += uses;
-  }
+  for (uint32_t i = 0; i < p->nsteps; i++) nodes += step_uses(direct, &p->steps[i]);
   if (p->mode == GD_MODE_AUTO &&
       (bytes == 0 || (bytes < (uint64_t)nodes * AUTO_DIRECT_BYTES_PER_NODE && nd <= nodes))) {
     free(direct);
@@ -710,83 +705,56 @@ static int copy(gd_device *d, uint64_t dst, uint64_t src, uint64_t bytes, gd_str
   return OPS->memcpy_async(BE, dst, src, bytes, s, err, errlen);
 }
 
-/* Direct mode: gives x's node of graphd's fill or copy kernel for memset
- * or copy step i new pointers when a direct slot it uses has moved. */
-static int repoint_util(gd_device *d, gd_capture *c, gd_exec *x, uint32_t i, const uint64_t *addr,
-                        const gd_bound *bind, char *err, size_t errlen) {
-  const gd_step *st = &c->prog->program->steps[i];
-  uint32_t s1 = st->kind == GD_STEP_MEMSET ? st->u.memset.slot : st->u.copy.dst_slot;
-  uint32_t s2 = st->kind == GD_STEP_MEMSET ? s1 : st->u.copy.src_slot;
-  if (!(c->direct[s1] && x->direct_addr[s1] != bind[s1].addr) &&
-      !(c->direct[s2] && x->direct_addr[s2] != bind[s2].addr))
-    return 0;
-  gd_kernel_desc k;
-  if (util_params(d, st, addr, &x->param_buf[i], &x->kparams[i], &k) < 0) {
-    snprintf(err, errlen, "out of memory");
-    return -GRAPHD_RESOURCE_EXHAUSTED;
-  }
-  char e[256];
-  int rc = OPS->graph_exec_kernel_params(BE, x->exec, c->step_node[i], &k, e, sizeof e);
-  if (rc < 0)
-    snprintf(err, errlen, "step %u (%s): re-pointing: %s", i,
-             st->kind == GD_STEP_MEMSET ? "memset" : "copy", e);
-  c->repoints++;
-  return rc;
-}
-
-/* Direct mode: gives x's kernel nodes that use a moved direct slot their
- * new parameters. */
+/* Direct mode: gives x's kernel nodes (launches, and graphd's fill and
+ * copy kernels for memset and copy steps) that use a moved direct slot
+ * their new parameters. */
 static int repoint_direct(gd_device *d, gd_capture *c, gd_exec *x, const gd_bound *bind, char *err,
                           size_t errlen) {
   const gd_program *p = c->prog->program;
-  bool moved = false;
-  for (uint32_t s = 0; s < p->nslots && !moved; s++)
-    moved = c->direct[s] && x->direct_addr[s] != bind[s].addr;
-  if (!moved) return 0;
-  /* Where each slot is now: the bound buffer for direct slots, staging
-   * for the rest. */
-  uint64_t *addr = malloc((p->nslots ? p->nslots : 1) * sizeof *addr);
-  if (!addr) {
+  bool any = false;
+  for (uint32_t s = 0; s < p->nslots && !any; s++)
+    any = c->direct[s] && x->direct_addr[s] != bind[s].addr;
+  if (!any) return 0;
+  /* Where each slot is now (the bound buffer for direct slots, staging for
+   * the rest), and which have moved. */
+  uint32_t n = p->nslots ? p->nslots : 1;
+  uint64_t *addr = malloc(n * sizeof *addr);
+  bool *moved = malloc(n * sizeof *moved);
+  if (!addr || !moved) {
+    free(addr);
+    free(moved);
     snprintf(err, errlen, "out of memory");
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
-  for (uint32_t s = 0; s < p->nslots; s++) addr[s] = c->direct[s] ? bind[s].addr : c->slot_addr[s];
+  for (uint32_t s = 0; s < p->nslots; s++) {
+    addr[s] = c->direct[s] ? bind[s].addr : c->slot_addr[s];
+    moved[s] = c->direct[s] && x->direct_addr[s] != bind[s].addr;
+  }
   int rc = 0;
   for (uint32_t i = 0; i < p->nsteps && rc == 0; i++) {
-    if (!c->step_node[i]) continue;
     const gd_step *st = &p->steps[i];
-    if (st->kind != GD_STEP_LAUNCH) {
-      rc = repoint_util(d, c, x, i, addr, bind, err, errlen);
-      continue;
-    }
-    const gd_launch *l = &st->u.launch;
-    bool uses = false;
-    for (uint32_t k = 0; k < l->npatches && !uses; k++) {
-      uint32_t s = l->patches[k].slot;
-      uses = c->direct[s] && x->direct_addr[s] != bind[s].addr;
-    }
-    if (!uses) continue;
-    if (fill_params(l, addr, &x->param_buf[i], &x->kparams[i]) < 0) {
+    if (!c->step_node[i] || !step_uses(moved, st)) continue;
+    gd_kernel_desc k;
+    int made = st->kind == GD_STEP_LAUNCH
+                   ? launch_desc(d, c, i, addr, &x->param_buf[i], &x->kparams[i], &k)
+                   : util_params(d, st, addr, &x->param_buf[i], &x->kparams[i], &k);
+    if (made < 0) {
       snprintf(err, errlen, "out of memory");
       rc = -GRAPHD_RESOURCE_EXHAUSTED;
       break;
     }
-    gd_dev_func *f = modcache_function(d, c->prog, i);
-    gd_kernel_desc k = {.fn = f->fn,
-                        .shared_bytes = l->shared_bytes,
-                        .params = x->kparams[i],
-                        .nparams = l->nparams};
-    memcpy(k.grid, l->grid, sizeof k.grid);
-    memcpy(k.block, l->block, sizeof k.block);
-    char e[256];
+    char e[256], lbl[GD_MAX_NAME + 32];
     rc = OPS->graph_exec_kernel_params(BE, x->exec, c->step_node[i], &k, e, sizeof e);
-    if (rc < 0) snprintf(err, errlen, "step %u (launch %s): re-pointing: %s", i, l->name, e);
+    if (rc < 0)
+      snprintf(err, errlen, "step %u (%s): re-pointing: %s", i, gd_step_label(st, lbl, sizeof lbl),
+               e);
     c->repoints++;
   }
   if (rc == 0)
     for (uint32_t s = 0; s < p->nslots; s++)
       if (c->direct[s]) x->direct_addr[s] = bind[s].addr;
   free(addr);
+  free(moved);
   return rc;
 }
 

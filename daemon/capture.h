@@ -55,8 +55,9 @@ typedef struct gd_capture {
   uint32_t mode; /* how it runs: staged, staged_ex or direct (auto chose one) */
   /* Direct mode: per slot, whether the kernels use the bound buffer itself
    * (else a staged slot is copied outside the graph); per step, the kernel
-   * node to re-point when a direct slot it uses moves (top-level launches
-   * only); and the addresses the graph was built with. */
+   * node to re-point when a direct slot it uses moves (a launch at any
+   * depth, or graphd's fill or copy kernel for a memset or copy step); and
+   * the addresses the graph was built with. */
   bool *direct;
   gd_node *step_node;
   uint64_t *built_direct;
@@ -76,7 +77,7 @@ typedef struct gd_capture {
   gd_node *in_node;    /* per slot: copy-in node (staged mode) or NULL */
   gd_node *out_node;   /* per slot: copy-out node (staged mode) or NULL */
   uint64_t repoints;   /* copy nodes re-pointed, over all replays */
-  uint8_t **param_buf; /* per step: patched parameter bytes (launches) */
+  uint8_t **param_buf; /* per step: parameter bytes (launches, fill and copy kernels) */
   void ***kparams;     /* per step: kernelParams */
   gd_event last_use;
   bool has_event;
