@@ -91,6 +91,10 @@ static void usage(FILE *f) {
           "                        keeps in all (default 0: 3/4 of vm.max_map_count)\n"
           "  --gpu-time-sample N   time one replay in N on the GPU, chosen at random,\n"
           "                        for the stats (default 16, 1 = every one, 0 = none)\n"
+          "  --ready-hold-rings N  while a device serves more than N submission rings,\n"
+          "                        an async replay whose ready write is behind waits\n"
+          "                        for it on the worker (200 us at most) rather than\n"
+          "                        on the GPU (default 2; 0 = even a ring alone)\n"
           "  --host-module-allow FILE\n"
           "                        host module ids (64 hex digits a line) that clients\n"
           "                        who are not admins may register\n"
@@ -145,6 +149,7 @@ static const struct option long_opts[] = {
     {"max-inflight-replays", required_argument, NULL, 0},
     {"max-host-maps", required_argument, NULL, 0},
     {"gpu-time-sample", required_argument, NULL, 0},
+    {"ready-hold-rings", required_argument, NULL, 0},
     {"idle-timeout", required_argument, NULL, 0},
     {"max-connections", required_argument, NULL, 0},
     {"max-connections-per-uid", required_argument, NULL, 0},

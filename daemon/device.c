@@ -23,6 +23,7 @@ void device_init(gd_device *d, int index, gd_backend *be, int backend_index, uin
   d->backend_index = backend_index;
   d->budget = budget;
   d->gpu_sample_every = GD_GPU_SAMPLE_DEFAULT;
+  d->ready_hold_rings = GD_READY_HOLD_RINGS_DEFAULT;
   atomic_init(&d->state, GD_DEVICE_STARTING);
   atomic_init(&d->epoch, 0);
 }

@@ -24,6 +24,11 @@ enum gd_device_state { GD_DEVICE_STARTING = 0, GD_DEVICE_OK = 1, GD_DEVICE_FAILE
 /* --gpu-time-sample's default: one replay in this many timed on the GPU. */
 #define GD_GPU_SAMPLE_DEFAULT 16
 
+/* --ready-hold-rings' default: while a device serves more submission
+ * rings than this, replays whose ready write is behind wait for it on the
+ * worker rather than on the GPU (ring.c). */
+#define GD_READY_HOLD_RINGS_DEFAULT 2
+
 typedef struct gd_device {
   int index; /* graphd's device index */
   gd_backend *be;
@@ -34,6 +39,7 @@ typedef struct gd_device {
   char fail_msg[320];              /* written before state becomes FAILED; then read-only */
   uint64_t budget;                 /* staging bytes captures may hold; 0 = no limit */
   uint32_t gpu_sample_every;       /* time one replay in this many (gpusample.h); 0 = none */
+  uint32_t ready_hold_rings;       /* rings served above which ready writes are awaited here */
   struct gd_modcache *mods;        /* modcache.c */
   struct gd_capture_set *caps;     /* capture.c */
   struct gd_holwatch *hol;         /* holwatch.c */

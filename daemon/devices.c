@@ -122,7 +122,10 @@ int devices_start(gd_daemon *d, uv_loop_t *loop, const int *idx, int n, uint64_t
   }
   for (int i = 0; i < n; i++) {
     device_init(&d->devices[i], i, d->be, idx[i], budget);
-    if (d->opt) d->devices[i].gpu_sample_every = d->opt->gpu_time_sample;
+    if (d->opt) {
+      d->devices[i].gpu_sample_every = d->opt->gpu_time_sample;
+      d->devices[i].ready_hold_rings = d->opt->ready_hold_rings;
+    }
     ctx[i] = &d->devices[i];
   }
   int ok = worker_pool_start(&d->pool, loop, n, ctx, &device_hooks);

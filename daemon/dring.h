@@ -42,6 +42,7 @@ typedef struct gd_dring {
   bool broken;              /* indices that cannot be: the ring is no longer read */
   bool warned;              /* ... and the log said so */
   bool hung, hung_told;     /* ring.c: held others up; read no more, told to the loop */
+  bool ready_held_told;     /* ring.c: the log said its entries wait for their ready writes */
   const gd_regprog **progs; /* by handle (RingProgram), held by the session */
   uint32_t nprogs, progs_cap;
   double ready_timeout_s; /* the daemon's settings, for entries */
@@ -50,6 +51,8 @@ typedef struct gd_dring {
   uint64_t order_group; /* the header's, read once at the map; 0: none */
   uint32_t peers;       /* other rings of the device in its order group ... */
   uint64_t peers_gen;   /* ... as counted at this dstream_rings_gen */
+  uint32_t rings;       /* rings of the device, this one included ... */
+  uint64_t rings_gen;   /* ... as counted at this dstream_rings_gen */
   /* Counted since the loop last heard (ring_take_stats). */
   gd_replay_tally tally;
   uint64_t taken_ns; /* when they were last taken */

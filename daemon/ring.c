@@ -345,11 +345,65 @@ bool ring_held(gd_device *d) {
   return false;
 }
 
+/* How long a ring's head entry waits on the worker for its ready write
+ * (ready_held) before its wait goes on the GPU all the same. */
+#define READY_HOLD_NS 200000u
+
+/* The rings of ds's device, counted again only when the set changed. */
+static uint32_t device_rings(gd_device *d, gd_dstream *ds) {
+  gd_dring *r = ds->ring;
+  uint64_t gen = dstream_rings_gen(d);
+  if (r->rings_gen != gen) {
+    r->rings = 0;
+    for (gd_dstream *o = dstream_first(d); o; o = o->next)
+      if (o->ring) r->rings++;
+    r->rings_gen = gen;
+  }
+  return r->rings;
+}
+
+/* Whether t's head entry waits on the worker for now: its client's stream
+ * has not written its ready word yet and the device serves more rings
+ * than --ready-hold-rings. A session stream's wait on the GPU polls host
+ * memory, and many at once slow every hand-off of the device
+ * (docs/design.md, "Ready waits"); a few are the quickest hand-off there
+ * is. An entry held here is queued as soon as its write lands, its wait
+ * then passing at once, or after READY_HOLD_NS with its wait on the GPU
+ * as any other. The poll only: a drain for a synchronous request takes
+ * what it must at once. */
+static bool ready_held(gd_device *d, gd_dstream *t) {
+  gd_dring *r = t->ring;
+  if (d->be->waits_on_worker || device_rings(d, t) <= d->ready_hold_rings) return false;
+  const volatile graphd_ring_sqe *e = &r->sq[r->head & (r->entries - 1)];
+  uint32_t slot = e->stream_slot;
+  uint64_t seq = e->seq;
+  if (slot >= t->nslots ||
+      __atomic_load_n(dstream_word(t, slot, GRAPHD_FLAG_WORD_READY), __ATOMIC_ACQUIRE) >= seq) {
+    t->ready_held_since = 0;
+    return false;
+  }
+  uint64_t now = gd_now_ns();
+  if (!r->ready_held_told) {
+    GD_LOG(GD_INFO, "ring",
+           "session %llu: its replays wait on the worker for their ready writes while the device "
+           "serves %u rings (--ready-hold-rings %u)",
+           (unsigned long long)t->session_id, r->rings, d->ready_hold_rings);
+    r->ready_held_told = true;
+  }
+  if (!t->ready_held_since) t->ready_held_since = now;
+  if (now - t->ready_held_since < READY_HOLD_NS) return true;
+  t->ready_held_since = 0;
+  return false;
+}
+
 /* One entry from each ring in turn, not a run of one ring's entries: a
  * client's next entry usually waits (on the GPU) for its stream to see the
  * previous one done, and on a capture that sessions share the next
  * session's entry would queue behind that whole run, hand-off by hand-off.
- * Taken in turn, the sessions' hand-offs overlap each other's work. */
+ * Taken in turn, the sessions' hand-offs overlap each other's work. An
+ * entry that waits for its ready write (ready_held) is left at its ring's
+ * head and looked at again on the next poll: the ring stays pending, so
+ * the worker comes back at once rather than sleep. */
 int ring_poll(gd_device *d, gd_worker *w) {
   int first = 0;
   bool held;
@@ -357,7 +411,7 @@ int ring_poll(gd_device *d, gd_worker *w) {
     bool took = false;
     for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next) {
       gd_dstream *t = next_for(d, ds, &held);
-      if (!t || held) continue;
+      if (!t || held || ready_held(d, t)) continue;
       int rc = take_one(d, w, t, t->ring);
       took = true;
       if (rc < 0 && !first) first = rc;

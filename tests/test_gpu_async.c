@@ -8,7 +8,9 @@
  * a sync replay's drain of entries --max-inflight-replays holds while
  * another client waits, a doorbell its client made blocking, and every
  * replay timed on the GPU with --gpu-time-sample 1 while the worker runs
- * far ahead. Exits 77 without a GPU. */
+ * far ahead, and replays that wait on the worker for their ready writes
+ * while another stream waits on the GPU (--ready-hold-rings). Exits 77
+ * without a GPU. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
@@ -535,6 +537,113 @@ START_TEST(test_gpu_async_many_handles_in_one_process_all_finish) {
 }
 END_TEST
 
+/* f's program becomes the stateless y = x (the wide program of one
+ * launch): sessions replaying it at once get an instance each. */
+static void copy_program(fixture *f) {
+  ck_assert_int_eq(gpu_wide_program(f->c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, 1, f->pid),
+                   GRAPHD_OK);
+}
+
+/* n async replays of y = x on f, x filled from seed before each; then the
+ * stream synchronized and the last output checked bit for bit. */
+static void copies_checked(fixture *f, int n, unsigned seed) {
+  for (int i = 0; i < n; i++) {
+    gbuf *x = &f->x[i % 4], *y = &f->y[(i + 1) % 4];
+    fill(seed + (unsigned)i);
+    ck_assert_int_eq(gcu->cuMemcpyHtoDAsync(x->ptr, hx, GN * 4, f->st), CUDA_SUCCESS);
+    graphd_binding b[2] = {{0, x->ptr, GN * 4}, {1, y->ptr, GN * 4}};
+    ck_assert_msg(graphd_replay_async(f->c, f->s, f->pid, b, 2, NULL) == GRAPHD_OK, "replay %d: %s",
+                  i, graphd_last_error(f->c));
+    ck_assert_int_eq(gcu->cuMemcpyDtoHAsync(hy, y->ptr, GN * 4, f->st), CUDA_SUCCESS);
+  }
+  ck_assert_int_eq(gcu->cuStreamSynchronize(f->st), CUDA_SUCCESS);
+  ck_assert_msg(memcmp(hy, hx, GN * 4) == 0, "wrong output after %d replays", n);
+}
+
+/* --ready-hold-rings 1. A stream held (its ready write not coming) has
+ * its replay's ready wait on the GPU: its session's ring is then the
+ * device's only one. Another session's replays, whose ready writes land a
+ * moment after their entries, wait on the worker for them (two rings now)
+ * instead of joining it there, and all run, in order and exact, while the
+ * first stream is still held; then the held one runs too. (Copies from
+ * pageable memory wait for their stream: x is filled before the hold.) */
+START_TEST(test_gpu_async_replays_wait_on_the_worker_while_another_stream_waits_on_the_gpu) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_start_again(&d, "--backend", "cuda", "--ready-hold-rings", "1", NULL);
+  fixture a, b;
+  fixture_up(&a);
+  fixture_up(&b);
+  copy_program(&a);
+  copy_program(&b);
+  copies_checked(&a, 1, 1);
+  fill(77);
+  ck_assert_int_eq(gcu->cuMemcpyHtoD(a.x[0].ptr, hx, GN * 4), CUDA_SUCCESS);
+  volatile uint64_t *flag = gpu_hold_stream(a.st);
+  ck_assert_ptr_nonnull((void *)flag);
+  graphd_binding ab[2] = {{0, a.x[0].ptr, GN * 4}, {1, a.y[0].ptr, GN * 4}};
+  ck_assert_int_eq(graphd_replay_async(a.c, a.s, a.pid, ab, 2, NULL), GRAPHD_OK);
+  usleep(100000); /* its ready wait is on the GPU */
+  double t0 = now_ms();
+  copies_checked(&b, 200, 1000);
+  printf("FIGURE 200 async replays of another session while a stream waits on the GPU: %.1f ms\n",
+         now_ms() - t0);
+  ck_assert_msg(td_log_contains(&d, "wait on the worker for their ready writes"),
+                "the other session's replays were not held for their ready writes");
+  ck_assert_int_eq(gcu->cuStreamQuery(a.st), CUDA_ERROR_NOT_READY);
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(a.st), CUDA_SUCCESS);
+  ck_assert_int_eq(gcu->cuMemcpyDtoH(hy, a.y[0].ptr, GN * 4), CUDA_SUCCESS);
+  fill(77);
+  ck_assert_msg(memcmp(hy, hx, GN * 4) == 0, "the held session's replay: wrong output");
+  graphd_async_info info;
+  ck_assert_int_eq(graphd_replay_collect(b.c, &info), GRAPHD_OK);
+  ck_assert_uint_eq(info.failed, 0);
+  fixture_down(&a);
+  fixture_down(&b);
+  gpu_hold_free(flag);
+}
+END_TEST
+
+/* --ready-hold-rings 1, and another session's ring on the device:
+ * replays whose ready write is behind wait on the worker, up to a bound.
+ * A stream held far longer still gets its replays queued (their waits
+ * then on the GPU), and they run, exact, once it goes. */
+START_TEST(test_gpu_async_a_ready_write_held_past_the_bound_still_runs) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_start_again(&d, "--backend", "cuda", "--ready-hold-rings", "1", NULL);
+  fixture f, g;
+  fixture_up(&f);
+  fixture_up(&g);
+  copy_program(&f);
+  copy_program(&g);
+  copies_checked(&g, 2, 3); /* g's ring: f's is not the device's only one */
+  copies_checked(&f, 20, 5);
+  fill(9);
+  ck_assert_int_eq(gcu->cuMemcpyHtoD(f.x[1].ptr, hx, GN * 4), CUDA_SUCCESS);
+  volatile uint64_t *flag = gpu_hold_stream(f.st);
+  ck_assert_ptr_nonnull((void *)flag);
+  for (int i = 0; i < 5; i++) {
+    graphd_binding b[2] = {{0, f.x[1].ptr, GN * 4}, {1, f.y[i % 4].ptr, GN * 4}};
+    ck_assert_int_eq(graphd_replay_async(f.c, f.s, f.pid, b, 2, NULL), GRAPHD_OK);
+  }
+  usleep(50000); /* far past the bound: all five are queued on the GPU */
+  graphd_async_info info;
+  ck_assert_int_eq(graphd_replay_collect(f.c, &info), GRAPHD_OK);
+  ck_assert_uint_eq(info.queued, 0);
+  ck_assert_int_eq(gcu->cuStreamQuery(f.st), CUDA_ERROR_NOT_READY);
+  ck_assert_msg(td_log_contains(&d, "--ready-hold-rings 1"), "no replay waited on the worker");
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(f.st), CUDA_SUCCESS);
+  ck_assert_int_eq(gcu->cuMemcpyDtoH(hy, f.y[3].ptr, GN * 4), CUDA_SUCCESS);
+  ck_assert_msg(memcmp(hy, hx, GN * 4) == 0, "wrong output after the hold");
+  copies_checked(&f, 20, 50);
+  copies_checked(&g, 20, 60);
+  fixture_down(&f);
+  fixture_down(&g);
+  gpu_hold_free(flag);
+}
+END_TEST
+
 int main(void) {
   td_gpu_or_skip();
   Suite *su = suite_create("gpu_async");
@@ -551,6 +660,9 @@ int main(void) {
   tcase_add_test(tc, test_gpu_async_held_ring_and_sync_replay_let_another_client_through);
   tcase_add_test(tc, test_gpu_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker);
   tcase_add_test(tc, test_gpu_async_every_replay_timed_while_the_worker_runs_ahead);
+  tcase_add_test(tc,
+                 test_gpu_async_replays_wait_on_the_worker_while_another_stream_waits_on_the_gpu);
+  tcase_add_test(tc, test_gpu_async_a_ready_write_held_past_the_bound_still_runs);
   suite_add_tcase(su, tc);
   return td_run_suite(su);
 }

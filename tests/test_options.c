@@ -101,6 +101,13 @@ START_TEST(test_options_limits_take_their_ranges) {
   ck_assert_int_eq(options_set(&o, "gpu-time-sample", "-1", err, sizeof err),
                    -GRAPHD_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err, "(1 = every replay, 0 = none)"));
+  ck_assert_uint_eq(o.ready_hold_rings, 2);
+  ck_assert_int_eq(options_set(&o, "ready-hold-rings", "0", err, sizeof err), 0);
+  ck_assert_uint_eq(o.ready_hold_rings, 0);
+  ck_assert_int_eq(options_set(&o, "ready-hold-rings", "70000", err, sizeof err),
+                   -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err, "from 0 to 65536 (0 = even a ring alone on its device)"));
+  ck_assert_uint_eq(o.ready_hold_rings, 0);
 }
 END_TEST
 
