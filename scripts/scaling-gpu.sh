@@ -3,6 +3,7 @@
 # against one process per GPU) on the lent GPU machine, under MPS (-M),
 # against a fresh daemon. Runs from the repository root over a build bundled
 # with scripts/gpu-bundle.sh; every process is bounded by timeout.
+# graphd runs at nice -5 as its systemd unit starts it (GRAPHD_BENCH_NICE).
 # Usage: scripts/scaling-gpu.sh BUILD_DIR OUT_DIR [scaling_bench flags]
 set -uo pipefail
 build=$(realpath "$1"); out=${2:-/tmp}; shift 2 || shift $#
@@ -12,7 +13,7 @@ mkdir -p "$out" $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 sock=/tmp/graphd-scaling-$$.sock
 timeout 30 nvidia-cuda-mps-control -d -M || { echo "MPS did not start"; exit 1; }
 sleep 1
-timeout 300 "$build/graphd" --backend cuda --socket "$sock" >"$out/graphd-scaling.log" 2>&1 &
+timeout 300 nice -n "${GRAPHD_BENCH_NICE:--5}" "$build/graphd" --backend cuda --socket "$sock" >"$out/graphd-scaling.log" 2>&1 &
 dpid=$!
 for _ in $(seq 100); do
   timeout 5 "$build/graphctl" --socket "$sock" ping >/dev/null 2>&1 && break
