@@ -191,6 +191,8 @@ struct graphd_client {
  * registry.c and captures.c stand on call.c; program.c on none; client.c,
  * which reconnects, on all of them. */
 
+/* trace.c: CLOCK_MONOTONIC in microseconds. */
+int64_t gd_mono_us(void);
 /* trace.c: with $GRAPHD_CLIENT_DEBUG=1, libgraphd traces its stream
  * releases and failures on stderr (for hunting hangs in a client
  * process). */

@@ -190,15 +190,24 @@ static graphd_status cuda_register(graphd_client *c, uint64_t base, uint64_t siz
   }
   if (kind & GD_CUDA_MEM_VMM_FD) {
     CUmemGenericAllocationHandle ah;
+    int64_t t0 = gd_mono_us();
     if (cu->cuMemRetainAllocationHandle(&ah, (void *)(uintptr_t)b) == CUDA_SUCCESS) {
       int fd = -1;
       CUresult r =
           cu->cuMemExportToShareableHandle(&fd, ah, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
       cu->cuMemRelease(ah);
       if (r == CUDA_SUCCESS) {
+        int64_t t1 = gd_mono_us();
         graphd_status st = register_new(c, GRAPHD__WIRE__REGION_KIND__REGION_KIND_VMM_FD, base,
                                         size, identity, fd, NULL, out);
         close(fd);
+        if (st == GRAPHD_OK)
+          gd_client_debug(c,
+                          "region %u at 0x%llx, %llu bytes: export %lld us, RegisterRegion round "
+                          "trip %lld us (the daemon's import %.1f us)",
+                          (*out)->region_id, (unsigned long long)base, (unsigned long long)size,
+                          (long long)(t1 - t0), (long long)(gd_mono_us() - t1),
+                          (double)(*out)->import_ns / 1e3);
         return st;
       }
     }

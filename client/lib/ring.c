@@ -24,12 +24,6 @@
 
 #define DEFAULT_ENTRIES 256
 
-static int64_t now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* --- Order across this process's rings (graphd/protocol.h, "Order across
  * rings"): one lock and one counter per GPU, for the life of the process,
  * and one group id for all of them. */
@@ -51,7 +45,8 @@ static gd_order *order_of(graphd_client *c) {
   pthread_mutex_lock(&orders_lock);
   if (!order_group) {
     uint64_t g = 0;
-    if (getrandom(&g, sizeof g, 0) != sizeof g) g = (uint64_t)getpid() << 32 ^ (uint64_t)now_us();
+    if (getrandom(&g, sizeof g, 0) != sizeof g)
+      g = (uint64_t)getpid() << 32 ^ (uint64_t)gd_mono_us();
     order_group = g ? g : 1;
   }
   gd_order *o = NULL;
@@ -235,7 +230,7 @@ static void ring_doorbell(gd_ring *r) {
 graphd_status gd_ring_reserve(graphd_client *c, uint32_t nslots) {
   gd_ring *r = c->ring;
   if (r->tail - r->cq_head + nslots <= r->entries) return GRAPHD_OK;
-  int64_t t0 = now_us();
+  int64_t t0 = gd_mono_us();
   int64_t deadline = c->timeout_ms > 0 ? t0 + (int64_t)c->timeout_ms * 1000 : INT64_MAX;
   graphd_status st = GRAPHD_OK;
   for (unsigned spins = 0; r->tail - r->cq_head + nslots > r->entries; spins++) {
@@ -247,7 +242,7 @@ graphd_status gd_ring_reserve(graphd_client *c, uint32_t nslots) {
                              "graphd went away while the ring was full; the replay was not sent");
       break;
     }
-    if (now_us() > deadline) {
+    if (gd_mono_us() > deadline) {
       st = gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED,
                              "the ring stayed full for %d ms; the replay was not sent",
                              c->timeout_ms);
@@ -259,7 +254,7 @@ graphd_status gd_ring_reserve(graphd_client *c, uint32_t nslots) {
       nanosleep(&nap, NULL);
     }
   }
-  atomic_fetch_add_explicit(&c->ring_wait_ns, (uint64_t)(now_us() - t0) * 1000,
+  atomic_fetch_add_explicit(&c->ring_wait_ns, (uint64_t)(gd_mono_us() - t0) * 1000,
                             memory_order_relaxed);
   return st;
 }
@@ -285,9 +280,9 @@ uint64_t graphd_ring_wait_ns(graphd_client *c) {
 bool gd_ring_wait_taken(graphd_client *c, int ms) {
   gd_ring *r = c->ring;
   if (!r) return true;
-  int64_t end = now_us() + (int64_t)ms * 1000;
+  int64_t end = gd_mono_us() + (int64_t)ms * 1000;
   while (__atomic_load_n(&r->hdr->sq_head, __ATOMIC_ACQUIRE) != r->tail) {
-    if (atomic_load(&c->dead) || now_us() > end) return false;
+    if (atomic_load(&c->dead) || gd_mono_us() > end) return false;
     ring_doorbell(r);
     struct timespec nap = {0, 20000};
     nanosleep(&nap, NULL);
