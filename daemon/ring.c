@@ -370,10 +370,14 @@ static uint32_t device_rings(gd_device *d, gd_dstream *ds) {
  * is. An entry held here is queued as soon as its write lands, its wait
  * then passing at once, or after READY_HOLD_NS with its wait on the GPU
  * as any other. The poll only: a drain for a synchronous request takes
- * what it must at once. */
+ * what it must at once. Never a ring of an order group with others on the
+ * device: its head holds the whole group back, so held, one stream's late
+ * ready write would stop the group's other streams as well. */
 static bool ready_held(gd_device *d, gd_dstream *t) {
   gd_dring *r = t->ring;
-  if (d->be->waits_on_worker || device_rings(d, t) <= d->ready_hold_rings) return false;
+  if (d->be->waits_on_worker || (r->order_group && has_peers(d, t)) ||
+      device_rings(d, t) <= d->ready_hold_rings)
+    return false;
   const volatile graphd_ring_sqe *e = &r->sq[r->head & (r->entries - 1)];
   uint32_t slot = e->stream_slot;
   uint64_t seq = e->seq;

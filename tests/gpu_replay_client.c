@@ -5,7 +5,11 @@
  *       blocks its stream on a flag nobody writes, issues another replay,
  *       prints "hung" and waits to be killed
  *   gpu_replay_client SOCKET KERNEL_DIR loop     -- replays until killed,
- *       printing "running" after the first 20 */
+ *       printing "running" after the first 20
+ *   gpu_replay_client SOCKET KERNEL_DIR async N  -- N asynchronous replays
+ *       of a copy (y = x, new x each), the last output checked bit for bit;
+ *       prints "async ok", then keeps its session (and its ring) until its
+ *       standard input closes */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +68,29 @@ int main(int argc, char **argv) {
     if (graphd_replay(c, s, pid, b, 2, NULL) != GRAPHD_OK) return fail("hung replay", c);
     printf("hung\n");
     for (;;) pause();
+  } else if (strcmp(mode, "async") == 0) {
+    int n = argc > 4 ? atoi(argv[4]) : 10;
+    uint8_t cp[32];
+    static float hx[GN], hy[GN];
+    if (gpu_wide_program(c, argv[2], GRAPHD_MODE_STAGED, 1, cp) != GRAPHD_OK)
+      return fail("copy program", c);
+    for (int i = 0; i < n; i++) {
+      for (uint32_t j = 0; j < GN; j++) hx[j] = (float)((unsigned)i * 131u + j % 977u);
+      if (gcu->cuMemcpyHtoDAsync(x.ptr, hx, GN * 4, st) != CUDA_SUCCESS)
+        return fail("copy in", NULL);
+      graphd_binding b[2] = {{0, x.ptr, GN * 4}, {1, y.ptr, GN * 4}};
+      if (graphd_replay_async(c, s, cp, b, 2, NULL) != GRAPHD_OK) return fail("async replay", c);
+    }
+    if (gcu->cuMemcpyDtoHAsync(hy, y.ptr, GN * 4, st) != CUDA_SUCCESS ||
+        gcu->cuStreamSynchronize(st) != CUDA_SUCCESS)
+      return fail("copy out", NULL);
+    if (memcmp(hx, hy, GN * 4) != 0) return fail("the last copy's output", NULL);
+    graphd_async_info ai;
+    if (graphd_replay_collect(c, &ai) != GRAPHD_OK || ai.failed) return fail("collect", c);
+    printf("async ok\n");
+    char buf[64];
+    while (read(0, buf, sizeof buf) > 0) {
+    }
   } else if (strcmp(mode, "loop") == 0) {
     for (unsigned i = 0;; i++) {
       if (gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, i, NULL) != GRAPHD_OK)

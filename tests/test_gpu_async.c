@@ -8,9 +8,9 @@
  * a sync replay's drain of entries --max-inflight-replays holds while
  * another client waits, a doorbell its client made blocking, and every
  * replay timed on the GPU with --gpu-time-sample 1 while the worker runs
- * far ahead, and replays that wait on the worker for their ready writes
- * while another stream waits on the GPU (--ready-hold-rings). Exits 77
- * without a GPU. */
+ * far ahead, and replays of another process that wait on the worker for
+ * their ready writes while a stream waits on the GPU (--ready-hold-rings),
+ * never those of one process's order group. Exits 77 without a GPU. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
@@ -560,21 +560,60 @@ static void copies_checked(fixture *f, int n, unsigned seed) {
   ck_assert_msg(memcmp(hy, hx, GN * 4) == 0, "wrong output after %d replays", n);
 }
 
+/* Another client process (gpu_replay_client async n): n async replays of
+ * a copy, checked, on a session whose ring is not in this process's order
+ * group. It keeps the session until *in, its standard input, is closed
+ * (other_process_end). */
+static pid_t other_process_async(int n, int *in) {
+  int o[2], i[2];
+  ck_assert_int_eq(pipe(o), 0);
+  ck_assert_int_eq(pipe(i), 0);
+  char ns[16];
+  snprintf(ns, sizeof ns, "%d", n);
+  pid_t p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) {
+    dup2(i[0], 0);
+    dup2(o[1], 1);
+    close(i[0]);
+    close(i[1]);
+    close(o[0]);
+    close(o[1]);
+    execl(GPU_CLIENT_BIN, GPU_CLIENT_BIN, d.socket, TEST_KERNEL_DIR, "async", ns, (char *)NULL);
+    _exit(127);
+  }
+  close(i[0]);
+  close(o[1]);
+  FILE *f = fdopen(o[0], "r");
+  ck_assert_ptr_nonnull(f);
+  char line[512] = "(nothing)";
+  if (!fgets(line, sizeof line, f)) strcpy(line, "(nothing)");
+  fclose(f);
+  ck_assert_msg(strstr(line, "async ok"), "the other client process: %s", line);
+  *in = i[1];
+  return p;
+}
+
+static void other_process_end(pid_t p, int in) {
+  close(in);
+  int st;
+  ck_assert_int_eq(waitpid(p, &st, 0), p);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the other client process ended badly");
+}
+
 /* --ready-hold-rings 1. A stream held (its ready write not coming) has
  * its replay's ready wait on the GPU: its session's ring is then the
- * device's only one. Another session's replays, whose ready writes land a
- * moment after their entries, wait on the worker for them (two rings now)
- * instead of joining it there, and all run, in order and exact, while the
- * first stream is still held; then the held one runs too. (Copies from
+ * device's only one. Another process's replays, whose ready writes land
+ * a moment after their entries, wait on the worker for them (two rings
+ * now) instead of joining it there, and all run, exact, while the first
+ * stream is still held; then the held one runs too. (Copies from
  * pageable memory wait for their stream: x is filled before the hold.) */
 START_TEST(test_gpu_async_replays_wait_on_the_worker_while_another_stream_waits_on_the_gpu) {
   ck_assert_int_eq(td_stop(&d), 0);
   td_start_again(&d, "--backend", "cuda", "--ready-hold-rings", "1", NULL);
-  fixture a, b;
+  fixture a;
   fixture_up(&a);
-  fixture_up(&b);
   copy_program(&a);
-  copy_program(&b);
   copies_checked(&a, 1, 1);
   fill(77);
   ck_assert_int_eq(gcu->cuMemcpyHtoD(a.x[0].ptr, hx, GN * 4), CUDA_SUCCESS);
@@ -584,9 +623,12 @@ START_TEST(test_gpu_async_replays_wait_on_the_worker_while_another_stream_waits_
   ck_assert_int_eq(graphd_replay_async(a.c, a.s, a.pid, ab, 2, NULL), GRAPHD_OK);
   usleep(100000); /* its ready wait is on the GPU */
   double t0 = now_ms();
-  copies_checked(&b, 200, 1000);
-  printf("FIGURE 200 async replays of another session while a stream waits on the GPU: %.1f ms\n",
-         now_ms() - t0);
+  int in;
+  pid_t other = other_process_async(200, &in);
+  printf(
+      "FIGURE another process's 200 async replays while a stream waits on the GPU: %.1f ms "
+      "with its start\n",
+      now_ms() - t0);
   ck_assert_msg(td_log_contains(&d, "wait on the worker for their ready writes"),
                 "the other session's replays were not held for their ready writes");
   ck_assert_int_eq(gcu->cuStreamQuery(a.st), CUDA_ERROR_NOT_READY);
@@ -595,28 +637,24 @@ START_TEST(test_gpu_async_replays_wait_on_the_worker_while_another_stream_waits_
   ck_assert_int_eq(gcu->cuMemcpyDtoH(hy, a.y[0].ptr, GN * 4), CUDA_SUCCESS);
   fill(77);
   ck_assert_msg(memcmp(hy, hx, GN * 4) == 0, "the held session's replay: wrong output");
-  graphd_async_info info;
-  ck_assert_int_eq(graphd_replay_collect(b.c, &info), GRAPHD_OK);
-  ck_assert_uint_eq(info.failed, 0);
+  other_process_end(other, in);
   fixture_down(&a);
-  fixture_down(&b);
   gpu_hold_free(flag);
 }
 END_TEST
 
-/* --ready-hold-rings 1, and another session's ring on the device:
+/* --ready-hold-rings 1, and another process's ring on the device:
  * replays whose ready write is behind wait on the worker, up to a bound.
  * A stream held far longer still gets its replays queued (their waits
  * then on the GPU), and they run, exact, once it goes. */
 START_TEST(test_gpu_async_a_ready_write_held_past_the_bound_still_runs) {
   ck_assert_int_eq(td_stop(&d), 0);
   td_start_again(&d, "--backend", "cuda", "--ready-hold-rings", "1", NULL);
-  fixture f, g;
+  int in;
+  pid_t other = other_process_async(3, &in); /* f's ring is not the device's only one */
+  fixture f;
   fixture_up(&f);
-  fixture_up(&g);
   copy_program(&f);
-  copy_program(&g);
-  copies_checked(&g, 2, 3); /* g's ring: f's is not the device's only one */
   copies_checked(&f, 20, 5);
   fill(9);
   ck_assert_int_eq(gcu->cuMemcpyHtoD(f.x[1].ptr, hx, GN * 4), CUDA_SUCCESS);
@@ -637,9 +675,47 @@ START_TEST(test_gpu_async_a_ready_write_held_past_the_bound_still_runs) {
   ck_assert_int_eq(gcu->cuMemcpyDtoH(hy, f.y[3].ptr, GN * 4), CUDA_SUCCESS);
   ck_assert_msg(memcmp(hy, hx, GN * 4) == 0, "wrong output after the hold");
   copies_checked(&f, 20, 50);
-  copies_checked(&g, 20, 60);
+  other_process_end(other, in);
   fixture_down(&f);
-  fixture_down(&g);
+  gpu_hold_free(flag);
+}
+END_TEST
+
+/* --ready-hold-rings 1, and two sessions of this process on the device:
+ * their rings share the process's order group, taken in its order, so
+ * none of their entries waits on the worker, where a held head would
+ * hold the group's other stream back too. One stream held (its ready
+ * write not coming) has its replay queued with its wait on the GPU, and
+ * the other session's replays behind it in the order run, exact, while
+ * it is still held; then it runs too. */
+START_TEST(test_gpu_async_rings_of_one_order_group_are_never_held) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_start_again(&d, "--backend", "cuda", "--ready-hold-rings", "1", NULL);
+  fixture a, b;
+  fixture_up(&a);
+  fixture_up(&b);
+  copy_program(&a);
+  copy_program(&b);
+  copies_checked(&a, 20, 100);
+  copies_checked(&b, 20, 200);
+  fill(31);
+  ck_assert_int_eq(gcu->cuMemcpyHtoD(a.x[0].ptr, hx, GN * 4), CUDA_SUCCESS);
+  volatile uint64_t *flag = gpu_hold_stream(a.st);
+  ck_assert_ptr_nonnull((void *)flag);
+  graphd_binding ab[2] = {{0, a.x[0].ptr, GN * 4}, {1, a.y[0].ptr, GN * 4}};
+  ck_assert_int_eq(graphd_replay_async(a.c, a.s, a.pid, ab, 2, NULL), GRAPHD_OK);
+  usleep(20000); /* a's entry is taken: past the hold's bound, were it held */
+  copies_checked(&b, 100, 300);
+  ck_assert_int_eq(gcu->cuStreamQuery(a.st), CUDA_ERROR_NOT_READY);
+  ck_assert_msg(!td_log_contains(&d, "wait on the worker for their ready writes"),
+                "a ring of an order group with another ring waited on the worker");
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(a.st), CUDA_SUCCESS);
+  ck_assert_int_eq(gcu->cuMemcpyDtoH(hy, a.y[0].ptr, GN * 4), CUDA_SUCCESS);
+  fill(31);
+  ck_assert_msg(memcmp(hy, hx, GN * 4) == 0, "the held session's replay: wrong output");
+  fixture_down(&a);
+  fixture_down(&b);
   gpu_hold_free(flag);
 }
 END_TEST
@@ -663,6 +739,7 @@ int main(void) {
   tcase_add_test(tc,
                  test_gpu_async_replays_wait_on_the_worker_while_another_stream_waits_on_the_gpu);
   tcase_add_test(tc, test_gpu_async_a_ready_write_held_past_the_bound_still_runs);
+  tcase_add_test(tc, test_gpu_async_rings_of_one_order_group_are_never_held);
   suite_add_tcase(su, tc);
   return td_run_suite(su);
 }
