@@ -131,8 +131,6 @@ static graphd_status open_session(graphd_client *c) {
     c->has_device = true;
   }
   graphd__wire__reply__free_unpacked(rep, NULL);
-  if (c->kind == GRAPHD_SESSION_DATA && c->has_device && strcmp(c->device.backend, "cuda") == 0)
-    gd_region_warm_export(c);
   return GRAPHD_OK;
 fail:
   close(c->fd);

@@ -253,11 +253,6 @@ graphd_status gd_client_call(graphd_client *c, Graphd__Wire__Request *req, const
  * within it, each cached allocation is checked with the driver once, not
  * once a binding (one allocation holds many of a call's buffers). */
 void gd_region_batch(graphd_client *c);
-/* Pays the driver's first export of VMM memory in this process (several
- * hundred microseconds, tens after) when a data session of a CUDA daemon
- * opens, instead of on the first region registered. Only where the
- * session's GPU has its primary context already: never creates one. */
-void gd_region_warm_export(graphd_client *c);
 /* gd_region_register with the lock held. */
 graphd_status gd_region_register_locked(graphd_client *c, uint64_t ptr, uint64_t bytes,
                                         graphd_region_ref *out);

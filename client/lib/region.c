@@ -5,7 +5,6 @@
  * CUDA is reached through the dlopen'd driver table (common/cuda_driver). */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -239,52 +238,6 @@ graphd_status graphd_region_register(graphd_client *c, uint64_t ptr, uint64_t by
 }
 
 void gd_region_batch(graphd_client *c) { c->check_serial++; }
-
-void gd_region_warm_export(graphd_client *c) {
-  static atomic_bool warmed;
-  const gd_cuda *cu;
-  if (atomic_load(&warmed) || gd_cuda_load(&cu, NULL, 0) < 0) return;
-  int n = 0;
-  CUdevice dev = -1;
-  CUuuid u;
-  if (cu->cuDeviceGetCount(&n) != CUDA_SUCCESS) return;
-  for (int i = 0; i < n && dev < 0; i++) {
-    CUdevice d;
-    if (cu->cuDeviceGet(&d, i) == CUDA_SUCCESS && cu->cuDeviceGetUuid(&u, d) == CUDA_SUCCESS &&
-        memcmp(u.bytes, c->device.uuid, 16) == 0)
-      dev = d;
-  }
-  unsigned flags = 0;
-  int active = 0;
-  CUcontext prev = NULL, ctx = NULL;
-  if (dev < 0 || cu->cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active ||
-      cu->cuCtxGetCurrent(&prev) != CUDA_SUCCESS ||
-      cu->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
-    return;
-  if (cu->cuCtxSetCurrent(ctx) == CUDA_SUCCESS) {
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = dev;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    size_t gran = 0;
-    CUmemGenericAllocationHandle h;
-    if (cu->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) ==
-            CUDA_SUCCESS &&
-        cu->cuMemCreate(&h, gran, &prop, 0) == CUDA_SUCCESS) {
-      int fd = -1;
-      if (cu->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) ==
-          CUDA_SUCCESS) {
-        close(fd);
-        atomic_store(&warmed, true);
-      }
-      cu->cuMemRelease(h);
-    }
-    cu->cuCtxSetCurrent(prev);
-  }
-  cu->cuDevicePrimaryCtxRelease(dev);
-}
 
 /* The cached entry holding [ptr, ptr + bytes) whose allocation is still the
  * same one, checked with a single driver query (none when this batch has
