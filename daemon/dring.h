@@ -49,10 +49,9 @@ typedef struct gd_dring {
   uint32_t max_inflight;
   uint32_t client_pid, client_uid;
   uint64_t order_group; /* the header's, read once at the map; 0: none */
-  uint32_t peers;       /* other rings of the device in its order group ... */
-  uint64_t peers_gen;   /* ... as counted at this dstream_rings_gen */
-  uint32_t rings;       /* rings of the device, this one included ... */
-  uint64_t rings_gen;   /* ... as counted at this dstream_rings_gen */
+  uint32_t peers;       /* other rings of the device in its order group, and ... */
+  uint32_t rings;       /* ... the device's rings, this one included, ... */
+  uint64_t counted_gen; /* ... as counted at this dstream_rings_gen (ring.c) */
   /* Counted since the loop last heard (ring_take_stats). */
   gd_replay_tally tally;
   uint64_t taken_ns; /* when they were last taken */

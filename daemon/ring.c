@@ -223,19 +223,26 @@ static gd_dstream *group_first(gd_device *d, gd_dstream *ds) {
   }
 }
 
-/* Whether ds's ring shares its order group with another ring of d: counted
- * again only when the set of rings changed, so that a ring alone in its
- * group (a process with one session on the device) costs no scan. */
-static bool has_peers(gd_device *d, gd_dstream *ds) {
+/* Counts the device's rings, and those of ds's order group besides ds's,
+ * again only when the set of rings changed: a ring alone in its group (a
+ * process with one session on the device) costs no scan. */
+static void count_rings(gd_device *d, gd_dstream *ds) {
   gd_dring *r = ds->ring;
   uint64_t gen = dstream_rings_gen(d);
-  if (r->peers_gen != gen) {
-    r->peers = 0;
-    for (gd_dstream *o = dstream_first(d); o; o = o->next)
-      if (o != ds && o->ring && same_group(o->ring, r)) r->peers++;
-    r->peers_gen = gen;
+  if (r->counted_gen == gen) return;
+  r->rings = r->peers = 0;
+  for (gd_dstream *o = dstream_first(d); o; o = o->next) {
+    if (!o->ring) continue;
+    r->rings++;
+    if (o != ds && same_group(o->ring, r)) r->peers++;
   }
-  return r->peers > 0;
+  r->counted_gen = gen;
+}
+
+/* Whether ds's ring shares its order group with another ring of d. */
+static bool has_peers(gd_device *d, gd_dstream *ds) {
+  count_rings(d, ds);
+  return ds->ring->peers > 0;
 }
 
 /* The session whose head entry runs next for ds's sake: ds, or for a ring
@@ -349,19 +356,6 @@ bool ring_held(gd_device *d) {
  * (ready_held) before its wait goes on the GPU all the same. */
 #define READY_HOLD_NS 200000u
 
-/* The rings of ds's device, counted again only when the set changed. */
-static uint32_t device_rings(gd_device *d, gd_dstream *ds) {
-  gd_dring *r = ds->ring;
-  uint64_t gen = dstream_rings_gen(d);
-  if (r->rings_gen != gen) {
-    r->rings = 0;
-    for (gd_dstream *o = dstream_first(d); o; o = o->next)
-      if (o->ring) r->rings++;
-    r->rings_gen = gen;
-  }
-  return r->rings;
-}
-
 /* Whether t's head entry waits on the worker for now: its client's stream
  * has not written its ready word yet and the device serves more rings
  * than --ready-hold-rings. A session stream's wait on the GPU polls host
@@ -375,9 +369,9 @@ static uint32_t device_rings(gd_device *d, gd_dstream *ds) {
  * ready write would stop the group's other streams as well. */
 static bool ready_held(gd_device *d, gd_dstream *t) {
   gd_dring *r = t->ring;
-  if (d->be->waits_on_worker || (r->order_group && has_peers(d, t)) ||
-      device_rings(d, t) <= d->ready_hold_rings)
-    return false;
+  if (d->be->waits_on_worker) return false;
+  count_rings(d, t);
+  if ((r->order_group && r->peers) || r->rings <= d->ready_hold_rings) return false;
   const volatile graphd_ring_sqe *e = &r->sq[r->head & (r->entries - 1)];
   uint32_t slot = e->stream_slot;
   uint64_t seq = e->seq;

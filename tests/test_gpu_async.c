@@ -560,6 +560,31 @@ static void copies_checked(fixture *f, int n, unsigned seed) {
   ck_assert_msg(memcmp(hy, hx, GN * 4) == 0, "wrong output after %d replays", n);
 }
 
+/* f's stream held (gpu_hold_stream) and one async copy of x[0], filled
+ * from seed first (a copy from pageable memory would wait for the held
+ * stream), into y[0] queued behind the hold: its ready write does not
+ * come until release_checked. */
+static volatile uint64_t *held_copy(fixture *f, unsigned seed) {
+  fill(seed);
+  ck_assert_int_eq(gcu->cuMemcpyHtoD(f->x[0].ptr, hx, GN * 4), CUDA_SUCCESS);
+  volatile uint64_t *flag = gpu_hold_stream(f->st);
+  ck_assert_ptr_nonnull((void *)flag);
+  graphd_binding b[2] = {{0, f->x[0].ptr, GN * 4}, {1, f->y[0].ptr, GN * 4}};
+  ck_assert_int_eq(graphd_replay_async(f->c, f->s, f->pid, b, 2, NULL), GRAPHD_OK);
+  return flag;
+}
+
+/* Lets held_copy's stream go; its copy must then hold seed's fill. */
+static void release_checked(fixture *f, volatile uint64_t *flag, unsigned seed) {
+  ck_assert_int_eq(gcu->cuStreamQuery(f->st), CUDA_ERROR_NOT_READY);
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(f->st), CUDA_SUCCESS);
+  ck_assert_int_eq(gcu->cuMemcpyDtoH(hy, f->y[0].ptr, GN * 4), CUDA_SUCCESS);
+  fill(seed);
+  ck_assert_msg(memcmp(hy, hx, GN * 4) == 0, "the held stream's replay: wrong output");
+  gpu_hold_free(flag);
+}
+
 /* Another client process (gpu_replay_client async n): n async replays of
  * a copy, checked, on a session whose ring is not in this process's order
  * group. It keeps the session until *in, its standard input, is closed
@@ -615,12 +640,7 @@ START_TEST(test_gpu_async_replays_wait_on_the_worker_while_another_stream_waits_
   fixture_up(&a);
   copy_program(&a);
   copies_checked(&a, 1, 1);
-  fill(77);
-  ck_assert_int_eq(gcu->cuMemcpyHtoD(a.x[0].ptr, hx, GN * 4), CUDA_SUCCESS);
-  volatile uint64_t *flag = gpu_hold_stream(a.st);
-  ck_assert_ptr_nonnull((void *)flag);
-  graphd_binding ab[2] = {{0, a.x[0].ptr, GN * 4}, {1, a.y[0].ptr, GN * 4}};
-  ck_assert_int_eq(graphd_replay_async(a.c, a.s, a.pid, ab, 2, NULL), GRAPHD_OK);
+  volatile uint64_t *flag = held_copy(&a, 77);
   usleep(100000); /* its ready wait is on the GPU */
   double t0 = now_ms();
   int in;
@@ -631,15 +651,9 @@ START_TEST(test_gpu_async_replays_wait_on_the_worker_while_another_stream_waits_
       now_ms() - t0);
   ck_assert_msg(td_log_contains(&d, "wait on the worker for their ready writes"),
                 "the other session's replays were not held for their ready writes");
-  ck_assert_int_eq(gcu->cuStreamQuery(a.st), CUDA_ERROR_NOT_READY);
-  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
-  ck_assert_int_eq(gcu->cuStreamSynchronize(a.st), CUDA_SUCCESS);
-  ck_assert_int_eq(gcu->cuMemcpyDtoH(hy, a.y[0].ptr, GN * 4), CUDA_SUCCESS);
-  fill(77);
-  ck_assert_msg(memcmp(hy, hx, GN * 4) == 0, "the held session's replay: wrong output");
+  release_checked(&a, flag, 77);
   other_process_end(other, in);
   fixture_down(&a);
-  gpu_hold_free(flag);
 }
 END_TEST
 
@@ -698,25 +712,14 @@ START_TEST(test_gpu_async_rings_of_one_order_group_are_never_held) {
   copy_program(&b);
   copies_checked(&a, 20, 100);
   copies_checked(&b, 20, 200);
-  fill(31);
-  ck_assert_int_eq(gcu->cuMemcpyHtoD(a.x[0].ptr, hx, GN * 4), CUDA_SUCCESS);
-  volatile uint64_t *flag = gpu_hold_stream(a.st);
-  ck_assert_ptr_nonnull((void *)flag);
-  graphd_binding ab[2] = {{0, a.x[0].ptr, GN * 4}, {1, a.y[0].ptr, GN * 4}};
-  ck_assert_int_eq(graphd_replay_async(a.c, a.s, a.pid, ab, 2, NULL), GRAPHD_OK);
+  volatile uint64_t *flag = held_copy(&a, 31);
   usleep(20000); /* a's entry is taken: past the hold's bound, were it held */
   copies_checked(&b, 100, 300);
-  ck_assert_int_eq(gcu->cuStreamQuery(a.st), CUDA_ERROR_NOT_READY);
   ck_assert_msg(!td_log_contains(&d, "wait on the worker for their ready writes"),
                 "a ring of an order group with another ring waited on the worker");
-  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
-  ck_assert_int_eq(gcu->cuStreamSynchronize(a.st), CUDA_SUCCESS);
-  ck_assert_int_eq(gcu->cuMemcpyDtoH(hy, a.y[0].ptr, GN * 4), CUDA_SUCCESS);
-  fill(31);
-  ck_assert_msg(memcmp(hy, hx, GN * 4) == 0, "the held session's replay: wrong output");
+  release_checked(&a, flag, 31);
   fixture_down(&a);
   fixture_down(&b);
-  gpu_hold_free(flag);
 }
 END_TEST
 
