@@ -371,7 +371,7 @@ static bool ready_held(gd_device *d, gd_dstream *t) {
   gd_dring *r = t->ring;
   if (d->be->waits_on_worker) return false;
   count_rings(d, t);
-  if ((r->order_group && r->peers) || r->rings <= d->ready_hold_rings) return false;
+  if (r->peers || r->rings <= d->ready_hold_rings) return false;
   const volatile graphd_ring_sqe *e = &r->sq[r->head & (r->entries - 1)];
   uint32_t slot = e->stream_slot;
   uint64_t seq = e->seq;
