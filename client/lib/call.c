@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "graphd/frame.h"
@@ -52,16 +51,10 @@ static graphd_status lost(graphd_client *c, const char *why) {
   return gd_client_set_err(c, GRAPHD_UNAVAILABLE, "graphd closed the connection (%s)", why);
 }
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits for events on c->fd until deadline. 1 ready, 0 timeout, -1 error. */
 static int wait_fd(graphd_client *c, short events, int64_t deadline) {
   for (;;) {
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - gd_mono_ms();
     if (left <= 0) return 0;
     struct pollfd p = {.fd = c->fd, .events = events};
     int r = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
@@ -113,7 +106,7 @@ static graphd_status recv_frame(graphd_client *c, gd_frame *f, int64_t deadline)
     ssize_t n = gd_frame_reader_recv_wait(&c->rd, c->fd);
     if (n > 0) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      if (now_ms() >= deadline) {
+      if (gd_mono_ms() >= deadline) {
         c->broken = true;
         return gd_client_set_err(c, GRAPHD_DEADLINE_EXCEEDED, "graphd did not answer within %d ms",
                                  c->timeout_ms);
@@ -143,7 +136,7 @@ static graphd_status call_once(graphd_client *c, Graphd__Wire__Request *req, con
   if (c->broken)
     return gd_client_set_err(c, GRAPHD_UNAVAILABLE,
                              "the session with graphd is broken by an earlier error; reconnect");
-  int64_t deadline = now_ms() + c->timeout_ms;
+  int64_t deadline = gd_mono_ms() + c->timeout_ms;
   req->request_id = ++c->next_request;
   req->nfds = (uint32_t)nfds;
   uint8_t *buf;

@@ -80,12 +80,6 @@ static graphd_status fail_connect(graphd_client *c, graphd_status st, char *errb
   return st;
 }
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Connects c's socket and says Hello as c's kind, device and name. On
  * failure c->fd is -1 and c->err says why. Lock held, or c not yet shared. */
 static graphd_status open_session(graphd_client *c) {
@@ -143,7 +137,7 @@ fail:
  * nothing are dropped. */
 static void wait_hangup(graphd_client *c, int64_t deadline) {
   while (c->fd >= 0) {
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - gd_mono_ms();
     if (left <= 0) return;
     struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
     int r = poll(&p, 1, left > 1000 ? 1000 : (int)left);
@@ -166,7 +160,7 @@ static graphd_status gd_client_reconnect(graphd_client *c) {
   snprintf(why, sizeof why, "%s", c->err[0] ? c->err : "graphd went away");
   if (c->reconnect_ms <= 0)
     return gd_client_set_err(c, GRAPHD_UNAVAILABLE, "%s; reconnecting is off", why);
-  int64_t deadline = now_ms() + c->reconnect_ms;
+  int64_t deadline = gd_mono_ms() + c->reconnect_ms;
   c->reconnecting = true;
   wait_hangup(c, deadline);
   if (c->fd >= 0) close(c->fd);
@@ -183,7 +177,7 @@ static graphd_status gd_client_reconnect(graphd_client *c) {
     /* GPU work of a daemon that died can land a done write lower than the
      * release until its context is torn down: keep writing the release
      * until every stream is past (the watcher's work, which stops next). */
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - gd_mono_ms();
     (void)gd_flags_wait_passed(c, left > 0 ? (int)left : 0, true);
     gd_watch_remove(c);
   }
@@ -212,7 +206,7 @@ static graphd_status gd_client_reconnect(graphd_client *c) {
     /* Not there yet (no socket, or nobody accepting in time), or not
      * serving yet: wait. Anything else will not change by waiting. */
     bool wait = st == GRAPHD_UNAVAILABLE || st == GRAPHD_DEADLINE_EXCEEDED;
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - gd_mono_ms();
     if (!wait || left <= 0) {
       char e[GRAPHD_ERRMAX];
       snprintf(e, sizeof e, "%s", c->err);

@@ -191,8 +191,9 @@ struct graphd_client {
  * registry.c and captures.c stand on call.c; program.c on none; client.c,
  * which reconnects, on all of them. */
 
-/* trace.c: CLOCK_MONOTONIC in microseconds. */
+/* trace.c: CLOCK_MONOTONIC in microseconds and in milliseconds. */
 int64_t gd_mono_us(void);
+int64_t gd_mono_ms(void);
 /* trace.c: with $GRAPHD_CLIENT_DEBUG=1, libgraphd traces its stream
  * releases and failures on stderr (for hunting hangs in a client
  * process). */

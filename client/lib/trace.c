@@ -14,6 +14,8 @@ int64_t gd_mono_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t gd_mono_ms(void) { return gd_mono_us() / 1000; }
+
 void gd_client_debug(const graphd_client *c, const char *fmt, ...) {
   /* Read on first use by whichever thread traces first (the watcher, a
    * caller): every thread computes the same value. */

@@ -57,12 +57,6 @@ void gd_flags_trace(graphd_client *c, const char *what) {
   }
 }
 
-static int64_t mono_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Releases every stream wait of c from the host. The first release after
  * the daemon went away keeps the done words as the daemon left them. Under
  * watch_lock, or once the page is snapped. */
@@ -126,7 +120,7 @@ static void *watcher_main(void *arg) {
          * context down: write again until every stream is past (or, for a
          * stream that never gets there, for REWRITE_FOR_MS). A dead
          * handle's socket is not polled (it reports the hang-up forever). */
-        int64_t now = mono_us();
+        int64_t now = gd_mono_us();
         if (!c->rewrite_until_us) c->rewrite_until_us = now + REWRITE_FOR_MS * 1000;
         if (now < c->rewrite_until_us && !all_passed(c->flags)) {
           release_all(c);
@@ -265,10 +259,10 @@ void gd_flags_mark_reported(graphd_client *c) {
 }
 
 bool gd_flags_wait_passed(graphd_client *c, int ms, bool rerelease) {
-  int64_t end = mono_us() + (int64_t)ms * 1000;
+  int64_t end = gd_mono_us() + (int64_t)ms * 1000;
   for (;;) {
     if (all_passed(c->flags)) return true;
-    if (mono_us() >= end) return false;
+    if (gd_mono_us() >= end) return false;
     if (rerelease) release_all(c);
     struct timespec nap = {0, 20000};
     nanosleep(&nap, NULL);
