@@ -31,37 +31,9 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 py=${GRAPHD_JAX_PYTHON:-/opt/torch/.venv/bin/python3}
 sock=/tmp/graphd-bench-$$.sock
 rc=0
-dpid=
 
-# Starts graphd on $sock, logging to $1, with the flags after it; waits
-# until it answers a ping.
-start_daemon() {
-  local log=$1
-  shift
-  rm -f "$sock"
-  timeout 600 nice -n "${GRAPHD_BENCH_NICE:--5}" "$build/graphd" --backend cuda --socket "$sock" --log-level info "$@" >"$log" 2>&1 &
-  dpid=$!
-  for _ in $(seq 150); do
-    if [[ -S $sock ]] && timeout 5 "$build/graphctl" --socket "$sock" ping >/dev/null 2>&1; then
-      return 0
-    fi
-    kill -0 "$dpid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "graphd did not come up on $sock:"; tail -5 "$log"
-  stop_daemon
-  return 1
-}
-
-# SIGTERM (timeout passes it on to graphd) and wait for it.
-stop_daemon() {
-  [[ -n $dpid ]] || return 0
-  kill -TERM "$dpid" 2>/dev/null
-  wait "$dpid"; local r=$?
-  echo "graphd exit status $r"
-  dpid=
-  rm -f "$sock"
-}
+# shellcheck source=scripts/gpu-daemon.sh
+. "$src/scripts/gpu-daemon.sh"
 
 # run_bench NAME CHAIN [flags]: one bench run against a fresh daemon, then
 # (unless GRAPHD_BENCH_JAX=0) bench/jax_scan_bench.py against another.

@@ -55,7 +55,6 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONDONTWRITEBYTECODE=1
 export WARP_CACHE_PATH=${WARP_CACHE_PATH:-$out/warp-cache}
 sock=/tmp/graphd-warp-bench-$$.sock
 rc=0
-dpid=
 
 for f in "$build/graphd" "$build/graphctl" "$GRAPHD_LIB" "$GRAPHD_XLA_LIB"; do
   [[ -e $f ]] || { echo "missing $f: build with the XLA handler (scripts/fetch-xla-headers.sh) and bundle"; exit 2; }
@@ -74,35 +73,9 @@ if [[ $steps == *" mjx"* ]] && ! timeout 120 "$py" -c 'import mujoco, mujoco.mjx
 fi
 nvidia-smi --query-gpu=index,name,uuid,memory.total,driver_version,compute_mode --format=csv,noheader
 
-# Starts graphd on $sock, logging to $1, with the flags after it; waits
-# until it answers a ping.
-start_daemon() {
-  local log=$1
-  shift
-  rm -f "$sock"
-  timeout 1200 nice -n "${GRAPHD_BENCH_NICE:--5}" "$build/graphd" --backend cuda --socket "$sock" --log-level info "$@" >"$log" 2>&1 &
-  dpid=$!
-  for _ in $(seq 150); do
-    if [[ -S $sock ]] && timeout 5 "$build/graphctl" --socket "$sock" ping >/dev/null 2>&1; then
-      return 0
-    fi
-    kill -0 "$dpid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "graphd did not come up on $sock:"; tail -5 "$log"
-  stop_daemon
-  return 1
-}
-
-# SIGTERM (timeout passes it on to graphd) and wait for it.
-stop_daemon() {
-  [[ -n $dpid ]] || return 0
-  kill -TERM "$dpid" 2>/dev/null
-  wait "$dpid"; local r=$?
-  echo "graphd exit status $r"
-  dpid=
-  rm -f "$sock"
-}
+daemon_limit=1200
+# shellcheck source=scripts/gpu-daemon.sh
+. "$src/scripts/gpu-daemon.sh"
 trap 'stop_daemon' EXIT
 
 # gpu_test TEST LOG, within run NAME: ctest's TEST with
