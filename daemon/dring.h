@@ -38,12 +38,14 @@ typedef struct gd_dring {
   uint64_t bytes; /* mapped */
   int doorbell;   /* eventfd, in the worker's wake set epfd */
   int epfd;
-  uint64_t head;            /* the next entry to take */
-  bool broken;              /* indices that cannot be: the ring is no longer read */
-  bool warned;              /* ... and the log said so */
-  bool hung, hung_told;     /* ring.c: held others up; read no more, told to the loop */
-  bool ready_held_told;     /* ring.c: the log said its entries wait for their ready writes */
-  const gd_regprog **progs; /* by handle (RingProgram), held by the session */
+  uint64_t head;             /* the next entry to take */
+  bool broken;               /* indices that cannot be: the ring is no longer read */
+  bool warned;               /* ... and the log said so */
+  bool hung, hung_told;      /* ring.c: held others up; read no more, told to the loop */
+  bool ready_held_told;      /* ring.c: the log said its entries wait for their ready writes */
+  uint64_t ready_held_since; /* ring.c: when its head entry began to wait for its ready write;
+                                0 once an entry leaves the head (take_one) */
+  const gd_regprog **progs;  /* by handle (RingProgram), held by the session */
   uint32_t nprogs, progs_cap;
   double ready_timeout_s; /* the daemon's settings, for entries */
   uint32_t max_inflight;

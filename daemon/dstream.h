@@ -56,7 +56,6 @@ typedef struct gd_dstream {
   } last;
   gd_bind_req *entry_b; /* the ring's bindings of the entry at hand */
   uint32_t entry_b_cap;
-  uint64_t ready_held_since; /* when its ring's head entry began to wait for its ready write */
 } gd_dstream;
 
 /* A fresh dstream for a data session. Loop thread. NULL when out of memory. */

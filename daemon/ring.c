@@ -109,6 +109,7 @@ static void mark_hung(gd_dstream *ds) {
  * replay path, and completes it. */
 static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
   graphd_ring_sqe e;
+  r->ready_held_since = 0; /* the head moves on, by whichever path took it */
   /* One copy: the client may write the shared entry at any time. */
   memcpy(&e, (const void *)&r->sq[r->head & (r->entries - 1)], sizeof e);
   /* The slots it takes are published with it, or the ring is not to be
@@ -376,10 +377,8 @@ static bool ready_held(gd_device *d, gd_dstream *t) {
   uint32_t slot = e->stream_slot;
   uint64_t seq = e->seq;
   if (slot >= t->nslots ||
-      __atomic_load_n(dstream_word(t, slot, GRAPHD_FLAG_WORD_READY), __ATOMIC_ACQUIRE) >= seq) {
-    t->ready_held_since = 0;
+      __atomic_load_n(dstream_word(t, slot, GRAPHD_FLAG_WORD_READY), __ATOMIC_ACQUIRE) >= seq)
     return false;
-  }
   uint64_t now = gd_now_ns();
   if (!r->ready_held_told) {
     GD_LOG(GD_INFO, "ring",
@@ -388,10 +387,8 @@ static bool ready_held(gd_device *d, gd_dstream *t) {
            (unsigned long long)t->session_id, r->rings, d->ready_hold_rings);
     r->ready_held_told = true;
   }
-  if (!t->ready_held_since) t->ready_held_since = now;
-  if (now - t->ready_held_since < READY_HOLD_NS) return true;
-  t->ready_held_since = 0;
-  return false;
+  if (!r->ready_held_since) r->ready_held_since = now;
+  return now - r->ready_held_since < READY_HOLD_NS;
 }
 
 /* One entry from each ring in turn, not a run of one ring's entries: a
