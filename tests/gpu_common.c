@@ -166,6 +166,28 @@ graphd_status gpu_replay_checked(graphd_client *c, graphd_stream *s, CUstream st
   return GRAPHD_OK;
 }
 
+graphd_status gpu_async_copies_checked(graphd_client *c, graphd_stream *s, CUstream st,
+                                       const uint8_t cp[32], gbuf *x, gbuf *y, int nb, int n,
+                                       unsigned seed) {
+  static float hx[GN], hy[GN];
+  for (int i = 0; i < n; i++) {
+    gbuf *xi = &x[i % nb], *yi = &y[(i + 1) % nb];
+    for (uint32_t j = 0; j < GN; j++) hx[j] = (float)((seed + (unsigned)i) * 131u + j % 977u);
+    /* Pageable memory: the copy is done with hx when the call returns. */
+    if (gcu->cuMemcpyHtoDAsync(xi->ptr, hx, GN * 4, st)) return GRAPHD_INTERNAL;
+    graphd_binding b[2] = {{0, xi->ptr, GN * 4}, {1, yi->ptr, GN * 4}};
+    graphd_status r = graphd_replay_async(c, s, cp, b, 2, NULL);
+    if (r != GRAPHD_OK) return r;
+  }
+  if (gcu->cuMemcpyDtoHAsync(hy, y[n % nb].ptr, GN * 4, st) || gcu->cuStreamSynchronize(st))
+    return GRAPHD_INTERNAL;
+  if (memcmp(hx, hy, sizeof hy) != 0) {
+    fprintf(stderr, "the last of %d async copies (seed %u): wrong output\n", n, seed);
+    return GRAPHD_DATA_LOSS;
+  }
+  return GRAPHD_OK;
+}
+
 graphd_client *gpu_session(const char *socket, char *err, size_t errlen) {
   CUdevice dev;
   CUuuid u;

@@ -69,6 +69,16 @@ graphd_status gpu_replay_checked(graphd_client *c, graphd_stream *s, CUstream st
                                  const uint8_t pid[32], gbuf *x, gbuf *y, gbuf *cc, int bind_c,
                                  unsigned seed, graphd_replay_info *info);
 
+/* n async replays of the copy program cp (y = x: gpu_wide_program of one
+ * launch) on s, the i-th over x[i % nb] and y[(i + 1) % nb] with that x
+ * filled from seed + i just before; then st synchronized and the last
+ * output checked bit for bit. Returns GRAPHD_OK, the replay's status,
+ * GRAPHD_INTERNAL for a CUDA call that failed, or GRAPHD_DATA_LOSS for a
+ * wrong output (message on stderr). */
+graphd_status gpu_async_copies_checked(graphd_client *c, graphd_stream *s, CUstream st,
+                                       const uint8_t cp[32], gbuf *x, gbuf *y, int nb, int n,
+                                       unsigned seed);
+
 /* Holds stream st: queues a wait for a host flag to reach 1 (a mapped,
  * host-registered page); the caller releases it by storing 1 there, and
  * unregisters and unmaps it with gpu_hold_free. NULL on failure. */

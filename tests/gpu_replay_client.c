@@ -71,20 +71,10 @@ int main(int argc, char **argv) {
   } else if (strcmp(mode, "async") == 0) {
     int n = argc > 4 ? atoi(argv[4]) : 10;
     uint8_t cp[32];
-    static float hx[GN], hy[GN];
     if (gpu_wide_program(c, argv[2], GRAPHD_MODE_STAGED, 1, cp) != GRAPHD_OK)
       return fail("copy program", c);
-    for (int i = 0; i < n; i++) {
-      for (uint32_t j = 0; j < GN; j++) hx[j] = (float)((unsigned)i * 131u + j % 977u);
-      if (gcu->cuMemcpyHtoDAsync(x.ptr, hx, GN * 4, st) != CUDA_SUCCESS)
-        return fail("copy in", NULL);
-      graphd_binding b[2] = {{0, x.ptr, GN * 4}, {1, y.ptr, GN * 4}};
-      if (graphd_replay_async(c, s, cp, b, 2, NULL) != GRAPHD_OK) return fail("async replay", c);
-    }
-    if (gcu->cuMemcpyDtoHAsync(hy, y.ptr, GN * 4, st) != CUDA_SUCCESS ||
-        gcu->cuStreamSynchronize(st) != CUDA_SUCCESS)
-      return fail("copy out", NULL);
-    if (memcmp(hx, hy, GN * 4) != 0) return fail("the last copy's output", NULL);
+    if (gpu_async_copies_checked(c, s, st, cp, &x, &y, 1, n, 7) != GRAPHD_OK)
+      return fail("async copies", c);
     graphd_async_info ai;
     if (graphd_replay_collect(c, &ai) != GRAPHD_OK || ai.failed) return fail("collect", c);
     printf("async ok\n");

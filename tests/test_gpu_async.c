@@ -544,20 +544,11 @@ static void copy_program(fixture *f) {
                    GRAPHD_OK);
 }
 
-/* n async replays of y = x on f, x filled from seed before each; then the
- * stream synchronized and the last output checked bit for bit. */
+/* n async replays of y = x on f, checked (gpu_async_copies_checked). */
 static void copies_checked(fixture *f, int n, unsigned seed) {
-  for (int i = 0; i < n; i++) {
-    gbuf *x = &f->x[i % 4], *y = &f->y[(i + 1) % 4];
-    fill(seed + (unsigned)i);
-    ck_assert_int_eq(gcu->cuMemcpyHtoDAsync(x->ptr, hx, GN * 4, f->st), CUDA_SUCCESS);
-    graphd_binding b[2] = {{0, x->ptr, GN * 4}, {1, y->ptr, GN * 4}};
-    ck_assert_msg(graphd_replay_async(f->c, f->s, f->pid, b, 2, NULL) == GRAPHD_OK, "replay %d: %s",
-                  i, graphd_last_error(f->c));
-    ck_assert_int_eq(gcu->cuMemcpyDtoHAsync(hy, y->ptr, GN * 4, f->st), CUDA_SUCCESS);
-  }
-  ck_assert_int_eq(gcu->cuStreamSynchronize(f->st), CUDA_SUCCESS);
-  ck_assert_msg(memcmp(hy, hx, GN * 4) == 0, "wrong output after %d replays", n);
+  graphd_status r = gpu_async_copies_checked(f->c, f->s, f->st, f->pid, f->x, f->y, 4, n, seed);
+  ck_assert_msg(r == GRAPHD_OK, "%d async copies (seed %u): status %d: %s", n, seed, (int)r,
+                graphd_last_error(f->c));
 }
 
 /* f's stream held (gpu_hold_stream) and one async copy of x[0], filled
@@ -626,6 +617,13 @@ static void other_process_end(pid_t p, int in) {
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the other client process ended badly");
 }
 
+/* A fresh daemon whose worker holds ring entries for their ready writes
+ * as soon as a device serves more than one ring (--ready-hold-rings 1). */
+static void restart_holding_past_one_ring(void) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_start_again(&d, "--backend", "cuda", "--ready-hold-rings", "1", NULL);
+}
+
 /* --ready-hold-rings 1. A stream held (its ready write not coming) has
  * its replay's ready wait on the GPU: its session's ring is then the
  * device's only one. Another process's replays, whose ready writes land
@@ -634,8 +632,7 @@ static void other_process_end(pid_t p, int in) {
  * stream is still held; then the held one runs too. (Copies from
  * pageable memory wait for their stream: x is filled before the hold.) */
 START_TEST(test_gpu_async_replays_wait_on_the_worker_while_another_stream_waits_on_the_gpu) {
-  ck_assert_int_eq(td_stop(&d), 0);
-  td_start_again(&d, "--backend", "cuda", "--ready-hold-rings", "1", NULL);
+  restart_holding_past_one_ring();
   fixture a;
   fixture_up(&a);
   copy_program(&a);
@@ -662,8 +659,7 @@ END_TEST
  * A stream held far longer still gets its replays queued (their waits
  * then on the GPU), and they run, exact, once it goes. */
 START_TEST(test_gpu_async_a_ready_write_held_past_the_bound_still_runs) {
-  ck_assert_int_eq(td_stop(&d), 0);
-  td_start_again(&d, "--backend", "cuda", "--ready-hold-rings", "1", NULL);
+  restart_holding_past_one_ring();
   int in;
   pid_t other = other_process_async(3, &in); /* f's ring is not the device's only one */
   fixture f;
@@ -694,8 +690,7 @@ END_TEST
  * the other session's replays behind it in the order run, exact, while
  * it is still held; then it runs too. */
 START_TEST(test_gpu_async_rings_of_one_order_group_are_never_held) {
-  ck_assert_int_eq(td_stop(&d), 0);
-  td_start_again(&d, "--backend", "cuda", "--ready-hold-rings", "1", NULL);
+  restart_holding_past_one_ring();
   fixture a, b;
   fixture_up(&a);
   fixture_up(&b);
