@@ -183,14 +183,25 @@ typedef struct gd_backend_ops {
    * (graph_close_loop). A loop (GD_COND_WHILE) has one body, a branch
    * (GD_COND_IF) two, then and else: empty graphs, owned by the node,
    * that the caller fills. *handle names the condition for
-   * graph_close_loop. -GRAPHD_UNIMPLEMENTED when the backend cannot. */
+   * graph_close_loop. *reader is the node that reads the word for the
+   * conditional node, for graph_exec_condition_word. -GRAPHD_UNIMPLEMENTED
+   * when the backend cannot. */
   int (*graph_add_conditional)(gd_backend *be, gd_backend_dev *dev, gd_graph g, const gd_node *deps,
-                               size_t ndeps, int kind, uint64_t cond, gd_node *out,
+                               size_t ndeps, int kind, uint64_t cond, gd_node *out, gd_node *reader,
                                gd_graph bodies[2], uint64_t *handle, char *err, size_t errlen);
   /* Ends a loop's body after deps (its last node; none when it is empty):
-   * the condition is read again before the next pass. */
+   * the condition is read again before the next pass. *reader is the node
+   * that reads it there, or NULL when the backend adds none. */
   int (*graph_close_loop)(gd_backend *be, gd_backend_dev *dev, gd_graph body, const gd_node *deps,
-                          size_t ndeps, uint64_t handle, uint64_t cond, char *err, size_t errlen);
+                          size_t ndeps, uint64_t handle, uint64_t cond, gd_node *reader, char *err,
+                          size_t errlen);
+  /* Points a reader of a condition word (graph_add_conditional's or
+   * graph_close_loop's, at any depth) of an instantiated graph at the word
+   * at `cond`: direct mode binds a condition word's slot to the client's
+   * buffer like any other. */
+  int (*graph_exec_condition_word)(gd_backend *be, gd_backend_dev *dev, gd_graph_exec e,
+                                   gd_node reader, uint64_t handle, uint64_t cond, char *err,
+                                   size_t errlen);
   /* Instantiates and uploads on s. */
   int (*graph_instantiate)(gd_backend *be, gd_backend_dev *dev, gd_graph g, gd_stream s,
                            gd_graph_exec *out, char *err, size_t errlen);

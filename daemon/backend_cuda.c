@@ -780,6 +780,19 @@ static int cuda_util_function(gd_backend *be, gd_backend_dev *d, int which, void
   return rc;
 }
 
+/* The condition kernel's node parameters: set the condition *h from the
+ * word at *word (params holds the two pointers). */
+static void set_condition_params(gd_backend_dev *d, CUgraphConditionalHandle *h, CUdeviceptr *word,
+                                 void *params[2], CUDA_KERNEL_NODE_PARAMS *k) {
+  params[0] = h;
+  params[1] = word;
+  memset(k, 0, sizeof *k);
+  k->func = d->cond_fn;
+  k->gridDimX = k->gridDimY = k->gridDimZ = 1;
+  k->blockDimX = k->blockDimY = k->blockDimZ = 1;
+  k->kernelParams = params;
+}
+
 /* Adds "set the condition from the word" to g after deps. */
 static int add_set_condition(gd_backend *be, gd_backend_dev *d, CUgraph g, const gd_node *deps,
                              size_t ndeps, uint64_t handle, uint64_t cond, CUgraphNode *out,
@@ -789,13 +802,9 @@ static int add_set_condition(gd_backend *be, gd_backend_dev *d, CUgraph g, const
   if (rc < 0) return rc;
   CUgraphConditionalHandle h = (CUgraphConditionalHandle)handle;
   CUdeviceptr word = (CUdeviceptr)cond;
-  void *params[] = {&h, &word};
+  void *params[2];
   CUDA_KERNEL_NODE_PARAMS k;
-  memset(&k, 0, sizeof k);
-  k.func = d->cond_fn;
-  k.gridDimX = k.gridDimY = k.gridDimZ = 1;
-  k.blockDimX = k.blockDimY = k.blockDimZ = 1;
-  k.kernelParams = params;
+  set_condition_params(d, &h, &word, params, &k);
   CU_CHECK_GOTO(cu->cuGraphAddKernelNode(out, g, (const CUgraphNode *)deps, ndeps, &k),
                 GRAPHD_INVALID_ARGUMENT, exit);
 exit:
@@ -806,8 +815,8 @@ exit:
  * from the word (and, for a loop, again at the end of each pass). */
 static int cuda_graph_add_conditional(gd_backend *be, gd_backend_dev *d, gd_graph g,
                                       const gd_node *deps, size_t ndeps, int kind, uint64_t cond,
-                                      gd_node *out, gd_graph bodies[2], uint64_t *handle, char *err,
-                                      size_t errlen) {
+                                      gd_node *out, gd_node *reader, gd_graph bodies[2],
+                                      uint64_t *handle, char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;
   CUgraphConditionalHandle h;
@@ -831,15 +840,36 @@ static int cuda_graph_add_conditional(gd_backend *be, gd_backend_dev *d, gd_grap
   bodies[1] = kind == GD_COND_WHILE ? NULL : p.conditional.phGraph_out[1];
   *handle = (uint64_t)h;
   *out = n;
+  *reader = set;
 exit:
   return rc;
 }
 
 static int cuda_graph_close_loop(gd_backend *be, gd_backend_dev *d, gd_graph body,
                                  const gd_node *deps, size_t ndeps, uint64_t handle, uint64_t cond,
-                                 char *err, size_t errlen) {
-  CUgraphNode n;
-  return add_set_condition(be, d, (CUgraph)body, deps, ndeps, handle, cond, &n, err, errlen);
+                                 gd_node *reader, char *err, size_t errlen) {
+  CUgraphNode n = NULL;
+  int rc = add_set_condition(be, d, (CUgraph)body, deps, ndeps, handle, cond, &n, err, errlen);
+  *reader = n;
+  return rc;
+}
+
+/* A condition kernel node (add_set_condition), top level or in a body,
+ * reads the word at `cond` from the next launch on. */
+static int cuda_graph_exec_condition_word(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
+                                          gd_node reader, uint64_t handle, uint64_t cond, char *err,
+                                          size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  CUgraphConditionalHandle h = (CUgraphConditionalHandle)handle;
+  CUdeviceptr word = (CUdeviceptr)cond;
+  void *params[2];
+  CUDA_KERNEL_NODE_PARAMS k;
+  set_condition_params(d, &h, &word, params, &k);
+  CU_CHECK_GOTO(cu->cuGraphExecKernelNodeSetParams((CUgraphExec)e, (CUgraphNode)reader, &k),
+                GRAPHD_INTERNAL, exit);
+exit:
+  return rc;
 }
 
 static int cuda_graph_instantiate(gd_backend *be, gd_backend_dev *d, gd_graph g, gd_stream s,
@@ -922,28 +952,27 @@ exit:
   return rc;
 }
 
-static int cuda_event_create(gd_backend *be, gd_backend_dev *d, gd_event *out, char *err,
-                             size_t errlen) {
+/* An event of the given cuEventCreate flags. */
+static int event_create(gd_backend *be, unsigned flags, gd_event *out, char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
   int rc = 0;
   CUevent e;
-  (void)d;
-  CU_CHECK_GOTO(cu->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), GRAPHD_INTERNAL, exit);
+  CU_CHECK_GOTO(cu->cuEventCreate(&e, flags), GRAPHD_INTERNAL, exit);
   *out = e;
 exit:
   return rc;
 }
 
+static int cuda_event_create(gd_backend *be, gd_backend_dev *d, gd_event *out, char *err,
+                             size_t errlen) {
+  (void)d;
+  return event_create(be, CU_EVENT_DISABLE_TIMING, out, err, errlen);
+}
+
 static int cuda_event_create_timed(gd_backend *be, gd_backend_dev *d, gd_event *out, char *err,
                                    size_t errlen) {
-  const gd_cuda *cu = be->priv;
-  int rc = 0;
-  CUevent e;
   (void)d;
-  CU_CHECK_GOTO(cu->cuEventCreate(&e, CU_EVENT_DEFAULT), GRAPHD_INTERNAL, exit);
-  *out = e;
-exit:
-  return rc;
+  return event_create(be, CU_EVENT_DEFAULT, out, err, errlen);
 }
 
 static int cuda_event_elapsed(gd_backend *be, gd_backend_dev *d, gd_event start, gd_event end,
@@ -1037,6 +1066,7 @@ static const gd_backend_ops cuda_ops = {
     .graph_add_memcpy = cuda_graph_add_memcpy,
     .graph_add_conditional = cuda_graph_add_conditional,
     .graph_close_loop = cuda_graph_close_loop,
+    .graph_exec_condition_word = cuda_graph_exec_condition_word,
     .graph_instantiate = cuda_graph_instantiate,
     .graph_exec_destroy = cuda_graph_exec_destroy,
     .graph_exec_repoint_memcpy = cuda_graph_exec_repoint_memcpy,

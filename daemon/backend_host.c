@@ -442,10 +442,11 @@ static int host_graph_add_memcpy(gd_backend *be, gd_backend_dev *d, gd_graph g, 
   return add_node(g, n, out, err, errlen);
 }
 
+/* The conditional node reads its word itself: it is its own reader. */
 static int host_graph_add_conditional(gd_backend *be, gd_backend_dev *d, gd_graph g,
                                       const gd_node *deps, size_t ndeps, int kind, uint64_t cond,
-                                      gd_node *out, gd_graph bodies[2], uint64_t *handle, char *err,
-                                      size_t errlen) {
+                                      gd_node *out, gd_node *reader, gd_graph bodies[2],
+                                      uint64_t *handle, char *err, size_t errlen) {
   (void)deps, (void)ndeps;
   host_node *n = node_new(HN_COND, err, errlen);
   if (!n) return -GRAPHD_RESOURCE_EXHAUSTED;
@@ -468,6 +469,8 @@ static int host_graph_add_conditional(gd_backend *be, gd_backend_dev *d, gd_grap
   if (rc < 0) {
     host_graph_destroy(be, d, n->body[0]);
     host_graph_destroy(be, d, n->body[1]);
+  } else {
+    *reader = *out;
   }
   return rc;
 }
@@ -475,9 +478,10 @@ static int host_graph_add_conditional(gd_backend *be, gd_backend_dev *d, gd_grap
 /* The worker reads the word itself before each pass: nothing to add. */
 static int host_graph_close_loop(gd_backend *be, gd_backend_dev *d, gd_graph body,
                                  const gd_node *deps, size_t ndeps, uint64_t handle, uint64_t cond,
-                                 char *err, size_t errlen) {
+                                 gd_node *reader, char *err, size_t errlen) {
   (void)be, (void)d, (void)body, (void)deps, (void)ndeps, (void)handle, (void)cond, (void)err,
       (void)errlen;
+  *reader = NULL;
   return 0;
 }
 
@@ -539,21 +543,39 @@ static int host_graph_exec_repoint_memcpy(gd_backend *be, gd_backend_dev *d, gd_
   return 0;
 }
 
+/* Node nn of the graph that e was made from, as e runs it: a top-level
+ * node has its copy in the executable graph; a node of a conditional body
+ * is the body's own (bodies are shared, and a graph with a conditional
+ * node has one executable instance). */
+static host_node *exec_node(gd_graph_exec e, gd_node nn) {
+  host_graph *x = e;
+  host_node *t = nn;
+  return t->owner == x->from ? x->nodes[t->idx] : t;
+}
+
 static int host_graph_exec_kernel_params(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
                                          gd_node nn, const gd_kernel_desc *k, char *err,
                                          size_t errlen) {
   (void)be, (void)d;
-  host_graph *x = e;
-  host_node *t = nn;
-  /* A top-level node has its copy in the executable graph; a node of a
-   * conditional body is the body's own (bodies are shared, and a graph
-   * with a conditional node has one executable instance). */
-  host_node *n = t->owner == x->from ? x->nodes[t->idx] : t;
+  host_node *n = exec_node(e, nn);
   if (n->kind != HN_KERNEL) {
     snprintf(err, errlen, "not a kernel node");
     return -GRAPHD_INTERNAL;
   }
   n->params = k->params;
+  return 0;
+}
+
+static int host_graph_exec_condition_word(gd_backend *be, gd_backend_dev *d, gd_graph_exec e,
+                                          gd_node reader, uint64_t handle, uint64_t cond, char *err,
+                                          size_t errlen) {
+  (void)be, (void)d, (void)handle;
+  host_node *n = exec_node(e, reader);
+  if (n->kind != HN_COND) {
+    snprintf(err, errlen, "not a conditional node");
+    return -GRAPHD_INTERNAL;
+  }
+  n->src = cond;
   return 0;
 }
 
@@ -748,6 +770,7 @@ static const gd_backend_ops host_ops = {
     .graph_add_memcpy = host_graph_add_memcpy,
     .graph_add_conditional = host_graph_add_conditional,
     .graph_close_loop = host_graph_close_loop,
+    .graph_exec_condition_word = host_graph_exec_condition_word,
     .graph_instantiate = host_graph_instantiate,
     .graph_exec_destroy = host_graph_exec_destroy,
     .graph_exec_repoint_memcpy = host_graph_exec_repoint_memcpy,

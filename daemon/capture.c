@@ -139,6 +139,8 @@ void capture_free(gd_device *d, gd_capture *c) {
   free(c->built_dst);
   free(c->direct);
   free(c->step_node);
+  free(c->loop_reader);
+  free(c->cond_handle);
   free(c->built_direct);
   free(c);
 }
@@ -219,7 +221,7 @@ static bool step_uses(const bool *mark, const gd_step *st) {
   }
   if (st->kind == GD_STEP_MEMSET) return mark[st->u.memset.slot];
   if (st->kind == GD_STEP_COPY) return mark[st->u.copy.dst_slot] || mark[st->u.copy.src_slot];
-  return false;
+  return mark[st->u.cond.slot]; /* a loop or a branch: its condition word */
 }
 
 /* graphd's fill or copy kernel on d, or NULL when its backend has none. */
@@ -243,7 +245,7 @@ static void *util_fn(gd_device *d, int which) {
 /* Whether memset or copy step st touches a direct slot: then it runs as a
  * node of graphd's fill or copy kernel, re-pointed like a launch. */
 static bool util_direct(const gd_capture *c, const gd_step *st) {
-  return st->kind != GD_STEP_LAUNCH && step_uses(c->direct, st);
+  return (st->kind == GD_STEP_MEMSET || st->kind == GD_STEP_COPY) && step_uses(c->direct, st);
 }
 
 #define UTIL_THREADS 256u
@@ -313,23 +315,31 @@ static int add_cond(gd_device *d, gd_capture *c, gd_graph g, uint32_t i, const g
   uint64_t word = c->slot_addr[cd->slot] + cd->offset;
   gd_graph bodies[2] = {NULL, NULL};
   uint64_t handle = 0;
+  gd_node reader = NULL;
   char e[512];
   int rc = OPS->graph_add_conditional(BE, g, deps, ndeps, loop ? GD_COND_WHILE : GD_COND_IF, word,
-                                      node, bodies, &handle, e, sizeof e);
+                                      node, &reader, bodies, &handle, e, sizeof e);
   if (rc < 0) {
     snprintf(err, errlen, "step %u (%s): %s", i, loop ? "while" : "if", e);
     return rc;
   }
   c->nodes++;
+  c->cond_handle[i] = handle;
+  if (c->direct && c->direct[cd->slot]) {
+    c->step_node[i] = reader;
+    c->direct_nodes++;
+  }
   gd_node body_last = NULL;
   if ((rc = add_steps(d, c, bodies[0], i + 1, cd->body, NULL, 0, &body_last, err, errlen)) < 0)
     return rc;
   if (!loop)
     return add_steps(d, c, bodies[1], i + 1 + cd->body, cd->orelse, NULL, 0, &body_last, err,
                      errlen);
+  reader = NULL;
   rc = OPS->graph_close_loop(BE, bodies[0], body_last ? &body_last : NULL, body_last ? 1 : 0,
-                             handle, word, e, sizeof e);
+                             handle, word, &reader, e, sizeof e);
   if (rc < 0) snprintf(err, errlen, "step %u (while): %s", i, e);
+  if (rc == 0 && c->direct && c->direct[cd->slot]) c->loop_reader[i] = reader;
   return rc;
 }
 
@@ -479,7 +489,9 @@ static int build_graph(gd_device *d, gd_capture *c, const gd_bound *bind, gd_str
   }
   if ((rc = OPS->graph_create(BE, &c->graph, err, errlen)) < 0) goto exit;
   c->step_node = calloc(p->nsteps, sizeof *c->step_node);
-  if (!c->step_node) {
+  c->loop_reader = calloc(p->nsteps, sizeof *c->loop_reader);
+  c->cond_handle = calloc(p->nsteps, sizeof *c->cond_handle);
+  if (!c->step_node || !c->loop_reader || !c->cond_handle) {
     free(roots);
     snprintf(err, errlen, "out of memory building a graph");
     return -GRAPHD_RESOURCE_EXHAUSTED;
@@ -529,11 +541,11 @@ exit:
 /* Which staged slots direct mode binds straight into the kernels: every
  * bound one a launch uses, at the top level or inside a loop or branch
  * (a kernel node of a conditional body takes new parameters in the
- * executable graph as a top-level one does), and one a memset or copy step
+ * executable graph as a top-level one does), one a memset or copy step
  * uses (the step then runs as graphd's fill or copy kernel; where the
- * backend has none, such a slot stays staged), except a condition word
- * (the condition kernel reads it at a fixed address), which stays staged,
- * copied outside the graph. For auto, whether that is worth it. Sets
+ * backend has none, such a slot stays staged), and the slot of a loop's
+ * or branch's condition word (the nodes that read the word take its new
+ * address as a kernel does). For auto, whether that is worth it. Sets
  * c->mode. */
 static int choose_mode(gd_device *d, gd_capture *c, const gd_bound *bind, char *err,
                        size_t errlen) {
@@ -557,7 +569,7 @@ static int choose_mode(gd_device *d, gd_capture *c, const gd_bound *bind, char *
   util = util && util_fn(d, GD_UTIL_FILL) && util_fn(d, GD_UTIL_COPY);
   for (uint32_t i = 0; i < p->nsteps; i++) {
     const gd_step *st = &p->steps[i];
-    if (st->kind == GD_STEP_WHILE || st->kind == GD_STEP_IF) {
+    if ((st->kind == GD_STEP_WHILE || st->kind == GD_STEP_IF) && !OPS->graph_exec_condition_word) {
       direct[st->u.cond.slot] = false;
     } else if (st->kind == GD_STEP_MEMSET && !util) {
       direct[st->u.memset.slot] = false;
@@ -734,6 +746,20 @@ static int repoint_direct(gd_device *d, gd_capture *c, gd_exec *x, const gd_boun
   for (uint32_t i = 0; i < p->nsteps && rc == 0; i++) {
     const gd_step *st = &p->steps[i];
     if (!c->step_node[i] || !step_uses(moved, st)) continue;
+    char e[256], lbl[GD_MAX_NAME + 32];
+    if (st->kind == GD_STEP_WHILE || st->kind == GD_STEP_IF) {
+      uint64_t word = addr[st->u.cond.slot] + st->u.cond.offset;
+      rc = OPS->graph_exec_condition_word(BE, x->exec, c->step_node[i], c->cond_handle[i], word, e,
+                                          sizeof e);
+      if (rc == 0 && c->loop_reader[i])
+        rc = OPS->graph_exec_condition_word(BE, x->exec, c->loop_reader[i], c->cond_handle[i], word,
+                                            e, sizeof e);
+      if (rc < 0)
+        snprintf(err, errlen, "step %u (%s): re-pointing its condition: %s", i,
+                 gd_step_label(st, lbl, sizeof lbl), e);
+      c->repoints++;
+      continue;
+    }
     gd_kernel_desc k;
     int made = st->kind == GD_STEP_LAUNCH
                    ? launch_desc(d, c, i, addr, &x->param_buf[i], &x->kparams[i], &k)
@@ -743,7 +769,6 @@ static int repoint_direct(gd_device *d, gd_capture *c, gd_exec *x, const gd_boun
       rc = -GRAPHD_RESOURCE_EXHAUSTED;
       break;
     }
-    char e[256], lbl[GD_MAX_NAME + 32];
     rc = OPS->graph_exec_kernel_params(BE, x->exec, c->step_node[i], &k, e, sizeof e);
     if (rc < 0)
       snprintf(err, errlen, "step %u (%s): re-pointing: %s", i, gd_step_label(st, lbl, sizeof lbl),

@@ -56,10 +56,14 @@ typedef struct gd_capture {
   /* Direct mode: per slot, whether the kernels use the bound buffer itself
    * (else a staged slot is copied outside the graph); per step, the kernel
    * node to re-point when a direct slot it uses moves (a launch at any
-   * depth, or graphd's fill or copy kernel for a memset or copy step); and
-   * the addresses the graph was built with. */
+   * depth, or graphd's fill or copy kernel for a memset or copy step; for
+   * a loop or a branch, the node that reads its condition word before it,
+   * with loop_reader the one at the end of a loop's body and cond_handle
+   * the condition); and the addresses the graph was built with. */
   bool *direct;
   gd_node *step_node;
+  gd_node *loop_reader;
+  uint64_t *cond_handle;
   uint64_t *built_direct;
   uint32_t direct_nodes;
   gd_staging staging;

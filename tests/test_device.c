@@ -549,14 +549,15 @@ static const gd_regprog *cond_program(fixture *f, uint32_t mode) {
   return add_program(f, &p);
 }
 
-/* One replay of the cond program on x with the loop count and branch flag
- * given, capturing on the first (*c NULL): x must come out scaled by 2^count
- * and by 3 or 5, the loop counter run down to 0. */
-static void replay_cond(fixture *f, const gd_regprog *p, gd_capture **c, float *x, uint32_t count,
-                        uint32_t flag) {
+/* One replay of the cond program on x and ctl with the loop count and
+ * branch flag given, capturing on the first (*c NULL): x must come out
+ * scaled by 2^count and by 3 or 5, the loop counter run down to 0. */
+static void replay_cond(fixture *f, const gd_regprog *p, gd_capture **c, float *x, uint32_t *ctl,
+                        uint32_t count, uint32_t flag) {
   char err[512];
   fill(x, 1.0f);
-  uint32_t ctl[2] = {count, flag};
+  ctl[0] = count;
+  ctl[1] = flag;
   gd_bound bind[2] = {{true, (uint64_t)(uintptr_t)x, N * 4}, {true, (uint64_t)(uintptr_t)ctl, 8}};
   bool first = !*c;
   if (first) {
@@ -584,39 +585,48 @@ START_TEST(test_device_runs_conditional_loops_and_branches) {
   struct {
     uint32_t count, flag;
   } cases[] = {{3, 1}, {0, 0}, {5, 0}, {1, 1}};
+  static uint32_t ctl[2];
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
-    replay_cond(&f, p, &c, x, cases[k].count, cases[k].flag);
+    replay_cond(&f, p, &c, x, ctl, cases[k].count, cases[k].flag);
   fixture_close(&f);
 }
 END_TEST
 
-/* In direct mode, a slot that only launches inside the loop and the
- * branch use is bound straight into their kernel nodes, which are given
- * the new buffers when a replay binds others: it takes no staging, and
- * each replay works in place on its own buffers. The condition word
- * stays staged. */
+/* In direct mode, the slot that only launches inside the loop and the
+ * branch use is bound straight into their kernel nodes, and the slot of
+ * the condition words into the nodes that read them (before the loop, at
+ * the end of each pass, before the branch); all are given the new
+ * buffers when a replay binds others. Nothing is staged, and each replay
+ * works in place on its own buffers: counted by the other buffers' loop
+ * counter, the loop would run the wrong number of passes. */
 START_TEST(test_device_direct_mode_binds_slots_of_loop_and_branch_bodies) {
   fixture f;
   fixture_open(&f, 0);
   const gd_regprog *p = cond_program(&f, GD_MODE_DIRECT);
   static float xa[N], xb[N];
+  static uint32_t ctla[2], ctlb[2];
   char err[512];
   uint64_t loaded, ns;
   ck_assert_msg(modcache_prepare(&f.d, p, &loaded, &ns, err, sizeof err) == 0, "%s", err);
   gd_capture *c = NULL;
   struct {
     float *x;
-    uint32_t count, flag;
-  } cases[] = {{xa, 3, 1}, {xb, 2, 0}, {xa, 1, 0}, {xb, 4, 1}};
+    uint32_t *ctl, count, flag;
+  } cases[] = {{xa, ctla, 3, 1}, {xb, ctlb, 2, 0}, {xa, ctlb, 1, 0},
+               {xb, ctla, 4, 1}, {xb, ctlb, 0, 1}, {xa, ctla, 5, 0}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     float *other = cases[k].x == xa ? xb : xa;
+    uint32_t *other_ctl = cases[k].ctl == ctla ? ctlb : ctla;
     fill(other, -1.0f);
-    replay_cond(&f, p, &c, cases[k].x, cases[k].count, cases[k].flag);
-    for (uint32_t i = 0; i < N; i++) /* the other buffer untouched */
+    other_ctl[0] = 7;
+    other_ctl[1] = 9;
+    replay_cond(&f, p, &c, cases[k].x, cases[k].ctl, cases[k].count, cases[k].flag);
+    for (uint32_t i = 0; i < N; i++) /* the other buffers untouched */
       ck_assert_float_eq(other[i], -1.0f + (float)i);
-    /* x is bound into the bodies' kernels; the loop counter is staged. */
+    ck_assert_uint_eq(other_ctl[0], 7);
+    ck_assert_uint_eq(other_ctl[1], 9);
     ck_assert_uint_eq(c->mode, GD_MODE_DIRECT);
-    ck_assert(c->direct && c->direct[0] && !c->direct[1]);
+    ck_assert(c->direct && c->direct[0] && c->direct[1]);
   }
   ck_assert_uint_gt(c->repoints, 0);
   fixture_close(&f);

@@ -195,9 +195,10 @@ START_TEST(test_replay_direct_mode_follows_changing_buffers_exactly) {
 }
 END_TEST
 
-/* Loops and branches in direct mode: their condition word and the slots of
- * launches inside them stay staged; results are exact in every case. */
-START_TEST(test_replay_direct_mode_keeps_conditional_slots_staged) {
+/* Loops and branches in direct mode, their condition words and the slots
+ * of launches inside them bound to the client's buffers, which change
+ * between replays: results are exact in every case. */
+START_TEST(test_replay_direct_mode_binds_conditional_slots) {
   graphd_client *c = td_data(&d, 0);
   uint8_t mod[32], pid[32];
   ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
@@ -206,14 +207,17 @@ START_TEST(test_replay_direct_mode_keeps_conditional_slots_staged) {
   graphd_stream *s;
   ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
   float *x[2];
-  uint32_t *ctl;
-  for (int j = 0; j < 2; j++)
+  uint32_t *ctls[2];
+  for (int j = 0; j < 2; j++) {
     ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&x[j]), GRAPHD_OK);
-  ck_assert_int_eq(graphd_host_alloc(c, 8, (void **)&ctl), GRAPHD_OK);
+    ck_assert_int_eq(graphd_host_alloc(c, 8, (void **)&ctls[j]), GRAPHD_OK);
+  }
   uint32_t cases[][2] = {{3, 1}, {0, 0}, {7, 0}, {1, 1}, {0, 1}};
   for (size_t k = 0; k < 2 * sizeof cases / sizeof cases[0]; k++) {
     const uint32_t *cs = cases[k % 5];
     float *xx = x[k % 2];
+    uint32_t *ctl = ctls[(k / 2) % 2], *other = ctls[1 - (k / 2) % 2];
+    other[0] = 5; /* a loop that read it would run 5 more passes */
     for (uint32_t i = 0; i < N; i++) xx[i] = (float)i - 100.0f;
     ctl[0] = cs[0];
     ctl[1] = cs[1];
@@ -223,6 +227,7 @@ START_TEST(test_replay_direct_mode_keeps_conditional_slots_staged) {
     for (uint32_t i = 0; i < N; i++)
       ck_assert_float_eq(xx[i], cond_program_expect((float)i - 100.0f, cs[0], cs[1]));
     ck_assert_uint_eq(ctl[0], 0);
+    ck_assert_uint_eq(other[0], 5);
   }
   graphd_stream_detach(s);
   graphd_close(c);
@@ -1075,7 +1080,7 @@ int main(void) {
   tcase_add_test(tc, test_replay_thousand_replays_with_changing_bindings_are_exact);
   tcase_add_test(tc, test_replay_flag_page_must_be_sealed);
   tcase_add_test(tc, test_replay_direct_mode_follows_changing_buffers_exactly);
-  tcase_add_test(tc, test_replay_direct_mode_keeps_conditional_slots_staged);
+  tcase_add_test(tc, test_replay_direct_mode_binds_conditional_slots);
   tcase_add_test(tc, test_replay_auto_mode_chooses_by_bytes_against_nodes);
   tcase_add_test(tc, test_replay_runs_conditional_loops_and_branches);
   tcase_add_test(tc, test_replay_client_dying_mid_wait_is_noticed_at_once);
