@@ -569,9 +569,7 @@ static int choose_mode(gd_device *d, gd_capture *c, const gd_bound *bind, char *
   util = util && util_fn(d, GD_UTIL_FILL) && util_fn(d, GD_UTIL_COPY);
   for (uint32_t i = 0; i < p->nsteps; i++) {
     const gd_step *st = &p->steps[i];
-    if ((st->kind == GD_STEP_WHILE || st->kind == GD_STEP_IF) && !OPS->graph_exec_condition_word) {
-      direct[st->u.cond.slot] = false;
-    } else if (st->kind == GD_STEP_MEMSET && !util) {
+    if (st->kind == GD_STEP_MEMSET && !util) {
       direct[st->u.memset.slot] = false;
     } else if (st->kind == GD_STEP_COPY && !util) {
       direct[st->u.copy.src_slot] = direct[st->u.copy.dst_slot] = false;
