@@ -23,9 +23,10 @@ free_mem() {
 }
 rc=0
 
-timeout 300 "$build/graphd" --backend cuda --socket "$sock" --log-level info >/tmp/graphd-evict.log 2>&1 &
-dpid=$!
-for _ in $(seq 150); do [[ -S $sock ]] && break; sleep 0.1; done
+daemon_limit=300
+# shellcheck source=scripts/gpu-daemon.sh
+. "$src/scripts/gpu-daemon.sh"
+start_daemon /tmp/graphd-evict.log || exit 1
 
 GRAPHD_LIB="$build/libgraphd.so" GRAPHD_XLA_LIB="$build/libgraphd_xla.so" \
   GRAPHD_CUDA_KERNELS="$build/tests/kernels" PYTHONPATH="$src/client/python" \
@@ -67,6 +68,6 @@ free_mem "after evicting all" || rc=1
 ctl status || rc=1
 ctl list || rc=1
 ctl stats --prometheus | grep -E '^graphd_(captures|staging|evictions|recaptures|replays)' || rc=1
-kill -TERM "$dpid"; wait "$dpid"; echo "graphd exit status $?"
+stop_daemon
 grep -iE "evict|error" /tmp/graphd-evict.log | tail -5
 exit $rc

@@ -13,15 +13,13 @@ mkdir -p "$out" $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
 sock=/tmp/graphd-scaling-$$.sock
 timeout 30 nvidia-cuda-mps-control -d -M || { echo "MPS did not start"; exit 1; }
 sleep 1
-timeout 300 nice -n "${GRAPHD_BENCH_NICE:--5}" "$build/graphd" --backend cuda --socket "$sock" >"$out/graphd-scaling.log" 2>&1 &
-dpid=$!
-for _ in $(seq 100); do
-  timeout 5 "$build/graphctl" --socket "$sock" ping >/dev/null 2>&1 && break
-  sleep 0.1
-done
+daemon_limit=300
+# shellcheck source=scripts/gpu-daemon.sh
+. "$(dirname "$0")/gpu-daemon.sh"
+start_daemon "$out/graphd-scaling.log" || { echo quit | timeout 30 nvidia-cuda-mps-control; exit 1; }
 timeout 120 "$build/bench/scaling_bench" --socket "$sock" "$@"
 rc=$?
 echo "scaling_bench exit status $rc"
-kill -TERM "$dpid"; wait "$dpid"
+stop_daemon
 echo quit | timeout 30 nvidia-cuda-mps-control
 exit $rc
