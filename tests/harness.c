@@ -182,6 +182,47 @@ static pid_t daemon_process(pid_t pid) {
 
 pid_t td_daemon_pid(const gd_test_daemon *d) { return daemon_process(d->pid); }
 
+/* The first line of /proc/PID/task/TID/WHAT, without its newline. */
+static void task_line(pid_t pid, const char *tid, const char *what, char *out, size_t cap) {
+  char path[384];
+  snprintf(out, cap, "?");
+  snprintf(path, sizeof path, "/proc/%d/task/%s/%s", (int)pid, tid, what);
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  if (fgets(out, (int)cap, f)) out[strcspn(out, "\n")] = 0;
+  fclose(f);
+}
+
+/* A daemon that outlived its stop: where each of its threads is, and how
+ * its log ends, before it is killed and the log removed. */
+static void report_stuck(const gd_test_daemon *d, pid_t pid, int sig, int timeout_ms) {
+  fprintf(stderr, "graphd (pid %d) was still running %d ms after signal %d; its threads:\n",
+          (int)pid, timeout_ms, sig);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *dir = opendir(path);
+  struct dirent *e;
+  while (dir && (e = readdir(dir))) {
+    if (e->d_name[0] == '.') continue;
+    char comm[64], wchan[64], stat[512];
+    task_line(pid, e->d_name, "comm", comm, sizeof comm);
+    task_line(pid, e->d_name, "wchan", wchan, sizeof wchan);
+    task_line(pid, e->d_name, "stat", stat, sizeof stat);
+    const char *paren = strrchr(stat, ')'); /* the state letter follows "(comm) " */
+    char state = paren && paren[1] && paren[2] ? paren[2] : '?';
+    fprintf(stderr, "  thread %s %-16s state %c wchan %s\n", e->d_name, comm, state, wchan);
+  }
+  if (dir) closedir(dir);
+  FILE *f = fopen(d->log, "r");
+  if (!f) return;
+  static char tail[40][512];
+  int n = 0;
+  while (fgets(tail[n % 40], sizeof tail[0], f)) n++;
+  fclose(f);
+  fprintf(stderr, "the last %d lines of its log:\n", n < 40 ? n : 40);
+  for (int i = n < 40 ? 0 : n - 40; i < n; i++) fprintf(stderr, "  %s", tail[i % 40]);
+}
+
 int td_stop_sig(gd_test_daemon *d, int sig, int timeout_ms) {
   if (d->pid <= 0) return -1;
   kill(daemon_process(d->pid), sig);
@@ -195,6 +236,7 @@ int td_stop_sig(gd_test_daemon *d, int sig, int timeout_ms) {
     }
     usleep(5000);
   }
+  if (sig != SIGKILL) report_stuck(d, daemon_process(d->pid), sig, timeout_ms);
   kill(d->pid, SIGKILL);
   waitpid(d->pid, NULL, 0);
   d->pid = 0;
