@@ -70,6 +70,15 @@ in the same pattern, for graphd.warp in the RESULT line too. A daemon or
 libgraphd that does not report GPU time, or that sampled no replay, gives
 "n/a".
 
+Beside them, for graphd.warp, the host cost of a call: the bench sets
+GRAPHD_XLA_STATS=1 for its process and reads graphd.jax.xla_stats()
+before and after the timed repeats, giving per call the bindings it made,
+the host time in graphd's XLA handler and libgraphd, and of it the wait
+for room in the submission ring (the GPU behind) and the rest, the
+handler's and libgraphd's own work; it is held against a target of 5 us
+plus 0.1 us a binding. From Status, the same way, the daemon's worker
+time per replay (its checks, binding resolution and queueing).
+
 All paths run in one process, graphd.warp's first: its recording (at
 trace time) must not overlap Warp work. Before each path MJX's registry
 of callables is emptied, and afterwards the bench checks that MJX made a
@@ -314,6 +323,7 @@ class Path:
         self.name, self.kind, self.mode = name, kind, mode
         self.us = {}
         self.gpu = {}  # pattern: GpuTime
+        self.host = {}  # pattern: HostCost (graphd only)
         self.final = {}
         self.notes = {}
         self.extra = {}
@@ -350,6 +360,46 @@ def daemon_gpu(before, after, steps):
         return GpuTime(why=f"implausible: {d['gpu_replays']} replays sampled of {d['replays']}, {d['gpu_ns']} ns")
     return GpuTime(d["gpu_ns"] / d["gpu_replays"] / 1e3, d["gpu_replays"], d["replays"], steps,
                    "replays, those the daemon sampled")
+
+
+class HostCost:
+    """A graphd path's host cost per call in one pattern, from the
+    handler's counts (graphd.jax.xla_stats()) and the daemon's Status read
+    before and after the timed repeats: bindings a call, us in the handler
+    and libgraphd, us of it waiting for ring room, and the worker's us a
+    replay; None where not available."""
+
+    def __init__(self, xla_before, xla_after, status_before, status_after):
+        self.calls = self.bindings = self.handler_us = self.wait_us = self.worker_us = None
+        if xla_before is not None and xla_after is not None:
+            d = {k: xla_after[k] - xla_before[k] for k in xla_after}
+            if d["calls"] > 0:
+                self.calls = d["calls"]
+                self.bindings = d["buffers"] / d["calls"]
+                self.handler_us = d["handler_ns"] / d["calls"] / 1e3
+                self.wait_us = d["wait_ns"] / d["calls"] / 1e3
+        ns = [None if x.get("worker_ns") is None else x["worker_ns"] for x in (status_before, status_after)]
+        n = [x.get("replays") for x in (status_before, status_after)]
+        if None not in ns and None not in n and n[1] > n[0]:
+            self.worker_us = (ns[1] - ns[0]) / (n[1] - n[0]) / 1e3
+
+    @property
+    def own_us(self):
+        return None if self.handler_us is None else self.handler_us - self.wait_us
+
+    @property
+    def target_us(self):
+        return None if self.bindings is None else 5.0 + 0.1 * self.bindings
+
+    def text(self):
+        if self.calls is None:
+            worker = "" if self.worker_us is None else f"; the worker {self.worker_us:.2f} us a replay"
+            return "host cost n/a (the handler did not count: GRAPHD_XLA_STATS was not set in time)" + worker
+        met = "met" if self.own_us <= self.target_us else "missed"
+        worker = "n/a" if self.worker_us is None else f"{self.worker_us:.2f} us"
+        return (f"a call binds {self.bindings:.0f} buffers: {self.handler_us:.2f} us in the handler and "
+                f"libgraphd, {self.wait_us:.2f} of it waiting for ring room, {self.own_us:.2f} its own work "
+                f"(target {self.target_us:.1f}: {met}); the worker {worker} a replay ({self.calls} calls)")
 
 
 def gpu_us(path, variant):
@@ -443,6 +493,9 @@ def run(a):
     import warp as wp
     if a.socket:
         os.environ["GRAPHD_SOCKET"] = a.socket
+    # The handler's counts of its calls (read around the timed repeats);
+    # it reads this at the process's first call.
+    os.environ.setdefault("GRAPHD_XLA_STATS", "1")
     gw = None
     if a.modes:
         import graphd
@@ -467,6 +520,7 @@ def run(a):
             works = [d.get("work") or {} for d in devs]
             for k in ("replays", "gpu_ns", "gpu_replays"):
                 now[k] = sum(w[k] for w in works) if all(k in w for w in works) else None
+            now["worker_ns"] = sum(w["replay_ns"] for w in works) if all("replay_ns" in w for w in works) else None
             if now == last:
                 break
             last = now
@@ -485,11 +539,14 @@ def run(a):
             if self.path.kind == "graphd":
                 gj.collect()
                 self.before = counters()
+                self.xla_before = gj.xla_stats()
 
         def __exit__(self, *exc):
             if self.path.kind == "graphd" and exc[0] is None:
                 gj.collect()
+                xla_after = gj.xla_stats()
                 after = counters()
+                self.path.host[self.variant] = HostCost(self.xla_before, xla_after, self.before, after)
                 for k in ("captures_built", "recaptures"):
                     self.path.extra[k] = self.path.extra.get(k, 0) + after[k] - self.before[k]
                 self.path.gpu[self.variant] = daemon_gpu(self.before, after, a.steps * a.repeats)
@@ -688,6 +745,14 @@ def run(a):
                 results.append(f"{key}_{v}_gpu_us={g.us:.2f}")
             if p.kind == "graphd" and ratio is not None:
                 results.append(f"{key}_{v}_gpu_ratio={ratio:.3f}")
+            h = p.host.get(v)
+            if h is not None:
+                print(f"FIGURE {what}, {p.name}, {v} addresses, host a call: {h.text()}")
+                if h.calls is not None:
+                    results += [f"{key}_{v}_bindings={h.bindings:.1f}", f"{key}_{v}_host_us={h.own_us:.2f}",
+                                f"{key}_{v}_host_wait_us={h.wait_us:.2f}"]
+                if h.worker_us is not None:
+                    results.append(f"{key}_{v}_worker_us={h.worker_us:.2f}")
         if p.kind == "graphd":
             results += [f"{key}_captures={p.extra['captures_built']}", f"{key}_recaptures={p.extra['recaptures']}"]
             for b in p.extra["programs"]:

@@ -113,6 +113,14 @@ def targets(r):
         row(f"MJX {scene}, graphd auto, GPU time per step", f"{pre}graphd_auto_repeat_gpu_us",
             "Warp's own graph, GPU time per step", g(f"{pre}warp_WARP_repeat_gpu_us"), "<= 1.02x",
             lambda v, a: v <= 1.02 * a)
+        bindings = g(f"{pre}graphd_auto_repeat_bindings")
+        if bindings is not None:
+            row(f"MJX {scene}, graphd auto, host work a call ({bindings:.0f} bindings, ring waits "
+                "left out)", f"{pre}graphd_auto_repeat_host_us", "5 us + 0.1 us a binding",
+                5.0 + 0.1 * bindings, "<= 1.0x", lambda v, a: v <= a)
+            row(f"MJX {scene}, graphd auto, the worker's time a replay ({bindings:.0f} bindings)",
+                f"{pre}graphd_auto_repeat_worker_us", "the step's GPU time (graphd)",
+                g(f"{pre}graphd_auto_repeat_gpu_us"), "(report)", lambda v, a: True)
     row("first register of a VMM region", "region_vmm_us", "(absolute)", 300.0, "<= 300 us",
         lambda v, a: v <= a)
     row("restarted client, first result", "restart_us", "in-process module load + capture",

@@ -29,8 +29,11 @@ SCALING = ("RESULT scaling_sync_devices=1 scaling_sync_clients=8 scaling_sync_pr
 LARGE = "RESULT slots=250 inproc_async_us=200.0 inproc_gpu_us=190.0 direct_async_us=230.0 direct_async_gpu_us=195.0\n"
 MJX = ("RESULT mjx_worlds=128 mjx_graphd_auto_repeat_us=600.0 mjx_graphd_auto_repeat_gpu_us=500.0 "
        "mjx_graphd_auto_change_us=610.0 mjx_warp_WARP_repeat_us=700.0 mjx_warp_WARP_repeat_gpu_us=400.0 "
-       "mjx_warp_WARP_change_us=1500.0 mjx_graphd_auto_recaptures=0\n"
-       "RESULT mjx_pendula_graphd_auto_repeat_us=500.0 mjx_pendula_warp_WARP_repeat_us=480.0\n")
+       "mjx_warp_WARP_change_us=1500.0 mjx_graphd_auto_recaptures=0 mjx_graphd_auto_repeat_bindings=300.0 "
+       "mjx_graphd_auto_repeat_host_us=36.00 mjx_graphd_auto_repeat_host_wait_us=400.00 "
+       "mjx_graphd_auto_repeat_worker_us=50.00\n"
+       "RESULT mjx_pendula_graphd_auto_repeat_us=500.0 mjx_pendula_warp_WARP_repeat_us=480.0 "
+       "mjx_pendula_graphd_auto_repeat_bindings=100.0 mjx_pendula_graphd_auto_repeat_host_us=14.5\n")
 
 
 def run(out):
@@ -98,6 +101,20 @@ class BenchReport(unittest.TestCase):
             self.assertNotIn(("MJX pendula, graphd auto, changing addresses", "Warp WARP mode, changing"), rows)
             self.assertNotIn(("MJX contacts, graphd auto, repeating addresses", "Warp WARP mode, repeating"),
                              rows)
+            # Host work a call: 36 us against 5 + 0.1 x 300 missed; pendula
+            # 14.5 against 15 met; the worker's time beside the GPU's.
+            host = row("MJX humanoid, graphd auto, host work a call (300 bindings, ring waits left out)",
+                       "5 us + 0.1 us a binding")
+            self.assertEqual(host["anchor_value"], 35.0)
+            self.assertFalse(host["met"])
+            self.assertTrue(row("MJX pendula, graphd auto, host work a call (100 bindings, ring waits left out)",
+                                "5 us + 0.1 us a binding")["met"])
+            worker = row("MJX humanoid, graphd auto, the worker's time a replay (300 bindings)",
+                         "the step's GPU time (graphd)")
+            self.assertAlmostEqual(worker["ratio"], 0.1)
+            self.assertIsNone(worker["met"])
+            self.assertNotIn(("MJX pendula, graphd auto, the worker's time a replay (100 bindings)",
+                              "the step's GPU time (graphd)"), rows)
             self.assertFalse(row("first register of a VMM region", "(absolute)")["met"])
             self.assertTrue(row("restarted client, first result",
                                 "in-process module load + capture")["met"])

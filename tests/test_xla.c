@@ -259,6 +259,56 @@ START_TEST(test_xla_no_daemon_is_a_clean_unavailable_error) {
 }
 END_TEST
 
+/* Without $GRAPHD_XLA_STATS=1 nothing is counted, and the read says so;
+ * with it, every executed call is, refused ones too, with the bindings it
+ * made and its host time. (Each test runs in a process of its own, so the
+ * environment is read afresh.) */
+START_TEST(test_xla_stats_are_read_only_when_counted) {
+  no_daemon();
+  unsetenv("GRAPHD_XLA_STATS");
+  frame f;
+  frame_init(&f, 2);
+  expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
+  graphd_xla_stats s;
+  memset(&s, 0xff, sizeof s);
+  ck_assert_int_eq(graphd_xla_stats_read(&s, sizeof s), 0);
+  ck_assert_uint_eq(s.calls, 0);
+  ck_assert_uint_eq(s.handler_ns, 0);
+}
+END_TEST
+
+START_TEST(test_xla_stats_count_calls_bindings_and_host_time) {
+  no_daemon();
+  setenv("GRAPHD_XLA_STATS", "1", 1);
+  graphd_xla_stats s, t;
+  ck_assert_int_eq(graphd_xla_stats_read(&s, sizeof s), 1);
+  ck_assert_uint_eq(s.calls, 0);
+  frame f;
+  for (int i = 0; i < 3; i++) {
+    frame_init(&f, 2); /* two operands, one result */
+    expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
+  }
+  frame_init(&f, 2);
+  f.program.len = 10; /* refused before any binding */
+  expect_error(&f, GRAPHD_INVALID_ARGUMENT, "not a 64-digit hex id");
+  ck_assert_int_eq(graphd_xla_stats_read(&t, sizeof t), 1);
+  ck_assert_uint_eq(t.calls, 4);
+  ck_assert_uint_eq(t.buffers, 9);
+  ck_assert_uint_eq(t.sync_calls, 0);
+  ck_assert_uint_gt(t.handler_ns, 0);
+  /* No call got as far as libgraphd's replay. */
+  ck_assert_uint_eq(t.replay_ns, 0);
+  ck_assert_uint_eq(t.wait_ns, 0);
+  /* A caller that knows fewer fields gets those, and nothing past them. */
+  uint64_t two[3] = {0, 0, 0xabcd};
+  ck_assert_int_eq(graphd_xla_stats_read((graphd_xla_stats *)(void *)two, 2 * sizeof(uint64_t)), 1);
+  ck_assert_uint_eq(two[0], 4);
+  ck_assert_uint_eq(two[1], 0);
+  ck_assert_uint_eq(two[2], 0xabcd);
+  unsetenv("GRAPHD_XLA_STATS");
+}
+END_TEST
+
 START_TEST(test_xla_inout_slots_are_bound_once) {
   no_daemon();
   frame f;
@@ -685,6 +735,8 @@ int main(void) {
   tcase_add_test(tc, test_xla_refuses_wrong_argument_counts_and_dtypes);
   tcase_add_test(tc, test_xla_only_runs_at_execution);
   tcase_add_test(tc, test_xla_no_daemon_is_a_clean_unavailable_error);
+  tcase_add_test(tc, test_xla_stats_are_read_only_when_counted);
+  tcase_add_test(tc, test_xla_stats_count_calls_bindings_and_host_time);
   tcase_add_test(tc, test_xla_inout_slots_are_bound_once);
   tcase_add_test(tc, test_xla_empty_buffers_and_many_buffers);
   tcase_add_test(tc, test_xla_call_reaches_the_daemon_and_syncs_its_program);

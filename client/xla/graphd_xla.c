@@ -171,10 +171,7 @@ static bool env_sync; /* $GRAPHD_XLA_SYNC=1: every call is synchronous */
 /* $GRAPHD_XLA_STATS=1: what the process's calls did, counted (atomics)
  * and printed to stderr at exit, to see where a step's host time goes. */
 static bool env_stats;
-static struct {
-  uint64_t calls, sync_calls, buffers, unaliased, bounced, bounce_copies, id_queries, ns, replay_ns,
-      wait_ns;
-} stats;
+static graphd_xla_stats stats;
 
 static void print_stats(void) {
   uint64_t n = __atomic_load_n(&stats.calls, __ATOMIC_RELAXED);
@@ -189,9 +186,9 @@ static void print_stats(void) {
           (unsigned long long)n, (unsigned long long)stats.sync_calls,
           (unsigned long long)stats.buffers, (unsigned long long)stats.unaliased,
           (unsigned long long)stats.bounced, (unsigned long long)stats.bounce_copies,
-          (unsigned long long)stats.id_queries, (double)stats.ns * per,
+          (unsigned long long)stats.id_queries, (double)stats.handler_ns * per,
           (double)stats.replay_ns * per, (double)stats.wait_ns * per,
-          (double)(stats.ns - stats.wait_ns) * per);
+          (double)(stats.handler_ns - stats.wait_ns) * per);
 }
 
 static void read_env(void) {
@@ -200,6 +197,19 @@ static void read_env(void) {
   v = getenv("GRAPHD_XLA_STATS");
   env_stats = v && strcmp(v, "1") == 0;
   if (env_stats) atexit(print_stats);
+}
+
+int graphd_xla_stats_read(graphd_xla_stats *out, size_t size) {
+  pthread_once(&env_once, read_env);
+  graphd_xla_stats now = {0};
+  if (env_stats) {
+    const uint64_t *from = (const uint64_t *)&stats;
+    uint64_t *to = (uint64_t *)&now;
+    for (size_t i = 0; i < sizeof now / sizeof(uint64_t); i++)
+      to[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
+  }
+  memcpy(out, &now, size < sizeof now ? size : sizeof now);
+  return env_stats;
 }
 
 static uint64_t now_ns(void) {
@@ -593,7 +603,7 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   XLA_FFI_Error *xe = replay_call(cf);
   if (env_stats) {
     count(&stats.calls, 1);
-    count(&stats.ns, now_ns() - t0);
+    count(&stats.handler_ns, now_ns() - t0);
   }
   return xe;
 }

@@ -41,6 +41,29 @@ __attribute__((visibility("default"))) int graphd_xla_collect(char *err, size_t 
 __attribute__((visibility("default"))) void graphd_xla_last_replays(const uint8_t *ids, size_t n,
                                                                     uint64_t *seq);
 
+/* What this process's calls of the handler did, counted since it started
+ * when $GRAPHD_XLA_STATS=1 was in the environment at its first call (and
+ * printed to stderr at exit). A benchmark reads it before and after what it
+ * times and takes the difference. */
+typedef struct graphd_xla_stats {
+  uint64_t calls;         /* executed calls, refused ones included */
+  uint64_t sync_calls;    /* of them, replayed with a round trip */
+  uint64_t buffers;       /* bindings the calls made, fixed ones included */
+  uint64_t unaliased;     /* in-out operands copied into results XLA did not alias */
+  uint64_t bounced;       /* calls that bound copies of buffers graphd cannot map */
+  uint64_t bounce_copies; /* the copies those calls queued */
+  uint64_t id_queries;    /* driver queries that checked the constants' allocations */
+  uint64_t handler_ns;    /* host time in the handler */
+  uint64_t replay_ns;     /* of it, in libgraphd's replay call */
+  uint64_t wait_ns;       /* of that, waiting for room in the submission ring */
+} graphd_xla_stats;
+
+/* Copies the counts into *out (size: sizeof *out, for the fields the
+ * caller knows of) and returns 1; returns 0 with *out zeroed when the
+ * process does not count. Thread-safe. */
+__attribute__((visibility("default"))) int graphd_xla_stats_read(graphd_xla_stats *out,
+                                                                 size_t size);
+
 #ifdef __cplusplus
 }
 #endif

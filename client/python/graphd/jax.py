@@ -212,6 +212,32 @@ def last_replays(program_ids):
     return list(out)
 
 
+
+_STATS_FIELDS = ("calls", "sync_calls", "buffers", "unaliased", "bounced", "bounce_copies",
+                 "id_queries", "handler_ns", "replay_ns", "wait_ns")
+
+
+class _XlaStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in _STATS_FIELDS]
+
+
+def xla_stats():
+    """What this process's graphd calls did, counted since it started, as a
+    dict: calls (sync_calls of them with a round trip), buffers bound,
+    unaliased in-out operands copied, bounced calls and their bounce_copies,
+    id_queries, and the host time in ns spent in the handler (handler_ns),
+    of it in libgraphd's replay call (replay_ns), of that waiting for room
+    in the submission ring (wait_ns). None unless GRAPHD_XLA_STATS=1 was in
+    the environment when the process made its first call: set it before
+    then. Take the difference of two reads to time a stretch of calls."""
+    fn = xla_lib().graphd_xla_stats_read
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.POINTER(_XlaStats), ctypes.c_size_t]
+    out = _XlaStats()
+    if not fn(ctypes.byref(out), ctypes.sizeof(out)):
+        return None
+    return {name: getattr(out, name) for name in _STATS_FIELDS}
+
 # --- building and registering programs ----------------------------------------
 
 
@@ -488,4 +514,5 @@ def __getattr__(name):
 
 
 __all__ = ["Spec", "program_callable", "register_target", "xla_lib", "registry_add_module",
-           "registry_add_program", "VMAP_METHODS", "LoweringHook", "on_lowering", "last_replays"]
+           "registry_add_program", "VMAP_METHODS", "LoweringHook", "on_lowering", "last_replays",
+           "collect", "xla_stats"]

@@ -5,6 +5,8 @@ jax cannot be imported, or when libgraphd_xla was not built
 
 import os
 import re
+import subprocess
+import sys
 import unittest
 
 try:
@@ -240,6 +242,23 @@ class TestJaxLowering(unittest.TestCase):
             _lib.registry_add_program(bytes(32), enc)
         _lib.registry_add_program(pid, enc)
         _lib.registry_add_program(pid, enc)  # again: accepted
+
+    def test_xla_stats_only_when_the_process_counts(self):
+        # The handler reads GRAPHD_XLA_STATS once a process: each case gets
+        # a process of its own.
+        code = "import graphd.jax as gj; s = gj.xla_stats(); print(s and sorted(s.items()))"
+        for value, want in (("1", "[('bounce_copies', 0), ('bounced', 0), ('buffers', 0), ('calls', 0), "
+                                  "('handler_ns', 0), ('id_queries', 0), ('replay_ns', 0), "
+                                  "('sync_calls', 0), ('unaliased', 0), ('wait_ns', 0)]"),
+                            (None, "None"), ("0", "None")):
+            env = dict(os.environ)
+            env.pop("GRAPHD_XLA_STATS", None)
+            if value is not None:
+                env["GRAPHD_XLA_STATS"] = value
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                 timeout=120)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(out.stdout.strip(), want)
 
     def test_handler_shares_the_process_libgraphd(self):
         self.gj.xla_lib()

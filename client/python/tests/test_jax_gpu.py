@@ -22,6 +22,8 @@ from _gpu_common import Daemon, GpuTestCase, unavailable
 
 # libgraphd traces its stream releases and failures on stderr.
 os.environ.setdefault("GRAPHD_CLIENT_DEBUG", "1")
+# The handler counts its calls (read by the scan test); set before the first.
+os.environ["GRAPHD_XLA_STATS"] = "1"
 N = 1 << 16  # floats per device
 
 
@@ -216,10 +218,25 @@ class JaxGpuTest(GpuTestCase):
             return s * 0.99 + act * 1e-3, act[0]
 
         s0 = jnp.linspace(0.0, 1.0, N, dtype=jnp.float32)
+        before = self.gj.xla_stats()
         got = jax.jit(lambda s: jax.lax.scan(step_graphd, s, None, length=1000))(s0)
+        jax.block_until_ready(got)
+        after = self.gj.xla_stats()
         want = jax.jit(lambda s: jax.lax.scan(step_ref, s, None, length=1000))(s0)
         np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
         np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+        # The handler counted every call of the scan, its two bindings, and
+        # where its host time went.
+        self.assertIsNotNone(before)
+        d = {k: after[k] - before[k] for k in after}
+        self.assertEqual(d["calls"], 1000, d)
+        self.assertEqual(d["sync_calls"], 1000 if sync else 0, d)
+        self.assertEqual(d["buffers"], 2000, d)
+        self.assertGreater(d["replay_ns"], 0, d)
+        self.assertGreaterEqual(d["handler_ns"], d["replay_ns"], d)
+        self.assertGreaterEqual(d["replay_ns"], d["wait_ns"], d)
+        print(f"test_jax_gpu: sync={sync}: a call {d['handler_ns'] / 1e3 / 1000:.2f} us in the handler, "
+              f"{(d['handler_ns'] - d['wait_ns']) / 1e3 / 1000:.2f} us of it its own work", flush=True)
 
     def test_rl_style_scan_sharded_across_devices(self):
         jax, jnp, np = self.jax, self.jnp, self.np
