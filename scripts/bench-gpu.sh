@@ -97,18 +97,14 @@ fi
 
 if [[ $runs == *" mps "* ]]; then
 echo "== 2. replay_bench under MPS (-M), chain of 1000"
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-if timeout 30 nvidia-cuda-mps-control -d -M; then
-  sleep 1
+if start_mps; then
   run_bench mps 1000 "$@"
   [[ ${GRAPHD_BENCH_SCALING:-1} == 1 ]] && run_scaling mps
   [[ ${GRAPHD_BENCH_LARGE:-1} == 1 ]] && run_large mps
-  echo quit | timeout 30 nvidia-cuda-mps-control; sleep 1
+  stop_mps
 else
-  echo "nvidia-cuda-mps-control -d -M failed"; rc=1
+  rc=1
 fi
-unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 fi
 
 echo "== report"

@@ -3,7 +3,7 @@
 # by $daemon_limit seconds (default 600) and at nice -5, as the systemd
 # unit starts it (GRAPHD_BENCH_NICE sets another; raising the priority
 # needs root). The caller sets build and sock; dpid is the running
-# daemon's pid, empty when none.
+# daemon's pid, empty when none. Also start_mps and stop_mps (below).
 dpid=
 
 # start_daemon LOG [flags]: starts graphd on $sock, logging to LOG, with
@@ -35,4 +35,36 @@ stop_daemon() {
   echo "graphd exit status $r"
   dpid=
   rm -f "$sock"
+}
+
+# start_mps: MPS's control daemon in -M mode, its pipes in /tmp/mps
+# (exported as CUDA_MPS_PIPE_DIRECTORY, so that every process started
+# after it is an MPS client). A control daemon left there by a run that
+# was killed is asked to quit first: a new one would refuse to start.
+# stop_mps: quits it and unsets the variables.
+start_mps() {
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if pgrep -x nvidia-cuda-mps-control >/dev/null; then
+    echo "an MPS control daemon is running already (pid $(pgrep -d, -x nvidia-cuda-mps-control)):" \
+      "asking it to quit"
+    echo quit | timeout 30 nvidia-cuda-mps-control
+    for _ in $(seq 100); do
+      pgrep -x nvidia-cuda-mps-control >/dev/null || break
+      sleep 0.2
+    done
+  fi
+  if ! timeout 30 nvidia-cuda-mps-control -d -M; then
+    echo "nvidia-cuda-mps-control -d -M failed"
+    pgrep -a -x nvidia-cuda-mps-control
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    return 1
+  fi
+  sleep 1
+}
+
+stop_mps() {
+  echo quit | timeout 30 nvidia-cuda-mps-control
+  sleep 1
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 }

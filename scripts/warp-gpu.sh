@@ -184,15 +184,11 @@ if [[ $runs == *" nomps "* ]]; then
 fi
 if [[ $runs == *" mps "* ]]; then
   echo "== 2. under MPS (-M)"
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-  if timeout 30 nvidia-cuda-mps-control -d -M; then
-    sleep 1
+  if start_mps; then
     run mps "$@"
-    echo quit | timeout 30 nvidia-cuda-mps-control; sleep 1
+    stop_mps
   else
-    echo "nvidia-cuda-mps-control -d -M failed"; rc=1
+    rc=1
   fi
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 fi
 exit $rc
