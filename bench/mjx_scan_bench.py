@@ -75,9 +75,12 @@ GRAPHD_XLA_STATS=1 for its process and reads graphd.jax.xla_stats()
 before and after the timed repeats, giving per call the bindings it made,
 the host time in graphd's XLA handler and libgraphd, and of it the wait
 for room in the submission ring (the GPU behind) and the rest, the
-handler's and libgraphd's own work; it is held against a target of 5 us
-plus 0.1 us a binding. From Status, the same way, the daemon's worker
-time per replay (its checks, binding resolution and queueing).
+handler's and libgraphd's own work (with libgraphd's part, and the part
+on copies of buffers graphd cannot map); it is held against a target of
+5 us plus 0.1 us a binding. From Status, the same way, the daemon's worker
+time per replay (its checks, binding resolution and queueing), and of it
+the time in the driver's graph launches, which block while the device's
+queue is full: the rest is the worker's own work.
 
 All paths run in one process, graphd.warp's first: its recording (at
 trace time) must not overlap Warp work. Before each path MJX's registry
@@ -365,27 +368,43 @@ def daemon_gpu(before, after, steps):
 class HostCost:
     """A graphd path's host cost per call in one pattern, from the
     handler's counts (graphd.jax.xla_stats()) and the daemon's Status read
-    before and after the timed repeats: bindings a call, us in the handler
-    and libgraphd, us of it waiting for ring room, and the worker's us a
-    replay; None where not available."""
+    before and after the timed repeats: bindings a call; us in the handler
+    and libgraphd, of it waiting for ring room, in libgraphd's own work and
+    on the copies of buffers graphd cannot map; and the worker's us a
+    replay, of it in the driver's graph launches. None where not
+    available."""
 
     def __init__(self, xla_before, xla_after, status_before, status_after):
-        self.calls = self.bindings = self.handler_us = self.wait_us = self.worker_us = None
+        self.calls = self.bindings = self.handler_us = self.wait_us = None
+        self.lib_us = self.copies_us = self.worker_us = self.launch_us = None
         if xla_before is not None and xla_after is not None:
             d = {k: xla_after[k] - xla_before[k] for k in xla_after}
             if d["calls"] > 0:
+                per = 1e-3 / d["calls"]
                 self.calls = d["calls"]
                 self.bindings = d["buffers"] / d["calls"]
-                self.handler_us = d["handler_ns"] / d["calls"] / 1e3
-                self.wait_us = d["wait_ns"] / d["calls"] / 1e3
-        ns = [None if x.get("worker_ns") is None else x["worker_ns"] for x in (status_before, status_after)]
-        n = [x.get("replays") for x in (status_before, status_after)]
-        if None not in ns and None not in n and n[1] > n[0]:
-            self.worker_us = (ns[1] - ns[0]) / (n[1] - n[0]) / 1e3
+                self.handler_us = d["handler_ns"] * per
+                self.wait_us = d["wait_ns"] * per
+                self.lib_us = (d["replay_ns"] - d["wait_ns"]) * per
+                if "bounce_ns" in d:
+                    self.copies_us = d["bounce_ns"] * per
+
+        def delta(k):
+            v = [x.get(k) for x in (status_before, status_after)]
+            return None if None in v else v[1] - v[0]
+        n = delta("replays")
+        if n and delta("worker_ns") is not None:
+            self.worker_us = delta("worker_ns") / n / 1e3
+            if delta("launch_ns") is not None:
+                self.launch_us = delta("launch_ns") / n / 1e3
 
     @property
     def own_us(self):
         return None if self.handler_us is None else self.handler_us - self.wait_us
+
+    @property
+    def worker_own_us(self):
+        return None if self.worker_us is None or self.launch_us is None else self.worker_us - self.launch_us
 
     @property
     def target_us(self):
@@ -396,10 +415,14 @@ class HostCost:
             worker = "" if self.worker_us is None else f"; the worker {self.worker_us:.2f} us a replay"
             return "host cost n/a (the handler did not count: GRAPHD_XLA_STATS was not set in time)" + worker
         met = "met" if self.own_us <= self.target_us else "missed"
+        copies = "" if self.copies_us is None else f", {self.copies_us:.2f} on copies of unmappable buffers"
         worker = "n/a" if self.worker_us is None else f"{self.worker_us:.2f} us"
+        if self.launch_us is not None:
+            worker += f" ({self.launch_us:.2f} of it in graph launches, {self.worker_own_us:.2f} its own work)"
         return (f"a call binds {self.bindings:.0f} buffers: {self.handler_us:.2f} us in the handler and "
                 f"libgraphd, {self.wait_us:.2f} of it waiting for ring room, {self.own_us:.2f} its own work "
-                f"(target {self.target_us:.1f}: {met}); the worker {worker} a replay ({self.calls} calls)")
+                f"(target {self.target_us:.1f}: {met}; libgraphd {self.lib_us:.2f}{copies}); "
+                f"the worker {worker} a replay ({self.calls} calls)")
 
 
 def gpu_us(path, variant):
@@ -520,7 +543,8 @@ def run(a):
             works = [d.get("work") or {} for d in devs]
             for k in ("replays", "gpu_ns", "gpu_replays"):
                 now[k] = sum(w[k] for w in works) if all(k in w for w in works) else None
-            now["worker_ns"] = sum(w["replay_ns"] for w in works) if all("replay_ns" in w for w in works) else None
+            for k, field in (("worker_ns", "replay_ns"), ("launch_ns", "launch_ns")):
+                now[k] = sum(w[field] for w in works) if all(field in w for w in works) else None
             if now == last:
                 break
             last = now
@@ -750,9 +774,13 @@ def run(a):
                 print(f"FIGURE {what}, {p.name}, {v} addresses, host a call: {h.text()}")
                 if h.calls is not None:
                     results += [f"{key}_{v}_bindings={h.bindings:.1f}", f"{key}_{v}_host_us={h.own_us:.2f}",
-                                f"{key}_{v}_host_wait_us={h.wait_us:.2f}"]
+                                f"{key}_{v}_host_wait_us={h.wait_us:.2f}", f"{key}_{v}_host_lib_us={h.lib_us:.2f}"]
+                    if h.copies_us is not None:
+                        results.append(f"{key}_{v}_host_copies_us={h.copies_us:.2f}")
                 if h.worker_us is not None:
                     results.append(f"{key}_{v}_worker_us={h.worker_us:.2f}")
+                if h.worker_own_us is not None:
+                    results.append(f"{key}_{v}_worker_own_us={h.worker_own_us:.2f}")
         if p.kind == "graphd":
             results += [f"{key}_captures={p.extra['captures_built']}", f"{key}_recaptures={p.extra['recaptures']}"]
             for b in p.extra["programs"]:

@@ -22,6 +22,7 @@ typedef struct gd_capture_set {
   uint32_t *ever; /* captures of the program built on this device (its generation) */
   uint32_t n;
   gd_gpu_sampler gpu;
+  uint64_t launch_ns; /* the worker's time in graph launches, not taken yet */
   void *util[GD_UTIL_COUNT];
   int util_state[GD_UTIL_COUNT];
 } gd_capture_set;
@@ -35,6 +36,21 @@ void capture_poll_gpu_time(gd_device *d) {
 
 void capture_take_gpu_time(gd_device *d, uint64_t *ns, uint64_t *n) {
   if (d->caps) gpu_sample_take(&d->caps->gpu, ns, n);
+}
+
+void capture_take_launch_time(gd_device *d, uint64_t *ns) {
+  if (!d->caps) return;
+  *ns += d->caps->launch_ns;
+  d->caps->launch_ns = 0;
+}
+
+/* The graph launch of a replay, timed: the driver blocks in it while the
+ * stream's queue is full, so this is where the worker waits for the GPU. */
+static int launch(gd_device *d, gd_graph_exec e, gd_stream st, char *err, size_t errlen) {
+  uint64_t t0 = gd_now_ns();
+  int rc = OPS->graph_launch(BE, e, st, err, errlen);
+  if (d->caps) d->caps->launch_ns += gd_now_ns() - t0;
+  return rc;
 }
 
 static bool slot_is_in(const gd_slot *s) {
@@ -818,7 +834,7 @@ static int enqueue_on(gd_device *d, gd_capture *c, gd_stream st, const gd_bound 
           (rc = copy(d, c->slot_addr[s], bind[s].addr, sl->size, st, err, errlen)) < 0)
         return rc;
     }
-    if ((rc = OPS->graph_launch(BE, x->exec, st, err, errlen)) < 0) return rc;
+    if ((rc = launch(d, x->exec, st, err, errlen)) < 0) return rc;
     for (uint32_t s = 0; s < p->nslots; s++) {
       const gd_slot *sl = &p->slots[s];
       if (c->out_node[s] && x->out_outside[s] &&
@@ -838,7 +854,7 @@ static int enqueue_on(gd_device *d, gd_capture *c, gd_stream st, const gd_bound 
           (rc = copy(d, c->slot_addr[s], bind[s].addr, sl->size, st, err, errlen)) < 0)
         return rc;
     }
-    if ((rc = OPS->graph_launch(BE, x->exec, st, err, errlen)) < 0) return rc;
+    if ((rc = launch(d, x->exec, st, err, errlen)) < 0) return rc;
     for (uint32_t s = 0; s < p->nslots; s++) {
       const gd_slot *sl = &p->slots[s];
       if (slot_is_out(sl) && staged(sl) && !(c->direct && c->direct[s]) &&

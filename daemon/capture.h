@@ -139,6 +139,9 @@ void capture_forget_memory(gd_device *d, uint64_t ptr, uint64_t bytes);
  * how many they were, to *ns and *n (gpusample.h: which replays, and when
  * a sample is read). */
 void capture_take_gpu_time(gd_device *d, uint64_t *ns, uint64_t *n);
+/* Adds the worker's time in the driver's graph launches since the last
+ * take to *ns (worker thread). */
+void capture_take_launch_time(gd_device *d, uint64_t *ns);
 
 /* Reads the samples that have finished, without waiting (worker). */
 void capture_poll_gpu_time(gd_device *d);

@@ -52,6 +52,7 @@ void control_fill_device(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__D
   dc->replay_max_ns = c->replay_latency.max;
   dc->worker_replay_ns = c->worker_replay_ns;
   dc->worker_replays = c->worker_replays;
+  dc->worker_launch_ns = c->worker_launch_ns;
   dc->gpu_replay_ns = c->gpu_replay_ns;
   dc->gpu_replays = c->gpu_replays;
   di->counters = dc;

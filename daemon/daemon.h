@@ -37,7 +37,8 @@ typedef struct gd_device_counters {
   uint64_t evictions;
   uint64_t worker_replay_ns; /* the workers' time in the replay path (gd_replay_tally) */
   uint64_t worker_replays;
-  uint64_t gpu_replay_ns; /* the GPU time of the sampled replays (gd_replay_tally) */
+  uint64_t worker_launch_ns; /* of worker_replay_ns, in the driver's graph launches */
+  uint64_t gpu_replay_ns;    /* the GPU time of the sampled replays (gd_replay_tally) */
   uint64_t gpu_replays;
   gd_hist replay_latency; /* request read to reply, successful replays (ns) */
   /* Status asks each worker for its free memory with one job at most: a
@@ -65,6 +66,7 @@ static inline void gd_counters_add_tally(gd_device_counters *c, const gd_replay_
   gd_counters_evicted(c, t->evicted, t->evicted_bytes);
   c->worker_replay_ns += t->worker_ns;
   c->worker_replays += t->worker_replays;
+  c->worker_launch_ns += t->launch_ns;
   c->gpu_replay_ns += t->gpu_ns;
   c->gpu_replays += t->gpu_replays;
 }

@@ -333,6 +333,7 @@ finish:
   if (rc < 0 && flags_known && !ran) exec_write_done(d, ds, rq->stream_slot, rq->seq);
   tally(t, &ex, rc);
   capture_take_gpu_time(d, &t->gpu_ns, &t->gpu_replays);
+  capture_take_launch_time(d, &t->launch_ns);
   t->worker_ns += gd_now_ns() - t0;
   t->worker_replays++;
   ex.bind = NULL;

@@ -160,6 +160,14 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
                "The device worker's time per replay: checks, binding resolution, the capture on "
                "first use and queueing (on a host device the run too), over the replays it took.",
                false);
+  family(f, "graphd_replay_worker_launch_seconds_total", "counter",
+         "Of the device worker's time in the replay path, the seconds in the driver's launches of "
+         "the replays' graphs, which block while the device's queue is full.");
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    fprintf(f, "graphd_replay_worker_launch_seconds_total");
+    dev_labels(f, &s->devices[i]);
+    fprintf(f, "} %.9f\n", s->launch_ns ? (double)s->launch_ns[i] / 1e9 : 0.0);
+  }
   work_summary(f, s, "graphd_replay_gpu_seconds",
                "The device's time running a replay (its copies and launch on the worker's stream), "
                "over the replays sampled: one in 16 per device, or one a millisecond when fewer "

@@ -513,6 +513,11 @@ START_TEST(test_graphctl_stats_agree_with_the_actions) {
   ck_assert_uint_eq(jget(d1, "worker_replays"), 21);
   ck_assert_uint_gt(jget(d1, "worker_replay_ns"), 0);
   ck_assert_uint_eq(jget(d0, "worker_replays"), 0);
+  /* Of it, the time in the graph launches of the 20 that ran (a host
+   * device runs a replay in its launch). */
+  ck_assert_uint_gt(jget(d1, "worker_launch_ns"), 0);
+  ck_assert_uint_le(jget(d1, "worker_launch_ns"), jget(d1, "worker_replay_ns"));
+  ck_assert_uint_eq(jget(d0, "worker_launch_ns"), 0);
   /* Some of them timed on the device (one in 16 on average, at random). */
   uint64_t sampled = jget(d1, "gpu_replays");
   ck_assert_uint_le(sampled, 21);

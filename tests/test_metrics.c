@@ -205,7 +205,12 @@ START_TEST(test_metrics_follow_sessions_and_replays) {
   q = td_fmt("graphd_replay_worker_seconds_count{device=\"1\",uuid=\"%s\"}", dev1.uuid_str);
   ck_assert_double_eq(sample(b, q), 5);
   q = td_fmt("graphd_replay_worker_seconds_sum{device=\"1\",uuid=\"%s\"}", dev1.uuid_str);
+  double worker = sample(b, q);
+  ck_assert_double_gt(worker, 0);
+  /* Of it, the launches (a host device runs the replay there). */
+  q = td_fmt("graphd_replay_worker_launch_seconds_total{device=\"1\",uuid=\"%s\"}", dev1.uuid_str);
   ck_assert_double_gt(sample(b, q), 0);
+  ck_assert_double_le(sample(b, q), worker);
   /* The first replay was timed on the device; it is read when a later
    * sample begins, a millisecond on at least, so it may not be in yet. */
   q = td_fmt("graphd_replay_gpu_seconds_count{device=\"1\",uuid=\"%s\"}", dev1.uuid_str);

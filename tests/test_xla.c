@@ -299,6 +299,7 @@ START_TEST(test_xla_stats_count_calls_bindings_and_host_time) {
   /* No call got as far as libgraphd's replay. */
   ck_assert_uint_eq(t.replay_ns, 0);
   ck_assert_uint_eq(t.wait_ns, 0);
+  ck_assert_uint_eq(t.bounce_ns, 0);
   /* A caller that knows fewer fields gets those, and nothing past them. */
   uint64_t two[3] = {0, 0, 0xabcd};
   ck_assert_int_eq(graphd_xla_stats_read((graphd_xla_stats *)(void *)two, 2 * sizeof(uint64_t)), 1);

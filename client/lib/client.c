@@ -378,8 +378,12 @@ graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
   Graphd__Wire__StatusReply *sr = rep->status;
   graphd_daemon_status *s = calloc(1, sizeof *s);
   if (!s || (sr->n_devices && (!(s->devices = calloc(sr->n_devices, sizeof *s->devices)) ||
-                               !(s->work = calloc(sr->n_devices, sizeof *s->work))))) {
-    if (s) free(s->devices);
+                               !(s->work = calloc(sr->n_devices, sizeof *s->work)) ||
+                               !(s->launch_ns = calloc(sr->n_devices, sizeof *s->launch_ns))))) {
+    if (s) {
+      free(s->devices);
+      free(s->work);
+    }
     free(s);
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
@@ -396,6 +400,7 @@ graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
       s->work[i].gpu_ns = sr->devices[i]->counters->gpu_replay_ns;
       s->work[i].gpu_replays = sr->devices[i]->counters->gpu_replays;
       s->work[i].replays = sr->devices[i]->counters->worker_replays;
+      s->launch_ns[i] = sr->devices[i]->counters->worker_launch_ns;
     }
   }
   s->modules = sr->modules;
@@ -432,6 +437,7 @@ void graphd_daemon_status_free(graphd_daemon_status *s) {
   free(s->session_info);
   free(s->devices);
   free(s->work);
+  free(s->launch_ns);
   free(s);
 }
 

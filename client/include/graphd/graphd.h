@@ -174,6 +174,11 @@ typedef struct graphd_daemon_status {
    * graphd_device_info, whose size programs built against an earlier
    * header rely on (graphd_session_device fills one they allocate). */
   graphd_device_work *work;
+  /* ndevices entries: of each work[i].replay_ns, the time in the driver's
+   * launches of the replays' graphs, where the worker waits while the
+   * device's queue is full; the rest is the worker's own work. 0 from a
+   * daemon that does not report it. */
+  uint64_t *launch_ns;
 } graphd_daemon_status;
 
 /* Asks the daemon for its status. On success *out must be released with

@@ -56,6 +56,8 @@ typedef struct graphd_xla_stats {
   uint64_t handler_ns;    /* host time in the handler */
   uint64_t replay_ns;     /* of it, in libgraphd's replay call */
   uint64_t wait_ns;       /* of that, waiting for room in the submission ring */
+  uint64_t bounce_ns;     /* of handler_ns, on the copies of buffers graphd cannot map:
+                             finding them, checking constants, queueing the copies */
 } graphd_xla_stats;
 
 /* Copies the counts into *out (size: sizeof *out, for the fields the

@@ -98,6 +98,7 @@ class graphd_daemon_status(ctypes.Structure):
         ("module_bytes", _u64),
         ("programs", _u64),
         ("work", ctypes.POINTER(graphd_device_work)),
+        ("launch_ns", ctypes.POINTER(_u64)),
     ]
 
 

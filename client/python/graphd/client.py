@@ -189,9 +189,10 @@ class Client:
         modules, module_bytes, programs, devices (a list of dicts with the
         fields of graphd_device_info, its counters as a dict, uuid as
         bytes, and "work": the worker's time in the replay path,
-        replay_ns over replays, and the device's time running the replays
-        it timed, gpu_ns over gpu_replays) and session_info (a list of
-        dicts)."""
+        replay_ns over replays, launch_ns of it in the driver's graph
+        launches, where the worker waits while the device's queue is full,
+        and the device's time running the replays it timed, gpu_ns over
+        gpu_replays) and session_info (a list of dicts)."""
         l = lib()
         p = ctypes.POINTER(graphd_daemon_status)()
         self._check(l.graphd_get_status(self._handle(), ctypes.byref(p)))
@@ -200,7 +201,8 @@ class Client:
             out = {n: getattr(s, n) for n in ("uptime_ms", "pid", "sessions", "modules",
                                                "module_bytes", "programs")}
             out["version"] = s.version.decode(errors="replace")
-            out["devices"] = [dict(struct_dict(s.devices[i]), work=struct_dict(s.work[i]))
+            out["devices"] = [dict(struct_dict(s.devices[i]),
+                                   work=dict(struct_dict(s.work[i]), launch_ns=s.launch_ns[i]))
                               for i in range(s.ndevices)]
             out["session_info"] = [struct_dict(s.session_info[i]) for i in range(s.nsession_info)]
         finally:

@@ -214,7 +214,7 @@ def last_replays(program_ids):
 
 
 _STATS_FIELDS = ("calls", "sync_calls", "buffers", "unaliased", "bounced", "bounce_copies",
-                 "id_queries", "handler_ns", "replay_ns", "wait_ns")
+                 "id_queries", "handler_ns", "replay_ns", "wait_ns", "bounce_ns")
 
 
 class _XlaStats(ctypes.Structure):
@@ -227,7 +227,8 @@ def xla_stats():
     unaliased in-out operands copied, bounced calls and their bounce_copies,
     id_queries, and the host time in ns spent in the handler (handler_ns),
     of it in libgraphd's replay call (replay_ns), of that waiting for room
-    in the submission ring (wait_ns). None unless GRAPHD_XLA_STATS=1 was in
+    in the submission ring (wait_ns), and of handler_ns the part on the
+    copies of buffers graphd cannot map (bounce_ns). None unless GRAPHD_XLA_STATS=1 was in
     the environment when the process made its first call: set it before
     then. Take the difference of two reads to time a stretch of calls."""
     fn = xla_lib().graphd_xla_stats_read
