@@ -386,8 +386,7 @@ class HostCost:
                 self.handler_us = d["handler_ns"] * per
                 self.wait_us = d["wait_ns"] * per
                 self.lib_us = (d["replay_ns"] - d["wait_ns"]) * per
-                if "bounce_ns" in d:
-                    self.copies_us = d["bounce_ns"] * per
+                self.copies_us = d["bounce_ns"] * per
 
         def delta(k):
             v = [x.get(k) for x in (status_before, status_after)]
@@ -415,13 +414,13 @@ class HostCost:
             worker = "" if self.worker_us is None else f"; the worker {self.worker_us:.2f} us a replay"
             return "host cost n/a (the handler did not count: GRAPHD_XLA_STATS was not set in time)" + worker
         met = "met" if self.own_us <= self.target_us else "missed"
-        copies = "" if self.copies_us is None else f", {self.copies_us:.2f} on copies of unmappable buffers"
         worker = "n/a" if self.worker_us is None else f"{self.worker_us:.2f} us"
         if self.launch_us is not None:
             worker += f" ({self.launch_us:.2f} of it in graph launches, {self.worker_own_us:.2f} its own work)"
         return (f"a call binds {self.bindings:.0f} buffers: {self.handler_us:.2f} us in the handler and "
                 f"libgraphd, {self.wait_us:.2f} of it waiting for ring room, {self.own_us:.2f} its own work "
-                f"(target {self.target_us:.1f}: {met}; libgraphd {self.lib_us:.2f}{copies}); "
+                f"(target {self.target_us:.1f}: {met}; libgraphd {self.lib_us:.2f}, "
+                f"{self.copies_us:.2f} on copies of unmappable buffers); "
                 f"the worker {worker} a replay ({self.calls} calls)")
 
 
@@ -541,9 +540,8 @@ def run(a):
                 devs = c.status()["devices"]
             now = {k: sum(d["counters"][k] for d in devs) for k in ("captures_built", "recaptures")}
             works = [d.get("work") or {} for d in devs]
-            for k in ("replays", "gpu_ns", "gpu_replays"):
-                now[k] = sum(w[k] for w in works) if all(k in w for w in works) else None
-            for k, field in (("worker_ns", "replay_ns"), ("launch_ns", "launch_ns")):
+            for k, field in (("replays", "replays"), ("gpu_ns", "gpu_ns"), ("gpu_replays", "gpu_replays"),
+                             ("worker_ns", "replay_ns"), ("launch_ns", "launch_ns")):
                 now[k] = sum(w[field] for w in works) if all(field in w for w in works) else None
             if now == last:
                 break
@@ -774,9 +772,8 @@ def run(a):
                 print(f"FIGURE {what}, {p.name}, {v} addresses, host a call: {h.text()}")
                 if h.calls is not None:
                     results += [f"{key}_{v}_bindings={h.bindings:.1f}", f"{key}_{v}_host_us={h.own_us:.2f}",
-                                f"{key}_{v}_host_wait_us={h.wait_us:.2f}", f"{key}_{v}_host_lib_us={h.lib_us:.2f}"]
-                    if h.copies_us is not None:
-                        results.append(f"{key}_{v}_host_copies_us={h.copies_us:.2f}")
+                                f"{key}_{v}_host_wait_us={h.wait_us:.2f}", f"{key}_{v}_host_lib_us={h.lib_us:.2f}",
+                                f"{key}_{v}_host_copies_us={h.copies_us:.2f}"]
                 if h.worker_us is not None:
                     results.append(f"{key}_{v}_worker_us={h.worker_us:.2f}")
                 if h.worker_own_us is not None:

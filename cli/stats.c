@@ -42,7 +42,7 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
     json_object_object_add(j, "replay_latency_ns", lat);
     add_u64(j, "worker_replay_ns", s->work[i].replay_ns);
     add_u64(j, "worker_replays", s->work[i].replays);
-    add_u64(j, "worker_launch_ns", s->launch_ns ? s->launch_ns[i] : 0);
+    add_u64(j, "worker_launch_ns", s->launch_ns[i]);
     add_u64(j, "gpu_replay_ns", s->work[i].gpu_ns);
     add_u64(j, "gpu_replays", s->work[i].gpu_replays);
     add_u64(j, "captures_built", c->captures_built);

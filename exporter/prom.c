@@ -166,7 +166,7 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
   for (uint32_t i = 0; i < s->ndevices; i++) {
     fprintf(f, "graphd_replay_worker_launch_seconds_total");
     dev_labels(f, &s->devices[i]);
-    fprintf(f, "} %.9f\n", s->launch_ns ? (double)s->launch_ns[i] / 1e9 : 0.0);
+    fprintf(f, "} %.9f\n", (double)s->launch_ns[i] / 1e9);
   }
   work_summary(f, s, "graphd_replay_gpu_seconds",
                "The device's time running a replay (its copies and launch on the worker's stream), "

@@ -118,11 +118,9 @@ def targets(r):
             row(f"MJX {scene}, graphd auto, host work a call ({bindings:.0f} bindings, ring waits "
                 "left out)", f"{pre}graphd_auto_repeat_host_us", "5 us + 0.1 us a binding",
                 5.0 + 0.1 * bindings, "<= 1.0x", lambda v, a: v <= a)
-            worker = f"{pre}graphd_auto_repeat_worker_own_us"
-            if g(worker) is None:
-                worker = f"{pre}graphd_auto_repeat_worker_us"
             row(f"MJX {scene}, graphd auto, the worker's own time a replay ({bindings:.0f} bindings, "
-                "graph launches left out)", worker, "the step's GPU time (graphd)",
+                "graph launches left out)", f"{pre}graphd_auto_repeat_worker_own_us",
+                "the step's GPU time (graphd)",
                 g(f"{pre}graphd_auto_repeat_gpu_us"), "(report)", lambda v, a: True)
     row("first register of a VMM region", "region_vmm_us", "(absolute)", 300.0, "<= 300 us",
         lambda v, a: v <= a)

@@ -212,7 +212,6 @@ def last_replays(program_ids):
     return list(out)
 
 
-
 _STATS_FIELDS = ("calls", "sync_calls", "buffers", "unaliased", "bounced", "bounce_copies",
                  "id_queries", "handler_ns", "replay_ns", "wait_ns", "bounce_ns")
 
@@ -228,9 +227,10 @@ def xla_stats():
     id_queries, and the host time in ns spent in the handler (handler_ns),
     of it in libgraphd's replay call (replay_ns), of that waiting for room
     in the submission ring (wait_ns), and of handler_ns the part on the
-    copies of buffers graphd cannot map (bounce_ns). None unless GRAPHD_XLA_STATS=1 was in
-    the environment when the process made its first call: set it before
-    then. Take the difference of two reads to time a stretch of calls."""
+    copies of buffers graphd cannot map (bounce_ns). None unless
+    GRAPHD_XLA_STATS=1 was in the environment when the process made its
+    first call: set it before then. Take the difference of two reads to
+    time a stretch of calls."""
     fn = xla_lib().graphd_xla_stats_read
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.POINTER(_XlaStats), ctypes.c_size_t]
@@ -238,6 +238,7 @@ def xla_stats():
     if not fn(ctypes.byref(out), ctypes.sizeof(out)):
         return None
     return {name: getattr(out, name) for name in _STATS_FIELDS}
+
 
 # --- building and registering programs ----------------------------------------
 
