@@ -84,8 +84,9 @@ typedef struct fanout {
   bool timer_open;
   int status; /* the first failure (List, Evict) */
   char msg[512];
-  uint64_t *free_mem;  /* Status: per device, 0 when unknown */
-  gd_capture_info *ci; /* List, Evict: every device's captures */
+  uint64_t *free_mem;    /* Status: per device, 0 when unknown */
+  gd_status_wait *waits; /* Status: per device, linked while it waits on a job already out */
+  gd_capture_info *ci;   /* List, Evict: every device's captures */
   size_t n, cap;
   uint64_t bytes;
 } fanout;
@@ -286,12 +287,62 @@ static void release(fanout *f) {
   if (--f->refs > 0) return;
   session_unref(f->s);
   free(f->free_mem);
+  free(f->waits);
   free(f->answered);
   free(f->ci);
   free(f);
 }
 
 static void timer_closed_cb(uv_handle_t *h) { release(h->data); }
+
+static void close_timer(fanout *f);
+
+static void finish(fanout *f) {
+  reply_once(f);
+  close_timer(f);
+}
+
+static void wait_link(gd_device_counters *c, gd_status_wait *w) {
+  w->prev = NULL;
+  w->next = c->status_waits;
+  if (w->next) w->next->prev = w;
+  c->status_waits = w;
+}
+
+static void wait_unlink(gd_device_counters *c, gd_status_wait *w) {
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    c->status_waits = w->next;
+  if (w->next) w->next->prev = w->prev;
+  w->prev = w->next = NULL;
+  w->request = NULL;
+}
+
+/* f stops waiting on device i's Status job: answered from that job when
+ * it came back (free_b, ok), else from the device's last figures. */
+static void wait_end(fanout *f, int i, bool answered, bool ok, uint64_t free_b) {
+  gd_daemon *d = daemon_of(f->s);
+  wait_unlink(&d->counters[i], &f->waits[i]);
+  if (answered) {
+    f->answered[i] = true;
+    if (ok) f->free_mem[i] = free_b;
+  } else {
+    f->free_mem[i] = d->counters[i].last_free_memory;
+  }
+  if (--f->pending == 0) finish(f);
+  release(f);
+}
+
+/* The wait is over: the devices f still waits on are answered as busy.
+ * Its request is gone from their lists, so that a wedged worker holds no
+ * request (nor its session) past the wait. */
+static void drop_waits(fanout *f) {
+  if (!f->waits) return;
+  int n = daemon_of(f->s)->ndevices;
+  for (int i = 0; i < n; i++)
+    if (f->waits[i].request) wait_end(f, i, false, false, 0);
+}
 
 static void close_timer(fanout *f) {
   if (!f->timer_open) return;
@@ -302,11 +353,7 @@ static void close_timer(fanout *f) {
 static void wait_over_cb(uv_timer_t *t) {
   fanout *f = t->data;
   reply_once(f);
-  close_timer(f);
-}
-
-static void finish(fanout *f) {
-  reply_once(f);
+  drop_waits(f);
   close_timer(f);
 }
 
@@ -316,10 +363,14 @@ static void dev_done(gd_job *j) {
   gd_daemon *d = daemon_of(g->s);
   g->answered[dj->dev] = true;
   if (g->ask == ASK_STATUS) {
-    d->counters[dj->dev].status_asked = false;
-    if (j->status == 0) g->free_mem[dj->dev] = d->counters[dj->dev].last_free_memory = dj->free_b;
-    d->counters[dj->dev].gpu_replay_ns += dj->gpu_ns;
-    d->counters[dj->dev].gpu_replays += dj->gpu_n;
+    gd_device_counters *c = &d->counters[dj->dev];
+    c->status_asked = false;
+    if (j->status == 0) g->free_mem[dj->dev] = c->last_free_memory = dj->free_b;
+    c->gpu_replay_ns += dj->gpu_ns;
+    c->gpu_replays += dj->gpu_n;
+    /* The requests that came while this job was out get its answer. */
+    while (c->status_waits)
+      wait_end(c->status_waits->request, dj->dev, true, j->status == 0, dj->free_b);
   } else if (j->status < 0 && g->status == 0) {
     g->status = j->status;
     snprintf(g->msg, sizeof g->msg, "%s", j->msg);
@@ -369,13 +420,12 @@ static void fan_out(fanout *f, int first, int last) {
   }
   for (int i = first; i <= last; i++) {
     if (f->ask == ASK_STATUS && d->counters[i].status_asked) {
-      /* The last Status job has not come back: its worker is in a long
-       * job or wedged. Another would only wait behind it (one per request
-       * or scrape, held until the worker is free), so this device is
-       * answered from its last figures, as not answering. */
-      f->free_mem[i] = d->counters[i].last_free_memory;
-      if (--f->pending == 0) finish(f);
-      release(f);
+      /* The last Status job has not come back: its worker is busy, in a
+       * long job or wedged. Another job would only queue behind it (one
+       * per request or scrape, held until the worker is free), so this
+       * request waits on that one, up to the end of its own wait. */
+      f->waits[i].request = f;
+      wait_link(&d->counters[i], &f->waits[i]);
       continue;
     }
     dev_job *dj = calloc(1, sizeof *dj);
@@ -421,7 +471,11 @@ void control_handle_status(gd_session *s, Graphd__Wire__Request *req, int *fds) 
   gd_daemon *d = daemon_of(s);
   fanout *f = fanout_new(s, request_id, ASK_STATUS);
   if (!f) return;
-  if (!(f->free_mem = calloc((size_t)d->ndevices + 1, sizeof *f->free_mem))) {
+  f->free_mem = calloc((size_t)d->ndevices + 1, sizeof *f->free_mem);
+  f->waits = calloc((size_t)d->ndevices + 1, sizeof *f->waits);
+  if (!f->free_mem || !f->waits) {
+    free(f->free_mem);
+    free(f->waits);
     free(f->answered);
     free(f);
     session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED,

@@ -22,6 +22,13 @@
 #include "session.h"
 #include "worker.h"
 
+/* A Status request that waits on the Status job already out to a device's
+ * worker, rather than queueing another behind it (control.c). */
+typedef struct gd_status_wait {
+  struct gd_status_wait *prev, *next;
+  void *request;
+} gd_status_wait;
+
 /* Counters per device kept by the loop thread. */
 typedef struct gd_device_counters {
   uint64_t sessions;
@@ -43,8 +50,9 @@ typedef struct gd_device_counters {
   gd_hist replay_latency; /* request read to reply, successful replays (ns) */
   /* Status asks each worker for its free memory with one job at most: a
    * wedged worker does not collect a job per request (loop thread). */
-  bool status_asked;         /* a Status job is queued or running */
-  uint64_t last_free_memory; /* what the last one found (0 before any) */
+  bool status_asked;            /* a Status job is queued or running */
+  gd_status_wait *status_waits; /* requests answered by that job when it is back */
+  uint64_t last_free_memory;    /* what the last one found (0 before any) */
 } gd_device_counters;
 
 /* Counts n captures evicted (by request or by the budget), giving back their

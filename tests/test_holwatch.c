@@ -12,7 +12,9 @@
 #include "graphd/protocol.h"
 
 #define SLOTS 4
-#define TIMEOUT 0.002 /* seconds */
+/* Long enough that a loaded machine (a sanitizer build among parallel
+ * tests) does not pass it between an add and the check that follows. */
+#define TIMEOUT 0.1 /* seconds */
 
 typedef struct sess {
   gd_dstream ds;
@@ -37,7 +39,7 @@ static void set_ready(sess *s, uint32_t slot, uint64_t v) {
 
 /* Past the timeout, and past the watch's own pause between full checks. */
 static void wait_out(void) {
-  struct timespec t = {0, 5 * 1000 * 1000};
+  struct timespec t = {0, (long)(TIMEOUT * 1e9) + 10 * 1000 * 1000};
   nanosleep(&t, NULL);
 }
 

@@ -979,7 +979,15 @@ START_TEST(test_status_sends_a_held_worker_one_job) {
   printf("FIGURE 8 status requests while the worker is held: %d fds kept open\n", fds1 - fds0);
   /* The first request's job still waits, keeping its session: one fd. */
   ck_assert_int_le(fds1, fds0 + 1);
+  /* The worker is let go; a Status sent at once finds the first
+   * request's job still out, waits on it, and has its answer. */
   h.rc.page[0] = 1;
+  ctl = td_control(&d);
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  ck_assert_str_eq(st->devices[0].state, "ok");
+  ck_assert_uint_gt(st->devices[0].free_memory, 0);
+  graphd_daemon_status_free(st);
+  graphd_close(ctl);
   Graphd__Wire__Reply *r = td_raw_recv(h.rc.fd, 5000);
   ck_assert_ptr_nonnull(r);
   ck_assert_uint_eq(r->code, 0);
