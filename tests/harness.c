@@ -287,6 +287,12 @@ int td_count_fds(pid_t pid) {
   return n;
 }
 
+double td_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 int td_settled_fds(pid_t pid) {
   int n = td_count_fds(pid);
   for (int i = 0; i < 100; i++) {

@@ -53,6 +53,9 @@ int td_count_fds(pid_t pid);
  * just closed may still be open on the daemon's side. */
 int td_settled_fds(pid_t pid);
 
+/* Monotonic seconds: for deadlines that hold however slow the machine. */
+double td_now_s(void);
+
 /* Connects libgraphd (control session). Fails the test on error. */
 graphd_client *td_control(const gd_test_daemon *d);
 

@@ -325,17 +325,17 @@ START_TEST(test_async_killed_client_with_entries_queued_leaves_nothing_behind) {
                     graphd_last_error(o.c));
     for (int i = 0; i < PAIRS; i++) check_pair(&o, i);
     graphd_device_counters c;
-    for (int i = 0;; i++) {
+    for (double end = td_now_s() + 30;;) {
       c = counters(0);
       if ((c.sessions == base.sessions && c.regions == base.regions &&
-           td_count_fds(d.pid) == base_fds) ||
-          i > 300)
+           td_settled_fds(d.pid) == base_fds) ||
+          td_now_s() > end)
         break;
       usleep(10000);
     }
     ck_assert_uint_eq(c.sessions, base.sessions);
     ck_assert_uint_eq(c.regions, base.regions);
-    ck_assert_int_eq(td_count_fds(d.pid), base_fds);
+    ck_assert_int_eq(td_settled_fds(d.pid), base_fds);
   }
   client_close(&o);
 }

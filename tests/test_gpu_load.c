@@ -30,12 +30,6 @@ static void teardown(void) {
   td_cleanup(&d);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Runs CLIENTS helpers to the end; returns how many did not report every
  * replay checked. */
 static int round_of_clients(int round) {
@@ -43,7 +37,7 @@ static int round_of_clients(int round) {
   snprintf(n, sizeof n, "%d", replays_each);
   pid_t kids[CLIENTS];
   FILE *out[CLIENTS];
-  double t0 = now_s();
+  double t0 = td_now_s();
   for (int k = 0; k < CLIENTS; k++) {
     int pfd[2];
     ck_assert_int_eq(pipe(pfd), 0);
@@ -74,7 +68,7 @@ static int round_of_clients(int round) {
     }
   }
   printf("FIGURE round %d: %d clients x %d checked replays in %.2f s\n", round, CLIENTS,
-         replays_each, now_s() - t0);
+         replays_each, td_now_s() - t0);
   return failed;
 }
 

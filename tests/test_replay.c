@@ -37,12 +37,6 @@ static void teardown(void) {
   td_cleanup(&d);
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* The shared 3-kernel program (program3.h) on the host test kernels. */
 static void build(graphd_client *c, graphd_mode mode, uint8_t pid[32]) {
   uint8_t mod[32];
@@ -555,12 +549,12 @@ START_TEST(test_replay_daemon_killed_mid_call_returns_unavailable_within_a_secon
   double killed = 0, failed = 0;
   for (int i = 0; i < 100000; i++) {
     if (i == 50) {
-      killed = now_s();
+      killed = td_now_s();
       kill(d.pid, SIGKILL);
     }
     st = run_one(c, s, pid, &b, i, &rng, NULL, i == 0);
     if (st != GRAPHD_OK) {
-      failed = now_s();
+      failed = td_now_s();
       break;
     }
   }
@@ -627,15 +621,15 @@ START_TEST(test_dead_daemon_release_is_rewritten_until_the_stream_is_past) {
   ck_assert_int_eq(graphd_ping(c, NULL, 0), GRAPHD_UNAVAILABLE);
   /* A late write from the dead daemon's GPU work: done falls to 8. */
   put_word(w, 1, 8);
-  double t0 = now_s();
-  while (word(w, 1) != 10 && now_s() - t0 < 1.0) usleep(100);
+  double t0 = td_now_s();
+  while (word(w, 1) != 10 && td_now_s() - t0 < 1.0) usleep(100);
   ck_assert_uint_eq(word(w, 1), 10);
-  double again = now_s() - t0;
+  double again = td_now_s() - t0;
   /* And again, later. */
   usleep(20000);
   put_word(w, 1, 9);
-  t0 = now_s();
-  while (word(w, 1) != 10 && now_s() - t0 < 1.0) usleep(100);
+  t0 = td_now_s();
+  while (word(w, 1) != 10 && td_now_s() - t0 < 1.0) usleep(100);
   ck_assert_uint_eq(word(w, 1), 10);
   printf("FIGURE late done writes after the daemon died were overwritten after %.2f ms\n",
          again * 1e3);
@@ -752,11 +746,11 @@ START_TEST(test_replay_client_dying_mid_wait_is_noticed_at_once) {
   held_open(&h, 17);
   raw_replay(&h.rc, h.pid, 1); /* ready[0] stays 0 */
   usleep(50000);
-  double t0 = now_s();
+  double t0 = td_now_s();
   close(h.rc.fd); /* the client dies */
   h.rc.fd = -1;
   ck_assert_int_eq(run_one(h.c, h.s, h.pid, &h.b, 1, &h.rng, NULL, 0), GRAPHD_OK);
-  double behind = now_s() - t0;
+  double behind = td_now_s() - t0;
   printf("FIGURE client died mid-wait: the replay behind it ran %.1f ms later\n", behind * 1e3);
   ck_assert_msg(behind < 0.3, "the replay behind waited %.3f s (the ready timeout is 0.5 s)",
                 behind);
@@ -797,13 +791,13 @@ START_TEST(test_replay_past_the_inflight_limit_waits_then_fails) {
   ck_assert_uint_eq(h.rc.page[1], 4);
   /* Held past the ready timeout: refused, naming the limit. */
   h.rc.page[1] = 0;
-  double t0 = now_s();
+  double t0 = td_now_s();
   raw_replay(&h.rc, h.pid, 5);
   r = td_raw_recv(h.rc.fd, 5000);
   ck_assert_ptr_nonnull(r);
   ck_assert_uint_eq(r->code, GRAPHD_RESOURCE_EXHAUSTED);
   ck_assert_msg(strstr(r->message, "--max-inflight-replays 2"), "%s", r->message);
-  ck_assert_double_ge(now_s() - t0, 0.45);
+  ck_assert_double_ge(td_now_s() - t0, 0.45);
   graphd__wire__reply__free_unpacked(r, NULL);
   /* Nothing ran for it. */
   ck_assert_uint_eq(h.rc.page[1], 0);
@@ -814,7 +808,7 @@ END_TEST
 START_TEST(test_replay_hung_client_is_cut_off_after_the_ready_timeout) {
   held h;
   held_open(&h, 13);
-  double t0 = now_s();
+  double t0 = td_now_s();
   raw_replay(&h.rc, h.pid, 1); /* ready[0] stays 0: this client never gets there */
   usleep(100000);
   /* Another client, blocked behind the hung one on the same device. */
@@ -822,7 +816,7 @@ START_TEST(test_replay_hung_client_is_cut_off_after_the_ready_timeout) {
     graphd_status s2 = run_one(h.c, h.s, h.pid, &h.b, i, &h.rng, NULL, 0);
     ck_assert_msg(s2 == GRAPHD_OK, "%s", graphd_last_error(h.c));
   }
-  double unblocked = now_s() - t0;
+  double unblocked = td_now_s() - t0;
   ck_assert_double_ge(unblocked, 0.5);
   ck_assert_double_lt(unblocked, 3.0);
   Graphd__Wire__Reply *r = td_raw_recv(h.rc.fd, 5000);
@@ -893,10 +887,10 @@ START_TEST(test_status_list_and_evict_answer_while_a_worker_is_held) {
   raw_replay(&h.rc, h.pid, 1); /* ready[0] stays 0: the worker waits */
   usleep(100000);
   graphd_client *ctl = td_control(&d);
-  double t0 = now_s();
+  double t0 = td_now_s();
   graphd_daemon_status *st;
   ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
-  double took = now_s() - t0;
+  double took = td_now_s() - t0;
   printf("FIGURE status with the device's worker held: answered in %.0f ms, state %s\n", took * 1e3,
          st->devices[0].state);
   ck_assert_double_lt(took, 2.0);
@@ -907,9 +901,9 @@ START_TEST(test_status_list_and_evict_answer_while_a_worker_is_held) {
   graphd_capture_info *ci;
   size_t n = 99;
   uint32_t busy[4] = {99};
-  t0 = now_s();
+  t0 = td_now_s();
   ck_assert_int_eq(graphd_list_captures(ctl, &ci, &n), GRAPHD_OK);
-  took = now_s() - t0;
+  took = td_now_s() - t0;
   free(ci);
   ck_assert_uint_eq(n, 0);
   ck_assert_uint_eq(graphd_busy_devices(ctl, busy, 4), 1);
@@ -920,9 +914,9 @@ START_TEST(test_status_list_and_evict_answer_while_a_worker_is_held) {
   graphd_evict_options_init(&o);
   o.all = 1;
   uint64_t bytes = 99;
-  t0 = now_s();
+  t0 = td_now_s();
   ck_assert_int_eq(graphd_evict(ctl, &o, NULL, &n, &bytes), GRAPHD_OK);
-  took = now_s() - t0;
+  took = td_now_s() - t0;
   ck_assert_uint_eq(n, 0);
   ck_assert_uint_eq(bytes, 0);
   ck_assert_uint_eq(graphd_busy_devices(ctl, busy, 4), 1);
@@ -1037,9 +1031,9 @@ START_TEST(test_replay_shutdown_grace_bounds_a_stuck_device) {
   pthread_t t;
   ck_assert_int_eq(pthread_create(&t, NULL, slow_replay, &k), 0);
   usleep(300000); /* the kernel is running on the device's worker */
-  double t0 = now_s();
+  double t0 = td_now_s();
   int st = td_stop_sig(&d, SIGTERM, 20000);
-  double took = now_s() - t0;
+  double took = td_now_s() - t0;
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
   ck_assert_msg(took < 4.0, "shutdown took %.1f s with a 0.5 s grace", took);
   /* The stuck worker wrote where it was (not under a wrapper, which owns
