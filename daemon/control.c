@@ -319,29 +319,21 @@ static void wait_unlink(gd_device_counters *c, gd_status_wait *w) {
   w->request = NULL;
 }
 
-/* f stops waiting on device i's Status job: answered from that job when
- * it came back (free_b, ok), else from the device's last figures. */
-static void wait_end(fanout *f, int i, bool answered, bool ok, uint64_t free_b) {
-  gd_daemon *d = daemon_of(f->s);
-  wait_unlink(&d->counters[i], &f->waits[i]);
-  if (answered) {
-    f->answered[i] = true;
-    if (ok) f->free_mem[i] = free_b;
-  } else {
-    f->free_mem[i] = d->counters[i].last_free_memory;
-  }
+/* f stops waiting on device i's Status job (answered from it, or not). */
+static void wait_end(fanout *f, int i) {
+  wait_unlink(&daemon_of(f->s)->counters[i], &f->waits[i]);
   if (--f->pending == 0) finish(f);
   release(f);
 }
 
-/* The wait is over: the devices f still waits on are answered as busy.
- * Its request is gone from their lists, so that a wedged worker holds no
- * request (nor its session) past the wait. */
+/* The wait is over, and the reply out with the devices f still waits on
+ * as busy. Its request leaves their lists, so that a wedged worker holds
+ * no request (nor its session) past the wait. */
 static void drop_waits(fanout *f) {
   if (!f->waits) return;
   int n = daemon_of(f->s)->ndevices;
   for (int i = 0; i < n; i++)
-    if (f->waits[i].request) wait_end(f, i, false, false, 0);
+    if (f->waits[i].request) wait_end(f, i);
 }
 
 static void close_timer(fanout *f) {
@@ -369,8 +361,12 @@ static void dev_done(gd_job *j) {
     c->gpu_replay_ns += dj->gpu_ns;
     c->gpu_replays += dj->gpu_n;
     /* The requests that came while this job was out get its answer. */
-    while (c->status_waits)
-      wait_end(c->status_waits->request, dj->dev, true, j->status == 0, dj->free_b);
+    while (c->status_waits) {
+      fanout *w = c->status_waits->request;
+      w->answered[dj->dev] = true;
+      if (j->status == 0) w->free_mem[dj->dev] = dj->free_b;
+      wait_end(w, dj->dev);
+    }
   } else if (j->status < 0 && g->status == 0) {
     g->status = j->status;
     snprintf(g->msg, sizeof g->msg, "%s", j->msg);
