@@ -312,7 +312,7 @@ static int host_wait_value(gd_backend *be, gd_backend_dev *d, gd_stream s, volat
                            char *err, size_t errlen) {
   (void)be, (void)d, (void)s, (void)dev_addr;
   uint64_t spins = 0;
-  while (__atomic_load_n(w, __ATOMIC_ACQUIRE) < value) {
+  while (!graphd_seq_reached(__atomic_load_n(w, __ATOMIC_ACQUIRE), value)) {
     if (++spins < 2000) continue;
     struct timespec ts = {0, 50000};
     nanosleep(&ts, NULL);

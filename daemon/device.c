@@ -56,6 +56,11 @@ void device_tag(const gd_device *d, char *tag, size_t len) {
 
 int device_faulted(gd_device *d, char *why, size_t whylen) {
   const gd_backend_ops *ops = d->be->ops;
+  if (d->wedged[0]) {
+    snprintf(why, whylen, "%s", d->wedged);
+    d->wedged[0] = 0;
+    return -GRAPHD_UNAVAILABLE;
+  }
   if (!ops->device_health) return 0;
   return ops->device_health(d->be, d->dev, why, whylen);
 }

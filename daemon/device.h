@@ -48,6 +48,10 @@ typedef struct gd_device {
   uint64_t import_serial;          /* the last serial given */
   bool watching;                   /* upkeep.c: ready waits are watched */
   bool maybe_busy;                 /* upkeep.c: a replay may still run on the device */
+  /* Why the device must be reset though its context did not fault (a
+   * session stream that would not drain, dstream.c); device_faulted
+   * reports it once. Worker thread only. */
+  char wedged[256];
 } gd_device;
 
 /* What replays on a device did, kept by the worker (per ring) or a
@@ -92,7 +96,7 @@ static inline bool device_ok(const gd_device *d) { return atomic_load(&d->state)
 void device_fail(gd_device *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* 0 while the device works; a negated status with why filled once a sticky
- * error has made its context unusable. */
+ * error has made its context unusable, or once the device is wedged. */
 int device_faulted(gd_device *d, char *why, size_t whylen);
 
 /* Imports client memory and remembers it, stamped with a serial and the

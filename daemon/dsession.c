@@ -104,7 +104,9 @@ static void end_run(gd_job *j, void *ctx) {
   if (ej->ds) holwatch_drop_stream(dev, ej->ds);
   for (size_t i = 0; i < ej->nmaps; i++)
     capture_forget_memory(dev, ej->maps[i].ptr, ej->maps[i].size);
-  dstream_end(dev, ej->ds, ej->maps, ej->nmaps);
+  /* A stream that would not drain fails the job, so that the worker asks
+   * device_faulted next and resets the device. */
+  j->status = dstream_end(dev, ej->ds, ej->maps, ej->nmaps);
   ej->ds = NULL;
 }
 

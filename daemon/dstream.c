@@ -69,13 +69,19 @@ bool dstream_reserve(void **buf, uint32_t *cap, uint32_t n, size_t size) {
 
 /* The worker is the only writer of seen, used and nused; the loop reads
  * them for its count of replays in flight, hence the atomic stores. */
+bool dstream_seq_next(const gd_dstream *ds, uint32_t slot, uint64_t seq) {
+  if (!ds->seen || slot >= ds->nslots || seq == 0) return false;
+  uint64_t last = ds->seen[slot];
+  return !last || seq - last - 1 < GRAPHD_SEQ_MAX_STEP;
+}
+
 void dstream_saw(gd_dstream *ds, uint32_t slot, uint64_t seq) {
-  if (!ds->seen || slot >= ds->nslots) return;
+  if (!ds->seen || slot >= ds->nslots || !seq) return;
   if (!ds->seen[slot]) {
     ds->used[ds->nused] = slot;
     __atomic_store_n(&ds->nused, ds->nused + 1, __ATOMIC_RELEASE);
   }
-  if (seq > ds->seen[slot]) __atomic_store_n(&ds->seen[slot], seq, __ATOMIC_RELAXED);
+  __atomic_store_n(&ds->seen[slot], seq, __ATOMIC_RELAXED);
 }
 
 uint64_t dstream_inflight(const gd_dstream *ds) {
@@ -163,12 +169,22 @@ static void write_words(gd_dstream *ds, uint32_t word, const uint64_t *values) {
 }
 
 void dstream_release(gd_dstream *ds, uint32_t word, uint64_t *written) {
-  /* Stream waits compare cyclically ((int64_t)(*addr - value) >= 0), so
-   * UINT64_MAX would release nothing: jump 2^62 ahead instead. */
+  /* Stream waits compare cyclically (graphd_seq_reached). The session
+   * stream waits on the ready word for seqs the worker took, none above
+   * the slot's last (seen), so that value releases them all, whatever the
+   * client left in the word (a value 2^63 ahead is behind). The client's
+   * own streams wait on the done word for seqs the worker may not have
+   * taken yet: those jump 2^62 ahead of what the word holds. */
   uint64_t own[GRAPHD_MAX_FLAG_SLOTS];
   uint64_t *v = written ? written : own;
-  for (uint32_t i = 0; ds->has_flags && i < ds->nslots; i++)
-    v[i] = __atomic_load_n(dstream_word(ds, i, word), __ATOMIC_ACQUIRE) + (1ull << 62);
+  for (uint32_t i = 0; ds->has_flags && i < ds->nslots; i++) {
+    uint64_t now = __atomic_load_n(dstream_word(ds, i, word), __ATOMIC_ACQUIRE);
+    uint64_t last = ds->seen ? __atomic_load_n(&ds->seen[i], __ATOMIC_RELAXED) : 0;
+    if (word != GRAPHD_FLAG_WORD_READY)
+      v[i] = now + (1ull << 62);
+    else
+      v[i] = last && !graphd_seq_reached(now, last) ? last : now;
+  }
   write_words(ds, word, v);
 }
 
@@ -185,19 +201,23 @@ void dstream_sync(gd_device *d, gd_dstream *ds) {
  * wait of its stream from the host so nothing queued behind them waits
  * forever. GPU work a killed client queued can still land a ready write,
  * lower than the release, until the driver has torn its context down; so
- * the same release is written again while the stream drains (at most
- * DRAIN_REWRITE_NS, then a plain sync). */
+ * the same release is written again while the stream drains, for at most
+ * DRAIN_REWRITE_NS. A stream still not drained then is held by a client
+ * process that goes on writing its flag page after its session ended: a
+ * sync would hang the worker, so the device is marked wedged instead, and
+ * the worker resets it (device_faulted). Returns false then. */
 #define DRAIN_REWRITE_NS 2000000000ull
-static void release_and_drain(gd_device *d, gd_dstream *ds) {
+static bool release_and_drain(gd_device *d, gd_dstream *ds) {
   uint64_t target[GRAPHD_MAX_FLAG_SLOTS];
   dstream_release(ds, GRAPHD_FLAG_WORD_READY, target);
   gd_event ev;
   char e[256];
+  bool drained = true;
   if (ds->has_flags && ds->has_stream && ds->epoch == atomic_load(&d->epoch) &&
       OPS->event_create(BE, &ev, e, sizeof e) == 0) {
     if (OPS->event_record(BE, ev, ds->stream, e, sizeof e) == 0) {
       uint64_t end = gd_now_ns() + DRAIN_REWRITE_NS;
-      while (!OPS->event_done(BE, ev) && gd_now_ns() < end) {
+      while (!(drained = OPS->event_done(BE, ev)) && gd_now_ns() < end) {
         write_words(ds, GRAPHD_FLAG_WORD_READY, target);
         struct timespec nap = {0, 20000};
         nanosleep(&nap, NULL);
@@ -205,18 +225,28 @@ static void release_and_drain(gd_device *d, gd_dstream *ds) {
     }
     OPS->event_destroy(BE, ev);
   }
+  if (!drained) {
+    snprintf(d->wedged, sizeof d->wedged,
+             "session %llu's stream still waits on its ready flag %.1f s after the session "
+             "ended (its client process goes on writing the flag page)",
+             (unsigned long long)ds->session_id, DRAIN_REWRITE_NS / 1e9);
+    return false;
+  }
   dstream_sync(d, ds);
+  return true;
 }
 
-void dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps) {
-  if (ds) release_and_drain(d, ds);
-  for (size_t i = 0; i < nmaps; i++) device_release_import(d, &maps[i]);
-  if (!ds) return;
+int dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps) {
+  bool drained = !ds || release_and_drain(d, ds);
+  /* Work still queued may use the imports: the reset releases them. */
+  for (size_t i = 0; drained && i < nmaps; i++) device_release_import(d, &maps[i]);
+  if (!ds) return 0;
   /* After a reset the flag page's registration is gone with the old
    * context (unregistering fails, harmlessly) but the mapping is ours. */
-  destroy_stream(d, ds);
+  if (drained) destroy_stream(d, ds);
   unmap_flags(d, ds);
   dstream_drop(ds);
+  return drained ? 0 : -GRAPHD_UNAVAILABLE;
 }
 
 void dstream_close_all(gd_device *d) {

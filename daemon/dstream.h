@@ -89,7 +89,13 @@ void dstream_region_remove(gd_dstream *ds, uint32_t id);
  * kept). */
 bool dstream_reserve(void **buf, uint32_t *cap, uint32_t n, size_t size);
 
-/* Records that the worker took replay `seq` on slot (the highest seen). */
+/* Whether `seq` may come next on slot: not 0, and at most
+ * GRAPHD_SEQ_MAX_STEP above the last seq taken there, cyclically (a slot's
+ * first seq may be any other). */
+bool dstream_seq_next(const gd_dstream *ds, uint32_t slot, uint64_t seq);
+
+/* Records that the worker took replay `seq` on slot (dstream_seq_next
+ * allowed it): the slot's last seq from now on. */
 void dstream_saw(gd_dstream *ds, uint32_t slot, uint64_t seq);
 
 /* Replays taken on the session's slots whose done word is still behind.
@@ -106,8 +112,10 @@ static inline uint64_t dstream_word_dev(const gd_dstream *ds, uint32_t slot, uin
 }
 
 /* Releases every stream wait on one word of each flag slot by writing it
- * from the host, well ahead of anything the page held; the values written
- * go to `written` (nslots of them) unless it is NULL. Any thread. */
+ * from the host: the ready word to the last seq the worker took on the
+ * slot (unless it is there already), the others well ahead of what the
+ * page held. The values written go to `written` (nslots of them) unless it
+ * is NULL. Any thread. */
 void dstream_release(gd_dstream *ds, uint32_t word, uint64_t *written);
 
 /* Waits for the session stream to drain (before its regions are unmapped). */
@@ -116,8 +124,10 @@ void dstream_sync(gd_device *d, gd_dstream *ds);
 /* Ends the session on the device. When the client died its stream may
  * wait on ready flags that will never come: they are released from the
  * host first; then the stream drains, the session's imports (maps) are
- * released, the flags unmapped and ds freed (it may be NULL). */
-void dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps);
+ * released, the flags unmapped and ds freed (it may be NULL). A stream
+ * that would not drain leaves the device wedged (d->wedged) and returns
+ * -GRAPHD_UNAVAILABLE: the worker resets the device next. */
+int dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps);
 
 /* The worker is stopping: destroys the stream and unmaps the flag page of
  * every session whose end did not run (a job queued as graphd shuts down

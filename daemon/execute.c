@@ -123,7 +123,7 @@ int exec_run(gd_device *d, gd_worker *w, gd_replay_exec *ex, bool *not_started, 
    * memory fence, so the replay may start at once. Most replays of a
    * device that serves many rings come here after ready_held saw their
    * write, and a wait the GPU never polls costs no hand-off. */
-  if (__atomic_load_n(ready, __ATOMIC_ACQUIRE) >= ex->seq)
+  if (graphd_seq_reached(__atomic_load_n(ready, __ATOMIC_ACQUIRE), ex->seq))
     rc = 0;
   else
     rc = ops->wait_value(d->be, d->dev, ds->stream, ready, ready_dev, ex->seq, give_up, &g, err,
@@ -307,11 +307,13 @@ int exec_replay(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_replay_req 
   if (rq->stream_slot >= ds->nslots)
     REFUSE_GOTO(GRAPHD_OUT_OF_RANGE, finish, "stream slot %u is out of range: the flag page has %u",
                 rq->stream_slot, ds->nslots);
-  if (rq->seq <= ds->seen[rq->stream_slot])
+  if (!dstream_seq_next(ds, rq->stream_slot, rq->seq))
     REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, finish,
-                "seq %llu on stream slot %u must be above the last one, %llu",
+                "seq %llu on stream slot %u must be above the last one, %llu, by at most %llu "
+                "(a slot's first seq: any but 0)",
                 (unsigned long long)rq->seq, rq->stream_slot,
-                (unsigned long long)ds->seen[rq->stream_slot]);
+                (unsigned long long)ds->seen[rq->stream_slot],
+                (unsigned long long)GRAPHD_SEQ_MAX_STEP);
   flags_known = true;
   dstream_saw(ds, rq->stream_slot, rq->seq);
   if (rq->refused) REFUSE_GOTO(rq->refused, finish, "%s", rq->refusal);

@@ -42,8 +42,9 @@ struct gd_holwatch {
 #define CHECK_EVERY_NS 1000000u
 
 static bool met(const gd_watch *x) {
-  return __atomic_load_n(dstream_word(x->ds, x->slot, GRAPHD_FLAG_WORD_READY), __ATOMIC_ACQUIRE) >=
-         x->seq;
+  return graphd_seq_reached(
+      __atomic_load_n(dstream_word(x->ds, x->slot, GRAPHD_FLAG_WORD_READY), __ATOMIC_ACQUIRE),
+      x->seq);
 }
 
 static gd_wkey *find_key(struct gd_holwatch *h, const void *key) {
@@ -159,7 +160,7 @@ int holwatch_check(gd_device *d, uint64_t *cut, int ncut, bool *pending) {
     for (uint32_t j = 0; j < h->n; j++)
       if (h->w[j].ds == ds) {
         volatile uint64_t *r = dstream_word(ds, h->w[j].slot, GRAPHD_FLAG_WORD_READY);
-        if (__atomic_load_n(r, __ATOMIC_ACQUIRE) < h->w[j].seq)
+        if (!graphd_seq_reached(__atomic_load_n(r, __ATOMIC_ACQUIRE), h->w[j].seq))
           __atomic_store_n(r, h->w[j].seq, __ATOMIC_RELEASE);
       }
     GD_LOG(GD_WARN, "holwatch",

@@ -377,7 +377,8 @@ static bool ready_held(gd_device *d, gd_dstream *t) {
   uint32_t slot = e->stream_slot;
   uint64_t seq = e->seq;
   if (slot >= t->nslots ||
-      __atomic_load_n(dstream_word(t, slot, GRAPHD_FLAG_WORD_READY), __ATOMIC_ACQUIRE) >= seq)
+      graphd_seq_reached(
+          __atomic_load_n(dstream_word(t, slot, GRAPHD_FLAG_WORD_READY), __ATOMIC_ACQUIRE), seq))
     return false;
   uint64_t now = gd_now_ns();
   if (!r->ready_held_told) {

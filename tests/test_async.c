@@ -703,6 +703,13 @@ START_TEST(test_async_a_sync_replay_below_a_ring_entrys_seq_is_refused) {
   ck_assert_uint_eq(__atomic_load_n(done, __ATOMIC_ACQUIRE), high);
   for (uint32_t j = 0; j < N; j++) /* it did not run */
     ck_assert_uint_eq(((uint32_t *)k.y[1])[j], 0xffffffffu);
+  /* Nor does one more than GRAPHD_SEQ_MAX_STEP above it, or 2^63 above
+   * (behind it, for the GPU's cyclic compare). */
+  k.s->seq = high + GRAPHD_SEQ_MAX_STEP;
+  ck_assert_int_eq(issue(&k, 1, true, false), GRAPHD_INVALID_ARGUMENT);
+  k.s->seq = high + (1ull << 63) - 1;
+  ck_assert_int_eq(issue(&k, 1, true, false), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_uint_eq(__atomic_load_n(done, __ATOMIC_ACQUIRE), high);
   /* Past it, both ways are exact. */
   k.s->seq = high;
   for (int i = 0; i < 12; i++) ck_assert_int_eq(issue(&k, i % PAIRS, i % 2 == 0, false), GRAPHD_OK);

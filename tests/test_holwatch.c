@@ -181,6 +181,93 @@ START_TEST(test_holwatch_never_watches_what_cannot_hang) {
 }
 END_TEST
 
+/* A ready word 2^63 ahead of the awaited seq is behind it for the GPU's
+ * cyclic compare: the host must see it so too, keep watching, and its
+ * release must write a value the GPU takes as met. */
+START_TEST(test_holwatch_watches_a_ready_word_two_to_the_63_ahead) {
+  static fixture f;
+  fixture_init(&f);
+  gd_device *d = &f.d;
+  sess *a = &f.a, *b = &f.b;
+  set_ready(a, 0, 5 + (1ull << 63));
+  holwatch_add(d, &a->ds, 0, 5, TIMEOUT, &key_a);
+  holwatch_add(d, &b->ds, 0, 1, TIMEOUT, &key_a);
+  uint64_t cut[8];
+  bool pending;
+  ck_assert_int_eq(check(d, cut, &pending), 0);
+  ck_assert(pending);
+  wait_out();
+  ck_assert_int_eq(check(d, cut, &pending), 1);
+  ck_assert_uint_eq(cut[0], 1);
+  ck_assert(graphd_seq_reached(ready(a, 0), 5));
+  ck_assert_uint_eq(ready(a, 0), 5);
+  holwatch_close(d);
+}
+END_TEST
+
+/* Seqs may wrap past 2^64: a ready word just past the wrap has reached a
+ * seq just below it, and nothing is watched. */
+START_TEST(test_holwatch_takes_a_wrapped_ready_word_as_met) {
+  static fixture f;
+  fixture_init(&f);
+  gd_device *d = &f.d;
+  sess *a = &f.a, *b = &f.b;
+  set_ready(a, 0, 2);
+  holwatch_add(d, &a->ds, 0, UINT64_MAX - 1, TIMEOUT, &key_a);
+  holwatch_add(d, &b->ds, 0, 1, TIMEOUT, &key_a);
+  uint64_t cut[8];
+  bool pending;
+  wait_out();
+  ck_assert_int_eq(check(d, cut, &pending), 0);
+  ck_assert(!a->ds.cut_off);
+  holwatch_close(d);
+}
+END_TEST
+
+/* What the worker accepts as a slot's next seq, and what the release at a
+ * session's end writes into its ready words. */
+START_TEST(test_dstream_seq_steps_and_release) {
+  static sess a;
+  sess_init(&a, 1);
+  uint64_t seen[SLOTS] = {0};
+  uint32_t used[SLOTS];
+  a.ds.seen = seen;
+  a.ds.used = used;
+  /* A slot's first seq: any but 0. */
+  ck_assert(!dstream_seq_next(&a.ds, 0, 0));
+  ck_assert(dstream_seq_next(&a.ds, 0, UINT64_MAX - 1));
+  ck_assert(!dstream_seq_next(&a.ds, SLOTS, 1)); /* no such slot */
+  dstream_saw(&a.ds, 0, UINT64_MAX - 1);
+  /* Later ones: above the last, by at most GRAPHD_SEQ_MAX_STEP, cyclically
+   * (through the wrap, skipping 0). */
+  ck_assert(!dstream_seq_next(&a.ds, 0, UINT64_MAX - 1));
+  ck_assert(!dstream_seq_next(&a.ds, 0, UINT64_MAX - 2));
+  ck_assert(dstream_seq_next(&a.ds, 0, UINT64_MAX));
+  ck_assert(!dstream_seq_next(&a.ds, 0, 0));
+  ck_assert(dstream_seq_next(&a.ds, 0, 5));
+  ck_assert(!dstream_seq_next(&a.ds, 0, UINT64_MAX - 1 + (1ull << 63)));
+  ck_assert(dstream_seq_next(&a.ds, 0, UINT64_MAX - 1 + GRAPHD_SEQ_MAX_STEP));
+  ck_assert(!dstream_seq_next(&a.ds, 0, UINT64_MAX + GRAPHD_SEQ_MAX_STEP));
+  dstream_saw(&a.ds, 0, 5);
+  dstream_saw(&a.ds, 2, 100);
+  /* The client left slot 0's word 2^63 ahead (behind, for the GPU) and
+   * slot 2's past its last seq; slot 1 was never used. */
+  set_ready(&a, 0, 5 + (1ull << 63));
+  set_ready(&a, 1, 7);
+  set_ready(&a, 2, 101);
+  uint64_t written[SLOTS];
+  dstream_release(&a.ds, GRAPHD_FLAG_WORD_READY, written);
+  ck_assert_uint_eq(ready(&a, 0), 5);
+  ck_assert_uint_eq(ready(&a, 1), 7);
+  ck_assert_uint_eq(ready(&a, 2), 101);
+  ck_assert_uint_eq(written[0], 5);
+  /* The done word, which the client's own streams wait on, jumps ahead. */
+  *dstream_word(&a.ds, 3, GRAPHD_FLAG_WORD_DONE) = 9;
+  dstream_release(&a.ds, GRAPHD_FLAG_WORD_DONE, NULL);
+  ck_assert(graphd_seq_reached(*dstream_word(&a.ds, 3, GRAPHD_FLAG_WORD_DONE), 9 + (1ull << 61)));
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("holwatch");
   TCase *tc = tcase_create("holwatch");
@@ -189,6 +276,9 @@ int main(void) {
   tcase_add_test(tc, test_holwatch_counts_work_queued_behind_whose_wait_was_met);
   tcase_add_test(tc, test_holwatch_forgets_a_key_and_a_stream);
   tcase_add_test(tc, test_holwatch_never_watches_what_cannot_hang);
+  tcase_add_test(tc, test_holwatch_watches_a_ready_word_two_to_the_63_ahead);
+  tcase_add_test(tc, test_holwatch_takes_a_wrapped_ready_word_as_met);
+  tcase_add_test(tc, test_dstream_seq_steps_and_release);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

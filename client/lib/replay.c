@@ -326,7 +326,8 @@ static graphd_status replay_once(graphd_client *c, graphd_stream *s, const uint8
       st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the wait for done on the stream");
   } else {
     /* The host device ran the replay before it replied. */
-    while (__atomic_load_n(done, __ATOMIC_ACQUIRE) < seq && !atomic_load(&c->dead)) {
+    while (!graphd_seq_reached(__atomic_load_n(done, __ATOMIC_ACQUIRE), seq) &&
+           !atomic_load(&c->dead)) {
     }
   }
 passed:

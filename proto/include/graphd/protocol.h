@@ -28,6 +28,18 @@
 #define GRAPHD_FLAG_WORD_DONE 1
 #define GRAPHD_FLAG_WORD_PASSED 2
 #define GRAPHD_FLAG_WORDS_PER_SLOT (GRAPHD_FLAG_STRIDE / 8)
+/* Whether a flag word has reached seq, compared as the GPU compares a
+ * 64-bit stream wait (CU_STREAM_WAIT_VALUE_GEQ: (int64_t)(word - seq) >= 0),
+ * so that the host and the GPU never disagree: a word 2^63 or more ahead
+ * of seq is behind it, and seqs may wrap past 2^64. */
+static inline int graphd_seq_reached(uint64_t word, uint64_t seq) {
+  return (int64_t)(word - seq) >= 0;
+}
+/* The most a slot's seq may step from the last one the daemon took there
+ * (cyclically). Every wait the daemon queues on a slot then lies within
+ * 2^63 below the last seq it took, so writing that one value releases
+ * them all. */
+#define GRAPHD_SEQ_MAX_STEP (1ull << 32)
 /* The most flag slots one page may have (RegisterFlags.slots). */
 #define GRAPHD_MAX_FLAG_SLOTS 1024
 
