@@ -29,6 +29,7 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
     add_u64(j, "device", d->ordinal);
     json_object_object_add(j, "uuid", json_object_new_string(d->uuid_str));
     json_object_object_add(j, "state", json_object_new_string(d->state));
+    add_u64(j, "figures_age_ms", s->figures_age_ms[i]);
     add_u64(j, "captures", c->captures);
     add_u64(j, "graphs", c->captures); /* one executable graph per capture */
     add_u64(j, "staging_bytes", c->staging_bytes);

@@ -60,7 +60,7 @@ void control_fill_device(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__D
 
 /* --- the fan-out ------------------------------------------------------------ */
 
-enum ask { ASK_STATUS, ASK_LIST, ASK_EVICT };
+enum ask { ASK_STATUS = GD_CONTROL_STATUS, ASK_LIST = GD_CONTROL_LIST, ASK_EVICT };
 
 /* How long Status, List and Evict wait for the devices' workers before
  * they answer without the busy ones: a worker in a long job (a replay
@@ -68,44 +68,66 @@ enum ask { ASK_STATUS, ASK_LIST, ASK_EVICT };
  * an operator. A busy device's job still runs when its worker is free. */
 #define CONTROL_WAIT_MS 500
 
-/* One request spread over the devices; the reply goes out when the last
- * device has answered, or when the wait is over. */
+/* Evicts whose jobs are out at once: per uid (admins aside), and in all.
+ * Status and List need no bound of their own: each device runs one job of
+ * each at a time, whoever asks, and a request waiting on one holds no
+ * session once its client hangs up. */
+#define EVICTS_PER_UID 4
+#define EVICTS_MAX 64
 
+/* One request spread over the devices; the reply goes out when the last
+ * device has answered, or when the wait is over. Status and List wait on
+ * the device's one shared job of their kind (waits); an Evict sends its
+ * own job to each device. */
 typedef struct fanout {
-  gd_session *s;
+  gd_daemon *d;
+  gd_session *s; /* until the reply, or until its client hangs up */
   uint64_t request_id;
   enum ask ask;
+  uid_t uid;
+  bool admin;
   gd_evict_sel sel;
-  int pending;
-  int refs; /* jobs out, plus the timer while it is open */
-  bool replied;
+  int pending;      /* devices yet to answer */
+  int refs;         /* jobs out, waits linked, the timer while open, and fan_out itself */
+  int jobs;         /* Evict: its jobs still out */
+  bool replied;     /* replied, or its client hung up first */
   bool *answered;   /* per device */
   uv_timer_t timer; /* the bound on the wait */
   bool timer_open;
   int status; /* the first failure (List, Evict) */
   char msg[512];
-  uint64_t *free_mem;    /* Status: per device, 0 when unknown */
-  gd_status_wait *waits; /* Status: per device, linked while it waits on a job already out */
-  gd_capture_info *ci;   /* List, Evict: every device's captures */
+  uint64_t *free_mem;     /* Status: per device, 0 when unknown */
+  gd_control_wait *waits; /* Status, List: per device, linked while it waits */
+  gd_capture_info *ci;    /* List, Evict: every device's captures */
   size_t n, cap;
   uint64_t bytes;
+  struct fanout *prev, *next; /* in d->evicts while its jobs are out */
 } fanout;
 
-typedef struct dev_job {
+/* A device's answer: one job shared by every Status (or List) that came
+ * before it started, or one Evict's own. */
+typedef struct control_job {
   gd_job job;
-  fanout *f;
+  gd_daemon *d;
   int dev;
+  enum ask ask;
+  fanout *f;                /* Evict only */
+  _Atomic bool started;     /* set by the worker: requests that come now need a later job */
+  uint64_t sent_ns;         /* shared: when it went to the worker */
+  gd_control_wait *waits;   /* shared: the requests its answer goes to */
+  struct control_job *next; /* shared: in the device's jobs, oldest first */
   gd_capture_info *ci;
   size_t n;
   uint64_t bytes;
   uint64_t free_b;
   uint64_t gpu_ns, gpu_n; /* sampled GPU time read for Status (capture_take_gpu_time) */
-} dev_job;
+} control_job;
 
 static void dev_run(gd_job *j, void *ctx) {
-  dev_job *dj = gd_container_of(j, dev_job, job);
+  control_job *dj = gd_container_of(j, control_job, job);
   gd_device *d = ctx;
-  switch (dj->f->ask) {
+  atomic_store(&dj->started, true);
+  switch (dj->ask) {
     case ASK_STATUS: {
       uint64_t total;
       j->status = d->be->ops->mem_info(d->be, d->dev, &dj->free_b, &total, j->msg, sizeof j->msg);
@@ -139,19 +161,27 @@ static void reply_status(fanout *g) {
                         "out of memory building the status reply");
     goto exit;
   }
+  uint64_t now = gd_now_ns();
   for (int i = 0; i < n; i++) {
-    /* Its worker did not answer in time: it is in a long job (its free
-     * memory is the last figure it gave). */
-    control_fill_device(d, i, g->answered[i] ? g->free_mem[i] : d->counters[i].last_free_memory,
-                        &di[i], &dc[i]);
-    if (!g->answered[i] && device_ok(&d->devices[i])) di[i].state = "busy";
+    /* A device that did not answer this request gives the figures of its
+     * last Status job, with their age; one whose job has been out past the
+     * wait is in a long job. */
+    const gd_device_counters *c = &d->counters[i];
+    control_fill_device(d, i, g->answered[i] ? g->free_mem[i] : c->last_free_memory, &di[i],
+                        &dc[i]);
+    uint64_t since = c->answered_ns ? c->answered_ns : d->start_ns;
+    di[i].figures_age_ms = g->answered[i] ? 0 : (now - since) / 1000000u;
+    const control_job *oldest = c->jobs[GD_CONTROL_STATUS];
+    if (!g->answered[i] && device_ok(&d->devices[i]) && oldest &&
+        now - oldest->sent_ns >= CONTROL_WAIT_MS * 1000000ull)
+      di[i].state = "busy";
     dp[i] = &di[i];
   }
   r.request_id = g->request_id;
   r.body_case = GRAPHD__WIRE__REPLY__BODY_STATUS;
   r.status = &sr;
   sr.version = (char *)GRAPHD_VERSION_STRING;
-  sr.uptime_ms = (gd_now_ns() - d->start_ns) / 1000000u;
+  sr.uptime_ms = (now - d->start_ns) / 1000000u;
   sr.pid = (uint32_t)getpid();
   sr.n_devices = (size_t)n;
   sr.devices = dp;
@@ -267,8 +297,8 @@ static void reply_captures(fanout *g) {
   free(wp);
 }
 
-/* Replies (once): when the last device answered, or when Status stops
- * waiting. */
+/* Replies (once): when the last device answered, or when the wait is
+ * over. From here f holds no session. */
 static void reply_once(fanout *f) {
   if (f->replied) return;
   f->replied = true;
@@ -279,13 +309,14 @@ static void reply_once(fanout *f) {
     else
       reply_captures(f);
   }
+  s->control = NULL;
+  f->s = NULL;
   session_end_request(s);
 }
 
-/* Drops one reference; the last frees f (its jobs are all back). */
+/* Drops one reference; the last frees f. */
 static void release(fanout *f) {
   if (--f->refs > 0) return;
-  session_unref(f->s);
   free(f->free_mem);
   free(f->waits);
   free(f->answered);
@@ -293,48 +324,52 @@ static void release(fanout *f) {
   free(f);
 }
 
-static void timer_closed_cb(uv_handle_t *h) { release(h->data); }
-
-static void close_timer(fanout *f);
-
-static void finish(fanout *f) {
-  reply_once(f);
-  close_timer(f);
-}
-
-static void wait_link(gd_device_counters *c, gd_status_wait *w) {
+static void wait_link(control_job *j, fanout *f, gd_control_wait *w) {
+  w->request = f;
+  w->job = j;
   w->prev = NULL;
-  w->next = c->status_waits;
+  w->next = j->waits;
   if (w->next) w->next->prev = w;
-  c->status_waits = w;
+  j->waits = w;
 }
 
-static void wait_unlink(gd_device_counters *c, gd_status_wait *w) {
+static void wait_unlink(gd_control_wait *w) {
   if (w->prev)
     w->prev->next = w->next;
   else
-    c->status_waits = w->next;
+    w->job->waits = w->next;
   if (w->next) w->next->prev = w->prev;
   w->prev = w->next = NULL;
   w->request = NULL;
+  w->job = NULL;
 }
 
-/* f stops waiting on device i's Status job (answered from it, or not). */
+static void close_timer(fanout *f);
+
+/* Device i answered f (or will not in time). */
+static void device_answered(fanout *f) {
+  if (--f->pending == 0) {
+    reply_once(f);
+    close_timer(f);
+  }
+}
+
+/* f stops waiting on device i's shared job (answered from it, or not). */
 static void wait_end(fanout *f, int i) {
-  wait_unlink(&daemon_of(f->s)->counters[i], &f->waits[i]);
-  if (--f->pending == 0) finish(f);
+  wait_unlink(&f->waits[i]);
+  device_answered(f);
   release(f);
 }
 
-/* The wait is over, and the reply out with the devices f still waits on
- * as busy. Its request leaves their lists, so that a wedged worker holds
- * no request (nor its session) past the wait. */
+/* The reply is out, or its client gone: f leaves every shared job's list
+ * at once, so that a wedged worker holds no request past the wait. */
 static void drop_waits(fanout *f) {
   if (!f->waits) return;
-  int n = daemon_of(f->s)->ndevices;
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < f->d->ndevices; i++)
     if (f->waits[i].request) wait_end(f, i);
 }
+
+static void timer_closed_cb(uv_handle_t *h) { release(h->data); }
 
 static void close_timer(fanout *f) {
   if (!f->timer_open) return;
@@ -349,113 +384,200 @@ static void wait_over_cb(uv_timer_t *t) {
   close_timer(f);
 }
 
-static void dev_done(gd_job *j) {
-  dev_job *dj = gd_container_of(j, dev_job, job);
-  fanout *g = dj->f;
-  gd_daemon *d = daemon_of(g->s);
-  g->answered[dj->dev] = true;
-  if (g->ask == ASK_STATUS) {
-    gd_device_counters *c = &d->counters[dj->dev];
-    c->status_asked = false;
-    if (j->status == 0) g->free_mem[dj->dev] = c->last_free_memory = dj->free_b;
+void control_session_closed(gd_session *s) {
+  fanout *f = s->control;
+  if (!f) return;
+  /* Nothing to answer: the request ends now and lets the session go. Its
+   * Evict jobs still run (what was asked is done), their results dropped. */
+  f->replied = true;
+  f->s = NULL;
+  s->control = NULL;
+  session_end_request(s);
+  f->refs++;
+  drop_waits(f);
+  close_timer(f);
+  release(f);
+}
+
+/* Adds a device's captures to f's reply. */
+static void take_captures(fanout *f, const gd_capture_info *ci, size_t n, uint64_t bytes) {
+  if (!n || f->replied) return;
+  if (f->n + n > f->cap) {
+    size_t cap = f->n + n + 16;
+    gd_capture_info *m = realloc(f->ci, cap * sizeof *m);
+    if (m) {
+      f->ci = m;
+      f->cap = cap;
+    }
+  }
+  if (f->n + n <= f->cap) {
+    memcpy(f->ci + f->n, ci, n * sizeof *ci);
+    f->n += n;
+  }
+  f->bytes += bytes;
+}
+
+static void fail(fanout *f, int status, const char *msg) {
+  if (f->status == 0) {
+    f->status = status;
+    snprintf(f->msg, sizeof f->msg, "%s", msg);
+  }
+}
+
+/* A shared job is back: its answer goes to every request waiting on it. */
+static void shared_done(control_job *dj, int status, const char *msg) {
+  gd_device_counters *c = &dj->d->counters[dj->dev];
+  control_job **p = &c->jobs[dj->ask];
+  while (*p != dj) p = &(*p)->next;
+  *p = dj->next;
+  if (dj->ask == ASK_STATUS) {
+    if (status == 0) c->last_free_memory = dj->free_b;
+    c->answered_ns = gd_now_ns();
     c->gpu_replay_ns += dj->gpu_ns;
     c->gpu_replays += dj->gpu_n;
-    /* The requests that came while this job was out get its answer. */
-    while (c->status_waits) {
-      fanout *w = c->status_waits->request;
-      w->answered[dj->dev] = true;
-      if (j->status == 0) w->free_mem[dj->dev] = dj->free_b;
-      wait_end(w, dj->dev);
-    }
-  } else if (j->status < 0 && g->status == 0) {
-    g->status = j->status;
-    snprintf(g->msg, sizeof g->msg, "%s", j->msg);
   }
-  if (g->ask == ASK_EVICT && !g->sel.dry_run && j->status == 0) {
+  while (dj->waits) {
+    fanout *w = dj->waits->request;
+    w->answered[dj->dev] = true;
+    if (dj->ask == ASK_STATUS && status == 0) w->free_mem[dj->dev] = dj->free_b;
+    if (dj->ask == ASK_LIST) {
+      if (status < 0)
+        fail(w, status, msg);
+      else
+        take_captures(w, dj->ci, dj->n, 0);
+    }
+    wait_end(w, dj->dev);
+  }
+}
+
+static void evict_done(control_job *dj, int status, const char *msg) {
+  fanout *g = dj->f;
+  gd_daemon *d = dj->d;
+  if (status < 0) fail(g, status, msg);
+  if (!g->sel.dry_run && status == 0) {
     gd_counters_evicted(&d->counters[dj->dev], dj->n, dj->bytes);
     if (dj->n)
-      GD_LOG(GD_INFO, "control", "device %d: %zu capture(s), %llu staging bytes freed for pid %d",
-             dj->dev, dj->n, (unsigned long long)dj->bytes, (int)g->s->pid);
+      GD_LOG(GD_INFO, "control", "device %d: %zu capture(s), %llu staging bytes freed for uid %u",
+             dj->dev, dj->n, (unsigned long long)dj->bytes, (unsigned)g->uid);
   }
-  if (dj->n && !g->replied) {
-    if (g->n + dj->n > g->cap) {
-      size_t cap = g->n + dj->n + 16;
-      gd_capture_info *n = realloc(g->ci, cap * sizeof *n);
-      if (n) {
-        g->ci = n;
-        g->cap = cap;
-      }
-    }
-    if (g->n + dj->n <= g->cap) {
-      memcpy(g->ci + g->n, dj->ci, dj->n * sizeof *dj->ci);
-      g->n += dj->n;
-    }
-    g->bytes += dj->bytes;
+  if (!g->replied) g->answered[dj->dev] = true;
+  take_captures(g, dj->ci, dj->n, dj->bytes);
+  if (--g->jobs == 0) {
+    if (g->prev)
+      g->prev->next = g->next;
+    else
+      d->evicts = g->next;
+    if (g->next) g->next->prev = g->prev;
+    d->nevicts--;
   }
-  free(dj->ci);
-  free(dj);
-  if (--g->pending == 0) finish(g);
+  if (!g->replied) device_answered(g);
   release(g);
 }
 
-/* Sends one job to each device in [first, last]; f is the session's
- * request in flight until the last answer. */
-static void fan_out(fanout *f, int first, int last) {
+static void dev_done(gd_job *j) {
+  control_job *dj = gd_container_of(j, control_job, job);
+  if (dj->ask == ASK_EVICT)
+    evict_done(dj, j->status, j->msg);
+  else
+    shared_done(dj, j->status, j->msg);
+  free(dj->ci);
+  free(dj);
+}
+
+/* Sends device i a job for f: its own (Evict), or the device's shared job
+ * of f's kind, unless one is out already. Returns false when out of
+ * memory. */
+static bool ask_device(fanout *f, int i) {
+  gd_daemon *d = f->d;
+  gd_device_counters *c = &d->counters[i];
+  bool shared = f->ask != ASK_EVICT;
+  control_job *last = NULL;
+  for (control_job *x = shared ? c->jobs[f->ask] : NULL; x; x = x->next) last = x;
+  control_job *dj = NULL;
+  if (last && !atomic_load(&last->started)) {
+    dj = last; /* not started: its answer is fresh enough */
+  } else {
+    if (!(dj = calloc(1, sizeof *dj))) return false;
+    dj->d = d;
+    dj->dev = i;
+    dj->ask = f->ask;
+    dj->job.run = dev_run;
+    dj->job.done = dev_done;
+    if (shared) {
+      dj->sent_ns = gd_now_ns();
+      if (last)
+        last->next = dj;
+      else
+        c->jobs[f->ask] = dj;
+    } else {
+      dj->f = f;
+      f->refs++;
+      if (f->jobs++ == 0) {
+        f->next = d->evicts;
+        if (f->next) f->next->prev = f;
+        d->evicts = f;
+        d->nevicts++;
+      }
+    }
+  }
+  if (shared) {
+    wait_link(dj, f, &f->waits[i]);
+    f->refs++;
+  }
+  if (dj != last) worker_submit(daemon_worker(d, i), &dj->job);
+  return true;
+}
+
+/* Asks each device in [first, last]; f is the session's request in flight
+ * until it is answered. no_wait: answer at once from the devices' last
+ * figures (Status). */
+static void fan_out(fanout *f, int first, int last, bool no_wait) {
   gd_session *s = f->s;
-  gd_daemon *d = daemon_of(s);
+  gd_daemon *d = f->d;
   f->pending = last - first + 1;
-  f->refs = f->pending;
+  f->refs = 1; /* fan_out's own, so that f outlives the loop below */
   for (int i = 0; i < d->ndevices; i++) f->answered[i] = i < first || i > last;
   session_begin_request(s);
-  session_ref(s); /* until the last job is back, which may be after the reply */
-  if (uv_timer_init(d->loop, &f->timer) == 0) {
+  s->control = f;
+  if (!no_wait && uv_timer_init(d->loop, &f->timer) == 0) {
     f->refs++;
     f->timer_open = true;
     f->timer.data = f;
     uv_timer_start(&f->timer, wait_over_cb, CONTROL_WAIT_MS, 0);
   }
-  for (int i = first; i <= last; i++) {
-    if (f->ask == ASK_STATUS && d->counters[i].status_asked) {
-      /* The last Status job has not come back: its worker is busy, in a
-       * long job or wedged. Another job would only queue behind it (one
-       * per request or scrape, held until the worker is free), so this
-       * request waits on that one, up to the end of its own wait. */
-      f->waits[i].request = f;
-      wait_link(&d->counters[i], &f->waits[i]);
-      continue;
-    }
-    dev_job *dj = calloc(1, sizeof *dj);
-    if (!dj) {
-      /* Answer for this device here, as failed. */
-      f->answered[i] = true;
-      if (f->ask != ASK_STATUS) {
-        f->status = -GRAPHD_RESOURCE_EXHAUSTED;
-        snprintf(f->msg, sizeof f->msg, "out of memory");
-      }
-      if (--f->pending == 0) finish(f);
-      release(f);
-      continue;
-    }
-    dj->f = f;
-    dj->dev = i;
-    dj->job.run = dev_run;
-    dj->job.done = dev_done;
-    if (f->ask == ASK_STATUS) d->counters[i].status_asked = true;
-    worker_submit(daemon_worker(d, i), &dj->job);
+  for (int i = first; i <= last && !f->replied; i++) {
+    if (ask_device(f, i)) continue;
+    /* Answered here, as failed. */
+    f->answered[i] = true;
+    if (f->ask != ASK_STATUS) fail(f, -GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    device_answered(f);
   }
+  if (no_wait) {
+    reply_once(f);
+    drop_waits(f);
+  }
+  release(f);
 }
 
 static fanout *fanout_new(gd_session *s, uint64_t request_id, enum ask ask) {
-  size_t n = (size_t)daemon_of(s)->ndevices + 1;
+  gd_daemon *d = daemon_of(s);
+  size_t n = (size_t)d->ndevices + 1;
   fanout *f = calloc(1, sizeof *f);
-  if (f && !(f->answered = calloc(n, sizeof *f->answered))) {
-    free(f);
-    f = NULL;
-  }
   if (f) {
+    f->d = d;
     f->s = s;
     f->request_id = request_id;
     f->ask = ask;
+    f->uid = s->uid;
+    f->admin = s->admin;
+    f->answered = calloc(n, sizeof *f->answered);
+    if (ask == ASK_STATUS) f->free_mem = calloc(n, sizeof *f->free_mem);
+    if (ask != ASK_EVICT) f->waits = calloc(n, sizeof *f->waits);
+    if (!f->answered || (ask == ASK_STATUS && !f->free_mem) || (ask != ASK_EVICT && !f->waits)) {
+      f->refs = 1;
+      release(f);
+      f = NULL;
+    }
   }
   if (!f) session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
   return f;
@@ -463,29 +585,26 @@ static fanout *fanout_new(gd_session *s, uint64_t request_id, enum ask ask) {
 
 void control_handle_status(gd_session *s, Graphd__Wire__Request *req, int *fds) {
   (void)fds;
-  uint64_t request_id = req->request_id;
-  gd_daemon *d = daemon_of(s);
-  fanout *f = fanout_new(s, request_id, ASK_STATUS);
+  fanout *f = fanout_new(s, req->request_id, ASK_STATUS);
   if (!f) return;
-  f->free_mem = calloc((size_t)d->ndevices + 1, sizeof *f->free_mem);
-  f->waits = calloc((size_t)d->ndevices + 1, sizeof *f->waits);
-  if (!f->free_mem || !f->waits) {
-    free(f->free_mem);
-    free(f->waits);
-    free(f->answered);
-    free(f);
-    session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED,
-                        "out of memory handling a status request");
-    return;
-  }
-  fan_out(f, 0, d->ndevices - 1);
+  /* No wait asked for (the exporter's scrapes): the last figures at once,
+   * once every device has given some. */
+  bool no_wait = req->status && req->status->no_wait;
+  for (int i = 0; i < f->d->ndevices; i++) no_wait = no_wait && f->d->counters[i].answered_ns;
+  fan_out(f, 0, f->d->ndevices - 1, no_wait);
 }
 
 void control_handle_list(gd_session *s, Graphd__Wire__Request *req, int *fds) {
   (void)fds;
-  uint64_t request_id = req->request_id;
-  fanout *f = fanout_new(s, request_id, ASK_LIST);
-  if (f) fan_out(f, 0, daemon_of(s)->ndevices - 1);
+  fanout *f = fanout_new(s, req->request_id, ASK_LIST);
+  if (f) fan_out(f, 0, f->d->ndevices - 1, false);
+}
+
+/* Evicts of uid u with jobs out. */
+static uint32_t evicts_of(const gd_daemon *d, uid_t u) {
+  uint32_t n = 0;
+  for (const fanout *f = d->evicts; f; f = f->next) n += f->uid == u && !f->admin;
+  return n;
 }
 
 static int parse_prefix(const char *hex, gd_evict_sel *sel) {
@@ -536,13 +655,23 @@ void control_handle_evict(gd_session *s, Graphd__Wire__Request *req, int *fds) {
     why = "evicting all captures needs an admin session (root, graphd's user, or the admin group)";
     code = GRAPHD_PERMISSION_DENIED;
   }
+  if (!why && !s->admin && d->nevicts >= EVICTS_MAX) {
+    why = "too many evictions wait on busy devices; try again once they are done";
+    code = GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  if (!why && !s->admin && evicts_of(d, s->uid) >= EVICTS_PER_UID) {
+    why =
+        "this uid has the most evictions that may wait on busy devices at once ("
+        "4); try again once they are done";
+    code = GRAPHD_RESOURCE_EXHAUSTED;
+  }
   if (why) {
-    free(g->answered);
-    free(g);
+    g->refs = 1;
+    release(g);
     session_reply_error(s, request_id, code, "%s", why);
     return;
   }
   int first = one_device ? m->device : 0;
   int last = one_device ? m->device : d->ndevices - 1;
-  fan_out(g, first, last);
+  fan_out(g, first, last, false);
 }

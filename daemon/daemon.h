@@ -22,12 +22,18 @@
 #include "session.h"
 #include "worker.h"
 
-/* A Status request that waits on the Status job already out to a device's
- * worker, rather than queueing another behind it (control.c). */
-typedef struct gd_status_wait {
-  struct gd_status_wait *prev, *next;
-  void *request;
-} gd_status_wait;
+/* A Status or ListCaptures request that waits on the job of its kind
+ * already out to a device's worker, rather than queueing another behind it
+ * (control.c). */
+typedef struct gd_control_wait {
+  struct gd_control_wait *prev, *next;
+  void *request;           /* the request waiting; NULL when not linked */
+  struct control_job *job; /* the job it waits on */
+} gd_control_wait;
+
+/* The kinds of control job one device runs at most one of at a time,
+ * shared by every request that waits for it (control.c). */
+enum gd_control_shared { GD_CONTROL_STATUS = 0, GD_CONTROL_LIST = 1, GD_CONTROL_SHARED = 2 };
 
 /* Counters per device kept by the loop thread. */
 typedef struct gd_device_counters {
@@ -48,11 +54,12 @@ typedef struct gd_device_counters {
   uint64_t gpu_replay_ns;    /* the GPU time of the sampled replays (gd_replay_tally) */
   uint64_t gpu_replays;
   gd_hist replay_latency; /* request read to reply, successful replays (ns) */
-  /* Status asks each worker for its free memory with one job at most: a
-   * wedged worker does not collect a job per request (loop thread). */
-  bool status_asked;            /* a Status job is queued or running */
-  gd_status_wait *status_waits; /* requests answered by that job when it is back */
-  uint64_t last_free_memory;    /* what the last one found (0 before any) */
+  /* Status and ListCaptures ask each worker with one job of each kind
+   * that has not started, whoever asks: a worker in a long job, or wedged,
+   * collects no job per request or scrape (loop thread). */
+  struct control_job *jobs[GD_CONTROL_SHARED]; /* out, oldest first; one at most not started */
+  uint64_t last_free_memory;                   /* what the last Status job found (0 before any) */
+  uint64_t answered_ns;                        /* when that job came back (0: never) */
 } gd_device_counters;
 
 /* Counts n captures evicted (by request or by the budget), giving back their
@@ -109,6 +116,8 @@ typedef struct gd_daemon {
   uv_timer_t sweep_timer;          /* Hello deadline and idle timeout */
   uv_timer_t wait_timer;           /* polls replays held back by --max-inflight-replays */
   struct replay_job *held_replays; /* ... those replays (replay.c) */
+  struct fanout *evicts;           /* Evicts whose jobs are still out (control.c) */
+  uint32_t nevicts;
   bool accept_resting;
   dev_t socket_dev; /* the socket file we made: only it is removed at exit */
   ino_t socket_ino;

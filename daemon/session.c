@@ -24,22 +24,37 @@ static void close_fds(int *fds, int n);
 
 void session_ref(gd_session *s) { s->refs++; }
 
-void session_unref(gd_session *s) {
-  if (--s->refs > 0) return;
-  /* The fd lives as long as the session: a worker may still send on it
-   * until its job is done (session_send_direct). */
+/* The socket, what was read from it and what waits to be written: let go
+ * as soon as the session closes, whatever jobs still refer to it, so that
+ * clients that hang up during long jobs cannot pile up fds. Caller holds
+ * send_lock, or is the last holder. */
+static void drop_socket_locked(gd_session *s) {
   if (s->fd >= 0) close(s->fd);
-  pthread_mutex_destroy(&s->send_lock);
-  gd_frame_reader_close(&s->rd);
+  s->fd = -1;
   for (gd_outbuf *b = s->out_head, *n; b; b = n) {
     n = b->next;
     free(b);
   }
+  s->out_head = s->out_tail = NULL;
+  s->out_bytes = 0;
+}
+
+void session_unref(gd_session *s) {
+  if (--s->refs > 0) return;
+  drop_socket_locked(s);
+  pthread_mutex_destroy(&s->send_lock);
+  gd_frame_reader_close(&s->rd);
   free(s);
 }
 
 static void close_cb(uv_handle_t *h) {
   gd_session *s = h->data;
+  /* The poll handle is closed, so the fd may go: a worker no longer sends
+   * on it either (session_send_direct checks `closing` under send_lock). */
+  pthread_mutex_lock(&s->send_lock);
+  drop_socket_locked(s);
+  pthread_mutex_unlock(&s->send_lock);
+  gd_frame_reader_close(&s->rd);
   session_unref(s);
 }
 

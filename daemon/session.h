@@ -9,8 +9,10 @@
  * socket itself through a uv_poll_t (libuv streams cannot hand over
  * arbitrary fds), takes one request at a time (the next frame is not
  * decoded while a request is with a worker), and writes replies through a
- * non-blocking queue. It is freed
- * only when its poll handle has closed and no job refers to it (`refs`).
+ * non-blocking queue. Its socket, read buffer and reply queue go back
+ * as soon as its poll handle has closed after session_close, whatever
+ * still refers to it; the struct itself is freed only when no job refers
+ * to it either (`refs`).
  * Decoded requests go to the set's on_request, and a closing session to
  * its on_close, so this file knows no request. */
 #ifndef GRAPHD_SESSION_H
@@ -78,6 +80,7 @@ struct gd_session {
   int refs;                   /* the poll handle + jobs in flight */
   void *data;                 /* a data session's state (dsession.c), NULL once closed */
   struct gd_reg_holds *holds; /* registry entries it holds (registration.c, replay.c, dsession.c) */
+  void *control;              /* its Status, List or Evict in flight (control.c), or NULL */
   const void *last_held;      /* the program it held last, to skip the lookup */
   uint64_t opened_ns;         /* accepted */
   uint64_t active_ns;         /* its last request came in or ended */

@@ -102,7 +102,7 @@ static graphd_daemon_status *ask_status(gd_metrics *m, char *why, size_t whylen)
     }
     (void)graphd_set_reconnect_wait(m->c, 0); /* a stopping daemon is not waited for */
   }
-  graphd_status st = graphd_get_status(m->c, &s);
+  graphd_status st = graphd_get_status_now(m->c, &s);
   if (st == GRAPHD_OK) return s;
   snprintf(why, whylen, "status: %s: %s", graphd_status_name(st), graphd_last_error(m->c));
   graphd_close(m->c);

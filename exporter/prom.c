@@ -168,6 +168,14 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
     dev_labels(f, &s->devices[i]);
     fprintf(f, "} %.9f\n", (double)s->launch_ns[i] / 1e9);
   }
+  family(f, "graphd_device_figures_age_seconds", "gauge",
+         "How old the device's free memory and sampled GPU time are: 0 when its worker answered "
+         "this scrape, else the time since it last did (a worker in a long job does not answer).");
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    fprintf(f, "graphd_device_figures_age_seconds");
+    dev_labels(f, &s->devices[i]);
+    fprintf(f, "} %.3f\n", s->figures_age_ms ? (double)s->figures_age_ms[i] / 1e3 : 0.0);
+  }
   work_summary(f, s, "graphd_replay_gpu_seconds",
                "The device's time running a replay (its copies and launch on the worker's stream), "
                "over the replays sampled: one in 16 per device, or one a millisecond when fewer "

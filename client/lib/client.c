@@ -361,9 +361,10 @@ graphd_status graphd_ping(graphd_client *c, const void *payload, size_t len) {
   return st;
 }
 
-graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
+static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_status **out) {
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__StatusRequest sreq = GRAPHD__WIRE__STATUS_REQUEST__INIT;
+  sreq.no_wait = no_wait;
   req.body_case = GRAPHD__WIRE__REQUEST__BODY_STATUS;
   req.status = &sreq;
   *out = NULL;
@@ -377,14 +378,12 @@ graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
   }
   Graphd__Wire__StatusReply *sr = rep->status;
   graphd_daemon_status *s = calloc(1, sizeof *s);
-  if (!s || (sr->n_devices && (!(s->devices = calloc(sr->n_devices, sizeof *s->devices)) ||
-                               !(s->work = calloc(sr->n_devices, sizeof *s->work)) ||
-                               !(s->launch_ns = calloc(sr->n_devices, sizeof *s->launch_ns))))) {
-    if (s) {
-      free(s->devices);
-      free(s->work);
-    }
-    free(s);
+  if (!s || (sr->n_devices &&
+             (!(s->devices = calloc(sr->n_devices, sizeof *s->devices)) ||
+              !(s->work = calloc(sr->n_devices, sizeof *s->work)) ||
+              !(s->launch_ns = calloc(sr->n_devices, sizeof *s->launch_ns)) ||
+              !(s->figures_age_ms = calloc(sr->n_devices, sizeof *s->figures_age_ms))))) {
+    graphd_daemon_status_free(s);
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
   }
@@ -395,6 +394,7 @@ graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
   s->ndevices = (uint32_t)sr->n_devices;
   for (size_t i = 0; i < sr->n_devices; i++) {
     copy_device(&s->devices[i], sr->devices[i]);
+    s->figures_age_ms[i] = sr->devices[i]->figures_age_ms;
     if (sr->devices[i]->counters) {
       s->work[i].replay_ns = sr->devices[i]->counters->worker_replay_ns;
       s->work[i].gpu_ns = sr->devices[i]->counters->gpu_replay_ns;
@@ -438,7 +438,16 @@ void graphd_daemon_status_free(graphd_daemon_status *s) {
   free(s->devices);
   free(s->work);
   free(s->launch_ns);
+  free(s->figures_age_ms);
   free(s);
+}
+
+graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
+  return get_status(c, false, out);
+}
+
+graphd_status graphd_get_status_now(graphd_client *c, graphd_daemon_status **out) {
+  return get_status(c, true, out);
 }
 
 graphd_status graphd_session_device(const graphd_client *c, graphd_device_info *out) {

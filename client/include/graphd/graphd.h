@@ -179,11 +179,23 @@ typedef struct graphd_daemon_status {
    * device's queue is full; the rest is the worker's own work. 0 from a
    * daemon that does not report it. */
   uint64_t *launch_ns;
+  /* ndevices entries: how old each device's free memory and sampled GPU
+   * time are (ms): 0 when its worker answered this request; else the time
+   * since it last answered (a device in a long job, or any device for
+   * graphd_get_status_now). */
+  uint64_t *figures_age_ms;
 } graphd_daemon_status;
 
-/* Asks the daemon for its status. On success *out must be released with
+/* Asks the daemon for its status. A device whose worker is in a long job
+ * is waited for up to 500 ms, then reported with state "busy" and its last
+ * figures. On success *out must be released with
  * graphd_daemon_status_free(). */
 GRAPHD_EXPORT graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out);
+/* The same, answered at once from each device's last figures
+ * (figures_age_ms says how old), without waiting on any worker: what a
+ * metrics scrape wants. Until every device has answered once, it waits as
+ * graphd_get_status does. */
+GRAPHD_EXPORT graphd_status graphd_get_status_now(graphd_client *c, graphd_daemon_status **out);
 GRAPHD_EXPORT void graphd_daemon_status_free(graphd_daemon_status *s);
 
 /* The device a data session is bound to, as reported at Hello. */

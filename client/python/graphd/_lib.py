@@ -99,6 +99,7 @@ class graphd_daemon_status(ctypes.Structure):
         ("programs", _u64),
         ("work", ctypes.POINTER(graphd_device_work)),
         ("launch_ns", ctypes.POINTER(_u64)),
+        ("figures_age_ms", ctypes.POINTER(_u64)),
     ]
 
 
@@ -153,6 +154,7 @@ _PROTOS = {
     "graphd_last_error": (ctypes.c_char_p, [_P]),
     "graphd_ping": (_int, [_P, _P, ctypes.c_size_t]),
     "graphd_get_status": (_int, [_P, ctypes.POINTER(ctypes.POINTER(graphd_daemon_status))]),
+    "graphd_get_status_now": (_int, [_P, ctypes.POINTER(ctypes.POINTER(graphd_daemon_status))]),
     "graphd_daemon_status_free": (None, [ctypes.POINTER(graphd_daemon_status)]),
     "graphd_session_device": (_int, [_P, ctypes.POINTER(graphd_device_info)]),
     "graphd_uuid_format": (None, [_ID, ctypes.c_char_p, ctypes.c_char_p]),

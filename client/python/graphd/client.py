@@ -184,24 +184,29 @@ class Client:
     def ping(self, payload=b""):
         self._check(lib().graphd_ping(self._handle(), payload, len(payload)))
 
-    def status(self):
+    def status(self, wait=True):
         """The daemon's status as a dict: version, uptime_ms, pid, sessions,
         modules, module_bytes, programs, devices (a list of dicts with the
         fields of graphd_device_info, its counters as a dict, uuid as
-        bytes, and "work": the worker's time in the replay path,
+        bytes, figures_age_ms: how old its free memory and GPU time are,
+        and "work": the worker's time in the replay path,
         replay_ns over replays, launch_ns of it in the driver's graph
         launches, where the worker waits while the device's queue is full,
         and the device's time running the replays it timed, gpu_ns over
-        gpu_replays) and session_info (a list of dicts)."""
+        gpu_replays) and session_info (a list of dicts). wait=False answers
+        at once from each device's last figures, without waiting up to
+        500 ms on a busy worker."""
         l = lib()
         p = ctypes.POINTER(graphd_daemon_status)()
-        self._check(l.graphd_get_status(self._handle(), ctypes.byref(p)))
+        ask = l.graphd_get_status if wait else l.graphd_get_status_now
+        self._check(ask(self._handle(), ctypes.byref(p)))
         try:
             s = p.contents
             out = {n: getattr(s, n) for n in ("uptime_ms", "pid", "sessions", "modules",
                                                "module_bytes", "programs")}
             out["version"] = s.version.decode(errors="replace")
             out["devices"] = [dict(struct_dict(s.devices[i]),
+                                   figures_age_ms=s.figures_age_ms[i],
                                    work=dict(struct_dict(s.work[i]), launch_ns=s.launch_ns[i]))
                               for i in range(s.ndevices)]
             out["session_info"] = [struct_dict(s.session_info[i]) for i in range(s.nsession_info)]
