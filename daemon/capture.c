@@ -991,11 +991,11 @@ bool capture_any_busy(gd_device *d) {
 }
 
 void capture_drop(gd_device *d, gd_capture *c) {
-  char e[256];
   for (uint32_t i = 0; i <= c->nmore; i++) {
     gd_capture *x = instance(c, i);
-    if (x->has_event && OPS->event_sync(BE, x->last_use, e, sizeof e) < 0)
-      GD_LOG(GD_WARN, "capture", "eviction: waiting for the last replay failed: %s", e);
+    /* A replay of it that waits for a ready write that does not come is
+     * cut off after the ready timeout, rather than holding the worker. */
+    if (x->has_event) holwatch_wait_event(d, x->last_use);
     holwatch_drop_key(d, x);
   }
   const gd_regprog *prog = c->prog;

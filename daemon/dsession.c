@@ -169,8 +169,10 @@ static void release_run(gd_job *j, void *ctx) {
     ring_drain(ctx, j->worker, rj->ds);
     dstream_region_remove(rj->ds, rj->id);
   }
-  /* GPU work of this session's replays may still read or write it. */
-  dstream_sync(ctx, rj->ds);
+  /* GPU work of this session's replays may still read or write it. A
+   * replay of its own still waiting for a ready write that does not come
+   * is cut off after the ready timeout, rather than holding the worker. */
+  holwatch_sync_stream(ctx, rj->ds);
   capture_forget_memory(ctx, rj->map.ptr, rj->map.size);
   device_release_import(ctx, &rj->map);
 }

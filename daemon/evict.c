@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "graphd/status.h"
+#include "holwatch.h"
 #include "common/log.h"
 
 int evict_make_room(gd_device *d, const gd_capture *nc, uint32_t *n, uint64_t *bytes_freed,
@@ -32,6 +33,10 @@ int evict_make_room(gd_device *d, const gd_capture *nc, uint32_t *n, uint64_t *b
   }
   if (held + bytes <= d->budget) return 0;
   if (held - idle + bytes > d->budget) {
+    /* A capture busy only because its replay waits for a ready write that
+     * does not come would hold the budget for ever: its session is cut off
+     * once past the ready timeout, so that a retry finds room. */
+    holwatch_cut_hung(d);
     snprintf(err, errlen,
              "program %s needs %llu staging bytes; device %d's budget of %llu has %llu held "
              "by captures with replays in flight (retry, or raise --device-budget)",

@@ -2,6 +2,7 @@
 #include "holwatch.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 #include "clock.h"
 #include "common/log.h"
@@ -27,6 +28,10 @@ typedef struct gd_wkey {
   uint32_t watches;          /* watches on the list with this key */
 } gd_wkey;
 
+/* Sessions cut off while the worker itself waited on the device
+ * (holwatch_wait_event), reported by the next holwatch_check. */
+#define HELD_CUTS 64
+
 struct gd_holwatch {
   gd_watch *w;
   uint32_t n, cap;
@@ -34,6 +39,8 @@ struct gd_holwatch {
   uint32_t nk, kcap;
   uint64_t adds;       /* queued waits seen, watched or not */
   uint64_t checked_ns; /* the last full check */
+  uint64_t held_cuts[HELD_CUTS];
+  int nheld_cuts;
 };
 
 /* A full check (met waits dropped, timeouts looked at) at most this often:
@@ -133,15 +140,8 @@ void holwatch_drop_key(gd_device *d, const void *key) {
     }
 }
 
-int holwatch_check(gd_device *d, uint64_t *cut, int ncut, bool *pending) {
-  struct gd_holwatch *h = d->hol;
-  int n = 0;
-  *pending = false;
-  if (!h || !h->n) return 0;
-  *pending = true;
-  uint64_t now = gd_now_ns();
-  if (now - h->checked_ns < CHECK_EVERY_NS) return 0;
-  h->checked_ns = now;
+/* Drops the watches that were met. */
+static void drop_met(struct gd_holwatch *h) {
   uint32_t k = 0;
   for (uint32_t i = 0; i < h->n; i++)
     if (!met(&h->w[i]))
@@ -149,10 +149,19 @@ int holwatch_check(gd_device *d, uint64_t *cut, int ncut, bool *pending) {
     else
       unwatch(h, h->w[i].key);
   h->n = k;
+}
+
+/* Cuts off the sessions with a wait past its timeout: those in another
+ * session's way, or (any) all of them. Each is released from the host
+ * (its watched ready words set to what they wait for), its watches
+ * dropped, and its id written to cut[] (at most ncut). Returns how many. */
+static int cut_hung(gd_device *d, uint64_t now, bool any, uint64_t *cut, int ncut) {
+  struct gd_holwatch *h = d->hol;
+  int n = 0;
   for (uint32_t i = 0; i < h->n && n < ncut; i++) {
     gd_watch *x = &h->w[i];
     if ((double)(now - x->since_ns) < x->timeout_s * 1e9 || x->ds->cut_off) continue;
-    if (!blocking(h, x)) continue; /* slow, but in nobody's way */
+    if (!any && !blocking(h, x)) continue; /* slow, but in nobody's way */
     /* Hung: let its replay run now (its outputs are undefined) so the ones
      * behind it can, and have the loop close its session. */
     gd_dstream *ds = x->ds;
@@ -164,9 +173,10 @@ int holwatch_check(gd_device *d, uint64_t *cut, int ncut, bool *pending) {
           __atomic_store_n(r, h->w[j].seq, __ATOMIC_RELEASE);
       }
     GD_LOG(GD_WARN, "holwatch",
-           "session %llu: its ready flag did not reach %llu within %.3g s while another "
-           "session waited behind it; released from the host and cut off",
-           (unsigned long long)ds->session_id, (unsigned long long)x->seq, x->timeout_s);
+           "session %llu: its ready flag did not reach %llu within %.3g s while %s waited "
+           "behind it; released from the host and cut off",
+           (unsigned long long)ds->session_id, (unsigned long long)x->seq, x->timeout_s,
+           any ? "the device's worker" : "another session");
     cut[n++] = ds->session_id;
   }
   for (int i = 0; i < n; i++)
@@ -175,8 +185,62 @@ int holwatch_check(gd_device *d, uint64_t *cut, int ncut, bool *pending) {
         holwatch_drop_stream(d, h->w[j].ds);
         break;
       }
-  *pending = h->n > 0;
   return n;
+}
+
+int holwatch_check(gd_device *d, uint64_t *cut, int ncut, bool *pending) {
+  struct gd_holwatch *h = d->hol;
+  int n = 0;
+  *pending = false;
+  if (!h) return 0;
+  while (h->nheld_cuts && n < ncut) cut[n++] = h->held_cuts[--h->nheld_cuts];
+  if (!h->n) return n;
+  *pending = true;
+  uint64_t now = gd_now_ns();
+  if (now - h->checked_ns < CHECK_EVERY_NS) return n;
+  h->checked_ns = now;
+  drop_met(h);
+  n += cut_hung(d, now, false, cut + n, ncut - n);
+  *pending = h->n > 0 || h->nheld_cuts > 0;
+  return n;
+}
+
+void holwatch_cut_hung(gd_device *d) {
+  struct gd_holwatch *h = d->hol;
+  uint64_t now = gd_now_ns();
+  if (!h || !h->n || now - h->checked_ns < CHECK_EVERY_NS) return;
+  h->checked_ns = now;
+  drop_met(h);
+  if (h->nheld_cuts == HELD_CUTS) return;
+  h->nheld_cuts += cut_hung(d, now, true, h->held_cuts + h->nheld_cuts, HELD_CUTS - h->nheld_cuts);
+  if (h->nheld_cuts) d->watching = true; /* the next check reports them */
+}
+
+void holwatch_wait_event(gd_device *d, gd_event ev) {
+  const gd_backend_ops *ops = d->be->ops;
+  long nap_ns = 2000;
+  while (!ops->event_done(d->be, d->dev, ev)) {
+    holwatch_cut_hung(d);
+    struct timespec t = {0, nap_ns};
+    nanosleep(&t, NULL);
+    if (nap_ns < 1000000) nap_ns *= 2;
+  }
+}
+
+void holwatch_sync_stream(gd_device *d, gd_dstream *ds) {
+  if (!ds || !ds->has_stream || ds->epoch != atomic_load(&d->epoch)) return;
+  const gd_backend_ops *ops = d->be->ops;
+  gd_event ev;
+  char e[256];
+  if (ops->event_create(d->be, d->dev, &ev, e, sizeof e) < 0) {
+    dstream_sync(d, ds);
+    return;
+  }
+  if (ops->event_record(d->be, d->dev, ev, ds->stream, e, sizeof e) == 0)
+    holwatch_wait_event(d, ev);
+  else
+    dstream_sync(d, ds);
+  ops->event_destroy(d->be, d->dev, ev);
 }
 
 void holwatch_close(gd_device *d) {

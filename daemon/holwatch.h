@@ -32,6 +32,22 @@ void holwatch_add(gd_device *d, gd_dstream *ds, uint32_t slot, uint64_t seq, dou
  * *pending says whether waits are still watched. */
 int holwatch_check(gd_device *d, uint64_t *cut, int ncut, bool *pending);
 
+/* Cuts off, at once, every session whose watched ready wait is past its
+ * timeout, in another session's way or not: the worker is held behind it
+ * (holwatch_wait_event), or the device's budget is held by its capture.
+ * The sessions cut off are reported by the next holwatch_check. */
+void holwatch_cut_hung(gd_device *d);
+
+/* Waits until ev is done, as the worker must before it frees memory that
+ * queued work may use, cutting off hung sessions (holwatch_cut_hung) while
+ * it waits: the worker itself is held behind them, and with it every
+ * session of the device. */
+void holwatch_wait_event(gd_device *d, gd_event ev);
+
+/* The same for everything queued on ds's stream so far (nothing when ds is
+ * NULL, or its stream went with a reset). */
+void holwatch_sync_stream(gd_device *d, gd_dstream *ds);
+
 /* Forgets the waits of a session (it is ending) or of a key (evicted). */
 void holwatch_drop_stream(gd_device *d, const gd_dstream *ds);
 void holwatch_drop_key(gd_device *d, const void *key);

@@ -4,6 +4,12 @@
  *   gpu_replay_client SOCKET KERNEL_DIR hang     -- replays once, then
  *       blocks its stream on a flag nobody writes, issues another replay,
  *       prints "hung" and waits to be killed
+ *   gpu_replay_client SOCKET KERNEL_DIR hostile  -- as hang, then writes
+ *       its ready word 2^63 ahead of that replay's seq (behind it, for the
+ *       GPU's cyclic compare), prints "hostile" and waits to be killed
+ *   gpu_replay_client SOCKET KERNEL_DIR hang-forget -- as hang, then
+ *       prints "hung", unregisters its output's region (graphd_region_forget,
+ *       whose job waits for its stream), prints "forget <status>" and waits
  *   gpu_replay_client SOCKET KERNEL_DIR loop     -- replays until killed,
  *       printing "running" after the first 20
  *   gpu_replay_client SOCKET KERNEL_DIR async N  -- N asynchronous replays
@@ -16,6 +22,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../client/lib/internal.h"
 #include "gpu_common.h"
 
 static int fail(const char *what, graphd_client *c) {
@@ -43,7 +50,7 @@ int main(int argc, char **argv) {
   gbuf x, y, cc;
   /* A hung client dies with its replay still queued in the daemon: its
    * memory must be VMM, which the daemon's import keeps alive. */
-  int legacy_y = strcmp(argv[3], "hang") != 0;
+  int legacy_y = strncmp(argv[3], "hang", 4) != 0 && strcmp(argv[3], "hostile") != 0;
   if (gbuf_alloc(&x, GN * 4, 1) || gbuf_alloc(&y, GN * 4, !legacy_y) || gbuf_alloc(&cc, GN * 4, 1))
     return fail("alloc", NULL);
   graphd_replay_info info;
@@ -58,7 +65,7 @@ int main(int argc, char **argv) {
       captured |= info.captured;
     }
     printf("captured=%d ok\n", captured);
-  } else if (strcmp(mode, "hang") == 0) {
+  } else if (strncmp(mode, "hang", 4) == 0 || strcmp(mode, "hostile") == 0) {
     if (gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 1, &info) != GRAPHD_OK)
       return fail("replay", c);
     /* Block the stream: the ready write of the next replay sits behind it,
@@ -66,7 +73,15 @@ int main(int argc, char **argv) {
     if (!gpu_hold_stream(st)) return fail("hold the stream", NULL);
     graphd_binding b[2] = {{0, x.ptr, GN * 4}, {3, y.ptr, GN * 4}};
     if (graphd_replay(c, s, pid, b, 2, NULL) != GRAPHD_OK) return fail("hung replay", c);
-    printf("hung\n");
+    if (strcmp(mode, "hostile") == 0) {
+      volatile uint64_t *ready = gd_flag_word(c->flags, s->slot, GRAPHD_FLAG_WORD_READY);
+      __atomic_store_n(ready, s->seq + (1ull << 63), __ATOMIC_RELEASE);
+      printf("hostile\n");
+    } else {
+      printf("hung\n");
+    }
+    if (strcmp(mode, "hang-forget") == 0)
+      printf("forget %s\n", graphd_status_name(graphd_region_forget(c, y.ptr)));
     for (;;) pause();
   } else if (strcmp(mode, "async") == 0) {
     int n = argc > 4 ? atoi(argv[4]) : 10;

@@ -659,6 +659,188 @@ START_TEST(test_gpu_hung_client_is_cut_off_only_when_it_blocks_someone) {
 }
 END_TEST
 
+/* A client whose ready word stands 2^63 ahead of its replay's seq: the
+ * GPU's wait compares cyclically and keeps waiting, and so must the
+ * daemon's watch, which cuts it off once a replay of the same capture
+ * waits behind it; the release it writes lets both run. */
+START_TEST(test_gpu_a_ready_word_two_to_the_63_ahead_is_cut_off_as_hung) {
+  fixture f;
+  fixture_up(&f, 41);
+  FILE *out;
+  pid_t child = spawn_client("hostile", "", &out);
+  expect_line(out, "hostile");
+  double t0 = now_ms();
+  ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x, &f.y, &f.cc, 0, 42, NULL),
+                   GRAPHD_OK);
+  double released = now_ms() - t0;
+  printf(
+      "FIGURE ready word 2^63 ahead (1 s ready timeout): the replay behind it ran %.1f ms "
+      "later\n",
+      released);
+  ck_assert_double_lt(released, 5000.0);
+  for (int i = 0; i < 100 && sessions_now(f.c) != 1; i++) usleep(10000);
+  ck_assert_uint_eq(sessions_now(f.c), 1);
+  ck_assert(td_log_contains(&d, "released from the host and cut off"));
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  fclose(out);
+  ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x, &f.y, &f.cc, 0, 43, NULL),
+                   GRAPHD_OK);
+  graphd_stream_detach(f.s);
+  graphd_close(f.c);
+}
+END_TEST
+
+/* The same client killed before anyone waits behind it: the release at
+ * its session's end must free its stream's wait, though the word it left
+ * is behind "the word plus a margin" too; the worker drains that stream
+ * and serves the next replay at once, with no device reset. */
+START_TEST(test_gpu_a_killed_client_with_a_hostile_ready_word_is_released_at_its_end) {
+  fixture f;
+  fixture_up(&f, 51);
+  FILE *out;
+  pid_t child = spawn_client("hostile", "", &out);
+  expect_line(out, "hostile");
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  fclose(out);
+  for (int i = 0; i < 200 && sessions_now(f.c) != 1; i++) usleep(10000);
+  ck_assert_uint_eq(sessions_now(f.c), 1);
+  double t0 = now_ms();
+  ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x, &f.y, &f.cc, 0, 52, NULL),
+                   GRAPHD_OK);
+  double took = now_ms() - t0;
+  printf("FIGURE killed client with its ready word 2^63 ahead: the next replay took %.1f ms\n",
+         took);
+  ck_assert_double_lt(took, 1000.0);
+  ck_assert(!td_log_contains(&d, "resetting the device"));
+  graphd_device_info info = td_device_info(f.c, 0);
+  ck_assert_uint_eq(info.epoch, 0);
+  graphd_stream_detach(f.s);
+  graphd_close(f.c);
+}
+END_TEST
+
+/* A replay waiting for a ready write that never comes, then the same
+ * client unregisters the region it uses: the release job waits for the
+ * client's stream on the worker. Past the ready timeout the hung session is
+ * cut off, so the worker (and every other session of the device) goes on.
+ * (Before, the worker waited for that stream for good.) */
+START_TEST(test_gpu_unregister_behind_a_hung_replay_does_not_hold_the_worker) {
+  fixture f;
+  fixture_up(&f, 61);
+  FILE *out;
+  pid_t child = spawn_client("hang-forget", "", &out);
+  expect_line(out, "hung");
+  usleep(200000); /* its forget is with the worker */
+  double t0 = now_ms();
+  ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x, &f.y, &f.cc, 0, 62, NULL),
+                   GRAPHD_OK);
+  double took = now_ms() - t0;
+  printf(
+      "FIGURE unregister behind a hung replay (1 s ready timeout): another session's replay "
+      "ran %.1f ms later\n",
+      took);
+  ck_assert_double_lt(took, 5000.0);
+  expect_line(out, "forget");
+  for (int i = 0; i < 100 && sessions_now(f.c) != 1; i++) usleep(10000);
+  ck_assert_uint_eq(sessions_now(f.c), 1);
+  ck_assert(td_log_contains(&d, "while the device's worker waited behind it"));
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  fclose(out);
+  graphd_stream_detach(f.s);
+  graphd_close(f.c);
+}
+END_TEST
+
+/* An admin evicts the capture a hung client's replay still waits to run:
+ * the eviction waits for that replay on the worker; past the ready timeout
+ * the client is cut off and the eviction and the replays behind it go on. */
+START_TEST(test_gpu_evicting_a_hung_replays_capture_does_not_hold_the_worker) {
+  fixture f;
+  fixture_up(&f, 71);
+  FILE *out;
+  pid_t child = spawn_client("hang", "", &out);
+  expect_line(out, "hung");
+  graphd_client *ctl = td_control(&d);
+  graphd_evict_options o;
+  graphd_evict_options_init(&o);
+  o.client_pid = (uint32_t)child;
+  size_t n;
+  uint64_t bytes;
+  ck_assert_int_eq(graphd_evict(ctl, &o, NULL, &n, &bytes), GRAPHD_OK);
+  double t0 = now_ms();
+  ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x, &f.y, &f.cc, 0, 72, NULL),
+                   GRAPHD_OK);
+  double took = now_ms() - t0;
+  printf(
+      "FIGURE eviction of a hung replay's capture (1 s ready timeout): the next replay ran "
+      "%.1f ms later\n",
+      took);
+  ck_assert_double_lt(took, 5000.0);
+  for (int i = 0; i < 100 && sessions_now(f.c) != 1; i++) usleep(10000);
+  ck_assert_uint_eq(sessions_now(f.c), 1);
+  ck_assert_uint_ge(counters(f.c).evictions, 1);
+  graphd_close(ctl);
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  fclose(out);
+  graphd_stream_detach(f.s);
+  graphd_close(f.c);
+}
+END_TEST
+
+static void setup_budget(void) {
+  td_start(&d, "--backend", "cuda", "--ready-timeout", "1", "--device-budget", "1536K", NULL);
+}
+
+/* The budget fits one capture of these programs. A hung client's capture
+ * holds it, busy with a replay whose ready write never comes: another
+ * program's first replay is refused for want of room, but past the ready
+ * timeout the hung client is cut off, its capture goes idle, and a retry
+ * finds room. (Before, the busy capture held the budget for good.) */
+START_TEST(test_gpu_a_hung_replay_does_not_hold_the_budget_for_good) {
+  FILE *out;
+  pid_t child = spawn_client("hang", "", &out);
+  expect_line(out, "hung");
+  graphd_client *c = session();
+  uint8_t pid[32];
+  ck_assert_int_eq(gpu_program(c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED_EX, pid), GRAPHD_OK);
+  CUstream st;
+  graphd_stream *s;
+  ck_assert_int_eq(gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ck_assert_int_eq(graphd_stream_attach(c, st, &s), GRAPHD_OK);
+  gbuf x, y, cc;
+  ck_assert_int_eq(gbuf_alloc(&x, GN * 4, 1), 0);
+  ck_assert_int_eq(gbuf_alloc(&y, GN * 4, 1), 0);
+  ck_assert_int_eq(gbuf_alloc(&cc, GN * 4, 1), 0);
+  graphd_binding b[3] = {{0, x.ptr, GN * 4}, {1, cc.ptr, GN * 4}, {3, y.ptr, GN * 4}};
+  double t0 = now_ms();
+  graphd_status r = graphd_replay(c, s, pid, b, 3, NULL);
+  ck_assert_msg(r == GRAPHD_RESOURCE_EXHAUSTED, "%s", graphd_last_error(c));
+  int refused = 1;
+  while (r == GRAPHD_RESOURCE_EXHAUSTED && now_ms() - t0 < 10000) {
+    usleep(100000);
+    r = graphd_replay(c, s, pid, b, 3, NULL);
+    refused += r == GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  double took = now_ms() - t0;
+  printf(
+      "FIGURE budget held by a hung replay (1 s ready timeout): room after %.1f ms, %d "
+      "refusals\n",
+      took, refused);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(st), CUDA_SUCCESS);
+  ck_assert_int_eq(gpu_replay_checked(c, s, st, pid, &x, &y, &cc, 1, 82, NULL), GRAPHD_OK);
+  ck_assert_double_lt(took, 5000.0);
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  fclose(out);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
 typedef struct late_replay {
   fixture *f;
   graphd_status st;
@@ -815,6 +997,15 @@ int main(void) {
   tcase_set_timeout(th, 120);
   tcase_add_checked_fixture(th, setup_timeout, teardown);
   tcase_add_test(th, test_gpu_hung_client_is_cut_off_only_when_it_blocks_someone);
+  tcase_add_test(th, test_gpu_a_ready_word_two_to_the_63_ahead_is_cut_off_as_hung);
+  tcase_add_test(th, test_gpu_a_killed_client_with_a_hostile_ready_word_is_released_at_its_end);
+  tcase_add_test(th, test_gpu_unregister_behind_a_hung_replay_does_not_hold_the_worker);
+  tcase_add_test(th, test_gpu_evicting_a_hung_replays_capture_does_not_hold_the_worker);
   suite_add_tcase(su, th);
+  TCase *tb = tcase_create("gpu_replay_budget");
+  tcase_set_timeout(tb, 120);
+  tcase_add_checked_fixture(tb, setup_budget, teardown);
+  tcase_add_test(tb, test_gpu_a_hung_replay_does_not_hold_the_budget_for_good);
+  suite_add_tcase(su, tb);
   return td_run_suite(su);
 }
