@@ -91,6 +91,7 @@ typedef struct fanout {
   int refs;         /* jobs out, waits linked, the timer while open, and fan_out itself */
   int jobs;         /* Evict: its jobs still out */
   bool replied;     /* replied, or its client hung up first */
+  bool waited;      /* its wait ran out before every device answered */
   bool *answered;   /* per device */
   uv_timer_t timer; /* the bound on the wait */
   bool timer_open;
@@ -172,8 +173,8 @@ static void reply_status(fanout *g) {
     uint64_t since = c->answered_ns ? c->answered_ns : d->start_ns;
     di[i].figures_age_ms = g->answered[i] ? 0 : (now - since) / 1000000u;
     const control_job *oldest = c->jobs[GD_CONTROL_STATUS];
-    if (!g->answered[i] && device_ok(&d->devices[i]) && oldest &&
-        now - oldest->sent_ns >= CONTROL_WAIT_MS * 1000000ull)
+    if (!g->answered[i] && device_ok(&d->devices[i]) &&
+        (g->waited || (oldest && now - oldest->sent_ns >= CONTROL_WAIT_MS * 1000000ull)))
       di[i].state = "busy";
     dp[i] = &di[i];
   }
@@ -379,6 +380,7 @@ static void close_timer(fanout *f) {
 
 static void wait_over_cb(uv_timer_t *t) {
   fanout *f = t->data;
+  f->waited = true;
   reply_once(f);
   drop_waits(f);
   close_timer(f);
