@@ -41,6 +41,9 @@ static void usage(FILE *f) {
           "  --backend B           auto (default), cuda or host\n"
           "  --host-devices N      serve N host devices (implies --backend host)\n"
           "  --host-memory SIZE    memory per host device (default 1G)\n"
+          "  --host-busy-ms MS     host devices: each replay keeps its capture busy this\n"
+          "                        long after it ran, as a GPU still running it would\n"
+          "                        (exercises instances without a GPU; default 0)\n"
           "  --devices LIST        serve only these GPUs: ordinals or UUIDs, comma-separated\n"
           "  --max-frame SIZE      largest request frame accepted (default 4M)\n"
           "  --admin-group NAME    group whose members may evict shared captures\n"
@@ -125,6 +128,7 @@ static const struct option long_opts[] = {
     {"backend", required_argument, NULL, 0},
     {"host-devices", required_argument, NULL, 0},
     {"host-memory", required_argument, NULL, 0},
+    {"host-busy-ms", required_argument, NULL, 0},
     {"devices", required_argument, NULL, 0},
     {"max-frame", required_argument, NULL, 0},
     {"admin-group", required_argument, NULL, 0},
@@ -233,6 +237,8 @@ static int open_backend(const gd_options *o, gd_backend **be) {
     return rc;
   }
   rc = backend_host_new(o->host_devices ? o->host_devices : 1, o->host_memory, be, err, sizeof err);
+  if (rc == 0 && o->host_busy_ms)
+    rc = backend_host_set_busy(*be, (uint64_t)o->host_busy_ms * 1000000u);
   if (rc < 0) GD_LOG(GD_ERROR, "main", "%s", err);
   return rc;
 }

@@ -235,6 +235,9 @@ typedef struct gd_backend_ops {
                       size_t errlen);
   int (*memcpy_async)(gd_backend *be, gd_backend_dev *dev, uint64_t dst, uint64_t src,
                       uint64_t bytes, gd_stream s, char *err, size_t errlen);
+  /* Zeroes bytes (a multiple of 4, dst 4-aligned) at dst, on s. */
+  int (*zero_async)(gd_backend *be, gd_backend_dev *dev, uint64_t dst, uint64_t bytes, gd_stream s,
+                    char *err, size_t errlen);
   int (*event_create)(gd_backend *be, gd_backend_dev *dev, gd_event *out, char *err, size_t errlen);
   void (*event_destroy)(gd_backend *be, gd_backend_dev *dev, gd_event e);
   int (*event_record)(gd_backend *be, gd_backend_dev *dev, gd_event e, gd_stream s, char *err,
@@ -274,6 +277,11 @@ struct gd_backend {
 /* Host backend with n devices of mem_bytes each. Always succeeds unless out
  * of memory. */
 int backend_host_new(int n, uint64_t mem_bytes, gd_backend **out, char *err, size_t errlen);
+/* Models a GPU still running a replay on host devices: its events stay not
+ * done for busy_ns after the worker ran it, so captures look busy as they
+ * would on a GPU and further instances get built (--host-busy-ms; 0 to
+ * stop). Call before the workers start. */
+int backend_host_set_busy(gd_backend *be, uint64_t busy_ns);
 
 /* CUDA backend over every visible GPU. Returns -GRAPHD_UNAVAILABLE when there
  * is no driver or no GPU, -GRAPHD_FAILED_PRECONDITION when the driver is too

@@ -952,6 +952,16 @@ exit:
   return rc;
 }
 
+static int cuda_zero_async(gd_backend *be, gd_backend_dev *d, uint64_t dst, uint64_t bytes,
+                           gd_stream s, char *err, size_t errlen) {
+  const gd_cuda *cu = be->priv;
+  int rc = 0;
+  (void)d;
+  CU_CHECK_GOTO(cu->cuMemsetD32Async(dst, 0, bytes / 4, (CUstream)s), GRAPHD_INTERNAL, exit);
+exit:
+  return rc;
+}
+
 /* An event of the given cuEventCreate flags. */
 static int event_create(gd_backend *be, unsigned flags, gd_event *out, char *err, size_t errlen) {
   const gd_cuda *cu = be->priv;
@@ -1074,6 +1084,7 @@ static const gd_backend_ops cuda_ops = {
     .util_function = cuda_util_function,
     .graph_launch = cuda_graph_launch,
     .memcpy_async = cuda_memcpy_async,
+    .zero_async = cuda_zero_async,
     .event_create = cuda_event_create,
     .event_create_timed = cuda_event_create_timed,
     .event_elapsed = cuda_event_elapsed,

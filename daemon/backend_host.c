@@ -677,9 +677,27 @@ static int host_memcpy_async(gd_backend *be, gd_backend_dev *d, uint64_t dst, ui
   return 0;
 }
 
+/* How long a replay's events stay not done after the worker ran it
+ * (backend_host_set_busy): 0 but while modelling a GPU still running it. */
+static uint64_t busy_ns_of(const gd_backend *be) {
+  return be->priv ? *(const uint64_t *)be->priv : 0;
+}
+
+static int host_event_create_timed(gd_backend *be, gd_backend_dev *d, gd_event *out, char *err,
+                                   size_t errlen);
+
+static int host_zero_async(gd_backend *be, gd_backend_dev *d, uint64_t dst, uint64_t bytes,
+                           gd_stream s, char *err, size_t errlen) {
+  (void)be, (void)d, (void)s, (void)err, (void)errlen;
+  memset((void *)(uintptr_t)dst, 0, bytes);
+  return 0;
+}
+
+/* A plain event is NULL, unless busy work is modelled: then it is the time
+ * at which it is done. */
 static int host_event_create(gd_backend *be, gd_backend_dev *d, gd_event *out, char *err,
                              size_t errlen) {
-  (void)be, (void)d, (void)err, (void)errlen;
+  if (busy_ns_of(be)) return host_event_create_timed(be, d, out, err, errlen);
   *out = NULL;
   return 0;
 }
@@ -703,11 +721,12 @@ static void host_event_destroy(gd_backend *be, gd_backend_dev *d, gd_event e) {
 }
 
 /* One worker runs everything in order, so events order nothing more; a
- * timed one notes the time (the work before it has run). */
+ * timed one notes the time (the work before it has run), shifted by the
+ * modelled busy time. */
 static int host_event_record(gd_backend *be, gd_backend_dev *d, gd_event e, gd_stream s, char *err,
                              size_t errlen) {
-  (void)be, (void)d, (void)s, (void)err, (void)errlen;
-  if (e) *(uint64_t *)e = gd_now_ns();
+  (void)d, (void)s, (void)err, (void)errlen;
+  if (e) *(uint64_t *)e = gd_now_ns() + busy_ns_of(be);
   return 0;
 }
 
@@ -726,8 +745,10 @@ static int host_stream_wait_event(gd_backend *be, gd_backend_dev *d, gd_stream s
 }
 
 static int host_event_done(gd_backend *be, gd_backend_dev *d, gd_event e) {
-  (void)be, (void)d, (void)e;
-  return 1; /* the worker ran everything before it answered */
+  (void)d;
+  /* The worker ran everything before it answered; with busy work
+   * modelled, the event is done once its time has come. */
+  return !e || !busy_ns_of(be) || gd_now_ns() >= *(const uint64_t *)e;
 }
 
 static int host_event_sync(gd_backend *be, gd_backend_dev *d, gd_event e, char *err,
@@ -737,8 +758,15 @@ static int host_event_sync(gd_backend *be, gd_backend_dev *d, gd_event e, char *
 }
 
 static void host_destroy(gd_backend *be) {
+  free(be->priv);
   free(be->devices);
   free(be);
+}
+
+int backend_host_set_busy(gd_backend *be, uint64_t busy_ns) {
+  if (!be->priv && !(be->priv = calloc(1, sizeof(uint64_t)))) return -GRAPHD_RESOURCE_EXHAUSTED;
+  *(uint64_t *)be->priv = busy_ns;
+  return 0;
 }
 
 static const gd_backend_ops host_ops = {
@@ -778,6 +806,7 @@ static const gd_backend_ops host_ops = {
     .util_function = host_util_function,
     .graph_launch = host_graph_launch,
     .memcpy_async = host_memcpy_async,
+    .zero_async = host_zero_async,
     .event_create = host_event_create,
     .event_create_timed = host_event_create_timed,
     .event_elapsed = host_event_elapsed,

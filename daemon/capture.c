@@ -23,6 +23,7 @@ typedef struct gd_capture_set {
   uint32_t n;
   gd_gpu_sampler gpu;
   uint64_t launch_ns; /* the worker's time in graph launches, not taken yet */
+  uint64_t trimmed;   /* staging of idle instances freed for room, not taken yet */
   void *util[GD_UTIL_COUNT];
   int util_state[GD_UTIL_COUNT];
 } gd_capture_set;
@@ -44,6 +45,12 @@ void capture_take_launch_time(gd_device *d, uint64_t *ns) {
   d->caps->launch_ns = 0;
 }
 
+void capture_take_trimmed(gd_device *d, uint64_t *bytes) {
+  if (!d->caps) return;
+  *bytes += d->caps->trimmed;
+  d->caps->trimmed = 0;
+}
+
 /* The graph launch of a replay, timed: the driver blocks in it while the
  * stream's queue is full, so this is where the worker waits for the GPU. */
 static int launch(gd_device *d, gd_graph_exec e, gd_stream st, char *err, size_t errlen) {
@@ -61,13 +68,31 @@ static bool slot_is_out(const gd_slot *s) {
 }
 static bool staged(const gd_slot *s) { return (s->flags & GD_SLOT_STAGED) != 0; }
 
-/* Whether replays of p may run on several instances at once: nothing of a
- * replay stays in daemon memory for the next (no scratch slot, and every
- * slot is copied in and out, or bound, per replay). */
-static bool keeps_no_state(const gd_program *p) {
+/* Whether a replay of p leaves something in daemon memory that the next
+ * one reads: a scratch slot (state). Such a program has an instance per
+ * session, which holds that session's state; any other runs from any
+ * instance, an idle one or one of its own for a stream that replays it
+ * while the others are busy. */
+static bool keeps_state(const gd_program *p) {
   for (uint32_t s = 0; s < p->nslots; s++)
-    if (p->slots[s].role == GD_ROLE_SCRATCH || !staged(&p->slots[s])) return false;
-  return true;
+    if (p->slots[s].role == GD_ROLE_SCRATCH) return true;
+  return false;
+}
+
+/* Zeroes x's daemon-owned slots on st: all of them (a new instance, or one
+ * that passes to another session), or only the temporaries (an instance
+ * that passes to another user). */
+static int zero_owned(gd_device *d, gd_capture *x, gd_stream st, bool temps_only, char *err,
+                      size_t errlen) {
+  const gd_program *p = x->prog->program;
+  for (uint32_t s = 0; s < p->nslots; s++) {
+    uint32_t role = p->slots[s].role;
+    if (!gd_role_owned(role) || (temps_only && role != GD_ROLE_TEMP)) continue;
+    uint64_t bytes = (p->slots[s].size + 3) / 4 * 4; /* slots are 256-byte aligned and padded */
+    int rc = OPS->zero_async(BE, x->slot_addr[s], bytes, st, err, errlen);
+    if (rc < 0) return rc;
+  }
+  return 0;
 }
 
 /* d's set, grown to hold index want - 1. */
@@ -578,7 +603,7 @@ static int choose_mode(gd_device *d, gd_capture *c, const gd_bound *bind, char *
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
   for (uint32_t s = 0; s < p->nslots; s++)
-    direct[s] = staged(&p->slots[s]) && p->slots[s].role != GD_ROLE_SCRATCH && bind[s].bound;
+    direct[s] = staged(&p->slots[s]) && !gd_role_owned(p->slots[s].role) && bind[s].bound;
   bool util = false;
   for (uint32_t i = 0; i < p->nsteps && !util; i++)
     util = p->steps[i].kind == GD_STEP_MEMSET || p->steps[i].kind == GD_STEP_COPY;
@@ -611,8 +636,7 @@ static int choose_mode(gd_device *d, gd_capture *c, const gd_bound *bind, char *
   return 0;
 }
 
-int capture_build(gd_device *d, const gd_regprog *prog, const gd_bound *bind, gd_stream stream,
-                  gd_capture **out, char *err, size_t errlen) {
+int capture_check_unstaged(const gd_regprog *prog, const gd_bound *bind, char *err, size_t errlen) {
   const gd_program *p = prog->program;
   for (uint32_t s = 0; s < p->nslots; s++) {
     const gd_slot *sl = &p->slots[s];
@@ -624,6 +648,11 @@ int capture_build(gd_device *d, const gd_regprog *prog, const gd_bound *bind, gd
       return -GRAPHD_INVALID_ARGUMENT;
     }
   }
+  return 0;
+}
+
+int capture_build(gd_device *d, const gd_regprog *prog, const gd_bound *bind, gd_stream stream,
+                  gd_capture **out, char *err, size_t errlen) {
   gd_capture *c = calloc(1, sizeof *c);
   if (!c) {
     snprintf(err, errlen, "out of memory");
@@ -645,7 +674,8 @@ int capture_build(gd_device *d, const gd_regprog *prog, const gd_bound *bind, gd
     rc = OPS->event_create(BE, &c->last_use, err, errlen);
     c->has_event = rc == 0;
   }
-  c->no_more = !keeps_no_state(p); /* asked once, not per replay */
+  c->stateful = keeps_state(prog->program); /* asked once, not per replay */
+  c->fresh = true;
   if (rc < 0) {
     capture_free(d, c);
     return rc;
@@ -797,9 +827,10 @@ static int repoint_direct(gd_device *d, gd_capture *c, gd_exec *x, const gd_boun
   return rc;
 }
 
-/* Queues one replay on instance c (see capture_enqueue). */
+/* Queues one replay on instance c (see capture_enqueue), for a process of
+ * user uid. */
 static int enqueue_on(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind, bool first,
-                      char *err, size_t errlen) {
+                      uint32_t uid, char *err, size_t errlen) {
   const gd_program *p = c->prog->program;
   int rc;
   /* The last replay of this instance, from any session, is done with the
@@ -807,6 +838,15 @@ static int enqueue_on(gd_device *d, gd_capture *c, gd_stream st, const gd_bound 
   if (c->queued && c->last_stream != st &&
       (rc = OPS->stream_wait_event(BE, st, c->last_use, err, errlen)) < 0)
     return rc;
+  /* What the daemon keeps for a session is never seen by another: a new
+   * instance, or one that passes to another session, starts with its
+   * state and temporaries zeroed (as CUDA gives a process zeroed memory);
+   * one that passes to another user has its temporaries zeroed. */
+  if ((c->fresh || (c->queued && c->last_uid != uid)) &&
+      (rc = zero_owned(d, c, st, !c->fresh, err, errlen)) < 0)
+    return rc;
+  c->fresh = false;
+  c->last_uid = uid;
   int timed = d->caps ? gpu_sample_begin(d, &d->caps->gpu, st) : -1;
   if (first) {
     for (uint32_t s = 0; s < p->nslots; s++) {
@@ -886,8 +926,32 @@ static bool busy(gd_device *d, const gd_capture *x) {
   return x->has_event && x->queued && !OPS->event_done(BE, x->last_use);
 }
 
-/* Another instance of c for stream st, or NULL (then no more are tried
- * when it could not be built or would not fit the budget). */
+/* Copies the unstaged inputs into n, a new instance of c, on st: from this
+ * replay's bindings where it binds them, else from c's staging, which
+ * holds them since c was built. */
+static int copy_unstaged(gd_device *d, gd_capture *c, gd_capture *n, gd_stream st,
+                         const gd_bound *bind, char *err, size_t errlen) {
+  const gd_program *p = c->prog->program;
+  bool waited = false;
+  for (uint32_t s = 0; s < p->nslots; s++) {
+    const gd_slot *sl = &p->slots[s];
+    if (!slot_is_in(sl) || staged(sl)) continue;
+    int rc = 0;
+    if (!bind[s].bound && !waited && c->queued && c->last_stream != st) {
+      rc = OPS->stream_wait_event(BE, st, c->last_use, err, errlen);
+      waited = true;
+    }
+    if (rc == 0)
+      rc = copy(d, n->slot_addr[s], bind[s].bound ? bind[s].addr : c->slot_addr[s], sl->size, st,
+                err, errlen);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+/* Another instance of c for stream st, or NULL: then, for a program that
+ * keeps no state, no more are tried when one could not be built or would
+ * not fit the budget. */
 static gd_capture *add_instance(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind) {
   char hex[2 * GD_ID_LEN + 1], err[256];
   gd_id_hex(c->prog->id, 1, hex);
@@ -895,34 +959,42 @@ static gd_capture *add_instance(gd_device *d, gd_capture *c, gd_stream st, const
     uint64_t held = 0;
     gd_capture *o;
     for (uint32_t i = 0; (o = capture_next(d, &i));) held += capture_staging_bytes(o);
+    if (held + c->staging.bytes > d->budget)
+      held -= capture_trim(d, held + c->staging.bytes - d->budget, c);
     if (held + c->staging.bytes > d->budget) {
       GD_LOG(GD_INFO, "capture",
-             "program %s: no further instance for concurrent streams: device %d's budget "
-             "(--device-budget) has no room; its replays share %u",
-             hex, d->index, capture_instances(c));
-      c->no_more = true;
+             "program %s: no further instance: device %d's budget (--device-budget) has no "
+             "room; %s",
+             hex, d->index,
+             c->stateful ? "a session that needs one for its state is refused"
+                         : "its replays share the instances it has");
+      c->no_more = !c->stateful;
       return NULL;
     }
   }
   gd_capture *n = NULL;
-  if (capture_build(d, c->prog, bind, st, &n, err, sizeof err) < 0 || n->mode != c->mode) {
-    GD_LOG(GD_WARN, "capture",
-           "program %s: another instance for a concurrent stream: %s; its replays share %u", hex,
-           n ? "it would run another way" : err, capture_instances(c));
+  if (capture_build(d, c->prog, bind, st, &n, err, sizeof err) < 0 || n->mode != c->mode ||
+      copy_unstaged(d, c, n, st, bind, err, sizeof err) < 0) {
+    GD_LOG(GD_WARN, "capture", "program %s: another instance: %s; %s", hex,
+           n && n->mode != c->mode ? "it would run another way" : err,
+           c->stateful ? "a session that needs one for its state is refused"
+                       : "its replays share the instances it has");
     capture_free(d, n);
-    c->no_more = true;
+    c->no_more = !c->stateful;
     return NULL;
   }
   n->generation = c->generation;
   n->created_unix_ms = c->created_unix_ms;
   c->more[c->nmore++] = n;
-  GD_LOG(GD_INFO, "capture",
-         "program %s: instance %u for another stream replaying it at once (%llu staging bytes)",
-         hex, capture_instances(c), (unsigned long long)n->staging.bytes);
+  GD_LOG(GD_INFO, "capture", "program %s: instance %u, for %s (%llu staging bytes)", hex,
+         capture_instances(c),
+         c->stateful ? "another session's state" : "another stream replaying it at once",
+         (unsigned long long)n->staging.bytes);
   return n;
 }
 
-/* The instance of c a replay on st goes to (see capture_enqueue). */
+/* The instance of c a replay on st goes to, for a program that keeps no
+ * state (see capture_enqueue). */
 static gd_capture *pick_instance(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind) {
   if (!c->nmore && c->no_more) return c; /* one, and no more to come: no driver query */
   gd_capture *lru = c;
@@ -940,11 +1012,42 @@ static gd_capture *pick_instance(gd_device *d, gd_capture *c, gd_stream st, cons
   return lru;
 }
 
+/* The instance that holds session's state of c: its own, else one no
+ * session holds (zeroed before it runs), else a new one; NULL when none can
+ * be had. */
+static gd_capture *session_instance(gd_device *d, gd_capture *c, uint64_t session, gd_stream st,
+                                    const gd_bound *bind) {
+  gd_capture *unheld = NULL;
+  for (uint32_t i = 0; i <= c->nmore; i++) {
+    gd_capture *x = instance(c, i);
+    if (x->owner == session) return x;
+    if (!x->owner && !unheld) unheld = x;
+  }
+  gd_capture *x = unheld;
+  if (!x && c->nmore + 1 < GD_CAPTURE_INSTANCES) x = add_instance(d, c, st, bind);
+  if (!x) return NULL;
+  x->owner = session;
+  x->fresh = true;
+  return x;
+}
+
 int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind, bool first,
-                    uint32_t pid, uint32_t uid, gd_capture **used, char *err, size_t errlen) {
-  gd_capture *x = pick_instance(d, c, st, bind);
-  int rc = enqueue_on(d, x, st, bind, first && x == c, err, errlen);
+                    uint32_t pid, uint32_t uid, uint64_t session, gd_capture **used, char *err,
+                    size_t errlen) {
+  gd_capture *x =
+      c->stateful ? session_instance(d, c, session, st, bind) : pick_instance(d, c, st, bind);
   if (used) *used = x;
+  if (!x) {
+    char hex[2 * GD_ID_LEN + 1];
+    gd_id_hex(c->prog->id, 1, hex);
+    snprintf(err, errlen,
+             "program %s keeps state (scratch slots), which each session has apart, and device "
+             "%d has no room for this session's instance (%u sessions hold one; "
+             "--device-budget)",
+             hex, d->index, capture_instances(c));
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  int rc = enqueue_on(d, x, st, bind, first && x == c, uid, err, errlen);
   if (rc < 0) return rc;
   c->replays++;
   c->last_queued_ns = x->last_queued_ns;
@@ -955,6 +1058,45 @@ int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *b
     c->uids[c->npids++] = uid;
   }
   return 0;
+}
+
+void capture_release_session(gd_device *d, uint64_t session) {
+  gd_capture *c;
+  for (uint32_t i = 0; (c = capture_next(d, &i));)
+    for (uint32_t k = 0; c->stateful && k <= c->nmore; k++)
+      if (instance(c, k)->owner == session) instance(c, k)->owner = 0;
+}
+
+/* Frees extra instance k of c (not the first), after its last replay. */
+static uint64_t drop_instance(gd_device *d, gd_capture *c, uint32_t k) {
+  gd_capture *x = c->more[k];
+  uint64_t bytes = x->staging.bytes;
+  holwatch_drop_key(d, x);
+  capture_free(d, x);
+  c->more[k] = c->more[--c->nmore];
+  c->no_more = false; /* room again: more may be built when wanted */
+  return bytes;
+}
+
+uint64_t capture_trim(gd_device *d, uint64_t want, const gd_capture *keep) {
+  uint64_t freed = 0;
+  while (freed < want) {
+    gd_capture *c, *best = NULL;
+    uint32_t best_k = 0;
+    uint64_t best_ns = UINT64_MAX;
+    for (uint32_t i = 0; (c = capture_next(d, &i));)
+      for (uint32_t k = 0; c != keep && k < c->nmore; k++) {
+        const gd_capture *x = c->more[k];
+        if (x->owner || busy(d, x) || x->last_queued_ns >= best_ns) continue;
+        best = c;
+        best_k = k;
+        best_ns = x->last_queued_ns;
+      }
+    if (!best) break;
+    freed += drop_instance(d, best, best_k);
+  }
+  if (d->caps) d->caps->trimmed += freed;
+  return freed;
 }
 
 /* Whether c's graph has a copy node made to point into [ptr, ptr + bytes). */

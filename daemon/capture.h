@@ -92,7 +92,15 @@ typedef struct gd_capture {
    * budget). */
   struct gd_capture *more[GD_CAPTURE_INSTANCES - 1];
   uint32_t nmore;
-  bool no_more;
+  bool no_more;  /* (a program that keeps no state) */
+  bool stateful; /* the program keeps state: an instance per session */
+  /* Each instance: the session whose state it holds (a program that keeps
+   * state; 0: none), whether its daemon-owned slots are to be zeroed
+   * before its next replay (new, or passed to another session), and the
+   * user its last replay ran for. */
+  uint64_t owner;
+  bool fresh;
+  uint32_t last_uid;
   uint64_t replays; /* the first instance: over all of them */
   uint32_t nodes;
   uint64_t last_queued_ns;
@@ -110,9 +118,12 @@ gd_capture *capture_next(gd_device *d, uint32_t *i);
 /* The capture of p on d, or NULL. */
 gd_capture *capture_find(gd_device *d, const gd_regprog *p);
 
+/* Whether this replay, which captures p, binds p's unstaged inputs (the
+ * capture copies them once, from it); 0, or INVALID_ARGUMENT with err. */
+int capture_check_unstaged(const gd_regprog *p, const gd_bound *bind, char *err, size_t errlen);
+
 /* Builds p's capture on d: staging, the graph (its copy nodes pointing at
  * this replay's bindings), instantiated and uploaded on s, and its event.
- * An unstaged input must be bound (it is copied once, from this replay).
  * The capture is not yet in d's set. */
 int capture_build(gd_device *d, const gd_regprog *p, const gd_bound *bind, gd_stream s,
                   gd_capture **out, char *err, size_t errlen);
@@ -149,15 +160,32 @@ void capture_poll_gpu_time(gd_device *d);
 /* Frees a capture that is not in the set. */
 void capture_free(gd_device *d, gd_capture *c);
 
-/* Queues one replay of c on s, on the instance s used last, else one that
- * is idle, else a new one where the program allows it and the budget has
- * room, else the least recently used (then after its last replay, from
- * whichever stream): copies in (the unstaged inputs too when `first`),
- * launches, copies out, and records the instance's last-use event; the
- * process (pid, running as uid) joins c's users. *used (may be NULL) is
- * the instance the replay went to. */
+/* Queues one replay of c on s for a process (pid, running as uid) of
+ * session `session`. A program that keeps state runs on the session's own
+ * instance (else one no session holds, else a new one; RESOURCE_EXHAUSTED
+ * when none can be had). Any other runs on the instance s used last, else
+ * one that is idle, else a new one while the budget has room, else the
+ * least recently used (then after its last replay, from whichever stream).
+ * An instance's daemon-owned slots are zeroed when it is new or passes to
+ * another session, its temporaries when it passes to another user. Then
+ * it copies in (the unstaged inputs too when `first`), launches, copies
+ * out, and records the instance's last-use event; the process joins c's
+ * users. *used (may be NULL) is the instance the replay went to. */
 int capture_enqueue(gd_device *d, gd_capture *c, gd_stream s, const gd_bound *bind, bool first,
-                    uint32_t pid, uint32_t uid, gd_capture **used, char *err, size_t errlen);
+                    uint32_t pid, uint32_t uid, uint64_t session, gd_capture **used, char *err,
+                    size_t errlen);
+
+/* The session ended: the instances that held its state hold no one's, and
+ * go to the next session that needs one, zeroed. */
+void capture_release_session(gd_device *d, uint64_t session);
+
+/* Frees idle extra instances (not a capture's first, nor one a session
+ * holds), least recently used first, of every capture but keep, until
+ * `want` bytes are freed or none is left. Returns the bytes freed. */
+uint64_t capture_trim(gd_device *d, uint64_t want, const gd_capture *keep);
+
+/* Adds the staging bytes capture_trim freed since the last take to *bytes. */
+void capture_take_trimmed(gd_device *d, uint64_t *bytes);
 
 /* c's staging bytes, over all its instances. */
 uint64_t capture_staging_bytes(const gd_capture *c);

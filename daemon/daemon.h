@@ -78,6 +78,7 @@ static inline void gd_counters_add_tally(gd_device_counters *c, const gd_replay_
   c->captures_built += t->captures;
   c->recaptures += t->recaptures;
   c->staging_bytes += t->staging_bytes;
+  c->staging_bytes -= t->trimmed_bytes;
   gd_counters_evicted(c, t->evicted, t->evicted_bytes);
   c->worker_replay_ns += t->worker_ns;
   c->worker_replays += t->worker_replays;

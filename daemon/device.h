@@ -61,6 +61,7 @@ typedef struct gd_replay_tally {
   uint64_t replays, errors, captures, recaptures, staging_bytes, evicted, evicted_bytes;
   uint64_t worker_ns, worker_replays; /* the worker's time in the replay path, and for how many */
   uint64_t launch_ns;           /* of worker_ns, in graph launches (capture_take_launch_time) */
+  uint64_t trimmed_bytes;       /* staging of idle instances freed for room (capture_trim) */
   uint64_t gpu_ns, gpu_replays; /* sampled replays' GPU time (capture_take_gpu_time) */
 } gd_replay_tally;
 
@@ -75,6 +76,7 @@ static inline void gd_tally_add(gd_replay_tally *to, const gd_replay_tally *from
   to->worker_ns += from->worker_ns;
   to->worker_replays += from->worker_replays;
   to->launch_ns += from->launch_ns;
+  to->trimmed_bytes += from->trimmed_bytes;
   to->gpu_ns += from->gpu_ns;
   to->gpu_replays += from->gpu_replays;
 }

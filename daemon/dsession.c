@@ -101,7 +101,10 @@ static void end_run(gd_job *j, void *ctx) {
   gd_device *dev = ctx;
   ej->unmapped = ej->nmaps;
   if (ej->ds) ej->unmapped += ej->ds->has_flags + (ej->ds->ring != NULL);
-  if (ej->ds) holwatch_drop_stream(dev, ej->ds);
+  if (ej->ds) {
+    holwatch_drop_stream(dev, ej->ds);
+    capture_release_session(dev, ej->ds->session_id);
+  }
   for (size_t i = 0; i < ej->nmaps; i++)
     capture_forget_memory(dev, ej->maps[i].ptr, ej->maps[i].size);
   /* A stream that would not drain fails the job, so that the worker asks

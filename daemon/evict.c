@@ -26,12 +26,15 @@ int evict_make_room(gd_device *d, const gd_capture *nc, uint32_t *n, uint64_t *b
   }
   uint64_t held = 0, idle = 0;
   gd_capture *c;
-  for (uint32_t i = 0; (c = capture_next(d, &i));) {
-    if (c == nc) continue;
-    held += capture_staging_bytes(c);
-    if (!capture_busy(d, c)) idle += capture_staging_bytes(c);
-  }
+  for (uint32_t i = 0; (c = capture_next(d, &i));)
+    if (c != nc) held += capture_staging_bytes(c);
   if (held + bytes <= d->budget) return 0;
+  /* Idle extra instances go first, least recently used first: their
+   * captures stay. */
+  held -= capture_trim(d, held + bytes - d->budget, nc);
+  if (held + bytes <= d->budget) return 0;
+  for (uint32_t i = 0; (c = capture_next(d, &i));)
+    if (c != nc && !capture_busy(d, c)) idle += capture_staging_bytes(c);
   if (held - idle + bytes > d->budget) {
     /* A capture busy only because its replay waits for a ready write that
      * does not come would hold the budget for ever: its session is cut off

@@ -53,7 +53,8 @@ static int get_capture(gd_device *d, gd_replay_exec *ex, gd_capture **out, char 
     return 0;
   }
   uint64_t t0 = gd_now_ns();
-  int rc = capture_build(d, ex->prog, ex->bind, ex->ds->stream, &c, err, errlen);
+  int rc = capture_check_unstaged(ex->prog, ex->bind, err, errlen);
+  if (rc == 0) rc = capture_build(d, ex->prog, ex->bind, ex->ds->stream, &c, err, errlen);
   if (rc < 0) return rc;
   /* In the set first, so that budget evictions keep the modules it uses. */
   if ((rc = capture_insert(d, c)) < 0) {
@@ -136,7 +137,7 @@ int exec_run(gd_device *d, gd_worker *w, gd_replay_exec *ex, bool *not_started, 
   uint32_t instances = capture_instances(c);
   gd_capture *used = NULL;
   rc = capture_enqueue(d, c, ds->stream, ex->bind, ex->captured, ex->client_pid, ex->client_uid,
-                       &used, err, errlen);
+                       ds->session_id, &used, err, errlen);
   if (capture_instances(c) > instances) ex->instance_bytes = used->staging.bytes;
   if (rc < 0) goto finish;
   if (!d->be->waits_on_worker)
@@ -191,9 +192,9 @@ int exec_bind(const gd_program *p, gd_region_lookup find, void *table, uint64_t 
       REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, out,
                   "binding %zu names slot %u; the program has %u slots", i, b->slot, p->nslots);
     const gd_slot *sl = &p->slots[b->slot];
-    if (sl->role == GD_ROLE_SCRATCH)
-      REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, out,
-                  "slot %u is scratch (daemon-owned) and cannot be bound", b->slot);
+    if (gd_role_owned(sl->role))
+      REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, out, "slot %u is %s (daemon-owned) and cannot be bound",
+                  b->slot, sl->role == GD_ROLE_TEMP ? "temp" : "scratch");
     if (bind[b->slot].bound)
       REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, out, "slot %u is bound twice", b->slot);
     if (b->bytes != sl->size)
@@ -222,7 +223,7 @@ int exec_bind(const gd_program *p, gd_region_lookup find, void *table, uint64_t 
   }
   for (uint32_t k = 0; k < p->nslots; k++) {
     const gd_slot *sl = &p->slots[k];
-    if (sl->role != GD_ROLE_SCRATCH && (sl->flags & GD_SLOT_STAGED) && !bind[k].bound)
+    if (!gd_role_owned(sl->role) && (sl->flags & GD_SLOT_STAGED) && !bind[k].bound)
       REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, out, "slot %u (staged %s) is not bound", k,
                   role_name(sl->role));
   }
@@ -336,6 +337,7 @@ finish:
   tally(t, &ex, rc);
   capture_take_gpu_time(d, &t->gpu_ns, &t->gpu_replays);
   capture_take_launch_time(d, &t->launch_ns);
+  capture_take_trimmed(d, &t->trimmed_bytes);
   t->worker_ns += gd_now_ns() - t0;
   t->worker_replays++;
   ex.bind = NULL;

@@ -219,6 +219,10 @@ int options_set(gd_options *o, const char *key, const char *v, char *err, size_t
     if (options_parse_size(v, &sz) < 0 || sz < (1u << 20))
       BAD("host-memory: '%s' is not a size of at least 1M (e.g. 512M, 4G)", v);
     o->host_memory = sz;
+  } else if (strcmp(key, "host-busy-ms") == 0) {
+    if (parse_int(v, 0, 60000, &n) < 0)
+      BAD("host-busy-ms: '%s' is not a number of milliseconds from 0 to 60000", v);
+    o->host_busy_ms = (uint32_t)n;
   } else if (strcmp(key, "devices") == 0) {
     if (copy_str(o->devices, sizeof o->devices, v) < 0) BAD("devices: list too long");
   } else if (strcmp(key, "max-frame") == 0) {
@@ -325,16 +329,17 @@ void options_print(const gd_options *o, int fd) {
   static const char *const levels[] = {"error", "warn", "info", "debug"};
   dprintf(fd,
           "socket = %s\nsocket-mode = %04o\nsocket-group = %s\nbackend = %s\n"
-          "host-devices = %d\nhost-memory = %llu\ndevices = %s\nmax-frame = %u\n"
+          "host-devices = %d\nhost-memory = %llu\nhost-busy-ms = %u\ndevices = %s\n"
+          "max-frame = %u\n"
           "log-level = %s\nadmin-group = %s\ndevice-budget = %llu\nready-timeout = %g\n"
           "shutdown-grace = %g\nhello-timeout = %g\nidle-timeout = %g\nmax-connections = %u\n"
           "max-connections-per-uid = %u\n"
           "host-module-allow = %s\nmetrics-listen = %s\n",
           o->socket_path, o->socket_mode, o->socket_group, backends[o->backend], o->host_devices,
-          (unsigned long long)o->host_memory, o->devices, o->max_frame, levels[o->log_level],
-          o->admin_group, (unsigned long long)o->device_budget, o->ready_timeout_s,
-          o->shutdown_grace_s, o->hello_timeout_s, o->idle_timeout_s, o->max_connections,
-          o->max_connections_per_uid, o->host_module_allow, o->metrics_listen);
+          (unsigned long long)o->host_memory, o->host_busy_ms, o->devices, o->max_frame,
+          levels[o->log_level], o->admin_group, (unsigned long long)o->device_budget,
+          o->ready_timeout_s, o->shutdown_grace_s, o->hello_timeout_s, o->idle_timeout_s,
+          o->max_connections, o->max_connections_per_uid, o->host_module_allow, o->metrics_listen);
   for (size_t i = 0; i < sizeof count_limits / sizeof count_limits[0]; i++)
     dprintf(fd, "%s = %u\n", count_limits[i].key,
             *(const uint32_t *)((const char *)o + count_limits[i].off));

@@ -15,6 +15,7 @@ typedef struct gd_options {
   int backend;           /* enum gd_backend_choice */
   int host_devices;      /* 0: not asked for */
   uint64_t host_memory;  /* bytes per host device */
+  uint32_t host_busy_ms; /* host devices: a replay's capture stays busy this long after it ran */
   char devices[512];     /* --devices filter: ordinals or UUIDs, comma-separated */
   uint32_t max_frame;    /* payload cap in bytes */
   int log_level;

@@ -290,15 +290,16 @@ int gd_program_validate(const gd_program *p, char *err, size_t errlen) {
                 p->nsteps, GD_MAX_STEPS);
   for (uint32_t s = 0; s < p->nslots; s++) {
     const gd_slot *sl = &p->slots[s];
-    if (sl->role > GD_ROLE_SCRATCH)
+    if (sl->role > GD_ROLE_TEMP)
       return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
-                  "slot %u: role %u is not input, output, inout or scratch", s, sl->role);
+                  "slot %u: role %u is not input, output, inout, scratch or temp", s, sl->role);
     if (sl->flags & ~GD_SLOT_STAGED)
       return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "slot %u: unknown flags 0x%x", s,
                   sl->flags);
-    if (sl->role == GD_ROLE_SCRATCH && sl->flags)
-      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "slot %u: a scratch slot cannot be staged",
-                  s);
+    if (gd_role_owned(sl->role) && sl->flags)
+      return fail(err, errlen, GRAPHD_INVALID_ARGUMENT,
+                  "slot %u: a %s slot belongs to graphd and cannot be staged", s,
+                  sl->role == GD_ROLE_TEMP ? "temp" : "scratch");
     if (sl->size == 0)
       return fail(err, errlen, GRAPHD_INVALID_ARGUMENT, "slot %u: size 0 is invalid", s);
     if (sl->size > GD_MAX_SLOT_BYTES)

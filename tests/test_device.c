@@ -111,7 +111,7 @@ static int replay_on(fixture *f, const gd_regprog *prog, gd_stream st, float *x,
     first = true;
   }
   /* Each test process runs as its own user here: uid = pid. */
-  rc = capture_enqueue(&f->d, c, st, bind, first, pid, pid, NULL, err, sizeof err);
+  rc = capture_enqueue(&f->d, c, st, bind, first, pid, pid, 1, NULL, err, sizeof err);
   ck_assert_msg(rc == 0, "enqueue: %s", err);
   return 0;
 }
@@ -437,7 +437,7 @@ static void run_fault(fixture *f, uint32_t kind) {
   ck_assert_int_eq(modcache_prepare(&f->d, p, &loaded, &ns, err, sizeof err), 0);
   ck_assert_int_eq(capture_build(&f->d, p, bind, f->stream, &c, err, sizeof err), 0);
   ck_assert_int_eq(capture_insert(&f->d, c), 0);
-  (void)capture_enqueue(&f->d, c, f->stream, bind, true, 1, 1, NULL, err, sizeof err);
+  (void)capture_enqueue(&f->d, c, f->stream, bind, true, 1, 1, 1, NULL, err, sizeof err);
 }
 
 START_TEST(test_device_upkeep_resets_a_faulted_device_and_drops_its_captures) {
@@ -565,7 +565,7 @@ static void replay_cond(fixture *f, const gd_regprog *p, gd_capture **c, float *
     ck_assert_int_eq(capture_insert(&f->d, *c), 0);
   }
   ck_assert_msg(
-      capture_enqueue(&f->d, *c, f->stream, bind, first, 1, 1, NULL, err, sizeof err) == 0, "%s",
+      capture_enqueue(&f->d, *c, f->stream, bind, first, 1, 1, 1, NULL, err, sizeof err) == 0, "%s",
       err);
   float factor = (float)(1u << count) * (flag ? 3.0f : 5.0f);
   for (uint32_t i = 0; i < N; i++) ck_assert_float_eq(x[i], factor * (1.0f + (float)i));
@@ -683,8 +683,9 @@ START_TEST(test_device_direct_mode_binds_slots_of_memset_and_copy_steps) {
       ck_assert_msg(capture_build(&f.d, p, bind, f.stream, &c, err, sizeof err) == 0, "%s", err);
       ck_assert_int_eq(capture_insert(&f.d, c), 0);
     }
-    ck_assert_msg(capture_enqueue(&f.d, c, f.stream, bind, first, 1, 1, NULL, err, sizeof err) == 0,
-                  "%s", err);
+    ck_assert_msg(
+        capture_enqueue(&f.d, c, f.stream, bind, first, 1, 1, 1, NULL, err, sizeof err) == 0, "%s",
+        err);
     for (uint32_t i = 0; i < N; i++) {
       float in = (float)k + (float)i;
       ck_assert_float_eq(x[a][i], 2.0f * in);

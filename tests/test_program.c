@@ -494,13 +494,15 @@ END_TEST
 
 START_TEST(test_program_builder_refuses_bad_slots) {
   graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
-  EXPECT_NEG(p, graphd_program_add_slot(p, (graphd_slot_role)4, 16, 1),
-             "slot 0: role 4 is not input, output, inout or scratch");
+  EXPECT_NEG(p, graphd_program_add_slot(p, (graphd_slot_role)5, 16, 1),
+             "slot 0: role 5 is not input, output, inout, scratch or temp");
   EXPECT_NEG(p, graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, 0, 1), "slot 0: size 0 is invalid");
   EXPECT_NEG(p, graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, GD_MAX_SLOT_BYTES + 1, 1),
              "slot 0: 1099511627777 bytes is over the limit of 1099511627776");
   EXPECT_NEG(p, graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, 16, 1),
-             "slot 0: a scratch slot cannot be staged");
+             "slot 0: a scratch slot belongs to graphd and cannot be staged");
+  EXPECT_NEG(p, graphd_program_add_slot(p, GRAPHD_SLOT_TEMP, 16, 1),
+             "slot 0: a temp slot belongs to graphd and cannot be staged");
   ck_assert_int_eq(graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, GD_MAX_SLOT_BYTES, 0), 0);
   for (int s = 1; s < (int)GD_MAX_SLOTS; s++)
     ck_assert_int_eq(graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, 8, 0), s);

@@ -116,14 +116,14 @@ END_TEST
 START_TEST(test_validate_slot_errors) {
   fx f;
   fx_init(&f);
-  f.slots[1].role = 4;
-  fx_expect(&f, INVALID, "slot 1: role 4 is not input, output, inout or scratch");
+  f.slots[1].role = 5;
+  fx_expect(&f, INVALID, "slot 1: role 5 is not input, output, inout, scratch or temp");
   fx_init(&f);
   f.slots[0].flags = 3;
   fx_expect(&f, INVALID, "slot 0: unknown flags 0x3");
   fx_init(&f);
   f.slots[2].flags = GD_SLOT_STAGED;
-  fx_expect(&f, INVALID, "slot 2: a scratch slot cannot be staged");
+  fx_expect(&f, INVALID, "slot 2: a scratch slot belongs to graphd and cannot be staged");
   fx_init(&f);
   f.slots[1].size = 0;
   fx_expect(&f, INVALID, "slot 1: size 0 is invalid");

@@ -31,7 +31,7 @@
 static_assert(GD_ID_LEN == 32, "ids are 32 bytes in the public API");
 static_assert(SAME(GRAPHD_SLOT_INPUT, GD_ROLE_INPUT) && SAME(GRAPHD_SLOT_OUTPUT, GD_ROLE_OUTPUT) &&
                   SAME(GRAPHD_SLOT_INOUT, GD_ROLE_INOUT) &&
-                  SAME(GRAPHD_SLOT_SCRATCH, GD_ROLE_SCRATCH),
+                  SAME(GRAPHD_SLOT_SCRATCH, GD_ROLE_SCRATCH) && SAME(GRAPHD_SLOT_TEMP, GD_ROLE_TEMP),
               "graphd_slot_role matches gd_slot_role");
 static_assert(SAME(GRAPHD_MODE_STAGED, GD_MODE_STAGED) &&
                   SAME(GRAPHD_MODE_STAGED_EX, GD_MODE_STAGED_EX) &&
@@ -193,13 +193,14 @@ int graphd_program_add_slot(graphd_program *p, graphd_slot_role role, uint64_t b
     fail(p, GRAPHD_RESOURCE_EXHAUSTED, "slot %u: over the limit of %u slots", s, GD_MAX_SLOTS);
     return -1;
   }
-  if ((unsigned)role > GD_ROLE_SCRATCH) {
-    fail(p, GRAPHD_INVALID_ARGUMENT, "slot %u: role %u is not input, output, inout or scratch", s,
-         (unsigned)role);
+  if ((unsigned)role > GD_ROLE_TEMP) {
+    fail(p, GRAPHD_INVALID_ARGUMENT,
+         "slot %u: role %u is not input, output, inout, scratch or temp", s, (unsigned)role);
     return -1;
   }
-  if (role == GRAPHD_SLOT_SCRATCH && staged) {
-    fail(p, GRAPHD_INVALID_ARGUMENT, "slot %u: a scratch slot cannot be staged", s);
+  if (gd_role_owned((uint32_t)role) && staged) {
+    fail(p, GRAPHD_INVALID_ARGUMENT, "slot %u: a %s slot belongs to graphd and cannot be staged", s,
+         role == GRAPHD_SLOT_TEMP ? "temp" : "scratch");
     return -1;
   }
   if (bytes == 0) {

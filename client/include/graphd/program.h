@@ -59,13 +59,18 @@ extern "C" {
 typedef struct graphd_program graphd_program;
 
 /* What a slot is for. input, output and inout slots are bound to client
- * memory at each replay; scratch is owned by the daemon and persists across
- * replays of one capture. */
+ * memory at each replay. The daemon owns the others, and never lets one
+ * session (or user) see another's: scratch is state, which a session's
+ * next replay of the program reads as its last one left it (zero at its
+ * first); temp holds temporaries, whose contents are undefined when a
+ * replay starts, so that sessions replaying the program at once may run
+ * on instances of their own. */
 typedef enum graphd_slot_role {
   GRAPHD_SLOT_INPUT = 0,
   GRAPHD_SLOT_OUTPUT = 1,
   GRAPHD_SLOT_INOUT = 2,
   GRAPHD_SLOT_SCRATCH = 3,
+  GRAPHD_SLOT_TEMP = 4,
 } graphd_slot_role;
 
 /* How replays move data: staged copies inside the graph, or outside it
@@ -101,9 +106,9 @@ GRAPHD_EXPORT const char *graphd_program_error(const graphd_program *p);
 
 /* Adds a slot of the given role and size in bytes (1 to 2^40). staged is
  * non-zero for a staged slot (the usual case for input, output and inout)
- * and must be 0 for scratch. Returns the slot's index (0, 1, ...) or -1
- * with the message in graphd_program_error(): a bad role, a size of 0 or
- * over the cap, a staged scratch slot, or too many slots (256). */
+ * and must be 0 for scratch and temp. Returns the slot's index (0, 1, ...)
+ * or -1 with the message in graphd_program_error(): a bad role, a size of
+ * 0 or over the cap, a staged scratch or temp slot, or too many slots. */
 GRAPHD_EXPORT int graphd_program_add_slot(graphd_program *p, graphd_slot_role role, uint64_t bytes,
                                           int staged);
 

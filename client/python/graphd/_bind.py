@@ -217,17 +217,17 @@ class Binder:
                               f"{type(program).__name__}; for a program id and (slot, ptr, nbytes) "
                               "bindings call replay_bindings(stream, program_id, bindings)")
         enc, pid = program.finish()
-        bound = [i for i in range(program.nslots) if program.slot(i)[0] != "scratch"]
+        bound = [i for i in range(program.nslots) if program.slot(i)[0] not in ("scratch", "temp")]
         if len(arrays) == 1 and isinstance(arrays[0], dict):
             pairs = sorted(arrays[0].items())
             for slot, _ in pairs:
                 if slot not in bound:
                     raise GraphdError(_INVALID, f"slot {slot} is not a slot of the program that is "
-                                      f"bound (those are {bound}; scratch slots are never bound)")
+                                      f"bound (those are {bound}; scratch and temp slots are never bound)")
         else:
             if len(arrays) != len(bound):
                 raise GraphdError(_INVALID, f"the program binds {len(bound)} slots ({bound}: every "
-                                  f"slot but scratch ones, in order) but {len(arrays)} arrays were "
+                                  f"slot but scratch and temp ones, in order) but {len(arrays)} arrays were "
                                   "given")
             pairs = list(zip(bound, arrays))
         host = self._host()

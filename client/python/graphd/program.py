@@ -47,7 +47,13 @@ MAX_SHARED_BYTES = 227 << 10
 MAX_MODULE_BYTES = 512 << 20
 MAX_PROGRAM_BYTES = 64 << 20
 
-ROLES = {"input": 0, "output": 1, "inout": 2, "scratch": 3}
+ROLES = {"input": 0, "output": 1, "inout": 2, "scratch": 3, "temp": 4}
+# Slots the daemon owns (never bound): scratch (state) and temp (temporaries).
+OWNED_ROLES = (ROLES["scratch"], ROLES["temp"])
+
+
+def _role_name(r):
+    return next(k for k, v in ROLES.items() if v == r)
 MODES = {"staged": 0, "staged_ex": 1, "direct": 2, "auto": 3}
 MODULE_KINDS = {"ptx": 1, "cubin": 2, "fatbin": 3, "host_elf": 4}
 
@@ -425,8 +431,12 @@ class Program:
 
     def add_slot(self, role, nbytes, staged=None, *, dtype=None):
         """Adds a slot of the given role ("input", "output", "inout",
-        "scratch", or 0 to 3) and size in bytes (1 to 2^40). staged defaults
-        to True, except for scratch, which cannot be staged. dtype (a name
+        "scratch", "temp", or 0 to 4) and size in bytes (1 to 2^40). The
+        daemon owns scratch and temp slots: scratch is state, which a
+        session's next replay reads as its last left it (each session has
+        its own); temp holds temporaries, undefined when a replay starts.
+        staged defaults to True, except for scratch and temp, which cannot
+        be staged. dtype (a name
         such as "float32", or a PyTorch, NumPy or CuPy dtype) is kept here
         only, not in the encoding or the id: Client.replay refuses an array
         of another dtype for the slot. Returns the slot's index."""
@@ -435,13 +445,14 @@ class Program:
         if s >= MAX_SLOTS:
             raise GraphdError(_EXHAUSTED, f"slot {s}: over the limit of {MAX_SLOTS} slots")
         r = ROLES.get(role, role) if isinstance(role, str) else role
-        if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r <= 3:
+        if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r <= 4:
             shown = role if isinstance(role, int) and not isinstance(role, bool) else repr(role)
-            raise GraphdError(_INVALID, f"slot {s}: role {shown} is not input, output, inout or scratch")
+            raise GraphdError(_INVALID,
+                              f"slot {s}: role {shown} is not input, output, inout, scratch or temp")
         if staged is None:
-            staged = r != ROLES["scratch"]
-        if r == ROLES["scratch"] and staged:
-            raise GraphdError(_INVALID, f"slot {s}: a scratch slot cannot be staged")
+            staged = r not in OWNED_ROLES
+        if r in OWNED_ROLES and staged:
+            raise GraphdError(_INVALID, f"slot {s}: a {_role_name(r)} slot belongs to graphd and cannot be staged")
         nbytes = _u64(nbytes, f"slot {s}: the size")
         if nbytes == 0:
             raise GraphdError(_INVALID, f"slot {s}: size 0 is invalid")
@@ -884,12 +895,12 @@ def validate(mode, slots, steps):
     if len(steps) > MAX_STEPS:
         raise GraphdError(_EXHAUSTED, f"{len(steps)} steps is over the limit of {MAX_STEPS}")
     for s, (role, flags, size) in enumerate(slots):
-        if role > 3:
-            raise GraphdError(_INVALID, f"slot {s}: role {role} is not input, output, inout or scratch")
+        if role > 4:
+            raise GraphdError(_INVALID, f"slot {s}: role {role} is not input, output, inout, scratch or temp")
         if flags & ~SLOT_STAGED:
             raise GraphdError(_INVALID, f"slot {s}: unknown flags 0x{flags:x}")
-        if role == 3 and flags:
-            raise GraphdError(_INVALID, f"slot {s}: a scratch slot cannot be staged")
+        if role in OWNED_ROLES and flags:
+            raise GraphdError(_INVALID, f"slot {s}: a {_role_name(role)} slot belongs to graphd and cannot be staged")
         if size == 0:
             raise GraphdError(_INVALID, f"slot {s}: size 0 is invalid")
         if size > MAX_SLOT_BYTES:

@@ -147,6 +147,7 @@ class CrossTest(unittest.TestCase):
         cases = [
             lambda p: p.add_slot("input", 0),
             lambda p: p.add_slot("scratch", 8, staged=True),
+            lambda p: p.add_slot("temp", 8, staged=True),
             lambda p: p.add_launch(MOD, "bad name", 1, 1),
             lambda p: p.add_launch(MOD, "k", (1, 70000, 1), (1, 1, 1)),
             lambda p: p.add_launch(MOD, "k", (1, 1, 1), (64, 32, 1)),

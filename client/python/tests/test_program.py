@@ -333,15 +333,17 @@ class ErrorsTest(unittest.TestCase):
 
     def test_bad_slots(self):
         p = Program()
-        self.expect(lambda: p.add_slot(4, 16), "INVALID_ARGUMENT",
-                    "slot 0: role 4 is not input, output, inout or scratch")
+        self.expect(lambda: p.add_slot(5, 16), "INVALID_ARGUMENT",
+                    "slot 0: role 5 is not input, output, inout, scratch or temp")
         self.expect(lambda: p.add_slot("in", 16), "INVALID_ARGUMENT",
-                    "slot 0: role 'in' is not input, output, inout or scratch")
+                    "slot 0: role 'in' is not input, output, inout, scratch or temp")
         self.expect(lambda: p.add_slot("input", 0), "INVALID_ARGUMENT", "slot 0: size 0 is invalid")
         self.expect(lambda: p.add_slot("input", gp.MAX_SLOT_BYTES + 1), "RESOURCE_EXHAUSTED",
                     "slot 0: 1099511627777 bytes is over the limit of 1099511627776")
         self.expect(lambda: p.add_slot("scratch", 16, staged=True), "INVALID_ARGUMENT",
-                    "slot 0: a scratch slot cannot be staged")
+                    "slot 0: a scratch slot belongs to graphd and cannot be staged")
+        self.expect(lambda: p.add_slot("temp", 16, staged=True), "INVALID_ARGUMENT",
+                    "slot 0: a temp slot belongs to graphd and cannot be staged")
         self.assertEqual(p.add_slot("input", gp.MAX_SLOT_BYTES, staged=False), 0)
         self.assertEqual(p.slot(0), ("input", False, gp.MAX_SLOT_BYTES))
         for s in range(1, gp.MAX_SLOTS):
@@ -434,7 +436,9 @@ class ErrorsTest(unittest.TestCase):
         self.expect(lambda: gp.validate(0, [(0, 1, 8)], [l]), "INVALID_ARGUMENT",
                     "the 8 parameter bytes under the patch at offset 0 must be zero")
         self.expect(lambda: gp.validate(0, [(3, 1, 8)], [l]), "INVALID_ARGUMENT",
-                    "slot 0: a scratch slot cannot be staged")
+                    "slot 0: a scratch slot belongs to graphd and cannot be staged")
+        self.expect(lambda: gp.validate(0, [(4, 1, 8)], [l]), "INVALID_ARGUMENT",
+                    "slot 0: a temp slot belongs to graphd and cannot be staged")
         self.expect(lambda: gp.validate(0, [(0, 2, 8)], [l]), "INVALID_ARGUMENT", "slot 0: unknown flags 0x2")
 
 

@@ -35,7 +35,21 @@
 #define GD_MAX_MODULE_BYTES (512u << 20)
 #define GD_MAX_PROGRAM_BYTES (64u << 20)
 
-enum gd_slot_role { GD_ROLE_INPUT = 0, GD_ROLE_OUTPUT = 1, GD_ROLE_INOUT = 2, GD_ROLE_SCRATCH = 3 };
+/* input, output and inout slots are bound to client memory by each replay;
+ * the daemon owns the others: scratch is state (what a replay leaves there
+ * the next replay of the same session reads), temp holds temporaries
+ * (undefined when a replay starts). */
+enum gd_slot_role {
+  GD_ROLE_INPUT = 0,
+  GD_ROLE_OUTPUT = 1,
+  GD_ROLE_INOUT = 2,
+  GD_ROLE_SCRATCH = 3,
+  GD_ROLE_TEMP = 4,
+};
+/* Whether a slot of this role belongs to the daemon (never bound). */
+static inline int gd_role_owned(uint32_t role) {
+  return role == GD_ROLE_SCRATCH || role == GD_ROLE_TEMP;
+}
 #define GD_SLOT_STAGED 1u
 
 enum gd_step_kind {

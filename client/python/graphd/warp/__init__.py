@@ -18,7 +18,7 @@ runs once on Warp's CPU device with reserved, untouched memory while
 graphd.warp records its launches, memsets and copies instead of running
 them, and its capture_while loops and capture_if branches around them
 (twice, to check that they depend on shapes only); array arguments
-become slots, arrays the function allocates become scratch slots, the
+become slots, arrays the function allocates become temp slots, the
 pointers inside the packed parameters become pointer patches; the modules
 are compiled to CUBIN for the GPU's architecture by Warp's bundled NVRTC.
 No GPU is needed to build a program.

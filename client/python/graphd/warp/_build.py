@@ -1,5 +1,5 @@
 """From a recording to a graphd program: CUBINs compiled by Warp's NVRTC
-for the target architecture, one slot per array argument, one scratch slot
+for the target architecture, one slot per array argument, one temp slot
 per allocation the steps use, and the steps in the order they ran, loops
 and branches (wp.capture_while, wp.capture_if) around the steps their
 callbacks recorded."""
@@ -237,8 +237,11 @@ def _assemble(rec, args, mode, arch, name):
                       f"{len(scratch)} arrays allocated inside the function) are over the daemon's limit of "
                       f"{_program.MAX_SLOTS}", code="RESOURCE_EXHAUSTED")
     for b in scratch:
-        s = p.add_slot("scratch", b.size)
-        slots.append(SlotInfo(s, "scratch", b.size, False, f"allocation {b.alloc}"))
+        # Temporaries: Warp keeps nothing in what a function allocates from
+        # one call to the next, so sessions replaying it at once may each
+        # run on an instance of their own.
+        s = p.add_slot("temp", b.size)
+        slots.append(SlotInfo(s, "temp", b.size, False, f"allocation {b.alloc}"))
         by_buffer[id(b)] = s
     # Warp arrays made outside the function: one inout slot per range of
     # overlapping arrays (views of one allocation share it), bound at every

@@ -9,7 +9,7 @@ nothing here writes them). While it runs:
   that packs the kernel's parameters with Warp's own packing code, exactly
   as a CUDA launch would pass them, and runs nothing;
 - the CPU device's allocator hands out reserved memory and notes every
-  allocation (each becomes a daemon-owned scratch slot);
+  allocation (each becomes a daemon-owned temp slot);
 - the CPU device's memset and memtile (array.zero_, fill_, wp.zeros) and
   the native host-to-host copy (wp.copy) are recorded as steps instead of
   being run;
