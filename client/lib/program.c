@@ -31,7 +31,8 @@
 static_assert(GD_ID_LEN == 32, "ids are 32 bytes in the public API");
 static_assert(SAME(GRAPHD_SLOT_INPUT, GD_ROLE_INPUT) && SAME(GRAPHD_SLOT_OUTPUT, GD_ROLE_OUTPUT) &&
                   SAME(GRAPHD_SLOT_INOUT, GD_ROLE_INOUT) &&
-                  SAME(GRAPHD_SLOT_SCRATCH, GD_ROLE_SCRATCH) && SAME(GRAPHD_SLOT_TEMP, GD_ROLE_TEMP),
+                  SAME(GRAPHD_SLOT_SCRATCH, GD_ROLE_SCRATCH) &&
+                  SAME(GRAPHD_SLOT_TEMP, GD_ROLE_TEMP),
               "graphd_slot_role matches gd_slot_role");
 static_assert(SAME(GRAPHD_MODE_STAGED, GD_MODE_STAGED) &&
                   SAME(GRAPHD_MODE_STAGED_EX, GD_MODE_STAGED_EX) &&
