@@ -13,6 +13,7 @@
 
 #include "clock.h"
 #include "graphd/status.h"
+#include "share.h"
 
 gd_module *registry_find_module(gd_registry *r, const uint8_t id[GD_ID_LEN]) {
   gd_module *m = NULL;
@@ -206,18 +207,10 @@ static uint32_t pool_users(const gd_registry *r, int pool) {
   return pool <= POOL_PROGRAM_BYTES ? r->program_pinners : r->module_pinners;
 }
 
-/* The fair share of a pool among `users` users: its bound over one more
- * than them, at least 1/64 of it (and one entry). */
-static uint64_t fair_share(uint64_t bound, uint64_t users) {
-  uint64_t share = bound / (users + 1), floor = bound / 64;
-  if (floor < 1) floor = 1;
-  return share > floor ? share : floor;
-}
-
 /* Appends to err the user that pins the most beyond its fair share of the
  * pool, if one does. */
 static void name_most_over(gd_registry *r, int pool, char *err, size_t errlen) {
-  uint64_t bound = pool_bound(r, pool), share = fair_share(bound, pool_users(r, pool));
+  uint64_t bound = pool_bound(r, pool), share = gd_share_of(bound, pool_users(r, pool));
   const gd_reg_user *most = NULL;
   for (const gd_reg_user *u = r->users; u; u = u->hh.next)
     if (pinned_in(&u->pinned, pool) > share &&
@@ -307,10 +300,9 @@ static int pin(gd_registry *r, gd_reg_user *u, bool program, void *entry) {
   return 0;
 }
 
-/* Whether a hold of uid's on the entry keeps uid within its fair share of
- * every pool it adds to, or leaves the pool a share unpinned for others;
- * RESOURCE_EXHAUSTED with err naming the pool, its bound and its flag if
- * not. */
+/* Whether a hold of uid's on the entry keeps uid within share.h's rule in
+ * every pool it adds to; RESOURCE_EXHAUSTED with err naming the pool, its
+ * bound and its flag if not. */
 static int fair_share_check(gd_registry *r, uint32_t uid, bool program, void *entry, char *err,
                             size_t errlen) {
   if (r->limits.no_fair_shares) return 0;
@@ -351,21 +343,34 @@ static int fair_share_check(gd_registry *r, uint32_t uid, bool program, void *en
   }
   for (int k = 0; k < NPOOLS; k++) {
     if (!mine[k]) continue;
-    uint64_t held = u ? pinned_in(&u->pinned, k) : 0;
-    uint32_t users = pool_users(r, k) + (held ? 0 : 1);
-    uint64_t bound = pool_bound(r, k), share = fair_share(bound, users);
-    uint64_t pinned = pinned_in(&r->pinned, k) + all[k];
-    if (held + mine[k] <= share || pinned + share <= bound) continue;
-    snprintf(err, errlen,
-             "fair share of %s reached: uid %u's open sessions hold %llu and this needs %llu "
-             "more, past its share of %llu (%s %llu / (%u uid%s holding %s + 1)); open sessions "
-             "hold %llu of the %llu, which leaves less than a share for other users (close some "
-             "of uid %u's sessions%s%s)",
-             pool_what[k], uid, (unsigned long long)held, (unsigned long long)mine[k],
-             (unsigned long long)share, pool_flag[k], (unsigned long long)bound, users,
-             users == 1 ? "" : "s", pool_what[k], (unsigned long long)pinned_in(&r->pinned, k),
-             (unsigned long long)bound, uid, k == POOL_MODULES ? "" : ", or raise ",
-             k == POOL_MODULES ? "" : pool_flag[k]);
+    gd_share_ask ask = {.bound = pool_bound(r, k),
+                        .held = pinned_in(&r->pinned, k),
+                        .users = pool_users(r, k),
+                        .mine = u ? pinned_in(&u->pinned, k) : 0,
+                        .more = mine[k],
+                        .grows = all[k]};
+    uint64_t share;
+    gd_share_verdict v = gd_share_check(&ask, &share);
+    if (v == GD_SHARE_OK) continue;
+    uint32_t users = ask.users + (ask.mine ? 0 : 1);
+    int n = snprintf(err, errlen,
+                     "fair share of %s reached: uid %u's open sessions hold %llu and this needs "
+                     "%llu more, ",
+                     pool_what[k], uid, (unsigned long long)ask.mine, (unsigned long long)ask.more);
+    if (n < 0 || (size_t)n >= errlen) return -GRAPHD_RESOURCE_EXHAUSTED;
+    if (v == GD_SHARE_OVER)
+      snprintf(err + n, errlen - (size_t)n,
+               "past its share of %llu (%s %llu / (%u uid%s holding %s + 1)); close some of uid "
+               "%u's sessions%s%s",
+               (unsigned long long)share, pool_flag[k], (unsigned long long)ask.bound, users,
+               users == 1 ? "" : "s", pool_what[k], uid, k == POOL_MODULES ? "" : ", or raise ",
+               k == POOL_MODULES ? "" : pool_flag[k]);
+    else
+      snprintf(err + n, errlen - (size_t)n,
+               "more than would stay free for other users: open sessions hold %llu of %s %llu; "
+               "close some of uid %u's sessions%s%s",
+               (unsigned long long)ask.held, pool_flag[k], (unsigned long long)ask.bound, uid,
+               k == POOL_MODULES ? "" : ", or raise ", k == POOL_MODULES ? "" : pool_flag[k]);
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
   return 0;
@@ -418,7 +423,7 @@ static int global_room(gd_registry *r, bool program, uint64_t len, char *err, si
                  "every module in it is in use",
                  r->nmodules, (unsigned long long)r->module_bytes,
                  (unsigned long long)max_module_bytes(r));
-  if (n > 0 && (size_t)n < errlen)
+  if (n > 0 && (size_t)n < errlen && !r->limits.no_fair_shares)
     name_most_over(
         r,
         program ? (r->nprograms >= max_programs(r) ? POOL_PROGRAMS : POOL_PROGRAM_BYTES)
@@ -557,8 +562,8 @@ int registry_hold(gd_registry *r, gd_reg_holds **h, uint32_t uid, bool program, 
   held *x = NULL;
   HASH_FIND_PTR((*h)->set, &entry, x);
   if (x) return 0;
-  /* Past its fair share of a tight pool, the user is refused before it is
-   * charged for anything. */
+  /* Past its fair share, the user is refused before it is charged for
+   * anything. */
   int rc = fair_share_check(r, uid, program, entry, err, errlen);
   if (rc < 0) return rc;
   /* A hold on another user's entry is charged to the holder, as if it had

@@ -21,13 +21,10 @@
  *
  * Fair shares: what sessions hold cannot be freed, so the registry also
  * keeps what each user pins (the entries its open sessions hold, and the
- * modules the programs they hold launch). Each pool (programs by count and
- * by bytes, modules by count and by bytes) is tight when less than a fair
- * share of it is left unpinned; a fair share is the pool's bound divided
- * by one more than the number of users pinning part of it (room is kept
- * for one more user), and at least 1/64 of the bound. In a tight pool a
- * hold that takes its user past its share is refused, so that a user who
- * pins a share or less still finds room (unpinned entries make it).
+ * modules the programs they hold launch), and a hold is refused when it
+ * would take its user past the rule of share.h in any pool it adds to
+ * (programs by count and by bytes, modules by count and by bytes): so
+ * that other users always find room, which unpinned entries make.
  *
  * Removal has two halves: the registry unlinks the entry at once (its id
  * is unknown from then on, its counts are given back) and keeps it on a
@@ -219,8 +216,7 @@ int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char
  * used now. A user that does not own the entry is charged for it first
  * (registry_claim), so that holds count against the holder's limits;
  * RESOURCE_EXHAUSTED (err filled) when they do not let it, or when the
- * hold would take the user past its fair share of a tight pool (see
- * above). */
+ * hold would take the user past its fair share (see above). */
 int registry_hold(gd_registry *r, gd_reg_holds **h, uint32_t uid, bool program, void *entry,
                   char *err, size_t errlen);
 

@@ -637,8 +637,16 @@ typedef struct share_test {
   uint8_t mod[32];
   uint8_t ids[30][32]; /* programs 0 to 29 (the registering children write them) */
   int first;           /* register_ten: programs first to first + 9 */
-  int ready[2], go[2]; /* pipes: the holder says how it went, the parent lets it go */
 } share_test;
+
+/* One user's session that holds what it can of the 30. */
+typedef struct holder {
+  const share_test *t;
+  uid_t uid;
+  bool reverse;        /* from program 29 down */
+  int ready[2], go[2]; /* pipes: it says how it went, the parent lets it go */
+  pid_t pid;
+} holder;
 
 /* Registers programs first..first+9 and leaves. */
 static int register_ten(const void *arg) {
@@ -657,26 +665,49 @@ static int register_ten(const void *arg) {
  * users, reports how many it got and whether the refusal named the fair
  * share, and holds them until the parent says go. */
 static int hold_thirty(const void *arg) {
-  const share_test *t = arg;
+  const holder *h = arg;
   graphd_client *c = td_data(&d, 0);
   char got = 0, named = 0;
-  for (int k = 0; k < 30; k++) {
-    graphd_status st = graphd_prepare_program(c, t->ids[k], NULL);
+  for (int i = 0; i < 30; i++) {
+    graphd_status st = graphd_prepare_program(c, h->t->ids[h->reverse ? 29 - i : i], NULL);
     if (st == GRAPHD_OK) {
       got++;
     } else {
+      const char *e = graphd_last_error(c);
       named = st == GRAPHD_RESOURCE_EXHAUSTED &&
-              strstr(graphd_last_error(c), "fair share of programs reached: uid 65534") &&
-              strstr(graphd_last_error(c), "--max-programs 30");
+              strstr(e, td_fmt("fair share of programs reached: uid %u", (unsigned)h->uid)) &&
+              strstr(e, "--max-programs 30");
+      if (!named) fprintf(stderr, "uid %u: %s\n", (unsigned)h->uid, e);
       break;
     }
   }
   char msg[2] = {got, named};
-  if (write(t->ready[1], msg, 2) != 2) return 40;
+  if (write(h->ready[1], msg, 2) != 2) return 40;
   char go;
-  if (read(t->go[0], &go, 1) != 1) return 41;
+  if (read(h->go[0], &go, 1) != 1) return 41;
   graphd_close(c);
   return 0;
+}
+
+/* Starts h's holder and returns how many programs it got, after checking
+ * that its refusal named the share. */
+static int start_holder(holder *h) {
+  ck_assert_int_eq(pipe(h->ready), 0);
+  ck_assert_int_eq(pipe(h->go), 0);
+  h->pid = spawn_as(h->uid, hold_thirty, h);
+  close(h->ready[1]); /* a child that dies ends the read below */
+  close(h->go[0]);
+  char msg[2] = {-1, -1};
+  ck_assert_int_eq(read(h->ready[0], msg, 2), 2);
+  ck_assert_msg(msg[1], "uid %u's refusal did not name its share", (unsigned)h->uid);
+  return msg[0];
+}
+
+static void stop_holder(holder *h) {
+  ck_assert_int_eq(write(h->go[1], "g", 1), 1);
+  ck_assert_int_eq(child_status(h->pid), 0);
+  close(h->ready[0]);
+  close(h->go[1]);
 }
 
 /* Another user, meanwhile: connects, registers a program of its own and
@@ -696,10 +727,11 @@ static int newcomer(const void *arg) {
 /* The registry is a shared pool with a fair share per user: three users
  * register 10 programs each (--max-programs 30) and leave; nobody's one
  * session then prepares all 30. It gets its share, 15 (30 / (1 + 1)), and
- * is refused the 16th naming the share and the flag; a fourth user then
- * registers and replays a program of its own, and so does root. (Before,
- * nobody held all 30 and every registration of another user was refused,
- * the registry full.) */
+ * is refused the 16th naming the share and the flag. A second user does
+ * the same from program 29 down: it gets 7, as 8 would leave less free
+ * than it holds. Another user then registers and replays a program of its
+ * own, and so does root. (Before, nobody held all 30 and every
+ * registration of another user was refused, the registry full.) */
 START_TEST(test_quota_fair_share_of_the_registry_keeps_room_for_others) {
   if (geteuid() != 0) {
     fprintf(stderr, "not root: the rule between users is not exercised here\n");
@@ -719,26 +751,20 @@ START_TEST(test_quota_fair_share_of_the_registry_keeps_room_for_others) {
   }
   wait_no_sessions();
   ck_assert_uint_eq(programs_registered(), 30);
-  ck_assert_int_eq(pipe(t->ready), 0);
-  ck_assert_int_eq(pipe(t->go), 0);
-  pid_t holder = spawn_as(65534, hold_thirty, t);
-  close(t->ready[1]); /* a child that dies ends the read below */
-  close(t->go[0]);
-  char msg[2] = {-1, -1};
-  ck_assert_int_eq(read(t->ready[0], msg, 2), 2);
-  ck_assert_msg(msg[0] == 15, "nobody's session holds %d of the 30 programs", msg[0]);
-  ck_assert(msg[1]);
-  /* While it holds them: another user, and root. */
+  holder h1 = {.t = t, .uid = 65534}, h2 = {.t = t, .uid = 65533, .reverse = true};
+  int got = start_holder(&h1);
+  ck_assert_msg(got == 15, "nobody's session holds %d of the 30 programs", got);
+  got = start_holder(&h2);
+  ck_assert_msg(got == 7, "uid 65533's session holds %d of the 30 programs", got);
+  /* While they hold them: another user, and root. */
   ck_assert_int_eq(run_as(65530, newcomer, NULL), 0);
   uint8_t mod[32], pid[32];
   graphd_client *r = session(mod);
   ck_assert_msg(program_k(r, mod, 41, pid) == GRAPHD_OK, "%s", graphd_last_error(r));
   replay_checked(r, pid, 41);
   close_and_wait(r);
-  ck_assert_int_eq(write(t->go[1], "g", 1), 1);
-  ck_assert_int_eq(child_status(holder), 0);
-  close(t->ready[0]);
-  close(t->go[1]);
+  stop_holder(&h1);
+  stop_holder(&h2);
   munmap(t, sizeof *t);
 }
 END_TEST
