@@ -89,9 +89,10 @@ static void usage(FILE *f) {
           "                        not finished; more wait (default 1024)\n"
           "  --max-host-maps N     client mappings (regions, flag pages, rings) graphd\n"
           "                        keeps in all (default 0: 3/4 of vm.max_map_count)\n"
-          "  --fair-shares yes|no  when the registry is short, refuse a uid past its\n"
-          "                        fair share: the bound over one more than the uids\n"
-          "                        holding part of it (default yes)\n"
+          "  --fair-shares yes|no  in the registry and the mappings, refuse a uid past\n"
+          "                        its fair share: the bound over one more than the\n"
+          "                        uids holding part of it, and no more than stays\n"
+          "                        free for the others (default yes)\n"
           "  --gpu-time-sample N   time one replay in N on the GPU, chosen at random,\n"
           "                        for the stats (default 16, 1 = every one, 0 = none)\n"
           "  --ready-hold-rings N  while a device serves more than N submission rings,\n"
@@ -404,6 +405,7 @@ exit:
   worker_pool_free(&srv.pool);
   devices_free(&srv);
   registry_close(&srv.reg);
+  dsession_maps_free(&srv);
   allowlist_free(&srv.host_allow);
   free(srv.facts);
   free(srv.counters);
