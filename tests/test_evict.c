@@ -410,11 +410,22 @@ static int nobody_evicts_device0(const void *arg) {
   return out;
 }
 
+/* Another user's process meanwhile: connects, registers the program and
+ * replays it on the capture as it is (no re-capture). */
+static int other_user_replays(const void *arg) {
+  (void)arg;
+  client k;
+  if (client_open(&k, 0) != GRAPHD_OK) return 21;
+  int cap = -1, rc = replay_checked(&k, 9, &cap);
+  client_close(&k);
+  return rc != 0 ? 22 : cap != 0 ? 23 : 0;
+}
+
 /* Eviction rights go by user, however many processes replayed a capture:
  * after 20 processes of nobody, a process of root replays it too; nobody
  * may then not evict it (before, only the first 16 processes were kept,
- * all nobody's, and nobody's eviction took root's capture), and root's
- * next replay finds it as it was. */
+ * all nobody's, and nobody's eviction took root's capture), and a process
+ * of a third user, then root's next replay, find it as it was. */
 START_TEST(test_evict_rights_are_by_user_however_many_processes) {
   if (geteuid() != 0) {
     fprintf(stderr, "not root: the privilege rule is not exercised here\n");
@@ -438,6 +449,12 @@ START_TEST(test_evict_rights_are_by_user_however_many_processes) {
   ck_assert_uint_eq(ci[0].replays, 21);
   free(ci);
   ck_assert_int_eq(td_as_nobody(nobody_evicts_device0, NULL), 0);
+  pid_t p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) _exit(setgid(65533) != 0 || setuid(65533) != 0 ? 10 : other_user_replays(NULL));
+  int ws;
+  ck_assert_int_eq(waitpid(p, &ws, 0), p);
+  ck_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
   /* Root's client goes on: same capture, no re-capture, exact results. */
   ck_assert_int_eq(replay_checked(&k, 2, &cap), 0);
   ck_assert_int_eq(cap, 0);
