@@ -92,6 +92,10 @@ static void usage(FILE *f) {
           "                        not finished; more wait (default 1024)\n"
           "  --max-host-maps N     client mappings (regions, flag pages, rings) graphd\n"
           "                        keeps in all (default 0: 3/4 of vm.max_map_count)\n"
+          "  --fair-shares yes|no  in the registry and the mappings, refuse a uid past\n"
+          "                        its fair share: the bound over one more than the\n"
+          "                        uids holding part of it, and no more than stays\n"
+          "                        free for the others (default yes)\n"
           "  --gpu-time-sample N   time one replay in N on the GPU, chosen at random,\n"
           "                        for the stats (default 16, 1 = every one, 0 = none)\n"
           "  --ready-hold-rings N  while a device serves more than N submission rings,\n"
@@ -152,6 +156,7 @@ static const struct option long_opts[] = {
     {"max-program-bytes-per-uid", required_argument, NULL, 0},
     {"max-inflight-replays", required_argument, NULL, 0},
     {"max-host-maps", required_argument, NULL, 0},
+    {"fair-shares", required_argument, NULL, 0},
     {"gpu-time-sample", required_argument, NULL, 0},
     {"ready-hold-rings", required_argument, NULL, 0},
     {"idle-timeout", required_argument, NULL, 0},
@@ -317,6 +322,7 @@ int main(int argc, char **argv) {
       .max_module_bytes_per_uid = opt.max_module_bytes_per_uid,
       .max_program_bytes = opt.max_program_bytes,
       .max_program_bytes_per_uid = opt.max_program_bytes_per_uid,
+      .no_fair_shares = !opt.fair_shares,
   };
   registry_set_limits(&srv.reg, &limits);
   if (opt.host_module_allow[0] &&
@@ -405,6 +411,7 @@ exit:
   worker_pool_free(&srv.pool);
   devices_free(&srv);
   registry_close(&srv.reg);
+  dsession_maps_free(&srv);
   allowlist_free(&srv.host_allow);
   free(srv.facts);
   free(srv.counters);

@@ -32,7 +32,7 @@ static void flags_done(gd_job *j) {
   gd_session *s = fj->rq.s;
   gd_dsession *x = dsession_of(s);
   close(fj->fd);
-  if (j->status < 0) daemon_of(s)->host_maps--; /* not mapped; else the end lets it go */
+  if (j->status < 0) dsession_maps_give(daemon_of(s), s->uid, 1); /* else the end lets it go */
   if (!s->closing) {
     if (j->status < 0) {
       session_reply_error(s, fj->rq.request_id, j->status, "RegisterFlags: %s", j->msg);
@@ -69,7 +69,7 @@ void attach_handle_register_flags(gd_session *s, Graphd__Wire__Request *req, int
     why = "RegisterFlags carries the flag page's memfd (one fd)";
   } else if (m->slots == 0 || m->slots > GRAPHD_MAX_FLAG_SLOTS) {
     why = "RegisterFlags.slots must be 1 to 1024";
-  } else if (!dsession_maps_fit(daemon_of(s), false, over, sizeof over)) {
+  } else if (!dsession_maps_fit(daemon_of(s), s->uid, false, over, sizeof over)) {
     why = over;
     code = GRAPHD_RESOURCE_EXHAUSTED;
   }
@@ -79,7 +79,8 @@ void attach_handle_register_flags(gd_session *s, Graphd__Wire__Request *req, int
     return;
   }
   flags_job *fj = calloc(1, sizeof *fj);
-  if (!fj) {
+  if (!fj || dsession_maps_take(daemon_of(s), s->uid) < 0) {
+    free(fj);
     close(fd);
     session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     return;
@@ -87,7 +88,6 @@ void attach_handle_register_flags(gd_session *s, Graphd__Wire__Request *req, int
   fj->ds = x->ds;
   fj->fd = fd;
   fj->slots = m->slots;
-  daemon_of(s)->host_maps++;
   session_submit(s, request_id, &fj->rq, daemon_worker(daemon_of(s), s->device), flags_run,
                  flags_done);
 }
@@ -181,7 +181,7 @@ static void import_done(gd_job *j) {
   if (ij->in.fd >= 0) close(ij->in.fd); /* never ran */
   if (j->status < 0) {
     free(ij->release); /* nothing was mapped */
-    d->host_maps--;
+    dsession_maps_give(d, s->uid, 1);
     if (!s->closing)
       session_reply_error(s, ij->rq.request_id, j->status, "RegisterRegion: %s", j->msg);
     goto exit;
@@ -189,21 +189,21 @@ static void import_done(gd_job *j) {
   if (s->closing) {
     /* The session's end ran or comes first: it stops the ring and frees
      * the view; only the mapping is left. */
-    dsession_release_map(ij->release, d, s->device, &ij->out, NULL, 0);
+    dsession_release_map(ij->release, d, s->device, &ij->out, NULL, 0, s->uid);
     goto exit;
   }
   gd_dsession *x = dsession_of(s);
   char over[256];
   /* The mapping may be larger than asked (granularity): check what it is. */
   if (!region_fits(s, ij->out.size, over, sizeof over)) {
-    dsession_release_map(ij->release, d, s->device, &ij->out, x->ds, ij->id);
+    dsession_release_map(ij->release, d, s->device, &ij->out, x->ds, ij->id, s->uid);
     session_reply_error(s, ij->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "RegisterRegion: %s",
                         over);
     goto exit;
   }
   gd_region *r = region_add_as(&x->regions, ij->id, &ij->out, ij->client_base);
   if (!r) {
-    dsession_release_map(ij->release, d, s->device, &ij->out, x->ds, ij->id);
+    dsession_release_map(ij->release, d, s->device, &ij->out, x->ds, ij->id, s->uid);
     session_reply_error(s, ij->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
   }
@@ -249,7 +249,7 @@ void attach_handle_register_region(gd_session *s, Graphd__Wire__Request *req, in
              m->ipc_handle.len != 64) {
     why = "RegisterRegion.ipc_handle must be 64 bytes (a CUipcMemHandle)";
   } else if (!region_fits(s, m->size, over, sizeof over) ||
-             !dsession_maps_fit(daemon_of(s), true, over, sizeof over)) {
+             !dsession_maps_fit(daemon_of(s), s->uid, true, over, sizeof over)) {
     why = over;
     code = GRAPHD_RESOURCE_EXHAUSTED;
   }
@@ -270,7 +270,7 @@ void attach_handle_register_region(gd_session *s, Graphd__Wire__Request *req, in
       x->end_maps_cap = cap;
     }
   }
-  if (!rel || x->end_maps_cap < x->regions.n + 1) {
+  if (!rel || x->end_maps_cap < x->regions.n + 1 || dsession_maps_take(daemon_of(s), s->uid) < 0) {
     free(ij);
     free(rel);
     if (fd >= 0) close(fd);
@@ -278,7 +278,6 @@ void attach_handle_register_region(gd_session *s, Graphd__Wire__Request *req, in
     return;
   }
   ij->release = rel;
-  daemon_of(s)->host_maps++;
   ij->in.kind = (int)m->kind; /* equal by graphd/protocol.h's static asserts */
   ij->in.fd = fd;
   ij->in.size = m->size;
@@ -304,7 +303,7 @@ void attach_handle_unregister_region(gd_session *s, Graphd__Wire__Request *req, 
   }
   d->counters[s->device].regions--;
   d->counters[s->device].region_bytes -= r->map.size;
-  dsession_release_map(r->release, d, s->device, &r->map, x->ds, r->id);
+  dsession_release_map(r->release, d, s->device, &r->map, x->ds, r->id, s->uid);
   region_remove(&x->regions, r);
   Graphd__Wire__Reply rep = GRAPHD__WIRE__REPLY__INIT;
   Graphd__Wire__UnregisterRegionReply ur = GRAPHD__WIRE__UNREGISTER_REGION_REPLY__INIT;
@@ -335,8 +334,8 @@ static void ring_done(gd_job *j) {
   gd_session *s = rj->rq.s;
   gd_dsession *x = dsession_of(s);
   close(rj->fd);
-  if (rj->doorbell >= 0) close(rj->doorbell);   /* never ran */
-  if (j->status < 0) daemon_of(s)->host_maps--; /* not mapped; else the end lets it go */
+  if (rj->doorbell >= 0) close(rj->doorbell);                     /* never ran */
+  if (j->status < 0) dsession_maps_give(daemon_of(s), s->uid, 1); /* else the end lets it go */
   if (x) x->ring_pending = false;
   if (!s->closing) {
     if (j->status < 0) {
@@ -375,12 +374,14 @@ void attach_handle_register_ring(gd_session *s, Graphd__Wire__Request *req, int 
   } else if (m->entries < GRAPHD_RING_MIN_ENTRIES || m->entries > GRAPHD_RING_MAX_ENTRIES ||
              (m->entries & (m->entries - 1))) {
     why = "RegisterRing.entries must be a power of two from 2 to 4096";
-  } else if (!dsession_maps_fit(d, false, over, sizeof over)) {
+  } else if (!dsession_maps_fit(d, s->uid, false, over, sizeof over)) {
     why = over;
     code = GRAPHD_RESOURCE_EXHAUSTED;
   }
   ring_job *rj = why ? NULL : calloc(1, sizeof *rj);
-  if (!why && !rj) {
+  if (!why && (!rj || dsession_maps_take(d, s->uid) < 0)) {
+    free(rj);
+    rj = NULL;
     why = "out of memory";
     code = GRAPHD_RESOURCE_EXHAUSTED;
   }
@@ -399,7 +400,6 @@ void attach_handle_register_ring(gd_session *s, Graphd__Wire__Request *req, int 
                                 .client_pid = (uint32_t)s->pid,
                                 .client_uid = (uint32_t)s->uid};
   x->ring_pending = true;
-  d->host_maps++;
   session_submit(s, request_id, &rj->rq, daemon_worker(d, s->device), ring_run, ring_done);
 }
 

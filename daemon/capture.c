@@ -183,6 +183,7 @@ void capture_free(gd_device *d, gd_capture *c) {
   free(c->loop_reader);
   free(c->cond_handle);
   free(c->built_direct);
+  free(c->users);
   free(c);
 }
 
@@ -1031,6 +1032,25 @@ static gd_capture *session_instance(gd_device *d, gd_capture *c, uint64_t sessio
   return x;
 }
 
+/* uid joins c's users, who decide who may evict it: every one is kept,
+ * however many processes replayed it. Without memory for another, c is
+ * marked so that only an admin may evict it. */
+static void add_user(gd_capture *c, uint32_t uid) {
+  for (uint32_t k = 0; k < c->nusers; k++)
+    if (c->users[k] == uid) return;
+  if (c->nusers == c->users_cap) {
+    uint32_t cap = c->users_cap ? 2 * c->users_cap : 4;
+    uint32_t *n = realloc(c->users, cap * sizeof *n);
+    if (!n) {
+      c->users_lost = true;
+      return;
+    }
+    c->users = n;
+    c->users_cap = cap;
+  }
+  c->users[c->nusers++] = uid;
+}
+
 int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind, bool first,
                     uint32_t pid, uint32_t uid, uint64_t session, gd_capture **used, char *err,
                     size_t errlen) {
@@ -1052,11 +1072,12 @@ int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *b
   c->replays++;
   c->last_queued_ns = x->last_queued_ns;
   uint32_t k = 0;
-  while (k < c->npids && (c->pids[k] != pid || c->uids[k] != uid)) k++;
+  while (k < c->npids && (c->pids[k] != pid || c->pid_uids[k] != uid)) k++;
   if (k == c->npids && c->npids < GD_CAPTURE_PIDS) {
     c->pids[c->npids] = pid;
-    c->uids[c->npids++] = uid;
+    c->pid_uids[c->npids++] = uid;
   }
+  add_user(c, uid);
   return 0;
 }
 

@@ -104,9 +104,15 @@ typedef struct gd_capture {
   uint64_t replays; /* the first instance: over all of them */
   uint32_t nodes;
   uint64_t last_queued_ns;
-  uint32_t pids[GD_CAPTURE_PIDS]; /* client processes that replayed it */
-  uint32_t uids[GD_CAPTURE_PIDS]; /* ... and the user each ran as */
+  uint32_t pids[GD_CAPTURE_PIDS];     /* the first client processes that replayed it */
+  uint32_t pid_uids[GD_CAPTURE_PIDS]; /* ... and the user each ran as */
   uint32_t npids;
+  /* Every user whose processes replayed it, however many processes and
+   * users they were: who may evict it (evict.c). users_lost: a user could
+   * not be added (no memory), so none but an admin may evict it. */
+  uint32_t *users;
+  uint32_t nusers, users_cap;
+  bool users_lost;
   uint32_t generation;      /* 1 for the program's first capture on the device, +1 per re-capture */
   uint64_t created_unix_ms; /* when it was built */
 } gd_capture;
@@ -170,7 +176,8 @@ void capture_free(gd_device *d, gd_capture *c);
  * another session, its temporaries when it passes to another user. Then
  * it copies in (the unstaged inputs too when `first`), launches, copies
  * out, and records the instance's last-use event; the process joins c's
- * users. *used (may be NULL) is the instance the replay went to. */
+ * processes (the first GD_CAPTURE_PIDS are kept) and uid its users (all
+ * are kept). *used (may be NULL) is the instance the replay went to. */
 int capture_enqueue(gd_device *d, gd_capture *c, gd_stream s, const gd_bound *bind, bool first,
                     uint32_t pid, uint32_t uid, uint64_t session, gd_capture **used, char *err,
                     size_t errlen);

@@ -114,6 +114,7 @@ typedef struct control_job {
   enum ask ask;
   fanout *f;                /* Evict only */
   _Atomic bool started;     /* set by the worker: requests that come now need a later job */
+  bool sealed;              /* an Evict went to the worker after it: it takes no more requests */
   uint64_t sent_ns;         /* shared: when it went to the worker */
   gd_control_wait *waits;   /* shared: the requests its answer goes to */
   struct control_job *next; /* shared: in the device's jobs, oldest first */
@@ -496,8 +497,11 @@ static bool ask_device(fanout *f, int i) {
   control_job *last = NULL;
   for (control_job *x = shared ? c->jobs[f->ask] : NULL; x; x = x->next) last = x;
   control_job *dj = NULL;
-  if (last && !atomic_load(&last->started)) {
-    dj = last; /* not started: its answer is fresh enough */
+  if (last && !last->sealed && !atomic_load(&last->started)) {
+    /* Not started, and nothing went to the worker after it that a request
+     * sent now could have seen done (the worker runs its jobs in order;
+     * only an Evict can be answered before it ran): its answer is fresh. */
+    dj = last;
   } else {
     if (!(dj = calloc(1, sizeof *dj))) return false;
     dj->d = d;
@@ -512,6 +516,10 @@ static bool ask_device(fanout *f, int i) {
       else
         c->jobs[f->ask] = dj;
     } else {
+      /* A list or status asked after this Evict must not take the answer of
+       * a job queued before it. */
+      for (int k = 0; k < GD_CONTROL_SHARED; k++)
+        for (control_job *x = c->jobs[k]; x; x = x->next) x->sealed = true;
       dj->f = f;
       f->refs++;
       if (f->jobs++ == 0) {

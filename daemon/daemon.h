@@ -105,8 +105,11 @@ typedef struct gd_daemon {
   gd_session_set sessions;
   /* Client memory graphd has mapped, or is mapping: regions, flag pages
    * and rings, one mapping each (dsession.c), within max_host_maps (from
-   * the kernel's vm.max_map_count, kernel_max_maps; 0: no bound). */
+   * the kernel's vm.max_map_count, kernel_max_maps; 0: no bound); and per
+   * uid (uthash), for the fair shares, with how many uids have any. */
   uint64_t host_maps, max_host_maps, kernel_max_maps;
+  struct gd_uid_maps *uid_maps;
+  uint32_t map_users;
 
   int listen_fd;
   bool listen_inherited; /* came from systemd: never unlink */

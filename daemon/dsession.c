@@ -13,6 +13,7 @@
 #include "holwatch.h"
 #include "common/log.h"
 #include "ring.h"
+#include "share.h"
 
 /* --- mappings of client memory ---------------------------------------------
  * Each region, flag page and ring is one mapping (a VMA) in graphd's
@@ -22,7 +23,55 @@
  * all sessions, from the request that asks for one until the job that
  * lets it go has run, and refuses new ones within a bound below the
  * kernel's. Regions may take 7/8 of it, so that a new session can still
- * map its flag page and ring. */
+ * map its flag page and ring. It counts them per uid as well, and each
+ * uid has a fair share of the bound (share.h), so that uids within their
+ * region limits cannot take it all from another. */
+
+typedef struct gd_uid_maps {
+  uint32_t uid;
+  uint64_t n; /* its mappings, counted as for host_maps */
+  UT_hash_handle hh;
+} gd_uid_maps;
+
+static gd_uid_maps *uid_maps_find(gd_daemon *d, uid_t uid) {
+  uint32_t key = (uint32_t)uid;
+  gd_uid_maps *u = NULL;
+  HASH_FIND(hh, d->uid_maps, &key, sizeof key, u);
+  return u;
+}
+
+int dsession_maps_take(gd_daemon *d, uid_t uid) {
+  gd_uid_maps *u = uid_maps_find(d, uid);
+  if (!u) {
+    if (!(u = calloc(1, sizeof *u))) return -1;
+    u->uid = (uint32_t)uid;
+    HASH_ADD(hh, d->uid_maps, uid, sizeof u->uid, u);
+    d->map_users++;
+  }
+  u->n++;
+  d->host_maps++;
+  return 0;
+}
+
+void dsession_maps_give(gd_daemon *d, uid_t uid, uint64_t n) {
+  d->host_maps -= n;
+  gd_uid_maps *u = uid_maps_find(d, uid);
+  if (!u) return;
+  u->n = u->n > n ? u->n - n : 0;
+  if (u->n) return;
+  HASH_DEL(d->uid_maps, u);
+  free(u);
+  d->map_users--;
+}
+
+void dsession_maps_free(gd_daemon *d) {
+  gd_uid_maps *u, *tmp;
+  HASH_ITER(hh, d->uid_maps, u, tmp) {
+    HASH_DEL(d->uid_maps, u);
+    free(u);
+  }
+  d->map_users = 0;
+}
 
 void dsession_maps_init(gd_daemon *d) {
   uint64_t kernel = 65530; /* the kernel's default, when /proc says nothing */
@@ -49,10 +98,55 @@ void dsession_maps_init(gd_daemon *d) {
          (unsigned long long)d->max_host_maps, (unsigned long long)kernel);
 }
 
-bool dsession_maps_fit(gd_daemon *d, bool region, char *err, size_t errlen) {
+/* Whether one more mapping keeps uid within its fair share of cap (all
+ * of the bound, or regions' part of it). */
+static bool share_fits(gd_daemon *d, uid_t uid, bool region, uint64_t cap, char *err,
+                       size_t errlen) {
+  if (!d->opt->fair_shares) return true;
+  const gd_uid_maps *u = uid_maps_find(d, uid);
+  gd_share_ask a = {.bound = cap,
+                    .held = d->host_maps,
+                    .users = d->map_users,
+                    .mine = u ? u->n : 0,
+                    .more = 1,
+                    .grows = 1};
+  uint64_t share;
+  gd_share_verdict v = gd_share_check(&a, &share);
+  if (v == GD_SHARE_OK) return true;
+  char bound[128];
+  if (region)
+    snprintf(bound, sizeof bound, "regions may take %llu, 7/8 of --max-host-maps %llu",
+             (unsigned long long)cap, (unsigned long long)d->max_host_maps);
+  else
+    snprintf(bound, sizeof bound, "--max-host-maps %llu", (unsigned long long)cap);
+  uint32_t users = a.users + (a.mine ? 0 : 1);
+  int n = snprintf(err, errlen,
+                   "fair share of client mappings reached: uid %u's sessions have %llu "
+                   "mappings and this is one more, ",
+                   (unsigned)uid, (unsigned long long)a.mine);
+  if (n < 0 || (size_t)n >= errlen) return false;
+  if (v == GD_SHARE_OVER)
+    snprintf(err + n, errlen - (size_t)n,
+             "past its share of %llu (%s, / (%u uid%s with mappings + 1)); unregister some of "
+             "uid %u's regions or close its sessions, or raise --max-host-maps (the kernel's "
+             "vm.max_map_count is %llu)",
+             (unsigned long long)share, bound, users, users == 1 ? "" : "s", (unsigned)uid,
+             (unsigned long long)d->kernel_max_maps);
+  else
+    snprintf(err + n, errlen - (size_t)n,
+             "more than would stay free for other users: graphd holds %llu mappings of client "
+             "memory and %s; unregister some of uid %u's regions or close its sessions, or "
+             "raise --max-host-maps (the kernel's vm.max_map_count is %llu)",
+             (unsigned long long)a.held, bound, (unsigned)uid,
+             (unsigned long long)d->kernel_max_maps);
+  return false;
+}
+
+bool dsession_maps_fit(gd_daemon *d, uid_t uid, bool region, char *err, size_t errlen) {
   uint64_t max = d->max_host_maps;
   uint64_t cap = region ? max - max / 8 : max;
-  if (!max || d->host_maps < cap) return true;
+  if (!max) return true;
+  if (d->host_maps < cap) return share_fits(d, uid, region, cap, err, errlen);
   if (region)
     snprintf(err, errlen,
              "graphd holds %llu mappings of client memory over all sessions; regions may take "
@@ -79,6 +173,7 @@ typedef struct end_job {
   gd_region_map *maps;
   size_t nmaps;
   uint64_t unmapped; /* mappings of client memory the worker let go */
+  uid_t uid;         /* whose they were */
 } end_job;
 
 int dsession_open(gd_session *s, int dev) {
@@ -115,7 +210,7 @@ static void end_run(gd_job *j, void *ctx) {
 
 static void end_done(gd_job *j) {
   end_job *ej = gd_container_of(j, end_job, job);
-  ej->d->host_maps -= ej->unmapped;
+  dsession_maps_give(ej->d, ej->uid, ej->unmapped);
   dstream_drop(ej->ds); /* only when the end was refused and nothing ran */
   free(ej->maps);
   free(ej);
@@ -142,6 +237,7 @@ void dsession_close(gd_session *s) {
   /* A replay waiting on this client's ready flag stops waiting now. */
   atomic_store(&x->ds->client_gone, true);
   ej->d = d;
+  ej->uid = s->uid;
   ej->ds = x->ds;
   ej->job.run = end_run;
   ej->job.done = end_done;
@@ -164,6 +260,7 @@ typedef struct release_job {
    * and the stream drains before unmapping. */
   gd_dstream *ds;
   uint32_t id;
+  uid_t uid; /* whose mapping it is */
 } release_job;
 
 static void release_run(gd_job *j, void *ctx) {
@@ -182,7 +279,7 @@ static void release_run(gd_job *j, void *ctx) {
 
 static void release_done(gd_job *j) {
   release_job *rj = gd_container_of(j, release_job, job);
-  rj->d->host_maps--;
+  dsession_maps_give(rj->d, rj->uid, 1);
   free(rj);
 }
 
@@ -191,8 +288,9 @@ struct release_job *dsession_release_new(void) {
 }
 
 void dsession_release_map(release_job *rj, gd_daemon *d, int dev, const gd_region_map *map,
-                          gd_dstream *ds, uint32_t id) {
+                          gd_dstream *ds, uint32_t id, uid_t uid) {
   rj->d = d;
+  rj->uid = uid;
   rj->map = *map;
   rj->ds = ds;
   rj->id = id;

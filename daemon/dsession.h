@@ -59,10 +59,20 @@ void dsession_close(gd_session *s);
  * the kernel's count, the rest left to graphd's own mappings. At start. */
 void dsession_maps_init(gd_daemon *d);
 
-/* Whether one more mapping of client memory fits (a region's, or a flag
- * page's or ring's) under the bound over all sessions; if not, err says
- * why. */
-bool dsession_maps_fit(gd_daemon *d, bool region, char *err, size_t errlen);
+/* Whether one more mapping of client memory for a session of uid fits (a
+ * region's, or a flag page's or ring's): under the bound over all
+ * sessions, and within uid's fair share of it (share.h; regions' part of
+ * the bound for a region); if not, err says why, naming the flag. */
+bool dsession_maps_fit(gd_daemon *d, uid_t uid, bool region, char *err, size_t errlen);
+
+/* Counts one more mapping of uid's, from the request that asks for it
+ * until the job that lets it go has run; -1 (nothing counted) when out of
+ * memory. dsession_maps_give takes n back and allocates nothing. */
+int dsession_maps_take(gd_daemon *d, uid_t uid);
+void dsession_maps_give(gd_daemon *d, uid_t uid, uint64_t n);
+
+/* Frees the per-uid counts (at exit). */
+void dsession_maps_free(gd_daemon *d);
 
 /* A region's release, made when the region is asked for so that letting
  * it go cannot fail for want of memory; NULL when out of memory. Freed by
@@ -72,9 +82,10 @@ struct release_job *dsession_release_new(void);
 /* Queues, in rj, the unmapping of map on device dev behind whatever its
  * worker already has: the ring entries ds published before it run first
  * and the region (id) leaves the worker's view (ds NULL once the session
- * ended), the stream drains, then the import is let go. */
+ * ended), the stream drains, then the import is let go, and with it one
+ * of uid's mappings. */
 void dsession_release_map(struct release_job *rj, gd_daemon *d, int dev, const gd_region_map *map,
-                          gd_dstream *ds, uint32_t id);
+                          gd_dstream *ds, uint32_t id, uid_t uid);
 
 /* A worker released a hung client's waits: close its session, so that its
  * later requests fail. */

@@ -125,15 +125,20 @@ static bool selected(const gd_evict_sel *sel, const gd_capture *c) {
   return true;
 }
 
-/* Every process that used c ran as uid. */
+/* Every process that used c ran as uid: by c's users, all of whom are
+ * kept (its processes are only the first few). */
 static bool only_user(const gd_capture *c, uint32_t uid) {
-  for (uint32_t k = 0; k < c->npids; k++)
-    if (c->uids[k] != uid) return false;
+  if (c->users_lost) return false;
+  for (uint32_t k = 0; k < c->nusers; k++)
+    if (c->users[k] != uid) return false;
   return true;
 }
 
-/* c was used by the one process pid and no other. */
-static bool only_process(const gd_capture *c, uint32_t pid) {
+/* c was used by the one process pid, running as uid, and no other: the
+ * processes kept are all there were (fewer than GD_CAPTURE_PIDS), and
+ * its users are uid alone. */
+static bool only_process(const gd_capture *c, uint32_t pid, uint32_t uid) {
+  if (c->npids >= GD_CAPTURE_PIDS || !only_user(c, uid)) return false;
   for (uint32_t k = 0; k < c->npids; k++)
     if (c->pids[k] != pid) return false;
   return true;
@@ -146,14 +151,14 @@ static int may_take(gd_device *d, const gd_evict_sel *sel, const gd_capture *c, 
   if (sel->admin) return 1;
   if (sel->client_pid) {
     for (uint32_t k = 0; k < c->npids; k++)
-      if (c->pids[k] == sel->client_pid && c->uids[k] != sel->requester_uid) {
+      if (c->pids[k] == sel->client_pid && c->pid_uids[k] != sel->requester_uid) {
         snprintf(err, errlen,
                  "process %u runs as another user: evicting its captures needs an admin session "
                  "(root, graphd's user, or the admin group)",
                  sel->client_pid);
         return -GRAPHD_PERMISSION_DENIED;
       }
-    return only_process(c, sel->client_pid) ? 1 : 0;
+    return only_process(c, sel->client_pid, sel->requester_uid) ? 1 : 0;
   }
   if (only_user(c, sel->requester_uid)) return 1;
   char hex[2 * GD_ID_LEN + 1];

@@ -57,7 +57,8 @@ int evict_list(gd_device *d, gd_capture_info **out, size_t *n);
 
 /* Drops the selected captures and reports them (with dry_run, reports and
  * drops nothing). A requester that is not admin may take only captures
- * that processes of its own user alone used. Selected by client (a pid),
+ * that processes of its own user alone used (every user that replayed a
+ * capture is remembered, however many processes). Selected by client (a pid),
  * the captures that process alone used go and those it shares stay;
  * otherwise a selected capture another user's process used gives
  * PERMISSION_DENIED naming it, as does naming another user's process, and

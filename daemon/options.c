@@ -46,6 +46,7 @@ void options_defaults(gd_options *o) {
   o->ready_hold_rings = 2; /* GD_READY_HOLD_RINGS_DEFAULT */
   o->metrics_header_timeout_s = 5;
   o->metrics_per_address = 4;
+  o->fair_shares = 1;
 }
 
 static int parse_int(const char *s, long lo, long hi, long *out);
@@ -265,6 +266,15 @@ int options_set(gd_options *o, const char *key, const char *v, char *err, size_t
       BAD("metrics-listen: %s", why);
     if (copy_str(o->metrics_listen, sizeof o->metrics_listen, v) < 0)
       BAD("metrics-listen: '%s' is too long", v);
+  } else if (strcmp(key, "fair-shares") == 0) {
+    if (strcmp(v, "yes") == 0 || strcmp(v, "true") == 0 || strcmp(v, "on") == 0 ||
+        strcmp(v, "1") == 0)
+      o->fair_shares = 1;
+    else if (strcmp(v, "no") == 0 || strcmp(v, "false") == 0 || strcmp(v, "off") == 0 ||
+             strcmp(v, "0") == 0)
+      o->fair_shares = 0;
+    else
+      BAD("fair-shares: '%s' is not yes or no", v);
   } else if (strcmp(key, "max-connections") == 0 || strcmp(key, "max-connections-per-uid") == 0) {
     long conns;
     if (parse_int(v, 1, 1000000, &conns) < 0)
@@ -344,6 +354,7 @@ void options_print(const gd_options *o, int fd) {
     dprintf(fd, "%s = %u\n", count_limits[i].key,
             *(const uint32_t *)((const char *)o + count_limits[i].off));
   dprintf(fd, "metrics-header-timeout = %g\n", o->metrics_header_timeout_s);
+  dprintf(fd, "fair-shares = %s\n", o->fair_shares ? "yes" : "no");
   for (size_t i = 0; i < sizeof size_limits / sizeof size_limits[0]; i++)
     dprintf(fd, "%s = %llu\n", size_limits[i].key,
             (unsigned long long)*(const uint64_t *)((const char *)o + size_limits[i].off));

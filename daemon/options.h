@@ -41,10 +41,11 @@ typedef struct gd_options {
   uint32_t gpu_time_sample;              /* time one replay in this many on the GPU; 0 = none */
   uint32_t ready_hold_rings;             /* past this many rings, ready writes wait on the worker */
   uint32_t max_host_maps;                /* client mappings in all; 0: from vm.max_map_count */
-  char host_module_allow[256];           /* file of host module ids non-admins may register */
-  char metrics_listen[128];              /* ADDR:PORT of the /metrics endpoint; empty: none */
-  double metrics_header_timeout_s;       /* an HTTP request's headers must be in by then */
-  uint32_t metrics_per_address;          /* HTTP connections one address may hold */
+  int fair_shares; /* 1 (default): a uid past its fair share of a tight pool is refused */
+  char host_module_allow[256];     /* file of host module ids non-admins may register */
+  char metrics_listen[128];        /* ADDR:PORT of the /metrics endpoint; empty: none */
+  double metrics_header_timeout_s; /* an HTTP request's headers must be in by then */
+  uint32_t metrics_per_address;    /* HTTP connections one address may hold */
 } gd_options;
 
 #include <stddef.h>

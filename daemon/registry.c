@@ -13,6 +13,7 @@
 
 #include "clock.h"
 #include "graphd/status.h"
+#include "share.h"
 
 gd_module *registry_find_module(gd_registry *r, const uint8_t id[GD_ID_LEN]) {
   gd_module *m = NULL;
@@ -53,6 +54,13 @@ static gd_reg_user *user_get(gd_registry *r, uint32_t uid, bool make) {
   return u;
 }
 
+/* Forgets u once it is charged for nothing and pins nothing. */
+static void user_gc(gd_registry *r, gd_reg_user *u) {
+  if (u->programs || u->program_bytes || u->module_bytes || u->pins) return;
+  HASH_DEL(r->users, u);
+  free(u);
+}
+
 gd_reg_user registry_user(gd_registry *r, uint32_t uid) {
   gd_reg_user *u = user_get(r, uid, false);
   gd_reg_user z = {.uid = uid};
@@ -76,10 +84,7 @@ static void charge(gd_registry *r, uint32_t uid, bool program, uint64_t bytes, i
   } else {
     u->module_bytes = sign > 0 ? u->module_bytes + bytes : u->module_bytes - bytes;
   }
-  if (!u->programs && !u->program_bytes && !u->module_bytes) {
-    HASH_DEL(r->users, u);
-    free(u);
-  }
+  user_gc(r, u);
 }
 
 static void unlink_program(gd_registry *r, gd_regprog *p) {
@@ -169,6 +174,208 @@ static uint64_t max_module_bytes(const gd_registry *r) {
   return l && l < GD_REGISTRY_MAX_MODULE_BYTES ? l : GD_REGISTRY_MAX_MODULE_BYTES;
 }
 
+/* --- fair shares ----------------------------------------------------------- */
+
+enum { POOL_PROGRAMS, POOL_PROGRAM_BYTES, POOL_MODULES, POOL_MODULE_BYTES, NPOOLS };
+
+/* One pool: its bound, how it is named in errors, and the flag that sets it. */
+static uint64_t pool_bound(const gd_registry *r, int pool) {
+  switch (pool) {
+    case POOL_PROGRAMS: return max_programs(r);
+    case POOL_PROGRAM_BYTES: return max_program_bytes(r);
+    case POOL_MODULES: return GD_REGISTRY_MAX_MODULES;
+    default: return max_module_bytes(r);
+  }
+}
+
+static const char *const pool_what[NPOOLS] = {"programs", "program bytes", "modules",
+                                              "module bytes"};
+static const char *const pool_flag[NPOOLS] = {"--max-programs", "--max-program-bytes",
+                                              "graphd's limit of modules", "--max-module-bytes"};
+
+static uint64_t pinned_in(const gd_reg_pinned *p, int pool) {
+  switch (pool) {
+    case POOL_PROGRAMS: return p->programs;
+    case POOL_PROGRAM_BYTES: return p->program_bytes;
+    case POOL_MODULES: return p->modules;
+    default: return p->module_bytes;
+  }
+}
+
+/* Users pinning part of the pool. */
+static uint32_t pool_users(const gd_registry *r, int pool) {
+  return pool <= POOL_PROGRAM_BYTES ? r->program_pinners : r->module_pinners;
+}
+
+/* Appends to err the user that pins the most beyond its fair share of the
+ * pool, if one does. */
+static void name_most_over(gd_registry *r, int pool, char *err, size_t errlen) {
+  uint64_t bound = pool_bound(r, pool), share = gd_share_of(bound, pool_users(r, pool));
+  const gd_reg_user *most = NULL;
+  for (const gd_reg_user *u = r->users; u; u = u->hh.next)
+    if (pinned_in(&u->pinned, pool) > share &&
+        (!most || pinned_in(&u->pinned, pool) > pinned_in(&most->pinned, pool)))
+      most = u;
+  if (most)
+    snprintf(err, errlen,
+             "; uid %u holds the most beyond its fair share (%llu %s, the share is %llu)",
+             most->uid, (unsigned long long)pinned_in(&most->pinned, pool), pool_what[pool],
+             (unsigned long long)share);
+}
+
+static gd_reg_pin *pin_find(const gd_reg_user *u, const void *entry) {
+  gd_reg_pin *p = NULL;
+  if (u) HASH_FIND_PTR(u->pins, &entry, p);
+  return p;
+}
+
+/* u's pin of the entry starts (sign > 0) or ends: the user's, and (when it
+ * is the first or last user to pin it) the registry's counts follow. */
+static void pin_count(gd_registry *r, gd_reg_user *u, bool program, void *entry, int sign) {
+  uint64_t bytes = program ? ((gd_regprog *)entry)->bytes : ((gd_module *)entry)->len;
+  gd_reg_use *use = program ? &((gd_regprog *)entry)->use : &((gd_module *)entry)->use;
+  gd_reg_pinned *up = &u->pinned, *rp = &r->pinned;
+  bool first_user = sign > 0 ? use->pinners++ == 0 : --use->pinners == 0;
+  if (program) {
+    if (sign > 0 && up->programs++ == 0) r->program_pinners++;
+    if (sign < 0 && --up->programs == 0) r->program_pinners--;
+    up->program_bytes = sign > 0 ? up->program_bytes + bytes : up->program_bytes - bytes;
+    if (first_user) {
+      rp->programs = sign > 0 ? rp->programs + 1 : rp->programs - 1;
+      rp->program_bytes = sign > 0 ? rp->program_bytes + bytes : rp->program_bytes - bytes;
+    }
+  } else {
+    if (sign > 0 && up->modules++ == 0) r->module_pinners++;
+    if (sign < 0 && --up->modules == 0) r->module_pinners--;
+    up->module_bytes = sign > 0 ? up->module_bytes + bytes : up->module_bytes - bytes;
+    if (first_user) {
+      rp->modules = sign > 0 ? rp->modules + 1 : rp->modules - 1;
+      rp->module_bytes = sign > 0 ? rp->module_bytes + bytes : rp->module_bytes - bytes;
+    }
+  }
+}
+
+/* u pins one entry once more; -1 when out of memory (nothing changed). */
+static int pin_one(gd_registry *r, gd_reg_user *u, bool program, void *entry) {
+  gd_reg_pin *p = pin_find(u, entry);
+  if (p) {
+    p->refs++;
+    return 0;
+  }
+  if (!(p = calloc(1, sizeof *p))) return -1;
+  p->entry = entry;
+  p->refs = 1;
+  HASH_ADD_PTR(u->pins, entry, p);
+  pin_count(r, u, program, entry, +1);
+  return 0;
+}
+
+/* The reverse of pin_one (allocates nothing). */
+static void unpin_one(gd_registry *r, gd_reg_user *u, bool program, void *entry) {
+  gd_reg_pin *p = pin_find(u, entry);
+  if (!p || --p->refs) return;
+  HASH_DEL(u->pins, p);
+  free(p);
+  pin_count(r, u, program, entry, -1);
+}
+
+/* One hold of u's on the entry: a program pins the modules it launches too. */
+static void unpin(gd_registry *r, gd_reg_user *u, bool program, void *entry, uint32_t nsteps) {
+  if (program)
+    for (uint32_t i = 0; i < nsteps; i++)
+      if (((gd_regprog *)entry)->step_module[i])
+        unpin_one(r, u, false, ((gd_regprog *)entry)->step_module[i]);
+  unpin_one(r, u, program, entry);
+}
+
+static int pin(gd_registry *r, gd_reg_user *u, bool program, void *entry) {
+  if (pin_one(r, u, program, entry) < 0) return -1;
+  if (!program) return 0;
+  gd_regprog *p = entry;
+  for (uint32_t i = 0; i < p->program->nsteps; i++)
+    if (p->step_module[i] && pin_one(r, u, false, p->step_module[i]) < 0) {
+      unpin(r, u, true, p, i);
+      return -1;
+    }
+  return 0;
+}
+
+/* Whether a hold of uid's on the entry keeps uid within share.h's rule in
+ * every pool it adds to; RESOURCE_EXHAUSTED with err naming the pool, its
+ * bound and its flag if not. */
+static int fair_share_check(gd_registry *r, uint32_t uid, bool program, void *entry, char *err,
+                            size_t errlen) {
+  if (r->limits.no_fair_shares) return 0;
+  const gd_reg_user *u = user_get(r, uid, false);
+  if (pin_find(u, entry)) return 0; /* another of its sessions holds it: nothing new */
+  /* What the hold adds to uid's pins (mine) and to the registry's (all). */
+  uint64_t mine[NPOOLS] = {0}, all[NPOOLS] = {0};
+  if (program) {
+    gd_regprog *p = entry;
+    mine[POOL_PROGRAMS] = 1;
+    mine[POOL_PROGRAM_BYTES] = p->bytes;
+    if (!p->use.pinners) {
+      all[POOL_PROGRAMS] = 1;
+      all[POOL_PROGRAM_BYTES] = p->bytes;
+    }
+    uint64_t mark = ++r->mark;
+    for (uint32_t i = 0; i < p->program->nsteps; i++) {
+      gd_module *m = p->step_module[i];
+      if (!m || m->mark == mark) continue;
+      m->mark = mark;
+      if (!pin_find(u, m)) {
+        mine[POOL_MODULES]++;
+        mine[POOL_MODULE_BYTES] += m->len;
+      }
+      if (!m->use.pinners) {
+        all[POOL_MODULES]++;
+        all[POOL_MODULE_BYTES] += m->len;
+      }
+    }
+  } else {
+    gd_module *m = entry;
+    mine[POOL_MODULES] = 1;
+    mine[POOL_MODULE_BYTES] = m->len;
+    if (!m->use.pinners) {
+      all[POOL_MODULES] = 1;
+      all[POOL_MODULE_BYTES] = m->len;
+    }
+  }
+  for (int k = 0; k < NPOOLS; k++) {
+    if (!mine[k]) continue;
+    gd_share_ask ask = {.bound = pool_bound(r, k),
+                        .held = pinned_in(&r->pinned, k),
+                        .users = pool_users(r, k),
+                        .mine = u ? pinned_in(&u->pinned, k) : 0,
+                        .more = mine[k],
+                        .grows = all[k]};
+    uint64_t share;
+    gd_share_verdict v = gd_share_check(&ask, &share);
+    if (v == GD_SHARE_OK) continue;
+    uint32_t users = ask.users + (ask.mine ? 0 : 1);
+    int n = snprintf(err, errlen,
+                     "fair share of %s reached: uid %u's open sessions hold %llu and this needs "
+                     "%llu more, ",
+                     pool_what[k], uid, (unsigned long long)ask.mine, (unsigned long long)ask.more);
+    if (n < 0 || (size_t)n >= errlen) return -GRAPHD_RESOURCE_EXHAUSTED;
+    if (v == GD_SHARE_OVER)
+      snprintf(err + n, errlen - (size_t)n,
+               "past its share of %llu (%s %llu / (%u uid%s holding %s + 1)); close some of uid "
+               "%u's sessions%s%s",
+               (unsigned long long)share, pool_flag[k], (unsigned long long)ask.bound, users,
+               users == 1 ? "" : "s", pool_what[k], uid, k == POOL_MODULES ? "" : ", or raise ",
+               k == POOL_MODULES ? "" : pool_flag[k]);
+    else
+      snprintf(err + n, errlen - (size_t)n,
+               "more than would stay free for other users: open sessions hold %llu of %s %llu; "
+               "close some of uid %u's sessions%s%s",
+               (unsigned long long)ask.held, pool_flag[k], (unsigned long long)ask.bound, uid,
+               k == POOL_MODULES ? "" : ", or raise ", k == POOL_MODULES ? "" : pool_flag[k]);
+    return -GRAPHD_RESOURCE_EXHAUSTED;
+  }
+  return 0;
+}
+
 /* Room in the whole registry for one more program, or one more module, of
  * len bytes: unused entries go, least recently used first. */
 static int global_room(gd_registry *r, bool program, uint64_t len, char *err, size_t errlen) {
@@ -198,23 +405,30 @@ static int global_room(gd_registry *r, bool program, uint64_t len, char *err, si
     if (!p) break;
     unlink_program(r, p);
   }
+  int n;
   if (program && r->nprograms >= max_programs(r))
-    snprintf(err, errlen,
-             "the program registry is full (max-programs %u) and every program in it is held "
-             "by an open session",
-             max_programs(r));
+    n = snprintf(err, errlen,
+                 "the program registry is full (max-programs %u) and every program in it is "
+                 "held by an open session",
+                 max_programs(r));
   else if (program)
-    snprintf(err, errlen,
-             "the program registry is full (%llu of --max-program-bytes %llu, this program "
-             "%llu more) and every program in it is held by an open session",
-             (unsigned long long)r->program_bytes, (unsigned long long)max_program_bytes(r),
-             (unsigned long long)len);
+    n = snprintf(err, errlen,
+                 "the program registry is full (%llu of --max-program-bytes %llu, this program "
+                 "%llu more) and every program in it is held by an open session",
+                 (unsigned long long)r->program_bytes, (unsigned long long)max_program_bytes(r),
+                 (unsigned long long)len);
   else
-    snprintf(err, errlen,
-             "the module registry is full (%u modules, %llu bytes; max-module-bytes %llu) and "
-             "every module in it is in use",
-             r->nmodules, (unsigned long long)r->module_bytes,
-             (unsigned long long)max_module_bytes(r));
+    n = snprintf(err, errlen,
+                 "the module registry is full (%u modules, %llu bytes; max-module-bytes %llu) and "
+                 "every module in it is in use",
+                 r->nmodules, (unsigned long long)r->module_bytes,
+                 (unsigned long long)max_module_bytes(r));
+  if (n > 0 && (size_t)n < errlen && !r->limits.no_fair_shares)
+    name_most_over(
+        r,
+        program ? (r->nprograms >= max_programs(r) ? POOL_PROGRAMS : POOL_PROGRAM_BYTES)
+                : (r->nmodules >= GD_REGISTRY_MAX_MODULES ? POOL_MODULES : POOL_MODULE_BYTES),
+        err + n, errlen - (size_t)n);
   return -GRAPHD_RESOURCE_EXHAUSTED;
 }
 
@@ -348,11 +562,21 @@ int registry_hold(gd_registry *r, gd_reg_holds **h, uint32_t uid, bool program, 
   held *x = NULL;
   HASH_FIND_PTR((*h)->set, &entry, x);
   if (x) return 0;
+  /* Past its fair share, the user is refused before it is charged for
+   * anything. */
+  int rc = fair_share_check(r, uid, program, entry, err, errlen);
+  if (rc < 0) return rc;
   /* A hold on another user's entry is charged to the holder, as if it had
    * registered it: no user can pin more than its own limits allow. */
-  int rc = registry_claim(r, uid, program, entry, err, errlen);
+  rc = registry_claim(r, uid, program, entry, err, errlen);
   if (rc < 0) return rc;
-  if (!(x = calloc(1, sizeof *x))) goto oom;
+  gd_reg_user *u = user_get(r, uid, true);
+  if (!u) goto oom;
+  if (!(x = calloc(1, sizeof *x)) || pin(r, u, program, entry) < 0) {
+    free(x);
+    user_gc(r, u);
+    goto oom;
+  }
   x->entry = entry;
   x->uid = uid;
   x->program = program;
@@ -367,12 +591,16 @@ oom:
 }
 
 void registry_release(gd_registry *r, gd_reg_holds **h) {
-  (void)r;
   if (!*h) return;
   uint64_t now = gd_now_ns();
   held *x, *tmp;
   HASH_ITER(hh, (*h)->set, x, tmp) {
     gd_reg_use *use = x->program ? &((gd_regprog *)x->entry)->use : &((gd_module *)x->entry)->use;
+    gd_reg_user *u = user_get(r, x->uid, false);
+    if (u) {
+      unpin(r, u, x->program, x->entry, x->program ? ((gd_regprog *)x->entry)->program->nsteps : 0);
+      user_gc(r, u);
+    }
     use->holders--;
     int oi = owner_index(use, x->uid);
     if (oi >= 0 && use->owner_holds[oi]) use->owner_holds[oi]--;
@@ -680,6 +908,11 @@ void registry_close(gd_registry *r) {
   }
   gd_reg_user *u, *utmp;
   HASH_ITER(hh, r->users, u, utmp) {
+    gd_reg_pin *pn, *pntmp;
+    HASH_ITER(hh, u->pins, pn, pntmp) {
+      HASH_DEL(u->pins, pn);
+      free(pn);
+    }
     HASH_DEL(r->users, u);
     free(u);
   }

@@ -19,6 +19,13 @@
  * launches is never freed before the program, and the program's owners
  * are charged for it too.
  *
+ * Fair shares: what sessions hold cannot be freed, so the registry also
+ * keeps what each user pins (the entries its open sessions hold, and the
+ * modules the programs they hold launch), and a hold is refused when it
+ * would take its user past the rule of share.h in any pool it adds to
+ * (programs by count and by bytes, modules by count and by bytes): so
+ * that other users always find room, which unpinned entries make.
+ *
  * Removal has two halves: the registry unlinks the entry at once (its id
  * is unknown from then on, its counts are given back) and keeps it on a
  * dead list; the daemon then has every device forget its index (after the
@@ -47,6 +54,7 @@ typedef struct gd_reg_use {
   uint32_t nowners, owners_cap;
   uint32_t *owners;      /* uids charged for it */
   uint32_t *owner_holds; /* per owner: its sessions that hold it */
+  uint32_t pinners;      /* users that pin it (gd_reg_user.pins) */
 } gd_reg_use;
 
 typedef struct gd_module {
@@ -57,6 +65,7 @@ typedef struct gd_module {
   bool mapped;        /* bytes is an mmap of a sealed memfd, else malloc'd */
   uint32_t index;     /* dense index, for per-device tables */
   uint32_t nlaunches; /* launch steps of registered programs that use it */
+  uint64_t mark;      /* registry_hold counts it once per hold (gd_registry.mark) */
   gd_reg_use use;
   struct gd_module *next_dead;
   UT_hash_handle hh;
@@ -73,12 +82,29 @@ typedef struct gd_regprog {
   UT_hash_handle hh;
 } gd_regprog;
 
-/* What one user is charged for. */
+/* One entry a user pins, and how many times (its sessions' holds, and
+ * for a module the launches of the programs they hold). */
+typedef struct gd_reg_pin {
+  void *entry; /* the key */
+  uint32_t refs;
+  UT_hash_handle hh;
+} gd_reg_pin;
+
+/* What one pool of the registry holds pinned: entries (each once) and
+ * their bytes; per user, or over all users. */
+typedef struct gd_reg_pinned {
+  uint32_t programs, modules;
+  uint64_t program_bytes, module_bytes;
+} gd_reg_pinned;
+
+/* What one user is charged for, and what it pins. */
 typedef struct gd_reg_user {
   uint32_t uid;
   uint32_t programs;
   uint64_t program_bytes;
   uint64_t module_bytes;
+  gd_reg_pinned pinned;
+  gd_reg_pin *pins; /* uthash by entry */
   UT_hash_handle hh;
 } gd_reg_user;
 
@@ -90,6 +116,7 @@ typedef struct gd_reg_limits {
   uint64_t max_module_bytes_per_uid;
   uint64_t max_program_bytes; /* in all (at most GD_REGISTRY_MAX_PROGRAM_BYTES) */
   uint64_t max_program_bytes_per_uid;
+  bool no_fair_shares; /* --fair-shares no: the pools have no shares */
 } gd_reg_limits;
 
 /* A dense index that is handed out again once freed. */
@@ -106,6 +133,11 @@ typedef struct gd_registry {
   uint64_t module_bytes, program_bytes;
   gd_reg_limits limits;
   gd_reg_user *users; /* uthash head */
+  /* Pinned over all users, and how many users pin programs, and modules:
+   * the fair shares' terms. */
+  gd_reg_pinned pinned;
+  uint32_t program_pinners, module_pinners;
+  uint64_t mark; /* gd_module.mark */
   gd_reg_index module_index, program_index;
   /* Unlinked, to be forgotten by every device and then freed. */
   gd_module *dead_modules;
@@ -183,7 +215,8 @@ int registry_claim(gd_registry *r, uint32_t uid, bool program, void *entry, char
 /* The session *h, of user uid, holds the entry from now on (once); it is
  * used now. A user that does not own the entry is charged for it first
  * (registry_claim), so that holds count against the holder's limits;
- * RESOURCE_EXHAUSTED (err filled) when they do not let it. */
+ * RESOURCE_EXHAUSTED (err filled) when they do not let it, or when the
+ * hold would take the user past its fair share (see above). */
 int registry_hold(gd_registry *r, gd_reg_holds **h, uint32_t uid, bool program, void *entry,
                   char *err, size_t errlen);
 

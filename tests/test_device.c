@@ -87,8 +87,8 @@ static const gd_regprog *scale_program(fixture *f, float factor) {
 
 /* One replay of prog on host buffers x and y on stream st as the worker
  * runs it: prepare, find or build (with the budget) the capture, queue it. */
-static int replay_on(fixture *f, const gd_regprog *prog, gd_stream st, float *x, float *y,
-                     uint32_t pid) {
+static int replay_as(fixture *f, const gd_regprog *prog, gd_stream st, float *x, float *y,
+                     uint32_t pid, uint32_t uid) {
   char err[512];
   /* One per slot: a scratch slot, if the program has one, is not bound. */
   gd_bound bind[3] = {{true, (uint64_t)(uintptr_t)x, N * 4}, {true, (uint64_t)(uintptr_t)y, N * 4}};
@@ -110,10 +110,15 @@ static int replay_on(fixture *f, const gd_regprog *prog, gd_stream st, float *x,
     (void)capture_mark_built(&f->d, c);
     first = true;
   }
-  /* Each test process runs as its own user here: uid = pid. */
-  rc = capture_enqueue(&f->d, c, st, bind, first, pid, pid, 1, NULL, err, sizeof err);
+  rc = capture_enqueue(&f->d, c, st, bind, first, pid, uid, 1, NULL, err, sizeof err);
   ck_assert_msg(rc == 0, "enqueue: %s", err);
   return 0;
+}
+
+/* Each test process runs as its own user here: uid = pid. */
+static int replay_on(fixture *f, const gd_regprog *prog, gd_stream st, float *x, float *y,
+                     uint32_t pid) {
+  return replay_as(f, prog, st, x, y, pid, pid);
 }
 
 static int replay(fixture *f, const gd_regprog *prog, float *x, float *y, uint32_t pid) {
@@ -193,6 +198,50 @@ START_TEST(test_device_samples_the_device_time_of_replays) {
   ck_assert_uint_le(m, 130);
   /* None, but at most the one chosen before the switch. */
   ck_assert_uint_le(timed_of(&f, p, x, y, 0, 100), 1);
+  fixture_close(&f);
+}
+END_TEST
+
+/* Eviction rights go by user: every user that replayed a capture is kept,
+ * however many processes did. 20 processes of uid 100, then one of uid
+ * 200: uid 100 may not take it (only the first 16 processes are listed,
+ * all of uid 100's), nor by one of its processes; uid 200's alone it may. */
+START_TEST(test_device_evict_rights_keep_every_user) {
+  fixture f;
+  fixture_open(&f, 0);
+  static float x[N], y[N];
+  fill(x, 0.0f);
+  const gd_regprog *a = scale_program(&f, 2.0f), *b = scale_program(&f, 4.0f);
+  for (uint32_t pid = 1000; pid < 1020; pid++)
+    ck_assert_int_eq(replay_as(&f, a, f.stream, x, y, pid, 100), 0);
+  ck_assert_int_eq(replay_as(&f, a, f.stream, x, y, 2000, 200), 0);
+  ck_assert_int_eq(replay_as(&f, b, f.stream, x, y, 2000, 200), 0);
+  gd_capture *c = capture_find(&f.d, a);
+  ck_assert_uint_eq(c->npids, GD_CAPTURE_PIDS);
+  ck_assert_uint_eq(c->nusers, 2);
+  gd_capture_info *ci;
+  size_t n;
+  uint64_t bytes;
+  char err[512] = "";
+  gd_evict_sel all = {.requester_uid = 100};
+  memcpy(all.prefix, a->id, 4);
+  all.prefix_nibbles = 8;
+  ck_assert_int_eq(evict_select(&f.d, &all, &ci, &n, &bytes, err, sizeof err),
+                   -GRAPHD_PERMISSION_DENIED);
+  ck_assert_msg(strstr(err, "shared with another user's process") != NULL, "%s", err);
+  gd_evict_sel mine = {.client_pid = 1000, .requester_uid = 100};
+  ck_assert_int_eq(evict_select(&f.d, &mine, &ci, &n, &bytes, err, sizeof err), 0);
+  ck_assert_uint_eq(n, 0);
+  free(ci);
+  ck_assert_ptr_nonnull(capture_find(&f.d, a));
+  gd_evict_sel theirs = {.requester_uid = 200};
+  memcpy(theirs.prefix, b->id, 4);
+  theirs.prefix_nibbles = 8;
+  ck_assert_int_eq(evict_select(&f.d, &theirs, &ci, &n, &bytes, err, sizeof err), 0);
+  ck_assert_uint_eq(n, 1);
+  free(ci);
+  ck_assert_ptr_null(capture_find(&f.d, b));
+  ck_assert_ptr_nonnull(capture_find(&f.d, a));
   fixture_close(&f);
 }
 END_TEST
@@ -754,6 +803,7 @@ int main(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, test_device_capture_replays_on_new_buffers_and_keeps_its_users);
   tcase_add_test(tc, test_device_evict_selects_by_program_and_client_and_guards_shared_captures);
+  tcase_add_test(tc, test_device_evict_rights_keep_every_user);
   tcase_add_test(tc, test_device_budget_drops_the_least_recently_used_capture);
   tcase_add_test(tc, test_device_streams_replaying_at_once_get_instances_of_a_stateless_capture);
   tcase_add_test(tc, test_device_upkeep_resets_a_faulted_device_and_drops_its_captures);

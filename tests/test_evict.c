@@ -383,6 +383,89 @@ START_TEST(test_evict_privilege_rule) {
 }
 END_TEST
 
+/* nobody replays the program of client_open once, then leaves. */
+static int nobody_replays_once(const void *arg) {
+  (void)arg;
+  client k;
+  if (client_open(&k, 0) != GRAPHD_OK) return 11;
+  int rc = replay_checked(&k, 7, NULL);
+  client_close(&k);
+  return rc == 0 ? 0 : 12;
+}
+
+/* nobody asks to evict every capture on device 0 (a control session):
+ * 0 when refused as shared with another user, 13 when it went. */
+static int nobody_evicts_device0(const void *arg) {
+  (void)arg;
+  graphd_client *c = td_control(&d);
+  graphd_evict_options o;
+  graphd_evict_options_init(&o);
+  o.device = 0;
+  size_t n = 0;
+  graphd_status st = graphd_evict(c, &o, NULL, &n, NULL);
+  int out = st == GRAPHD_PERMISSION_DENIED && strstr(graphd_last_error(c), "shared") ? 0
+            : st == GRAPHD_OK && n > 0                                               ? 13
+                                                                                     : 14;
+  graphd_close(c);
+  return out;
+}
+
+/* Another user's process meanwhile: connects, registers the program and
+ * replays it on the capture as it is (no re-capture). */
+static int other_user_replays(const void *arg) {
+  (void)arg;
+  client k;
+  if (client_open(&k, 0) != GRAPHD_OK) return 21;
+  int cap = -1, rc = replay_checked(&k, 9, &cap);
+  client_close(&k);
+  return rc != 0 ? 22 : cap != 0 ? 23 : 0;
+}
+
+/* Eviction rights go by user, however many processes replayed a capture:
+ * after 20 processes of nobody, a process of root replays it too; nobody
+ * may then not evict it (before, only the first 16 processes were kept,
+ * all nobody's, and nobody's eviction took root's capture), and a process
+ * of a third user, then root's next replay, find it as it was. */
+START_TEST(test_evict_rights_are_by_user_however_many_processes) {
+  if (geteuid() != 0) {
+    fprintf(stderr, "not root: the privilege rule is not exercised here\n");
+    return;
+  }
+  graphd_client *admin = td_control(&d);
+  ck_assert_int_eq(graphd_register_module(admin, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, NULL),
+                   GRAPHD_OK);
+  graphd_close(admin);
+  for (int i = 0; i < 20; i++) ck_assert_int_eq(td_as_nobody(nobody_replays_once, NULL), 0);
+  client k;
+  ck_assert_int_eq(client_open(&k, 0), GRAPHD_OK);
+  int cap = -1;
+  ck_assert_int_eq(replay_checked(&k, 1, &cap), 0);
+  ck_assert_int_eq(cap, 0); /* nobody's capture, shared now */
+  graphd_capture_info *ci;
+  size_t n;
+  ck_assert_int_eq(graphd_list_captures(k.c, &ci, &n), GRAPHD_OK);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_uint_eq(ci[0].npids, 16); /* the first 16 processes are shown */
+  ck_assert_uint_eq(ci[0].replays, 21);
+  free(ci);
+  ck_assert_int_eq(td_as_nobody(nobody_evicts_device0, NULL), 0);
+  pid_t p = fork();
+  ck_assert_int_ge(p, 0);
+  if (p == 0) _exit(setgid(65533) != 0 || setuid(65533) != 0 ? 10 : other_user_replays(NULL));
+  int ws;
+  ck_assert_int_eq(waitpid(p, &ws, 0), p);
+  ck_assert(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+  /* Root's client goes on: same capture, no re-capture, exact results. */
+  ck_assert_int_eq(replay_checked(&k, 2, &cap), 0);
+  ck_assert_int_eq(cap, 0);
+  graphd_device_counters c0 = counters(k.c, 0);
+  ck_assert_uint_eq(c0.captures, 1);
+  ck_assert_uint_eq(c0.evictions, 0);
+  ck_assert_uint_eq(c0.recaptures, 0);
+  client_close(&k);
+}
+END_TEST
+
 typedef struct loop_arg {
   int bad;
   _Atomic int done;
@@ -663,6 +746,7 @@ int main(void) {
   tcase_add_test(tc, test_fault_on_one_device_resets_it_alone);
   tcase_add_test(tc, test_unrecoverable_fault_makes_graphd_exit_for_a_restart);
   tcase_add_test(tc, test_evict_privilege_rule);
+  tcase_add_test(tc, test_evict_rights_are_by_user_however_many_processes);
   tcase_add_test(tc, test_evict_during_concurrent_replays_loses_nothing);
   tcase_add_test(tc, test_graphctl_list_and_evict);
   tcase_add_test(tc, test_graphctl_stats_agree_with_the_actions);

@@ -108,6 +108,14 @@ START_TEST(test_options_limits_take_their_ranges) {
                    -GRAPHD_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err, "from 0 to 65536 (0 = even a ring alone on its device)"));
   ck_assert_uint_eq(o.ready_hold_rings, 0);
+  ck_assert_int_eq(o.fair_shares, 1);
+  ck_assert_int_eq(options_set(&o, "fair-shares", "no", err, sizeof err), 0);
+  ck_assert_int_eq(o.fair_shares, 0);
+  ck_assert_int_eq(options_set(&o, "fair-shares", "maybe", err, sizeof err),
+                   -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err, "fair-shares: 'maybe' is not yes or no"));
+  ck_assert_int_eq(options_set(&o, "fair-shares", "yes", err, sizeof err), 0);
+  ck_assert_int_eq(o.fair_shares, 1);
 }
 END_TEST
 
