@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "gpusample.h"
 #include "modcache.h"
+#include "share.h"
 
 #define STAGING_ALIGN 256u
 
@@ -950,12 +951,50 @@ static int copy_unstaged(gd_device *d, gd_capture *c, gd_capture *n, gd_stream s
   return 0;
 }
 
-/* Another instance of c for stream st, or NULL: then, for a program that
- * keeps no state, no more are tried when one could not be built or would
- * not fit the budget. */
-static gd_capture *add_instance(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind) {
+#define SHARE_USERS 64 /* users told apart when counting shares of the budget */
+
+/* Whether user uid may build an instance of `bytes` within its fair share
+ * of the device's budget (share.h), counting each instance's staging to
+ * the user it was built for. *share gets the share. */
+static bool within_share(gd_device *d, uint32_t uid, uint64_t bytes, uint64_t *share) {
+  uint32_t users[SHARE_USERS], nusers = 0;
+  uint64_t held = 0, mine = 0;
+  gd_capture *c;
+  for (uint32_t i = 0; (c = capture_next(d, &i));)
+    for (uint32_t k = 0; k <= c->nmore; k++) {
+      const gd_capture *x = instance(c, k);
+      held += x->staging.bytes;
+      if (x->uid == uid) mine += x->staging.bytes;
+      uint32_t u = 0;
+      while (u < nusers && users[u] != x->uid) u++;
+      if (u == nusers && nusers < SHARE_USERS) users[nusers++] = x->uid;
+    }
+  gd_share_ask a = {.bound = d->budget,
+                    .held = held,
+                    .users = nusers,
+                    .mine = mine,
+                    .more = bytes,
+                    .grows = bytes};
+  return gd_share_check(&a, share) == GD_SHARE_OK;
+}
+
+/* Another instance of c for stream st, for user uid, or NULL: then, for a
+ * program that keeps no state, no more are tried when one could not be
+ * built or would not fit the budget; a user past its fair share of the
+ * budget gets none, and its streams share the instances there are. */
+static gd_capture *add_instance(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind,
+                                uint32_t uid) {
   char hex[2 * GD_ID_LEN + 1], err[256];
   gd_id_hex(c->prog->id, 1, hex);
+  uint64_t share;
+  if (d->budget && d->fair_shares && !c->stateful &&
+      !within_share(d, uid, c->staging.bytes, &share)) {
+    GD_LOG(GD_DEBUG, "capture",
+           "program %s: uid %u is past its fair share of device %d's budget (%llu bytes of "
+           "--device-budget %llu): its streams share the instances there are",
+           hex, uid, d->index, (unsigned long long)share, (unsigned long long)d->budget);
+    return NULL;
+  }
   if (d->budget) {
     uint64_t held = 0;
     gd_capture *o;
@@ -986,6 +1025,7 @@ static gd_capture *add_instance(gd_device *d, gd_capture *c, gd_stream st, const
   }
   n->generation = c->generation;
   n->created_unix_ms = c->created_unix_ms;
+  n->uid = uid;
   c->more[c->nmore++] = n;
   GD_LOG(GD_INFO, "capture", "program %s: instance %u, for %s (%llu staging bytes)", hex,
          capture_instances(c),
@@ -996,7 +1036,8 @@ static gd_capture *add_instance(gd_device *d, gd_capture *c, gd_stream st, const
 
 /* The instance of c a replay on st goes to, for a program that keeps no
  * state (see capture_enqueue). */
-static gd_capture *pick_instance(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind) {
+static gd_capture *pick_instance(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind,
+                                 uint32_t uid) {
   if (!c->nmore && c->no_more) return c; /* one, and no more to come: no driver query */
   gd_capture *lru = c;
   for (uint32_t i = 0; i <= c->nmore; i++) {
@@ -1007,7 +1048,7 @@ static gd_capture *pick_instance(gd_device *d, gd_capture *c, gd_stream st, cons
   for (uint32_t i = 0; i <= c->nmore; i++)
     if (!busy(d, instance(c, i))) return instance(c, i);
   if (c->nmore + 1 < GD_CAPTURE_INSTANCES && !c->no_more) {
-    gd_capture *n = add_instance(d, c, st, bind);
+    gd_capture *n = add_instance(d, c, st, bind, uid);
     if (n) return n;
   }
   return lru;
@@ -1017,7 +1058,7 @@ static gd_capture *pick_instance(gd_device *d, gd_capture *c, gd_stream st, cons
  * session holds (zeroed before it runs), else a new one; NULL when none can
  * be had. */
 static gd_capture *session_instance(gd_device *d, gd_capture *c, uint64_t session, gd_stream st,
-                                    const gd_bound *bind) {
+                                    const gd_bound *bind, uint32_t uid) {
   gd_capture *unheld = NULL;
   for (uint32_t i = 0; i <= c->nmore; i++) {
     gd_capture *x = instance(c, i);
@@ -1025,7 +1066,7 @@ static gd_capture *session_instance(gd_device *d, gd_capture *c, uint64_t sessio
     if (!x->owner && !unheld) unheld = x;
   }
   gd_capture *x = unheld;
-  if (!x && c->nmore + 1 < GD_CAPTURE_INSTANCES) x = add_instance(d, c, st, bind);
+  if (!x && c->nmore + 1 < GD_CAPTURE_INSTANCES) x = add_instance(d, c, st, bind, uid);
   if (!x) return NULL;
   x->owner = session;
   x->fresh = true;
@@ -1054,8 +1095,8 @@ static void add_user(gd_capture *c, uint32_t uid) {
 int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *bind, bool first,
                     uint32_t pid, uint32_t uid, uint64_t session, gd_capture **used, char *err,
                     size_t errlen) {
-  gd_capture *x =
-      c->stateful ? session_instance(d, c, session, st, bind) : pick_instance(d, c, st, bind);
+  gd_capture *x = c->stateful ? session_instance(d, c, session, st, bind, uid)
+                              : pick_instance(d, c, st, bind, uid);
   if (used) *used = x;
   if (!x) {
     char hex[2 * GD_ID_LEN + 1];

@@ -101,6 +101,7 @@ typedef struct gd_capture {
   uint64_t owner;
   bool fresh;
   uint32_t last_uid;
+  uint32_t uid;     /* the user it was built for: its staging counts to that user's share */
   uint64_t replays; /* the first instance: over all of them */
   uint32_t nodes;
   uint64_t last_queued_ns;

@@ -38,6 +38,7 @@ typedef struct gd_device {
   _Atomic uint64_t epoch;          /* bumped at each reset; any thread reads it */
   char fail_msg[320];              /* written before state becomes FAILED; then read-only */
   uint64_t budget;                 /* staging bytes captures may hold; 0 = no limit */
+  bool fair_shares;                /* a uid past its share of the budget gets no more instances */
   uint32_t gpu_sample_every;       /* time one replay in this many (gpusample.h); 0 = none */
   uint32_t ready_hold_rings;       /* rings served above which ready writes are awaited here */
   struct gd_modcache *mods;        /* modcache.c */

@@ -125,6 +125,7 @@ int devices_start(gd_daemon *d, uv_loop_t *loop, const int *idx, int n, uint64_t
     if (d->opt) {
       d->devices[i].gpu_sample_every = d->opt->gpu_time_sample;
       d->devices[i].ready_hold_rings = d->opt->ready_hold_rings;
+      d->devices[i].fair_shares = d->opt->fair_shares != 0;
     }
     ctx[i] = &d->devices[i];
   }

@@ -69,6 +69,7 @@ static int get_capture(gd_device *d, gd_replay_exec *ex, gd_capture **out, char 
     return rc;
   }
   ex->captured = true;
+  c->uid = ex->client_uid;
   ex->recaptured = capture_mark_built(d, c);
   ex->capture_ns = gd_now_ns() - t0;
   ex->staging_bytes = c->staging.bytes;

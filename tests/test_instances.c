@@ -20,18 +20,20 @@ static gd_test_daemon d;
 static uint8_t *plugin;
 static size_t plugin_len;
 
-static void start(const char *busy_ms, const char *budget) {
+static void start(const char *busy_ms, const char *budget, const char *fair) {
   td_start(&d, "--host-devices", "1", "--host-busy-ms", busy_ms, "--device-budget", budget,
-           "--socket-mode", "0666", NULL);
+           "--fair-shares", fair, "--socket-mode", "0666", NULL);
   ck_assert_int_eq(chmod(d.dir, 0755), 0); /* for uid 65534's clients */
   plugin = td_read_file(HOST_KERNELS_SO, &plugin_len);
 }
 
-static void setup(void) { start("0", "0"); }
-static void setup_busy(void) { start("300", "0"); }
+static void setup(void) { start("0", "0", "yes"); }
+static void setup_busy(void) { start("300", "0", "yes"); }
 /* Room for two instances of these programs (a host device's staging comes
- * in 64 KiB), not three. */
-static void setup_busy_budget(void) { start("300", "160K"); }
+ * in 64 KiB), not three; one user may take it all. */
+static void setup_busy_budget(void) { start("300", "160K", "no"); }
+/* Room for four instances; each replay keeps its instance busy 2 s. */
+static void setup_shares(void) { start("2000", "256K", "yes"); }
 
 static void teardown(void) {
   free(plugin);
@@ -263,6 +265,33 @@ START_TEST(test_instances_idle_ones_go_first_when_the_budget_is_tight) {
 }
 END_TEST
 
+/* uid 65534 replays the program while root's instances are all busy: it
+ * gets an instance of its own. */
+static int replays_on_its_own_instance(const void *arg) {
+  (void)arg;
+  sess k;
+  if (sess_open(&k, TWICE) != GRAPHD_OK) return 11;
+  float y = replay_with(&k, 4.0f);
+  sess_close(&k);
+  return y == 8.0f ? 0 : 12;
+}
+
+/* One user cannot take every instance: root's four streams replaying at
+ * once get two instances (half the budget, its fair share while alone)
+ * and share them; another user then gets one of its own, though root's
+ * are all busy, rather than waiting behind them. */
+START_TEST(test_instances_a_user_past_its_share_cannot_starve_another) {
+  sess r[4];
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(sess_open(&r[i], TWICE), GRAPHD_OK);
+  for (int i = 0; i < 4; i++) ck_assert(replay_with(&r[i], (float)i) == 2.0f * (float)i);
+  ck_assert(td_log_contains(&d, "instance 2, for another stream"));
+  ck_assert(!td_log_contains(&d, "instance 3"));
+  ck_assert_int_eq(td_as_nobody(replays_on_its_own_instance, NULL), 0);
+  ck_assert(td_log_contains(&d, "instance 3, for another stream"));
+  for (int i = 0; i < 4; i++) sess_close(&r[i]);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("instances");
   TCase *tp = tcase_create("plain");
@@ -281,5 +310,10 @@ int main(void) {
   tcase_set_timeout(tg, 60);
   tcase_add_test(tg, test_instances_idle_ones_go_first_when_the_budget_is_tight);
   suite_add_tcase(s, tg);
+  TCase *ts = tcase_create("shares");
+  tcase_add_checked_fixture(ts, setup_shares, teardown);
+  tcase_set_timeout(ts, 60);
+  tcase_add_test(ts, test_instances_a_user_past_its_share_cannot_starve_another);
+  suite_add_tcase(s, ts);
   return td_run_suite(s);
 }
