@@ -841,6 +841,40 @@ START_TEST(test_gpu_a_hung_replay_does_not_hold_the_budget_for_good) {
 }
 END_TEST
 
+/* Two sessions replay one program with state (its scratch slot) on the
+ * GPU: each has an instance of its own, so one held back by its ready
+ * write does not hold the other, whose replay runs and is exact while the
+ * first still waits. (With one instance, the second waited behind it.) */
+START_TEST(test_gpu_sessions_of_a_program_with_state_run_at_once) {
+  fixture a, b;
+  fixture_up(&a, 91);
+  fixture_up(&b, 92);
+  volatile uint64_t *flag = gpu_hold_stream(a.st);
+  ck_assert_ptr_nonnull((void *)flag);
+  graphd_binding ba[2] = {{0, a.x.ptr, GN * 4}, {3, a.y.ptr, GN * 4}};
+  ck_assert_int_eq(graphd_replay(a.c, a.s, a.pid, ba, 2, NULL), GRAPHD_OK);
+  double t0 = now_ms();
+  ck_assert_int_eq(gpu_replay_checked(b.c, b.s, b.st, b.pid, &b.x, &b.y, &b.cc, 0, 93, NULL),
+                   GRAPHD_OK);
+  double took = now_ms() - t0;
+  printf(
+      "FIGURE a session's replay while another session's instance waits for its ready "
+      "write: %.1f ms\n",
+      took);
+  ck_assert_double_lt(took, 2000.0);
+  ck_assert_int_eq(gcu->cuStreamQuery(a.st), CUDA_ERROR_NOT_READY); /* a still waits */
+  __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+  ck_assert_int_eq(gcu->cuStreamSynchronize(a.st), CUDA_SUCCESS);
+  ck_assert_int_eq(gpu_replay_checked(a.c, a.s, a.st, a.pid, &a.x, &a.y, &a.cc, 0, 94, NULL),
+                   GRAPHD_OK);
+  ck_assert_uint_eq(counters(a.c).captures_built, 1);
+  graphd_stream_detach(a.s);
+  graphd_stream_detach(b.s);
+  graphd_close(a.c);
+  graphd_close(b.c);
+}
+END_TEST
+
 typedef struct late_replay {
   fixture *f;
   graphd_status st;
@@ -984,6 +1018,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_conditional_loops_and_branches_are_exact);
   tcase_add_test(tc, test_gpu_memset_and_copy_steps_are_exact_in_every_mode);
   tcase_add_test(tc, test_gpu_a_second_process_shares_the_capture_and_it_outlives_sessions);
+  tcase_add_test(tc, test_gpu_sessions_of_a_program_with_state_run_at_once);
   tcase_add_test(tc, test_gpu_killed_client_stalls_nobody);
   tcase_add_test(tc, test_gpu_dead_daemon_releases_the_client_stream);
   tcase_add_test(tc, test_gpu_close_after_daemon_death_waits_for_the_stream);
