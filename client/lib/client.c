@@ -76,6 +76,7 @@ static graphd_status fail_connect(graphd_client *c, graphd_status st, char *errb
   if (c->fd >= 0) close(c->fd);
   gd_frame_reader_close(&c->rd);
   pthread_mutex_destroy(&c->lock);
+  pthread_mutex_destroy(&c->err_lock);
   free(c);
   return st;
 }
@@ -232,7 +233,7 @@ static graphd_status gd_client_reconnect(graphd_client *c) {
   if (c->flags && (st = gd_client_flags_again(c)) != GRAPHD_OK) goto fail_session;
   if ((st = gd_registry_sync_again(c)) != GRAPHD_OK) goto fail_session;
   c->reconnecting = false;
-  c->err[0] = '\0';
+  gd_client_clear_err(c);
   return GRAPHD_OK;
 fail_session : {
   char e[GRAPHD_ERRMAX];
@@ -249,6 +250,7 @@ fail:
 }
 
 graphd_status graphd_set_reconnect_wait(graphd_client *c, int ms) {
+  GD_OWNED(c);
   if (ms < 0) return GRAPHD_INVALID_ARGUMENT;
   pthread_mutex_lock(&c->lock);
   c->reconnect_ms = ms;
@@ -269,7 +271,11 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
     if (errbuf && errlen) snprintf(errbuf, errlen, "out of memory");
     return GRAPHD_RESOURCE_EXHAUSTED;
   }
+  static _Atomic uint64_t serials;
   pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->err_lock, NULL);
+  c->serial = atomic_fetch_add(&serials, 1) + 1;
+  c->owner = getpid();
   gd_frame_reader_init(&c->rd, GD_CLIENT_MAX_FRAME);
   c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
   c->region_cap = GD_CLIENT_DEFAULT_REGION_CAP;
@@ -325,8 +331,32 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
   return GRAPHD_OK;
 }
 
+void graphd_forget(graphd_client *c) {
+  if (!c) return;
+  bool foreign = gd_client_foreign(c);
+  gd_client_replay_forget(c);
+  gd_client_regions_forget(c);
+  free(c->synced);
+  free(c->busy);
+  if (c->fd >= 0) close(c->fd);
+  gd_frame_reader_close(&c->rd);
+  /* A parent's thread may have held them at the fork: never destroyed in
+   * a child (its memory is freed all the same). */
+  if (!foreign) {
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->err_lock);
+  }
+  free(c);
+}
+
 void graphd_close(graphd_client *c) {
   if (!c) return;
+  if (gd_client_foreign(c)) {
+    /* Inherited through fork: the session, the page and the ring are the
+     * parent's. Closing here would release its stream waits. */
+    graphd_forget(c);
+    return;
+  }
   gd_client_replay_close(c);
   gd_client_regions_close(c);
   free(c->synced);
@@ -334,14 +364,14 @@ void graphd_close(graphd_client *c) {
   if (c->fd >= 0) close(c->fd);
   gd_frame_reader_close(&c->rd);
   pthread_mutex_destroy(&c->lock);
+  pthread_mutex_destroy(&c->err_lock);
   free(c);
 }
 
 uint64_t graphd_session_id(const graphd_client *c) { return c->session_id; }
 
-const char *graphd_last_error(const graphd_client *c) { return c->err; }
-
 graphd_status graphd_ping(graphd_client *c, const void *payload, size_t len) {
+  GD_OWNED(c);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__Ping ping = GRAPHD__WIRE__PING__INIT;
   req.body_case = GRAPHD__WIRE__REQUEST__BODY_PING;
@@ -362,6 +392,7 @@ graphd_status graphd_ping(graphd_client *c, const void *payload, size_t len) {
 }
 
 static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_status **out) {
+  GD_OWNED(c);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__StatusRequest sreq = GRAPHD__WIRE__STATUS_REQUEST__INIT;
   sreq.no_wait = no_wait;

@@ -9,9 +9,23 @@
  * Threads: a handle may be used from several threads at once. Calls on one
  * handle are serialised by a mutex inside it, so they run one at a time in
  * the order the threads get the lock. Different handles are independent.
- * graphd_last_error() returns the message of the last call that failed on
- * that handle, whichever thread made it; read it right after the failing
- * call, or use the errbuf of graphd_connect(). */
+ * graphd_last_error_r() copies the message of the calling thread's own last
+ * failure on a handle into the caller's buffer; graphd_last_error() returns
+ * a copy of the handle's last message, whichever thread failed. Both are
+ * safe from any thread at any time (graphd_connect() reports into errbuf).
+ * graphd_close() must not race other calls on the same handle.
+ *
+ * fork(): a handle belongs to the process that connected it. A child of
+ * fork() must not use an inherited handle, nor close it in the usual sense:
+ * the parent's session, its flag page and submission ring are shared with
+ * the child, and a close that released stream waits or spoke to the daemon
+ * would corrupt the parent's replays. libgraphd sees the child (getpid()
+ * is not the handle's): there graphd_close() and graphd_stream_detach()
+ * only forget (they free the child's memory and descriptors and touch
+ * nothing shared; graphd_forget() does it by name), and every other call
+ * on an inherited handle fails with FAILED_PRECONDITION before it takes
+ * any lock (graphd_host_free too: the mapping is the parent's memory as
+ * well, and stays). A child that wants graphd connects afresh. */
 #ifndef GRAPHD_GRAPHD_H
 #define GRAPHD_GRAPHD_H
 
@@ -86,15 +100,37 @@ GRAPHD_EXPORT graphd_status graphd_connect(const graphd_connect_options *opts, g
 GRAPHD_EXPORT graphd_status graphd_set_reconnect_wait(graphd_client *c, int ms);
 
 /* Closes the session and frees the handle. NULL is a no-op. Must not race
- * with other calls on the same handle. */
+ * with other calls on the same handle. In a child of fork() that inherited
+ * the handle it is graphd_forget(). */
 GRAPHD_EXPORT void graphd_close(graphd_client *c);
+
+/* Frees the handle without closing its session: closes this process's
+ * descriptors of it and frees its memory, and touches nothing it shares with
+ * the daemon or with another process (no request, no write to the flag page
+ * or the ring, no stream released). Memory from graphd_host_alloc stays
+ * mapped (the caller may still read it; munmap it when done). For a child of
+ * fork() with an inherited handle: the parent's session goes on untouched.
+ * In the process that connected, it ends the session as a hang-up would,
+ * and leaves the flag page mapped for streams that may still wait on it. */
+GRAPHD_EXPORT void graphd_forget(graphd_client *c);
 
 /* The daemon's session id for this handle. */
 GRAPHD_EXPORT uint64_t graphd_session_id(const graphd_client *c);
 
-/* Message of the last failed call on this handle ("" if none). The pointer
- * stays valid until the next call on the handle. */
+/* Message of the last failed call on this handle, whichever thread made it
+ * ("" if none): a copy, taken under the handle's lock for its text, in a
+ * buffer of the calling thread's that stays valid until that thread calls
+ * graphd_last_error() again. Safe from any thread. */
 GRAPHD_EXPORT const char *graphd_last_error(const graphd_client *c);
+
+/* Copies the message of the calling thread's last failed call on c into buf
+ * (at most len bytes with the NUL; GRAPHD_ERRMAX always holds it) and
+ * returns that call's status. When this thread's last failure was on
+ * another handle, or it had none, it copies the handle's last message (as
+ * graphd_last_error) and returns its status, GRAPHD_OK with "" if none.
+ * Safe from any thread, with no buffer shared between threads, as libuv's
+ * uv_strerror_r. */
+GRAPHD_EXPORT graphd_status graphd_last_error_r(const graphd_client *c, char *buf, size_t len);
 
 /* Round trip with an echo payload of len bytes (may be 0). */
 GRAPHD_EXPORT graphd_status graphd_ping(graphd_client *c, const void *payload, size_t len);
