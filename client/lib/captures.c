@@ -72,6 +72,8 @@ graphd_status graphd_list_captures(graphd_client *c, graphd_capture_info **out, 
   return st;
 }
 
+void graphd_capture_info_free(graphd_capture_info *list) { free(list); }
+
 void graphd_evict_options_init(graphd_evict_options *o) {
   memset(o, 0, sizeof *o);
   o->device = -1;

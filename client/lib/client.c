@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 
 #include "common/paths.h"
 #include "common/uuid.h"
+#include "graphd/encoding.h"
 #include "graphd/frame.h"
 #include "graphd.pb-c.h"
 #include "graphd/graphd.h"
@@ -30,8 +32,27 @@
 #include "version.h"
 #include "graphd/wire.h"
 
-#define DEFAULT_TIMEOUT_MS 30000
-#define DEFAULT_RECONNECT_MS 30000
+#define DEFAULT_TIMEOUT_MS GRAPHD_TIMEOUT_MS_DEFAULT
+#define DEFAULT_RECONNECT_MS GRAPHD_RECONNECT_MS_DEFAULT
+
+/* The limits graphd.h and program.h publish are the ones the code applies. */
+_Static_assert(GRAPHD_MAX_STREAMS == GD_CLIENT_FLAG_SLOTS, "GRAPHD_MAX_STREAMS");
+_Static_assert(GRAPHD_REGION_CAP_DEFAULT == GD_CLIENT_DEFAULT_REGION_CAP, "region cap");
+_Static_assert(GRAPHD_RING_ENTRIES_MIN == GRAPHD_RING_MIN_ENTRIES, "ring entries");
+_Static_assert(GRAPHD_RING_ENTRIES_MAX == GRAPHD_RING_MAX_ENTRIES, "ring entries");
+_Static_assert(GRAPHD_RING_ENTRY_BINDINGS == GRAPHD_RING_MAX_BINDINGS, "ring bindings");
+_Static_assert(GRAPHD_CLIENT_NAME_MAX == GD_CLIENT_NAME_MAX, "client name");
+_Static_assert(GRAPHD_MAX_SLOTS == GD_MAX_SLOTS, "slots");
+_Static_assert(GRAPHD_MAX_STEPS == GD_MAX_STEPS, "steps");
+_Static_assert(GRAPHD_MAX_SLOT_BYTES == GD_MAX_SLOT_BYTES, "slot bytes");
+_Static_assert(GRAPHD_MAX_PARAM_BYTES == GD_MAX_PARAM_BYTES, "parameter bytes");
+_Static_assert(GRAPHD_MAX_PARAMS == GD_MAX_PARAMS, "parameters");
+_Static_assert(GRAPHD_MAX_PATCHES == GD_MAX_PATCHES, "patches");
+_Static_assert(GRAPHD_MAX_NESTING == GD_MAX_COND_DEPTH, "nesting");
+_Static_assert(GRAPHD_MAX_NAME == GD_MAX_NAME, "name");
+_Static_assert(GRAPHD_MAX_SHARED_BYTES == GD_MAX_SHARED_BYTES, "shared bytes");
+_Static_assert(GRAPHD_MAX_MODULE_BYTES == GD_MAX_MODULE_BYTES, "module bytes");
+_Static_assert(GRAPHD_MAX_PROGRAM_BYTES == GD_MAX_PROGRAM_BYTES, "program bytes");
 #define BACKOFF_FIRST_MS 10
 #define BACKOFF_MAX_MS 500
 
@@ -473,6 +494,24 @@ void graphd_daemon_status_free(graphd_daemon_status *s) {
   free(s);
 }
 
+graphd_status graphd_daemon_status_device(const graphd_daemon_status *s, uint32_t i,
+                                          graphd_device_record *out, size_t size) {
+  if (!s || !out || i >= s->ndevices || size < offsetof(graphd_device_record, info))
+    return GRAPHD_INVALID_ARGUMENT;
+  graphd_device_record r;
+  memset(&r, 0, sizeof r);
+  r.index = i;
+  r.info = s->devices[i];
+  if (s->work) r.work = s->work[i];
+  if (s->launch_ns) r.launch_ns = s->launch_ns[i];
+  if (s->figures_age_ms) r.figures_age_ms = s->figures_age_ms[i];
+  size_t n = size < sizeof r ? size : sizeof r;
+  r.size = (uint32_t)n;
+  memset(out, 0, size);
+  memcpy(out, &r, n);
+  return GRAPHD_OK;
+}
+
 graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
   return get_status(c, false, out);
 }
@@ -496,3 +535,5 @@ graphd_status graphd_uuid_parse(const char *s, uint8_t uuid[16]) {
 }
 
 const char *graphd_version(void) { return GRAPHD_VERSION_STRING; }
+
+uint32_t graphd_version_number(void) { return GRAPHD_VERSION_NUMBER; }
