@@ -27,7 +27,7 @@ exception a Python caller would catch for that cause::
 instance of that status's class, so ``except graphd.NotFound`` and
 ``except LookupError`` both catch ``GraphdError("NOT_FOUND", ...)``."""
 
-from typing import Dict, Optional, Type, Union
+from typing import Any, Dict, Optional, Type, Union
 
 STATUS_CODES: Dict[str, int] = {
     "OK": 0,
@@ -99,11 +99,10 @@ class GraphdError(Exception):
     #: The status this class stands for (None on the base class).
     STATUS: Optional[str] = None
 
-    def __new__(cls, code: Union[str, int] = "UNKNOWN", message: str = "", *args: object,
-                **kw: object) -> "GraphdError":
-        name = status_name(code) if isinstance(code, int) else str(code)
+    def __new__(cls, *args: Any, **kw: Any) -> "GraphdError":
         if cls is GraphdError:
-            cls = _CLASSES.get(name, GraphdError)
+            code = args[0] if args else kw.get("code", "UNKNOWN")
+            cls = error_class(code)
         return super().__new__(cls)
 
     def __init__(self, code: Union[str, int] = "UNKNOWN", message: str = "") -> None:
@@ -117,7 +116,9 @@ class GraphdError(Exception):
         self.message = message
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (type(self), (self.code, self.message))
+        if type(self).__init__ in _PLAIN_INITS:
+            return (type(self), (self.code, self.message))
+        return super().__reduce__()  # a subclass of its own signature
 
     def __str__(self) -> str:
         return f"graphd: {self.code}: {self.message}"
@@ -221,6 +222,9 @@ for _cls in (InvalidArgument, DeadlineExceeded, NotFound, AlreadyExists, Permiss
     _CLASSES[_cls.STATUS] = _cls  # type: ignore[index]
 
 
+_PLAIN_INITS = (GraphdError.__init__, LibraryError.__init__)
+
+
 def error_class(code: Union[str, int]) -> "Type[GraphdError]":
     """The exception class of a status.
 
@@ -234,7 +238,7 @@ def error_class(code: Union[str, int]) -> "Type[GraphdError]":
     type
         Its :class:`GraphdError` subclass (the base for an unknown one).
     """
-    name = status_name(code) if isinstance(code, int) else code
+    name = status_name(code) if isinstance(code, int) else str(code)
     return _CLASSES.get(name, GraphdError)
 
 
