@@ -70,6 +70,12 @@ int main(void) {
   OFF(graphd_capture_info, created_unix_ms);
   OFF(graphd_capture_info, repoints);
   OFF(graphd_capture_info, graphs);
+  SIZE(graphd_device_record);
+  OFF(graphd_device_record, index);
+  OFF(graphd_device_record, info);
+  OFF(graphd_device_record, work);
+  OFF(graphd_device_record, launch_ns);
+  OFF(graphd_device_record, figures_age_ms);
   SIZE(graphd_evict_options);
   OFF(graphd_evict_options, device);
   OFF(graphd_evict_options, client_pid);

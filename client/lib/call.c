@@ -27,11 +27,74 @@
 #include "internal.h"
 #include "graphd/wire.h"
 
+/* The calling thread's last failure: which handle (by serial), its status
+ * and text (graphd_last_error_r). */
+static __thread struct {
+  uint64_t serial;
+  graphd_status status;
+  char text[GRAPHD_ERRMAX];
+} thread_err;
+
 graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *fmt, ...) {
+  char text[GRAPHD_ERRMAX];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(c->err, sizeof c->err, fmt, ap);
+  vsnprintf(text, sizeof text, fmt, ap);
   va_end(ap);
+  pthread_mutex_lock(&c->err_lock);
+  memcpy(c->err, text, sizeof text);
+  c->err_status = st;
+  pthread_mutex_unlock(&c->err_lock);
+  thread_err.serial = c->serial;
+  thread_err.status = st;
+  memcpy(thread_err.text, text, sizeof text);
+  return st;
+}
+
+void gd_client_clear_err(graphd_client *c) {
+  pthread_mutex_lock(&c->err_lock);
+  c->err[0] = '\0';
+  c->err_status = GRAPHD_OK;
+  pthread_mutex_unlock(&c->err_lock);
+}
+
+bool gd_client_foreign(const graphd_client *c) { return c->owner != getpid(); }
+
+graphd_status gd_client_foreign_err(const graphd_client *c) {
+  thread_err.serial = c->serial;
+  thread_err.status = GRAPHD_FAILED_PRECONDITION;
+  snprintf(thread_err.text, sizeof thread_err.text,
+           "this handle was inherited through fork() from process %ld: a child of fork must not "
+           "use it (graphd_close or graphd_forget only forget it there); connect afresh",
+           (long)c->owner);
+  return GRAPHD_FAILED_PRECONDITION;
+}
+
+const char *graphd_last_error(const graphd_client *c) {
+  /* A copy: the handle's text may be rewritten by a call in another
+   * thread at any moment. Valid until this thread's next call of it. */
+  static __thread char copy[GRAPHD_ERRMAX];
+  graphd_client *m = (graphd_client *)c;
+  pthread_mutex_lock(&m->err_lock);
+  memcpy(copy, c->err, sizeof copy);
+  pthread_mutex_unlock(&m->err_lock);
+  return copy;
+}
+
+graphd_status graphd_last_error_r(const graphd_client *c, char *buf, size_t len) {
+  graphd_status st;
+  char text[GRAPHD_ERRMAX];
+  if (thread_err.serial == c->serial && thread_err.status != GRAPHD_OK) {
+    st = thread_err.status;
+    memcpy(text, thread_err.text, sizeof text);
+  } else {
+    graphd_client *m = (graphd_client *)c;
+    pthread_mutex_lock(&m->err_lock);
+    st = c->err_status;
+    memcpy(text, c->err, sizeof text);
+    pthread_mutex_unlock(&m->err_lock);
+  }
+  if (buf && len) snprintf(buf, len, "%s", text);
   return st;
 }
 
@@ -181,7 +244,7 @@ static graphd_status call_once(graphd_client *c, Graphd__Wire__Request *req, con
       return code;
     }
     *out = rep;
-    c->err[0] = '\0';
+    gd_client_clear_err(c);
     return GRAPHD_OK;
   }
 }

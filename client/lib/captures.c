@@ -43,6 +43,7 @@ static void keep_busy(graphd_client *c, const uint32_t *devs, size_t n) {
 }
 
 size_t graphd_busy_devices(graphd_client *c, uint32_t *devs, size_t max) {
+  if (gd_client_foreign(c)) return 0;
   pthread_mutex_lock(&c->lock);
   size_t n = c->nbusy;
   for (size_t i = 0; i < n && i < max; i++) devs[i] = c->busy[i];
@@ -51,6 +52,7 @@ size_t graphd_busy_devices(graphd_client *c, uint32_t *devs, size_t max) {
 }
 
 graphd_status graphd_list_captures(graphd_client *c, graphd_capture_info **out, size_t *n) {
+  GD_OWNED(c);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__ListCaptures m = GRAPHD__WIRE__LIST_CAPTURES__INIT;
   req.body_case = GRAPHD__WIRE__REQUEST__BODY_LIST_CAPTURES;
@@ -70,6 +72,8 @@ graphd_status graphd_list_captures(graphd_client *c, graphd_capture_info **out, 
   return st;
 }
 
+void graphd_capture_info_free(graphd_capture_info *list) { free(list); }
+
 void graphd_evict_options_init(graphd_evict_options *o) {
   memset(o, 0, sizeof *o);
   o->device = -1;
@@ -77,6 +81,7 @@ void graphd_evict_options_init(graphd_evict_options *o) {
 
 graphd_status graphd_evict(graphd_client *c, const graphd_evict_options *o,
                            graphd_capture_info **evicted, size_t *n, uint64_t *bytes) {
+  GD_OWNED(c);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__Evict m = GRAPHD__WIRE__EVICT__INIT;
   req.body_case = GRAPHD__WIRE__REQUEST__BODY_EVICT;

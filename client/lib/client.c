@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 
 #include "common/paths.h"
 #include "common/uuid.h"
+#include "graphd/encoding.h"
 #include "graphd/frame.h"
 #include "graphd.pb-c.h"
 #include "graphd/graphd.h"
@@ -30,8 +32,27 @@
 #include "version.h"
 #include "graphd/wire.h"
 
-#define DEFAULT_TIMEOUT_MS 30000
-#define DEFAULT_RECONNECT_MS 30000
+#define DEFAULT_TIMEOUT_MS GRAPHD_TIMEOUT_MS_DEFAULT
+#define DEFAULT_RECONNECT_MS GRAPHD_RECONNECT_MS_DEFAULT
+
+/* The limits graphd.h and program.h publish are the ones the code applies. */
+_Static_assert(GRAPHD_MAX_STREAMS == GD_CLIENT_FLAG_SLOTS, "GRAPHD_MAX_STREAMS");
+_Static_assert(GRAPHD_REGION_CAP_DEFAULT == GD_CLIENT_DEFAULT_REGION_CAP, "region cap");
+_Static_assert(GRAPHD_RING_ENTRIES_MIN == GRAPHD_RING_MIN_ENTRIES, "ring entries");
+_Static_assert(GRAPHD_RING_ENTRIES_MAX == GRAPHD_RING_MAX_ENTRIES, "ring entries");
+_Static_assert(GRAPHD_RING_ENTRY_BINDINGS == GRAPHD_RING_MAX_BINDINGS, "ring bindings");
+_Static_assert(GRAPHD_CLIENT_NAME_MAX == GD_CLIENT_NAME_MAX, "client name");
+_Static_assert(GRAPHD_MAX_SLOTS == GD_MAX_SLOTS, "slots");
+_Static_assert(GRAPHD_MAX_STEPS == GD_MAX_STEPS, "steps");
+_Static_assert(GRAPHD_MAX_SLOT_BYTES == GD_MAX_SLOT_BYTES, "slot bytes");
+_Static_assert(GRAPHD_MAX_PARAM_BYTES == GD_MAX_PARAM_BYTES, "parameter bytes");
+_Static_assert(GRAPHD_MAX_PARAMS == GD_MAX_PARAMS, "parameters");
+_Static_assert(GRAPHD_MAX_PATCHES == GD_MAX_PATCHES, "patches");
+_Static_assert(GRAPHD_MAX_NESTING == GD_MAX_COND_DEPTH, "nesting");
+_Static_assert(GRAPHD_MAX_NAME == GD_MAX_NAME, "name");
+_Static_assert(GRAPHD_MAX_SHARED_BYTES == GD_MAX_SHARED_BYTES, "shared bytes");
+_Static_assert(GRAPHD_MAX_MODULE_BYTES == GD_MAX_MODULE_BYTES, "module bytes");
+_Static_assert(GRAPHD_MAX_PROGRAM_BYTES == GD_MAX_PROGRAM_BYTES, "program bytes");
 #define BACKOFF_FIRST_MS 10
 #define BACKOFF_MAX_MS 500
 
@@ -76,6 +97,7 @@ static graphd_status fail_connect(graphd_client *c, graphd_status st, char *errb
   if (c->fd >= 0) close(c->fd);
   gd_frame_reader_close(&c->rd);
   pthread_mutex_destroy(&c->lock);
+  pthread_mutex_destroy(&c->err_lock);
   free(c);
   return st;
 }
@@ -232,7 +254,7 @@ static graphd_status gd_client_reconnect(graphd_client *c) {
   if (c->flags && (st = gd_client_flags_again(c)) != GRAPHD_OK) goto fail_session;
   if ((st = gd_registry_sync_again(c)) != GRAPHD_OK) goto fail_session;
   c->reconnecting = false;
-  c->err[0] = '\0';
+  gd_client_clear_err(c);
   return GRAPHD_OK;
 fail_session : {
   char e[GRAPHD_ERRMAX];
@@ -249,6 +271,7 @@ fail:
 }
 
 graphd_status graphd_set_reconnect_wait(graphd_client *c, int ms) {
+  GD_OWNED(c);
   if (ms < 0) return GRAPHD_INVALID_ARGUMENT;
   pthread_mutex_lock(&c->lock);
   c->reconnect_ms = ms;
@@ -269,7 +292,11 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
     if (errbuf && errlen) snprintf(errbuf, errlen, "out of memory");
     return GRAPHD_RESOURCE_EXHAUSTED;
   }
+  static _Atomic uint64_t serials;
   pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->err_lock, NULL);
+  c->serial = atomic_fetch_add(&serials, 1) + 1;
+  c->owner = getpid();
   gd_frame_reader_init(&c->rd, GD_CLIENT_MAX_FRAME);
   c->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : DEFAULT_TIMEOUT_MS;
   c->region_cap = GD_CLIENT_DEFAULT_REGION_CAP;
@@ -325,8 +352,32 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
   return GRAPHD_OK;
 }
 
+void graphd_forget(graphd_client *c) {
+  if (!c) return;
+  bool foreign = gd_client_foreign(c);
+  gd_client_replay_forget(c);
+  gd_client_regions_forget(c);
+  free(c->synced);
+  free(c->busy);
+  if (c->fd >= 0) close(c->fd);
+  gd_frame_reader_close(&c->rd);
+  /* A parent's thread may have held them at the fork: never destroyed in
+   * a child (its memory is freed all the same). */
+  if (!foreign) {
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->err_lock);
+  }
+  free(c);
+}
+
 void graphd_close(graphd_client *c) {
   if (!c) return;
+  if (gd_client_foreign(c)) {
+    /* Inherited through fork: the session, the page and the ring are the
+     * parent's. Closing here would release its stream waits. */
+    graphd_forget(c);
+    return;
+  }
   gd_client_replay_close(c);
   gd_client_regions_close(c);
   free(c->synced);
@@ -334,14 +385,14 @@ void graphd_close(graphd_client *c) {
   if (c->fd >= 0) close(c->fd);
   gd_frame_reader_close(&c->rd);
   pthread_mutex_destroy(&c->lock);
+  pthread_mutex_destroy(&c->err_lock);
   free(c);
 }
 
 uint64_t graphd_session_id(const graphd_client *c) { return c->session_id; }
 
-const char *graphd_last_error(const graphd_client *c) { return c->err; }
-
 graphd_status graphd_ping(graphd_client *c, const void *payload, size_t len) {
+  GD_OWNED(c);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__Ping ping = GRAPHD__WIRE__PING__INIT;
   req.body_case = GRAPHD__WIRE__REQUEST__BODY_PING;
@@ -362,6 +413,7 @@ graphd_status graphd_ping(graphd_client *c, const void *payload, size_t len) {
 }
 
 static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_status **out) {
+  GD_OWNED(c);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__StatusRequest sreq = GRAPHD__WIRE__STATUS_REQUEST__INIT;
   sreq.no_wait = no_wait;
@@ -442,6 +494,24 @@ void graphd_daemon_status_free(graphd_daemon_status *s) {
   free(s);
 }
 
+graphd_status graphd_daemon_status_device(const graphd_daemon_status *s, uint32_t i,
+                                          graphd_device_record *out, size_t size) {
+  if (!s || !out || i >= s->ndevices || size < offsetof(graphd_device_record, info))
+    return GRAPHD_INVALID_ARGUMENT;
+  graphd_device_record r;
+  memset(&r, 0, sizeof r);
+  r.index = i;
+  r.info = s->devices[i];
+  if (s->work) r.work = s->work[i];
+  if (s->launch_ns) r.launch_ns = s->launch_ns[i];
+  if (s->figures_age_ms) r.figures_age_ms = s->figures_age_ms[i];
+  size_t n = size < sizeof r ? size : sizeof r;
+  r.size = (uint32_t)n;
+  memset(out, 0, size);
+  memcpy(out, &r, n);
+  return GRAPHD_OK;
+}
+
 graphd_status graphd_get_status(graphd_client *c, graphd_daemon_status **out) {
   return get_status(c, false, out);
 }
@@ -465,3 +535,5 @@ graphd_status graphd_uuid_parse(const char *s, uint8_t uuid[16]) {
 }
 
 const char *graphd_version(void) { return GRAPHD_VERSION_STRING; }
+
+uint32_t graphd_version_number(void) { return GRAPHD_VERSION_NUMBER; }

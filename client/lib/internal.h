@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "graphd/frame.h"
 #include "graphd.pb-c.h"
@@ -150,7 +151,15 @@ struct graphd_client {
   bool has_device;
   char socket_path[108];
   gd_frame_reader rd; /* guarded by lock */
+  /* The last failure's text and status. Written with both lock and
+   * err_lock held (gd_client_set_err, gd_client_clear_err); read under
+   * either: inside a call under lock, by graphd_last_error* under err_lock,
+   * which no call holds for longer than a copy. */
+  pthread_mutex_t err_lock;
   char err[GRAPHD_ERRMAX];
+  graphd_status err_status;
+  uint64_t serial; /* unique for the process's life: names the handle in a thread's last error */
+  pid_t owner;     /* the process that connected: any other (a child of fork) only forgets */
   /* Region cache, guarded by lock. */
   gd_region_entry *regions;
   uint32_t nregions, region_cap_alloc;
@@ -207,6 +216,9 @@ bool gd_watch_add(graphd_client *c);
 /* Stops watching c; after it, the watcher no longer touches c's page. */
 void gd_watch_remove(graphd_client *c);
 
+/* A child of fork starts with no watcher and an empty list (the parent's
+ * thread is not in the child): watcher.c resets its state at fork. */
+
 /* Writes every issued seq into its done word from the host (the daemon is
  * gone), and has the watcher write them again until the streams are past.
  * The first release on a page (here or the watcher's) first keeps the done
@@ -237,9 +249,29 @@ bool gd_flags_wait_passed(graphd_client *c, int ms, bool rerelease);
 /* Traces the words of every slot in use, under the heading `what`. */
 void gd_flags_trace(graphd_client *c, const char *what);
 
-/* call.c: sets c's error text; returns st. */
+/* call.c: sets c's error text, and the calling thread's last error (the
+ * handle and the text, for graphd_last_error_r); returns st. */
 graphd_status gd_client_set_err(graphd_client *c, graphd_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Empties c's error text (a call that succeeded). Lock held. */
+void gd_client_clear_err(graphd_client *c);
+
+/* Whether c was made by another process: this one is a child of fork that
+ * inherited it, and must touch nothing it shares with the parent. */
+bool gd_client_foreign(const graphd_client *c);
+
+/* The refusal of a call on an inherited handle: sets the calling thread's
+ * last error only (a parent's thread may have held c's locks at the fork)
+ * and returns FAILED_PRECONDITION. */
+graphd_status gd_client_foreign_err(const graphd_client *c);
+
+/* The top of a public call on c: an inherited handle is refused before any
+ * of its locks is taken. */
+#define GD_OWNED(c)                                                                                \
+  do {                                                                                             \
+    if (gd_client_foreign(c)) return gd_client_foreign_err(c);                                     \
+  } while (0)
 
 /* One request, one reply; caller holds c->lock. On GRAPHD_OK *out holds the
  * reply (free with graphd__wire__reply__free_unpacked). c->fail says how a
@@ -305,6 +337,15 @@ void gd_order_end(graphd_client *c);
 /* Unmaps and frees the ring (close, or a new session: the old ring died
  * with the old one). */
 void gd_ring_free(graphd_client *c);
+
+/* replay.c: forgets c's ring and flag page (graphd_forget): unmaps the
+ * ring, and the page too in a child of fork (in the process that made it,
+ * a stream may still wait on it: it stays mapped); no word is written. */
+void gd_client_replay_forget(graphd_client *c);
+
+/* region.c: frees the region cache and the host allocation table without
+ * a request; the host allocations stay mapped (graphd_forget). */
+void gd_client_regions_forget(graphd_client *c);
 
 /* replay.c: stops watching c and frees its flag page once no stream still
  * has a write or wait on it queued; a page a stream never gets past is kept

@@ -230,6 +230,7 @@ static graphd_status cuda_register(graphd_client *c, uint64_t base, uint64_t siz
 
 graphd_status graphd_region_register(graphd_client *c, uint64_t ptr, uint64_t bytes,
                                      graphd_region_ref *out) {
+  GD_OWNED(c);
   pthread_mutex_lock(&c->lock);
   gd_region_batch(c);
   graphd_status st = gd_region_register_locked(c, ptr, bytes, out);
@@ -351,6 +352,7 @@ exit:
 }
 
 graphd_status graphd_region_forget(graphd_client *c, uint64_t ptr) {
+  GD_OWNED(c);
   graphd_status st = GRAPHD_NOT_FOUND;
   pthread_mutex_lock(&c->lock);
   for (uint32_t i = 0; i < c->nregions; i++) {
@@ -368,6 +370,7 @@ graphd_status graphd_region_forget(graphd_client *c, uint64_t ptr) {
 }
 
 graphd_status graphd_region_unregister(graphd_client *c, uint32_t region_id) {
+  GD_OWNED(c);
   pthread_mutex_lock(&c->lock);
   graphd_status st = send_unregister(c, region_id);
   for (uint32_t i = 0; i < c->nregions; i++)
@@ -380,6 +383,7 @@ graphd_status graphd_region_unregister(graphd_client *c, uint32_t region_id) {
 }
 
 graphd_status graphd_set_region_cap(graphd_client *c, uint32_t cap) {
+  GD_OWNED(c);
   if (cap == 0) return GRAPHD_INVALID_ARGUMENT;
   pthread_mutex_lock(&c->lock);
   c->region_cap = cap;
@@ -397,6 +401,7 @@ graphd_status graphd_set_region_cap(graphd_client *c, uint32_t cap) {
 }
 
 uint32_t graphd_region_count(graphd_client *c) {
+  if (gd_client_foreign(c)) return 0;
   pthread_mutex_lock(&c->lock);
   uint32_t n = c->nregions;
   pthread_mutex_unlock(&c->lock);
@@ -404,6 +409,7 @@ uint32_t graphd_region_count(graphd_client *c) {
 }
 
 graphd_status graphd_host_alloc(graphd_client *c, size_t bytes, void **ptr) {
+  GD_OWNED(c);
   graphd_status st = GRAPHD_OK;
   *ptr = NULL;
   if (bytes == 0) return GRAPHD_INVALID_ARGUMENT;
@@ -442,6 +448,7 @@ exit:
 }
 
 graphd_status graphd_host_free(graphd_client *c, void *ptr) {
+  GD_OWNED(c);
   graphd_status st = GRAPHD_OK;
   pthread_mutex_lock(&c->lock);
   gd_host_alloc *h = NULL;
@@ -467,6 +474,18 @@ exit:
 }
 
 void gd_client_regions_reset(graphd_client *c) { c->nregions = 0; }
+
+void gd_client_regions_forget(graphd_client *c) {
+  /* The mappings stay: the caller may still read them, and in a child of
+   * fork they are the parent's memory too. The descriptors are this
+   * process's own. */
+  for (uint32_t i = 0; i < c->nhost; i++) close(c->host[i].fd);
+  free(c->host);
+  free(c->regions);
+  c->host = NULL;
+  c->regions = NULL;
+  c->nhost = c->nregions = 0;
+}
 
 void gd_client_regions_close(graphd_client *c) {
   for (uint32_t i = 0; i < c->nhost; i++) {

@@ -91,6 +91,7 @@ static graphd_status program_locked(graphd_client *c, const uint8_t id[GD_ID_LEN
 
 graphd_status graphd_register_module(graphd_client *c, graphd_module_kind kind, const void *bytes,
                                      size_t len, uint8_t id_out[32]) {
+  GD_OWNED(c);
   uint8_t id[GD_ID_LEN];
   graphd_status st;
   pthread_mutex_lock(&c->lock);
@@ -108,6 +109,7 @@ graphd_status graphd_register_module(graphd_client *c, graphd_module_kind kind, 
 
 graphd_status graphd_register_program_encoding(graphd_client *c, const uint8_t id[32],
                                                const void *encoding, size_t len) {
+  GD_OWNED(c);
   pthread_mutex_lock(&c->lock);
   graphd_status st = program_locked(c, id, encoding, len);
   pthread_mutex_unlock(&c->lock);
@@ -115,6 +117,7 @@ graphd_status graphd_register_program_encoding(graphd_client *c, const uint8_t i
 }
 
 graphd_status graphd_register_program(graphd_client *c, graphd_program *p) {
+  GD_OWNED(c);
   uint8_t id[GD_ID_LEN];
   const uint8_t *enc;
   size_t len;
@@ -131,6 +134,7 @@ graphd_status graphd_register_program(graphd_client *c, graphd_program *p) {
 
 graphd_status graphd_prepare_program(graphd_client *c, const uint8_t id[32],
                                      graphd_prepare_info *info) {
+  GD_OWNED(c);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__PrepareProgram m = GRAPHD__WIRE__PREPARE_PROGRAM__INIT;
   req.body_case = GRAPHD__WIRE__REQUEST__BODY_PREPARE_PROGRAM;
@@ -175,6 +179,14 @@ static reg_module *reg_mods; /* guarded by reg_lock */
 static size_t reg_nmods, reg_mods_cap;
 static reg_program *reg_progs; /* guarded by reg_lock */
 static size_t reg_nprogs, reg_progs_cap;
+
+/* fork(): taken around it, so that a child finds the registry whole and
+ * its lock free (it is held only for copies, never across a request). */
+static void reg_prepare(void) { pthread_mutex_lock(&reg_lock); }
+static void reg_release(void) { pthread_mutex_unlock(&reg_lock); }
+__attribute__((constructor)) static void reg_atfork(void) {
+  pthread_atfork(reg_prepare, reg_release, reg_release);
+}
 
 static reg_module *find_mod(const uint8_t id[GD_ID_LEN]) {
   for (size_t i = 0; i < reg_nmods; i++)
@@ -271,6 +283,7 @@ static bool synced(graphd_client *c, const uint8_t id[GD_ID_LEN]) {
 }
 
 graphd_status graphd_registry_sync(graphd_client *c, const uint8_t id[32]) {
+  GD_OWNED(c);
   if (synced(c, id)) return GRAPHD_OK;
   /* Copy what the session needs out of the registry, then talk to the
    * daemon without holding reg_lock. */

@@ -123,6 +123,28 @@ graphd_status gd_client_flags_again(graphd_client *c) {
   return GRAPHD_OK;
 }
 
+void gd_client_replay_forget(graphd_client *c) {
+  gd_ring_free(c); /* this process's mapping and descriptors only */
+  gd_flag_page *f = c->flags;
+  if (!f) return;
+  c->flags = NULL;
+  if (!gd_client_foreign(c)) {
+    /* A stream of this process may still wait on the page: it stays
+     * mapped and registered (4 KiB), and the watcher lets go of it. */
+    gd_watch_remove(c);
+    if (f->fd >= 0) close(f->fd);
+    free(f);
+    return;
+  }
+  /* A child of fork: no CUDA here (the parent's registration is the
+   * parent's), and nothing is written; the child's own mapping goes. */
+  if (c->watch_fd >= 0) close(c->watch_fd);
+  c->watch_fd = -1;
+  if (f->host) munmap((void *)f->host, GD_CLIENT_FLAG_PAGE_BYTES);
+  if (f->fd >= 0) close(f->fd);
+  free(f);
+}
+
 void gd_client_replay_close(graphd_client *c) {
   /* The worker takes what the ring holds before the session ends (a
    * session's end drops entries not taken: its client is gone). */
@@ -148,6 +170,7 @@ void gd_client_replay_close(graphd_client *c) {
 /* --- streams and replays ------------------------------------------------------ */
 
 graphd_status graphd_stream_attach(graphd_client *c, void *cuda_stream, graphd_stream **out) {
+  GD_OWNED(c);
   graphd_status st = GRAPHD_OK;
   *out = NULL;
   pthread_mutex_lock(&c->lock);
@@ -189,6 +212,10 @@ exit:
 void graphd_stream_detach(graphd_stream *s) {
   if (!s) return;
   graphd_client *c = s->c;
+  if (gd_client_foreign(c)) {
+    free(s); /* the slot is the parent's */
+    return;
+  }
   pthread_mutex_lock(&c->lock);
   if (c->flags) c->flags->used[s->slot] = false;
   pthread_mutex_unlock(&c->lock);
@@ -346,6 +373,7 @@ exit:
 
 graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
                             const graphd_binding *b, size_t n, graphd_replay_info *info) {
+  GD_OWNED(c);
   graphd_status st;
   pthread_mutex_lock(&c->lock);
   if (!s || s->c != c || !c->flags) {
@@ -458,6 +486,7 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
 
 graphd_status graphd_replay_async(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
                                   const graphd_binding *b, size_t n, uint64_t *seq) {
+  GD_OWNED(c);
   graphd_status st;
   pthread_mutex_lock(&c->lock);
   if (!s || s->c != c || !c->flags) {
@@ -492,6 +521,7 @@ exit:
 }
 
 graphd_status graphd_replay_collect(graphd_client *c, graphd_async_info *info) {
+  GD_OWNED(c);
   pthread_mutex_lock(&c->lock);
   gd_ring_reap(c);
   if (info) {
@@ -508,11 +538,17 @@ graphd_status graphd_replay_collect(graphd_client *c, graphd_async_info *info) {
 graphd_status graphd_stream_wait(graphd_stream *s, uint64_t seq, int timeout_ms) {
   if (!s) return GRAPHD_INVALID_ARGUMENT;
   graphd_client *c = s->c;
+  GD_OWNED(c);
   pthread_mutex_lock(&c->lock);
   gd_flag_page *f = c->flags;
   int ms = timeout_ms >= 0 ? timeout_ms : c->timeout_ms;
+  if (!f) {
+    graphd_status st =
+        gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION, "the handle has no streams");
+    pthread_mutex_unlock(&c->lock);
+    return st;
+  }
   pthread_mutex_unlock(&c->lock);
-  if (!f) return gd_client_set_err(c, GRAPHD_FAILED_PRECONDITION, "the handle has no streams");
   /* The done word only rises (a release from the watcher too), so no lock
    * is needed to watch it. */
   struct timespec t0;
@@ -566,6 +602,7 @@ graphd_status graphd_stream_wait(graphd_stream *s, uint64_t seq, int timeout_ms)
 }
 
 graphd_status graphd_set_ring_entries(graphd_client *c, uint32_t entries) {
+  GD_OWNED(c);
   graphd_status st = GRAPHD_OK;
   pthread_mutex_lock(&c->lock);
   if (c->ring)

@@ -40,6 +40,20 @@ static gd_order orders[ORDER_DEVICES];
 static pthread_mutex_t orders_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t order_group;
 
+/* fork(): the table's lock is taken around it; in the child the orders
+ * start again (its handles are new ones, in a group of its own), and their
+ * locks, which a parent's thread may have held at the fork, are made anew. */
+static void orders_prepare(void) { pthread_mutex_lock(&orders_lock); }
+static void orders_parent(void) { pthread_mutex_unlock(&orders_lock); }
+static void orders_child(void) {
+  memset(orders, 0, sizeof orders);
+  order_group = 0;
+  pthread_mutex_unlock(&orders_lock);
+}
+__attribute__((constructor)) static void orders_atfork(void) {
+  pthread_atfork(orders_prepare, orders_parent, orders_child);
+}
+
 static gd_order *order_of(graphd_client *c) {
   if (c->order) return c->order;
   pthread_mutex_lock(&orders_lock);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "common/env.h"
 #include "internal.h"
 
 int64_t gd_mono_us(void) {
@@ -22,8 +23,7 @@ void gd_client_debug(const graphd_client *c, const char *fmt, ...) {
   static _Atomic int on = -1;
   int o = atomic_load_explicit(&on, memory_order_relaxed);
   if (o < 0) {
-    const char *e = getenv("GRAPHD_CLIENT_DEBUG");
-    o = e && *e == '1';
+    o = gd_env_flag("GRAPHD_CLIENT_DEBUG");
     atomic_store_explicit(&on, o, memory_order_relaxed);
   }
   if (!o) return;

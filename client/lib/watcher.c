@@ -39,6 +39,23 @@ static graphd_client *watch_list; /* guarded by watch_lock */
 static int watch_wake = -1;       /* eventfd; guarded by watch_lock */
 static bool watch_started;        /* guarded by watch_lock */
 
+/* fork(): the watcher's lock is taken around it, so that the child's copy
+ * is consistent and free; the child has no watcher thread and watches none
+ * of the parent's handles (they are inherited, never watched there: see
+ * graphd_forget), and starts a watcher of its own with its first page. */
+static void watch_prepare(void) { pthread_mutex_lock(&watch_lock); }
+static void watch_parent(void) { pthread_mutex_unlock(&watch_lock); }
+static void watch_child(void) {
+  watch_list = NULL;
+  watch_started = false;
+  if (watch_wake >= 0) close(watch_wake);
+  watch_wake = -1;
+  pthread_mutex_unlock(&watch_lock);
+}
+__attribute__((constructor)) static void watch_atfork(void) {
+  pthread_atfork(watch_prepare, watch_parent, watch_child);
+}
+
 void gd_flags_trace(graphd_client *c, const char *what) {
   gd_flag_page *f = c->flags;
   for (uint32_t i = 0; f && i < GD_CLIENT_FLAG_SLOTS; i++) {

@@ -40,8 +40,10 @@
 #include <time.h>
 
 #include "common/cuda_driver.h"
+#include "common/env.h"
 #include "graphd/hex.h"
 #include "bounce.h"
+#include "common/env.h"
 #include "graphd/graphd.h"
 #include "graphd/xla.h"
 
@@ -193,10 +195,8 @@ static void print_stats(void) {
 }
 
 static void read_env(void) {
-  const char *v = getenv("GRAPHD_XLA_SYNC");
-  env_sync = v && strcmp(v, "1") == 0;
-  v = getenv("GRAPHD_XLA_STATS");
-  env_stats = v && strcmp(v, "1") == 0;
+  env_sync = gd_env_flag("GRAPHD_XLA_SYNC");
+  env_stats = gd_env_flag("GRAPHD_XLA_STATS");
   if (env_stats) atexit(print_stats);
 }
 
@@ -252,6 +252,30 @@ static graphd_status device_uuid(void *stream, uint8_t uuid[16], char *err, size
 
 /* The session for a device, connected on first use, with a reference
  * taken. Caller holds table_lock (the connect is local and quick). */
+/* The daemon's socket for new sessions ("": libgraphd's default);
+ * guarded by table_lock. */
+static char socket_path[108];
+
+int graphd_xla_set_socket_path(const char *path, char *err, size_t errlen) {
+  const char *p = path ? path : "";
+  int st = 0;
+  pthread_mutex_lock(&table_lock);
+  if (strlen(p) >= sizeof socket_path) {
+    snprintf(err, errlen, "socket path %s is longer than %zu bytes", p, sizeof socket_path - 1);
+    st = GRAPHD_INVALID_ARGUMENT;
+  } else if (strcmp(p, socket_path) != 0 && nsessions > 0) {
+    snprintf(err, errlen,
+             "the handler has sessions with the daemon at %s already: one daemon a process",
+             socket_path[0] ? socket_path : "the default socket");
+    st = GRAPHD_FAILED_PRECONDITION;
+  } else {
+    snprintf(socket_path, sizeof socket_path, "%s", p);
+  }
+  pthread_mutex_unlock(&table_lock);
+  if (!st && err && errlen) err[0] = '\0';
+  return st;
+}
+
 static dev_session *session_get(const uint8_t uuid[16], char *err, size_t errlen,
                                 graphd_status *st) {
   for (int i = 0; i < nsessions; i++)
@@ -275,6 +299,7 @@ static dev_session *session_get(const uint8_t uuid[16], char *err, size_t errlen
   o.kind = GRAPHD_SESSION_DATA;
   memcpy(o.device_uuid, uuid, 16);
   o.client_name = "jax";
+  o.socket_path = socket_path[0] ? socket_path : NULL;
   *st = graphd_connect(&o, &d->c, err, errlen);
   if (*st != GRAPHD_OK) {
     free(d);

@@ -9,9 +9,23 @@
  * Threads: a handle may be used from several threads at once. Calls on one
  * handle are serialised by a mutex inside it, so they run one at a time in
  * the order the threads get the lock. Different handles are independent.
- * graphd_last_error() returns the message of the last call that failed on
- * that handle, whichever thread made it; read it right after the failing
- * call, or use the errbuf of graphd_connect(). */
+ * graphd_last_error_r() copies the message of the calling thread's own last
+ * failure on a handle into the caller's buffer; graphd_last_error() returns
+ * a copy of the handle's last message, whichever thread failed. Both are
+ * safe from any thread at any time (graphd_connect() reports into errbuf).
+ * graphd_close() must not race other calls on the same handle.
+ *
+ * fork(): a handle belongs to the process that connected it. A child of
+ * fork() must not use an inherited handle, nor close it in the usual sense:
+ * the parent's session, its flag page and submission ring are shared with
+ * the child, and a close that released stream waits or spoke to the daemon
+ * would corrupt the parent's replays. libgraphd sees the child (getpid()
+ * is not the handle's): there graphd_close() and graphd_stream_detach()
+ * only forget (they free the child's memory and descriptors and touch
+ * nothing shared; graphd_forget() does it by name), and every other call
+ * on an inherited handle fails with FAILED_PRECONDITION before it takes
+ * any lock (graphd_host_free too: the mapping is the parent's memory as
+ * well, and stays). A child that wants graphd connects afresh. */
 #ifndef GRAPHD_GRAPHD_H
 #define GRAPHD_GRAPHD_H
 
@@ -19,14 +33,36 @@
 #include <stdint.h>
 
 #include "graphd/program.h"
-#include "graphd/protocol.h"
 #include "graphd/status.h"
+#include "graphd/version.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define GRAPHD_ERRMAX 512
+/* ---- Limits and defaults, as libgraphd applies them ------------------------ */
+#define GRAPHD_ERRMAX 512                    /* bytes of an error message, the NUL included */
+#define GRAPHD_TIMEOUT_MS_DEFAULT 30000      /* graphd_connect_options.timeout_ms of 0 */
+#define GRAPHD_RECONNECT_MS_DEFAULT 30000    /* graphd_set_reconnect_wait's default */
+#define GRAPHD_MAX_STREAMS 128               /* streams attached to one handle at once */
+#define GRAPHD_REGION_CAP_DEFAULT 4096       /* regions one handle caches (graphd_set_region_cap) */
+#define GRAPHD_RING_ENTRIES_MIN 2            /* graphd_set_ring_entries: a power of two ... */
+#define GRAPHD_RING_ENTRIES_MAX 4096         /* ... up to this */
+#define GRAPHD_RING_ENTRIES_DEFAULT 256      /* the ring's size when not set */
+#define GRAPHD_RING_ENTRY_BINDINGS 20        /* bindings in an async replay's own ring slot */
+#define GRAPHD_RING_CONT_BINDINGS 21         /* ... and in each slot after it */
+#define GRAPHD_MAX_BINDINGS GRAPHD_MAX_SLOTS /* bindings of one replay */
+#define GRAPHD_CLIENT_NAME_MAX 128           /* bytes of graphd_connect_options.client_name */
+
+/* ---- Growing the ABI --------------------------------------------------------
+ * The structures below that existed in 0.1.0 keep their layout: binaries
+ * built against that header allocate them or index arrays of them. What a
+ * later version adds to a record goes into a record with a `size` member
+ * that the library fills (graphd_device_record: the caller passes its
+ * sizeof; the library fills what both know, zeroes the rest and sets size
+ * to what it filled; a field is there when offsetof(field) < size), never
+ * into a parallel array again. Every array the library returns has its own
+ * free function. */
 
 typedef struct graphd_client graphd_client;
 
@@ -45,10 +81,11 @@ typedef struct graphd_connect_options {
   /* Data sessions: the device's 16-byte UUID (cuDeviceGetUuid, or a host
    * device's UUID from status). Ignored for control sessions. */
   uint8_t device_uuid[16];
-  /* Timeout for connecting and for each call, in milliseconds; 0 means the
-   * default of 30000. */
+  /* Timeout for connecting and for each call, in milliseconds; 0 means
+   * GRAPHD_TIMEOUT_MS_DEFAULT. */
   int timeout_ms;
-  /* Shown in the daemon's logs and stats; may be NULL. */
+  /* Shown in the daemon's logs and stats; may be NULL; at most
+   * GRAPHD_CLIENT_NAME_MAX bytes. */
   const char *client_name;
 } graphd_connect_options;
 
@@ -80,21 +117,44 @@ GRAPHD_EXPORT graphd_status graphd_connect(const graphd_connect_options *opts, g
  * not finished a replay it had answered (GPU work cut off by a crash or a
  * device reset) fails that call at once with UNAVAILABLE saying so, once,
  * without waiting for a new daemon; the next call connects again. Region
- * ids from before a reconnect are stale. The default is 30000 ms, or $GRAPHD_RECONNECT_MS at connect; 0
- * turns reconnecting off (every call after the daemon went away then
+ * ids from before a reconnect are stale. The default is
+ * GRAPHD_RECONNECT_MS_DEFAULT, or $GRAPHD_RECONNECT_MS at connect; 0 turns
+ * reconnecting off (every call after the daemon went away then
  * fails with UNAVAILABLE). */
 GRAPHD_EXPORT graphd_status graphd_set_reconnect_wait(graphd_client *c, int ms);
 
 /* Closes the session and frees the handle. NULL is a no-op. Must not race
- * with other calls on the same handle. */
+ * with other calls on the same handle. In a child of fork() that inherited
+ * the handle it is graphd_forget(). */
 GRAPHD_EXPORT void graphd_close(graphd_client *c);
+
+/* Frees the handle without closing its session: closes this process's
+ * descriptors of it and frees its memory, and touches nothing it shares with
+ * the daemon or with another process (no request, no write to the flag page
+ * or the ring, no stream released). Memory from graphd_host_alloc stays
+ * mapped (the caller may still read it; munmap it when done). For a child of
+ * fork() with an inherited handle: the parent's session goes on untouched.
+ * In the process that connected, it ends the session as a hang-up would,
+ * and leaves the flag page mapped for streams that may still wait on it. */
+GRAPHD_EXPORT void graphd_forget(graphd_client *c);
 
 /* The daemon's session id for this handle. */
 GRAPHD_EXPORT uint64_t graphd_session_id(const graphd_client *c);
 
-/* Message of the last failed call on this handle ("" if none). The pointer
- * stays valid until the next call on the handle. */
+/* Message of the last failed call on this handle, whichever thread made it
+ * ("" if none): a copy, taken under the handle's lock for its text, in a
+ * buffer of the calling thread's that stays valid until that thread calls
+ * graphd_last_error() again. Safe from any thread. */
 GRAPHD_EXPORT const char *graphd_last_error(const graphd_client *c);
+
+/* Copies the message of the calling thread's last failed call on c into buf
+ * (at most len bytes with the NUL; GRAPHD_ERRMAX always holds it) and
+ * returns that call's status. When this thread's last failure was on
+ * another handle, or it had none, it copies the handle's last message (as
+ * graphd_last_error) and returns its status, GRAPHD_OK with "" if none.
+ * Safe from any thread, with no buffer shared between threads, as libuv's
+ * uv_strerror_r. */
+GRAPHD_EXPORT graphd_status graphd_last_error_r(const graphd_client *c, char *buf, size_t len);
 
 /* Round trip with an echo payload of len bytes (may be 0). */
 GRAPHD_EXPORT graphd_status graphd_ping(graphd_client *c, const void *payload, size_t len);
@@ -184,7 +244,32 @@ typedef struct graphd_daemon_status {
    * since it last answered (a device in a long job, or any device for
    * graphd_get_status_now). */
   uint64_t *figures_age_ms;
+  /* work, launch_ns and figures_age_ms stay for binaries built against
+   * 0.1.0; every per-device figure, those and any later one, is in
+   * graphd_daemon_status_device's record. */
 } graphd_daemon_status;
+
+/* One device of a status, with every per-device figure. `size` is the
+ * bytes of the record the library filled (see "Growing the ABI"). */
+typedef struct graphd_device_record {
+  uint32_t size;
+  uint32_t index; /* its place in devices[] */
+  graphd_device_info info;
+  graphd_device_work work;
+  /* Of work.replay_ns, the time in the driver's launches of the replays'
+   * graphs (0 from a daemon that does not report it). */
+  uint64_t launch_ns;
+  /* How old info.free_memory and the sampled GPU time are (ms): 0 when the
+   * device's worker answered this request. */
+  uint64_t figures_age_ms;
+} graphd_device_record;
+
+/* Copies device i of s into *out, a record of `size` bytes (the caller's
+ * sizeof *out): what both sides know is filled, the rest zeroed, and
+ * out->size set to the bytes filled. INVALID_ARGUMENT when i is not below
+ * s->ndevices or size is smaller than the record's first two members. */
+GRAPHD_EXPORT graphd_status graphd_daemon_status_device(const graphd_daemon_status *s, uint32_t i,
+                                                        graphd_device_record *out, size_t size);
 
 /* Asks the daemon for its status. A device whose worker is in a long job
  * is waited for up to 500 ms, then reported with state "busy" and its last
@@ -265,8 +350,8 @@ GRAPHD_EXPORT graphd_status graphd_prepare_program(graphd_client *c, const uint8
  * (CU_POINTER_ATTRIBUTE_BUFFER_ID), so calling it for every replay is cheap;
  * when an address has been reused by a new allocation, the old region is
  * unregistered and the new one registered. Each handle keeps at most
- * graphd_set_region_cap() regions (default 4096, what the daemon takes a session), unregistering the least
- * recently used.
+ * graphd_set_region_cap() regions (GRAPHD_REGION_CAP_DEFAULT, what the
+ * daemon takes a session), unregistering the least recently used.
  *
  * Memory kinds:
  *  - CUDA VMM memory (cuMemCreate with POSIX fd handles: what JAX uses) is
@@ -341,7 +426,7 @@ typedef struct graphd_stream graphd_stream;
 /* Attaches a CUDA stream (a CUstream; NULL is the legacy default stream) to
  * a data session, for replays. On a host device pass NULL. Thread-safe;
  * one graphd_stream should be used by one thread at a time, like its
- * CUstream. Up to 127 streams per handle. */
+ * CUstream. Up to GRAPHD_MAX_STREAMS streams per handle. */
 GRAPHD_EXPORT graphd_status graphd_stream_attach(graphd_client *c, void *cuda_stream,
                                                  graphd_stream **out);
 
@@ -396,9 +481,9 @@ GRAPHD_EXPORT graphd_status graphd_replay(graphd_client *c, graphd_stream *s,
  * the handle's timeout: then DEADLINE_EXCEEDED, nothing queued); the
  * worker holds a session's entries while --max-inflight-replays of its
  * replays are unfinished, as a launch into a full queue waits. A replay
- * with more bindings than one entry may carry (GRAPHD_RING_MAX_BINDINGS,
+ * with more bindings than one entry may carry (GRAPHD_RING_ENTRY_BINDINGS,
  * 20, in its own slot and GRAPHD_RING_CONT_BINDINGS, 21, in each slot after
- * it: up to the ring's size and the daemon's 4096), and every replay
+ * it: up to the ring's size and GRAPHD_MAX_BINDINGS), and every replay
  * on a daemon that has no rings, goes the synchronous way. If the daemon
  * dies, queued replays are released as for graphd_replay; a restart sends
  * none of them again (they may have run): the next call reports them, and
@@ -435,8 +520,9 @@ GRAPHD_EXPORT graphd_status graphd_stream_wait(graphd_stream *s, uint64_t seq, i
  * call is its whole time less the change in this. */
 GRAPHD_EXPORT uint64_t graphd_ring_wait_ns(graphd_client *c);
 
-/* The ring's size in entries (a power of two, 2 to 4096; default 256), for
- * a handle whose ring is not made yet. INVALID_ARGUMENT otherwise. */
+/* The ring's size in entries (a power of two, GRAPHD_RING_ENTRIES_MIN to
+ * _MAX; default GRAPHD_RING_ENTRIES_DEFAULT), for a handle whose ring is
+ * not made yet. INVALID_ARGUMENT otherwise. */
 GRAPHD_EXPORT graphd_status graphd_set_ring_entries(graphd_client *c, uint32_t entries);
 
 /* ---- Captures: list and evict -----------------------------------------------
@@ -465,9 +551,14 @@ typedef struct graphd_capture_info {
   uint32_t graphs;          /* executable graphs, over its instances */
 } graphd_capture_info;
 
-/* Every capture on every device; free *out with free(). */
+/* Every capture on every device; free *out with graphd_capture_info_free()
+ * (plain free() also does, as binaries built against 0.1.0 do). */
 GRAPHD_EXPORT graphd_status graphd_list_captures(graphd_client *c, graphd_capture_info **out,
                                                  size_t *n);
+
+/* Frees an array from graphd_list_captures or graphd_evict. NULL is a
+ * no-op. */
+GRAPHD_EXPORT void graphd_capture_info_free(graphd_capture_info *list);
 
 typedef struct graphd_evict_options {
   const char *program; /* a program id in hex, or a prefix of 6+ digits; NULL: any */
@@ -485,7 +576,8 @@ GRAPHD_EXPORT void graphd_evict_options_init(graphd_evict_options *o);
 /* Evicts the captures the options select (at least one selector, or all):
  * waits for each one's last replay in stream order, frees its graph and
  * staging, unloads modules nothing else uses. evicted (may be NULL) gets
- * what went (free with free()), bytes the staging bytes freed. */
+ * what went (free with graphd_capture_info_free()), bytes the staging
+ * bytes freed. */
 GRAPHD_EXPORT graphd_status graphd_evict(graphd_client *c, const graphd_evict_options *o,
                                          graphd_capture_info **evicted, size_t *n, uint64_t *bytes);
 
@@ -498,8 +590,11 @@ GRAPHD_EXPORT graphd_status graphd_evict(graphd_client *c, const graphd_evict_op
  * how many there are (0 after a call that failed). */
 GRAPHD_EXPORT size_t graphd_busy_devices(graphd_client *c, uint32_t *devs, size_t max);
 
-/* The library's version string. */
+/* The library's version string ("0.1.0"), and as GRAPHD_VERSION_NUMBER
+ * writes it (0xMMmmpp): the library's, which may be newer than the header a
+ * program was built with (GRAPHD_VERSION_*). */
 GRAPHD_EXPORT const char *graphd_version(void);
+GRAPHD_EXPORT uint32_t graphd_version_number(void);
 
 #ifdef __cplusplus
 }

@@ -58,6 +58,19 @@ extern "C" {
 
 typedef struct graphd_program graphd_program;
 
+/* Limits of a program, as the builder here and the daemon check them. */
+#define GRAPHD_MAX_SLOTS 4096                /* slots of a program */
+#define GRAPHD_MAX_STEPS 65536               /* steps, inside loops and branches too */
+#define GRAPHD_MAX_SLOT_BYTES (1ull << 40)   /* bytes of one slot */
+#define GRAPHD_MAX_PARAM_BYTES 32764         /* a launch's parameters end by this byte */
+#define GRAPHD_MAX_PARAMS 1024               /* parameters of one launch */
+#define GRAPHD_MAX_PATCHES 1024              /* slot pointers in one launch's parameters */
+#define GRAPHD_MAX_NESTING 8                 /* loops and branches inside each other */
+#define GRAPHD_MAX_NAME 255                  /* bytes of a function's name */
+#define GRAPHD_MAX_SHARED_BYTES (227u << 10) /* dynamic shared memory of a launch */
+#define GRAPHD_MAX_MODULE_BYTES (512u << 20) /* bytes of a module */
+#define GRAPHD_MAX_PROGRAM_BYTES (64u << 20) /* bytes of a program's encoding */
+
 /* What a slot is for. input, output and inout slots are bound to client
  * memory at each replay. The daemon owns the others, and never lets one
  * session (or user) see another's: scratch is state, which a session's
@@ -104,20 +117,22 @@ GRAPHD_EXPORT void graphd_program_free(graphd_program *p);
  * valid until the next call on p. */
 GRAPHD_EXPORT const char *graphd_program_error(const graphd_program *p);
 
-/* Adds a slot of the given role and size in bytes (1 to 2^40). staged is
+/* Adds a slot of the given role and size in bytes (1 to
+ * GRAPHD_MAX_SLOT_BYTES). staged is
  * non-zero for a staged slot (the usual case for input, output and inout)
  * and must be 0 for scratch and temp. Returns the slot's index (0, 1, ...)
  * or -1 with the message in graphd_program_error(): a bad role, a size of
- * 0 or over the cap, a staged scratch or temp slot, or too many slots. */
+ * 0 or over the cap, a staged scratch or temp slot, or too many slots
+ * (GRAPHD_MAX_SLOTS). */
 GRAPHD_EXPORT int graphd_program_add_slot(graphd_program *p, graphd_slot_role role, uint64_t bytes,
                                           int staged);
 
 /* Adds a kernel launch of function (the mangled or extern "C" name, 1 to
- * 255 printable ASCII bytes) in the module with id module_id (from
+ * GRAPHD_MAX_NAME printable ASCII bytes) in the module with id module_id (from
  * graphd_module_id()), with the given grid, block and dynamic shared
  * memory. grid.x is 1 to 2^31-1, grid.y and grid.z 1 to 65535, block.x and
  * block.y 1 to 1024, block.z 1 to 64, at most 1024 threads per block, and
- * shared_bytes at most 227 KiB. Its parameters come from
+ * shared_bytes at most GRAPHD_MAX_SHARED_BYTES (227 KiB). Its parameters come from
  * graphd_program_param(), graphd_program_param_slot() and
  * graphd_program_patch(). Returns the step's index or -1. */
 GRAPHD_EXPORT int graphd_program_add_launch(graphd_program *p, const uint8_t module_id[32],
@@ -127,7 +142,8 @@ GRAPHD_EXPORT int graphd_program_add_launch(graphd_program *p, const uint8_t mod
 /* Declares a parameter of launch step `step`: size bytes (1 or more) at the
  * kernel's parameter byte offset, copied from bytes (NULL means zeros).
  * Parameters may be declared in any order but must not overlap; gaps
- * between them are zero. Parameters end by byte 4096; at most 128 per
+ * between them are zero. Parameters end by byte GRAPHD_MAX_PARAM_BYTES; at
+ * most GRAPHD_MAX_PARAMS per
  * launch. Returns GRAPHD_OK, or INVALID_ARGUMENT / RESOURCE_EXHAUSTED /
  * FAILED_PRECONDITION (after finish) with a message. */
 GRAPHD_EXPORT graphd_status graphd_program_param(graphd_program *p, uint32_t step, uint32_t offset,
@@ -136,7 +152,8 @@ GRAPHD_EXPORT graphd_status graphd_program_param(graphd_program *p, uint32_t ste
 /* Declares an 8-byte pointer parameter at offset (a multiple of 8) whose
  * value the daemon sets to the address of slot `slot` plus slot_offset
  * (less than the slot's size). Equivalent to an 8-byte zero
- * graphd_program_param() followed by graphd_program_patch(). At most 64
+ * graphd_program_param() followed by graphd_program_patch(). At most
+ * GRAPHD_MAX_PATCHES
  * patches per launch. Returns GRAPHD_OK or an error as above. */
 GRAPHD_EXPORT graphd_status graphd_program_param_slot(graphd_program *p, uint32_t step,
                                                       uint32_t offset, uint32_t slot,
@@ -175,7 +192,7 @@ GRAPHD_EXPORT int graphd_program_add_copy(graphd_program *p, uint32_t dst_slot, 
  * never ends). graphd_program_begin_if() begins a branch: the steps added
  * until graphd_program_else() run when the word is non-zero, those added
  * after it until graphd_program_end() when it is zero. Loops and branches
- * nest (at most 8 deep) and must be ended innermost first. The begin calls
+ * nest (at most GRAPHD_MAX_NESTING deep) and must be ended innermost first. The begin calls
  * return the step's index or -1; the others GRAPHD_OK or an error. */
 GRAPHD_EXPORT int graphd_program_begin_while(graphd_program *p, uint32_t slot, uint64_t offset);
 GRAPHD_EXPORT int graphd_program_begin_if(graphd_program *p, uint32_t slot, uint64_t offset);
@@ -191,7 +208,7 @@ GRAPHD_EXPORT graphd_status graphd_program_end(graphd_program *p, uint32_t step)
  * (with "an earlier call failed: " and its message), or the validation
  * error: INVALID_ARGUMENT (for example a program with no steps, or an
  * invalid mode, or a loop or branch never ended) or RESOURCE_EXHAUSTED for
- * a cap (an encoding over 64 MiB). */
+ * a cap (an encoding over GRAPHD_MAX_PROGRAM_BYTES, 64 MiB). */
 GRAPHD_EXPORT graphd_status graphd_program_finish(graphd_program *p, uint8_t id_out[32]);
 
 /* The canonical encoding of a finished program: *bytes points to *len
@@ -203,7 +220,7 @@ GRAPHD_EXPORT graphd_status graphd_program_encoding(graphd_program *p, const uin
 /* The id of a module: SHA-256 over a 20-byte header (magic, version, kind,
  * length) followed by the module's bytes, as docs/protocol.md specifies.
  * Returns GRAPHD_OK, or INVALID_ARGUMENT for an unknown kind or a length of
- * 0 or over 512 MiB. Thread-safe. */
+ * 0 or over GRAPHD_MAX_MODULE_BYTES (512 MiB). Thread-safe. */
 GRAPHD_EXPORT graphd_status graphd_module_id(graphd_module_kind kind, const void *bytes, size_t len,
                                              uint8_t id_out[32]);
 

@@ -34,6 +34,15 @@ __attribute__((visibility("default"))) XLA_FFI_Error *graphd_xla_replay(XLA_FFI_
  * collect() does) so that no failure goes unseen. Thread-safe. */
 __attribute__((visibility("default"))) int graphd_xla_collect(char *err, size_t errlen);
 
+/* The daemon the handler's sessions connect to: path, or NULL for
+ * libgraphd's default ($GRAPHD_SOCKET, ...). Once the handler has a session
+ * open, another path is refused (FAILED_PRECONDITION: one daemon a
+ * process). Returns 0 or a graphd_status with its message in err. This is
+ * how graphd.jax and graphd.warp take a socket_path without writing
+ * $GRAPHD_SOCKET. Thread-safe. */
+__attribute__((visibility("default"))) int graphd_xla_set_socket_path(const char *path, char *err,
+                                                                      size_t errlen);
+
 /* For each of n program ids (32 bytes each, back to back), the number of
  * the last call of this process that got the program to the daemon to
  * replay it, from a sequence that grows with every such call; 0 when none

@@ -22,7 +22,8 @@ import ctypes.util
 import os
 import threading
 
-from .errors import GraphdError, status_name
+from ._version import __version__
+from .errors import GraphdError, LibraryError, status_name
 from .program import ID_LEN, MODES, MODULE_KINDS, ROLES
 
 ERRMAX = 512
@@ -132,11 +133,16 @@ class graphd_evict_options(ctypes.Structure):
                 ("session", _u64), ("idle_ms", _u64), ("all", _int), ("dry_run", _int)]
 
 
+class graphd_device_record(ctypes.Structure):
+    _fields_ = [("size", _u32), ("index", _u32), ("info", graphd_device_info),
+                ("work", graphd_device_work), ("launch_ns", _u64), ("figures_age_ms", _u64)]
+
+
 # The structures whose layout the tests compare with C (tests/abi_sizes.c).
 STRUCTS = {c.__name__: c for c in (
     graphd_connect_options, graphd_device_counters, graphd_device_info, graphd_session_info,
     graphd_device_work, graphd_daemon_status, graphd_region_ref, graphd_binding, graphd_replay_info,
-    graphd_prepare_info, graphd_capture_info, graphd_evict_options)}
+    graphd_prepare_info, graphd_capture_info, graphd_evict_options, graphd_device_record)}
 
 _P = ctypes.c_void_p
 _ID = ctypes.POINTER(_u8)  # uint8_t[32]
@@ -144,6 +150,12 @@ _ID = ctypes.POINTER(_u8)  # uint8_t[32]
 # name: (restype, argtypes). Status-returning calls have restype int.
 _PROTOS = {
     "graphd_version": (ctypes.c_char_p, []),
+    "graphd_version_number": (_u32, []),
+    "graphd_forget": (None, [_P]),
+    "graphd_last_error_r": (_int, [_P, ctypes.c_char_p, ctypes.c_size_t]),
+    "graphd_daemon_status_device": (_int, [ctypes.POINTER(graphd_daemon_status), _u32,
+                                           ctypes.POINTER(graphd_device_record), ctypes.c_size_t]),
+    "graphd_capture_info_free": (None, [ctypes.POINTER(graphd_capture_info)]),
     "graphd_status_name": (ctypes.c_char_p, [_int]),
     "graphd_strerror": (ctypes.c_char_p, [_int]),
     "graphd_connect_options_init": (None, [ctypes.POINTER(graphd_connect_options)]),
@@ -223,10 +235,60 @@ def _candidates():
     return out
 
 
+def _parse_version(text):
+    try:
+        return tuple(int(x) for x in text.split(".")[:3])
+    except ValueError:
+        return None
+
+
+def check_version(found, path, what="libgraphd"):
+    """Refuses a library older than this package, or of another major
+    version (another SONAME): its ctypes prototypes would not match.
+
+    Parameters
+    ----------
+    found : str
+        The library's version string (graphd_version()).
+    path : str
+        Where it was loaded from, for the message.
+    what : str
+        The library's name, for the message.
+
+    Raises
+    ------
+    LibraryError
+        When the versions do not fit.
+    """
+    want = _parse_version(__version__)
+    got = _parse_version(found)
+    if got is None or want is None or got[0] != want[0] or got[:2] < want[:2]:
+        raise LibraryError("FAILED_PRECONDITION",
+                           f"{what} {found} at {path} does not fit the graphd package {__version__}: it "
+                           f"needs {want[0]}.{want[1]} or a later {want[0]}.x. Install the matching "
+                           "library (pip install graphd puts both in one wheel), or point GRAPHD_LIB at "
+                           "the libgraphd.so of the same build")
+
+
 def lib():
-    """The loaded libgraphd, with argument and result types set. Raises
-    GraphdError UNAVAILABLE when it cannot be found or loaded."""
+    """The loaded libgraphd, with argument and result types set.
+
+    Returns
+    -------
+    ctypes.CDLL
+        The library, loaded once per process from $GRAPHD_LIB, else
+        libgraphd.so next to this package, else find_library("graphd").
+
+    Raises
+    ------
+    LibraryError
+        When it cannot be found or loaded, lacks a function this package
+        calls, or is older than this package (graphd_version()). Not
+        Unavailable: waiting does not bring a library.
+    """
     global _lib
+    if _lib is not None:  # no lock once loaded (nor in a child of fork)
+        return _lib
     with _lib_lock:
         if _lib is not None:
             return _lib
@@ -237,14 +299,26 @@ def lib():
             except OSError as e:
                 errors.append(f"{path}: {e}")
                 continue
+            try:
+                l.graphd_version.restype = ctypes.c_char_p
+                found = l.graphd_version().decode()
+            except AttributeError:
+                errors.append(f"{path}: not libgraphd (no graphd_version)")
+                continue
+            check_version(found, path)
             for name, (res, args) in _PROTOS.items():
-                f = getattr(l, name)
+                try:
+                    f = getattr(l, name)
+                except AttributeError:
+                    raise LibraryError("FAILED_PRECONDITION",
+                                       f"libgraphd {found} at {path} has no {name}: it is older than "
+                                       f"the graphd package {__version__}") from None
                 f.restype = res
                 f.argtypes = args
             _lib = l
             return l
-        where = "; ".join(errors) if errors else "set GRAPHD_LIB to the path of libgraphd.so"
-        raise GraphdError("UNAVAILABLE", f"cannot load libgraphd: {where}")
+        where = "; ".join(errors) if errors else "none found: set GRAPHD_LIB to the path of libgraphd.so"
+        raise LibraryError("FAILED_PRECONDITION", f"cannot load libgraphd: {where}")
 
 
 def version():
@@ -293,9 +367,9 @@ def struct_dict(s):
     return out
 
 
-def libc_free(ptr):
-    """Frees what libgraphd returned from malloc (a list of captures)."""
-    ctypes.CDLL(None).free(ctypes.cast(ptr, ctypes.c_void_p))
+def capture_info_free(ptr):
+    """Frees a list of captures from libgraphd (graphd_capture_info_free)."""
+    lib().graphd_capture_info_free(ptr)
 
 
 class CProgram:

@@ -16,6 +16,7 @@ Importing this module imports cupy."""
 
 import cupy
 
+from . import _deprecated
 from .client import Client
 from .arrays import slot_like
 from .errors import GraphdError
@@ -34,12 +35,31 @@ def device_index(device=None):
     return getattr(device, "id", device)
 
 
-def connect(device=None, socket=None, **kw):
-    """A graphd Client (a data session) on `device`'s GPU, to the daemon at
-    `socket` (None: libgraphd's default). Other arguments as
-    Client.connect."""
+def connect(device=None, socket_path=None, **kw):
+    """A graphd Client (a data session) on a GPU.
+
+    Parameters
+    ----------
+    device
+        The GPU (a cupy.cuda.Device, an int, an array; None: the current device).
+    socket_path : str, os.PathLike or None
+        The daemon's socket (None: libgraphd's default). ``socket=`` is its
+        deprecated old name.
+    **kw
+        As graphd.Client.connect (timeout_ms, client_name, reconnect_ms).
+
+    Returns
+    -------
+    graphd.Client
+
+    Raises
+    ------
+    GraphdError
+        As graphd.Client.connect.
+    """
+    socket_path = _deprecated.renamed_kw(kw, "socket", "socket_path", socket_path, "graphd.cupy.connect")
     kw.setdefault("client_name", "graphd-cupy")
-    return Client.connect_cuda(device_index(device), socket, **kw)
+    return Client.connect_cuda(device_index(device), socket_path, **kw)
 
 
 def current_stream():

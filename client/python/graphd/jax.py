@@ -30,6 +30,7 @@ docs/jax.md, "graphd.jax", describes the API."""
 
 import ctypes
 import ctypes.util
+import logging
 import os
 import threading
 
@@ -39,10 +40,13 @@ import jax
 from ._lib import lib as _libgraphd
 from ._lib import registry_add_module as _registry_add_module
 from ._lib import registry_add_program as _registry_add_program
-from .errors import GraphdError, status_name
+from . import _deprecated
+from .errors import GraphdError, LibraryError, status_name
 from .program import MODES, Program, _as_id
 
 VMAP_METHODS = (None, "sequential", "broadcast_all")
+
+_log = logging.getLogger("graphd")
 
 
 class Spec:
@@ -125,7 +129,7 @@ class _Built:
 
 # --- the FFI target and libgraphd_xla -----------------------------------------
 
-_targets = set()
+_targets: set = set()
 _xla = None
 _lock = threading.Lock()
 
@@ -160,8 +164,8 @@ def xla_lib():
                 return _xla
             except OSError as e:
                 errors.append(f"{path}: {e}")
-        where = "; ".join(errors) if errors else "set GRAPHD_XLA_LIB to the path of libgraphd_xla.so"
-        raise GraphdError("UNAVAILABLE", f"cannot load libgraphd_xla: {where}")
+        where = "; ".join(errors) if errors else "none found: set GRAPHD_XLA_LIB to the path of libgraphd_xla.so"
+        raise LibraryError("FAILED_PRECONDITION", f"cannot load libgraphd_xla: {where}")
 
 
 def register_target(name="graphd_replay", platform="CUDA"):
@@ -179,6 +183,36 @@ def register_target(name="graphd_replay", platform="CUDA"):
         _targets.add(key)
 
 
+def set_socket_path(socket_path):
+    """The daemon this process's graphd calls (the FFI handler's sessions)
+    connect to, instead of libgraphd's default ($GRAPHD_SOCKET, ...). The
+    environment is not touched.
+
+    Parameters
+    ----------
+    socket_path : str, os.PathLike or None
+        The socket; None goes back to the default.
+
+    Raises
+    ------
+    FailedPrecondition
+        When the handler already has sessions with another daemon (one
+        daemon a process).
+    InvalidArgument
+        A path too long for a Unix socket.
+    LibraryError
+        libgraphd_xla cannot be loaded.
+    """
+    fn = xla_lib().graphd_xla_set_socket_path
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    buf = ctypes.create_string_buffer(512)
+    path = None if socket_path is None else os.fsencode(socket_path)
+    rc = fn(path, buf, len(buf))
+    if rc:
+        raise GraphdError(status_name(rc), buf.value.decode(errors="replace"))
+
+
 def collect():
     """Waits until the last asynchronous replay on every stream this
     process's graphd calls used has finished with its buffers, then raises
@@ -192,7 +226,9 @@ def collect():
     buf = ctypes.create_string_buffer(1024)
     rc = fn(buf, len(buf))
     if rc:
-        raise GraphdError(status_name(rc), buf.value.decode(errors="replace"))
+        msg = buf.value.decode(errors="replace")
+        _log.warning("graphd: an asynchronous replay failed: %s: %s", status_name(rc), msg)
+        raise GraphdError(status_name(rc), msg)
 
 
 def last_replays(program_ids):
@@ -512,9 +548,10 @@ def __getattr__(name):
     new = _OLD_NAMES.get(name)
     if new is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _deprecated.warn(f"graphd.jax.{name}", f"graphd.jax.{new}")
     return globals()[new]
 
 
 __all__ = ["Spec", "program_callable", "register_target", "xla_lib", "registry_add_module",
            "registry_add_program", "VMAP_METHODS", "LoweringHook", "on_lowering", "last_replays",
-           "collect", "xla_stats"]
+           "collect", "xla_stats", "set_socket_path"]

@@ -23,7 +23,7 @@ import hashlib
 import operator
 import struct
 
-from .errors import GraphdError
+from .errors import GraphdError, InvalidArgumentType
 
 ID_LEN = 32
 PROGRAM_MAGIC = 0x47504447  # "GDPG"
@@ -74,7 +74,7 @@ def _int(v, what, lo=0, hi=(1 << 64) - 1):
     try:
         v = operator.index(v)
     except TypeError:
-        raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
+        raise InvalidArgumentType("INVALID_ARGUMENT", f"{what} must be an integer, not {type(v).__name__}") from None
     if not lo <= v <= hi:
         raise GraphdError(_INVALID, f"{what} is {v}; it must be {lo} to {hi}")
     return v
@@ -247,7 +247,7 @@ class Struct(Arg):
     def __init__(self, *fields, offsets=None, size=None, align=None):
         for f in fields:
             if not isinstance(f, Arg):
-                raise TypeError(f"a struct field must be a graphd Arg (Slot, f32(...), ...), not {f!r}")
+                raise InvalidArgumentType("INVALID_ARGUMENT", f"a struct field must be a graphd Arg (Slot, f32(...), ...), not {f!r}")
         self.fields = list(fields)
         self.align = align or max([f.align for f in fields] or [1])
         self.offsets = _layout(self.fields, offsets, "struct field")
@@ -606,7 +606,7 @@ class Program:
         args = list(args)
         for a in args:
             if not isinstance(a, Arg):
-                raise TypeError(f"{lbl}: argument {a!r} must be a graphd Arg (Slot, f32(...), u32(...), "
+                raise InvalidArgumentType("INVALID_ARGUMENT", f"{lbl}: argument {a!r} must be a graphd Arg (Slot, f32(...), u32(...), "
                                 "Struct, Raw); plain Python numbers have no C type")
         hidden = _int(hidden, f"{lbl}: hidden", 0, MAX_PARAMS)
         offs = _layout(args, offsets, "argument")
@@ -637,7 +637,7 @@ class Program:
         # Validate the arguments' types before the step exists.
         for a in args:
             if not isinstance(a, Arg):
-                raise TypeError(f"argument {a!r} must be a graphd Arg (Slot, f32(...), u32(...), Struct, Raw)")
+                raise InvalidArgumentType("INVALID_ARGUMENT", f"argument {a!r} must be a graphd Arg (Slot, f32(...), u32(...), Struct, Raw)")
         i = self.add_launch(module_id, function, grid, block, shared_bytes)
         try:
             self.launch_args(i, args, offsets=offsets, hidden=hidden)

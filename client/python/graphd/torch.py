@@ -18,6 +18,7 @@ Importing this module imports torch."""
 
 import torch
 
+from . import _deprecated
 from .client import Client
 from .arrays import slot_like
 from .errors import GraphdError
@@ -38,12 +39,31 @@ def device_index(device=None):
     return d.index if d.index is not None else torch.cuda.current_device()
 
 
-def connect(device=None, socket=None, **kw):
-    """A graphd Client (a data session) on `device`'s GPU (see
-    device_index), to the daemon at `socket` (None: libgraphd's default).
-    Other arguments as Client.connect."""
+def connect(device=None, socket_path=None, **kw):
+    """A graphd Client (a data session) on a GPU.
+
+    Parameters
+    ----------
+    device
+        The GPU (a torch.device, "cuda:1", an int, a tensor; None: the current device).
+    socket_path : str, os.PathLike or None
+        The daemon's socket (None: libgraphd's default). ``socket=`` is its
+        deprecated old name.
+    **kw
+        As graphd.Client.connect (timeout_ms, client_name, reconnect_ms).
+
+    Returns
+    -------
+    graphd.Client
+
+    Raises
+    ------
+    GraphdError
+        As graphd.Client.connect.
+    """
+    socket_path = _deprecated.renamed_kw(kw, "socket", "socket_path", socket_path, "graphd.torch.connect")
     kw.setdefault("client_name", "graphd-torch")
-    return Client.connect_cuda(device_index(device), socket, **kw)
+    return Client.connect_cuda(device_index(device), socket_path, **kw)
 
 
 def current_stream(device=None):

@@ -97,6 +97,12 @@ class HostDaemonTest(unittest.TestCase):
         self.assertGreaterEqual(st["programs"], 1)
         self.assertGreaterEqual(st["modules"], 1)
         stream.detach()
+        # A view still alive: free() refuses, and frees nothing.
+        with self.assertRaises(graphd.FailedPrecondition):
+            x.free()
+        self.assertEqual(x.live_views(), 1)
+        xs.release()
+        del ys
         x.free()
         y.free()
         with self.assertRaises(GraphdError):
@@ -177,6 +183,7 @@ class HostDaemonTest(unittest.TestCase):
         self.assertEqual(self.c.replay_bindings(stream, pid, [(0, x, 4 * N), (1, y, 4 * N)])["captured"], 1)
         self.assertEqual(list(ys), [5.0 * i for i in range(N)])
         stream.detach()
+        del xs, ys
         x.free()
         y.free()
 

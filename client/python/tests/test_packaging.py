@@ -15,11 +15,30 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class PackagingTest(unittest.TestCase):
-    def test_version_matches_pyproject(self):
+    def test_version_is_written_once(self):
+        # graphd/_version.py is the one place: the wheel (pyproject.toml)
+        # and the C project (CMakeLists.txt) read it; nothing else writes
+        # a version.
         import graphd
+        from graphd import _version
+        self.assertEqual(graphd.__version__, _version.__version__)
         with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
-            m = re.search(r'^version = "([^"]+)"', f.read(), re.M)
-        self.assertEqual(m.group(1), graphd.__version__)
+            pyproject = f.read()
+        self.assertIsNone(re.search(r'^version\s*=', pyproject, re.M), "pyproject.toml writes a version")
+        self.assertIn('dynamic = ["version"]', pyproject)
+        self.assertIn('metadata.version.input = "graphd/_version.py"', pyproject)
+        top = os.path.dirname(os.path.dirname(ROOT))
+        cmake = os.path.join(top, "CMakeLists.txt")
+        if os.path.exists(cmake):  # a source tree
+            with open(cmake, encoding="utf-8") as f:
+                text = f.read()
+            self.assertIn("client/python/graphd/_version.py", text)
+            self.assertIsNone(re.search(r"project\(graphd VERSION [0-9]", text), "CMakeLists.txt writes a version")
+
+    def test_py_typed_ships(self):
+        import graphd
+        here = os.path.dirname(os.path.abspath(graphd.__file__))
+        self.assertTrue(os.path.exists(os.path.join(here, "py.typed")), "graphd/py.typed is missing")
 
     @unittest.skipUnless(_env.INSTALLED, "not an installed wheel (GRAPHD_TEST_INSTALLED=1)")
     def test_installed_package_carries_and_finds_its_libraries(self):

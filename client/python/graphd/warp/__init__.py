@@ -356,7 +356,7 @@ Fallback.__doc__ = """A call that runs as Warp's own instead of graphd's:
 the function's name, the call's signature (static values, output and launch
 dims, vmap_method), the refusal's reason (a key of REASONS) and its message."""
 
-_fallbacks = []
+_fallbacks: list = []
 _fallbacks_lock = threading.Lock()
 
 
@@ -508,7 +508,7 @@ class _Fn(Function):
         self.kernel, self.block_dim = kernel, block_dim
 
 
-_registry = {}
+_registry: dict = {}
 _registry_lock = threading.Lock()
 
 
@@ -576,10 +576,33 @@ def _graph_mode(graph_mode):
     return enum.JAX if graph_mode is None else enum(graph_mode)
 
 
+def _graphd_options(where, device, arch, socket_path, socket):
+    """graphd's own options of jax_callable and jax_kernel, as
+    (what to compile for, the socket): arch and socket_path, with the old
+    spellings (an architecture as device=, socket=) warned about."""
+    from .. import _deprecated
+    if socket is not None:
+        if socket_path is not None:
+            raise GraphdError("INVALID_ARGUMENT", f"graphd.warp.{where}: give socket_path= only (socket= is its "
+                              "old name)")
+        _deprecated.warn(f"graphd.warp.{where}(socket=...)", f"graphd.warp.{where}(socket_path=...)", stacklevel=4)
+        socket_path = socket
+    if isinstance(device, (int, str)) and not isinstance(device, bool):
+        if arch is not None:
+            raise GraphdError("INVALID_ARGUMENT", f"graphd.warp.{where}: an architecture goes in arch= (device= is "
+                              "a JAX or Warp device)")
+        _deprecated.warn(f"graphd.warp.{where}(device=<architecture>)", f"graphd.warp.{where}(arch=...)",
+                         stacklevel=4)
+        arch, device = device, None
+    if arch is not None and device is not None:
+        raise GraphdError("INVALID_ARGUMENT", f"graphd.warp.{where}: give arch= or device=, not both")
+    return (arch if arch is not None else device), socket_path
+
+
 def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_all", output_dims=None,
                  in_out_argnames=None, stage_in_argnames=None, stage_out_argnames=None,
                  graph_cache_max=_GRAPH_CACHE_MAX_DEFAULT, module_preload_mode=None, has_side_effect=False, *,
-                 mode="auto", device=None, socket=None, fallback=None):
+                 mode="auto", device=None, arch=None, socket_path=None, fallback=None, socket=None):
     """Warp's jax_callable, replayed through graphd.
 
     Warp's arguments keep their meaning: the function's annotated arguments
@@ -606,11 +629,17 @@ def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_al
 
     graphd's options: mode ("auto" follows graph_mode: WARP_STAGED_EX gives
     "staged_ex", anything else the daemon's auto choice of staged or
-    direct), device (the architecture to compile for), socket, and fallback:
+    direct), arch (the architecture to compile for: 90, "sm_90"; by
+    default $GRAPHD_WARP_ARCH, else the first GPU JAX sees), device (a JAX
+    or Warp GPU device to compile for; an architecture given here is the
+    deprecated spelling of arch), socket_path (the daemon's socket, for
+    this process's JAX handler: graphd.jax.set_socket_path; `socket` is its
+    deprecated name), and fallback:
     None (the default) raises Refused where graphd cannot serve the
     function; "warp" (what install() sets) runs that signature as Warp's
     own jax_callable of the same arguments instead, logged once at INFO on
     the "graphd.warp" logger and listed by fallbacks()."""
+    device, socket = _graphd_options("jax_callable", device, arch, socket_path, socket)
     graph_mode = _graph_mode(graph_mode)
     in_out = tuple(in_out_argnames) if in_out_argnames else None
     stage_in = tuple(stage_in_argnames) if stage_in_argnames else None
@@ -645,14 +674,17 @@ def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_al
 
 def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=None, output_dims=None,
                in_out_argnames=None, module_preload_mode=None, enable_backward=False, has_side_effect=False,
-               block_dim=None, *, mode="auto", device=None, socket=None, fallback=None):
+               block_dim=None, *, mode="auto", device=None, arch=None, socket_path=None, fallback=None,
+               socket=None):
     """Warp's jax_kernel, replayed through graphd: one launch of `kernel`
     over launch_dims (by default the first input array's shape), with
     block_dim threads per block (256 by default). Returns the outputs as a
     list. enable_backward=True differentiates it as Warp does: the adjoint
     launch is a graphd program of its own (graphd.warp._grad). module_preload_mode
     is accepted without effect. fallback: as jax_callable's (with
-    enable_backward, each launch falls back on its own)."""
+    enable_backward, each launch falls back on its own). mode, device, arch,
+    socket_path: as jax_callable's."""
+    device, socket = _graphd_options("jax_kernel", device, arch, socket_path, socket)
     wp, ctx, _ = warp_modules()
     if not isinstance(kernel, ctx.Kernel):
         raise TypeError(f"jax_kernel() takes a Warp kernel, not {type(kernel).__name__}")
@@ -697,7 +729,7 @@ def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=N
 
 # --- making warp.jax_callable these -----------------------------------------------
 
-_originals = {}
+_originals: dict = {}
 
 
 @functools.wraps(jax_callable)
@@ -836,4 +868,6 @@ def __getattr__(name):
     new = _OLD_NAMES.get(name)
     if new is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .. import _deprecated
+    _deprecated.warn(f"graphd.warp.{name}", f"graphd.warp.{new}")
     return globals()[new]

@@ -14,7 +14,7 @@ from ..program import Program, module_id
 from ._steps import count_steps
 from ._support import Refused, warp_modules
 
-_compiled = {}
+_compiled: dict = {}
 _compile_lock = threading.Lock()
 
 

@@ -26,7 +26,7 @@ from ._steps import resolve_block_dim
 from ._support import Refused, warp_modules
 
 _MISSING = object()
-_cache = {}
+_cache: dict = {}
 _cache_lock = threading.Lock()
 
 

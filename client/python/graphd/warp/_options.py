@@ -98,16 +98,13 @@ def resolve_ordinal(device=None):
 
 
 def use_socket(socket):
-    """The JAX handler connects to $GRAPHD_SOCKET (or the default): a
-    socket given here is put there, once per process."""
+    """The daemon this process's JAX handler connects to: a socket given
+    here goes to graphd.jax.set_socket_path (the environment is not
+    written); another one once the handler has sessions is refused."""
     if socket is None:
         return
-    socket = os.fspath(socket)
-    cur = os.environ.get("GRAPHD_SOCKET")
-    if cur and cur != socket:
-        raise GraphdError("INVALID_ARGUMENT", f"socket {socket!r}: this process already uses GRAPHD_SOCKET={cur!r}; "
-                          "the JAX handler has one daemon per process")
-    os.environ["GRAPHD_SOCKET"] = socket
+    from ..jax import set_socket_path
+    set_socket_path(os.fspath(socket))
 
 
 def require_cuda():

@@ -13,7 +13,7 @@ import ctypes
 from ._steps import LaunchRec, Param, resolve_block_dim
 from ._support import Refused, warp_modules
 
-_offsets_cache = {}
+_offsets_cache: dict = {}
 
 
 def pointer_offsets(ct):

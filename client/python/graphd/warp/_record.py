@@ -89,7 +89,7 @@ def array_extent(arr):
 # Reserved memory handed out by recordings and still mapped ({address:
 # bytes}): an array made by an earlier recording (cached across calls) is
 # never a fixed buffer.
-_RESERVED = {}
+_RESERVED: dict = {}
 
 
 class _Allocator:

@@ -138,13 +138,17 @@ class WarpCallable:
             self._sessions.clear()
 
 
-def array_callable(func, *, inputs=(), outputs=(), mode="staged", device=None, socket=None):
+def array_callable(func, *, inputs=(), outputs=(), mode="staged", device=None, socket_path=None, socket=None):
     """A function of Warp arrays (on one CUDA device) and scalars that
     replays func's graphd program on Warp's current stream of that device
     (graphd.warp.callable is its old spelling). inputs / outputs name the
     arrays that are only read / only written (the rest are read and
     written). mode is "staged", "staged_ex", "direct" or "auto"; device
-    overrides the architecture to compile for; socket is the daemon's
+    overrides the architecture to compile for; socket_path is the daemon's
     socket (default: libgraphd's). Each call returns the replay's info
     (captured, capture_ns, server_ns)."""
-    return WarpCallable(func, inputs=inputs, outputs=outputs, mode=mode, device=device, socket=socket)
+    if socket is not None:
+        from .. import _deprecated
+        _deprecated.warn("graphd.warp.array_callable(socket=...)", "graphd.warp.array_callable(socket_path=...)")
+        socket_path = socket if socket_path is None else socket_path
+    return WarpCallable(func, inputs=inputs, outputs=outputs, mode=mode, device=device, socket=socket_path)

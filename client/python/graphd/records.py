@@ -1,0 +1,152 @@
+"""The types of graphd's Python API: the names of modes, roles and module
+kinds as `Literal` types, and the records that calls return, as
+`TypedDict`s. Their keys are the fields of graphd.h's structures, which are
+also the keys of graphctl's JSON (docs/schemas); a time carries its unit in
+its name (`_ms`, `_ns`).
+
+Vocabulary (the same in Python, C, graphctl's JSON and the docs):
+
+- ``socket_path``: the daemon's Unix socket (None: libgraphd's default,
+  ``$GRAPHD_SOCKET``, ...).
+- ``device_uuid``: the device a data session is bound to, by UUID.
+- ``ordinal``: a CUDA device as this process numbers it.
+- ``device``: as an argument, a GPU named the caller's way (a
+  ``torch.device``, a CuPy device, a JAX or Warp device, or an ordinal);
+  in a record, the daemon's own index of a device (``CaptureInfo.device``,
+  ``SessionInfo.device``), which arguments call ``device_index``.
+- ``arch``: a GPU architecture to compile for (90, "sm_90").
+- Durations are integers with their unit: ``timeout_ms``,
+  ``reconnect_ms``, ``idle_ms``, ``capture_ns``.
+"""
+
+from typing import List, Literal, TypedDict
+
+#: How replays move data (graphd_mode).
+Mode = Literal["staged", "staged_ex", "direct", "auto"]
+#: What a slot is for (graphd_slot_role).
+Role = Literal["input", "output", "inout", "scratch", "temp"]
+#: The kind of code in a module (graphd_module_kind).
+ModuleKind = Literal["ptx", "cubin", "fatbin", "host_elf"]
+#: A session's kind.
+SessionKind = Literal["control", "data"]
+#: How graphd.jax.program_callable batches under vmap.
+VmapMethod = Literal["sequential", "broadcast_all"]
+
+
+class DeviceCounters(TypedDict):
+    """graphd_device_counters: a device's counters since the daemon started."""
+    sessions: int
+    regions: int
+    region_bytes: int
+    captures: int
+    replays: int
+    errors: int
+    recaptures: int
+    inflight: int
+    captures_built: int
+    staging_bytes: int
+    evictions: int
+    replay_p50_ns: int
+    replay_p90_ns: int
+    replay_p99_ns: int
+    replay_max_ns: int
+
+
+class DeviceWork(TypedDict):
+    """A device worker's time in the replay path (graphd_device_work, with
+    launch_ns from the device record)."""
+    replay_ns: int
+    replays: int
+    gpu_ns: int
+    gpu_replays: int
+    launch_ns: int
+
+
+class DeviceInfo(TypedDict):
+    """graphd_device_info: one device of the daemon."""
+    ordinal: int
+    name: str
+    uuid: bytes
+    uuid_str: str
+    total_memory: int
+    free_memory: int
+    backend: str
+    epoch: int
+    mps_enabled: int
+    state: str
+    counters: DeviceCounters
+
+
+class DeviceStatus(DeviceInfo):
+    """A device in Client.status(): its info, how old its figures are, and
+    its worker's time."""
+    figures_age_ms: int
+    work: DeviceWork
+
+
+class SessionInfo(TypedDict):
+    """graphd_session_info: one open session."""
+    id: int
+    pid: int
+    uid: int
+    data: int
+    device: int
+    client_name: str
+    regions: int
+    region_bytes: int
+
+
+class DaemonStatus(TypedDict):
+    """Client.status(): the daemon, its devices and its sessions."""
+    version: str
+    uptime_ms: int
+    pid: int
+    sessions: int
+    modules: int
+    module_bytes: int
+    programs: int
+    devices: List[DeviceStatus]
+    session_info: List[SessionInfo]
+
+
+class ReplayInfo(TypedDict):
+    """What a replay reports (graphd_replay_info)."""
+    captured: int
+    capture_ns: int
+    server_ns: int
+
+
+class PrepareInfo(TypedDict):
+    """What prepare_program reports (graphd_prepare_info)."""
+    modules_loaded: int
+    load_ns: int
+
+
+class RegionRef(TypedDict):
+    """A registered region (graphd_region_ref)."""
+    region_id: int
+    offset: int
+    size: int
+    import_ns: int
+
+
+class CaptureInfo(TypedDict):
+    """One capture (graphd_capture_info; graphctl list's JSON records)."""
+    program: str
+    device: int
+    mode: str
+    staging_bytes: int
+    nodes: int
+    replays: int
+    idle_ms: int
+    pids: List[int]
+    busy: bool
+    generation: int
+    created_unix_ms: int
+    repoints: int
+    graphs: int
+
+
+__all__ = ["Mode", "Role", "ModuleKind", "SessionKind", "VmapMethod", "DeviceCounters", "DeviceWork",
+           "DeviceInfo", "DeviceStatus", "SessionInfo", "DaemonStatus", "ReplayInfo", "PrepareInfo",
+           "RegionRef", "CaptureInfo"]
