@@ -102,9 +102,10 @@ class CrossTest(unittest.TestCase):
             nslots = rng.randint(1, 6)
             sizes = []
             for _ in range(nslots):
-                role = rng.choice(["input", "output", "inout", "scratch"])
+                role = rng.choice(["input", "output", "inout", "scratch", "temp"])
                 n = rng.choice([1, 8, 64, 4096, 1 << 30])
-                b.add_slot(role, n, staged=None if role == "scratch" else rng.random() < 0.8)
+                owned = role in ("scratch", "temp")
+                b.add_slot(role, n, staged=None if owned else rng.random() < 0.8)
                 sizes.append(n)
             for _ in range(rng.randint(1, 6)):
                 k = rng.randint(0, 2)

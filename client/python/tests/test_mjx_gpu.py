@@ -144,7 +144,7 @@ def rollout(steps):
 def _program_info(b):
     return {"id": b.id_hex, "slots": len(b.slots), "launches": len(b.launches), "conds": len(b.conds),
             "steps": b.nsteps, "bytes": sum(s.nbytes for s in b.slots),
-            "roles": {r: sum(1 for s in b.slots if s.role == r) for r in ("input", "inout", "output", "scratch")}}
+            "roles": {r: sum(1 for s in b.slots if s.role == r) for r in ("input", "inout", "output", "scratch", "temp")}}
 
 
 def _daemon_view(sock, ids):

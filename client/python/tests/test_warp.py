@@ -88,10 +88,10 @@ if HAVE_WARP:
                 acc: wp.array2d(dtype=wp.vec3), y: wp.array(dtype=float), newpos: wp.array(dtype=wp.vec3),
                 hits: wp.array(dtype=wp.int32)):
         """Several kernels, a struct, vectors, 2-D arrays, an in-out
-        argument (acc), a static scalar (dt), scratch arrays, memsets, a
+        argument (acc), a static scalar (dt), temp arrays, memsets, a
         fill and a copy."""
         n = x.shape[0]
-        tmp = wp.zeros(n, dtype=float)                       # scratch + memset
+        tmp = wp.zeros(n, dtype=float)                       # temp + memset
         wp.launch(scale, dim=n, inputs=[x, tmp, 2.0])
         wp.copy(y, tmp)                                      # copy
         b = Body()
@@ -180,8 +180,8 @@ class ProgramFromWarpTest(unittest.TestCase):
         self.assertEqual(roles[:8], [
             ("input", 4000, True), ("input", 64 * 12, True), ("input", 64 * 12, True), ("input", 8 * 16 * 12, True),
             ("inout", 8 * 16 * 12, True), ("output", 4000, True), ("output", 64 * 12, True), ("output", 4, True)])
-        # One scratch slot: the array wp.zeros made inside the function.
-        self.assertEqual([(s.role, s.nbytes) for s in b.slots[8:]], [("scratch", 4000)])
+        # One temp slot: the array wp.zeros made inside the function.
+        self.assertEqual([(s.role, s.nbytes) for s in b.slots[8:]], [("temp", 4000)])
         self.assertEqual(b.arg_slots, {0: 0, 1: 1, 2: 2, 3: 3, 5: 4, 6: 5, 7: 6, 8: 7})
 
     def test_steps_in_order(self):
@@ -210,7 +210,7 @@ class ProgramFromWarpTest(unittest.TestCase):
     def test_patches_hit_the_data_pointers(self):
         by_entry = {l.kernel.key: l for l in self.built.launches}
         arr = wp._src.types.array_t
-        # scale(x, tmp, a): x is slot 0, tmp the scratch slot 8.
+        # scale(x, tmp, a): x is slot 0, tmp the temp slot 8.
         l = by_entry[scale.key]
         self.assertEqual([(p[0], p[4]) for p in l.params],
                          [("dim", []), ("x", [(arr.data.offset, 0, 0)]), ("y", [(arr.data.offset, 8, 0)]), ("a", [])])
@@ -429,9 +429,9 @@ class ConditionalTest(unittest.TestCase):
 
     def test_loop_over_an_allocated_flag(self):
         b = self.build(w_loop_flag, {0: (64,), 2: (64,)}, 1, statics={1: 0.01})
-        # Slots: x, y, then the scratch flag and t in allocation order.
+        # Slots: x, y, then the temp flag and t in allocation order.
         self.assertEqual([(s.role, s.nbytes) for s in b.slots],
-                         [("input", 256), ("output", 256), ("scratch", 4), ("scratch", 256)])
+                         [("input", 256), ("output", 256), ("temp", 4), ("temp", 256)])
         self.assertEqual(self.steps(b), [
             ("memset", 2, 0, 4, 0), ("copy", 3, 0), ("launch", above.key),
             ("while", 2, 0, 2), ("launch", scale_in_place.key), ("launch", above.key),
@@ -800,7 +800,7 @@ class RefusalTest(unittest.TestCase):
             self.assertEqual(e.code, "RESOURCE_EXHAUSTED")
         finally:
             gprog.MAX_PATCHES = saved
-        # 2 arguments and 260 scratch arrays (a MuJoCo Warp humanoid's) fit the
+        # 2 arguments and 260 temp arrays (a MuJoCo Warp humanoid's) fit the
         # daemon's slots, and are refused under a cap below 262.
         self.assertEqual(self.build(f_260_arrays).nsteps, 261)
         saved = gprog.MAX_SLOTS
@@ -894,8 +894,8 @@ class RefusalTest(unittest.TestCase):
         x = wp.zeros(64, dtype=float, device="cpu")
         b = f.build(x, x, arch=90)
         self.assertEqual(seen, [(0, True, False, "cuda:0", 90)] * 2)  # two recordings
-        # Arrays it makes on that device are scratch slots of the program.
-        self.assertEqual([s.role for s in b.slots], ["input", "output", "scratch"])
+        # Arrays it makes on that device are temp slots of the program.
+        self.assertEqual([s.role for s in b.slots], ["input", "output", "temp"])
         seen.clear()
         Function(by_device, f._spec).build({0: (64,), 1: (64,)}, {}, 90, "staged", ordinal=1)
         self.assertEqual([s[0] for s in seen], [1, 1])
@@ -1119,7 +1119,7 @@ class JaxTest(unittest.TestCase):
         self.assertEqual(len(c), 1)
         b = program_of(f, c[0])
         self.assertEqual(c[0], (b.id_hex, [0, 1, 2, 2, 3]))
-        self.assertEqual([s.role for s in b.slots], ["input", "input", "inout", "output", "scratch"])
+        self.assertEqual([s.role for s in b.slots], ["input", "input", "inout", "output", "temp"])
         out = jax.eval_shape(lambda x, v, o: f(x, v, 2.0, o), x, v, v)
         self.assertEqual([(o.shape, o.dtype) for o in out], [((4, 5, 3), jnp.float32), ((100,), jnp.float32)])
         # A static value is part of the signature.
