@@ -24,7 +24,7 @@ import threading
 
 from ._version import __version__
 from .errors import GraphdError, LibraryError, status_name
-from .program import ID_LEN, MODES, MODULE_KINDS, ROLES
+from .program import ID_LEN, MODES, MODULE_KINDS, OWNED_ROLES, ROLES
 
 ERRMAX = 512
 
@@ -405,7 +405,7 @@ class CProgram:
     def add_slot(self, role, nbytes, staged=None):
         r = ROLES.get(role, role)
         if staged is None:
-            staged = r != 3
+            staged = r not in OWNED_ROLES
         return self._idx(self._l.graphd_program_add_slot(self._p, r, nbytes, int(bool(staged))))
 
     def add_launch(self, module_id, function, grid, block, shared_bytes=0):
