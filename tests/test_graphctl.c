@@ -1,9 +1,46 @@
-/* graphctl: exit codes, one-line errors, text and JSON status. */
+/* graphctl: exit codes, one-line errors, text and JSON status; and the
+ * command lines of graphd, graphctl and graphd-demo alike: --version, a
+ * usage error in one line with exit 2, --help in full with exit 0. */
 #include <check.h>
 #include <json-c/json.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "graphd/graphd.h"
 #include "harness.h"
+
+/* Runs argv (NULL-terminated, at most 15 words) and returns its exit
+ * status, its stdout and stderr together in out. */
+static int run(char *out, size_t n, const char *prog, ...) {
+  char *argv[16];
+  int k = 0;
+  argv[k++] = (char *)prog;
+  va_list ap;
+  va_start(ap, prog);
+  for (const char *a; k < 15 && (a = va_arg(ap, const char *));) argv[k++] = (char *)a;
+  va_end(ap);
+  argv[k] = NULL;
+  return td_run(argv, out, n, 10000);
+}
+
+static int lines(const char *s) {
+  int n = 0;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+/* A usage error: exit 2, one line naming the program, ending in the
+ * pointer to --help. */
+static void one_line_usage_error(const char *what, int rc, const char *out, const char *prog) {
+  ck_assert_msg(rc == 2, "%s: exit %d: %s", what, rc, out);
+  ck_assert_msg(lines(out) == 1, "%s: %d lines, not 1: %s", what, lines(out), out);
+  char want[64];
+  snprintf(want, sizeof want, "%s: ", prog);
+  ck_assert_msg(strncmp(out, want, strlen(want)) == 0, "%s: %s", what, out);
+  snprintf(want, sizeof want, "; try '%s --help'\n", prog);
+  ck_assert_msg(strstr(out, want) && strstr(out, want)[strlen(want)] == '\0', "%s: %s", what, out);
+}
 
 static int ctl(char *out, size_t n, const char *sock, const char *a, const char *b) {
   char *argv[8];
@@ -38,6 +75,113 @@ START_TEST(test_graphctl_usage_errors_exit_2) {
   ck_assert_int_eq(ctl(out, sizeof out, NULL, "--bogus", NULL), 2);
   char *argv[] = {GRAPHCTL_BIN, "--timeout", "0", "status", NULL};
   ck_assert_int_eq(td_run(argv, out, sizeof out, 5000), 2);
+}
+END_TEST
+
+START_TEST(test_graphctl_usage_errors_are_one_line) {
+  char out[8192];
+  const char *nobody = "/tmp/graphd-nobody-here.sock";
+  /* Checked before connecting: usage errors whether a daemon runs or not. */
+  static const char *const bad[][4] = {
+      {"--bogus", "status"},
+      {"-x", "status"},
+      {"--socket"},
+      {"--help=1"},
+      {"frobnicate"},
+      {"status", "--yaml"},
+      {"list", "--all"},
+      {"stats", "--json", "--prometheus"},
+      {"ping", "extra"},
+      {"evict"}, /* no selector: was exit 1 from the daemon */
+      {"evict", "--json"},
+      {"evict", "--idle", "0"},
+      {"evict", "--idle", "soon"},
+      {"evict", "--capture", "nodevice"},
+      {"evict", "--device"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = run(out, sizeof out, GRAPHCTL_BIN, "--socket", nobody, bad[i][0], bad[i][1], bad[i][2],
+                 bad[i][3], NULL);
+    char what[128];
+    snprintf(what, sizeof what, "graphctl %s %s %s", bad[i][0], bad[i][1] ? bad[i][1] : "",
+             bad[i][2] ? bad[i][2] : "");
+    one_line_usage_error(what, rc, out, "graphctl");
+  }
+  ck_assert_int_eq(run(out, sizeof out, GRAPHCTL_BIN, NULL), 2);
+  one_line_usage_error("graphctl", 2, out, "graphctl");
+  ck_assert_int_eq(run(out, sizeof out, GRAPHCTL_BIN, "--socket", nobody, "evict", NULL), 2);
+  ck_assert_msg(strstr(out, "say what to evict"), "%s", out);
+  ck_assert_int_eq(run(out, sizeof out, GRAPHCTL_BIN, "--socket", nobody, "--bogus", NULL), 2);
+  ck_assert_msg(strstr(out, "unknown option '--bogus'"), "%s", out);
+  ck_assert_int_eq(run(out, sizeof out, GRAPHCTL_BIN, "--socket", NULL), 2);
+  ck_assert_msg(strstr(out, "--socket needs a value"), "%s", out);
+
+  /* --help is the whole usage on stdout, exit 0, also after a command. */
+  ck_assert_int_eq(run(out, sizeof out, GRAPHCTL_BIN, "--help", NULL), 0);
+  ck_assert_msg(lines(out) > 15 && strstr(out, "commands:") && strstr(out, "evict SELECTORS"), "%s",
+                out);
+  ck_assert_int_eq(run(out, sizeof out, GRAPHCTL_BIN, "--socket", nobody, "evict", "--help", NULL),
+                   0);
+  ck_assert_msg(strstr(out, "commands:"), "%s", out);
+}
+END_TEST
+
+START_TEST(test_graphd_usage_errors_are_one_line) {
+  char out[16384];
+  static const char *const bad[][3] = {
+      {"--bogus"},
+      {"--socket"},                  /* lacks its value */
+      {"--check-config=yes"},        /* takes none */
+      {"--max-regions", "5"},        /* a prefix of two options: was taken as the first */
+      {"--s", "/tmp/x.sock"},        /* the same */
+      {"extra"},                     /* no operands */
+      {"--host-devices", "2", "-x"}, /* a short option: graphd has none */
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = run(out, sizeof out, GRAPHD_BIN, bad[i][0], bad[i][1], bad[i][2], NULL);
+    one_line_usage_error(bad[i][0], rc, out, "graphd");
+  }
+  run(out, sizeof out, GRAPHD_BIN, "--max-regions", "5", NULL);
+  ck_assert_msg(strstr(out, "ambiguous option '--max-regions'"), "%s", out);
+  run(out, sizeof out, GRAPHD_BIN, "--socket", NULL);
+  ck_assert_msg(strstr(out, "option --socket needs a value"), "%s", out);
+  /* A bad value is one line too (it names the setting). */
+  ck_assert_int_eq(run(out, sizeof out, GRAPHD_BIN, "--host-devices", "x", NULL), 2);
+  ck_assert_int_eq(lines(out), 1);
+  /* --help is the whole usage on stdout, exit 0. */
+  ck_assert_int_eq(run(out, sizeof out, GRAPHD_BIN, "--help", NULL), 0);
+  ck_assert_msg(lines(out) > 40 && strstr(out, "--check-config"), "%s", out);
+
+  /* graphd-demo alike. */
+  ck_assert_int_eq(run(out, sizeof out, GRAPHD_DEMO_BIN, "--bogus", "dir", NULL), 2);
+  one_line_usage_error("graphd-demo --bogus", 2, out, "graphd-demo");
+  ck_assert_int_eq(run(out, sizeof out, GRAPHD_DEMO_BIN, NULL), 2);
+  one_line_usage_error("graphd-demo", 2, out, "graphd-demo");
+  ck_assert_int_eq(run(out, sizeof out, GRAPHD_DEMO_BIN, "--help", NULL), 0);
+  ck_assert_msg(strstr(out, "usage: graphd-demo"), "%s", out);
+}
+END_TEST
+
+/* Every binary answers --version with one line, its name and the
+ * version, without a daemon (after other options too). */
+START_TEST(test_every_binary_has_version) {
+  char out[4096], want[128];
+  static const struct {
+    const char *bin, *name, *arg;
+  } bins[] = {
+      {GRAPHD_BIN, "graphd", "--version"},
+      {GRAPHCTL_BIN, "graphctl", "--version"},
+      {GRAPHCTL_BIN, "graphctl", "version"},
+      {GRAPHD_DEMO_BIN, "graphd-demo", "--version"},
+  };
+  for (size_t i = 0; i < sizeof bins / sizeof bins[0]; i++) {
+    int rc = run(out, sizeof out, bins[i].bin, "--socket", "/tmp/graphd-nobody-here.sock",
+                 bins[i].arg, NULL);
+    ck_assert_msg(rc == 0, "%s %s: exit %d: %s", bins[i].name, bins[i].arg, rc, out);
+    snprintf(want, sizeof want, "%s %s", bins[i].name, graphd_version());
+    ck_assert_msg(strncmp(out, want, strlen(want)) == 0 && lines(out) == 1, "%s %s: %s",
+                  bins[i].name, bins[i].arg, out);
+  }
 }
 END_TEST
 
@@ -93,6 +237,9 @@ int main(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, test_graphctl_cannot_connect_exits_3_with_one_line);
   tcase_add_test(tc, test_graphctl_usage_errors_exit_2);
+  tcase_add_test(tc, test_graphctl_usage_errors_are_one_line);
+  tcase_add_test(tc, test_graphd_usage_errors_are_one_line);
+  tcase_add_test(tc, test_every_binary_has_version);
   tcase_add_test(tc, test_graphctl_status_text_json_and_ping);
   tcase_add_test(tc, test_graphctl_uses_graphd_socket_env);
   suite_add_tcase(s, tc);
