@@ -46,6 +46,15 @@ int main(void) {
   OFF(graphd_daemon_status, modules);
   OFF(graphd_daemon_status, programs);
   OFF(graphd_daemon_status, work);
+  OFF(graphd_daemon_status, launch_ns);
+  OFF(graphd_daemon_status, figures_age_ms);
+  OFF(graphd_daemon_status, replay_latency);
+  OFF(graphd_daemon_status, staging_budget_bytes);
+  SIZE(graphd_latency_histogram);
+  OFF(graphd_latency_histogram, le_ns);
+  OFF(graphd_latency_histogram, le_count);
+  OFF(graphd_latency_histogram, count);
+  OFF(graphd_latency_histogram, sum_ns);
   SIZE(graphd_device_work);
   OFF(graphd_device_work, replays);
   SIZE(graphd_region_ref);

@@ -361,6 +361,23 @@ graphd_status graphd_ping(graphd_client *c, const void *payload, size_t len) {
   return st;
 }
 
+/* The latency histogram of w: its bounds as sent while they ascend and
+ * have a count each, at most GRAPHD_LATENCY_BOUNDS. */
+static void copy_latency(graphd_latency_histogram *h, const Graphd__Wire__DeviceCounters *w) {
+  size_t n = w->n_replay_latency_le_ns < w->n_replay_latency_le_count
+                 ? w->n_replay_latency_le_ns
+                 : w->n_replay_latency_le_count;
+  uint32_t k = 0;
+  for (; k < n && k < GRAPHD_LATENCY_BOUNDS; k++) {
+    if (k && w->replay_latency_le_ns[k] <= w->replay_latency_le_ns[k - 1]) break;
+    h->le_ns[k] = w->replay_latency_le_ns[k];
+    h->le_count[k] = w->replay_latency_le_count[k];
+  }
+  h->nbounds = k;
+  h->count = w->replay_latency_count;
+  h->sum_ns = w->replay_latency_sum_ns;
+}
+
 static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_status **out) {
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__StatusRequest sreq = GRAPHD__WIRE__STATUS_REQUEST__INIT;
@@ -378,11 +395,14 @@ static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_st
   }
   Graphd__Wire__StatusReply *sr = rep->status;
   graphd_daemon_status *s = calloc(1, sizeof *s);
-  if (!s || (sr->n_devices &&
-             (!(s->devices = calloc(sr->n_devices, sizeof *s->devices)) ||
-              !(s->work = calloc(sr->n_devices, sizeof *s->work)) ||
-              !(s->launch_ns = calloc(sr->n_devices, sizeof *s->launch_ns)) ||
-              !(s->figures_age_ms = calloc(sr->n_devices, sizeof *s->figures_age_ms))))) {
+  if (!s ||
+      (sr->n_devices &&
+       (!(s->devices = calloc(sr->n_devices, sizeof *s->devices)) ||
+        !(s->work = calloc(sr->n_devices, sizeof *s->work)) ||
+        !(s->launch_ns = calloc(sr->n_devices, sizeof *s->launch_ns)) ||
+        !(s->figures_age_ms = calloc(sr->n_devices, sizeof *s->figures_age_ms)) ||
+        !(s->replay_latency = calloc(sr->n_devices, sizeof *s->replay_latency)) ||
+        !(s->staging_budget_bytes = calloc(sr->n_devices, sizeof *s->staging_budget_bytes))))) {
     graphd_daemon_status_free(s);
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
@@ -395,12 +415,14 @@ static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_st
   for (size_t i = 0; i < sr->n_devices; i++) {
     copy_device(&s->devices[i], sr->devices[i]);
     s->figures_age_ms[i] = sr->devices[i]->figures_age_ms;
+    s->staging_budget_bytes[i] = sr->devices[i]->staging_budget_bytes;
     if (sr->devices[i]->counters) {
       s->work[i].replay_ns = sr->devices[i]->counters->worker_replay_ns;
       s->work[i].gpu_ns = sr->devices[i]->counters->gpu_replay_ns;
       s->work[i].gpu_replays = sr->devices[i]->counters->gpu_replays;
       s->work[i].replays = sr->devices[i]->counters->worker_replays;
       s->launch_ns[i] = sr->devices[i]->counters->worker_launch_ns;
+      copy_latency(&s->replay_latency[i], sr->devices[i]->counters);
     }
   }
   s->modules = sr->modules;
@@ -439,6 +461,8 @@ void graphd_daemon_status_free(graphd_daemon_status *s) {
   free(s->work);
   free(s->launch_ns);
   free(s->figures_age_ms);
+  free(s->replay_latency);
+  free(s->staging_budget_bytes);
   free(s);
 }
 

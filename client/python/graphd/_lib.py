@@ -84,6 +84,14 @@ class graphd_device_work(ctypes.Structure):
     _fields_ = [("replay_ns", _u64), ("replays", _u64), ("gpu_ns", _u64), ("gpu_replays", _u64)]
 
 
+LATENCY_BOUNDS = 32
+
+
+class graphd_latency_histogram(ctypes.Structure):
+    _fields_ = [("nbounds", _u32), ("le_ns", _u64 * LATENCY_BOUNDS),
+                ("le_count", _u64 * LATENCY_BOUNDS), ("count", _u64), ("sum_ns", _u64)]
+
+
 class graphd_daemon_status(ctypes.Structure):
     _fields_ = [
         ("version", ctypes.c_char * 64),
@@ -100,6 +108,8 @@ class graphd_daemon_status(ctypes.Structure):
         ("work", ctypes.POINTER(graphd_device_work)),
         ("launch_ns", ctypes.POINTER(_u64)),
         ("figures_age_ms", ctypes.POINTER(_u64)),
+        ("replay_latency", ctypes.POINTER(graphd_latency_histogram)),
+        ("staging_budget_bytes", ctypes.POINTER(_u64)),
     ]
 
 
@@ -135,7 +145,7 @@ class graphd_evict_options(ctypes.Structure):
 # The structures whose layout the tests compare with C (tests/abi_sizes.c).
 STRUCTS = {c.__name__: c for c in (
     graphd_connect_options, graphd_device_counters, graphd_device_info, graphd_session_info,
-    graphd_device_work, graphd_daemon_status, graphd_region_ref, graphd_binding, graphd_replay_info,
+    graphd_device_work, graphd_latency_histogram, graphd_daemon_status, graphd_region_ref, graphd_binding, graphd_replay_info,
     graphd_prepare_info, graphd_capture_info, graphd_evict_options)}
 
 _P = ctypes.c_void_p
