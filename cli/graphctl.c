@@ -12,6 +12,7 @@
 #include "common/usage.h"
 #include "graphd/graphd.h"
 #include "stats.h"
+#include "top.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -33,6 +34,11 @@ static void usage(FILE *f) {
           "                    percentiles, captures built, evictions, errors;\n"
           "                    per client: sessions, regions and bytes\n"
 
+          "  top [--interval SECONDS] [--count N]\n"
+          "                    per device, refreshed every SECONDS (default 2) until\n"
+          "                    Ctrl-C or N refreshes: state, replays a second, the\n"
+          "                    worker's busy share, memory free and total, captures\n"
+          "                    and staging, errors a second\n"
           "  ping              one round trip to the daemon\n"
           "  version           print graphctl's version\n"
           "Sizes in text are in binary units (KiB, MiB, GiB); --json and --prometheus\n"
@@ -377,7 +383,7 @@ static const struct {
   int (*fn)(graphd_client *, int, char **);
 } commands[] = {
     {"status", cmd_status}, {"list", cmd_list}, {"evict", cmd_evict},
-    {"stats", cmd_stats},   {"ping", cmd_ping},
+    {"stats", cmd_stats},   {"top", cmd_top},   {"ping", cmd_ping},
 };
 
 int main(int argc, char **argv) {

@@ -3,7 +3,11 @@
  * usage error in one line with exit 2, --help in full with exit 0. */
 #include <check.h>
 #include <json-c/json.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -231,6 +235,92 @@ START_TEST(test_graphctl_uses_graphd_socket_env) {
 }
 END_TEST
 
+/* A data session on device 1 replaying a 50 ms host kernel without pause. */
+typedef struct sleeper {
+  graphd_client *c;
+  graphd_stream *s;
+  uint8_t pid[32];
+  void *out;
+  atomic_bool stop;
+  int replays;
+} sleeper;
+
+static void *sleep_replays(void *arg) {
+  sleeper *k = arg;
+  graphd_binding b = {.slot = 0, .ptr = (uint64_t)(uintptr_t)k->out, .bytes = 256};
+  while (!atomic_load(&k->stop)) {
+    ck_assert_int_eq(graphd_replay(k->c, k->s, k->pid, &b, 1, NULL), GRAPHD_OK);
+    k->replays++;
+  }
+  return NULL;
+}
+
+/* The value in column col (0-based, split at spaces) of device dev's row
+ * in the refresh that starts at frame. */
+static double top_column(const char *frame, int dev, int col) {
+  char want[16];
+  snprintf(want, sizeof want, "\n%-6d ", dev);
+  const char *row = strstr(frame, want);
+  ck_assert_msg(row != NULL, "no device %d in %s", dev, frame);
+  row++;
+  for (int k = 0; k < col; k++) {
+    row = strchr(row, ' ');
+    while (*row == ' ') row++;
+  }
+  return strtod(row, NULL);
+}
+
+/* graphctl top's busy share is the worker's time in replays over the wall
+ * time: near all of it on a device whose worker runs 50 ms replays back
+ * to back, nothing on the idle one; replays a second follow. */
+START_TEST(test_graphctl_top_busy_share_and_rate) {
+  gd_test_daemon d;
+  td_start(&d, "--host-devices", "2", NULL);
+  sleeper k = {.c = td_data(&d, 1)};
+  size_t len;
+  void *so = td_read_file(HOST_KERNELS_SO, &len);
+  uint8_t mod[32];
+  ck_assert_int_eq(graphd_register_module(k.c, GRAPHD_MODULE_HOST_ELF, so, len, mod), GRAPHD_OK);
+  free(so);
+  graphd_program *p = graphd_program_new(GRAPHD_MODE_STAGED);
+  graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, 256, 1);
+  uint32_t grid[3] = {1, 1, 1}, block[3] = {1, 1, 1}, ms = 50;
+  int s0 = graphd_program_add_launch(p, mod, "sleep_ms", grid, block, 0);
+  graphd_program_param(p, (uint32_t)s0, 0, &ms, 4);
+  ck_assert_int_eq(graphd_program_finish(p, k.pid), GRAPHD_OK);
+  ck_assert_int_eq(graphd_register_program(k.c, p), GRAPHD_OK);
+  graphd_program_free(p);
+  ck_assert_int_eq(graphd_stream_attach(k.c, NULL, &k.s), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(k.c, 256, &k.out), GRAPHD_OK);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, sleep_replays, &k), 0);
+
+  char out[16384];
+  int rc = run(out, sizeof out, GRAPHCTL_BIN, "--socket", d.socket, "top", "--count", "2",
+               "--interval", "1", NULL);
+  atomic_store(&k.stop, true);
+  pthread_join(t, NULL);
+  ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+  /* Two refreshes, a blank line between; the second is checked. */
+  const char *second = strstr(out, "\n\ngraphd ");
+  ck_assert_msg(second && !strstr(second + 2, "\n\n"), "not two refreshes: %s", out);
+  second += 1;
+  ck_assert_msg(strstr(second, "DEVICE STATE     REPLAYS/s   BUSY     MEMORY FREE / TOTAL"), "%s",
+                second);
+  double rate1 = top_column(second, 1, 2), busy1 = top_column(second, 1, 3);
+  double rate0 = top_column(second, 0, 2), busy0 = top_column(second, 0, 3);
+  ck_assert_msg(busy1 >= 60 && busy1 <= 100, "device 1 busy %.1f%%: %s", busy1, out);
+  ck_assert_msg(rate1 >= 5 && rate1 <= 21, "device 1 at %.1f replays/s: %s", rate1, out);
+  ck_assert_msg(busy0 == 0 && rate0 == 0, "device 0 is idle: %s", out);
+  ck_assert_int_ge(k.replays, 10);
+
+  graphd_stream_detach(k.s);
+  graphd_close(k.c);
+  td_stop(&d);
+  td_cleanup(&d);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("graphctl");
   TCase *tc = tcase_create("graphctl");
@@ -240,6 +330,7 @@ int main(void) {
   tcase_add_test(tc, test_graphctl_usage_errors_are_one_line);
   tcase_add_test(tc, test_graphd_usage_errors_are_one_line);
   tcase_add_test(tc, test_every_binary_has_version);
+  tcase_add_test(tc, test_graphctl_top_busy_share_and_rate);
   tcase_add_test(tc, test_graphctl_status_text_json_and_ping);
   tcase_add_test(tc, test_graphctl_uses_graphd_socket_env);
   suite_add_tcase(s, tc);
