@@ -76,7 +76,9 @@ for f in /usr/sbin/graphd /usr/bin/graphctl "$libdir/libgraphd.so.0" "$libdir/li
   /usr/lib/sysusers.d/graphd.conf /etc/graphd/graphd.conf.example /etc/graphd/mps.env.example \
   /usr/share/man/man8/graphd.8.gz /usr/share/man/man1/graphctl.1.gz \
   /usr/share/doc/graphd/copyright /usr/share/doc/graphd/changelog.gz \
-  /usr/share/doc/graphd/operator.md; do
+  /usr/share/doc/graphd/operator.md /usr/share/bash-completion/completions/graphd \
+  /usr/share/bash-completion/completions/graphctl /usr/share/zsh/vendor-completions/_graphd \
+  /usr/share/zsh/vendor-completions/_graphctl; do
   [[ -e $f ]] || fail "the package did not install $f"
 done
 dpkg-query -W -f='${Conffiles}\n' graphd | grep -q ' /etc/graphd/graphd.conf.example ' ||
