@@ -5,7 +5,7 @@
 # libgraphd, and the units point at the installed graphd.
 # Usage: test_install.sh BUILD_DIR CMAKE GENERATOR PREFIX SBINDIR BINDIR LIBDIR
 #                        INCLUDEDIR MANDIR SYSCONFDIR DOCDIR UNITDIR SYSUSERSDIR
-#                        BASHCOMPDIR ZSHCOMPDIR
+#                        BASHCOMPDIR ZSHCOMPDIR DATADIR
 # (all directories absolute, as installed, before DESTDIR). In a sanitizer
 # build ($GRAPHD_SANITIZE set), the consumers are built with the same
 # sanitizers, as an instrumented libgraphd needs.
@@ -13,7 +13,7 @@ set -eu
 build=$1 cmake=$2 generator=$3 prefix=$4 sbindir=$5 bindir=$6 libdir=$7
 includedir=$8 mandir=$9
 shift 9
-sysconfdir=$1 docdir=$2 unitdir=$3 sysusersdir=$4 bashcompdir=$5 zshcompdir=$6
+sysconfdir=$1 docdir=$2 unitdir=$3 sysusersdir=$4 bashcompdir=$5 zshcompdir=$6 datadir=$7
 
 # A build tree carried to another machine (the GPU machine has no cmake at
 # this path) cannot install: that is a skip, not a failure.
@@ -53,7 +53,8 @@ want -f "$libdir/libgraphd.so.0" "$libdir/pkgconfig/libgraphd.pc" \
   "$mandir/man8/graphd.8" "$mandir/man1/graphctl.1" \
   "$sysconfdir/graphd/graphd.conf.example" "$sysconfdir/graphd/mps.env.example" \
   "$docdir/operator.md" "$docdir/graphd-daemonset.yaml" \
-  "$bashcompdir/graphd" "$bashcompdir/graphctl" "$zshcompdir/_graphd" "$zshcompdir/_graphctl"
+  "$bashcompdir/graphd" "$bashcompdir/graphctl" "$zshcompdir/_graphd" "$zshcompdir/_graphctl" \
+  "$datadir/graphd/monitoring/graphd-alerts.yml" "$datadir/graphd/monitoring/graphd-dashboard.json"
 want -L "$libdir/libgraphd.so"
 
 # Nothing lands outside the prefix and the configured directories.
