@@ -210,7 +210,7 @@ static int parse_settings(int argc, char **argv, gd_options *o, int *check_only,
   while ((c = getopt_long(argc, argv, "", long_opts, &idx)) != -1) {
     if (c >= OPT_SETTING) {
       if (options_set(o, long_opts[c - OPT_SETTING].name, optarg, err, sizeof err) < 0) {
-        fprintf(stderr, "graphd: --%s\n", err);
+        gd_usage_error(stderr, "graphd", "--%s", err);
         return -1;
       }
     } else if (c == OPT_CHECK_CONFIG) {
@@ -225,7 +225,7 @@ static int parse_settings(int argc, char **argv, gd_options *o, int *check_only,
     return -1;
   }
   if (o->host_devices && o->backend == GD_BACKEND_CUDA) {
-    fprintf(stderr, "graphd: --host-devices and --backend cuda contradict each other\n");
+    gd_usage_error(stderr, "graphd", "--host-devices and --backend cuda contradict each other");
     return -1;
   }
   if (o->host_devices && o->backend == GD_BACKEND_AUTO) o->backend = GD_BACKEND_HOST;
