@@ -145,8 +145,9 @@ class graphd_evict_options(ctypes.Structure):
 # The structures whose layout the tests compare with C (tests/abi_sizes.c).
 STRUCTS = {c.__name__: c for c in (
     graphd_connect_options, graphd_device_counters, graphd_device_info, graphd_session_info,
-    graphd_device_work, graphd_latency_histogram, graphd_daemon_status, graphd_region_ref, graphd_binding, graphd_replay_info,
-    graphd_prepare_info, graphd_capture_info, graphd_evict_options)}
+    graphd_device_work, graphd_latency_histogram, graphd_daemon_status, graphd_region_ref,
+    graphd_binding, graphd_replay_info, graphd_prepare_info, graphd_capture_info,
+    graphd_evict_options)}
 
 _P = ctypes.c_void_p
 _ID = ctypes.POINTER(_u8)  # uint8_t[32]
