@@ -4,8 +4,8 @@
 # cannot drift from `--help`: graphd's options are exactly those its
 # --help lists; graphctl's commands, its options and every command's
 # switches are those its --help names, and graphctl accepts each switch
-# the completion offers; values are completed for --backend and
-# --log-level. The bash half runs in plain bash (the completions need
+# the completion offers; values are completed for --backend, --log-level
+# and --fair-shares. The bash half runs in plain bash (the completions need
 # nothing from the bash-completion package); the zsh half needs zsh
 # (Debian: zsh) and is skipped, saying so, without it.
 # Usage: test_completion.sh GRAPHD GRAPHCTL COMPLETION_DIR
@@ -55,6 +55,8 @@ printf 'auto\ncuda\nhost\n' >"$tmp/w"
 bcomp graphd --backend '' >"$tmp/b" && same "bash: graphd --backend" "$tmp/w" "$tmp/b"
 printf 'error\nwarn\ninfo\ndebug\n' >"$tmp/w"
 bcomp graphd --log-level '' >"$tmp/b" && same "bash: graphd --log-level" "$tmp/w" "$tmp/b"
+printf 'yes\nno\n' >"$tmp/w"
+bcomp graphd --fair-shares '' >"$tmp/b" && same "bash: graphd --fair-shares" "$tmp/w" "$tmp/b"
 bcomp graphd --device-budget '' >"$tmp/b" && [ ! -s "$tmp/b" ] ||
   bad "bash: graphd --device-budget offers options for its value: $(cat "$tmp/b")"
 bcomp graphctl '' >"$tmp/b" && same "bash: graphctl's commands" "$tmp/ctl.cmds" "$tmp/b"

@@ -4,12 +4,12 @@
 # tests/test_completion.sh.
 
 _graphd_options="--socket --socket-mode --socket-group --backend --host-devices --host-memory
-  --devices --max-frame --admin-group --device-budget --ready-timeout --shutdown-grace
+  --host-busy-ms --devices --max-frame --admin-group --device-budget --ready-timeout --shutdown-grace
   --hello-timeout --idle-timeout --max-connections --max-connections-per-uid
   --max-region-bytes-per-uid --max-region-bytes-per-session --max-regions-per-session
   --max-regions-per-uid --max-programs --max-programs-per-uid --max-module-bytes
   --max-module-bytes-per-uid --max-program-bytes --max-program-bytes-per-uid
-  --max-inflight-replays --max-host-maps --gpu-time-sample --ready-hold-rings
+  --max-inflight-replays --max-host-maps --fair-shares --gpu-time-sample --ready-hold-rings
   --host-module-allow --metrics-listen --metrics-header-timeout
   --metrics-connections-per-address --log-level --config --check-config --version --help"
 
@@ -31,6 +31,10 @@ _graphd() {
       ;;
     --log-level)
       mapfile -t COMPREPLY < <(compgen -W "error warn info debug" -- "$cur")
+      return
+      ;;
+    --fair-shares)
+      mapfile -t COMPREPLY < <(compgen -W "yes no" -- "$cur")
       return
       ;;
     --check-config | --version | --help) ;;
