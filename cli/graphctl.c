@@ -9,12 +9,19 @@
 #include <string.h>
 
 #include "cli.h"
+#include "common/usage.h"
 #include "graphd/graphd.h"
 #include "stats.h"
+#include "top.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: graphctl [--socket PATH] [--timeout MS] COMMAND [ARGS]\n"
+          "       graphctl --version | --help\n"
+          "options:\n"
+          "  -s, --socket PATH  the daemon's socket (default: $GRAPHD_SOCKET, else the\n"
+          "                     caller's or the system's default)\n"
+          "  -t, --timeout MS   connect and command timeout (default 30000)\n"
           "commands:\n"
           "  status [--json]   daemon version, uptime, devices and counters\n"
           "  list [--json]     one line per capture\n"
@@ -26,19 +33,17 @@ static void usage(FILE *f) {
           "                    per device: captures, staging, replays, latency\n"
           "                    percentiles, captures built, evictions, errors;\n"
           "                    per client: sessions, regions and bytes\n"
-          "  ping              one round trip to the daemon\n"
-          "  version           print graphctl's version\n");
-}
 
-static void human_bytes(uint64_t b, char *out, size_t n) {
-  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = (double)b;
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    u++;
-  }
-  snprintf(out, n, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+          "  top [--interval SECONDS] [--count N]\n"
+          "                    per device, refreshed every SECONDS (default 2) until\n"
+          "                    Ctrl-C or N refreshes: state, replays a second, the\n"
+          "                    worker's busy share, memory free and total, captures\n"
+          "                    and staging, errors a second\n"
+          "  ping              one round trip to the daemon\n"
+          "  version           print graphctl's version\n"
+          "Sizes in text are in binary units (KiB, MiB, GiB); --json and --prometheus\n"
+          "give bytes. Exit status: 0 ok, 1 the daemon reported an error, 2 usage\n"
+          "error, 3 cannot connect.\n");
 }
 
 static json_object *device_json(const graphd_device_info *d) {
@@ -108,15 +113,15 @@ static void print_status_text(const graphd_daemon_status *s) {
   for (uint32_t i = 0; i < s->ndevices; i++) {
     const graphd_device_info *d = &s->devices[i];
     char tot[32], fre[32], rb[32];
-    human_bytes(d->total_memory, tot, sizeof tot);
-    human_bytes(d->free_memory, fre, sizeof fre);
-    human_bytes(d->counters.region_bytes, rb, sizeof rb);
+    cli_human_bytes(d->total_memory, tot, sizeof tot);
+    cli_human_bytes(d->free_memory, fre, sizeof fre);
+    cli_human_bytes(d->counters.region_bytes, rb, sizeof rb);
     printf("device %u: %s %s\n", d->ordinal, d->name, d->uuid_str);
     printf("  backend %s, state %s, epoch %llu, MPS %s\n", d->backend, d->state,
            (unsigned long long)d->epoch, d->mps_enabled ? "on" : "off");
     printf("  memory %s total, %s free\n", tot, fre);
     char sb[32];
-    human_bytes(d->counters.staging_bytes, sb, sizeof sb);
+    cli_human_bytes(d->counters.staging_bytes, sb, sizeof sb);
     printf(
         "  sessions %llu, regions %llu (%s), captures %llu (%s staging), replays %llu, "
         "re-captures %llu, in flight %llu, errors %llu\n",
@@ -127,14 +132,14 @@ static void print_status_text(const graphd_daemon_status *s) {
     if (strcmp(d->backend, "cuda") == 0 && !d->mps_enabled) mps_off = true;
   }
   char mb[32];
-  human_bytes(s->module_bytes, mb, sizeof mb);
+  cli_human_bytes(s->module_bytes, mb, sizeof mb);
   printf("registered: %llu module(s) (%s), %llu program(s)\n", (unsigned long long)s->modules, mb,
          (unsigned long long)s->programs);
   for (uint32_t i = 0; i < s->nsession_info; i++) {
     const graphd_session_info *x = &s->session_info[i];
     if (!x->data) continue;
     char rb[32];
-    human_bytes(x->region_bytes, rb, sizeof rb);
+    cli_human_bytes(x->region_bytes, rb, sizeof rb);
     printf("session %llu: pid %u uid %u%s%s, device %d, regions %llu (%s)\n",
            (unsigned long long)x->id, x->pid, x->uid, x->client_name[0] ? ", " : "", x->client_name,
            x->device, (unsigned long long)x->regions, rb);
@@ -167,6 +172,7 @@ static int cmd_status(graphd_client *c, int argc, char **argv) {
   static const char *const switches[] = {"--json"};
   bool json;
   if (cli_switches("status", argc, argv, switches, &json, 1) != EXIT_OK) return EXIT_USAGE;
+  if (!c) return EXIT_OK;
   graphd_daemon_status *s;
   graphd_status st = graphd_get_status(c, &s);
   if (st != GRAPHD_OK) return cli_call_failed(c, "status", st);
@@ -208,19 +214,25 @@ static json_object *capture_json(const graphd_capture_info *ci) {
   return o;
 }
 
+/* The columns of a capture's line, for list and evict. */
+#define CAPTURE_HEADER_FMT "%-16s %-9s %10s %6s %10s %9s %-5s %4s %6s %9s  %s\n"
+#define CAPTURE_ROW_FMT "%.12s@%-3u %-9s %10s %6u %10llu %9.1f %-5s %4u %6u %9llu  %s\n"
+
+static void print_capture_header(void) {
+  printf(CAPTURE_HEADER_FMT, "CAPTURE", "MODE", "STAGING", "NODES", "REPLAYS", "IDLE s", "STATE",
+         "GEN", "GRAPHS", "REPOINTS", "PIDS");
+}
+
 static void print_capture(const graphd_capture_info *ci) {
   char hex[65], sb[32], pids[128] = "";
   graphd_id_hex(ci->program_id, hex);
-  human_bytes(ci->staging_bytes, sb, sizeof sb);
+  cli_human_bytes(ci->staging_bytes, sb, sizeof sb);
   size_t n = 0;
   for (uint32_t k = 0; k < ci->npids && n < sizeof pids; k++)
     n += (size_t)snprintf(pids + n, sizeof pids - n, "%s%u", k ? "," : "", ci->pids[k]);
-  printf(
-      "%.12s@%-3u %-9s %10s %5u nodes %10llu replays  idle %8.1f s  %s  gen %u  graphs %u  "
-      "repoints %llu  pids %s\n",
-      hex, ci->device, mode_name(ci->mode), sb, ci->nodes, (unsigned long long)ci->replays,
-      (double)ci->idle_ms / 1000.0, ci->busy ? "busy" : "idle", ci->generation, ci->graphs,
-      (unsigned long long)ci->repoints, n ? pids : "-");
+  printf(CAPTURE_ROW_FMT, hex, ci->device, mode_name(ci->mode), sb, ci->nodes,
+         (unsigned long long)ci->replays, (double)ci->idle_ms / 1000.0, ci->busy ? "busy" : "idle",
+         ci->generation, ci->graphs, (unsigned long long)ci->repoints, n ? pids : "-");
 }
 
 /* Says on stderr which devices the daemon could not reach in time, and
@@ -241,6 +253,7 @@ static int cmd_list(graphd_client *c, int argc, char **argv) {
   static const char *const switches[] = {"--json"};
   bool json;
   if (cli_switches("list", argc, argv, switches, &json, 1) != EXIT_OK) return EXIT_USAGE;
+  if (!c) return EXIT_OK;
   graphd_capture_info *ci;
   size_t n;
   if (graphd_list_captures(c, &ci, &n) != GRAPHD_OK) {
@@ -254,7 +267,7 @@ static int cmd_list(graphd_client *c, int argc, char **argv) {
     printf("%s\n", json_object_to_json_string_ext(a, JSON_C_TO_STRING_PRETTY));
     json_object_put(a);
   } else {
-    printf("%-16s %-9s %10s  %s\n", "CAPTURE", "MODE", "STAGING", "GRAPH, USE AND CLIENTS");
+    print_capture_header();
     for (size_t i = 0; i < n; i++) print_capture(&ci[i]);
     printf("%zu capture(s)\n", n);
   }
@@ -266,7 +279,7 @@ static int parse_u64(const char *flag, const char *v, uint64_t *out) {
   char *end;
   unsigned long long x = strtoull(v, &end, 10);
   if (!*v || *end || v[0] == '-') {
-    fprintf(stderr, "graphctl: evict: %s takes a number, not '%s'\n", flag, v);
+    cli_usage_error("evict: %s takes a number, not '%s'", flag, v);
     return -1;
   }
   *out = x;
@@ -289,16 +302,13 @@ static int cmd_evict(graphd_client *c, int argc, char **argv) {
     } else if (strcmp(a, "--all") == 0) {
       o.all = 1;
     } else if (!v) {
-      fprintf(stderr, "graphctl: evict: unknown or incomplete argument '%s'\n", a);
-      return EXIT_USAGE;
+      return cli_usage_error("evict: unknown argument '%s', or it lacks its value", a);
     } else if (strcmp(a, "--capture") == 0) {
       /* PROGRAM@DEVICE, as list prints it */
       const char *at = strchr(v, '@');
       if (!at || at == v || (size_t)(at - v) >= sizeof program ||
-          parse_u64("--capture", at + 1, &x) < 0) {
-        fprintf(stderr, "graphctl: evict: --capture takes PROGRAM@DEVICE, as list shows\n");
-        return EXIT_USAGE;
-      }
+          parse_u64("--capture", at + 1, &x) < 0)
+        return cli_usage_error("evict: --capture takes PROGRAM@DEVICE, as list shows");
       snprintf(program, sizeof program, "%.*s", (int)(at - v), v);
       o.program = program;
       o.device = (int)x;
@@ -315,10 +325,16 @@ static int cmd_evict(graphd_client *c, int argc, char **argv) {
       if (a[2] == 'i') o.idle_ms = x * 1000;
       i++;
     } else {
-      fprintf(stderr, "graphctl: evict: unknown argument '%s'\n", a);
-      return EXIT_USAGE;
+      return cli_usage_error("evict: unknown argument '%s'", a);
     }
   }
+  /* The daemon's rule, checked here so that it is a usage error. */
+  if (!o.all && !(o.program && *o.program) && o.device < 0 && !o.client_pid && !o.session &&
+      !o.idle_ms)
+    return cli_usage_error(
+        "evict: say what to evict: --capture, --program, --device, --client, --session, "
+        "--idle SECONDS (more than 0) or --all");
+  if (!c) return EXIT_OK;
   graphd_capture_info *ci;
   size_t n;
   uint64_t bytes;
@@ -340,11 +356,11 @@ static int cmd_evict(graphd_client *c, int argc, char **argv) {
     printf("%s\n", json_object_to_json_string_ext(r, JSON_C_TO_STRING_PRETTY));
     json_object_put(r);
   } else {
+    if (n) print_capture_header();
     for (size_t i = 0; i < n; i++) print_capture(&ci[i]);
     char hb[32];
-    human_bytes(bytes, hb, sizeof hb);
-    printf("%s %zu capture(s), %llu staging bytes (%s)\n", o.dry_run ? "would evict" : "evicted", n,
-           (unsigned long long)bytes, hb);
+    cli_human_bytes(bytes, hb, sizeof hb);
+    printf("%s %zu capture(s), %s of staging\n", o.dry_run ? "would evict" : "evicted", n, hb);
   }
   json_object_put(busy);
   free(ci);
@@ -353,69 +369,79 @@ static int cmd_evict(graphd_client *c, int argc, char **argv) {
 
 static int cmd_ping(graphd_client *c, int argc, char **argv) {
   (void)argv;
-  if (argc > 1) {
-    fprintf(stderr, "graphctl: ping takes no arguments\n");
-    return EXIT_USAGE;
-  }
+  if (argc > 1) return cli_usage_error("ping takes no arguments");
+  if (!c) return EXIT_OK;
   graphd_status st = graphd_ping(c, "graphctl", 8);
   if (st != GRAPHD_OK) return cli_call_failed(c, "ping", st);
   printf("pong from graphd (session %llu)\n", (unsigned long long)graphd_session_id(c));
   return EXIT_OK;
 }
 
+/* The commands, in the order --help lists them. */
+static const struct {
+  const char *name;
+  int (*fn)(graphd_client *, int, char **);
+} commands[] = {
+    {"status", cmd_status}, {"list", cmd_list}, {"evict", cmd_evict},
+    {"stats", cmd_stats},   {"top", cmd_top},   {"ping", cmd_ping},
+};
+
 int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"socket", required_argument, NULL, 's'},
       {"timeout", required_argument, NULL, 't'},
       {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0},
   };
   const char *sock = NULL;
   int timeout_ms = 0;
   int c;
+  opterr = 0; /* a bad option is said in one line below */
   /* '+' stops at the command, so its own flags are not taken as ours. */
-  while ((c = getopt_long(argc, argv, "+s:t:h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "+s:t:hV", opts, NULL)) != -1) {
     switch (c) {
       case 's': sock = optarg; break;
       case 't': {
         char *end;
         long v = strtol(optarg, &end, 10);
-        if (!*optarg || *end || v <= 0 || v > 3600000) {
-          fprintf(stderr, "graphctl: --timeout must be milliseconds from 1 to 3600000\n");
-          return EXIT_USAGE;
-        }
+        if (!*optarg || *end || v <= 0 || v > 3600000)
+          return cli_usage_error("--timeout takes milliseconds from 1 to 3600000, not '%s'",
+                                 optarg);
         timeout_ms = (int)v;
         break;
       }
       case 'h': usage(stdout); return EXIT_OK;
-      default: usage(stderr); return EXIT_USAGE;
+      case 'V': printf("graphctl %s\n", graphd_version()); return EXIT_OK;
+      default: gd_getopt_error(stderr, "graphctl", argv, opts); return EXIT_USAGE;
     }
   }
-  if (optind >= argc) {
-    usage(stderr);
-    return EXIT_USAGE;
-  }
+  if (optind >= argc) return cli_usage_error("no command given");
   const char *cmd = argv[optind];
-  int (*fn)(graphd_client *, int, char **) = NULL;
-  if (strcmp(cmd, "status") == 0)
-    fn = cmd_status;
-  else if (strcmp(cmd, "ping") == 0)
-    fn = cmd_ping;
-  else if (strcmp(cmd, "list") == 0)
-    fn = cmd_list;
-  else if (strcmp(cmd, "evict") == 0)
-    fn = cmd_evict;
-  else if (strcmp(cmd, "stats") == 0)
-    fn = cmd_stats;
-  else if (strcmp(cmd, "version") == 0) {
+  if (strcmp(cmd, "version") == 0) {
     printf("graphctl %s\n", graphd_version());
     return EXIT_OK;
-  } else {
-    fprintf(stderr, "graphctl: unknown command '%s' (try --help)\n", cmd);
-    return EXIT_USAGE;
   }
+  if (strcmp(cmd, "help") == 0) {
+    usage(stdout);
+    return EXIT_OK;
+  }
+  int (*fn)(graphd_client *, int, char **) = NULL;
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (strcmp(cmd, commands[i].name) == 0) fn = commands[i].fn;
+  if (!fn) return cli_usage_error("unknown command '%s'", cmd);
+  /* `graphctl COMMAND --help` is the same as `graphctl --help`. */
+  for (int i = optind + 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return EXIT_OK;
+    }
+  /* A command's arguments are checked before it connects: a usage error
+   * is one whether a daemon runs or not. */
+  int rc = fn(NULL, argc - optind, argv + optind);
+  if (rc != EXIT_OK) return rc;
   graphd_client *cl;
-  int rc = connect_control(sock, timeout_ms, &cl);
+  rc = connect_control(sock, timeout_ms, &cl);
   if (rc != EXIT_OK) return rc;
   rc = fn(cl, argc - optind, argv + optind);
   graphd_close(cl);

@@ -77,12 +77,13 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
 static void us(char *out, size_t n, uint64_t ns) { snprintf(out, n, "%.1f", (double)ns / 1e3); }
 
 static void print_text(const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
-  printf("%-6s %8s %14s %10s %8s %8s %8s %8s %8s %8s %9s %9s %8s %6s\n", "DEVICE", "CAPTURES",
+  printf("%-6s %8s %10s %10s %8s %8s %8s %8s %8s %8s %9s %9s %8s %6s\n", "DEVICE", "CAPTURES",
          "STAGING", "REPLAYS", "P50 us", "P90 us", "P99 us", "MAX us", "WORK us", "GPU us",
          "CAPTURED", "RECAPTURE", "EVICTED", "ERRORS");
   for (uint32_t i = 0; i < s->ndevices; i++) {
     const graphd_device_counters *c = &s->devices[i].counters;
-    char p50[32], p90[32], p99[32], mx[32], work[32], gpu[32];
+    char p50[32], p90[32], p99[32], mx[32], work[32], gpu[32], sb[32];
+    cli_human_bytes(c->staging_bytes, sb, sizeof sb);
     const graphd_device_work *w = &s->work[i];
     us(work, sizeof work, w->replays ? w->replay_ns / w->replays : 0);
     us(gpu, sizeof gpu, w->gpu_replays ? w->gpu_ns / w->gpu_replays : 0);
@@ -90,18 +91,20 @@ static void print_text(const graphd_daemon_status *s, const gd_client_row *cl, s
     us(p90, sizeof p90, c->replay_p90_ns);
     us(p99, sizeof p99, c->replay_p99_ns);
     us(mx, sizeof mx, c->replay_max_ns);
-    printf("%-6u %8llu %14llu %10llu %8s %8s %8s %8s %8s %8s %9llu %9llu %8llu %6llu\n",
-           s->devices[i].ordinal, (unsigned long long)c->captures,
-           (unsigned long long)c->staging_bytes, (unsigned long long)c->replays, p50, p90, p99, mx,
-           work, gpu, (unsigned long long)c->captures_built, (unsigned long long)c->recaptures,
+    printf("%-6u %8llu %10s %10llu %8s %8s %8s %8s %8s %8s %9llu %9llu %8llu %6llu\n",
+           s->devices[i].ordinal, (unsigned long long)c->captures, sb,
+           (unsigned long long)c->replays, p50, p90, p99, mx, work, gpu,
+           (unsigned long long)c->captures_built, (unsigned long long)c->recaptures,
            (unsigned long long)c->evictions, (unsigned long long)c->errors);
   }
-  printf("\n%-8s %-6s %-20s %8s %8s %14s\n", "PID", "UID", "NAME", "SESSIONS", "REGIONS",
-         "REGION BYTES");
-  for (size_t i = 0; i < ncl; i++)
-    printf("%-8u %-6u %-20.20s %8llu %8llu %14llu\n", cl[i].pid, cl[i].uid, cl[i].name,
-           (unsigned long long)cl[i].sessions, (unsigned long long)cl[i].regions,
-           (unsigned long long)cl[i].region_bytes);
+  printf("\n%-8s %-6s %-20s %8s %8s %12s\n", "PID", "UID", "NAME", "SESSIONS", "REGIONS",
+         "REGION SIZE");
+  for (size_t i = 0; i < ncl; i++) {
+    char rb[32];
+    cli_human_bytes(cl[i].region_bytes, rb, sizeof rb);
+    printf("%-8u %-6u %-20.20s %8llu %8llu %12s\n", cl[i].pid, cl[i].uid, cl[i].name,
+           (unsigned long long)cl[i].sessions, (unsigned long long)cl[i].regions, rb);
+  }
   if (!ncl) printf("(no clients)\n");
 }
 
@@ -110,10 +113,8 @@ int cmd_stats(graphd_client *c, int argc, char **argv) {
   bool on[2];
   if (cli_switches("stats", argc, argv, switches, on, 2) != EXIT_OK) return EXIT_USAGE;
   bool json = on[0], prom = on[1];
-  if (json && prom) {
-    fprintf(stderr, "graphctl: stats: --json and --prometheus are exclusive\n");
-    return EXIT_USAGE;
-  }
+  if (json && prom) return cli_usage_error("stats: --json and --prometheus are exclusive");
+  if (!c) return EXIT_OK;
   graphd_daemon_status *s;
   graphd_status st = graphd_get_status(c, &s);
   if (st != GRAPHD_OK) return cli_call_failed(c, "stats", st);

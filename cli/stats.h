@@ -6,7 +6,8 @@
 #include "graphd/graphd.h"
 
 /* Runs the command on c with its arguments (argv[0] is "stats"); returns
- * graphctl's exit code. */
+ * graphctl's exit code. With c NULL it only checks the arguments (EXIT_OK,
+ * or EXIT_USAGE after a one-line error). */
 int cmd_stats(graphd_client *c, int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@
 #include "daemon/crash.h"
 #include "graphd/status.h"
 #include "common/log.h"
+#include "common/usage.h"
 #include "exporter/metrics.h"
 #include "daemon/notify.h"
 #include "daemon/options.h"
@@ -123,9 +124,13 @@ static void usage(FILE *f) {
           "  --help                this text\n");
 }
 
-enum { OPT_CONFIG = 1000, OPT_CHECK_CONFIG, OPT_VERSION, OPT_HELP };
+enum { OPT_CONFIG = 1000, OPT_CHECK_CONFIG, OPT_VERSION, OPT_HELP, OPT_SETTING = 2000 };
 
-static const struct option long_opts[] = {
+/* The settings (val 0) get a val each, OPT_SETTING + their index, at the
+ * start of parse_settings: getopt_long takes a prefix shared by options
+ * that all have the same val for the first of them, so `--max-regions`
+ * would set --max-regions-per-session rather than be refused. */
+static struct option long_opts[] = {
     {"socket", required_argument, NULL, 0},
     {"socket-mode", required_argument, NULL, 0},
     {"socket-group", required_argument, NULL, 0},
@@ -171,11 +176,16 @@ static const struct option long_opts[] = {
 };
 
 /* Settings come from defaults, then the config file, then flags: the first
- * pass finds --config, the second applies flags over the file. */
-static int parse_settings(int argc, char **argv, gd_options *o, int *check_only) {
+ * pass finds --config, the second applies flags over the file. `read` gets
+ * the config file's path, or "" when the default one is absent. Usage
+ * errors are one line. */
+static int parse_settings(int argc, char **argv, gd_options *o, int *check_only, char *read,
+                          size_t readlen) {
   const char *config = NULL;
   char err[512];
   int c, idx;
+  for (int i = 0; long_opts[i].name; i++)
+    if (long_opts[i].val == 0) long_opts[i].val = OPT_SETTING + i;
   opterr = 0;
   optind = 1;
   while ((c = getopt_long(argc, argv, "", long_opts, &idx)) != -1) {
@@ -195,27 +205,27 @@ static int parse_settings(int argc, char **argv, gd_options *o, int *check_only)
     fprintf(stderr, "graphd: %s\n", err);
     return -1;
   }
-  opterr = 1;
+  snprintf(read, readlen, "%s", rc < 0 ? "" : config ? config : DEFAULT_CONFIG);
   optind = 1;
   while ((c = getopt_long(argc, argv, "", long_opts, &idx)) != -1) {
-    if (c == 0) {
-      if (options_set(o, long_opts[idx].name, optarg, err, sizeof err) < 0) {
-        fprintf(stderr, "graphd: --%s\n", err);
+    if (c >= OPT_SETTING) {
+      if (options_set(o, long_opts[c - OPT_SETTING].name, optarg, err, sizeof err) < 0) {
+        gd_usage_error(stderr, "graphd", "--%s", err);
         return -1;
       }
     } else if (c == OPT_CHECK_CONFIG) {
       *check_only = 1;
     } else if (c == '?' || c == ':') {
-      usage(stderr);
+      gd_getopt_error(stderr, "graphd", argv, long_opts);
       return -1;
     }
   }
   if (optind < argc) {
-    fprintf(stderr, "graphd: unexpected argument '%s'\n", argv[optind]);
+    gd_usage_error(stderr, "graphd", "unexpected argument '%s'", argv[optind]);
     return -1;
   }
   if (o->host_devices && o->backend == GD_BACKEND_CUDA) {
-    fprintf(stderr, "graphd: --host-devices and --backend cuda contradict each other\n");
+    gd_usage_error(stderr, "graphd", "--host-devices and --backend cuda contradict each other");
     return -1;
   }
   if (o->host_devices && o->backend == GD_BACKEND_AUTO) o->backend = GD_BACKEND_HOST;
@@ -312,7 +322,9 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   gd_crash_install();
   gd_log_init();
-  if (parse_settings(argc, argv, &opt, &check_only) < 0) return EXIT_USAGE;
+  char config_read[4096];
+  if (parse_settings(argc, argv, &opt, &check_only, config_read, sizeof config_read) < 0)
+    return EXIT_USAGE;
   gd_log_level = opt.log_level;
   memset(&srv, 0, sizeof srv);
   gd_reg_limits limits = {
@@ -332,7 +344,13 @@ int main(int argc, char **argv) {
   }
   if (check_only) {
     allowlist_free(&srv.host_allow);
-    printf("graphd: configuration is valid\n");
+    if (config_read[0])
+      printf("graphd: configuration is valid (read %s, then the flags)\n", config_read);
+    else
+      printf(
+          "graphd: configuration is valid (no config file: %s is absent; defaults, then the "
+          "flags)\n",
+          DEFAULT_CONFIG);
     fflush(stdout);
     options_print(&opt, STDOUT_FILENO);
     return 0;

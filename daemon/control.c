@@ -55,6 +55,12 @@ void control_fill_device(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__D
   dc->worker_launch_ns = c->worker_launch_ns;
   dc->gpu_replay_ns = c->gpu_replay_ns;
   dc->gpu_replays = c->gpu_replays;
+  dc->n_replay_latency_le_ns = dc->n_replay_latency_le_count = GD_HIST_LE_N;
+  dc->replay_latency_le_ns = (uint64_t *)gd_hist_le_ns;
+  dc->replay_latency_le_count = (uint64_t *)c->replay_latency.le;
+  dc->replay_latency_count = c->replay_latency.count;
+  dc->replay_latency_sum_ns = c->replay_latency.sum;
+  di->staging_budget_bytes = dev->budget;
   di->counters = dc;
 }
 

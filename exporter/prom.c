@@ -3,6 +3,7 @@
 
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 size_t gd_client_rows(const graphd_daemon_status *s, uint32_t self, gd_client_row **out) {
   gd_client_row *r = calloc(s->nsession_info ? s->nsession_info : 1, sizeof *r);
@@ -123,13 +124,146 @@ static void work_summary(FILE *f, const graphd_daemon_status *s, const char *nam
   }
 }
 
+/* One gauge per device, from a value of its own. */
+static void dev_gauge(FILE *f, const graphd_daemon_status *s, const char *name, const char *help,
+                      uint64_t (*value)(const graphd_daemon_status *, uint32_t)) {
+  family(f, name, "gauge", help);
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    fprintf(f, "%s", name);
+    dev_labels(f, &s->devices[i]);
+    fprintf(f, "} %llu\n", (unsigned long long)value(s, i));
+  }
+}
+
+static uint64_t total_memory(const graphd_daemon_status *s, uint32_t i) {
+  return s->devices[i].total_memory;
+}
+static uint64_t free_memory(const graphd_daemon_status *s, uint32_t i) {
+  return s->devices[i].free_memory;
+}
+/* Device i's whole record (zeroed when the status has none). */
+static graphd_device_record record(const graphd_daemon_status *s, uint32_t i) {
+  graphd_device_record r;
+  if (graphd_daemon_status_device(s, i, &r, sizeof r) != GRAPHD_OK) memset(&r, 0, sizeof r);
+  return r;
+}
+
+static uint64_t budget(const graphd_daemon_status *s, uint32_t i) {
+  return record(s, i).staging_budget_bytes;
+}
+
+/* The states a device reports (DeviceInfo.state), each a series of
+ * graphd_device_state; a device serves in the first two. */
+static const char *const states[] = {"ok", "busy", "failed", "starting"};
+#define NSTATES (sizeof states / sizeof states[0])
+
+static bool serving(const graphd_device_info *d) {
+  return strcmp(d->state, "ok") == 0 || strcmp(d->state, "busy") == 0;
+}
+static uint64_t device_up(const graphd_daemon_status *s, uint32_t i) {
+  return serving(&s->devices[i]);
+}
+
+/* Per device: whether it serves, its state as one series per state
+ * (value 1 for the one it is in: a state this exporter does not know gets
+ * a series of its own), and its name, backend and MPS. */
+static void device_health(FILE *f, const graphd_daemon_status *s) {
+  family(f, "graphd_device_info", "gauge",
+         "1 for each device the daemon serves, with its name and backend (cuda or host).");
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    const graphd_device_info *d = &s->devices[i];
+    fprintf(f, "graphd_device_info");
+    dev_labels(f, d);
+    fprintf(f, ",name=\"");
+    label_value(f, d->name);
+    fprintf(f, "\",backend=\"");
+    label_value(f, d->backend);
+    fprintf(f, "\"} 1\n");
+  }
+  dev_gauge(f, s, "graphd_device_up",
+            "1 while the device serves (state ok, or busy: its worker in a long job), 0 when it "
+            "failed or is starting.",
+            device_up);
+  family(f, "graphd_device_state", "gauge",
+         "1 for the state the device is in (ok, busy, failed or starting), 0 for the others.");
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    const graphd_device_info *d = &s->devices[i];
+    bool known = false;
+    for (size_t k = 0; k < NSTATES; k++) {
+      bool in = strcmp(d->state, states[k]) == 0;
+      known |= in;
+      fprintf(f, "graphd_device_state");
+      dev_labels(f, d);
+      fprintf(f, ",state=\"%s\"} %d\n", states[k], in);
+    }
+    if (!known) {
+      fprintf(f, "graphd_device_state");
+      dev_labels(f, d);
+      fprintf(f, ",state=\"");
+      label_value(f, d->state);
+      fprintf(f, "\"} 1\n");
+    }
+  }
+  family(f, "graphd_device_mps_enabled", "gauge",
+         "1 when MPS serves the device's clients, 0 when not (on a GPU each cross-process "
+         "hand-off then costs about 300 us); labelled with the backend.");
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    const graphd_device_info *d = &s->devices[i];
+    fprintf(f, "graphd_device_mps_enabled");
+    dev_labels(f, d);
+    fprintf(f, ",backend=\"");
+    label_value(f, d->backend);
+    fprintf(f, "\"} %d\n", d->mps_enabled != 0);
+  }
+  dev_gauge(f, s, "graphd_device_memory_total_bytes", "The device's memory.", total_memory);
+  dev_gauge(f, s, "graphd_device_memory_free_bytes",
+            "The device's free memory, as its worker last found it "
+            "(graphd_device_figures_age_seconds says when).",
+            free_memory);
+  dev_gauge(f, s, "graphd_staging_budget_bytes",
+            "The staging bytes captures may hold on the device (--device-budget); 0: no limit.",
+            budget);
+}
+
+/* The replay latency per device as a histogram, with the daemon's bounds. */
+static void latency_histogram(FILE *f, const graphd_daemon_status *s) {
+  family(f, "graphd_replay_latency_seconds", "histogram",
+         "Replay latency in the daemon, request read to reply ready (successful replays since "
+         "start).");
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    const graphd_device_info *d = &s->devices[i];
+    graphd_device_record r = record(s, i);
+    const graphd_latency_histogram *h = &r.replay_latency;
+    for (uint32_t k = 0; k < h->nbounds; k++) {
+      fprintf(f, "graphd_replay_latency_seconds_bucket");
+      dev_labels(f, d);
+      fprintf(f, ",le=\"%.9g\"} %llu\n", (double)h->le_ns[k] / 1e9,
+              (unsigned long long)h->le_count[k]);
+    }
+    fprintf(f, "graphd_replay_latency_seconds_bucket");
+    dev_labels(f, d);
+    fprintf(f, ",le=\"+Inf\"} %llu\n", (unsigned long long)h->count);
+    fprintf(f, "graphd_replay_latency_seconds_sum");
+    dev_labels(f, d);
+    fprintf(f, "} %.9f\n", (double)h->sum_ns / 1e9);
+    fprintf(f, "graphd_replay_latency_seconds_count");
+    dev_labels(f, d);
+    fprintf(f, "} %llu\n", (unsigned long long)h->count);
+  }
+}
+
 void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
+  family(f, "graphd_build_info", "gauge", "1, labelled with the daemon's version.");
+  fprintf(f, "graphd_build_info{version=\"");
+  label_value(f, s->version);
+  fprintf(f, "\"} 1\n");
   family(f, "graphd_uptime_seconds", "gauge", "Seconds since the daemon started.");
   fprintf(f, "graphd_uptime_seconds %.3f\n", (double)s->uptime_ms / 1e3);
   family(f, "graphd_modules", "gauge", "Registered modules.");
   fprintf(f, "graphd_modules %llu\n", (unsigned long long)s->modules);
   family(f, "graphd_programs", "gauge", "Registered programs.");
   fprintf(f, "graphd_programs %llu\n", (unsigned long long)s->programs);
+  device_health(f, s);
   for (int m = 0; m < DEV_N; m++) {
     family(f, dev_metrics[m].name, dev_metrics[m].type, dev_metrics[m].help);
     for (uint32_t i = 0; i < s->ndevices; i++) {
@@ -138,9 +272,10 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
       fprintf(f, "} %llu\n", (unsigned long long)dev_value(&s->devices[i].counters, (dev_metric)m));
     }
   }
-  family(f, "graphd_replay_latency_seconds", "summary",
+  latency_histogram(f, s);
+  family(f, "graphd_replay_latency_quantile_seconds", "summary",
          "Replay latency in the daemon, request read to reply ready, at a quantile "
-         "(successful replays since start; within 12.5%).");
+         "(successful replays since start; within 12.5%; 1 is the largest).");
   for (uint32_t i = 0; i < s->ndevices; i++) {
     const graphd_device_counters *c = &s->devices[i].counters;
     const struct {
@@ -151,7 +286,7 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
               {"0.99", c->replay_p99_ns},
               {"1", c->replay_max_ns}};
     for (size_t k = 0; k < sizeof qs / sizeof qs[0]; k++) {
-      fprintf(f, "graphd_replay_latency_seconds");
+      fprintf(f, "graphd_replay_latency_quantile_seconds");
       dev_labels(f, &s->devices[i]);
       fprintf(f, ",quantile=\"%s\"} %.9f\n", qs[k].q, (double)qs[k].v / 1e9);
     }

@@ -76,7 +76,10 @@ for f in /usr/sbin/graphd /usr/bin/graphctl "$libdir/libgraphd.so.0" "$libdir/li
   /usr/lib/sysusers.d/graphd.conf /etc/graphd/graphd.conf.example /etc/graphd/mps.env.example \
   /usr/share/man/man8/graphd.8.gz /usr/share/man/man1/graphctl.1.gz \
   /usr/share/doc/graphd/copyright /usr/share/doc/graphd/changelog.gz \
-  /usr/share/doc/graphd/operator.md; do
+  /usr/share/doc/graphd/operator.md /usr/share/bash-completion/completions/graphd \
+  /usr/share/bash-completion/completions/graphctl /usr/share/zsh/vendor-completions/_graphd \
+  /usr/share/zsh/vendor-completions/_graphctl /usr/share/graphd/monitoring/graphd-alerts.yml \
+  /usr/share/graphd/monitoring/graphd-dashboard.json; do
   [[ -e $f ]] || fail "the package did not install $f"
 done
 dpkg-query -W -f='${Conffiles}\n' graphd | grep -q ' /etc/graphd/graphd.conf.example ' ||
@@ -181,6 +184,8 @@ curl -sf "http://127.0.0.1:$port/metrics" >"$tmp/metrics.txt" || fail "no /metri
 grep graphd_replays_total "$tmp/metrics.txt" || fail "/metrics has no graphd_replays_total"
 if command -v promtool >/dev/null; then
   promtool check metrics <"$tmp/metrics.txt" || fail "promtool check metrics failed"
+  promtool check rules /usr/share/graphd/monitoring/graphd-alerts.yml ||
+    fail "promtool check rules failed on the installed alert rules"
 fi
 
 # The Python client: status and ping, answered by the daemon started above.

@@ -46,6 +46,13 @@ int main(void) {
   OFF(graphd_daemon_status, modules);
   OFF(graphd_daemon_status, programs);
   OFF(graphd_daemon_status, work);
+  OFF(graphd_daemon_status, launch_ns);
+  OFF(graphd_daemon_status, figures_age_ms);
+  SIZE(graphd_latency_histogram);
+  OFF(graphd_latency_histogram, le_ns);
+  OFF(graphd_latency_histogram, le_count);
+  OFF(graphd_latency_histogram, count);
+  OFF(graphd_latency_histogram, sum_ns);
   SIZE(graphd_device_work);
   OFF(graphd_device_work, replays);
   SIZE(graphd_region_ref);
@@ -76,6 +83,8 @@ int main(void) {
   OFF(graphd_device_record, work);
   OFF(graphd_device_record, launch_ns);
   OFF(graphd_device_record, figures_age_ms);
+  OFF(graphd_device_record, replay_latency);
+  OFF(graphd_device_record, staging_budget_bytes);
   SIZE(graphd_evict_options);
   OFF(graphd_evict_options, device);
   OFF(graphd_evict_options, client_pid);

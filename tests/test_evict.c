@@ -534,7 +534,7 @@ START_TEST(test_graphctl_list_and_evict) {
   char *bad[] = {GRAPHCTL_BIN, "--socket", d.socket, "evict", "--capture", "nonsense", NULL};
   ck_assert_int_eq(td_run(bad, out, sizeof out, 10000), 2);
   char *none[] = {GRAPHCTL_BIN, "--socket", d.socket, "evict", NULL};
-  ck_assert_int_eq(td_run(none, out, sizeof out, 10000), 1);
+  ck_assert_int_eq(td_run(none, out, sizeof out, 10000), 2); /* a usage error, as documented */
   ck_assert_msg(strstr(out, "say what to evict"), "%s", out);
   client_close(&k);
 }

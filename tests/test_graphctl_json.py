@@ -1,8 +1,9 @@
 """graphctl's JSON against its schemas (docs/schemas/graphctl-*.schema.json,
 JSON Schema 2020-12, every object closed to keys the schema does not name):
 status, list, evict (dry run and real) and stats on a host daemon with a
-capture made by graphd-demo; and the exit codes graphctl documents (0 ok,
-2 usage, 3 no daemon).
+capture made by graphd-demo; the exit codes graphctl documents (0 ok,
+2 usage, 3 no daemon); and the sizes its text prints, in the same units in
+list and stats.
 
 Run by ctest with GRAPHD_BIN, GRAPHCTL_BIN, GRAPHD_DEMO_BIN and
 GRAPHD_KERNELS set; needs python3-jsonschema (scripts/deps.sh)."""
@@ -24,6 +25,15 @@ def schema(name):
         s = json.load(f)
     jsonschema.Draft202012Validator.check_schema(s)
     return s
+
+
+def human(n):
+    """Bytes as graphctl's text prints them."""
+    units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]
+    v, u = float(n), 0
+    while v >= 1024 and u < 5:
+        v, u = v / 1024, u + 1
+    return f"{v:.1f} {units[u]}" if u else f"{n} B"
 
 
 class GraphctlJsonTest(unittest.TestCase):
@@ -74,6 +84,30 @@ class GraphctlJsonTest(unittest.TestCase):
         stats = self.check("stats", "stats", "--json")
         self.assertEqual(stats["devices"][0]["captures"], 1)
 
+    def test_text_sizes_in_the_same_units(self):
+        # list and stats (and status) print sizes alike, in binary units
+        # with the unit named; list's columns are labelled.
+        cap = json.loads(self.ctl("list", "--json").stdout)[0]
+        want = human(cap["staging_bytes"])
+        self.assertTrue(want.endswith(" KiB"), want)  # the demo's slots: tens of KiB
+        lst = self.ctl("list")
+        self.assertEqual(lst.returncode, 0, lst.stderr)
+        lines = lst.stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["CAPTURE", "MODE", "STAGING", "NODES", "REPLAYS",
+                                            "IDLE", "s", "STATE", "GEN", "GRAPHS", "REPOINTS",
+                                            "PIDS"])
+        row = lines[1].split()
+        self.assertEqual(row[0], cap["capture"])
+        self.assertEqual(" ".join(row[2:4]), want)
+        self.assertEqual(int(row[4]), cap["nodes"])
+        self.assertEqual(int(row[5]), cap["replays"])
+        st = self.ctl("stats")
+        self.assertEqual(st.returncode, 0, st.stderr)
+        self.assertEqual(st.stdout.split()[:3], ["DEVICE", "CAPTURES", "STAGING"])
+        rows = [l.split() for l in st.stdout.splitlines()[1:]]
+        dev = next(r for r in rows if r and r[0] == str(cap["device"]))
+        self.assertEqual(" ".join(dev[2:4]), want, st.stdout)
+
     def test_z_evict(self):  # last: it empties the daemon
         dry = self.check("evict", "evict", "--all", "--dry-run", "--json")
         self.assertTrue(dry["dry_run"])
@@ -92,9 +126,10 @@ class GraphctlJsonTest(unittest.TestCase):
 
     def test_exit_codes(self):
         self.assertEqual(self.ctl("frobnicate").returncode, 2)
-        r = self.ctl("evict", "--json")  # no selector: the daemon refuses
-        self.assertEqual(r.returncode, 1, r.stderr)
+        r = self.ctl("evict", "--json")  # no selector: a usage error, one line
+        self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("say what to evict", r.stderr)
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
         self.assertEqual(self.ctl("ping", sock=os.path.join(self.dir, "nobody.sock")).returncode, 3)
 
 

@@ -1,6 +1,7 @@
 /* The latency histogram behind the replay percentiles in Status and
  * graphctl stats: exact small values, quantiles within one bucket (12.5%),
- * never above the largest value seen. */
+ * never above the largest value seen; and the exact counts at the fixed
+ * bounds of the Prometheus histogram. */
 #include <check.h>
 #include <string.h>
 
@@ -66,6 +67,36 @@ START_TEST(test_skewed_tail_and_cap_at_max) {
 }
 END_TEST
 
+/* The fixed bounds of the Prometheus histogram count exactly: a value on a
+ * bound is in it, one a nanosecond over is not; past the last bound only
+ * the count has it; the sum is exact. */
+START_TEST(test_fixed_bounds_count_exactly) {
+  reset();
+  for (uint32_t k = 1; k < GD_HIST_LE_N; k++)
+    ck_assert_uint_gt(gd_hist_le_ns[k], gd_hist_le_ns[k - 1]);
+  ck_assert_uint_eq(gd_hist_le_ns[0], 1000);                          /* 1 us */
+  ck_assert_uint_eq(gd_hist_le_ns[GD_HIST_LE_N - 1], 10000000000ull); /* 10 s */
+  gd_hist_add(&h, 0);
+  gd_hist_add(&h, 1000);  /* on the first bound */
+  gd_hist_add(&h, 1001);  /* just over: in 2.5 us */
+  gd_hist_add(&h, 30000); /* in 50 us */
+  gd_hist_add(&h, 30000);
+  gd_hist_add(&h, 20000000000ull); /* 20 s: over every bound */
+  ck_assert_uint_eq(h.count, 6);
+  ck_assert_uint_eq(h.sum, 0 + 1000 + 1001 + 30000 + 30000 + 20000000000ull);
+  ck_assert_uint_eq(h.le[0], 2); /* le 1 us */
+  ck_assert_uint_eq(h.le[1], 3); /* le 2.5 us */
+  ck_assert_uint_eq(h.le[3], 3); /* le 10 us */
+  ck_assert_uint_eq(h.le[4], 3); /* le 25 us */
+  ck_assert_uint_eq(h.le[5], 5); /* le 50 us */
+  ck_assert_uint_eq(h.le[GD_HIST_LE_N - 1], 5);
+  /* Cumulative: never less than the bound below. */
+  for (uint32_t k = 1; k < GD_HIST_LE_N; k++) ck_assert_uint_ge(h.le[k], h.le[k - 1]);
+  gd_hist_add(&h, UINT64_MAX);
+  ck_assert_uint_eq(h.sum, UINT64_MAX); /* saturates */
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("hist");
   TCase *tc = tcase_create("hist");
@@ -73,6 +104,7 @@ int main(void) {
   tcase_add_test(tc, test_small_values_are_exact);
   tcase_add_test(tc, test_uniform_quantiles_within_a_bucket);
   tcase_add_test(tc, test_skewed_tail_and_cap_at_max);
+  tcase_add_test(tc, test_fixed_bounds_count_exactly);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }

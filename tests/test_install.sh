@@ -5,6 +5,7 @@
 # libgraphd, and the units point at the installed graphd.
 # Usage: test_install.sh BUILD_DIR CMAKE GENERATOR PREFIX SBINDIR BINDIR LIBDIR
 #                        INCLUDEDIR MANDIR SYSCONFDIR DOCDIR UNITDIR SYSUSERSDIR
+#                        BASHCOMPDIR ZSHCOMPDIR DATADIR
 # (all directories absolute, as installed, before DESTDIR). In a sanitizer
 # build ($GRAPHD_SANITIZE set), the consumers are built with the same
 # sanitizers, as an instrumented libgraphd needs.
@@ -12,7 +13,7 @@ set -eu
 build=$1 cmake=$2 generator=$3 prefix=$4 sbindir=$5 bindir=$6 libdir=$7
 includedir=$8 mandir=$9
 shift 9
-sysconfdir=$1 docdir=$2 unitdir=$3 sysusersdir=$4
+sysconfdir=$1 docdir=$2 unitdir=$3 sysusersdir=$4 bashcompdir=$5 zshcompdir=$6 datadir=$7
 
 # A build tree carried to another machine (the GPU machine has no cmake at
 # this path) cannot install: that is a skip, not a failure.
@@ -51,14 +52,16 @@ want -f "$libdir/libgraphd.so.0" "$libdir/pkgconfig/libgraphd.pc" \
   "$sysusersdir/graphd.conf" \
   "$mandir/man8/graphd.8" "$mandir/man1/graphctl.1" \
   "$sysconfdir/graphd/graphd.conf.example" "$sysconfdir/graphd/mps.env.example" \
-  "$docdir/operator.md" "$docdir/graphd-daemonset.yaml"
+  "$docdir/operator.md" "$docdir/graphd-daemonset.yaml" \
+  "$bashcompdir/graphd" "$bashcompdir/graphctl" "$zshcompdir/_graphd" "$zshcompdir/_graphctl" \
+  "$datadir/graphd/monitoring/graphd-alerts.yml" "$datadir/graphd/monitoring/graphd-dashboard.json"
 want -L "$libdir/libgraphd.so"
 
 # Nothing lands outside the prefix and the configured directories.
 ( cd "$root" && find . -type f -o -type l ) | sed 's|^\.||' | sort >"$tmp/files"
 while read -r f; do
   case $f in
-    "$prefix"/* | "$sysconfdir"/* | "$unitdir"/*) ;;
+    "$prefix"/* | "$sysconfdir"/* | "$unitdir"/* | "$bashcompdir"/* | "$zshcompdir"/*) ;;
     *) bad "installed outside the prefix: $f" ;;
   esac
 done <"$tmp/files"
@@ -69,6 +72,13 @@ LD_LIBRARY_PATH=$root$libdir "$root$bindir/graphctl" version | grep -q '^graphct
   bad "graphctl version"
 "$root$sbindir/graphd" --config "$root$sysconfdir/graphd/graphd.conf.example" --check-config \
   >/dev/null || bad "the installed example config does not pass --check-config"
+
+# The installed bash completions complete (what they offer is
+# test_completion's).
+for p in graphd graphctl; do
+  bash -c '. "$1"; complete -p "$2"' sh "$root$bashcompdir/$p" $p >/dev/null 2>&1 ||
+    bad "$bashcompdir/$p does not set up completion for $p"
+done
 
 # The units run the installed graphd.
 grep -qx "ExecStart=$sbindir/graphd --backend cuda" "$root$unitdir/graphd.service" ||

@@ -44,7 +44,9 @@ static unsigned free_port(void) {
 static void setup(void) {
   port = free_port();
   snprintf(listen_arg, sizeof listen_arg, "127.0.0.1:%u", port);
-  ck_assert_int_eq(td_start(&d, "--host-devices", "2", "--metrics-listen", listen_arg, NULL), 0);
+  ck_assert_int_eq(td_start(&d, "--host-devices", "2", "--metrics-listen", listen_arg,
+                            "--device-budget", "64M", NULL),
+                   0);
 }
 
 /* The same with --metrics-header-timeout s. */
@@ -202,9 +204,47 @@ START_TEST(test_metrics_follow_sessions_and_replays) {
   ck_assert_double_eq(sample(b, series("graphd_sessions", 1)), 1);
   ck_assert_double_eq(sample(b, "graphd_programs"), 1);
   ck_assert_double_eq(sample(b, "graphd_modules"), 1);
-  const char *q = td_fmt("graphd_replay_latency_seconds{device=\"1\",uuid=\"%s\",quantile=\"0.5\"}",
-                         dev1.uuid_str);
+  const char *q =
+      td_fmt("graphd_replay_latency_quantile_seconds{device=\"1\",uuid=\"%s\",quantile=\"0.5\"}",
+             dev1.uuid_str);
   ck_assert_double_gt(sample(b, q), 0);
+  /* The latency as a histogram: five replays in +Inf and in _count, the
+   * buckets cumulative, the sum between the smallest bound's and the
+   * largest p50 could give. */
+  char l1[128]; /* device 1's labels (td_fmt's buffers go round) */
+  snprintf(l1, sizeof l1, "device=\"1\",uuid=\"%s\"", dev1.uuid_str);
+  ck_assert_double_eq(sample(b, td_fmt("graphd_replay_latency_seconds_bucket{%s,le=\"+Inf\"}", l1)),
+                      5);
+  ck_assert_double_eq(sample(b, td_fmt("graphd_replay_latency_seconds_count{%s}", l1)), 5);
+  double lsum = sample(b, td_fmt("graphd_replay_latency_seconds_sum{%s}", l1));
+  ck_assert_double_gt(lsum, 0);
+  ck_assert_double_le(lsum, 5 * 10.0);
+  static const char *const les[] = {"1e-06", "1e-05", "0.0001", "0.001", "0.01", "0.1", "1", "10"};
+  double last = 0;
+  for (size_t k = 0; k < sizeof les / sizeof les[0]; k++) {
+    double v = sample(b, td_fmt("graphd_replay_latency_seconds_bucket{%s,le=\"%s\"}", l1, les[k]));
+    ck_assert_msg(v >= last && v <= 5, "le %s: %g after %g", les[k], v, last);
+    last = v;
+  }
+  ck_assert_double_eq(last, 5); /* nothing took 10 s */
+  /* Device 0 replayed nothing: its histogram is empty, not missing. */
+  ck_assert_double_eq(sample(b, series("graphd_replay_latency_seconds_count", 0)), 0);
+  /* The devices' health for alerts: up, the state as a series per state,
+   * MPS (off on a host device), memory and the budget (--device-budget). */
+  ck_assert_double_eq(sample(b, td_fmt("graphd_device_up{%s}", l1)), 1);
+  ck_assert_double_eq(sample(b, td_fmt("graphd_device_state{%s,state=\"ok\"}", l1)), 1);
+  ck_assert_double_eq(sample(b, td_fmt("graphd_device_state{%s,state=\"failed\"}", l1)), 0);
+  ck_assert_double_eq(sample(b, td_fmt("graphd_device_state{%s,state=\"busy\"}", l1)), 0);
+  ck_assert_double_eq(sample(b, td_fmt("graphd_device_state{%s,state=\"starting\"}", l1)), 0);
+  ck_assert_double_eq(sample(b, td_fmt("graphd_device_mps_enabled{%s,backend=\"host\"}", l1)), 0);
+  ck_assert_double_eq(
+      sample(b, td_fmt("graphd_device_info{%s,name=\"%s\",backend=\"host\"}", l1, dev1.name)), 1);
+  ck_assert_double_eq(sample(b, td_fmt("graphd_device_memory_total_bytes{%s}", l1)), 1 << 30);
+  double fr = sample(b, td_fmt("graphd_device_memory_free_bytes{%s}", l1));
+  ck_assert_double_gt(fr, 0);
+  ck_assert_double_le(fr, 1 << 30);
+  ck_assert_double_eq(sample(b, td_fmt("graphd_staging_budget_bytes{%s}", l1)), 64 << 20);
+  ck_assert_double_eq(sample(b, td_fmt("graphd_build_info{version=\"%s\"}", graphd_version())), 1);
   q = td_fmt("graphd_replay_worker_seconds_count{device=\"1\",uuid=\"%s\"}", dev1.uuid_str);
   ck_assert_double_eq(sample(b, q), 5);
   q = td_fmt("graphd_replay_worker_seconds_sum{device=\"1\",uuid=\"%s\"}", dev1.uuid_str);
@@ -240,7 +280,8 @@ START_TEST(test_metrics_follow_sessions_and_replays) {
   char *t1 = types_of(b), *t2 = types_of(out);
   ck_assert_str_eq(t1, t2);
   ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_replays_total counter\n"));
-  ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_replay_latency_seconds summary\n"));
+  ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_replay_latency_seconds histogram\n"));
+  ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_replay_latency_quantile_seconds summary\n"));
   free(t1);
   free(t2);
   free(a);

@@ -425,6 +425,12 @@ START_TEST(test_check_config_accepts_a_valid_file_and_flags_override_it) {
   int rc = td_run(argv, out, sizeof out, 10000);
   ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
   ck_assert_msg(strstr(out, "configuration is valid"), "%s", out);
+  /* It names the file it read. */
+  char read_line[256];
+  snprintf(read_line, sizeof read_line,
+           "graphd: configuration is valid (read %s, then the flags)\n", conf);
+  ck_assert_msg(strncmp(out, read_line, strlen(read_line)) == 0, "no '%s' first in: %s", read_line,
+                out);
   ck_assert_msg(strstr(out, "max-frame = 8388608\n"), "%s", out);
   ck_assert_msg(strstr(out, "ready-timeout = 0\n"), "%s", out);
   ck_assert_msg(strstr(out, "log-level = debug\n"), "the flag did not override: %s", out);

@@ -2,7 +2,9 @@
  * daemon's first device, with the results checked and the daemon's
  * counters shown. On a host device it uses the host test kernels; on a GPU,
  * the CUBIN the build made with nvcc.
- *   graphd-demo [--socket PATH] KERNEL_DIR */
+ *   graphd-demo [--socket PATH] KERNEL_DIR
+ *   graphd-demo --version | --help */
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 
 #include "common/cuda_driver.h"
 #include "common/file.h"
+#include "common/usage.h"
 #include "graphd/graphd.h"
 
 #define N 4096u
@@ -19,16 +22,43 @@ static int fail(const char *what, graphd_client *c) {
   return 1;
 }
 
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: graphd-demo [--socket PATH] KERNEL_DIR\n"
+          "       graphd-demo --version | --help\n"
+          "Registers y = 3 x as a program on the daemon's first device, replays it three\n"
+          "times on new buffers, checks the results and shows the daemon's counters.\n"
+          "KERNEL_DIR holds host_kernels.so (host devices) or test_kernels.cubin (GPUs):\n"
+          "build/tests/kernels in a build tree.\n"
+          "  --socket PATH  the daemon's socket (default: $GRAPHD_SOCKET, else the\n"
+          "                 default one)\n");
+}
+
 int main(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"socket", required_argument, NULL, 's'},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},
+      {NULL, 0, NULL, 0},
+  };
   const char *sock = NULL, *kdir = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
-      sock = argv[++i];
-    else
-      kdir = argv[i];
+  int opt;
+  opterr = 0;
+  while ((opt = getopt_long(argc, argv, "s:hV", opts, NULL)) != -1) {
+    switch (opt) {
+      case 's': sock = optarg; break;
+      case 'h': usage(stdout); return 0;
+      case 'V': printf("graphd-demo %s\n", graphd_version()); return 0;
+      default: gd_getopt_error(stderr, "graphd-demo", argv, opts); return 2;
+    }
   }
+  if (optind < argc) kdir = argv[optind++];
   if (!kdir) {
-    fprintf(stderr, "usage: graphd-demo [--socket PATH] KERNEL_DIR\n");
+    gd_usage_error(stderr, "graphd-demo", "no KERNEL_DIR given");
+    return 2;
+  }
+  if (optind < argc) {
+    gd_usage_error(stderr, "graphd-demo", "unexpected argument '%s'", argv[optind]);
     return 2;
   }
   graphd_connect_options o;

@@ -412,6 +412,30 @@ graphd_status graphd_ping(graphd_client *c, const void *payload, size_t len) {
   return st;
 }
 
+/* The latency histogram of w: its bounds as sent while they ascend and
+ * have a count each, at most GRAPHD_LATENCY_BOUNDS. */
+static void copy_latency(graphd_latency_histogram *h, const Graphd__Wire__DeviceCounters *w) {
+  size_t n = w->n_replay_latency_le_ns < w->n_replay_latency_le_count
+                 ? w->n_replay_latency_le_ns
+                 : w->n_replay_latency_le_count;
+  uint32_t k = 0;
+  for (; k < n && k < GRAPHD_LATENCY_BOUNDS; k++) {
+    if (k && w->replay_latency_le_ns[k] <= w->replay_latency_le_ns[k - 1]) break;
+    h->le_ns[k] = w->replay_latency_le_ns[k];
+    h->le_count[k] = w->replay_latency_le_count[k];
+  }
+  h->nbounds = k;
+  h->count = w->replay_latency_count;
+  h->sum_ns = w->replay_latency_sum_ns;
+}
+
+/* A status as the library allocates it: what 0.1.0's callers see, then
+ * every device's whole record (graphd_daemon_status_device). */
+typedef struct status_priv {
+  graphd_daemon_status pub;
+  graphd_device_record *rec; /* ndevices entries */
+} status_priv;
+
 static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_status **out) {
   GD_OWNED(c);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
@@ -429,12 +453,14 @@ static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_st
     goto exit;
   }
   Graphd__Wire__StatusReply *sr = rep->status;
-  graphd_daemon_status *s = calloc(1, sizeof *s);
-  if (!s || (sr->n_devices &&
-             (!(s->devices = calloc(sr->n_devices, sizeof *s->devices)) ||
-              !(s->work = calloc(sr->n_devices, sizeof *s->work)) ||
-              !(s->launch_ns = calloc(sr->n_devices, sizeof *s->launch_ns)) ||
-              !(s->figures_age_ms = calloc(sr->n_devices, sizeof *s->figures_age_ms))))) {
+  status_priv *p = calloc(1, sizeof *p);
+  graphd_daemon_status *s = p ? &p->pub : NULL;
+  if (!s ||
+      (sr->n_devices && (!(s->devices = calloc(sr->n_devices, sizeof *s->devices)) ||
+                         !(s->work = calloc(sr->n_devices, sizeof *s->work)) ||
+                         !(s->launch_ns = calloc(sr->n_devices, sizeof *s->launch_ns)) ||
+                         !(s->figures_age_ms = calloc(sr->n_devices, sizeof *s->figures_age_ms)) ||
+                         !(p->rec = calloc(sr->n_devices, sizeof *p->rec))))) {
     graphd_daemon_status_free(s);
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
@@ -445,15 +471,26 @@ static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_st
   s->sessions = sr->sessions;
   s->ndevices = (uint32_t)sr->n_devices;
   for (size_t i = 0; i < sr->n_devices; i++) {
-    copy_device(&s->devices[i], sr->devices[i]);
-    s->figures_age_ms[i] = sr->devices[i]->figures_age_ms;
-    if (sr->devices[i]->counters) {
-      s->work[i].replay_ns = sr->devices[i]->counters->worker_replay_ns;
-      s->work[i].gpu_ns = sr->devices[i]->counters->gpu_replay_ns;
-      s->work[i].gpu_replays = sr->devices[i]->counters->gpu_replays;
-      s->work[i].replays = sr->devices[i]->counters->worker_replays;
-      s->launch_ns[i] = sr->devices[i]->counters->worker_launch_ns;
+    const Graphd__Wire__DeviceInfo *w = sr->devices[i];
+    graphd_device_record *r = &p->rec[i];
+    r->size = sizeof *r;
+    r->index = (uint32_t)i;
+    copy_device(&r->info, w);
+    r->figures_age_ms = w->figures_age_ms;
+    r->staging_budget_bytes = w->staging_budget_bytes;
+    if (w->counters) {
+      r->work.replay_ns = w->counters->worker_replay_ns;
+      r->work.gpu_ns = w->counters->gpu_replay_ns;
+      r->work.gpu_replays = w->counters->gpu_replays;
+      r->work.replays = w->counters->worker_replays;
+      r->launch_ns = w->counters->worker_launch_ns;
+      copy_latency(&r->replay_latency, w->counters);
     }
+    /* The arrays of 0.1.0's layout. */
+    s->devices[i] = r->info;
+    s->work[i] = r->work;
+    s->launch_ns[i] = r->launch_ns;
+    s->figures_age_ms[i] = r->figures_age_ms;
   }
   s->modules = sr->modules;
   s->module_bytes = sr->module_bytes;
@@ -486,29 +523,25 @@ exit:
 
 void graphd_daemon_status_free(graphd_daemon_status *s) {
   if (!s) return;
+  status_priv *p = (status_priv *)s; /* pub is its first member */
   free(s->session_info);
   free(s->devices);
   free(s->work);
   free(s->launch_ns);
   free(s->figures_age_ms);
-  free(s);
+  free(p->rec);
+  free(p);
 }
 
 graphd_status graphd_daemon_status_device(const graphd_daemon_status *s, uint32_t i,
                                           graphd_device_record *out, size_t size) {
   if (!s || !out || i >= s->ndevices || size < offsetof(graphd_device_record, info))
     return GRAPHD_INVALID_ARGUMENT;
-  graphd_device_record r;
-  memset(&r, 0, sizeof r);
-  r.index = i;
-  r.info = s->devices[i];
-  if (s->work) r.work = s->work[i];
-  if (s->launch_ns) r.launch_ns = s->launch_ns[i];
-  if (s->figures_age_ms) r.figures_age_ms = s->figures_age_ms[i];
-  size_t n = size < sizeof r ? size : sizeof r;
-  r.size = (uint32_t)n;
+  const status_priv *p = (const status_priv *)s; /* pub is its first member */
+  size_t n = size < sizeof p->rec[i] ? size : sizeof p->rec[i];
   memset(out, 0, size);
-  memcpy(out, &r, n);
+  memcpy(out, &p->rec[i], n);
+  out->size = (uint32_t)n;
   return GRAPHD_OK;
 }
 

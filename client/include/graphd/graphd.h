@@ -218,6 +218,22 @@ typedef struct graphd_device_work {
   uint64_t gpu_replays; /* replays sampled */
 } graphd_device_work;
 
+/* A device's replay latency (request read to reply ready in the daemon,
+ * over the successful replays since start) as a histogram, for Prometheus:
+ * le_count[k] replays took at most le_ns[k] nanoseconds (cumulative; the
+ * bounds ascend and are the daemon's, today 1, 2.5 and 5 times each power
+ * of ten from 1 us to 10 s), count is all of them and sum_ns their sum.
+ * nbounds is 0 from a daemon that does not send them; a daemon that sends
+ * more than GRAPHD_LATENCY_BOUNDS has its largest left out. */
+#define GRAPHD_LATENCY_BOUNDS 32
+typedef struct graphd_latency_histogram {
+  uint32_t nbounds;
+  uint64_t le_ns[GRAPHD_LATENCY_BOUNDS];
+  uint64_t le_count[GRAPHD_LATENCY_BOUNDS];
+  uint64_t count;
+  uint64_t sum_ns;
+} graphd_latency_histogram;
+
 typedef struct graphd_daemon_status {
   char version[64];
   uint64_t uptime_ms;
@@ -262,6 +278,11 @@ typedef struct graphd_device_record {
   /* How old info.free_memory and the sampled GPU time are (ms): 0 when the
    * device's worker answered this request. */
   uint64_t figures_age_ms;
+  /* The replay latency as a histogram. */
+  graphd_latency_histogram replay_latency;
+  /* The staging bytes captures may hold (the daemon's --device-budget);
+   * 0: no limit. */
+  uint64_t staging_budget_bytes;
 } graphd_device_record;
 
 /* Copies device i of s into *out, a record of `size` bytes (the caller's

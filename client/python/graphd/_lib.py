@@ -85,6 +85,14 @@ class graphd_device_work(ctypes.Structure):
     _fields_ = [("replay_ns", _u64), ("replays", _u64), ("gpu_ns", _u64), ("gpu_replays", _u64)]
 
 
+LATENCY_BOUNDS = 32
+
+
+class graphd_latency_histogram(ctypes.Structure):
+    _fields_ = [("nbounds", _u32), ("le_ns", _u64 * LATENCY_BOUNDS),
+                ("le_count", _u64 * LATENCY_BOUNDS), ("count", _u64), ("sum_ns", _u64)]
+
+
 class graphd_daemon_status(ctypes.Structure):
     _fields_ = [
         ("version", ctypes.c_char * 64),
@@ -135,14 +143,16 @@ class graphd_evict_options(ctypes.Structure):
 
 class graphd_device_record(ctypes.Structure):
     _fields_ = [("size", _u32), ("index", _u32), ("info", graphd_device_info),
-                ("work", graphd_device_work), ("launch_ns", _u64), ("figures_age_ms", _u64)]
+                ("work", graphd_device_work), ("launch_ns", _u64), ("figures_age_ms", _u64),
+                ("replay_latency", graphd_latency_histogram), ("staging_budget_bytes", _u64)]
 
 
 # The structures whose layout the tests compare with C (tests/abi_sizes.c).
 STRUCTS = {c.__name__: c for c in (
     graphd_connect_options, graphd_device_counters, graphd_device_info, graphd_session_info,
-    graphd_device_work, graphd_daemon_status, graphd_region_ref, graphd_binding, graphd_replay_info,
-    graphd_prepare_info, graphd_capture_info, graphd_evict_options, graphd_device_record)}
+    graphd_device_work, graphd_latency_histogram, graphd_daemon_status, graphd_region_ref,
+    graphd_binding, graphd_replay_info, graphd_prepare_info, graphd_capture_info,
+    graphd_evict_options, graphd_device_record)}
 
 _P = ctypes.c_void_p
 _ID = ctypes.POINTER(_u8)  # uint8_t[32]
