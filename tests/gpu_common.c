@@ -90,6 +90,14 @@ graphd_status gpu_program_in_registry(graphd_client *c, const char *kdir, graphd
   return st == GRAPHD_OK ? graphd_registry_sync(c, pid) : st;
 }
 
+graphd_status gpu_program_temp(graphd_client *c, const char *kdir, graphd_mode mode,
+                               uint8_t pid[32]) {
+  uint8_t mod[32];
+  graphd_status st = register_cubin(c, kdir, mod);
+  if (st != GRAPHD_OK) return st;
+  return program3_temp_register(c, mod, mode, GN, pid);
+}
+
 graphd_status gpu_program(graphd_client *c, const char *kdir, graphd_mode mode, uint8_t pid[32]) {
   uint8_t mod[32];
   graphd_status st = register_cubin(c, kdir, mod);

@@ -30,6 +30,9 @@ void gbuf_free(gbuf *b);
  *   t = 2 x;  t += c;  y = t * 2 + 1
  * with x a staged input, c an unstaged input, t scratch, y a staged
  * output. */
+/* The same program with t a temp slot (program3_temp_register). */
+graphd_status gpu_program_temp(graphd_client *c, const char *kernel_dir, graphd_mode mode,
+                               uint8_t pid[32]);
 graphd_status gpu_program(graphd_client *c, const char *kernel_dir, graphd_mode mode,
                           uint8_t pid[32]);
 

@@ -42,7 +42,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   uint8_t pid[32];
-  if (gpu_program(c, argv[2], GRAPHD_MODE_STAGED, pid) != GRAPHD_OK) return fail("program", c);
+  /* "shared" as the argument: the program without state, whose instance
+   * the test's own session shares when the budget has room for one. */
+  int shared = argc > 4 && strcmp(argv[4], "shared") == 0;
+  if ((shared ? gpu_program_temp : gpu_program)(c, argv[2], GRAPHD_MODE_STAGED, pid) != GRAPHD_OK)
+    return fail("program", c);
   CUstream st;
   gcu->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING);
   graphd_stream *s;

@@ -26,13 +26,13 @@ static graphd_status finish_and_register(graphd_client *c, graphd_program *p, ui
   return st;
 }
 
-graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
-                                uint32_t n, uint8_t pid[32]) {
+static graphd_status register_with_t(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
+                                     uint32_t n, graphd_slot_role t, uint8_t pid[32]) {
   graphd_program *p = graphd_program_new(mode);
-  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, n * 4, 1);   /* 0: x */
-  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, n * 4, 0);   /* 1: c, unstaged */
-  graphd_program_add_slot(p, GRAPHD_SLOT_SCRATCH, n * 4, 0); /* 2: t */
-  graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, n * 4, 1);  /* 3: y */
+  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, n * 4, 1);  /* 0: x */
+  graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, n * 4, 0);  /* 1: c, unstaged */
+  graphd_program_add_slot(p, t, n * 4, 0);                  /* 2: t */
+  graphd_program_add_slot(p, GRAPHD_SLOT_OUTPUT, n * 4, 1); /* 3: y */
   uint32_t grid[3] = {n / 256, 1, 1}, block[3] = {256, 1, 1};
   add_scale(p, mod, n, 2.0f, 0, 2);
   int s1 = graphd_program_add_launch(p, mod, "accumulate", grid, block, 0);
@@ -57,6 +57,16 @@ graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_
   }
   graphd_program_free(p);
   return st;
+}
+
+graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
+                                uint32_t n, uint8_t pid[32]) {
+  return register_with_t(c, mod, mode, n, GRAPHD_SLOT_SCRATCH, pid);
+}
+
+graphd_status program3_temp_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
+                                     uint32_t n, uint8_t pid[32]) {
+  return register_with_t(c, mod, mode, n, GRAPHD_SLOT_TEMP, pid);
 }
 
 graphd_status fault_program_register(graphd_client *c, const uint8_t mod[32], graphd_slot_role slot,

@@ -16,6 +16,13 @@
 graphd_status program3_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
                                 uint32_t n, uint8_t pid[32]);
 
+/* The same with t a temp slot (it is written before it is read): a
+ * program without state, whose replays from several sessions may share an
+ * instance (when the budget has room for one only) instead of each having
+ * its own. */
+graphd_status program3_temp_register(graphd_client *c, const uint8_t mod[32], graphd_mode mode,
+                                     uint32_t n, uint8_t pid[32]);
+
 /* The one-launch staged program of the fault tests: `fault(kind)` from mod
  * (tests/kernels), one block of `block` threads, and one slot (a staged
  * input or a scratch slot of `bytes`, as the test binds it or not).

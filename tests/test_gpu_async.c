@@ -59,13 +59,19 @@ static void fill(unsigned seed) {
   }
 }
 
+/* Set by a test whose sessions are to share one instance: the program
+ * without state (t a temp slot), under a budget with room for one. */
+static bool shared_program;
+
 static void fixture_up(fixture *f) {
   ck_assert_msg(HAVE_CUDA_KERNELS, "the build made no CUDA test kernels (no nvcc)");
   ck_assert_int_eq(gpu_up(), 0);
   char err[GRAPHD_ERRMAX];
   f->c = gpu_session(d.socket, err, sizeof err);
   ck_assert_msg(f->c != NULL, "%s", err);
-  ck_assert_int_eq(gpu_program(f->c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, f->pid), GRAPHD_OK);
+  ck_assert_int_eq((shared_program ? gpu_program_temp : gpu_program)(f->c, TEST_KERNEL_DIR,
+                                                                     GRAPHD_MODE_STAGED, f->pid),
+                   GRAPHD_OK);
   ck_assert_int_eq(gcu->cuStreamCreate(&f->st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   ck_assert_int_eq(graphd_stream_attach(f->c, f->st, &f->s), GRAPHD_OK);
   for (int i = 0; i < 4; i++) {
@@ -321,11 +327,14 @@ static void *sync_replay_of_held(void *arg) {
  * stream finishes. */
 START_TEST(test_gpu_async_held_ring_and_sync_replay_let_another_client_through) {
   ck_assert_int_eq(td_stop(&d), 0);
+  /* The budget has room for one instance: v's replays share a's. */
   td_start_again(&d, "--backend", "cuda", "--max-inflight-replays", "2", "--ready-timeout", "1",
-                 NULL);
+                 "--device-budget", "2M", NULL);
   fixture a, v;
+  shared_program = true;
   fixture_up(&a);
   fixture_up(&v);
+  shared_program = false;
   graphd_set_reconnect_wait(a.c, 0);
   ck_assert_int_eq(gpu_replay_checked(a.c, a.s, a.st, a.pid, &a.x[0], &a.y[0], &a.cc, 1, 1, NULL),
                    GRAPHD_OK);

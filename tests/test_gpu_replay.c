@@ -82,9 +82,14 @@ typedef struct fixture {
   gbuf x, y, cc;
 } fixture;
 
-static void fixture_up(fixture *f, unsigned seed) {
+/* With `shared`, the program without state (t a temp slot), whose one
+ * instance sessions share when the budget has room for one only: the
+ * tests of a client that holds others up run on it. */
+static void fixture_open(fixture *f, unsigned seed, bool shared) {
   f->c = session();
-  ck_assert_int_eq(gpu_program(f->c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, f->pid), GRAPHD_OK);
+  ck_assert_int_eq(
+      (shared ? gpu_program_temp : gpu_program)(f->c, TEST_KERNEL_DIR, GRAPHD_MODE_STAGED, f->pid),
+      GRAPHD_OK);
   ck_assert_int_eq(gcu->cuStreamCreate(&f->st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
   ck_assert_int_eq(graphd_stream_attach(f->c, f->st, &f->s), GRAPHD_OK);
   ck_assert_int_eq(gbuf_alloc(&f->x, GN * 4, 1), 0);
@@ -94,6 +99,9 @@ static void fixture_up(fixture *f, unsigned seed) {
       gpu_replay_checked(f->c, f->s, f->st, f->pid, &f->x, &f->y, &f->cc, 1, seed, NULL),
       GRAPHD_OK);
 }
+
+static void fixture_up(fixture *f, unsigned seed) { fixture_open(f, seed, false); }
+static void fixture_up_shared(fixture *f, unsigned seed) { fixture_open(f, seed, true); }
 
 /* A session, a stream attached to it, and a program built by `make` in
  * each of the three modes (pid[m]). */
@@ -302,7 +310,7 @@ END_TEST
 
 START_TEST(test_gpu_killed_client_stalls_nobody) {
   fixture f;
-  fixture_up(&f, 7);
+  fixture_up_shared(&f, 7);
   graphd_client *c = f.c;
   const uint8_t *pid = f.pid;
   CUstream st = f.st;
@@ -310,9 +318,10 @@ START_TEST(test_gpu_killed_client_stalls_nobody) {
   gbuf x = f.x, y = f.y, cc = f.cc;
   graphd_device_counters base = counters(c);
   FILE *out;
-  pid_t child = spawn_client("hang", "", &out);
+  pid_t child = spawn_client("hang", "shared", &out);
   expect_line(out, "hung");
-  /* Our replay of the same capture now waits behind the hung one. */
+  /* Our replay of the same instance (the budget has room for one) now
+   * waits behind the hung one. */
   graphd_binding b[2] = {{0, x.ptr, GN * 4}, {3, y.ptr, GN * 4}};
   ck_assert_int_eq(graphd_replay(c, s, pid, b, 2, NULL), GRAPHD_OK);
   usleep(200000);
@@ -610,7 +619,13 @@ START_TEST(test_gpu_eviction_under_load_from_several_processes) {
 }
 END_TEST
 
-static void setup_timeout(void) { td_start(&d, "--backend", "cuda", "--ready-timeout", "1", NULL); }
+/* A 1 s ready timeout, and a budget with room for one instance of the
+ * tests' programs (2 MiB of staging each), so that sessions replaying the
+ * program without state share it. */
+static void setup_timeout(void) {
+  td_start(&d, "--backend", "cuda", "--ready-timeout", "1", "--device-budget", "2M", NULL);
+}
+static void setup_shared(void) { td_start(&d, "--backend", "cuda", "--device-budget", "2M", NULL); }
 
 static uint64_t sessions_now(graphd_client *c) {
   graphd_daemon_status *s;
@@ -622,14 +637,14 @@ static uint64_t sessions_now(graphd_client *c) {
 
 START_TEST(test_gpu_hung_client_is_cut_off_only_when_it_blocks_someone) {
   fixture f;
-  fixture_up(&f, 21);
+  fixture_up_shared(&f, 21);
   graphd_client *c = f.c;
   const uint8_t *pid = f.pid;
   CUstream st = f.st;
   graphd_stream *s = f.s;
   gbuf x = f.x, y = f.y, cc = f.cc;
   FILE *out;
-  pid_t child = spawn_client("hang", "", &out);
+  pid_t child = spawn_client("hang", "shared", &out);
   expect_line(out, "hung");
   /* Past the 1 s ready timeout, but blocking nobody: left alone. */
   usleep(1500000);
@@ -665,9 +680,9 @@ END_TEST
  * waits behind it; the release it writes lets both run. */
 START_TEST(test_gpu_a_ready_word_two_to_the_63_ahead_is_cut_off_as_hung) {
   fixture f;
-  fixture_up(&f, 41);
+  fixture_up_shared(&f, 41);
   FILE *out;
-  pid_t child = spawn_client("hostile", "", &out);
+  pid_t child = spawn_client("hostile", "shared", &out);
   expect_line(out, "hostile");
   double t0 = now_ms();
   ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x, &f.y, &f.cc, 0, 42, NULL),
@@ -697,9 +712,9 @@ END_TEST
  * and serves the next replay at once, with no device reset. */
 START_TEST(test_gpu_a_killed_client_with_a_hostile_ready_word_is_released_at_its_end) {
   fixture f;
-  fixture_up(&f, 51);
+  fixture_up_shared(&f, 51);
   FILE *out;
-  pid_t child = spawn_client("hostile", "", &out);
+  pid_t child = spawn_client("hostile", "shared", &out);
   expect_line(out, "hostile");
   kill(child, SIGKILL);
   waitpid(child, NULL, 0);
@@ -728,9 +743,9 @@ END_TEST
  * (Before, the worker waited for that stream for good.) */
 START_TEST(test_gpu_unregister_behind_a_hung_replay_does_not_hold_the_worker) {
   fixture f;
-  fixture_up(&f, 61);
+  fixture_up_shared(&f, 61);
   FILE *out;
-  pid_t child = spawn_client("hang-forget", "", &out);
+  pid_t child = spawn_client("hang-forget", "shared", &out);
   expect_line(out, "hung");
   usleep(200000); /* its forget is with the worker */
   double t0 = now_ms();
@@ -759,9 +774,9 @@ END_TEST
  * the client is cut off and the eviction and the replays behind it go on. */
 START_TEST(test_gpu_evicting_a_hung_replays_capture_does_not_hold_the_worker) {
   fixture f;
-  fixture_up(&f, 71);
+  fixture_up_shared(&f, 71);
   FILE *out;
-  pid_t child = spawn_client("hang", "", &out);
+  pid_t child = spawn_client("hang", "shared", &out);
   expect_line(out, "hung");
   graphd_client *ctl = td_control(&d);
   graphd_evict_options o;
@@ -771,7 +786,8 @@ START_TEST(test_gpu_evicting_a_hung_replays_capture_does_not_hold_the_worker) {
   uint64_t bytes;
   ck_assert_int_eq(graphd_evict(ctl, &o, NULL, &n, &bytes), GRAPHD_OK);
   double t0 = now_ms();
-  ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x, &f.y, &f.cc, 0, 72, NULL),
+  /* The capture went: the replay that captures again binds c. */
+  ck_assert_int_eq(gpu_replay_checked(f.c, f.s, f.st, f.pid, &f.x, &f.y, &f.cc, 1, 72, NULL),
                    GRAPHD_OK);
   double took = now_ms() - t0;
   printf(
@@ -792,7 +808,7 @@ START_TEST(test_gpu_evicting_a_hung_replays_capture_does_not_hold_the_worker) {
 END_TEST
 
 static void setup_budget(void) {
-  td_start(&d, "--backend", "cuda", "--ready-timeout", "1", "--device-budget", "1536K", NULL);
+  td_start(&d, "--backend", "cuda", "--ready-timeout", "1", "--device-budget", "3M", NULL);
 }
 
 /* The budget fits one capture of these programs. A hung client's capture
@@ -1019,7 +1035,6 @@ int main(void) {
   tcase_add_test(tc, test_gpu_memset_and_copy_steps_are_exact_in_every_mode);
   tcase_add_test(tc, test_gpu_a_second_process_shares_the_capture_and_it_outlives_sessions);
   tcase_add_test(tc, test_gpu_sessions_of_a_program_with_state_run_at_once);
-  tcase_add_test(tc, test_gpu_killed_client_stalls_nobody);
   tcase_add_test(tc, test_gpu_dead_daemon_releases_the_client_stream);
   tcase_add_test(tc, test_gpu_close_after_daemon_death_waits_for_the_stream);
   tcase_add_test(tc, test_gpu_eviction_gives_the_memory_back_and_recaptures);
@@ -1037,6 +1052,11 @@ int main(void) {
   tcase_add_test(th, test_gpu_unregister_behind_a_hung_replay_does_not_hold_the_worker);
   tcase_add_test(th, test_gpu_evicting_a_hung_replays_capture_does_not_hold_the_worker);
   suite_add_tcase(su, th);
+  TCase *tk = tcase_create("gpu_replay_shared");
+  tcase_set_timeout(tk, 120);
+  tcase_add_checked_fixture(tk, setup_shared, teardown);
+  tcase_add_test(tk, test_gpu_killed_client_stalls_nobody);
+  suite_add_tcase(su, tk);
   TCase *tb = tcase_create("gpu_replay_budget");
   tcase_set_timeout(tb, 120);
   tcase_add_checked_fixture(tb, setup_budget, teardown);
