@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "exporter/prom.h"
@@ -31,7 +32,10 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
     json_object_object_add(j, "state", json_object_new_string(d->state));
     add_u64(j, "figures_age_ms", s->figures_age_ms[i]);
     add_u64(j, "captures", c->captures);
-    add_u64(j, "graphs", c->captures); /* one executable graph per capture */
+    graphd_device_record r;
+    if (graphd_daemon_status_device(s, i, &r, sizeof r) != GRAPHD_OK) memset(&r, 0, sizeof r);
+    add_u64(j, "instances", r.instances);
+    add_u64(j, "graphs", r.graphs);
     add_u64(j, "staging_bytes", c->staging_bytes);
     add_u64(j, "replays", c->replays);
     add_u64(j, "inflight", c->inflight);

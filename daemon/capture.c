@@ -918,6 +918,21 @@ static gd_capture *instance(gd_capture *c, uint32_t i) { return i ? c->more[i - 
 
 uint32_t capture_instances(const gd_capture *c) { return 1 + c->nmore; }
 
+uint32_t capture_graphs(const gd_capture *c) {
+  uint32_t n = c->nexecs;
+  for (uint32_t i = 0; i < c->nmore; i++) n += c->more[i]->nexecs;
+  return n;
+}
+
+void capture_count(gd_device *d, uint64_t *instances, uint64_t *graphs) {
+  gd_capture *c;
+  *instances = *graphs = 0;
+  for (uint32_t i = 0; (c = capture_next(d, &i));) {
+    *instances += capture_instances(c);
+    *graphs += capture_graphs(c);
+  }
+}
+
 uint64_t capture_staging_bytes(const gd_capture *c) {
   uint64_t b = c->staging.bytes;
   for (uint32_t i = 0; i < c->nmore; i++) b += c->more[i]->staging.bytes;

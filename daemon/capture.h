@@ -201,6 +201,13 @@ uint64_t capture_staging_bytes(const gd_capture *c);
 /* How many instances c has (1 and up). */
 uint32_t capture_instances(const gd_capture *c);
 
+/* The executable graphs of c over all its instances (what ListCaptures
+ * shows as its graphs). */
+uint32_t capture_graphs(const gd_capture *c);
+
+/* The device's instances and executable graphs, over every capture. */
+void capture_count(gd_device *d, uint64_t *instances, uint64_t *graphs);
+
 /* True while a replay queued on any instance of c has not finished. */
 bool capture_busy(gd_device *d, const gd_capture *c);
 

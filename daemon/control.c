@@ -55,6 +55,8 @@ void control_fill_device(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__D
   dc->worker_launch_ns = c->worker_launch_ns;
   dc->gpu_replay_ns = c->gpu_replay_ns;
   dc->gpu_replays = c->gpu_replays;
+  dc->instances = c->last_instances;
+  dc->graphs = c->last_graphs;
   dc->n_replay_latency_le_ns = dc->n_replay_latency_le_count = GD_HIST_LE_N;
   dc->replay_latency_le_ns = (uint64_t *)gd_hist_le_ns;
   dc->replay_latency_le_count = (uint64_t *)c->replay_latency.le;
@@ -128,7 +130,8 @@ typedef struct control_job {
   size_t n;
   uint64_t bytes;
   uint64_t free_b;
-  uint64_t gpu_ns, gpu_n; /* sampled GPU time read for Status (capture_take_gpu_time) */
+  uint64_t instances, graphs; /* Status: the device's, over its captures */
+  uint64_t gpu_ns, gpu_n;     /* sampled GPU time read for Status (capture_take_gpu_time) */
 } control_job;
 
 static void dev_run(gd_job *j, void *ctx) {
@@ -143,6 +146,7 @@ static void dev_run(gd_job *j, void *ctx) {
        * stream's work has finished counts its last samples. */
       capture_poll_gpu_time(d);
       capture_take_gpu_time(d, &dj->gpu_ns, &dj->gpu_n);
+      capture_count(d, &dj->instances, &dj->graphs);
       break;
     }
     case ASK_LIST: j->status = evict_list(d, &dj->ci, &dj->n); break;
@@ -239,6 +243,7 @@ static void fill_info(Graphd__Wire__CaptureInfo *w, const gd_capture_info *c) {
   w->created_unix_ms = c->created_unix_ms;
   w->repoints = c->repoints;
   w->graphs = c->graphs;
+  w->instances = c->instances;
   w->n_pids = c->npids;
   w->pids = (uint32_t *)c->pids;
   w->busy = c->busy;
@@ -441,6 +446,8 @@ static void shared_done(control_job *dj, int status, const char *msg) {
   *p = dj->next;
   if (dj->ask == ASK_STATUS) {
     if (status == 0) c->last_free_memory = dj->free_b;
+    c->last_instances = dj->instances;
+    c->last_graphs = dj->graphs;
     c->answered_ns = gd_now_ns();
     c->gpu_replay_ns += dj->gpu_ns;
     c->gpu_replays += dj->gpu_n;

@@ -28,8 +28,9 @@ typedef struct gd_capture_info {
   bool busy;
   uint32_t generation;
   uint64_t created_unix_ms;
-  uint64_t repoints; /* node parameters updated for moved buffers */
-  uint32_t graphs;   /* executable graphs over its instances */
+  uint64_t repoints;  /* node parameters updated for moved buffers */
+  uint32_t graphs;    /* executable graphs over its instances */
+  uint32_t instances; /* its instances (1 and up) */
 } gd_capture_info;
 
 /* Which captures an eviction takes (every selector given must match). */

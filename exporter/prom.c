@@ -52,7 +52,6 @@ static void family(FILE *f, const char *name, const char *type, const char *help
 
 typedef enum {
   DEV_CAPTURES,
-  DEV_GRAPHS,
   DEV_STAGING,
   DEV_REPLAYS,
   DEV_INFLIGHT,
@@ -70,7 +69,6 @@ static const struct {
   const char *name, *type, *help;
 } dev_metrics[DEV_N] = {
     {"graphd_captures", "gauge", "Captures held now."},
-    {"graphd_graphs", "gauge", "Executable graphs held now (one per capture)."},
     {"graphd_staging_bytes", "gauge", "Staging bytes the captures hold."},
     {"graphd_replays_total", "counter", "Replays that ran."},
     {"graphd_replays_inflight", "gauge", "Replays with the device's worker now."},
@@ -85,8 +83,7 @@ static const struct {
 
 static uint64_t dev_value(const graphd_device_counters *c, dev_metric m) {
   switch (m) {
-    case DEV_CAPTURES:
-    case DEV_GRAPHS: return c->captures;
+    case DEV_CAPTURES: return c->captures;
     case DEV_STAGING: return c->staging_bytes;
     case DEV_REPLAYS: return c->replays;
     case DEV_INFLIGHT: return c->inflight;
@@ -148,6 +145,10 @@ static graphd_device_record record(const graphd_daemon_status *s, uint32_t i) {
   return r;
 }
 
+static uint64_t graphs(const graphd_daemon_status *s, uint32_t i) { return record(s, i).graphs; }
+static uint64_t instances(const graphd_daemon_status *s, uint32_t i) {
+  return record(s, i).instances;
+}
 static uint64_t budget(const graphd_daemon_status *s, uint32_t i) {
   return record(s, i).staging_budget_bytes;
 }
@@ -223,6 +224,15 @@ static void device_health(FILE *f, const graphd_daemon_status *s) {
   dev_gauge(f, s, "graphd_staging_budget_bytes",
             "The staging bytes captures may hold on the device (--device-budget); 0: no limit.",
             budget);
+  dev_gauge(f, s, "graphd_capture_instances",
+            "Instances of the captures held now (each with staging, graphs and event of its own: "
+            "one per stream replaying a program at once, or per session of a program with "
+            "state), as the device's worker last counted them.",
+            instances);
+  dev_gauge(f, s, "graphd_graphs",
+            "Executable graphs held now, over the captures' instances (graphctl list's graphs, "
+            "summed), as the device's worker last counted them.",
+            graphs);
 }
 
 /* The replay latency per device as a histogram, with the daemon's bounds. */

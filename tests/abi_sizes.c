@@ -85,6 +85,8 @@ int main(void) {
   OFF(graphd_device_record, figures_age_ms);
   OFF(graphd_device_record, replay_latency);
   OFF(graphd_device_record, staging_budget_bytes);
+  OFF(graphd_device_record, instances);
+  OFF(graphd_device_record, graphs);
   SIZE(graphd_evict_options);
   OFF(graphd_evict_options, device);
   OFF(graphd_evict_options, client_pid);

@@ -166,6 +166,17 @@ START_TEST(test_instances_a_program_with_temporaries_runs_from_two_at_once) {
   ck_assert(td_log_contains(&d, "instance 2, for another stream"));
   ck_assert(!td_log_contains(&d, "instance 3"));
   ck_assert_uint_eq(counters().staging_bytes, bytes);
+  /* Status counts the instances and graphs ListCaptures shows. */
+  graphd_client *sc = td_control(&d);
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(sc, &st), GRAPHD_OK);
+  graphd_device_record r;
+  ck_assert_int_eq(graphd_daemon_status_device(st, 0, &r, sizeof r), GRAPHD_OK);
+  ck_assert_uint_eq(r.instances, 2);
+  ck_assert_uint_eq(r.graphs, graphs);
+  ck_assert_uint_eq(r.info.counters.captures, 1);
+  graphd_daemon_status_free(st);
+  graphd_close(sc);
   /* Eviction takes every instance. */
   graphd_client *ctl = td_control(&d);
   graphd_evict_options o;

@@ -484,6 +484,8 @@ static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_st
       r->work.gpu_replays = w->counters->gpu_replays;
       r->work.replays = w->counters->worker_replays;
       r->launch_ns = w->counters->worker_launch_ns;
+      r->instances = w->counters->instances;
+      r->graphs = w->counters->graphs;
       copy_latency(&r->replay_latency, w->counters);
     }
     /* The arrays of 0.1.0's layout. */

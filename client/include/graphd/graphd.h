@@ -283,6 +283,10 @@ typedef struct graphd_device_record {
   /* The staging bytes captures may hold (the daemon's --device-budget);
    * 0: no limit. */
   uint64_t staging_budget_bytes;
+  /* The captures' instances and executable graphs on the device, as its
+   * worker last counted them (ListCaptures' figures, summed). */
+  uint64_t instances;
+  uint64_t graphs;
 } graphd_device_record;
 
 /* Copies device i of s into *out, a record of `size` bytes (the caller's
