@@ -114,8 +114,8 @@ def dtype_name(dtype: object) -> Optional[str]:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT for a type string of an unknown kind or size.
+    InvalidArgument
+        For a type string of an unknown kind or size.
     """
     if dtype is None:
         return None
@@ -305,9 +305,9 @@ def describe(obj: Any, what: str = "the array", stream: Optional[int] = None, cp
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT, naming `what`, for an array that is not
-        contiguous, has no protocol, or says something malformed.
+    InvalidArgument
+        For an array that is not contiguous, has no protocol, or says
+        something malformed (the message names `what`).
     """
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         return _from_dlpack(obj, what, stream, cpu)

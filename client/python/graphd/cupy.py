@@ -121,8 +121,8 @@ def compile_cubin(source: str, name: str, options: Iterable[str] = (),
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT when NVRTC cannot compile it (with NVRTC's log).
+    InvalidArgument
+        When NVRTC cannot compile it (with NVRTC's log).
     """
     from cupy_backends.cuda.libs import nvrtc
     if arch is None:
@@ -163,9 +163,9 @@ class Kernel:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT when kernel is not a RawKernel, its backend is not
-        "nvrtc", or NVRTC cannot compile it.
+    InvalidArgument
+        When kernel is not a RawKernel, its backend is not "nvrtc", or NVRTC
+        cannot compile it.
     """
 
     name: str

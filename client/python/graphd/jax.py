@@ -95,11 +95,11 @@ class Spec:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT when the result slots do not match the results,
-        a slot is out of range or named twice among the operands or among
-        the results, or a fixed binding is not (slot, address, nbytes)
-        over a memory range with a slot of its own.
+    InvalidArgument
+        When the result slots do not match the results, a slot is out of
+        range or named twice among the operands or among the results, or a
+        fixed binding is not (slot, address, nbytes) over a memory range
+        with a slot of its own.
     """
 
     program: Union[Program, Tuple[BytesLike, Union[BytesLike, str]]]
@@ -331,8 +331,8 @@ def last_replays(program_ids: Iterable[Union[BytesLike, str]]) -> List[int]:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT for a malformed id.
+    InvalidArgument
+        For a malformed id.
     LibraryError
         When libgraphd_xla cannot be loaded.
     """
@@ -427,9 +427,10 @@ def registry_add_module(kind: Union[ModuleKind, int], data: BytesLike) -> bytes:
 
     Raises
     ------
+    InvalidArgument
+        For an unknown kind.
     GraphdError
-        INVALID_ARGUMENT for an unknown kind; the registry's status when
-        it refuses the module.
+        The registry's status when it refuses the module.
     LibraryError
         When libgraphd cannot be loaded.
     """
@@ -647,12 +648,12 @@ def program_callable(build: Callable[..., Spec], *, mode: Mode = "staged", name:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT for an unknown mode or vmap_method. The returned
-        function raises INVALID_ARGUMENT when build returns something
-        other than a Spec, names another number of operand slots, or
-        returns a program of another mode; and LibraryError when
-        libgraphd_xla cannot be loaded.
+    InvalidArgument
+        For an unknown mode or vmap_method. (The returned function raises
+        InvalidArgument when build returns something other than a Spec,
+        names another number of operand slots, or returns a program of
+        another mode, and LibraryError when libgraphd_xla cannot be
+        loaded.)
     """
     if mode not in MODES:
         raise GraphdError("INVALID_ARGUMENT", f"mode {mode!r} is not staged, staged_ex, direct or auto")

@@ -161,9 +161,8 @@ def module_id(kind: Union[ModuleKind, int], data: BytesLike) -> bytes:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT for an unknown kind, or a length of 0 or over
-        512 MiB.
+    InvalidArgument
+        For an unknown kind, or a length of 0 or over 512 MiB.
     """
     k = MODULE_KINDS.get(kind, kind) if isinstance(kind, str) else kind
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 4:
@@ -233,8 +232,8 @@ class Slot(Arg):
     ------
     InvalidArgumentType
         When index or offset is not an integer.
-    GraphdError
-        INVALID_ARGUMENT when one is out of range.
+    InvalidArgument
+        When one is out of range.
     """
 
     size = 8
@@ -283,9 +282,8 @@ class Scalar(Arg):
     ------
     InvalidArgumentType
         When an integer type is given a value that is not an integer.
-    GraphdError
-        INVALID_ARGUMENT when the value is out of the type's range or does
-        not fit.
+    InvalidArgument
+        When the value is out of the type's range or does not fit.
     """
 
     _RANGES = {
@@ -339,8 +337,8 @@ def i8(v: int) -> Scalar:
     ------
     InvalidArgumentType
         When v is not an integer.
-    GraphdError
-        INVALID_ARGUMENT when v is out of range.
+    InvalidArgument
+        When v is out of range.
     """
     return Scalar("i8", "b", v)
 
@@ -361,8 +359,8 @@ def u8(v: int) -> Scalar:
     ------
     InvalidArgumentType
         When v is not an integer.
-    GraphdError
-        INVALID_ARGUMENT when v is out of range.
+    InvalidArgument
+        When v is out of range.
     """
     return Scalar("u8", "B", v)
 
@@ -383,8 +381,8 @@ def i16(v: int) -> Scalar:
     ------
     InvalidArgumentType
         When v is not an integer.
-    GraphdError
-        INVALID_ARGUMENT when v is out of range.
+    InvalidArgument
+        When v is out of range.
     """
     return Scalar("i16", "h", v)
 
@@ -405,8 +403,8 @@ def u16(v: int) -> Scalar:
     ------
     InvalidArgumentType
         When v is not an integer.
-    GraphdError
-        INVALID_ARGUMENT when v is out of range.
+    InvalidArgument
+        When v is out of range.
     """
     return Scalar("u16", "H", v)
 
@@ -427,8 +425,8 @@ def i32(v: int) -> Scalar:
     ------
     InvalidArgumentType
         When v is not an integer.
-    GraphdError
-        INVALID_ARGUMENT when v is out of range.
+    InvalidArgument
+        When v is out of range.
     """
     return Scalar("i32", "i", v)
 
@@ -449,8 +447,8 @@ def u32(v: int) -> Scalar:
     ------
     InvalidArgumentType
         When v is not an integer.
-    GraphdError
-        INVALID_ARGUMENT when v is out of range.
+    InvalidArgument
+        When v is out of range.
     """
     return Scalar("u32", "I", v)
 
@@ -471,8 +469,8 @@ def i64(v: int) -> Scalar:
     ------
     InvalidArgumentType
         When v is not an integer.
-    GraphdError
-        INVALID_ARGUMENT when v is out of range.
+    InvalidArgument
+        When v is out of range.
     """
     return Scalar("i64", "q", v)
 
@@ -493,8 +491,8 @@ def u64(v: int) -> Scalar:
     ------
     InvalidArgumentType
         When v is not an integer.
-    GraphdError
-        INVALID_ARGUMENT when v is out of range.
+    InvalidArgument
+        When v is out of range.
     """
     return Scalar("u64", "Q", v)
 
@@ -513,8 +511,8 @@ def f16(v: float) -> Scalar:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT when it does not fit (out of the f16 range).
+    InvalidArgument
+        When it does not fit (out of the f16 range).
     """
     return Scalar("f16", "e", v)
 
@@ -533,8 +531,8 @@ def f32(v: float) -> Scalar:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT when it does not fit (out of the f32 range).
+    InvalidArgument
+        When it does not fit (out of the f32 range).
     """
     return Scalar("f32", "f", v)
 
@@ -553,8 +551,8 @@ def f64(v: float) -> Scalar:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT when it does not fit (out of the f64 range).
+    InvalidArgument
+        When it does not fit (out of the f64 range).
     """
     return Scalar("f64", "d", v)
 
@@ -574,8 +572,8 @@ class Raw(Arg):
     ------
     InvalidArgumentType
         When align is not an integer.
-    GraphdError
-        INVALID_ARGUMENT when align is out of range.
+    InvalidArgument
+        When align is out of range.
     """
 
     def __init__(self, data: BytesLike, align: int = 1) -> None:
@@ -620,9 +618,9 @@ class Struct(Arg):
     ------
     InvalidArgumentType
         When a field is not an Arg.
-    GraphdError
-        INVALID_ARGUMENT when offsets does not give one offset per field,
-        or size is smaller than the fields.
+    InvalidArgument
+        When offsets does not give one offset per field, or size is smaller
+        than the fields.
     """
 
     def __init__(self, *fields: Arg, offsets: Optional[Sequence[int]] = None, size: Optional[int] = None,
@@ -759,8 +757,8 @@ class Program:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT for an unknown mode.
+    InvalidArgument
+        For an unknown mode.
     """
 
     def __init__(self, mode: Union[Mode, int] = "staged") -> None:
@@ -788,8 +786,8 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            FAILED_PRECONDITION before finish().
+        FailedPrecondition
+            Before finish().
         """
         if self._encoding is None:
             raise GraphdError("FAILED_PRECONDITION",
@@ -802,8 +800,8 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            FAILED_PRECONDITION before finish().
+        FailedPrecondition
+            Before finish().
         """
         self.encoding
         assert self._id is not None
@@ -815,8 +813,8 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            FAILED_PRECONDITION before finish().
+        FailedPrecondition
+            Before finish().
         """
         return self.id.hex()
 
@@ -921,11 +919,13 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            INVALID_ARGUMENT for an unknown role, a staged scratch or temp
-            slot, a size of 0 or a dtype with no name; RESOURCE_EXHAUSTED
-            past 4096 slots or 2^40 bytes; FAILED_PRECONDITION once the
-            program is finished.
+        InvalidArgument
+            For an unknown role, a staged scratch or temp slot, a size of 0
+            or a dtype with no name.
+        ResourceExhausted
+            Past 4096 slots or 2^40 bytes.
+        FailedPrecondition
+            Once the program is finished.
         InvalidArgumentType
             When nbytes is not an integer.
         """
@@ -986,11 +986,12 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            INVALID_ARGUMENT for a malformed id or name, or a grid or
-            block out of range; RESOURCE_EXHAUSTED for a name, shared
-            memory or step count over its cap; FAILED_PRECONDITION once
-            the program is finished.
+        InvalidArgument
+            For a malformed id or name, or a grid or block out of range.
+        ResourceExhausted
+            For a name, shared memory or step count over its cap.
+        FailedPrecondition
+            Once the program is finished.
         InvalidArgumentType
             When a dimension or shared_bytes is not an integer.
         """
@@ -1062,11 +1063,13 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            INVALID_ARGUMENT when step is not a launch, or the parameter
-            is empty or overlaps another; RESOURCE_EXHAUSTED past the caps
-            on parameter bytes or parameters; FAILED_PRECONDITION once the
-            program is finished.
+        InvalidArgument
+            When step is not a launch, or the parameter is empty or overlaps
+            another.
+        ResourceExhausted
+            Past the caps on parameter bytes or parameters.
+        FailedPrecondition
+            Once the program is finished.
         InvalidArgumentType
             When step or offset is not an integer.
         """
@@ -1108,11 +1111,13 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            INVALID_ARGUMENT for a misaligned or repeated offset, an
-            unknown slot, an offset past the slot's end or an overlap;
-            RESOURCE_EXHAUSTED past a cap; FAILED_PRECONDITION once the
-            program is finished.
+        InvalidArgument
+            For a misaligned or repeated offset, an unknown slot, an offset
+            past the slot's end or an overlap.
+        ResourceExhausted
+            Past a cap.
+        FailedPrecondition
+            Once the program is finished.
         InvalidArgumentType
             When an argument is not an integer.
         """
@@ -1143,11 +1148,13 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            INVALID_ARGUMENT for a misaligned or repeated offset, one
-            outside every declared parameter, an unknown slot or an offset
-            past the slot's end; RESOURCE_EXHAUSTED past the cap on
-            patches; FAILED_PRECONDITION once the program is finished.
+        InvalidArgument
+            For a misaligned or repeated offset, one outside every declared
+            parameter, an unknown slot or an offset past the slot's end.
+        ResourceExhausted
+            Past the cap on patches.
+        FailedPrecondition
+            Once the program is finished.
         InvalidArgumentType
             When an argument is not an integer.
         """
@@ -1197,9 +1204,10 @@ class Program:
         ------
         InvalidArgumentType
             When an argument is not an Arg, or hidden not an integer.
+        InvalidArgument
+            When offsets does not give one offset per argument.
         GraphdError
-            As param() and param_slot(), and INVALID_ARGUMENT when offsets
-            does not give one offset per argument.
+            As param() and param_slot().
         """
         l, lbl = self._launch(step)
         args = list(args)
@@ -1300,10 +1308,13 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            INVALID_ARGUMENT for a bad element size, alignment or value,
-            or a range outside the slot; RESOURCE_EXHAUSTED past the cap
-            on steps; FAILED_PRECONDITION once the program is finished.
+        InvalidArgument
+            For a bad element size, alignment or value, or a range outside
+            the slot.
+        ResourceExhausted
+            Past the cap on steps.
+        FailedPrecondition
+            Once the program is finished.
         InvalidArgumentType
             When an argument is not an integer.
         """
@@ -1345,10 +1356,12 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            INVALID_ARGUMENT for 0 bytes, a range outside a slot or
-            overlapping ranges; RESOURCE_EXHAUSTED past the cap on steps;
-            FAILED_PRECONDITION once the program is finished.
+        InvalidArgument
+            For 0 bytes, a range outside a slot or overlapping ranges.
+        ResourceExhausted
+            Past the cap on steps.
+        FailedPrecondition
+            Once the program is finished.
         InvalidArgumentType
             When an argument is not an integer.
         """
@@ -1405,10 +1418,12 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            INVALID_ARGUMENT for a misaligned offset or a word outside the
-            slot; RESOURCE_EXHAUSTED past the cap on steps;
-            FAILED_PRECONDITION once the program is finished.
+        InvalidArgument
+            For a misaligned offset or a word outside the slot.
+        ResourceExhausted
+            Past the cap on steps.
+        FailedPrecondition
+            Once the program is finished.
         InvalidArgumentType
             When an argument is not an integer.
         """
@@ -1470,11 +1485,11 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            INVALID_ARGUMENT when step is not a loop or a branch;
-            FAILED_PRECONDITION when it is a loop, has its else already,
-            is ended, or encloses one not yet ended, or once the program
-            is finished.
+        InvalidArgument
+            When step is not a loop or a branch.
+        FailedPrecondition
+            When it is a loop, has its else already, is ended, or encloses
+            one not yet ended, or once the program is finished.
         """
         step, c = self._open_cond(step, "else")
         if c.kind != STEP_IF or c.body is not None:
@@ -1492,10 +1507,11 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            INVALID_ARGUMENT when step is not a loop or a branch;
-            FAILED_PRECONDITION when it is ended already or encloses one
-            not yet ended, or once the program is finished.
+        InvalidArgument
+            When step is not a loop or a branch.
+        FailedPrecondition
+            When it is ended already or encloses one not yet ended, or once
+            the program is finished.
         """
         step, c = self._open_cond(step, "end")
         after = len(self._steps) - step - 1
@@ -1519,10 +1535,11 @@ class Program:
 
         Raises
         ------
-        GraphdError
-            INVALID_ARGUMENT for a program the daemon would refuse (a loop
-            or branch not ended, no steps, ...), or RESOURCE_EXHAUSTED for
-            a cap.
+        InvalidArgument
+            For a program the daemon would refuse (a loop or branch not
+            ended, no steps, ...).
+        ResourceExhausted
+            For a program over a cap (slots, steps, bytes).
         """
         if self._encoding is not None:
             assert self._id is not None
@@ -1654,8 +1671,10 @@ def validate(mode: int, slots: Sequence[Tuple[int, int, int]], steps: Sequence[A
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT or RESOURCE_EXHAUSTED, with the daemon's message.
+    InvalidArgument
+        For a program the daemon refuses, with its message.
+    ResourceExhausted
+        For a program over one of the daemon's caps, with its message.
     """
     if mode not in MODES.values():
         raise GraphdError(_INVALID, f"mode {mode} is not staged (0), staged_ex (1), direct (2) "

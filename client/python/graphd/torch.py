@@ -51,8 +51,8 @@ def device_index(device: Device = None) -> int:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT when the device is not a CUDA device.
+    InvalidArgument
+        When the device is not a CUDA device.
     RuntimeError
         From torch.device, for a string that names no device.
     """

@@ -46,8 +46,8 @@ def entry_params(ptx: str, name: str) -> int:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT when the PTX has no such entry.
+    InvalidArgument
+        When the PTX has no such entry.
     """
     m = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\((.*?)\)", ptx, re.S)
     if m is None:
@@ -89,10 +89,9 @@ class Kernel:
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT when `compiled` is not a compiled Triton kernel,
-        lacks a name, num_warps, cubin or ptx, or uses num_ctas other than
-        1.
+    InvalidArgument
+        When `compiled` is not a compiled Triton kernel, lacks a name,
+        num_warps, cubin or ptx, or uses num_ctas other than 1.
     """
 
     name: str
@@ -140,9 +139,8 @@ class Kernel:
 
         Raises
         ------
-        GraphdError
-            INVALID_ARGUMENT when nargs is more than the entry's
-            parameters.
+        InvalidArgument
+            When nargs is more than the entry's parameters.
         """
         h = self.params - nargs
         if h < 0:

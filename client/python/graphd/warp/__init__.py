@@ -748,11 +748,11 @@ def jax_callable(func: Callable[..., Any], num_outputs: int = 1, graph_mode: Any
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT for an unknown mode or fallback, or options given
-        twice (socket and socket_path, arch and device);
-        FAILED_PRECONDITION for fallback="warp" without Warp's own
-        jax_callable.
+    InvalidArgument
+        For an unknown mode or fallback, or options given twice (socket and
+        socket_path, arch and device).
+    FailedPrecondition
+        For fallback="warp" without Warp's own jax_callable.
     Refused
         For a function or vmap_method graphd.warp cannot take (at the
         first call, for what only a call shows).

@@ -37,8 +37,8 @@ def resolve_mode(mode: Optional[Mode], graph_mode: Optional[int] = None) -> Mode
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT for an unknown mode.
+    InvalidArgument
+        For an unknown mode.
     """
     if mode in (None, "auto"):
         gm = int(graph_mode) if graph_mode is not None else None
@@ -88,8 +88,8 @@ def resolve_arch(device: Any = None) -> int:
     Refused
         For a CPU device (reason "cpu_device"), or when device is None and
         no GPU is to be found.
-    GraphdError
-        INVALID_ARGUMENT for something that is not an architecture.
+    InvalidArgument
+        For something that is not an architecture.
     """
     if device is None:
         env = os.environ.get("GRAPHD_WARP_ARCH")

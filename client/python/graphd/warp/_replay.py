@@ -140,10 +140,13 @@ class WarpCallable:
         Refused
             For an array on the CPU, or where graphd cannot make func a
             program.
+        InvalidArgument
+            For arrays on two devices, a non-contiguous array or no array at
+            all.
+        FailedPrecondition
+            For a Warp without CUDA.
         GraphdError
-            INVALID_ARGUMENT for arrays on two devices, a non-contiguous
-            array or no array at all; FAILED_PRECONDITION for a Warp
-            without CUDA; and as Client.replay_bindings.
+            As Client.replay_bindings.
         """
         wp, _, _ = warp_modules()
         require_cuda()
@@ -244,8 +247,8 @@ def array_callable(func: Callable[..., Any], *, inputs: Iterable[str] = (), outp
 
     Raises
     ------
-    GraphdError
-        INVALID_ARGUMENT for an unknown mode.
+    InvalidArgument
+        For an unknown mode.
     ValueError
         For an array named both in inputs and in outputs.
     """
