@@ -57,22 +57,28 @@ _log = logging.getLogger("graphd")
 class Spec:
     """What `build` returns for one set of operand shapes.
 
-    program        a graphd.Program (finished here if it is not yet), or an
-                   (encoding, id) pair.
-    results        the result shapes and dtypes: jax.ShapeDtypeStruct (or
-                   anything with .shape and .dtype), one per result.
-    operand_slots  the program slot each operand binds, in order; None for
-                   an operand with no elements, which binds nothing.
-    result_slots   the program slot each result binds, in order; None as
-                   for operands.
-    modules        the modules the program launches: (kind, bytes) pairs,
-                   kind "ptx", "cubin", "fatbin" or "host_elf".
-    fixed          (slot, address, nbytes) of slots bound at every call to
-                   memory of this process at a fixed address (device
-                   memory that outlives the calls, such as a library's
-                   buffers made before them), read and written. The
-                   address goes into the call as it is: that memory must
-                   stay allocated while the compiled call may run.
+    Attributes
+    ----------
+    program : graphd.Program or (bytes, bytes)
+        A graphd.Program (finished here if it is not yet), or an
+        (encoding, id) pair.
+    results : list of jax.ShapeDtypeStruct
+        The result shapes and dtypes, one per result.
+    operand_slots : list of int or None
+        The program slot each operand binds, in order; None for an
+        operand with no elements, which binds nothing.
+    result_slots : list of int or None
+        The program slot each result binds, in order; None as for
+        operands.
+    modules : list of (str, bytes)
+        The modules the program launches: (kind, bytes) pairs, kind
+        "ptx", "cubin", "fatbin" or "host_elf".
+    fixed : list of (int, int, int)
+        (slot, address, nbytes) of slots bound at every call to memory of
+        this process at a fixed address (device memory that outlives the
+        calls, such as a library's buffers made before them), read and
+        written. The address goes into the call as it is: that memory
+        must stay allocated while the compiled call may run.
 
     An operand and a result that name the same slot form an in-out pair:
     XLA aliases the result to the operand's buffer (input_output_aliases),
@@ -85,7 +91,8 @@ class Spec:
     program
         As the attribute.
     results
-        As the attribute: anything with .shape and .dtype.
+        As the attribute: jax.ShapeDtypeStruct, or anything with .shape
+        and .dtype.
     operand_slots, result_slots
         As the attributes (each slot an int, 0 to 2^32-1, or None).
     modules
@@ -588,7 +595,20 @@ class ProgramCallable(Protocol):
     build_for: Callable[..., _Built]
     __name__: str
 
-    def __call__(self, *args: Any) -> Any: ...
+    def __call__(self, *args: Any) -> Any:
+        """Replays the program for these operands.
+
+        Parameters
+        ----------
+        *args
+            JAX arrays, one per operand (inside or outside jax.jit).
+
+        Returns
+        -------
+        jax.Array or list of jax.Array
+            One array per result; a single array when there is one.
+        """
+        ...
 
 
 def program_callable(build: Callable[..., Spec], *, mode: Mode = "staged", name: str = "graphd_replay",

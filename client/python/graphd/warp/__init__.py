@@ -88,17 +88,28 @@ class JaxCallable:
     JAX arrays (and static scalars) as Warp's would be called; it returns
     the list of outputs (in-out arguments first, then pure outputs).
 
-    programs: {signature: Built} of everything built so far.
-
     On a CPU device the call is Warp's own (`warp_own` makes it): the call
     lowers per platform, to Warp's FFI call for the CPU and to graphd's
     replay for CUDA. graph_cache_max bounds the programs the callable keeps
     captured (`captures`, oldest first; one over the bound is dropped and
-    its capture evicted from the daemon, as Warp drops its oldest graph)."""
+    its capture evicted from the daemon, as Warp drops its oldest graph).
 
-    def __init__(self, function, *, vmap_method, output_dims, has_side_effect, mode, graph_mode, device, socket,
-                 launch_dims=None, kernel=False, warp_own=None, graph_cache_max=None, block_dim=None,
-                 module_preload_mode=None, fallback=None):
+    Attributes
+    ----------
+    programs : dict
+        {signature: Built} of everything built so far.
+    captures : OrderedDict
+        The programs kept captured, by hex id, oldest first.
+    fallbacks : dict
+        {signature: Refused} of the calls that run as Warp's own.
+    """
+
+    def __init__(self, function: Any, *, vmap_method: Optional[str], output_dims: Optional[Dims],
+                 has_side_effect: bool, mode: Optional[Mode], graph_mode: Any, device: Target,
+                 socket: Optional[Union[str, os.PathLike]], launch_dims: Optional[LaunchDims] = None,
+                 kernel: bool = False, warp_own: Optional[Callable[[], Any]] = None,
+                 graph_cache_max: Optional[int] = None, block_dim: Optional[int] = None,
+                 module_preload_mode: Any = None, fallback: Optional[str] = None) -> None:
         if fallback not in FALLBACKS:
             raise GraphdError("INVALID_ARGUMENT", f"fallback {fallback!r} is not None or 'warp'")
         if fallback is not None and warp_own is None:
@@ -129,13 +140,13 @@ class JaxCallable:
         self.stage_out_argnames = set(self.spec.stage_out) if self.spec.stage_out else None
         self.module_preload_mode = module_preload_mode
         self.block_dim = block_dim
-        self._arch = None
-        self._calls = {}
+        self._arch: Optional[int] = None
+        self._calls: Dict[Any, Any] = {}  # {call signature: graphd.jax.program_callable's function}
         self._lock = threading.Lock()
         self._warp_own, self._warp = warp_own, None
         self.fallback = fallback
         # {signature: Refused} of the calls that run as Warp's own.
-        self.fallbacks = {}
+        self.fallbacks: Dict[Any, Refused] = {}
         self.captures = _Captures(self)
         self._graph_cache_max = graph_cache_max
         self.__name__ = self.spec.name
