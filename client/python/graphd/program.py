@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import operator
 import struct
-from typing import Any, Iterable, List, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union, cast
 
 from .errors import GraphdError, InvalidArgumentType
 from .records import Mode, ModuleKind, Role
@@ -58,15 +58,20 @@ MAX_SHARED_BYTES = 227 << 10
 MAX_MODULE_BYTES = 512 << 20
 MAX_PROGRAM_BYTES = 64 << 20
 
-ROLES = {"input": 0, "output": 1, "inout": 2, "scratch": 3, "temp": 4}
+#: Each slot role's number (graphd_slot_role; records.Role names them).
+ROLES: Dict[str, int] = {"input": 0, "output": 1, "inout": 2, "scratch": 3, "temp": 4}
 # Slots the daemon owns (never bound): scratch (state) and temp (temporaries).
 OWNED_ROLES = (ROLES["scratch"], ROLES["temp"])
 
 
 def _role_name(r):
     return next(k for k, v in ROLES.items() if v == r)
-MODES = {"staged": 0, "staged_ex": 1, "direct": 2, "auto": 3}
-MODULE_KINDS = {"ptx": 1, "cubin": 2, "fatbin": 3, "host_elf": 4}
+
+
+#: Each mode's number (graphd_mode; records.Mode names them).
+MODES: Dict[str, int] = {"staged": 0, "staged_ex": 1, "direct": 2, "auto": 3}
+#: Each module kind's number (graphd_module_kind; records.ModuleKind names them).
+MODULE_KINDS: Dict[str, int] = {"ptx": 1, "cubin": 2, "fatbin": 3, "host_elf": 4}
 
 STEP_LAUNCH, STEP_MEMSET, STEP_COPY, STEP_WHILE, STEP_IF = 1, 2, 3, 4, 5
 SLOT_STAGED = 1
