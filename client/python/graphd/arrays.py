@@ -23,10 +23,14 @@ Streams are CUstream handles as ints, with the protocols' conventions:
     the legacy one in PyTorch and CuPy (`torch.cuda.current_stream()
     .cuda_stream` and `cupy.cuda.get_current_stream().ptr` are 0 there)."""
 
+from __future__ import annotations
+
 import ctypes
 import operator
+from typing import Any, Optional, Protocol, Tuple, Union, overload
 
 from .errors import GraphdError
+from .records import Role
 
 _INVALID = "INVALID_ARGUMENT"
 
@@ -36,7 +40,9 @@ _DL_DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan
                     9: "vpi", 10: "rocm", 11: "rocm_host", 13: "cuda_managed", 14: "oneapi"}
 
 # Stream values every protocol shares.
+#: The legacy default stream, as the protocols and the driver name it.
 LEGACY_STREAM = 1
+#: The per-thread default stream, likewise.
 PER_THREAD_STREAM = 2
 
 
@@ -84,11 +90,33 @@ _DL_CODES = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex", 6: "boo
 _TYPESTR_KINDS = {"i": "int", "u": "uint", "f": "float", "c": "complex", "b": "bool"}
 
 
-def dtype_name(dtype):
-    """A dtype's canonical name ("float32", "int64", "bfloat16", "bool"),
-    from a name, a NumPy-style type string ("<f4"), or a framework dtype
-    (torch.float32, numpy/cupy dtypes, anything whose str() or .name is one
-    of those). None stays None."""
+@overload
+def dtype_name(dtype: None) -> None: ...
+@overload
+def dtype_name(dtype: object) -> str: ...
+
+
+def dtype_name(dtype: object) -> Optional[str]:
+    """A dtype's canonical name.
+
+    Parameters
+    ----------
+    dtype
+        A name, a NumPy-style type string ("<f4"), or a framework dtype
+        (torch.float32, NumPy and CuPy dtypes, anything whose str() or
+        .name is one of those); or None.
+
+    Returns
+    -------
+    str or None
+        "float32", "int64", "bfloat16", "bool", ...; None for None. A name
+        this does not recognise is returned as it is.
+
+    Raises
+    ------
+    InvalidArgument
+        For a type string of an unknown kind or size.
+    """
     if dtype is None:
         return None
     name = getattr(dtype, "name", None)
@@ -111,13 +139,43 @@ def dtype_name(dtype):
 
 
 class ArrayInfo:
-    """What a binding needs from one array: its address and size in bytes,
-    its dtype name, where it lives, and the stream its producer named
-    (`__cuda_array_interface__` version 3) or None."""
+    """What a binding needs from one array (describe() makes them).
+
+    Attributes
+    ----------
+    ptr : int
+        Its address.
+    nbytes : int
+        Its size in bytes.
+    dtype : str
+        Its dtype name (as dtype_name gives).
+    shape : tuple of int
+        Its shape.
+    device : str
+        Where it lives: "cuda", "cpu", "cuda_host", ... (DLPack's device
+        types).
+    stream : int or None
+        The stream its producer named (`__cuda_array_interface__` version
+        3), or None.
+    readonly : bool
+        Whether the producer marked it read-only.
+    protocol : str
+        "DLPack" or "__cuda_array_interface__": how it was read.
+    """
 
     __slots__ = ("ptr", "nbytes", "dtype", "shape", "device", "stream", "readonly", "protocol")
 
-    def __init__(self, ptr, nbytes, dtype, shape, device, stream, readonly, protocol):
+    ptr: int
+    nbytes: int
+    dtype: str
+    shape: Tuple[int, ...]
+    device: str
+    stream: Optional[int]
+    readonly: bool
+    protocol: str
+
+    def __init__(self, ptr: int, nbytes: int, dtype: str, shape: Tuple[int, ...], device: str,
+                 stream: Optional[int], readonly: bool, protocol: str) -> None:
         self.ptr = ptr
         self.nbytes = nbytes
         self.dtype = dtype
@@ -127,7 +185,7 @@ class ArrayInfo:
         self.readonly = readonly
         self.protocol = protocol
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"ArrayInfo(ptr=0x{self.ptr:x}, nbytes={self.nbytes}, dtype={self.dtype}, "
                 f"shape={self.shape}, device={self.device}, protocol={self.protocol})")
 
@@ -150,32 +208,107 @@ def _product(shape):
     return n
 
 
-def slot_like(program, role, array, staged=None):
-    """program.add_slot(role, ...) sized and typed like `array` (anything
-    with .nbytes and .dtype: a PyTorch tensor, a CuPy or NumPy array).
-    Returns the slot's index."""
+class _SlotAdder(Protocol):
+    """What slot_like needs of a program: graphd.Program's add_slot (named
+    so, since graphd.program imports this module)."""
+
+    def add_slot(self, role: Union[Role, int], nbytes: int, staged: Optional[bool] = None, *,
+                 dtype: Any = None) -> int: ...
+
+
+def slot_like(program: _SlotAdder, role: Union[Role, int], array: Any, staged: Optional[bool] = None) -> int:
+    """program.add_slot(role, ...) sized and typed like an array.
+
+    Parameters
+    ----------
+    program
+        The graphd.Program to add the slot to.
+    role
+        As Program.add_slot: "input", "output", "inout", "scratch",
+        "temp", or its number.
+    array
+        Anything with .nbytes and .dtype: a PyTorch tensor, a CuPy or
+        NumPy array.
+    staged
+        As Program.add_slot (None: staged unless scratch or temp).
+
+    Returns
+    -------
+    int
+        The slot's index.
+
+    Raises
+    ------
+    GraphdError
+        As Program.add_slot and dtype_name.
+    AttributeError
+        When array has no .nbytes or .dtype.
+    """
     return program.add_slot(role, int(array.nbytes), staged, dtype=array.dtype)
 
 
-def has_protocol(obj):
+def has_protocol(obj: object) -> bool:
+    """Whether describe() can read an object.
+
+    Parameters
+    ----------
+    obj
+        Anything.
+
+    Returns
+    -------
+    bool
+        True when it has `__dlpack__` and `__dlpack_device__`, or
+        `__cuda_array_interface__`.
+    """
     return (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")) or \
         hasattr(obj, "__cuda_array_interface__")
 
 
-def consumer_stream(stream):
-    """The value `__dlpack__(stream=)` takes for a CUstream int (None and 0,
-    the default stream, are the legacy one: 1)."""
+def consumer_stream(stream: Optional[int]) -> int:
+    """The value `__dlpack__(stream=)` takes for a consumer's stream.
+
+    Parameters
+    ----------
+    stream
+        A CUstream as an int; None and 0 (the default stream) are the
+        legacy one.
+
+    Returns
+    -------
+    int
+        The stream, or LEGACY_STREAM (1) for None and 0.
+    """
     return LEGACY_STREAM if not stream else stream
 
 
-def describe(obj, what="the array", stream=None, cpu=False):
-    """An ArrayInfo for obj, read through DLPack or
-    `__cuda_array_interface__`. stream is the consumer's stream (an int;
-    None or 0 is the legacy default stream), passed to `__dlpack__` so the
-    producer orders its work before it; cpu says the consumer is a host
-    device, whose `__dlpack__` takes no stream. Raises GraphdError
-    INVALID_ARGUMENT naming `what` for an array that is not contiguous, has
-    no protocol, or says something malformed."""
+def describe(obj: Any, what: str = "the array", stream: Optional[int] = None, cpu: bool = False) -> ArrayInfo:
+    """An array's memory, read through DLPack or `__cuda_array_interface__`.
+
+    Parameters
+    ----------
+    obj
+        The array.
+    what
+        How messages name it.
+    stream
+        The consumer's stream (an int; None or 0 is the legacy default
+        stream), passed to `__dlpack__` so the producer orders its work
+        before it.
+    cpu
+        Whether the consumer is a host device, whose `__dlpack__` takes no
+        stream.
+
+    Returns
+    -------
+    ArrayInfo
+
+    Raises
+    ------
+    InvalidArgument
+        For an array that is not contiguous, has no protocol, or says
+        something malformed (the message names `what`).
+    """
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         return _from_dlpack(obj, what, stream, cpu)
     cai = getattr(obj, "__cuda_array_interface__", None) if hasattr(

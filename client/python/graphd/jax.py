@@ -28,11 +28,14 @@ target is registered once per process, for platform CUDA.
 
 docs/jax.md, "graphd.jax", describes the API."""
 
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import logging
 import os
 import threading
+from typing import Any, Callable, Dict, Iterable, List, Optional, Protocol, Sequence, Tuple, Union
 
 import numpy as np
 import jax
@@ -42,9 +45,11 @@ from ._lib import registry_add_module as _registry_add_module
 from ._lib import registry_add_program as _registry_add_program
 from . import _deprecated
 from .errors import GraphdError, LibraryError, status_name
-from .program import MODES, Program, _as_id
+from .program import MODES, BytesLike, Program, _as_id
+from .records import Mode, ModuleKind, VmapMethod
 
-VMAP_METHODS = (None, "sequential", "broadcast_all")
+#: The vmap_method values program_callable takes.
+VMAP_METHODS: Tuple[Optional[VmapMethod], ...] = (None, "sequential", "broadcast_all")
 
 _log = logging.getLogger("graphd")
 
@@ -52,30 +57,69 @@ _log = logging.getLogger("graphd")
 class Spec:
     """What `build` returns for one set of operand shapes.
 
-    program        a graphd.Program (finished here if it is not yet), or an
-                   (encoding, id) pair.
-    results        the result shapes and dtypes: jax.ShapeDtypeStruct (or
-                   anything with .shape and .dtype), one per result.
-    operand_slots  the program slot each operand binds, in order; None for
-                   an operand with no elements, which binds nothing.
-    result_slots   the program slot each result binds, in order; None as
-                   for operands.
-    modules        the modules the program launches: (kind, bytes) pairs,
-                   kind "ptx", "cubin", "fatbin" or "host_elf".
-    fixed          (slot, address, nbytes) of slots bound at every call to
-                   memory of this process at a fixed address (device
-                   memory that outlives the calls, such as a library's
-                   buffers made before them), read and written. The
-                   address goes into the call as it is: that memory must
-                   stay allocated while the compiled call may run.
+    Attributes
+    ----------
+    program : graphd.Program or (bytes, bytes)
+        A graphd.Program (finished here if it is not yet), or an
+        (encoding, id) pair.
+    results : list of jax.ShapeDtypeStruct
+        The result shapes and dtypes, one per result.
+    operand_slots : list of int or None
+        The program slot each operand binds, in order; None for an
+        operand with no elements, which binds nothing.
+    result_slots : list of int or None
+        The program slot each result binds, in order; None as for
+        operands.
+    modules : list of (str, bytes)
+        The modules the program launches: (kind, bytes) pairs, kind
+        "ptx", "cubin", "fatbin" or "host_elf".
+    fixed : list of (int, int, int)
+        (slot, address, nbytes) of slots bound at every call to memory of
+        this process at a fixed address (device memory that outlives the
+        calls, such as a library's buffers made before them), read and
+        written. The address goes into the call as it is: that memory
+        must stay allocated while the compiled call may run.
 
     An operand and a result that name the same slot form an in-out pair:
     XLA aliases the result to the operand's buffer (input_output_aliases),
     so the slot is updated in place. Each slot appears at most once among
     the operands and at most once among the results. Slots that no operand
-    or result names are the program's own (scratch, or unstaged)."""
+    or result names are the program's own (scratch, or unstaged).
 
-    def __init__(self, program, results, operand_slots, result_slots, modules=(), fixed=()):
+    Parameters
+    ----------
+    program
+        As the attribute.
+    results
+        As the attribute: jax.ShapeDtypeStruct, or anything with .shape
+        and .dtype.
+    operand_slots, result_slots
+        As the attributes (each slot an int, 0 to 2^32-1, or None).
+    modules
+        As the attribute ((kind, bytes-like) pairs).
+    fixed
+        As the attribute ((slot, address, nbytes) triples).
+
+    Raises
+    ------
+    InvalidArgument
+        When the result slots do not match the results, a slot is out of
+        range or named twice among the operands or among the results, or a
+        fixed binding is not (slot, address, nbytes) over a memory range
+        with a slot of its own.
+    """
+
+    program: Union[Program, Tuple[BytesLike, Union[BytesLike, str]]]
+    results: List[Any]
+    operand_slots: List[Optional[int]]
+    result_slots: List[Optional[int]]
+    modules: List[Tuple[ModuleKind, bytes]]
+    fixed: List[Tuple[int, ...]]
+
+    def __init__(self, program: Union[Program, Tuple[BytesLike, Union[BytesLike, str]]], results: Iterable[Any],
+                 operand_slots: Iterable[Optional[int]], result_slots: Iterable[Optional[int]],
+                 modules: Iterable[Tuple[ModuleKind, BytesLike]] = (),
+                 fixed: Iterable[Sequence[int]] = ()) -> None:
         self.program = program
         self.results = [jax.ShapeDtypeStruct(tuple(r.shape), np.dtype(r.dtype)) for r in results]
         self.operand_slots = [None if s is None else int(s) for s in operand_slots]
@@ -97,25 +141,37 @@ class Spec:
         if len(self.result_slots) != len(self.results):
             raise GraphdError("INVALID_ARGUMENT",
                               f"{len(self.results)} results but {len(self.result_slots)} result slots")
-        for what, slots in (("operand", self.operand_slots), ("result", self.result_slots)):
-            slots = [s for s in slots if s is not None]
+        for what, maybe in (("operand", self.operand_slots), ("result", self.result_slots)):
+            slots = [s for s in maybe if s is not None]
             if len(set(slots)) != len(slots):
                 raise GraphdError("INVALID_ARGUMENT", f"a slot is named by two {what}s: {slots}")
             for s in slots:
                 if not 0 <= s <= 0xFFFFFFFF:
                     raise GraphdError("INVALID_ARGUMENT", f"{what} slot {s} is out of range")
 
-    def aliases(self):
-        """{operand index: result index} for the in-out pairs."""
+    def aliases(self) -> Dict[int, int]:
+        """The in-out pairs: an operand and a result that name one slot.
+
+        Returns
+        -------
+        dict of int to int
+            {operand index: result index}.
+        """
         where = {s: i for i, s in enumerate(self.operand_slots) if s is not None}
         return {where[s]: j for j, s in enumerate(self.result_slots) if s in where}
 
 
 class _Built:
     """One cached program: its spec, encoding, id and the ffi_call's
-    static arguments."""
+    static arguments (what program_callable's on_lower gets, and its
+    function's `programs` holds)."""
 
-    def __init__(self, spec, encoding, pid):
+    spec: Spec
+    encoding: bytes
+    id: bytes
+    id_hex: str
+
+    def __init__(self, spec: Spec, encoding: bytes, pid: bytes) -> None:
         self.spec = spec
         self.encoding = encoding
         self.id = pid
@@ -146,12 +202,22 @@ def _xla_candidates():
     return out
 
 
-def xla_lib():
+def xla_lib() -> ctypes.CDLL:
     """libgraphd_xla, loaded once: from $GRAPHD_XLA_LIB, then
     libgraphd_xla.so next to this package, then find_library. libgraphd is
     loaded first (graphd._lib), so the handler's libgraphd is the same copy
     as the one the registry calls go to (the dynamic loader reuses a loaded
-    library of the same soname)."""
+    library of the same soname).
+
+    Returns
+    -------
+    ctypes.CDLL
+
+    Raises
+    ------
+    LibraryError
+        When libgraphd or libgraphd_xla cannot be loaded.
+    """
     global _xla
     with _lock:
         if _xla is not None:
@@ -168,10 +234,23 @@ def xla_lib():
         raise LibraryError("FAILED_PRECONDITION", f"cannot load libgraphd_xla: {where}")
 
 
-def register_target(name="graphd_replay", platform="CUDA"):
-    """Registers graphd_xla_replay as the FFI target `name` for `platform`,
-    once per process and (name, platform). program_callable() does this
-    for CUDA; other platforms are for tests that only lower."""
+def register_target(name: str = "graphd_replay", platform: str = "CUDA") -> None:
+    """Registers graphd_xla_replay as an FFI target, once per process and
+    (name, platform). program_callable() does this for CUDA; other
+    platforms are for tests that only lower.
+
+    Parameters
+    ----------
+    name
+        The FFI target's name.
+    platform
+        The platform it is registered for.
+
+    Raises
+    ------
+    LibraryError
+        When libgraphd_xla cannot be loaded.
+    """
     key = (name, platform.upper())
     if key in _targets:
         return
@@ -183,7 +262,7 @@ def register_target(name="graphd_replay", platform="CUDA"):
         _targets.add(key)
 
 
-def set_socket_path(socket_path):
+def set_socket_path(socket_path: Optional[Union[str, os.PathLike]]) -> None:
     """The daemon this process's graphd calls (the FFI handler's sessions)
     connect to, instead of libgraphd's default ($GRAPHD_SOCKET, ...). The
     environment is not touched.
@@ -213,13 +292,22 @@ def set_socket_path(socket_path):
         raise GraphdError(status_name(rc), buf.value.decode(errors="replace"))
 
 
-def collect():
+def collect() -> None:
     """Waits until the last asynchronous replay on every stream this
-    process's graphd calls used has finished with its buffers, then raises
-    GraphdError for the first failed replay not reported yet. A failed
-    asynchronous replay otherwise shows only at the next call on its device
-    (its outputs are undefined): call this once the results are needed, at
-    the end of a loop or a program."""
+    process's graphd calls used has finished with its buffers, and reports
+    the first failed replay not reported yet. A failed asynchronous replay
+    otherwise shows only at the next call on its device (its outputs are
+    undefined): call this once the results are needed, at the end of a
+    loop or a program.
+
+    Raises
+    ------
+    GraphdError
+        The subclass of the first failed replay's status (also logged as
+        a warning on the "graphd" logger).
+    LibraryError
+        When libgraphd_xla cannot be loaded.
+    """
     fn = xla_lib().graphd_xla_collect
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -231,12 +319,30 @@ def collect():
         raise GraphdError(status_name(rc), msg)
 
 
-def last_replays(program_ids):
-    """For each program id (32 bytes or 64 hex digits), the number of the
-    last call of this process whose handler got it to the daemon to replay
-    (from one sequence that grows with every such call), 0 when none did.
+def last_replays(program_ids: Iterable[Union[BytesLike, str]]) -> List[int]:
+    """When each program was last replayed by this process's graphd calls.
     A compiled call replays without passing through Python: this is how
-    Python learns that it ran."""
+    Python learns that it ran.
+
+    Parameters
+    ----------
+    program_ids
+        Program ids: 32 bytes or 64 hex digits each.
+
+    Returns
+    -------
+    list of int
+        For each id, the number of the last call whose handler got it to
+        the daemon to replay (from one sequence that grows with every such
+        call), 0 when none did.
+
+    Raises
+    ------
+    InvalidArgument
+        For a malformed id.
+    LibraryError
+        When libgraphd_xla cannot be loaded.
+    """
     ids = [_as_id(p, "program id") for p in program_ids]
     if not ids:
         return []
@@ -256,17 +362,28 @@ class _XlaStats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in _STATS_FIELDS]
 
 
-def xla_stats():
-    """What this process's graphd calls did, counted since it started, as a
-    dict: calls (sync_calls of them with a round trip), buffers bound,
-    unaliased in-out operands copied, bounced calls and their bounce_copies,
-    id_queries, and the host time in ns spent in the handler (handler_ns),
-    of it in libgraphd's replay call (replay_ns), of that waiting for room
-    in the submission ring (wait_ns), and of handler_ns the part on the
-    copies of buffers graphd cannot map (bounce_ns). None unless
-    GRAPHD_XLA_STATS=1 was in the environment when the process made its
-    first call: set it before then. Take the difference of two reads to
-    time a stretch of calls."""
+def xla_stats() -> Optional[Dict[str, int]]:
+    """What this process's graphd calls did, counted since it started.
+    Take the difference of two reads to time a stretch of calls.
+
+    Returns
+    -------
+    dict of str to int, or None
+        calls (sync_calls of them with a round trip), buffers bound,
+        unaliased in-out operands copied, bounced calls and their
+        bounce_copies, id_queries, and the host time in ns spent in the
+        handler (handler_ns), of it in libgraphd's replay call
+        (replay_ns), of that waiting for room in the submission ring
+        (wait_ns), and of handler_ns the part on the copies of buffers
+        graphd cannot map (bounce_ns). None unless GRAPHD_XLA_STATS=1 was
+        in the environment when the process made its first call: set it
+        before then.
+
+    Raises
+    ------
+    LibraryError
+        When libgraphd_xla cannot be loaded.
+    """
     fn = xla_lib().graphd_xla_stats_read
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.POINTER(_XlaStats), ctypes.c_size_t]
@@ -299,15 +416,54 @@ def _register(spec, encoding, pid):
     registry_add_program(pid, encoding)
 
 
-def registry_add_module(kind, data):
+def registry_add_module(kind: Union[ModuleKind, int], data: BytesLike) -> bytes:
     """graphd_registry_add_module: keeps the module's bytes under its id in
-    the process's client-side registry; returns the 32-byte id."""
+    the process's client-side registry.
+
+    Parameters
+    ----------
+    kind
+        "ptx", "cubin", "fatbin", "host_elf", or its number (1 to 4).
+    data
+        The module's bytes.
+
+    Returns
+    -------
+    bytes
+        The 32-byte module id.
+
+    Raises
+    ------
+    InvalidArgument
+        For an unknown kind.
+    GraphdError
+        The registry's status when it refuses the module.
+    LibraryError
+        When libgraphd cannot be loaded.
+    """
     return _registry_add_module(kind, data)
 
 
-def registry_add_program(program_id, encoding):
-    """graphd_registry_add_program: keeps a program's encoding (checked
-    against its id; its modules must be added first)."""
+def registry_add_program(program_id: Union[BytesLike, str], encoding: BytesLike) -> None:
+    """graphd_registry_add_program: keeps a program's encoding in the
+    process's client-side registry. Adding the same program again is
+    accepted.
+
+    Parameters
+    ----------
+    program_id
+        Its id: 32 bytes or 64 hex digits.
+    encoding
+        Its canonical encoding (checked against the id; its modules must
+        be added first).
+
+    Raises
+    ------
+    GraphdError
+        The registry's status when it refuses the program.
+    LibraryError
+        When libgraphd cannot be loaded.
+    """
     _registry_add_program(program_id, encoding)
 
 
@@ -340,12 +496,20 @@ class LoweringHook:
     computation is lowered for ("cuda", "cpu", ...), each time the values
     it passes through are lowered, and at every eager call (with the
     platform of the default backend). Compared by identity, as JAX compares
-    the parameters of the equations it caches."""
+    the parameters of the equations it caches.
 
-    def __init__(self, fn, name=""):
+    Parameters
+    ----------
+    fn
+        fn(platforms): called with a tuple of platform names.
+    name
+        Shown in its repr (and so in JAX's printed programs).
+    """
+
+    def __init__(self, fn: Callable[[Tuple[str, ...]], object], name: str = "") -> None:
         self.fn, self.name = fn, name
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"LoweringHook({self.name})"
 
 
@@ -389,64 +553,134 @@ def _hook_primitive():
     return _hook_p
 
 
-def on_lowering(values, hook):
-    """values (a list of JAX arrays or tracers), passed through an identity
-    whose lowering runs hook (a LoweringHook): what depends on the returned
-    values is lowered with it. jax.lax.platform_dependent traces every
-    branch but lowers only the taken one, so a hook in one branch says
-    that branch is compiled for the platforms it is given."""
+def on_lowering(values: Sequence[Any], hook: LoweringHook) -> List[Any]:
+    """Values passed through an identity whose lowering runs a hook: what
+    depends on the returned values is lowered with it.
+    jax.lax.platform_dependent traces every branch but lowers only the
+    taken one, so a hook in one branch says that branch is compiled for
+    the platforms it is given.
+
+    Parameters
+    ----------
+    values
+        JAX arrays or tracers.
+    hook
+        What the lowering (or an eager call) runs.
+
+    Returns
+    -------
+    list
+        The same values, one per value given (an empty list for none).
+    """
     if not values:
         return []
     return list(_hook_primitive().bind(*values, hook=hook))
 
 
-def program_callable(build, *, mode="staged", name="graphd_replay", vmap_method=None,
-                     has_side_effect=False, register=True, sync=False, on_lower=None):
+class ProgramCallable(Protocol):
+    """What program_callable returns: a function of JAX arrays, with the
+    programs it built.
+
+    Attributes
+    ----------
+    programs : dict
+        The programs built so far, by the operands' ((shape, dtype name),
+        ...): each has .spec, .encoding, .id and .id_hex.
+    build_for : callable
+        build_for(*avals): the program for those operand shapes and dtypes
+        (built, registered and cached as a call would).
+    """
+
+    programs: Dict[Tuple[Tuple[Tuple[int, ...], str], ...], _Built]
+    build_for: Callable[..., _Built]
+    __name__: str
+
+    def __call__(self, *args: Any) -> Any:
+        """Replays the program for these operands.
+
+        Parameters
+        ----------
+        *args
+            JAX arrays, one per operand (inside or outside jax.jit).
+
+        Returns
+        -------
+        jax.Array or list of jax.Array
+            One array per result; a single array when there is one.
+        """
+        ...
+
+
+def program_callable(build: Callable[..., Spec], *, mode: Mode = "staged", name: str = "graphd_replay",
+                     vmap_method: Optional[VmapMethod] = None, has_side_effect: bool = False,
+                     register: bool = True, sync: bool = False,
+                     on_lower: Optional[Callable[[_Built, Tuple[str, ...]], object]] = None
+                     ) -> ProgramCallable:
     """A JAX-callable function that replays a graphd program (the old
-    spelling graphd.jax.callable is the same function).
+    spelling graphd.jax.callable is the same function). It works inside
+    and outside jax.jit.
 
-    build(*operands, mode=mode) gets the traced operands as
-    jax.ShapeDtypeStruct and returns a Spec: the program for exactly those
-    shapes (built with graphd.Program(mode)), its modules, the result shapes
-    and dtypes, and the slot of each operand and result. It is called once
-    per distinct tuple of (shape, dtype) in the process.
+    Parameters
+    ----------
+    build
+        build(*operands, mode=mode) gets the traced operands as
+        jax.ShapeDtypeStruct and returns a Spec: the program for exactly
+        those shapes (built with graphd.Program(mode)), its modules, the
+        result shapes and dtypes, and the slot of each operand and result.
+        It is called once per distinct tuple of (shape, dtype) in the
+        process.
+    mode
+        "staged", "staged_ex", "direct" or "auto": the mode the program
+        must have.
+    name
+        The FFI target name (registered once per process, for CUDA, with
+        graphd_xla_replay from libgraphd_xla).
+    vmap_method
+        How the function batches under jax.vmap. None: vmap raises.
+        "sequential": a lax.map over the batch, the unbatched program
+        replayed once per element. "broadcast_all": every operand is
+        broadcast to the batch (batch axis first) and `build` is called
+        with the batched shapes: one program for the whole batch, a
+        different one per batch size.
+    has_side_effect
+        Passed to ffi_call (keeps a call whose results are unused).
+    register
+        False skips registering the FFI target (for lowering to an already
+        registered target).
+    sync
+        True: each call waits for graphd's answer (a round trip per call),
+        so a failed replay raises at its own call. False (the default):
+        replays are submitted through the session's ring and the call
+        returns at once; a failed replay raises at the next call on the
+        same device, or in collect(). $GRAPHD_XLA_SYNC=1 makes every call
+        sync.
+    on_lower
+        on_lower(program, platforms), run where a call is lowered (see
+        on_lowering), with the program it replays (its id in .id_hex) and
+        the platforms it is lowered for.
 
-    mode          "staged", "staged_ex", "direct" or "auto": the mode the
-                  program must have.
-    name          the FFI target name (registered once per process, for
-                  CUDA, with graphd_xla_replay from libgraphd_xla).
-    vmap_method   how the function batches under jax.vmap:
-                  None            vmap raises;
-                  "sequential"    a lax.map over the batch: the unbatched
-                                  program, replayed once per element;
-                  "broadcast_all" every operand is broadcast to the batch
-                                  (batch axis first) and `build` is called
-                                  with the batched shapes: one program for
-                                  the whole batch, a different one per batch
-                                  size.
-    has_side_effect passed to ffi_call (keeps a call whose results are
-                  unused).
-    register      False skips registering the FFI target (for lowering to
-                  an already registered target).
-    sync          True: each call waits for graphd's answer (a round trip
-                  per call), so a failed replay raises at its own call.
-                  False (the default): replays are submitted through the
-                  session's ring and the call returns at once; a failed
-                  replay raises at the next call on the same device, or in
-                  collect(). $GRAPHD_XLA_SYNC=1 makes every call sync.
-    on_lower      on_lower(program, platforms), run where a call is lowered
-                  (see on_lowering), with the program it replays (its id in
-                  .id_hex) and the platforms it is lowered for.
+    Returns
+    -------
+    ProgramCallable
+        A function that takes JAX arrays (positionally) and returns a list
+        of arrays, one per result (a single array when there is one
+        result).
 
-    The returned function takes jax arrays (positionally) and returns a
-    list of arrays, one per result (a single array when there is one
-    result). It works inside and outside jax.jit."""
+    Raises
+    ------
+    InvalidArgument
+        For an unknown mode or vmap_method. (The returned function raises
+        InvalidArgument when build returns something other than a Spec,
+        names another number of operand slots, or returns a program of
+        another mode, and LibraryError when libgraphd_xla cannot be
+        loaded.)
+    """
     if mode not in MODES:
         raise GraphdError("INVALID_ARGUMENT", f"mode {mode!r} is not staged, staged_ex, direct or auto")
     if vmap_method not in VMAP_METHODS:
         raise GraphdError("INVALID_ARGUMENT",
                           f"vmap_method {vmap_method!r} is not None, 'sequential' or 'broadcast_all'")
-    cache = {}
+    cache: Dict[Tuple[Tuple[Tuple[int, ...], str], ...], _Built] = {}
     cache_lock = threading.Lock()
 
     def built_for(args):
@@ -531,11 +765,12 @@ def program_callable(build, *, mode="staged", name="graphd_replay", vmap_method=
         def fun(*args):
             return unwrap(batched(*args))
 
-    fun.programs = cache
-    fun.build_for = lambda *avals: built_for(avals)
-    fun.__name__ = getattr(build, "__name__", "graphd_callable")
-    fun.__doc__ = getattr(build, "__doc__", None)
-    return fun
+    out: Any = fun  # a function, with the attributes of ProgramCallable
+    out.programs = cache
+    out.build_for = lambda *avals: built_for(avals)
+    out.__name__ = getattr(build, "__name__", "graphd_callable")
+    out.__doc__ = getattr(build, "__doc__", None)
+    return out
 
 
 # Old spellings, kept for the code that uses them: looked up on the module
@@ -554,4 +789,4 @@ def __getattr__(name):
 
 __all__ = ["Spec", "program_callable", "register_target", "xla_lib", "registry_add_module",
            "registry_add_program", "VMAP_METHODS", "LoweringHook", "on_lowering", "last_replays",
-           "collect", "xla_stats", "set_socket_path"]
+           "collect", "xla_stats", "set_socket_path", "ProgramCallable"]

@@ -19,11 +19,22 @@ not 8-byte aligned"). A refused call changes nothing in the program.
 
 Not thread-safe: use one Program from one thread at a time."""
 
+from __future__ import annotations
+
 import hashlib
 import operator
 import struct
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union, cast
 
 from .errors import GraphdError, InvalidArgumentType
+from .records import Mode, ModuleKind, Role
+
+#: Bytes of an id or a module: bytes, bytearray, memoryview and the like.
+BytesLike = Union[bytes, bytearray, memoryview]
+#: A grid or a block: an int, or 1 to 3 ints (missing axes are 1).
+Dim3 = Union[int, Sequence[int]]
+#: A pointer patch: (parameter offset, slot, offset into the slot).
+Patch = Tuple[int, int, int]
 
 ID_LEN = 32
 PROGRAM_MAGIC = 0x47504447  # "GDPG"
@@ -47,15 +58,20 @@ MAX_SHARED_BYTES = 227 << 10
 MAX_MODULE_BYTES = 512 << 20
 MAX_PROGRAM_BYTES = 64 << 20
 
-ROLES = {"input": 0, "output": 1, "inout": 2, "scratch": 3, "temp": 4}
+#: Each slot role's number (graphd_slot_role; records.Role names them).
+ROLES: Dict[str, int] = {"input": 0, "output": 1, "inout": 2, "scratch": 3, "temp": 4}
 # Slots the daemon owns (never bound): scratch (state) and temp (temporaries).
 OWNED_ROLES = (ROLES["scratch"], ROLES["temp"])
 
 
 def _role_name(r):
     return next(k for k, v in ROLES.items() if v == r)
-MODES = {"staged": 0, "staged_ex": 1, "direct": 2, "auto": 3}
-MODULE_KINDS = {"ptx": 1, "cubin": 2, "fatbin": 3, "host_elf": 4}
+
+
+#: Each mode's number (graphd_mode; records.Mode names them).
+MODES: Dict[str, int] = {"staged": 0, "staged_ex": 1, "direct": 2, "auto": 3}
+#: Each module kind's number (graphd_module_kind; records.ModuleKind names them).
+MODULE_KINDS: Dict[str, int] = {"ptx": 1, "cubin": 2, "fatbin": 3, "host_elf": 4}
 
 STEP_LAUNCH, STEP_MEMSET, STEP_COPY, STEP_WHILE, STEP_IF = 1, 2, 3, 4, 5
 SLOT_STAGED = 1
@@ -102,7 +118,7 @@ def _as_id(v, what="module id"):
     return b
 
 
-def _dim3(v, what):
+def _dim3(v, what) -> Tuple[int, ...]:
     """grid/block as 3 ints: an int, or a sequence of 1 to 3 ints (missing
     axes are 1). Range checks are left to the caller's C-shaped messages."""
     if isinstance(v, int):
@@ -114,17 +130,45 @@ def _dim3(v, what):
     return tuple(_u32(x, f"{what}.{a}") for x, a in zip(v, "xyz"))
 
 
-def id_hex(id_bytes):
-    """The 64 lower-case hex digits of an id (graphd_id_hex)."""
+def id_hex(id_bytes: BytesLike) -> str:
+    """The hex digits of an id (graphd_id_hex).
+
+    Parameters
+    ----------
+    id_bytes
+        An id: 32 bytes (a program's or a module's).
+
+    Returns
+    -------
+    str
+        Its 64 lower-case hex digits (two per byte, whatever the length).
+    """
     return bytes(id_bytes).hex()
 
 
-def module_id(kind, data):
-    """The id of a module, as gd_module_id/graphd_module_id compute it:
-    SHA-256 of the 20-byte header (magic "GDMD", version, kind, u64 length)
-    followed by the bytes. kind is "ptx", "cubin", "fatbin", "host_elf" or
-    the numeric value (1 to 4). Raises GraphdError INVALID_ARGUMENT for an
-    unknown kind or a length of 0 or over 512 MiB."""
+def module_id(kind: Union[ModuleKind, int], data: BytesLike) -> bytes:
+    """The id of a module, as gd_module_id/graphd_module_id compute it.
+
+    SHA-256 of the 20-byte header (magic "GDMD", version, kind, u64
+    length) followed by the bytes.
+
+    Parameters
+    ----------
+    kind
+        "ptx", "cubin", "fatbin", "host_elf", or its number (1 to 4).
+    data
+        The module's bytes (any buffer; 1 byte to 512 MiB).
+
+    Returns
+    -------
+    bytes
+        The 32-byte id.
+
+    Raises
+    ------
+    InvalidArgument
+        For an unknown kind, or a length of 0 or over 512 MiB.
+    """
     k = MODULE_KINDS.get(kind, kind) if isinstance(kind, str) else kind
     if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= 4:
         raise GraphdError(_INVALID, f"module kind {kind!r} is not ptx, cubin, fatbin or host_elf")
@@ -143,41 +187,109 @@ def module_id(kind, data):
 class Arg:
     """One kernel parameter for Program.launch_args: its bytes, its C
     alignment, and the pointer patches inside it (offsets relative to the
-    parameter's start)."""
+    parameter's start).
 
-    size = 0
-    align = 1
+    Attributes
+    ----------
+    size : int
+        Its bytes.
+    align : int
+        Its C alignment in bytes.
+    """
 
-    def encode(self):
+    size: int = 0
+    align: int = 1
+
+    def encode(self) -> bytes:
+        """The parameter's bytes.
+
+        Returns
+        -------
+        bytes
+            `size` bytes, little-endian; zero where a pointer goes.
+        """
         raise NotImplementedError
 
-    def patches(self):
+    def patches(self) -> List[Patch]:
+        """The pointers inside the parameter.
+
+        Returns
+        -------
+        list of (int, int, int)
+            (offset from the parameter's start, slot, offset into the
+            slot) for each pointer; empty when there is none.
+        """
         return []
 
 
 class Slot(Arg):
     """A pointer parameter to slot `index` plus `offset` bytes: 8 zero bytes
-    that the daemon patches with the slot's address."""
+    that the daemon patches with the slot's address.
+
+    Parameters
+    ----------
+    index
+        The slot (0 to 2^32-1).
+    offset
+        Bytes into the slot (0 to 2^64-1).
+
+    Raises
+    ------
+    InvalidArgumentType
+        When index or offset is not an integer.
+    InvalidArgument
+        When one is out of range.
+    """
 
     size = 8
     align = 8
 
-    def __init__(self, index, offset=0):
+    def __init__(self, index: int, offset: int = 0) -> None:
         self.index = _u32(index, "slot index")
         self.offset = _u64(offset, "slot offset")
 
-    def encode(self):
+    def encode(self) -> bytes:
+        """8 zero bytes (the daemon writes the address).
+
+        Returns
+        -------
+        bytes
+        """
         return bytes(8)
 
-    def patches(self):
+    def patches(self) -> List[Patch]:
+        """The one pointer: (0, index, offset).
+
+        Returns
+        -------
+        list of (int, int, int)
+        """
         return [(0, self.index, self.offset)]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Slot({self.index}, {self.offset})" if self.offset else f"Slot({self.index})"
 
 
 class Scalar(Arg):
-    """A scalar of a C type, packed little-endian."""
+    """A scalar of a C type, packed little-endian. The helpers i8() to
+    f64() make them.
+
+    Parameters
+    ----------
+    ctype
+        The type's name in messages and repr ("u32").
+    fmt
+        Its struct format character ("I"; "e", "f", "d" are floats).
+    value
+        The value: an integer in the type's range, or a number for a float.
+
+    Raises
+    ------
+    InvalidArgumentType
+        When an integer type is given a value that is not an integer.
+    InvalidArgument
+        When the value is out of the type's range or does not fit.
+    """
 
     _RANGES = {
         "b": (-(1 << 7), (1 << 7) - 1), "B": (0, (1 << 8) - 1),
@@ -186,14 +298,14 @@ class Scalar(Arg):
         "q": (-(1 << 63), (1 << 63) - 1), "Q": (0, (1 << 64) - 1),
     }
 
-    def __init__(self, ctype, fmt, value):
+    def __init__(self, ctype: str, fmt: str, value: Union[int, float]) -> None:
         self.ctype = ctype
         self.fmt = fmt
         self.size = struct.calcsize("<" + fmt)
         self.align = self.size
         if fmt in self._RANGES:
             lo, hi = self._RANGES[fmt]
-            self.value = _int(value, f"{ctype} value", lo, hi)
+            self.value: Union[int, float] = _int(value, f"{ctype} value", lo, hi)
         else:
             self.value = float(value)
         try:
@@ -201,36 +313,286 @@ class Scalar(Arg):
         except (struct.error, OverflowError) as e:
             raise GraphdError(_INVALID, f"{ctype} value {value!r} does not fit: {e}") from None
 
-    def encode(self):
+    def encode(self) -> bytes:
+        """The packed value.
+
+        Returns
+        -------
+        bytes
+        """
         return self._bytes
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{self.ctype}({self.value!r})"
 
 
-def i8(v): return Scalar("i8", "b", v)
-def u8(v): return Scalar("u8", "B", v)
-def i16(v): return Scalar("i16", "h", v)
-def u16(v): return Scalar("u16", "H", v)
-def i32(v): return Scalar("i32", "i", v)
-def u32(v): return Scalar("u32", "I", v)
-def i64(v): return Scalar("i64", "q", v)
-def u64(v): return Scalar("u64", "Q", v)
-def f16(v): return Scalar("f16", "e", v)
-def f32(v): return Scalar("f32", "f", v)
-def f64(v): return Scalar("f64", "d", v)
+def i8(v: int) -> Scalar:
+    """A kernel parameter of C type i8: a signed 8-bit integer.
+
+    Parameters
+    ----------
+    v
+        An integer, -2^7 to 2^7-1.
+
+    Returns
+    -------
+    Scalar
+
+    Raises
+    ------
+    InvalidArgumentType
+        When v is not an integer.
+    InvalidArgument
+        When v is out of range.
+    """
+    return Scalar("i8", "b", v)
+
+
+def u8(v: int) -> Scalar:
+    """A kernel parameter of C type u8: an unsigned 8-bit integer.
+
+    Parameters
+    ----------
+    v
+        An integer, 0 to 2^8-1.
+
+    Returns
+    -------
+    Scalar
+
+    Raises
+    ------
+    InvalidArgumentType
+        When v is not an integer.
+    InvalidArgument
+        When v is out of range.
+    """
+    return Scalar("u8", "B", v)
+
+
+def i16(v: int) -> Scalar:
+    """A kernel parameter of C type i16: a signed 16-bit integer.
+
+    Parameters
+    ----------
+    v
+        An integer, -2^15 to 2^15-1.
+
+    Returns
+    -------
+    Scalar
+
+    Raises
+    ------
+    InvalidArgumentType
+        When v is not an integer.
+    InvalidArgument
+        When v is out of range.
+    """
+    return Scalar("i16", "h", v)
+
+
+def u16(v: int) -> Scalar:
+    """A kernel parameter of C type u16: an unsigned 16-bit integer.
+
+    Parameters
+    ----------
+    v
+        An integer, 0 to 2^16-1.
+
+    Returns
+    -------
+    Scalar
+
+    Raises
+    ------
+    InvalidArgumentType
+        When v is not an integer.
+    InvalidArgument
+        When v is out of range.
+    """
+    return Scalar("u16", "H", v)
+
+
+def i32(v: int) -> Scalar:
+    """A kernel parameter of C type i32: a signed 32-bit integer.
+
+    Parameters
+    ----------
+    v
+        An integer, -2^31 to 2^31-1.
+
+    Returns
+    -------
+    Scalar
+
+    Raises
+    ------
+    InvalidArgumentType
+        When v is not an integer.
+    InvalidArgument
+        When v is out of range.
+    """
+    return Scalar("i32", "i", v)
+
+
+def u32(v: int) -> Scalar:
+    """A kernel parameter of C type u32: an unsigned 32-bit integer.
+
+    Parameters
+    ----------
+    v
+        An integer, 0 to 2^32-1.
+
+    Returns
+    -------
+    Scalar
+
+    Raises
+    ------
+    InvalidArgumentType
+        When v is not an integer.
+    InvalidArgument
+        When v is out of range.
+    """
+    return Scalar("u32", "I", v)
+
+
+def i64(v: int) -> Scalar:
+    """A kernel parameter of C type i64: a signed 64-bit integer.
+
+    Parameters
+    ----------
+    v
+        An integer, -2^63 to 2^63-1.
+
+    Returns
+    -------
+    Scalar
+
+    Raises
+    ------
+    InvalidArgumentType
+        When v is not an integer.
+    InvalidArgument
+        When v is out of range.
+    """
+    return Scalar("i64", "q", v)
+
+
+def u64(v: int) -> Scalar:
+    """A kernel parameter of C type u64: an unsigned 64-bit integer.
+
+    Parameters
+    ----------
+    v
+        An integer, 0 to 2^64-1.
+
+    Returns
+    -------
+    Scalar
+
+    Raises
+    ------
+    InvalidArgumentType
+        When v is not an integer.
+    InvalidArgument
+        When v is out of range.
+    """
+    return Scalar("u64", "Q", v)
+
+
+def f16(v: float) -> Scalar:
+    """A kernel parameter of C type f16: a 16-bit IEEE float.
+
+    Parameters
+    ----------
+    v
+        A number; it is rounded to the type.
+
+    Returns
+    -------
+    Scalar
+
+    Raises
+    ------
+    InvalidArgument
+        When it does not fit (out of the f16 range).
+    """
+    return Scalar("f16", "e", v)
+
+
+def f32(v: float) -> Scalar:
+    """A kernel parameter of C type f32: a 32-bit IEEE float.
+
+    Parameters
+    ----------
+    v
+        A number; it is rounded to the type.
+
+    Returns
+    -------
+    Scalar
+
+    Raises
+    ------
+    InvalidArgument
+        When it does not fit (out of the f32 range).
+    """
+    return Scalar("f32", "f", v)
+
+
+def f64(v: float) -> Scalar:
+    """A kernel parameter of C type f64: a 64-bit IEEE float.
+
+    Parameters
+    ----------
+    v
+        A number; it is rounded to the type.
+
+    Returns
+    -------
+    Scalar
+
+    Raises
+    ------
+    InvalidArgument
+        When it does not fit (out of the f64 range).
+    """
+    return Scalar("f64", "d", v)
 
 
 class Raw(Arg):
     """Bytes passed as they are, with a given alignment (for types the
-    helpers do not cover)."""
+    helpers do not cover).
 
-    def __init__(self, data, align=1):
+    Parameters
+    ----------
+    data
+        The parameter's bytes.
+    align
+        Its C alignment in bytes (1 to 4096).
+
+    Raises
+    ------
+    InvalidArgumentType
+        When align is not an integer.
+    InvalidArgument
+        When align is out of range.
+    """
+
+    def __init__(self, data: BytesLike, align: int = 1) -> None:
         self.data = bytes(data)
         self.size = len(self.data)
         self.align = _int(align, "alignment", 1, 4096)
 
-    def encode(self):
+    def encode(self) -> bytes:
+        """The bytes as given.
+
+        Returns
+        -------
+        bytes
+        """
         return self.data
 
 
@@ -242,9 +604,32 @@ class Struct(Arg):
     """A struct passed by value, possibly with pointer fields (Slot). Fields
     are laid out at natural C alignment unless `offsets` gives each field's
     offset; the struct's alignment is its largest field's (or `align`), and
-    its size is rounded up to it (or is `size`)."""
+    its size is rounded up to it (or is `size`).
 
-    def __init__(self, *fields, offsets=None, size=None, align=None):
+    Parameters
+    ----------
+    *fields
+        The fields in order: Slot for a pointer, scalars, nested Struct or
+        Raw.
+    offsets
+        Each field's byte offset (None: natural C alignment in order).
+    size
+        The struct's bytes, at least the end of its last field (None: that
+        end rounded up to the alignment).
+    align
+        The struct's alignment (None: its largest field's).
+
+    Raises
+    ------
+    InvalidArgumentType
+        When a field is not an Arg.
+    InvalidArgument
+        When offsets does not give one offset per field, or size is smaller
+        than the fields.
+    """
+
+    def __init__(self, *fields: Arg, offsets: Optional[Sequence[int]] = None, size: Optional[int] = None,
+                 align: Optional[int] = None) -> None:
         for f in fields:
             if not isinstance(f, Arg):
                 raise InvalidArgumentType("INVALID_ARGUMENT", f"a struct field must be a graphd Arg (Slot, f32(...), ...), not {f!r}")
@@ -254,13 +639,26 @@ class Struct(Arg):
         end = max([o + f.size for o, f in zip(self.offsets, self.fields)] or [0])
         self.size = _align_up(end, self.align) if size is None else _int(size, "struct size", end, MAX_PARAM_BYTES)
 
-    def encode(self):
+    def encode(self) -> bytes:
+        """The fields at their offsets, zero between them.
+
+        Returns
+        -------
+        bytes
+            `size` bytes.
+        """
         b = bytearray(self.size)
         for o, f in zip(self.offsets, self.fields):
             b[o:o + f.size] = f.encode()
         return bytes(b)
 
-    def patches(self):
+    def patches(self) -> List[Patch]:
+        """The pointers of its fields, at their offsets in the struct.
+
+        Returns
+        -------
+        list of (int, int, int)
+        """
         return [(o + r, s, so) for o, f in zip(self.offsets, self.fields) for r, s, so in f.patches()]
 
 
@@ -355,60 +753,126 @@ class Program:
         p.launch(mod, "scale", grid=n // 256, block=256,
                  args=[Slot(x), Slot(y), f32(2.0), u32(n)])
         encoding, pid = p.finish()
+
+    Parameters
+    ----------
+    mode
+        How replays move data: "staged", "staged_ex", "direct", "auto", or
+        its number (0 to 3).
+
+    Raises
+    ------
+    InvalidArgument
+        For an unknown mode.
     """
 
-    def __init__(self, mode="staged"):
+    def __init__(self, mode: Union[Mode, int] = "staged") -> None:
         m = MODES.get(mode, mode) if isinstance(mode, str) else mode
         if not isinstance(m, int) or m not in MODES.values():
             raise GraphdError(_INVALID, f"mode {mode!r} is not staged (0), staged_ex (1), "
                                         "direct (2) or auto (3)")
-        self.mode = m
-        self._slots = []  # (role, flags, size)
-        self._dtypes = []  # per slot: a dtype name, or None (not encoded)
-        self._steps = []
-        self._encoding = None
-        self._id = None
+        self.mode: int = m
+        self._slots: List[Tuple[int, int, int]] = []  # (role, flags, size)
+        self._dtypes: List[Optional[str]] = []  # per slot: a dtype name, or None (not encoded)
+        self._steps: List[Any] = []
+        self._encoding: Optional[bytes] = None
+        self._id: Optional[bytes] = None
 
     # --- state ----------------------------------------------------------
 
     @property
-    def finished(self):
+    def finished(self) -> bool:
+        """Whether finish() has succeeded (the program can no longer change)."""
         return self._encoding is not None
 
     @property
-    def encoding(self):
-        """The canonical encoding; FAILED_PRECONDITION before finish()."""
+    def encoding(self) -> bytes:
+        """The canonical encoding.
+
+        Raises
+        ------
+        FailedPrecondition
+            Before finish().
+        """
         if self._encoding is None:
             raise GraphdError("FAILED_PRECONDITION",
                               "the program has no encoding until finish() succeeds")
         return self._encoding
 
     @property
-    def id(self):
-        """The program id (32 bytes); FAILED_PRECONDITION before finish()."""
+    def id(self) -> bytes:
+        """The program id (32 bytes).
+
+        Raises
+        ------
+        FailedPrecondition
+            Before finish().
+        """
         self.encoding
+        assert self._id is not None
         return self._id
 
     @property
-    def id_hex(self):
+    def id_hex(self) -> str:
+        """The program id as 64 hex digits.
+
+        Raises
+        ------
+        FailedPrecondition
+            Before finish().
+        """
         return self.id.hex()
 
     @property
-    def nslots(self):
+    def nslots(self) -> int:
+        """How many slots the program has."""
         return len(self._slots)
 
     @property
-    def nsteps(self):
+    def nsteps(self) -> int:
+        """How many steps the program has."""
         return len(self._steps)
 
-    def slot(self, index):
-        """(role name, staged, size) of a slot."""
-        role, flags, size = self._slots[index]
-        return ({v: k for k, v in ROLES.items()}[role], bool(flags & SLOT_STAGED), size)
+    def slot(self, index: int) -> Tuple[Role, bool, int]:
+        """A slot's declaration.
 
-    def slot_dtype(self, index):
-        """The dtype name add_slot was given for a slot ("float32"), or
-        None: what Client.replay checks an array bound to it against."""
+        Parameters
+        ----------
+        index
+            The slot (add_slot's return).
+
+        Returns
+        -------
+        (str, bool, int)
+            Its role name, whether it is staged, and its size in bytes.
+
+        Raises
+        ------
+        IndexError
+            When there is no such slot.
+        """
+        role, flags, size = self._slots[index]
+        return (cast(Role, {v: k for k, v in ROLES.items()}[role]), bool(flags & SLOT_STAGED), size)
+
+    def slot_dtype(self, index: int) -> Optional[str]:
+        """The dtype a slot was declared with: what Client.replay checks an
+        array bound to it against.
+
+        Parameters
+        ----------
+        index
+            The slot (add_slot's return).
+
+        Returns
+        -------
+        str or None
+            The dtype name add_slot was given ("float32"), or None.
+
+        Raises
+        ------
+        IndexError
+            When there is no such slot.
+        """
         return self._dtypes[index]
 
     def _check_open(self):
@@ -429,17 +893,47 @@ class Program:
 
     # --- slots ----------------------------------------------------------
 
-    def add_slot(self, role, nbytes, staged=None, *, dtype=None):
-        """Adds a slot of the given role ("input", "output", "inout",
-        "scratch", "temp", or 0 to 4) and size in bytes (1 to 2^40). The
-        daemon owns scratch and temp slots: scratch is state, which a
+    def add_slot(self, role: Union[Role, int], nbytes: int, staged: Optional[bool] = None, *,
+                 dtype: Any = None) -> int:
+        """Adds a slot.
+
+        The daemon owns scratch and temp slots: scratch is state, which a
         session's next replay reads as its last left it (each session has
         its own); temp holds temporaries, undefined when a replay starts.
-        staged defaults to True, except for scratch and temp, which cannot
-        be staged. dtype (a name
-        such as "float32", or a PyTorch, NumPy or CuPy dtype) is kept here
-        only, not in the encoding or the id: Client.replay refuses an array
-        of another dtype for the slot. Returns the slot's index."""
+
+        Parameters
+        ----------
+        role
+            "input", "output", "inout", "scratch", "temp", or its number
+            (0 to 4).
+        nbytes
+            The slot's size in bytes (1 to 2^40).
+        staged
+            Whether replays stage it (None: True, except for scratch and
+            temp, which cannot be staged).
+        dtype
+            A dtype name such as "float32", or a PyTorch, NumPy or CuPy
+            dtype (None: none). Kept here only, not in the encoding or the
+            id: Client.replay refuses an array of another dtype for the
+            slot.
+
+        Returns
+        -------
+        int
+            The slot's index.
+
+        Raises
+        ------
+        InvalidArgument
+            For an unknown role, a staged scratch or temp slot, a size of 0
+            or a dtype with no name.
+        ResourceExhausted
+            Past 4096 slots or 2^40 bytes.
+        FailedPrecondition
+            Once the program is finished.
+        InvalidArgumentType
+            When nbytes is not an integer.
+        """
         self._check_open()
         s = len(self._slots)
         if s >= MAX_SLOTS:
@@ -472,12 +966,40 @@ class Program:
         if len(self._steps) >= MAX_STEPS:
             raise GraphdError(_EXHAUSTED, f"step {len(self._steps)} ({what}): over the limit of {MAX_STEPS} steps")
 
-    def add_launch(self, module_id, function, grid, block, shared_bytes=0):
-        """Adds a launch of `function` (1 to 255 printable ASCII bytes) in the
-        module with that id (32 bytes, or 64 hex digits), with grid and block
-        (an int or 1 to 3 ints; missing axes are 1) and dynamic shared
-        memory. Returns the step's index; declare its parameters with
-        param(), param_slot(), patch() or launch_args()."""
+    def add_launch(self, module_id: Union[BytesLike, str], function: Union[str, bytes], grid: Dim3,
+                   block: Dim3, shared_bytes: int = 0) -> int:
+        """Adds a launch; declare its parameters with param(),
+        param_slot(), patch() or launch_args().
+
+        Parameters
+        ----------
+        module_id
+            The module's id: 32 bytes, or 64 hex digits.
+        function
+            The entry's name: 1 to 255 printable ASCII bytes.
+        grid
+            Blocks: an int, or 1 to 3 ints (missing axes are 1).
+        block
+            Threads per block, the same way (at most 1024 in all).
+        shared_bytes
+            Dynamic shared memory in bytes (at most 227 KiB).
+
+        Returns
+        -------
+        int
+            The step's index.
+
+        Raises
+        ------
+        InvalidArgument
+            For a malformed id or name, or a grid or block out of range.
+        ResourceExhausted
+            For a name, shared memory or step count over its cap.
+        FailedPrecondition
+            Once the program is finished.
+        InvalidArgumentType
+            When a dimension or shared_bytes is not an integer.
+        """
         self._check_open()
         i = len(self._steps)
         mod = _as_id(module_id)
@@ -530,11 +1052,32 @@ class Program:
         l.data[offset:end] = data if data is not None else bytes(size)
         l.params.append((offset, size))
 
-    def param(self, step, offset, data):
-        """Declares a parameter of launch `step`: the bytes `data` at the
-        kernel's parameter byte offset. Parameters may be declared in any
-        order but must not overlap; gaps between them are zero; they end by
-        byte 4096, at most 128 per launch."""
+    def param(self, step: int, offset: int, data: BytesLike) -> None:
+        """Declares a parameter of a launch: bytes at a parameter byte
+        offset. Parameters may be declared in any order but must not
+        overlap; gaps between them are zero.
+
+        Parameters
+        ----------
+        step
+            The launch (add_launch's return).
+        offset
+            The parameter's byte offset in the kernel's parameters.
+        data
+            Its bytes (at least one).
+
+        Raises
+        ------
+        InvalidArgument
+            When step is not a launch, or the parameter is empty or overlaps
+            another.
+        ResourceExhausted
+            Past the caps on parameter bytes or parameters.
+        FailedPrecondition
+            Once the program is finished.
+        InvalidArgumentType
+            When step or offset is not an integer.
+        """
         l, lbl = self._launch(step)
         offset = _u32(offset, f"{lbl}: parameter offset")
         data = bytes(data)
@@ -556,10 +1099,33 @@ class Program:
             raise GraphdError(_EXHAUSTED, f"{lbl}: patch at offset {offset} is over the limit of "
                               f"{MAX_PATCHES} patches")
 
-    def param_slot(self, step, offset, slot, slot_offset=0):
-        """Declares an 8-byte pointer parameter at offset (a multiple of 8)
-        whose value the daemon sets to the address of `slot` plus
-        slot_offset (less than the slot's size)."""
+    def param_slot(self, step: int, offset: int, slot: int, slot_offset: int = 0) -> None:
+        """Declares an 8-byte pointer parameter whose value the daemon sets
+        to a slot's address.
+
+        Parameters
+        ----------
+        step
+            The launch (add_launch's return).
+        offset
+            The parameter's byte offset (a multiple of 8).
+        slot
+            The slot it points to.
+        slot_offset
+            Bytes into the slot (less than its size).
+
+        Raises
+        ------
+        InvalidArgument
+            For a misaligned or repeated offset, an unknown slot, an offset
+            past the slot's end or an overlap.
+        ResourceExhausted
+            Past a cap.
+        FailedPrecondition
+            Once the program is finished.
+        InvalidArgumentType
+            When an argument is not an integer.
+        """
         l, lbl = self._launch(step)
         offset = _u32(offset, f"{lbl}: parameter offset")
         slot = _u32(slot, f"{lbl}: slot")
@@ -569,11 +1135,34 @@ class Program:
         self._add_param(l, lbl, offset, None, 8)
         l.patches.append((offset, slot, slot_offset))
 
-    def patch(self, step, offset, slot, slot_offset=0):
-        """Makes the 8 bytes at parameter offset `offset` (a multiple of 8,
-        from the start of the parameter buffer) a pointer to `slot` plus
-        slot_offset. They must lie inside one declared parameter (typically
-        a struct passed by value); the builder zeroes them."""
+    def patch(self, step: int, offset: int, slot: int, slot_offset: int = 0) -> None:
+        """Makes 8 bytes inside a declared parameter (typically a struct
+        passed by value) a pointer to a slot; the builder zeroes them.
+
+        Parameters
+        ----------
+        step
+            The launch (add_launch's return).
+        offset
+            The pointer's byte offset from the start of the parameter
+            buffer (a multiple of 8), inside one declared parameter.
+        slot
+            The slot it points to.
+        slot_offset
+            Bytes into the slot (less than its size).
+
+        Raises
+        ------
+        InvalidArgument
+            For a misaligned or repeated offset, one outside every declared
+            parameter, an unknown slot or an offset past the slot's end.
+        ResourceExhausted
+            Past the cap on patches.
+        FailedPrecondition
+            Once the program is finished.
+        InvalidArgumentType
+            When an argument is not an integer.
+        """
         l, lbl = self._launch(step)
         offset = _u32(offset, f"{lbl}: patch offset")
         slot = _u32(slot, f"{lbl}: slot")
@@ -587,21 +1176,44 @@ class Program:
         l.data[offset:offset + 8] = bytes(8)
         l.patches.append((offset, slot, slot_offset))
 
-    def launch_args(self, step, args, offsets=None, hidden=0):
-        """Declares the parameters of launch `step` from typed arguments:
-        Slot(i[, offset]) for a pointer to a slot, scalars such as f32(2.0)
-        or u32(n), Struct(...) for a struct by value (with Slot fields for
-        pointers inside it), Raw(bytes, align) for anything else.
+    def launch_args(self, step: int, args: Iterable[Arg], offsets: Optional[Sequence[int]] = None,
+                    hidden: int = 0) -> List[int]:
+        """Declares the parameters of a launch from typed arguments. A
+        refused call declares none of them.
 
-        Without `offsets`, the arguments are laid out in order at natural C
-        alignment, which is what a plain C/CUDA signature gives. Real kernels
-        should pass the offsets from the kernel's signature
-        (cuFuncGetParamInfo) when in doubt. `hidden` adds that many trailing
-        8-byte zero parameters after the last argument (at 8-byte aligned
-        offsets): Triton appends hidden pointer parameters (scratch buffers)
-        that may be null.
+        Parameters
+        ----------
+        step
+            The launch (add_launch's return).
+        args
+            Slot(i[, offset]) for a pointer to a slot, scalars such as
+            f32(2.0) or u32(n), Struct(...) for a struct by value (with
+            Slot fields for pointers inside it), Raw(bytes, align) for
+            anything else.
+        offsets
+            Each argument's byte offset (None: in order at natural C
+            alignment, which is what a plain C/CUDA signature gives; real
+            kernels should pass the offsets from the kernel's signature,
+            cuFuncGetParamInfo, when in doubt).
+        hidden
+            How many trailing 8-byte zero parameters to add after the last
+            argument, at 8-byte aligned offsets: Triton appends hidden
+            pointer parameters (scratch buffers) that may be null.
 
-        Returns the list of offsets used, hidden parameters included."""
+        Returns
+        -------
+        list of int
+            The offsets used, hidden parameters included.
+
+        Raises
+        ------
+        InvalidArgumentType
+            When an argument is not an Arg, or hidden not an integer.
+        InvalidArgument
+            When offsets does not give one offset per argument.
+        GraphdError
+            As param() and param_slot().
+        """
         l, lbl = self._launch(step)
         args = list(args)
         for a in args:
@@ -631,8 +1243,31 @@ class Program:
             raise
         return offs
 
-    def launch(self, module_id, function, grid, block, args=(), shared_bytes=0, offsets=None, hidden=0):
-        """add_launch() and launch_args() in one call; returns the step."""
+    def launch(self, module_id: Union[BytesLike, str], function: Union[str, bytes], grid: Dim3,
+               block: Dim3, args: Iterable[Arg] = (), shared_bytes: int = 0,
+               offsets: Optional[Sequence[int]] = None, hidden: int = 0) -> int:
+        """add_launch() and launch_args() in one call. A refused call adds
+        no step.
+
+        Parameters
+        ----------
+        module_id, function, grid, block, shared_bytes
+            As add_launch().
+        args, offsets, hidden
+            As launch_args().
+
+        Returns
+        -------
+        int
+            The step's index.
+
+        Raises
+        ------
+        InvalidArgumentType
+            When an argument is not an Arg.
+        GraphdError
+            As add_launch() and launch_args().
+        """
         self._check_open()
         # Validate the arguments' types before the step exists.
         for a in args:
@@ -655,9 +1290,39 @@ class Program:
             raise GraphdError(_INVALID, f"step {i} ({what}): {nbytes} bytes at offset {off} are outside "
                               f"slot {slot}, which has {size}")
 
-    def add_memset(self, slot, offset, nbytes, element_size, value):
-        """Adds a memset of nbytes bytes at offset in `slot`, elements of
-        element_size bytes (1, 2 or 4) set to value. Returns the step."""
+    def add_memset(self, slot: int, offset: int, nbytes: int, element_size: int, value: int) -> int:
+        """Adds a memset of a slot's bytes.
+
+        Parameters
+        ----------
+        slot
+            The slot to set.
+        offset
+            The first byte (a multiple of element_size).
+        nbytes
+            How many bytes (a non-zero multiple of element_size).
+        element_size
+            1, 2 or 4.
+        value
+            Each element's value (it must fit in element_size bytes).
+
+        Returns
+        -------
+        int
+            The step's index.
+
+        Raises
+        ------
+        InvalidArgument
+            For a bad element size, alignment or value, or a range outside
+            the slot.
+        ResourceExhausted
+            Past the cap on steps.
+        FailedPrecondition
+            Once the program is finished.
+        InvalidArgumentType
+            When an argument is not an integer.
+        """
         self._check_open()
         i = len(self._steps)
         slot = _u32(slot, f"step {i} (memset): slot")
@@ -677,9 +1342,34 @@ class Program:
         self._steps.append(_Memset(slot, es, value, offset, nbytes))
         return i
 
-    def add_copy(self, dst_slot, dst_offset, src_slot, src_offset, nbytes):
-        """Adds a copy of nbytes bytes (1 or more) from src_slot at
-        src_offset to dst_slot at dst_offset. Returns the step."""
+    def add_copy(self, dst_slot: int, dst_offset: int, src_slot: int, src_offset: int, nbytes: int) -> int:
+        """Adds a copy between slots (or within one, without overlap).
+
+        Parameters
+        ----------
+        dst_slot, dst_offset
+            Where the bytes go.
+        src_slot, src_offset
+            Where they come from.
+        nbytes
+            How many bytes (1 or more).
+
+        Returns
+        -------
+        int
+            The step's index.
+
+        Raises
+        ------
+        InvalidArgument
+            For 0 bytes, a range outside a slot or overlapping ranges.
+        ResourceExhausted
+            Past the cap on steps.
+        FailedPrecondition
+            Once the program is finished.
+        InvalidArgumentType
+            When an argument is not an integer.
+        """
         self._check_open()
         i = len(self._steps)
         dst_slot = _u32(dst_slot, f"step {i} (copy): dst_slot")
@@ -713,18 +1403,61 @@ class Program:
         self._steps.append(_Cond(kind, slot, offset))
         return i
 
-    def begin_while(self, slot, offset=0):
-        """Begins a loop over the 4-byte word at `offset` (a multiple of 4)
-        of `slot`, read on the device before each pass: the steps added
-        until end(step) run while it is non-zero, so they must change it (a
-        body that never does never ends). Returns the step's index."""
+    def begin_while(self, slot: int, offset: int = 0) -> int:
+        """Begins a loop over a 4-byte word of a slot, read on the device
+        before each pass: the steps added until end(step) run while it is
+        non-zero, so they must change it (a body that never does never
+        ends).
+
+        Parameters
+        ----------
+        slot
+            The slot holding the word.
+        offset
+            The word's byte offset (a multiple of 4).
+
+        Returns
+        -------
+        int
+            The step's index, for end().
+
+        Raises
+        ------
+        InvalidArgument
+            For a misaligned offset or a word outside the slot.
+        ResourceExhausted
+            Past the cap on steps.
+        FailedPrecondition
+            Once the program is finished.
+        InvalidArgumentType
+            When an argument is not an integer.
+        """
         return self._begin_cond(STEP_WHILE, slot, offset)
 
-    def begin_if(self, slot, offset=0):
-        """Begins a branch over the 4-byte word at `offset` of `slot`: the
-        steps added until else_(step) (or end(step) when there is no else)
-        run when it is non-zero, those added after else_() until end() when
-        it is zero. Returns the step's index."""
+    def begin_if(self, slot: int, offset: int = 0) -> int:
+        """Begins a branch over a 4-byte word of a slot: the steps added
+        until else_(step) (or end(step) when there is no else) run when it
+        is non-zero, those added after else_() until end() when it is zero.
+
+        Parameters
+        ----------
+        slot
+            The slot holding the word.
+        offset
+            The word's byte offset (a multiple of 4).
+
+        Returns
+        -------
+        int
+            The step's index, for else_() and end().
+
+        Raises
+        ------
+        GraphdError
+            As begin_while().
+        InvalidArgumentType
+            When an argument is not an integer.
+        """
         return self._begin_cond(STEP_IF, slot, offset)
 
     def _open_cond(self, step, call):
@@ -745,19 +1478,46 @@ class Program:
                                   "not ended yet")
         return step, c
 
-    def else_(self, step):
-        """Ends the then-steps of branch `step` (begin_if's index): the
-        steps added from here until end(step) run when its word is zero.
-        Loops and branches are ended innermost first."""
+    def else_(self, step: int) -> None:
+        """Ends the then-steps of a branch: the steps added from here until
+        end(step) run when its word is zero. Loops and branches are ended
+        innermost first.
+
+        Parameters
+        ----------
+        step
+            The branch (begin_if's index).
+
+        Raises
+        ------
+        InvalidArgument
+            When step is not a loop or a branch.
+        FailedPrecondition
+            When it is a loop, has its else already, is ended, or encloses
+            one not yet ended, or once the program is finished.
+        """
         step, c = self._open_cond(step, "else")
         if c.kind != STEP_IF or c.body is not None:
             raise GraphdError("FAILED_PRECONDITION", f"else: step {step} is not a branch before its else")
         c.body = len(self._steps) - step - 1
 
-    def end(self, step):
-        """Ends loop or branch `step` (the index begin_while or begin_if
-        returned). Loops and branches nest (at most 8 deep) and are ended
-        innermost first."""
+    def end(self, step: int) -> None:
+        """Ends a loop or a branch. Loops and branches nest (at most 8 deep)
+        and are ended innermost first.
+
+        Parameters
+        ----------
+        step
+            The index begin_while or begin_if returned.
+
+        Raises
+        ------
+        InvalidArgument
+            When step is not a loop or a branch.
+        FailedPrecondition
+            When it is ended already or encloses one not yet ended, or once
+            the program is finished.
+        """
         step, c = self._open_cond(step, "end")
         after = len(self._steps) - step - 1
         if c.body is None:
@@ -767,14 +1527,27 @@ class Program:
 
     # --- finish ---------------------------------------------------------
 
-    def finish(self):
+    def finish(self) -> Tuple[bytes, bytes]:
         """Completes the program: sorts parameters and patches by offset,
         runs the structural validation the daemon runs at registration,
-        encodes it and computes its id. Returns (encoding, id). After
-        success the program can no longer change; finishing again returns
-        the same. Raises GraphdError (INVALID_ARGUMENT, or
-        RESOURCE_EXHAUSTED for a cap)."""
+        encodes it and computes its id. After success the program can no
+        longer change; finishing again returns the same.
+
+        Returns
+        -------
+        (bytes, bytes)
+            The canonical encoding and the 32-byte id.
+
+        Raises
+        ------
+        InvalidArgument
+            For a program the daemon would refuse (a loop or branch not
+            ended, no steps, ...).
+        ResourceExhausted
+            For a program over a cap (slots, steps, bytes).
+        """
         if self._encoding is not None:
+            assert self._id is not None
             return self._encoding, self._id
         for k, s in enumerate(self._steps):
             if _is_cond(s) and s.orelse is None:
@@ -792,9 +1565,15 @@ class Program:
         self._id = hashlib.sha256(enc).digest()
         return self._encoding, self._id
 
-    def modules(self):
-        """Every distinct module id the launches use, in first-use order."""
-        out = []
+    def modules(self) -> List[bytes]:
+        """The modules the program's launches use.
+
+        Returns
+        -------
+        list of bytes
+            Every distinct module id, in first-use order.
+        """
+        out: List[bytes] = []
         for s in self._steps:
             if s.kind == STEP_LAUNCH and s.module not in out:
                 out.append(s.module)
@@ -881,10 +1660,27 @@ def _check_step_range(slots, i, what, slot, off, nbytes):
                           f"which has {slots[slot][2]}")
 
 
-def validate(mode, slots, steps):
+def validate(mode: int, slots: Sequence[Tuple[int, int, int]], steps: Sequence[Any]) -> None:
     """The structural stage of proto/program.c (gd_program_validate), with
     its messages. The builder's calls already refuse most of this; this is
-    the backstop that finish() runs."""
+    the backstop that finish() runs.
+
+    Parameters
+    ----------
+    mode
+        The mode's number.
+    slots
+        (role, flags, size) of each slot.
+    steps
+        The builder's steps.
+
+    Raises
+    ------
+    InvalidArgument
+        For a program the daemon refuses, with its message.
+    ResourceExhausted
+        For a program over one of the daemon's caps, with its message.
+    """
     if mode not in MODES.values():
         raise GraphdError(_INVALID, f"mode {mode} is not staged (0), staged_ex (1), direct (2) "
                                     "or auto (3)")

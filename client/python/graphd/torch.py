@@ -16,6 +16,11 @@ binds tensors directly (docs/pytorch.md):
 
 Importing this module imports torch."""
 
+from __future__ import annotations
+
+import os
+from typing import Any, Optional, Union
+
 import torch
 
 from . import _deprecated
@@ -24,9 +29,33 @@ from .arrays import slot_like
 from .errors import GraphdError
 
 
-def device_index(device=None):
-    """The CUDA ordinal of `device` (a torch.device, "cuda:1", an int, a
-    tensor; None: the current device)."""
+#: A GPU the PyTorch way: a torch.device, "cuda:1", an ordinal, a tensor
+#: (its device), or None (the current device).
+Device = Union["torch.device", str, int, "torch.Tensor", None]
+
+
+def device_index(device: Device = None) -> int:
+    """The CUDA ordinal of a PyTorch device.
+
+    Parameters
+    ----------
+    device
+        A torch.device, "cuda:1", an int, a tensor (its device); None: the
+        current device.
+
+    Returns
+    -------
+    int
+        The ordinal as this process numbers it (an int is returned as it
+        is).
+
+    Raises
+    ------
+    InvalidArgument
+        When the device is not a CUDA device.
+    RuntimeError
+        From torch.device, for a string that names no device.
+    """
     if isinstance(device, torch.Tensor):
         device = device.device
     if device is None:
@@ -39,7 +68,8 @@ def device_index(device=None):
     return d.index if d.index is not None else torch.cuda.current_device()
 
 
-def connect(device=None, socket_path=None, **kw):
+def connect(device: Device = None, socket_path: Optional[Union[str, os.PathLike]] = None,
+            **kw: Any) -> Client:
     """A graphd Client (a data session) on a GPU.
 
     Parameters
@@ -59,17 +89,28 @@ def connect(device=None, socket_path=None, **kw):
     Raises
     ------
     GraphdError
-        As graphd.Client.connect.
+        As device_index and graphd.Client.connect.
     """
     socket_path = _deprecated.renamed_kw(kw, "socket", "socket_path", socket_path, "graphd.torch.connect")
     kw.setdefault("client_name", "graphd-torch")
     return Client.connect_cuda(device_index(device), socket_path, **kw)
 
 
-def current_stream(device=None):
-    """torch.cuda.current_stream(device).cuda_stream: the stream
-    Client.replay_arrays uses for tensors when none is given (0 is the legacy
-    default stream)."""
+def current_stream(device: Device = None) -> int:
+    """The stream Client.replay_arrays uses for tensors when none is given:
+    torch.cuda.current_stream(device).cuda_stream.
+
+    Parameters
+    ----------
+    device
+        As torch.cuda.current_stream (a torch.device, "cuda:1", an int;
+        None: the current device).
+
+    Returns
+    -------
+    int
+        The CUstream handle (0 is the legacy default stream).
+    """
     return torch.cuda.current_stream(device).cuda_stream
 
 

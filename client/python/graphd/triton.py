@@ -17,16 +17,38 @@ Nothing here imports triton: Kernel only reads the compiled kernel's
 `asm` ("cubin", "ptx") and `metadata` (name, num_warps, shared, num_ctas).
 """
 
+from __future__ import annotations
+
 import re
+from typing import Any, Iterable, Tuple
 
 from .errors import GraphdError
-from .program import module_id
+from .program import Arg, Dim3, Program, module_id
+from .records import ModuleKind
 
 _INVALID = "INVALID_ARGUMENT"
 
 
-def entry_params(ptx, name):
-    """The number of parameters of PTX entry `name`."""
+def entry_params(ptx: str, name: str) -> int:
+    """The number of parameters of a PTX entry.
+
+    Parameters
+    ----------
+    ptx
+        The PTX text.
+    name
+        The entry's name.
+
+    Returns
+    -------
+    int
+        How many .param the entry declares.
+
+    Raises
+    ------
+    InvalidArgument
+        When the PTX has no such entry.
+    """
     m = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\((.*?)\)", ptx, re.S)
     if m is None:
         raise GraphdError(_INVALID, f"no .entry {name} in the kernel's PTX")
@@ -42,15 +64,44 @@ def _field(md, key):
 class Kernel:
     """A compiled Triton kernel, ready to launch from a graphd.Program.
 
-    module     ("cubin", bytes): put it in the Spec's modules (or register
-               it with Client.register_module).
-    module_id  its 32-byte id.
-    name       the entry's name.
-    block      threads per block: 32 * num_warps.
-    shared     dynamic shared memory bytes the kernel needs.
-    params     every parameter of the entry, hidden ones included."""
+    Parameters
+    ----------
+    compiled
+        The compiled kernel (what a Triton launch returns): its `asm`
+        ("cubin", "ptx") and `metadata` (name, num_warps, shared,
+        num_ctas) are read.
 
-    def __init__(self, compiled):
+    Attributes
+    ----------
+    module : (str, bytes)
+        ("cubin", bytes): put it in the Spec's modules (or register it
+        with Client.register_module).
+    module_id : bytes
+        Its 32-byte id.
+    name : str
+        The entry's name.
+    block : int
+        Threads per block: 32 * num_warps.
+    shared : int
+        Dynamic shared memory bytes the kernel needs.
+    params : int
+        Every parameter of the entry, hidden ones included.
+
+    Raises
+    ------
+    InvalidArgument
+        When `compiled` is not a compiled Triton kernel, lacks a name,
+        num_warps, cubin or ptx, or uses num_ctas other than 1.
+    """
+
+    name: str
+    block: int
+    shared: int
+    params: int
+    module: Tuple[ModuleKind, bytes]
+    module_id: bytes
+
+    def __init__(self, compiled: Any) -> None:
         asm = getattr(compiled, "asm", None)
         md = getattr(compiled, "metadata", None)
         if asm is None or md is None:
@@ -73,8 +124,24 @@ class Kernel:
         self.module = ("cubin", bytes(cubin))
         self.module_id = module_id("cubin", self.module[1])
 
-    def hidden(self, nargs):
-        """How many hidden parameters follow `nargs` runtime arguments."""
+    def hidden(self, nargs: int) -> int:
+        """How many hidden parameters follow the runtime arguments.
+
+        Parameters
+        ----------
+        nargs
+            How many runtime (non-constexpr) arguments are given.
+
+        Returns
+        -------
+        int
+            params - nargs.
+
+        Raises
+        ------
+        InvalidArgument
+            When nargs is more than the entry's parameters.
+        """
         h = self.params - nargs
         if h < 0:
             raise GraphdError(_INVALID, f"kernel {self.name}: {nargs} arguments given but the entry takes "
@@ -82,11 +149,32 @@ class Kernel:
                               "and are not passed; nor are integer arguments Triton specialised to 1)")
         return h
 
-    def launch(self, program, grid, args):
-        """Adds a launch of this kernel to `program` with the runtime
-        arguments `args` (Slot, u32(...), f32(...): one per non-constexpr
-        parameter, in order) and null hidden parameters. `grid` is the
-        number of blocks (an int or up to three). Returns the step."""
+    def launch(self, program: Program, grid: Dim3, args: Iterable[Arg]) -> int:
+        """Adds a launch of this kernel to a program, with null hidden
+        parameters.
+
+        Parameters
+        ----------
+        program
+            The program.
+        grid
+            The number of blocks (an int or up to three).
+        args
+            The runtime arguments (Slot, u32(...), f32(...)): one per
+            non-constexpr parameter, in order.
+
+        Returns
+        -------
+        int
+            The step's index.
+
+        Raises
+        ------
+        GraphdError
+            As hidden() and Program.launch.
+        InvalidArgumentType
+            As Program.launch.
+        """
         args = list(args)
         return program.launch(self.module_id, self.name, grid, self.block, args,
                               shared_bytes=self.shared, hidden=self.hidden(len(args)))

@@ -33,6 +33,8 @@ warp.jax_callable and warp.jax_kernel these, so libraries that call them
 run through graphd unchanged. array_callable() replays the same programs on
 Warp arrays without JAX."""
 
+from __future__ import annotations
+
 import collections
 import functools
 import importlib
@@ -42,6 +44,7 @@ import operator
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..client import Client
 from ..errors import GraphdError
@@ -50,13 +53,24 @@ from ._core import FuncSpec, Function
 from ._build import check_fixed, compile_module, grid_for
 from ._options import require_cuda, resolve_arch, resolve_mode, resolve_ordinal, use_socket
 from ._replay import array_callable
+from ..records import Mode, VmapMethod
+
+if TYPE_CHECKING:
+    from ._grad import DifferentiableKernel
+
+#: A launch_dims: one shape, an int or a tuple.
+LaunchDims = Union[int, Sequence[int]]
+#: An output_dims: one shape for every output, or a dict of shapes by name.
+Dims = Union[LaunchDims, Mapping[str, LaunchDims]]
+#: The architectures and devices graphd.warp compiles for (resolve_arch).
+Target = Any
 
 __all__ = ["jax_callable", "jax_kernel", "clear_jax_callable_graph_cache", "array_callable", "install", "uninstall",
            "installed", "fallbacks", "FALLBACKS", "Refused", "REASONS", "SUPPORTED_MIN", "SUPPORTED_BELOW", "resolve_arch", "resolve_mode",
            "resolve_ordinal", "evict_captures", "compile_module", "grid_for"]
 
-_VMAP = {None: None, "broadcast_all": "broadcast_all", "sequential": "sequential",
-         "sequential_unrolled": "sequential"}
+_VMAP: Dict[Optional[str], Optional[VmapMethod]] = {
+    None: None, "broadcast_all": "broadcast_all", "sequential": "sequential", "sequential_unrolled": "sequential"}
 # Warp's default bound on the graphs one jax_callable keeps.
 _GRAPH_CACHE_MAX_DEFAULT = 32
 # What jax_callable(fallback=...) takes: None refuses what graphd cannot
@@ -74,17 +88,28 @@ class JaxCallable:
     JAX arrays (and static scalars) as Warp's would be called; it returns
     the list of outputs (in-out arguments first, then pure outputs).
 
-    programs: {signature: Built} of everything built so far.
-
     On a CPU device the call is Warp's own (`warp_own` makes it): the call
     lowers per platform, to Warp's FFI call for the CPU and to graphd's
     replay for CUDA. graph_cache_max bounds the programs the callable keeps
     captured (`captures`, oldest first; one over the bound is dropped and
-    its capture evicted from the daemon, as Warp drops its oldest graph)."""
+    its capture evicted from the daemon, as Warp drops its oldest graph).
 
-    def __init__(self, function, *, vmap_method, output_dims, has_side_effect, mode, graph_mode, device, socket,
-                 launch_dims=None, kernel=False, warp_own=None, graph_cache_max=None, block_dim=None,
-                 module_preload_mode=None, fallback=None):
+    Attributes
+    ----------
+    programs : dict
+        {signature: Built} of everything built so far.
+    captures : OrderedDict
+        The programs kept captured, by hex id, oldest first.
+    fallbacks : dict
+        {signature: Refused} of the calls that run as Warp's own.
+    """
+
+    def __init__(self, function: Any, *, vmap_method: Optional[str], output_dims: Optional[Dims],
+                 has_side_effect: bool, mode: Optional[Mode], graph_mode: Any, device: Target,
+                 socket: Optional[Union[str, os.PathLike]], launch_dims: Optional[LaunchDims] = None,
+                 kernel: bool = False, warp_own: Optional[Callable[[], Any]] = None,
+                 graph_cache_max: Optional[int] = None, block_dim: Optional[int] = None,
+                 module_preload_mode: Any = None, fallback: Optional[str] = None) -> None:
         if fallback not in FALLBACKS:
             raise GraphdError("INVALID_ARGUMENT", f"fallback {fallback!r} is not None or 'warp'")
         if fallback is not None and warp_own is None:
@@ -115,24 +140,35 @@ class JaxCallable:
         self.stage_out_argnames = set(self.spec.stage_out) if self.spec.stage_out else None
         self.module_preload_mode = module_preload_mode
         self.block_dim = block_dim
-        self._arch = None
-        self._calls = {}
+        self._arch: Optional[int] = None
+        self._calls: Dict[Any, Any] = {}  # {call signature: graphd.jax.program_callable's function}
         self._lock = threading.Lock()
         self._warp_own, self._warp = warp_own, None
         self.fallback = fallback
         # {signature: Refused} of the calls that run as Warp's own.
-        self.fallbacks = {}
+        self.fallbacks: Dict[Any, Refused] = {}
         self.captures = _Captures(self)
         self._graph_cache_max = graph_cache_max
         self.__name__ = self.spec.name
         use_socket(socket)
 
     @property
-    def graph_cache_max(self):
+    def graph_cache_max(self) -> Optional[int]:
+        """The bound on the programs kept captured (None: none).
+
+        Setting it drops (and evicts) the oldest over the new bound, and
+        sets Warp's own callable's too.
+
+        Raises
+        ------
+        ValueError
+            When set to something other than None or a non-negative
+            integer.
+        """
         return self._graph_cache_max
 
     @graph_cache_max.setter
-    def graph_cache_max(self, value):
+    def graph_cache_max(self, value: Optional[int]) -> None:
         if value is not None and (isinstance(value, bool) or int(value) < 0):
             raise ValueError(f"graph_cache_max must be None or a non-negative integer, not {value!r}")
         self._graph_cache_max = None if value is None else int(value)
@@ -141,30 +177,73 @@ class JaxCallable:
             self._warp.graph_cache_max = value
 
     @property
-    def graph_cache_size(self):
+    def graph_cache_size(self) -> int:
         """How many programs the callable keeps captured, those replayed
         since they were dropped included (see _Captures.sync)."""
         self.captures.sync()
         return len(self.captures)
 
-    def warp_callable(self):
+    def warp_callable(self) -> Any:
         """Warp's own callable of the same function and options (what a
-        call on a CPU device runs), made once; None without Warp's."""
+        call on a CPU device runs), made once.
+
+        Returns
+        -------
+        Warp's callable, or None
+            None where this Warp has no jax_callable and jax_kernel of its
+            own.
+        """
         if self._warp is None and self._warp_own is not None:
             self._warp = self._warp_own()
         return self._warp
 
     @property
-    def arch(self):
+    def arch(self) -> int:
+        """The architecture the callable compiles for (resolve_arch of its
+        device), found at first use.
+
+        Raises
+        ------
+        Refused
+            As resolve_arch.
+        """
         if self._arch is None:
             self._arch = resolve_arch(self.device)
         return self._arch
 
     @property
-    def programs(self):
+    def programs(self) -> Dict[Any, Any]:
+        """Everything built so far, {signature: Built} (a copy)."""
         return dict(self.function.built)
 
-    def __call__(self, *args, output_dims=None, vmap_method=None, launch_dims=None):
+    def __call__(self, *args: Any, output_dims: Optional[Dims] = None, vmap_method: Optional[str] = None,
+                 launch_dims: Optional[LaunchDims] = None) -> Any:
+        """Calls the function as Warp's callable would be called.
+
+        Parameters
+        ----------
+        *args
+            JAX arrays (and static scalars), one per input and in-out
+            argument.
+        output_dims, launch_dims
+            As jax_callable's and jax_kernel's, for this call (None: the
+            callable's).
+        vmap_method
+            As jax_callable's, for this call (None: the callable's).
+
+        Returns
+        -------
+        list of jax.Array
+            The outputs: in-out arguments first, then pure outputs.
+
+        Raises
+        ------
+        Refused
+            Where graphd cannot serve the call and the callable has no
+            fallback.
+        GraphdError, TypeError, ValueError
+            For arguments Warp's callable would refuse too.
+        """
         import jax
         spec = self.spec
         if len(args) != spec.num_inputs:
@@ -360,10 +439,16 @@ _fallbacks: list = []
 _fallbacks_lock = threading.Lock()
 
 
-def fallbacks():
+def fallbacks() -> List[Fallback]:
     """Every call of this process that runs as Warp's own (fallback="warp",
-    which install() sets), as Fallback records in the order they first
-    fell back: what is not on graphd."""
+    which install() sets): what is not on graphd.
+
+    Returns
+    -------
+    list of Fallback
+        (name, signature, reason, message) records, in the order they
+        first fell back.
+    """
     with _fallbacks_lock:
         return list(_fallbacks)
 
@@ -458,10 +543,18 @@ class _Captures(collections.OrderedDict):
             evict_captures(dropped, self._owner.socket)
 
 
-def evict_captures(program_ids, socket=None):
-    """Asks the daemon to evict the captures of these programs (hex ids)
-    that only this process replayed. Without a daemon there is nothing
-    captured, and nothing to do."""
+def evict_captures(program_ids: Iterable[str], socket: Optional[Union[str, os.PathLike]] = None) -> None:
+    """Asks the daemon to evict the captures of these programs that only
+    this process replayed. Without a daemon there is nothing captured, and
+    nothing to do: nothing is raised (a refused eviction is skipped too).
+
+    Parameters
+    ----------
+    program_ids
+        The programs' ids in hex.
+    socket
+        The daemon's socket (None: libgraphd's default).
+    """
     try:
         c = Client.connect(os.fspath(socket) if socket is not None else None)
     except GraphdError:
@@ -599,10 +692,14 @@ def _graphd_options(where, device, arch, socket_path, socket):
     return (arch if arch is not None else device), socket_path
 
 
-def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_all", output_dims=None,
-                 in_out_argnames=None, stage_in_argnames=None, stage_out_argnames=None,
-                 graph_cache_max=_GRAPH_CACHE_MAX_DEFAULT, module_preload_mode=None, has_side_effect=False, *,
-                 mode="auto", device=None, arch=None, socket_path=None, fallback=None, socket=None):
+def jax_callable(func: Callable[..., Any], num_outputs: int = 1, graph_mode: Any = None,
+                 vmap_method: Optional[str] = "broadcast_all", output_dims: Optional[Dims] = None,
+                 in_out_argnames: Optional[Iterable[str]] = None, stage_in_argnames: Optional[Iterable[str]] = None,
+                 stage_out_argnames: Optional[Iterable[str]] = None,
+                 graph_cache_max: Optional[int] = _GRAPH_CACHE_MAX_DEFAULT, module_preload_mode: Any = None,
+                 has_side_effect: bool = False, *, mode: Optional[Mode] = "auto", device: Target = None,
+                 arch: Optional[Union[int, str]] = None, socket_path: Optional[Union[str, os.PathLike]] = None,
+                 fallback: Optional[str] = None, socket: Optional[Union[str, os.PathLike]] = None) -> JaxCallable:
     """Warp's jax_callable, replayed through graphd.
 
     Warp's arguments keep their meaning: the function's annotated arguments
@@ -638,7 +735,39 @@ def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_al
     None (the default) raises Refused where graphd cannot serve the
     function; "warp" (what install() sets) runs that signature as Warp's
     own jax_callable of the same arguments instead, logged once at INFO on
-    the "graphd.warp" logger and listed by fallbacks()."""
+    the "graphd.warp" logger and listed by fallbacks().
+
+    Parameters
+    ----------
+    func
+        The Warp function (its arguments annotated as Warp's).
+    num_outputs, graph_mode, vmap_method, output_dims, in_out_argnames
+        As Warp's.
+    stage_in_argnames, stage_out_argnames, graph_cache_max
+        As Warp's.
+    module_preload_mode, has_side_effect
+        As Warp's.
+    mode, arch, device, socket_path, fallback
+        graphd's options, as above.
+    socket
+        socket_path's deprecated old name.
+
+    Returns
+    -------
+    JaxCallable
+        The same object for the same function and options.
+
+    Raises
+    ------
+    InvalidArgument
+        For an unknown mode or fallback, or options given twice (socket and
+        socket_path, arch and device).
+    FailedPrecondition
+        For fallback="warp" without Warp's own jax_callable.
+    Refused
+        For a function or vmap_method graphd.warp cannot take (at the
+        first call, for what only a call shows).
+    """
     device, socket = _graphd_options("jax_callable", device, arch, socket_path, socket)
     graph_mode = _graph_mode(graph_mode)
     in_out = tuple(in_out_argnames) if in_out_argnames else None
@@ -672,18 +801,53 @@ def jax_callable(func, num_outputs=1, graph_mode=None, vmap_method="broadcast_al
     return _cached(key, make, update)
 
 
-def jax_kernel(kernel, num_outputs=1, vmap_method="broadcast_all", launch_dims=None, output_dims=None,
-               in_out_argnames=None, module_preload_mode=None, enable_backward=False, has_side_effect=False,
-               block_dim=None, *, mode="auto", device=None, arch=None, socket_path=None, fallback=None,
-               socket=None):
-    """Warp's jax_kernel, replayed through graphd: one launch of `kernel`
-    over launch_dims (by default the first input array's shape), with
-    block_dim threads per block (256 by default). Returns the outputs as a
-    list. enable_backward=True differentiates it as Warp does: the adjoint
-    launch is a graphd program of its own (graphd.warp._grad). module_preload_mode
-    is accepted without effect. fallback: as jax_callable's (with
-    enable_backward, each launch falls back on its own). mode, device, arch,
-    socket_path: as jax_callable's."""
+def jax_kernel(kernel: Any, num_outputs: int = 1, vmap_method: Optional[str] = "broadcast_all",
+               launch_dims: Optional[LaunchDims] = None, output_dims: Optional[Dims] = None,
+               in_out_argnames: Optional[Iterable[str]] = None, module_preload_mode: Any = None,
+               enable_backward: bool = False, has_side_effect: bool = False, block_dim: Optional[int] = None, *,
+               mode: Optional[Mode] = "auto", device: Target = None, arch: Optional[Union[int, str]] = None,
+               socket_path: Optional[Union[str, os.PathLike]] = None, fallback: Optional[str] = None,
+               socket: Optional[Union[str, os.PathLike]] = None) -> Union[JaxCallable, DifferentiableKernel]:
+    """Warp's jax_kernel, replayed through graphd: one launch of a kernel,
+    whose call returns the outputs as a list.
+
+    Parameters
+    ----------
+    kernel
+        The Warp kernel (@wp.kernel).
+    num_outputs, vmap_method, output_dims, in_out_argnames, has_side_effect
+        As Warp's (and jax_callable's).
+    launch_dims
+        The launch's shape (None: the first input array's shape).
+    module_preload_mode
+        Accepted without effect.
+    enable_backward
+        True differentiates it as Warp does: the adjoint launch is a
+        graphd program of its own (graphd.warp._grad).
+    block_dim
+        Threads per block (None: 256).
+    mode, device, arch, socket_path, socket
+        As jax_callable's.
+    fallback
+        As jax_callable's (with enable_backward, each launch falls back on
+        its own).
+
+    Returns
+    -------
+    JaxCallable, or DifferentiableKernel with enable_backward
+        The same object for the same kernel and options.
+
+    Raises
+    ------
+    TypeError
+        When kernel is not a Warp kernel, or block_dim not an integer.
+    ValueError
+        When block_dim is not positive.
+    NotImplementedError
+        For in_out_argnames with enable_backward, as Warp's.
+    GraphdError, Refused
+        As jax_callable.
+    """
     device, socket = _graphd_options("jax_kernel", device, arch, socket_path, socket)
     wp, ctx, _ = warp_modules()
     if not isinstance(kernel, ctx.Kernel):
@@ -746,16 +910,27 @@ def _installed_kernel(*args, fallback="warp", **kwargs):
     return jax_kernel(*args, fallback=fallback, **kwargs)
 
 
-def install():
+def install() -> bool:
     """Makes warp.jax_callable, warp.jax_kernel and
     warp.clear_jax_callable_graph_cache (and their home in
     warp._src.jax.ffi) graphd.warp's, so code that calls them gets graphd
     programs. Code that imported the names before install() keeps Warp's:
     install first (GRAPHD_WARP_INSTALL=1 with `import graphd` early does
     it). What graphd cannot serve runs as Warp's own (fallback="warp"; see
-    jax_callable and fallbacks()). Returns True; uninstall() puts Warp's
-    back. Warp is not initialised here: it starts on first use, as it
-    does alone."""
+    jax_callable and fallbacks()); uninstall() puts Warp's back. Warp is
+    not initialised here: it starts on first use, as it does alone.
+
+    Returns
+    -------
+    bool
+        True.
+
+    Raises
+    ------
+    Refused
+        When Warp is missing (reason "warp_missing") or a release
+        graphd.warp does not support ("warp_version").
+    """
     wp, _, _ = warp_modules(init=False)
     targets = [wp]
     try:
@@ -802,7 +977,7 @@ class _InstallOnImport:
         return spec
 
 
-def install_when_imported():
+def install_when_imported() -> None:
     """What GRAPHD_WARP_INSTALL=1 does at `import graphd`: install() at
     once if warp is imported already, else as soon as it is, so that a
     process that never uses Warp (a sitecustomize reaches every Python
@@ -814,11 +989,17 @@ def install_when_imported():
         sys.meta_path.insert(0, _InstallOnImport())
 
 
-def clear_jax_callable_graph_cache(callable=None):  # noqa: A002: Warp's keyword (tests/test_names.py)
+def clear_jax_callable_graph_cache(callable: Any = None) -> None:  # noqa: A002: Warp's keyword (tests/test_names.py)
     """Warp's clear_jax_callable_graph_cache for graphd.warp's callables
-    too: drops what `callable` keeps captured (and evicts it, see
-    JaxCallable), or with None what every callable keeps, Warp's
-    included. install() puts it in warp's place."""
+    too. install() puts it in warp's place.
+
+    Parameters
+    ----------
+    callable
+        A JaxCallable: drops what it keeps captured (and evicts it, see
+        JaxCallable); one of Warp's: Warp's own function clears it; None:
+        what every callable keeps, Warp's included.
+    """
     own = _originals.get(("warp", "clear_jax_callable_graph_cache"))
     if own is None:
         ffi = _warp_ffi()
@@ -836,8 +1017,9 @@ def clear_jax_callable_graph_cache(callable=None):  # noqa: A002: Warp's keyword
         own(callable)
 
 
-def uninstall():
-    """Puts Warp's own jax_callable and jax_kernel back."""
+def uninstall() -> None:
+    """Puts Warp's own jax_callable, jax_kernel and
+    clear_jax_callable_graph_cache back (undoes install())."""
     import importlib
     for (modname, name), orig in list(_originals.items()):
         mod = importlib.import_module(modname)
@@ -849,8 +1031,14 @@ def uninstall():
         del _originals[(modname, name)]
 
 
-def installed():
-    """Whether warp.jax_callable is graphd.warp's."""
+def installed() -> bool:
+    """Whether warp.jax_callable is graphd.warp's.
+
+    Returns
+    -------
+    bool
+        False too when warp cannot be imported.
+    """
     try:
         import warp
     except ImportError:

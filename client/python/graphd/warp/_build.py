@@ -4,13 +4,17 @@ per allocation the steps use, and the steps in the order they ran, loops
 and branches (wp.capture_while, wp.capture_if) around the steps their
 callbacks recorded."""
 
+from __future__ import annotations
+
 import json
 import os
 import threading
+from typing import Any, Dict, Tuple
 
 from .. import program as _program
 from ..errors import GraphdError
 from ..program import Program, module_id
+from ..records import ModuleKind
 from ._steps import count_steps
 from ._support import Refused, warp_modules
 
@@ -19,10 +23,37 @@ _compile_lock = threading.Lock()
 
 
 class CompiledModule:
-    """One Warp module compiled for one (block size, architecture): its
-    bytes, kind, graphd module id, metadata and the path Warp wrote."""
+    """One Warp module compiled for one (block size, architecture):
+    compile_module's result.
 
-    def __init__(self, kind, data, meta, path, block_dim, arch):
+    Attributes
+    ----------
+    kind : str
+        "cubin", or "ptx".
+    data : bytes
+        The module's bytes.
+    id : bytes
+        Its 32-byte graphd module id.
+    meta : dict
+        Warp's metadata of the module.
+    path : str
+        The file Warp wrote.
+    block_dim : int
+        The block size it was compiled for.
+    arch : int
+        The architecture it was compiled for.
+    """
+
+    kind: ModuleKind
+    data: bytes
+    meta: Dict[str, Any]
+    path: str
+    block_dim: int
+    arch: int
+    id: bytes
+
+    def __init__(self, kind: ModuleKind, data: bytes, meta: Dict[str, Any], path: str, block_dim: int,
+                 arch: int) -> None:
         self.kind, self.data, self.meta, self.path = kind, data, meta, path
         self.block_dim, self.arch = block_dim, arch
         self.id = module_id(kind, data)
@@ -33,11 +64,32 @@ def supported_archs():
     return sorted(getattr(ctx.runtime, "nvrtc_supported_archs", ()) or ())
 
 
-def compile_module(module, block_dim, arch, ptx=False):
+def compile_module(module: Any, block_dim: int, arch: int, ptx: bool = False) -> CompiledModule:
     """Compiles a Warp module with Warp's NVRTC, without a GPU, as Warp
-    would for a device of architecture `arch` launching with block_dim
-    threads per block: CUBIN (or PTX with ptx=True, for inspection). Warp's
-    kernel cache is reused."""
+    would for a device of an architecture launching with a block size.
+    Warp's kernel cache is reused, and the result is kept per process.
+
+    Parameters
+    ----------
+    module
+        The Warp module (a kernel's .module).
+    block_dim
+        Threads per block.
+    arch
+        The architecture (90 for sm_90).
+    ptx
+        True: PTX (for inspection) instead of CUBIN.
+
+    Returns
+    -------
+    CompiledModule
+
+    Raises
+    ------
+    Refused
+        When Warp's NVRTC cannot compile for arch (reason "arch"), or Warp
+        is missing or unsupported.
+    """
     wp, _, _ = warp_modules()
     archs = supported_archs()
     if archs and arch not in archs:
@@ -45,7 +97,7 @@ def compile_module(module, block_dim, arch, ptx=False):
     with _compile_lock:
         module.get_module_hash(block_dim)
         ident = module.get_module_identifier(block_dim=block_dim)
-        kind = "ptx" if ptx else "cubin"
+        kind: ModuleKind = "ptx" if ptx else "cubin"
         key = (ident, block_dim, arch, kind)
         hit = _compiled.get(key)
         if hit is not None:
@@ -81,8 +133,26 @@ def entry_name(kernel, block_dim, adjoint):
     return codegen.cuda_kernel_forward_name(kernel, name=mangled)
 
 
-def grid_for(total, block_dim, grid_stride, max_blocks):
-    """The grid Warp's CUDA launcher uses for `total` threads."""
+def grid_for(total: int, block_dim: int, grid_stride: bool, max_blocks: int) -> Tuple[int, int, int]:
+    """The grid Warp's CUDA launcher uses for a number of threads.
+
+    Parameters
+    ----------
+    total
+        The threads of the launch.
+    block_dim
+        Threads per block.
+    grid_stride
+        Whether the kernel loops grid-stride (then one axis, capped at
+        max_blocks).
+    max_blocks
+        The cap on blocks of a grid-stride launch (0 or less: none).
+
+    Returns
+    -------
+    (int, int, int)
+        Blocks along x, y and z.
+    """
     blocks = (total + block_dim - 1) // block_dim
     if grid_stride:
         cap = max_blocks if max_blocks > 0 else 0x7FFFFFFF

@@ -3,9 +3,13 @@ mode (`mode`, or Warp's graph_mode), the target device (`device`: an
 architecture to compile for, and the CUDA ordinal the recorded function
 sees), the daemon's socket, and whether this Warp can build for CUDA."""
 
+from __future__ import annotations
+
 import os
+from typing import Any, Optional
 
 from ..errors import GraphdError
+from ..records import Mode
 from ..program import MODES
 from ._support import Refused, warp_modules
 
@@ -13,11 +17,29 @@ from ._support import Refused, warp_modules
 GRAPH_MODE_WARP_STAGED_EX = 4
 
 
-def resolve_mode(mode, graph_mode=None):
-    """graphd's replay mode: "staged", "staged_ex" or "direct" as given;
-    "auto" (or None) follows Warp's graph_mode: WARP_STAGED_EX gives
-    staged_ex, any other the daemon's auto (staged or direct by the bytes
-    against the kernel nodes to re-point)."""
+def resolve_mode(mode: Optional[Mode], graph_mode: Optional[int] = None) -> Mode:
+    """graphd's replay mode for a Warp call.
+
+    Parameters
+    ----------
+    mode
+        "staged", "staged_ex" or "direct", taken as given; "auto" (or
+        None) follows graph_mode.
+    graph_mode
+        Warp's JaxCallableGraphMode (or its int): WARP_STAGED_EX gives
+        "staged_ex", any other the daemon's "auto" (staged or direct by
+        the bytes against the kernel nodes to re-point).
+
+    Returns
+    -------
+    str
+        "staged", "staged_ex", "direct" or "auto".
+
+    Raises
+    ------
+    InvalidArgument
+        For an unknown mode.
+    """
     if mode in (None, "auto"):
         gm = int(graph_mode) if graph_mode is not None else None
         return "staged_ex" if gm == GRAPH_MODE_WARP_STAGED_EX else "auto"
@@ -46,12 +68,29 @@ def _parse_arch(v):
                       "device or a Warp device")
 
 
-def resolve_arch(device=None):
-    """The SM architecture to compile for, as an int (90 for sm_90).
+def resolve_arch(device: Any = None) -> int:
+    """The SM architecture to compile for.
 
-    device: None (then $GRAPHD_WARP_ARCH, else the first GPU JAX sees), an
-    int or string architecture, a JAX device (its compute_capability) or a
-    Warp device (its arch). A CPU device is refused."""
+    Parameters
+    ----------
+    device
+        None (then $GRAPHD_WARP_ARCH, else the first GPU JAX sees), an int
+        or string architecture (90, "sm_90", "9.0"), a JAX device (its
+        compute_capability) or a Warp device (its arch).
+
+    Returns
+    -------
+    int
+        The architecture (90 for sm_90).
+
+    Raises
+    ------
+    Refused
+        For a CPU device (reason "cpu_device"), or when device is None and
+        no GPU is to be found.
+    InvalidArgument
+        For something that is not an architecture.
+    """
     if device is None:
         env = os.environ.get("GRAPHD_WARP_ARCH")
         if env:
@@ -77,11 +116,23 @@ def resolve_arch(device=None):
     return _parse_arch(device)
 
 
-def resolve_ordinal(device=None):
+def resolve_ordinal(device: Any = None) -> int:
     """The CUDA ordinal of the device a call is for, which the recorded
-    function sees as Warp's current device: that of a Warp or JAX GPU
-    device given, else of JAX's default device when it is a GPU, else of
-    the first GPU JAX sees, else 0."""
+    function sees as Warp's current device.
+
+    Parameters
+    ----------
+    device
+        A Warp or JAX device, or anything else (None, an architecture),
+        which says nothing about the ordinal.
+
+    Returns
+    -------
+    int
+        That of a Warp or JAX GPU device given (0 for a Warp CPU device),
+        else of JAX's default device when it is a GPU, else of the first
+        GPU JAX sees, else 0.
+    """
     if hasattr(device, "is_cuda") and hasattr(device, "ordinal"):  # a Warp device
         return int(device.ordinal) if device.is_cuda else 0
     if hasattr(device, "platform") and device.platform in ("gpu", "cuda"):

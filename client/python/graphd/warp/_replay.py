@@ -3,7 +3,11 @@ called with Warp arrays on a CUDA device (and scalars), like func itself, and
 replays the function's program through libgraphd on Warp's current stream
 of that device."""
 
+from __future__ import annotations
+
+import os
 import threading
+from typing import Any, Callable, Dict, Iterable, List, Optional, Union
 
 from ..client import Client
 from ..errors import GraphdError
@@ -11,15 +15,31 @@ from ._build import check_fixed
 from ._core import FuncSpec, Function
 from ._options import require_cuda, resolve_arch, resolve_mode, resolve_ordinal
 from ._support import Refused, warp_modules
+from ..records import Mode, ReplayInfo
 
 
 class WarpCallable:
     """graphd.warp.array_callable's result. Every array argument is bound to its
     slot by pointer: arguments named in `inputs` are only read (input
     slots), those in `outputs` only written (output slots), the others both
-    (inout). Scalars are static: each value is its own program."""
+    (inout). Scalars are static: each value is its own program.
 
-    def __init__(self, func, inputs=(), outputs=(), mode="staged", device=None, socket=None):
+    Parameters
+    ----------
+    func, inputs, outputs, mode, device
+        As array_callable.
+    socket
+        array_callable's socket_path.
+
+    Raises
+    ------
+    GraphdError, ValueError
+        As array_callable.
+    """
+
+    def __init__(self, func: Callable[..., Any], inputs: Iterable[str] = (), outputs: Iterable[str] = (),
+                 mode: Mode = "staged", device: Any = None,
+                 socket: Optional[Union[str, os.PathLike]] = None) -> None:
         self.func = func
         self.mode = resolve_mode(mode)
         self.device = device
@@ -27,9 +47,9 @@ class WarpCallable:
         self.inputs, self.outputs = set(inputs or ()), set(outputs or ())
         if self.inputs & self.outputs:
             raise ValueError(f"{sorted(self.inputs & self.outputs)} named both in inputs and outputs")
-        self._spec = None
-        self._fn = None
-        self._sessions = {}
+        self._spec: Any = None  # the function's FuncSpec, made on first use
+        self._fn: Any = None  # its Function
+        self._sessions: Dict[Any, Dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     def _function(self):
@@ -54,12 +74,35 @@ class WarpCallable:
         return self._fn
 
     @property
-    def programs(self):
+    def programs(self) -> Dict[Any, Any]:
+        """The programs built so far, by signature (a copy)."""
         return dict(self._fn.built) if self._fn else {}
 
-    def build(self, *args, arch=None):
-        """The Built program for these arguments (Warp arrays or anything
-        with .shape, and scalars), without replaying."""
+    def build(self, *args: Any, arch: Any = None) -> Any:
+        """The program for these arguments, built (or found) without
+        replaying.
+
+        Parameters
+        ----------
+        *args
+            Warp arrays (or anything with .shape) and scalars, as func
+            takes them.
+        arch
+            The architecture or device to compile for (None: the
+            callable's device, else resolve_arch's default).
+
+        Returns
+        -------
+        Built
+            The program, its slots and modules (graphd.warp._build.Built).
+
+        Raises
+        ------
+        ValueError
+            For another number of arguments than func takes.
+        Refused
+            Where graphd cannot make func a program.
+        """
         fn = self._function()
         spec = self._spec
         if len(args) != len(spec.args):
@@ -73,7 +116,38 @@ class WarpCallable:
         target = arch if arch is not None else self.device
         return fn.build(shapes, statics, resolve_arch(target), self.mode, ordinal=resolve_ordinal(target))
 
-    def __call__(self, *args):
+    def __call__(self, *args: Any) -> ReplayInfo:
+        """Replays func's program on these arguments, on Warp's current
+        stream of their device.
+
+        Parameters
+        ----------
+        *args
+            Warp arrays on one CUDA device, contiguous, and scalars, as
+            func takes them.
+
+        Returns
+        -------
+        ReplayInfo
+            The replay's info (captured, capture_ns, server_ns).
+
+        Raises
+        ------
+        ValueError
+            For another number of arguments than func takes.
+        TypeError
+            When an array argument is not a Warp array.
+        Refused
+            For an array on the CPU, or where graphd cannot make func a
+            program.
+        InvalidArgument
+            For arrays on two devices, a non-contiguous array or no array at
+            all.
+        FailedPrecondition
+            For a Warp without CUDA.
+        GraphdError
+            As Client.replay_bindings.
+        """
         wp, _, _ = warp_modules()
         require_cuda()
         self._function()
@@ -99,7 +173,7 @@ class WarpCallable:
         built = self.build(*args, arch=self.device if self.device is not None else device)
         check_fixed(built, spec.name)
         client, stream = self._session(device, built)
-        bindings = []
+        bindings: List[Any] = []
         for i, a in enumerate(spec.args):
             if a.is_array and built.arg_slots[i] is not None:  # an empty array has no slot
                 bindings.append((built.arg_slots[i], args[i].ptr, built.slots[built.arg_slots[i]].nbytes))
@@ -130,7 +204,7 @@ class WarpCallable:
                 s["streams"][cs] = st
             return c, st
 
-    def close(self):
+    def close(self) -> None:
         """Closes the data sessions (detaching the streams)."""
         with self._lock:
             for s in self._sessions.values():
@@ -138,15 +212,46 @@ class WarpCallable:
             self._sessions.clear()
 
 
-def array_callable(func, *, inputs=(), outputs=(), mode="staged", device=None, socket_path=None, socket=None):
+def array_callable(func: Callable[..., Any], *, inputs: Iterable[str] = (), outputs: Iterable[str] = (),
+                   mode: Mode = "staged", device: Any = None,
+                   socket_path: Optional[Union[str, os.PathLike]] = None,
+                   socket: Optional[Union[str, os.PathLike]] = None) -> WarpCallable:
     """A function of Warp arrays (on one CUDA device) and scalars that
     replays func's graphd program on Warp's current stream of that device
-    (graphd.warp.callable is its old spelling). inputs / outputs name the
-    arrays that are only read / only written (the rest are read and
-    written). mode is "staged", "staged_ex", "direct" or "auto"; device
-    overrides the architecture to compile for; socket_path is the daemon's
-    socket (default: libgraphd's). Each call returns the replay's info
-    (captured, capture_ns, server_ns)."""
+    (graphd.warp.callable is its old spelling).
+
+    Parameters
+    ----------
+    func
+        The Warp function (its arguments annotated as Warp's).
+    inputs
+        The names of the arrays that are only read.
+    outputs
+        The names of the arrays that are only written (the rest are read
+        and written).
+    mode
+        "staged", "staged_ex", "direct" or "auto".
+    device
+        Overrides the architecture to compile for (an architecture, or a
+        JAX or Warp device).
+    socket_path
+        The daemon's socket (None: libgraphd's default).
+    socket
+        socket_path's deprecated old name.
+
+    Returns
+    -------
+    WarpCallable
+        Each call returns the replay's info (captured, capture_ns,
+        server_ns).
+
+    Raises
+    ------
+    InvalidArgument
+        For an unknown mode.
+    ValueError
+        For an array named both in inputs and in outputs.
+    """
     if socket is not None:
         from .. import _deprecated
         _deprecated.warn("graphd.warp.array_callable(socket=...)", "graphd.warp.array_callable(socket_path=...)")

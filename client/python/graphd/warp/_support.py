@@ -51,9 +51,25 @@ REASONS = {
 
 class Refused(GraphdError):
     """graphd.warp will not turn this Warp function into a graphd program.
-    `reason` is one of REASONS' keys; the message says what was found."""
 
-    def __init__(self, reason, message, code="UNIMPLEMENTED"):
+    Parameters
+    ----------
+    reason
+        One of REASONS' keys.
+    message
+        What was found.
+    code
+        The status name it carries as a GraphdError.
+
+    Attributes
+    ----------
+    reason : str
+        As given.
+    """
+
+    reason: str
+
+    def __init__(self, reason: str, message: str, code: str = "UNIMPLEMENTED") -> None:
         super().__init__(code, message)
         self.reason = reason
 
