@@ -88,7 +88,7 @@ for s in "${@:-${SETS[@]}}"; do
   echo "py-deps: installing $s (${PKGS[$s]}) into $dir"
   rm -rf "$dir.tmp"
   # shellcheck disable=SC2086
-  if python3 -m pip install --quiet --target "$dir.tmp" ${PKGS[$s]}; then
+  if python3 -m pip install --quiet --root-user-action=ignore --target "$dir.tmp" ${PKGS[$s]}; then
     echo "$stamp" >"$dir.tmp/.graphd-py-deps"
     rm -rf "$dir" && mv "$dir.tmp" "$dir"
   else
