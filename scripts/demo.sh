@@ -18,7 +18,11 @@ case "${1:-}" in
   *) echo "$usage" >&2; exit 2 ;;
 esac
 scripts/deps.sh build
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+mkdir -p build
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >build/configure.log ||
+  { cat build/configure.log; exit 1; }
+# What this build has of CUDA: where cuda.h came from, which kernels nvcc built.
+grep -E '^-- (No CUDA|CUDA|graphd.s GPU kernels)' build/configure.log || true
 targets=(graphd graphctl graphd-demo graphd_host_kernels)
 # The demo's CUDA kernel, where nvcc built the test kernels.
 cmake --build build --target help | grep -q '^graphd_cuda_kernels:' && targets+=(graphd_cuda_kernels)
