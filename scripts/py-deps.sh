@@ -9,8 +9,9 @@
 #                           needed: programs are built with Warp's NVRTC)
 #   warp-1.18  pywarp-1.18  warp-lang 1.18.0, the oldest supported release
 #                           (MJX pins it): test_python_warp_oldest
-#   mjx        pymjx        MuJoCo and MJX 3.17 (without their other
-#                           dependencies): test_python_mjx_own_suite
+#   mjx        pymjx        MuJoCo and MJX 3.17 with the few of their
+#                           dependencies that MJX's Warp tests import (not
+#                           all they declare): test_python_mjx_own_suite
 # A set already installed at its pins is left alone. pip is python3's
 # (Debian: python3-pip; --target installs outside the system's packages, so
 # Debian's PEP 668 marker does not stop it).
@@ -30,7 +31,7 @@ declare -A PKGS=(
   [jax]="jax==0.10.2 jaxlib==0.10.2"
   [warp]="warp-lang==1.19.0"
   [warp-1.18]="warp-lang==1.18.0"
-  [mjx]="--no-deps mujoco==3.17.0 mujoco-mjx==3.17.0 etils==1.15.0 absl-py==2.5.1 trimesh==5.2.0")
+  [mjx]="--no-deps mujoco==3.17.0 mujoco-mjx==3.17.0 etils==1.15.0 absl-py==2.5.1 trimesh==5.2.0 typing_extensions==4.15.0")
 
 known() { [[ -n "${DIR[$1]:-}" ]] || { echo "py-deps: no set '$1' (sets: ${SETS[*]})" >&2; exit 2; }; }
 
