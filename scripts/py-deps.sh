@@ -12,6 +12,7 @@
 #   mjx        pymjx        MuJoCo and MJX 3.17 with the few of their
 #                           dependencies that MJX's Warp tests import (not
 #                           all they declare): test_python_mjx_own_suite
+#   mypy       pymypy       mypy 2.4.1: test_python_mypy (tests/run_mypy.py)
 # A set already installed at its pins is left alone. pip is python3's
 # (Debian: python3-pip; --target installs outside the system's packages, so
 # Debian's PEP 668 marker does not stop it).
@@ -24,14 +25,15 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 usage="usage: scripts/py-deps.sh [BUILD_DIR [SET...]] | --print [SET...] | --need PYTHON BUILD_DIR SET..."
 
-SETS=(jax warp warp-1.18 mjx)
-declare -A DIR=([jax]=pyjax [warp]=pywarp [warp-1.18]=pywarp-1.18 [mjx]=pymjx)
-declare -A MODULE=([jax]=jax [warp]=warp [warp-1.18]=warp [mjx]=mujoco.mjx)
+SETS=(jax warp warp-1.18 mjx mypy)
+declare -A DIR=([jax]=pyjax [warp]=pywarp [warp-1.18]=pywarp-1.18 [mjx]=pymjx [mypy]=pymypy)
+declare -A MODULE=([jax]=jax [warp]=warp [warp-1.18]=warp [mjx]=mujoco.mjx [mypy]=mypy)
 declare -A PKGS=(
   [jax]="jax==0.10.2 jaxlib==0.10.2"
   [warp]="warp-lang==1.19.0"
   [warp-1.18]="warp-lang==1.18.0"
-  [mjx]="--no-deps mujoco==3.17.0 mujoco-mjx==3.17.0 etils==1.15.0 absl-py==2.5.1 trimesh==5.2.0 typing_extensions==4.15.0")
+  [mjx]="--no-deps mujoco==3.17.0 mujoco-mjx==3.17.0 etils==1.15.0 absl-py==2.5.1 trimesh==5.2.0 typing_extensions==4.15.0"
+  [mypy]="mypy==2.4.1")
 
 known() { [[ -n "${DIR[$1]:-}" ]] || { echo "py-deps: no set '$1' (sets: ${SETS[*]})" >&2; exit 2; }; }
 
