@@ -27,7 +27,8 @@ TEST=("${PACKAGE[@]}"
       clang libclang-rt-dev   # scripts/fuzz.sh (libFuzzer)
       python3-venv            # scripts/wheel-test.sh
       python3-jsonschema      # test_graphctl_json
-      prometheus curl)        # promtool and curl check /metrics (test_metrics_promtool)
+      prometheus curl         # promtool and curl: /metrics, alert rules (test_metrics_promtool, test_monitoring)
+      zsh)                    # the zsh half of test_completion
 
 print=0
 if [[ "${1:-}" == --print ]]; then print=1; shift; fi
