@@ -8,6 +8,7 @@
 # handler. Prints the package's path last.
 # Usage: packaging/build-deb.sh [BUILD_DIR]   (default: build-deb)
 set -eu
+case "${1:-}" in -h|--help) echo "usage: packaging/build-deb.sh [BUILD_DIR]"; exit 0 ;; esac
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build-deb}
 

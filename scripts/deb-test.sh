@@ -17,6 +17,7 @@
 # Usage: scripts/deb-test.sh [DEB_BUILD_DIR [WHEEL_DIR]]
 #        (defaults: build-deb, build/wheel)
 set -euo pipefail
+case "${1:-}" in -h|--help) echo "usage: scripts/deb-test.sh [DEB_BUILD_DIR [WHEEL_DIR]]"; exit 0 ;; esac
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(realpath -m "${1:-$src/build-deb}")
 wheels=$(realpath -m "${2:-$src/build/wheel}")

@@ -20,6 +20,9 @@
 #          seeds again from tests/fuzz/gen_seeds.c)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+  -h|--help) echo "usage: scripts/fuzz.sh [SECONDS_EACH [HARNESS...]] | --seeds"; exit 0 ;;
+esac
 command -v clang >/dev/null || { echo "fuzz.sh: clang is not installed (Debian: clang libclang-rt-dev)" >&2; exit 2; }
 CC=clang cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRAPHD_FUZZ=ON \
   -DGRAPHD_SANITIZE=address,undefined -DGRAPHD_BUILD_TESTS=OFF -DGRAPHD_BUILD_BENCH=OFF \

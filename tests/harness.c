@@ -631,6 +631,17 @@ void td_gpu_or_skip(void) {
   exit(77);
 }
 
+void td_gpu_kernels_or_skip(void) {
+  if (HAVE_CUDA_KERNELS) return;
+  const char *req = getenv("GRAPHD_REQUIRE_GPU");
+  bool fail = req && strcmp(req, "1") == 0;
+  fprintf(stderr,
+          "this build has no CUDA test kernels (no nvcc when it was configured; install the CUDA "
+          "13 toolkit and configure again): %s\n",
+          fail ? "GRAPHD_REQUIRE_GPU=1, failing instead of skipping" : "skipping");
+  exit(fail ? 1 : 77);
+}
+
 int td_run_suite(Suite *s) {
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -124,6 +124,10 @@ int td_run(char *const argv[], char *out, size_t outlen, int timeout_ms);
  * not, or fails when GRAPHD_REQUIRE_GPU=1. Call it from main(). */
 bool td_gpu_present(void);
 void td_gpu_or_skip(void);
+/* The same for the CUDA test kernels, which nvcc builds (a build without a
+ * CUDA toolkit has none): exits 77 without them, or fails when
+ * GRAPHD_REQUIRE_GPU=1. Call it from main(), after td_gpu_or_skip(). */
+void td_gpu_kernels_or_skip(void);
 
 /* Runs a suite in fork mode; returns the process exit code. */
 int td_run_suite(Suite *s);

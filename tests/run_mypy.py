@@ -2,8 +2,9 @@
 py.typed), with the settings of client/python/pyproject.toml.
 
 mypy comes from the directory $GRAPHD_MYPY_PATH names (a pip --target
-directory: CMake's GRAPHD_PYMYPY, by default BUILD/pymypy). Without it the
-test fails and says how to install it.
+directory: CMake's GRAPHD_PYMYPY, by default BUILD/pymypy, where
+scripts/py-deps.sh BUILD mypy installs it). Without it the test fails and
+says how to install it (under CTest, tests/py_needs.sh checks first).
 
 Usage: run_mypy.py PACKAGE_DIR (client/python)"""
 import os
@@ -21,7 +22,8 @@ def main():
     probe = subprocess.run([sys.executable, "-c", "import mypy"], env=env, capture_output=True)
     if probe.returncode:
         print(f"FAIL: mypy is not installed in GRAPHD_MYPY_PATH={where or '(unset)'}; install it with\n"
-              f"    python3 -m pip install --target {where or 'BUILD/pymypy'} {MYPY}")
+              f"    scripts/py-deps.sh BUILD mypy   (or: python3 -m pip install --target "
+              f"{where or 'BUILD/pymypy'} {MYPY})")
         return 1
     out = subprocess.run([sys.executable, "-m", "mypy", "--config-file", "pyproject.toml"], cwd=pkg, env=env)
     return out.returncode

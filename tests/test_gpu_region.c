@@ -135,6 +135,7 @@ END_TEST
 
 int main(void) {
   td_gpu_or_skip();
+  td_gpu_kernels_or_skip();
   Suite *s = suite_create("gpu_region");
   TCase *tc = tcase_create("gpu_region");
   tcase_set_timeout(tc, 120);

@@ -1031,6 +1031,7 @@ END_TEST
 
 int main(void) {
   td_gpu_or_skip();
+  td_gpu_kernels_or_skip();
   Suite *su = suite_create("gpu_replay");
   TCase *tc = tcase_create("gpu_replay");
   tcase_set_timeout(tc, 240);

@@ -189,11 +189,24 @@ static int child_status(pid_t p) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* The host module's bytes, read once by the test's own process: a child
+ * that runs as another uid may not reach the build tree (a checkout under
+ * root's home, mode 0700), so it uses the copy it inherits. */
+static uint8_t *host_module;
+static size_t host_module_len;
+
+static const uint8_t *host_module_bytes(size_t *len) {
+  if (!host_module) host_module = td_read_file(HOST_KERNELS_SO, &host_module_len);
+  *len = host_module_len;
+  return host_module;
+}
+
 /* One checked replay of the 3-kernel program over n floats, through
  * libgraphd (a flag page and three regions); 0 or what went wrong. */
 static int replay_once(uint32_t n) {
   size_t len;
-  uint8_t *plugin = td_read_file(HOST_KERNELS_SO, &len), mod[32], pid[32];
+  const uint8_t *plugin = host_module_bytes(&len);
+  uint8_t mod[32], pid[32];
   graphd_client *c = td_data(&d, 0);
   graphd_stream *s;
   float *x, *cc, *y;
@@ -224,7 +237,6 @@ static int replay_once(uint32_t n) {
     graphd_stream_detach(s);
   }
   graphd_close(c);
-  free(plugin);
   return rc;
 }
 
@@ -248,12 +260,11 @@ START_TEST(test_host_maps_fair_shares_keep_room_for_another_uid) {
   td_start(&d, "--host-devices", "1", "--max-host-maps", "400", "--socket-mode", "0666", NULL);
   ck_assert_int_eq(chmod(d.dir, 0755), 0);
   size_t len;
-  uint8_t *plugin = td_read_file(HOST_KERNELS_SO, &len);
+  const uint8_t *plugin = host_module_bytes(&len);
   graphd_client *admin = td_control(&d); /* the host module, from an admin */
   ck_assert_int_eq(graphd_register_module(admin, GRAPHD_MODULE_HOST_ELF, plugin, len, NULL),
                    GRAPHD_OK);
   graphd_close(admin);
-  free(plugin);
   filler f[4];
   const int want[4] = {174, 86, 43, 21}; /* regions: the mappings less the flag page */
   for (int i = 0; i < 4; i++) {

@@ -8,7 +8,8 @@
 # Usage: test_metrics_promtool.sh GRAPHD GRAPHCTL
 graphd=$1 graphctl=$2
 for t in curl promtool; do
-  command -v $t >/dev/null 2>&1 || { echo "no $t: skipping"; exit 77; }
+  command -v $t >/dev/null 2>&1 ||
+    { echo "no $t (Debian: apt-get install curl prometheus; scripts/deps.sh test): skipping"; exit 77; }
 done
 dir=$(mktemp -d)
 pid=

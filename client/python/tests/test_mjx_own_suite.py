@@ -70,7 +70,13 @@ class MjxOwnSuite(unittest.TestCase):
             with open(os.path.join(site, "sitecustomize.py"), "w") as f:
                 f.write("import os\nos.environ.setdefault('GRAPHD_WARP_INSTALL', '1')\nimport graphd  # noqa\n")
             env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
-        args = [sys.executable, path, f"--xml_output_file={xml}"] + (["--"] + ARGS[name] if name in ARGS else [])
+        # As a module of its package, never as a script: a script's folder
+        # goes first on sys.path, and MJX's warp/ holds a types.py and an
+        # io.py that would stand in for the standard library's (unseen only
+        # where a .pth file imported those first).
+        module = "mujoco.mjx.warp." + name[:-len(".py")]
+        args = [sys.executable, "-m", module, f"--xml_output_file={xml}"]
+        args += ["--"] + ARGS[name] if name in ARGS else []
         p = subprocess.run(args, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
         if not os.path.exists(xml):
             self.fail(f"{name} ({'graphd' if installed else 'alone'}) wrote no report, exit {p.returncode}:\n"

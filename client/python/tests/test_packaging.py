@@ -13,6 +13,14 @@ import _env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+try:
+    import jax  # noqa: F401  (graphd.jax needs it, and numpy)
+    import numpy  # noqa: F401
+    NO_JAX = ""
+except ImportError as e:
+    NO_JAX = (f"graphd.jax needs jax and numpy ({e}): scripts/py-deps.sh BUILD_DIR jax installs them "
+              "where scripts/wheel-test.sh looks")
+
 
 class PackagingTest(unittest.TestCase):
     def test_version_is_written_once(self):
@@ -43,7 +51,7 @@ class PackagingTest(unittest.TestCase):
     @unittest.skipUnless(_env.INSTALLED, "not an installed wheel (GRAPHD_TEST_INSTALLED=1)")
     def test_installed_package_carries_and_finds_its_libraries(self):
         import graphd
-        from graphd import _lib, jax as gj
+        from graphd import _lib
         here = os.path.dirname(os.path.abspath(graphd.__file__))
         self.assertNotIn(os.path.join("client", "python", "graphd"), here,
                          "the tests import the source tree, not the installed package")
@@ -60,6 +68,13 @@ class PackagingTest(unittest.TestCase):
                     line = next(l for l in ldd.splitlines() if dep in l)
                     self.assertIn(here, line, f"{dep} should come from the package: {line}")
         self.assertEqual(os.path.dirname(_lib.lib()._name), here)
+
+    @unittest.skipUnless(_env.INSTALLED, "not an installed wheel (GRAPHD_TEST_INSTALLED=1)")
+    @unittest.skipIf(NO_JAX, NO_JAX)
+    def test_installed_jax_module_finds_the_package_handler(self):
+        import graphd
+        from graphd import jax as gj
+        here = os.path.dirname(os.path.abspath(graphd.__file__))
         self.assertEqual(os.path.dirname(gj.xla_lib()._name), here)
 
 

@@ -3,8 +3,8 @@ launches match the parameter lists of the CUDA entries Warp generates (the
 `.entry` `.param` list of the PTX from Warp's NVRTC), with stable ids, and
 every refusal names its reason. The JAX part lowers for CUDA on the CPU
 jaxlib. Skipped when warp (warp-lang) cannot be imported; CTest's
-test_python_warp runs it with the warp-lang that .ci/run installs under
-build/pywarp."""
+test_python_warp runs it with the warp-lang that scripts/py-deps.sh
+installs under build/pywarp."""
 
 import ctypes
 import os
