@@ -66,7 +66,11 @@ p_tsan() {
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
     -DGRAPHD_SANITIZE=thread -DGRAPHD_WERROR=ON -DGRAPHD_BUILD_BENCH=OFF
   cmake --build build-tsan -j "$jobs"
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  # die_after_fork=0: tests fork children that connect as other users, and a
+  # child's libgraphd starts a watcher thread of its own (fork safety: it
+  # never uses the parent's); TSan otherwise stops any process that starts
+  # a thread after a fork of a multi-threaded one. Races still halt.
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:die_after_fork=0 \
     ctest --test-dir build-tsan -L unit --output-on-failure -j "$jobs"
 }
 p_deb() { scripts/deb-test.sh build-deb build/wheel; }
