@@ -5,8 +5,10 @@
  *
  * The harness thread is the worker: it polls the ring, drains it as a job
  * of the session would, and sleeps and wakes it, for a bounded number of
- * rounds. The session has a flag page of 4 slots (every ready word set far
- * ahead, so no replay waits), two programs (handles 0 and 1: copies and
+ * rounds. The session has a flag page of 4 slots (a third thread, the
+ * client's stream, keeps each ready word at the last seq the worker took
+ * there, so no replay waits for long: words are compared cyclically, as
+ * the GPU compares them, so no one value is ahead of every seq), two programs (handles 0 and 1: copies and
  * memsets over staged slots of 256 and 64 bytes) and three regions of
  * 4 KiB with guard bytes on both sides (ids 1 to 3; any other id is
  * unknown).
@@ -151,6 +153,23 @@ static void *mutate(void *arg) {
   return NULL;
 }
 
+/* The client's stream: writes each slot's ready word up to the seq the
+ * worker took there last, until told to stop. */
+typedef struct readier {
+  gd_dstream *ds;
+  volatile uint64_t *flags;
+  atomic_bool stop;
+} readier;
+
+static void *keep_ready(void *arg) {
+  readier *r = arg;
+  while (!atomic_load_explicit(&r->stop, memory_order_relaxed))
+    for (uint32_t k = 0; k < FLAG_SLOTS; k++)
+      __atomic_store_n(&r->flags[k * GRAPHD_FLAG_WORDS_PER_SLOT + GRAPHD_FLAG_WORD_READY],
+                       __atomic_load_n(&r->ds->seen[k], __ATOMIC_RELAXED), __ATOMIC_RELEASE);
+  return NULL;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   setup();
   if (size < 2) return 0;
@@ -172,8 +191,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (dstream_map_flags(&g.d, ds, flags_fd, FLAG_SLOTS, err, sizeof err) < 0)
     die("dstream_map_flags", err);
   close(flags_fd);
-  for (uint32_t k = 0; k < FLAG_SLOTS; k++)
-    flags[k * GRAPHD_FLAG_WORDS_PER_SLOT + GRAPHD_FLAG_WORD_READY] = UINT64_MAX;
+  readier rd = {.ds = ds, .flags = flags};
+  pthread_t rt;
+  if (pthread_create(&rt, NULL, keep_ready, &rd) != 0) die("readier", "cannot start");
   uint8_t *mem[NREGIONS];
   uint64_t epoch = atomic_load(&g.d.epoch);
   for (uint32_t i = 0; i < NREGIONS; i++) {
@@ -249,6 +269,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     atomic_store(&m.stop, true);
     pthread_join(t, NULL);
   }
+  atomic_store(&rd.stop, true);
+  pthread_join(rt, NULL);
 
   /* Every slot taken is completed, with a status of graphd's list. */
   uint64_t head = __atomic_load_n(&hdr->sq_head, __ATOMIC_ACQUIRE);
