@@ -933,6 +933,14 @@ void capture_count(gd_device *d, uint64_t *instances, uint64_t *graphs) {
   }
 }
 
+uint64_t capture_held_bytes(gd_device *d, const gd_capture *except) {
+  uint64_t held = 0;
+  gd_capture *c;
+  for (uint32_t i = 0; (c = capture_next(d, &i));)
+    if (c != except) held += capture_staging_bytes(c);
+  return held;
+}
+
 uint64_t capture_staging_bytes(const gd_capture *c) {
   uint64_t b = c->staging.bytes;
   for (uint32_t i = 0; i < c->nmore; i++) b += c->more[i]->staging.bytes;
@@ -1011,9 +1019,7 @@ static gd_capture *add_instance(gd_device *d, gd_capture *c, gd_stream st, const
     return NULL;
   }
   if (d->budget) {
-    uint64_t held = 0;
-    gd_capture *o;
-    for (uint32_t i = 0; (o = capture_next(d, &i));) held += capture_staging_bytes(o);
+    uint64_t held = capture_held_bytes(d, NULL);
     if (held + c->staging.bytes > d->budget)
       held -= capture_trim(d, held + c->staging.bytes - d->budget, c);
     if (held + c->staging.bytes > d->budget) {

@@ -198,6 +198,10 @@ void capture_take_trimmed(gd_device *d, uint64_t *bytes);
 /* c's staging bytes, over all its instances. */
 uint64_t capture_staging_bytes(const gd_capture *c);
 
+/* The staging bytes every capture on d holds, over all their instances,
+ * but for `except` (NULL: none). */
+uint64_t capture_held_bytes(gd_device *d, const gd_capture *except);
+
 /* How many instances c has (1 and up). */
 uint32_t capture_instances(const gd_capture *c);
 

@@ -24,10 +24,8 @@ int evict_make_room(gd_device *d, const gd_capture *nc, uint32_t *n, uint64_t *b
              hex, (unsigned long long)bytes, d->index, (unsigned long long)d->budget);
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
-  uint64_t held = 0, idle = 0;
+  uint64_t held = capture_held_bytes(d, nc), idle = 0;
   gd_capture *c;
-  for (uint32_t i = 0; (c = capture_next(d, &i));)
-    if (c != nc) held += capture_staging_bytes(c);
   if (held + bytes <= d->budget) return 0;
   /* Idle extra instances go first, least recently used first: their
    * captures stay. */
