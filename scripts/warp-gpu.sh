@@ -34,6 +34,10 @@
 # replaces the Warp test's name (for example one test case). Logs:
 # suite-{alone,graphd}-{warp,mjx-NAME}-RUN.log; a line starting SUITE per
 # log gives its counts.
+# With the step "procs", each run runs bench/procs_bench.py against a fresh
+# daemon: N processes (1 2 4 8 16) stepping the MJX scenes and the JAX small
+# step at once, through graphd and without it; $GRAPHD_PROCS_FLAGS go to it
+# (for example "--procs 4 --seconds 5"). Log: procs-RUN.log.
 # GRAPHD_WARP_RUNS picks the runs ("nomps mps" by default);
 # GRAPHD_WARP_STEPS the steps ("test bench" by default); extra arguments go
 # to the bench (for example --steps 1000 --repeats 7 --n 65536).
@@ -98,10 +102,12 @@ bench() {
   local b=$1 limit=$2 r
   shift 2
   local short=${b%_scan_bench}
+  short=${short%_bench}
   echo "== $b ($name)"
   # Every replay timed on the GPU: the bench sets the daemon's mean GPU
   # time beside Warp's, which times every launch.
-  start_daemon "$out/graphd-$short-bench-$name.log" --gpu-time-sample 1 || { rc=1; return 1; }
+  # shellcheck disable=SC2086 # the flags are words
+  start_daemon "$out/graphd-$short-bench-$name.log" ${daemon_flags---gpu-time-sample 1} || { rc=1; return 1; }
   timeout "$limit" "$py" "$src/bench/$b.py" --socket "$sock" "$@" 2>&1 | tee "$out/$short-bench-$name.log"
   r=${PIPESTATUS[0]}
   echo "$b ($name) exit status $r"
@@ -161,6 +167,13 @@ run() {
   shift
   if [[ $steps == *" suites "* ]]; then
     suites "$name"
+  fi
+  if [[ $steps == *" procs "* ]]; then
+    # shellcheck disable=SC2086 # the flags are words
+    # The daemon's default sampling of GPU time: throughput is measured.
+    daemon_flags="" GRAPHD_CUDA_KERNELS="$build/tests/kernels" JAX_COMPILATION_CACHE_DIR="$out/jax-cache" \
+      bench procs_bench 590 ${GRAPHD_PROCS_FLAGS:-} || return
+    mv "$out/procs-bench-$name.log" "$out/procs-$name.log"
   fi
   if [[ $steps == *" test "* ]]; then
     gpu_test test_warp_gpu "$out/warp-test-$name.log"
