@@ -365,8 +365,9 @@ def main(argv=None):
             x, y = results.get((scene, anchor, n)), results.get((scene, "graphd", n))
             ratio = f"{y / x:.2f}x" if x and y else "n/a"
             print(f"{n:>4} {x or float('nan'):>14,.0f} {y or float('nan'):>14,.0f} {ratio:>7}")
-    print("RESULT " + " ".join(f"procs_{s}_{h}_{n}={v:.0f}" for (s, h, n), v in sorted(results.items())
-                               if not math.isnan(v)), flush=True)
+    mps = 1 if os.environ.get("CUDA_MPS_PIPE_DIRECTORY") else 0
+    print(f"RESULT procs_mps={mps} " + " ".join(f"procs_{s}_{h}_{n}={v:.0f}" for (s, h, n), v in
+                                               sorted(results.items()) if not math.isnan(v)), flush=True)
     return 0 if ok[0] else 1
 
 
