@@ -87,6 +87,8 @@ int main(void) {
   OFF(graphd_device_record, staging_budget_bytes);
   OFF(graphd_device_record, instances);
   OFF(graphd_device_record, graphs);
+  OFF(graphd_device_record, worker_busy_ns);
+  OFF(graphd_device_record, worker_serving_ns);
   SIZE(graphd_evict_options);
   OFF(graphd_evict_options, device);
   OFF(graphd_evict_options, client_pid);

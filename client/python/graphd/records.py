@@ -79,9 +79,19 @@ class DeviceInfo(TypedDict):
 
 class DeviceStatus(DeviceInfo):
     """A device in Client.status(): its info, how old its figures are, and
-    its worker's time."""
+    its worker's time.
+
+    ``worker_busy_ns`` is the time the device's worker thread has been at
+    work (running jobs and ring replays, as against waiting for work) since
+    it began serving, and ``worker_serving_ns`` how long it has served,
+    both read at one instant: between two statuses, the change in the one
+    over the change in the other is the share of the time the worker was
+    busy (near 1, the worker and not the device bounds the replay rate).
+    Both 0 from a daemon that does not report them."""
     figures_age_ms: int
     work: DeviceWork
+    worker_busy_ns: int
+    worker_serving_ns: int
 
 
 class SessionInfo(TypedDict):
