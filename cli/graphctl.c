@@ -31,7 +31,8 @@ static void usage(FILE *f) {
           "                    --session ID, --idle SECONDS, or --all\n"
           "  stats [--json | --prometheus]\n"
           "                    per device: captures, staging, replays, latency\n"
-          "                    percentiles, captures built, evictions, errors;\n"
+          "                    percentiles, the worker's busy share since it began\n"
+          "                    serving, captures built, evictions, errors;\n"
           "                    per client: sessions, regions and bytes\n"
 
           "  top [--interval SECONDS] [--count N]\n"
