@@ -89,6 +89,9 @@ int main(void) {
   OFF(graphd_device_record, graphs);
   OFF(graphd_device_record, worker_busy_ns);
   OFF(graphd_device_record, worker_serving_ns);
+  SIZE(graphd_capture_record);
+  OFF(graphd_capture_record, instances);
+  OFF(graphd_capture_record, info);
   SIZE(graphd_evict_options);
   OFF(graphd_evict_options, device);
   OFF(graphd_evict_options, client_pid);

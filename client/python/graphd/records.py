@@ -141,10 +141,18 @@ class RegionRef(TypedDict):
 
 
 class CaptureInfo(TypedDict):
-    """One capture (graphd_capture_info; graphctl list's JSON records)."""
+    """One capture (graphd_capture_record: its info and instances; graphctl
+    list's JSON records).
+
+    ``instances`` is how many instances the capture has (each with staging,
+    executable graphs and an event of its own: one per stream replaying a
+    program without state at once, or per session of a program with
+    state); ``staging_bytes`` and ``graphs`` are over all of them, the
+    staging with the temporaries it holds."""
     program: str
     device: int
     mode: str
+    instances: int
     staging_bytes: int
     nodes: int
     replays: int
