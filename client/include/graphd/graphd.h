@@ -572,7 +572,8 @@ typedef struct graphd_capture_info {
   uint32_t device; /* the daemon's device index */
   uint32_t
       mode; /* how it runs: GRAPHD_MODE_STAGED, _STAGED_EX or _DIRECT (auto shows its choice) */
-  uint64_t staging_bytes; /* what its instances hold, over all of them (temporaries included) */
+  /* The staging its instances hold, over all of them (temporaries included). */
+  uint64_t staging_bytes;
   uint32_t nodes; /* graph nodes */
   uint64_t replays;
   uint64_t idle_ms;  /* since its last replay was queued */
