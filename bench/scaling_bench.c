@@ -66,7 +66,7 @@ enum { LAYOUT_PROCESSES = 1, LAYOUT_THREADS = 2 };
  * time and time served, by the daemon's device index (Status). */
 typedef struct work {
   uint64_t ns[MAX_DEVICES], n[MAX_DEVICES];
-  uint64_t busy_ns[MAX_DEVICES], serving_ns[MAX_DEVICES];
+  uint64_t busy_ns[MAX_DEVICES], clock_ns[MAX_DEVICES];
 } work;
 
 /* Reads the workers' totals over a control session; 0, or -1 with a line on
@@ -95,7 +95,7 @@ static int read_work(const opts *o, work *w) {
     graphd_device_record r;
     if (graphd_daemon_status_device(s, i, &r, sizeof r) == GRAPHD_OK) {
       w->busy_ns[i] = r.worker_busy_ns;
-      w->serving_ns[i] = r.worker_serving_ns;
+      w->clock_ns[i] = r.worker_clock_ns;
     }
   }
   graphd_daemon_status_free(s);
@@ -378,7 +378,7 @@ static double report(const char *layout, const client *ks, int n, int ndev, cons
     for (int i = 0; i < n; i++)
       if (ks[i].ordinal == d) r += ks[i].replays;
     uint64_t ns = w1->ns[d] - w0->ns[d], reps = w1->n[d] - w0->n[d];
-    uint64_t served = w1->serving_ns[d] - w0->serving_ns[d];
+    uint64_t served = w1->clock_ns[d] - w0->clock_ns[d];
     printf(
         "    device %d: %.0f replays/s; worker %.2f us a replay, in the replay path %.0f%% of "
         "the run, busy %.0f%%\n",

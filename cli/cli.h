@@ -34,10 +34,10 @@ void cli_human_bytes(uint64_t b, char *out, size_t n);
 
 /* Writes to out the share of the time a device's worker was busy between
  * two readings of its busy time (busy0, busy1) and its time served
- * (serving0, serving1), as a percentage with one decimal ("97.5%", at most
+ * (clock0, clock1), as a percentage with one decimal ("97.5%", at most
  * "100.0%"), or "-" when the readings span no time or went back (a
  * restarted daemon, or one that does not report them). */
-void cli_busy_share(char *out, size_t n, uint64_t busy0, uint64_t busy1, uint64_t serving0,
-                    uint64_t serving1);
+void cli_busy_share(char *out, size_t n, uint64_t busy0, uint64_t busy1, uint64_t clock0,
+                    uint64_t clock1);
 
 #endif

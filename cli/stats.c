@@ -51,7 +51,7 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
     add_u64(j, "gpu_replay_ns", s->work[i].gpu_ns);
     add_u64(j, "gpu_replays", s->work[i].gpu_replays);
     add_u64(j, "worker_busy_ns", r.worker_busy_ns);
-    add_u64(j, "worker_serving_ns", r.worker_serving_ns);
+    add_u64(j, "worker_clock_ns", r.worker_clock_ns);
     add_u64(j, "captures_built", c->captures_built);
     add_u64(j, "recaptures", c->recaptures);
     add_u64(j, "evictions", c->evictions);
@@ -101,7 +101,7 @@ static void print_text(const graphd_daemon_status *s, const gd_client_row *cl, s
      * began serving (graphctl top gives it over an interval). */
     graphd_device_record r;
     if (graphd_daemon_status_device(s, i, &r, sizeof r) != GRAPHD_OK) memset(&r, 0, sizeof r);
-    cli_busy_share(busy, sizeof busy, 0, r.worker_busy_ns, 0, r.worker_serving_ns);
+    cli_busy_share(busy, sizeof busy, 0, r.worker_busy_ns, 0, r.worker_clock_ns);
     printf("%-6u %8llu %10s %10llu %8s %8s %8s %8s %8s %8s %6s %9llu %9llu %8llu %6llu\n",
            s->devices[i].ordinal, (unsigned long long)c->captures, sb,
            (unsigned long long)c->replays, p50, p90, p99, mx, work, gpu, busy,

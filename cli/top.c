@@ -2,7 +2,7 @@
  * Status replies an interval apart (graphd_get_status_now, so a busy
  * worker costs a refresh nothing): its state, replays a second, the
  * worker's busy share (the change in its busy time, worker_busy_ns, over
- * the change in its time served, worker_serving_ns: the daemon reads both
+ * the change in its time served, worker_clock_ns: the daemon reads both
  * at one instant, a job still running counted), free and total memory,
  * captures and their staging, and errors a second.
  *
@@ -82,8 +82,8 @@ static void frame(const graphd_daemon_status *then, const graphd_daemon_status *
       graphd_device_record r0, r1;
       if (graphd_daemon_status_device(then, (uint32_t)k, &r0, sizeof r0) == GRAPHD_OK &&
           graphd_daemon_status_device(now, i, &r1, sizeof r1) == GRAPHD_OK)
-        cli_busy_share(busy, sizeof busy, r0.worker_busy_ns, r1.worker_busy_ns,
-                       r0.worker_serving_ns, r1.worker_serving_ns);
+        cli_busy_share(busy, sizeof busy, r0.worker_busy_ns, r1.worker_busy_ns, r0.worker_clock_ns,
+                       r1.worker_clock_ns);
     }
     cli_human_bytes(d->free_memory, fre, sizeof fre);
     cli_human_bytes(d->total_memory, tot, sizeof tot);

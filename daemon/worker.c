@@ -101,9 +101,9 @@ static uint64_t busy_mark(gd_worker *w, bool busy) {
   return now;
 }
 
-void worker_busy(gd_worker *w, uint64_t *busy_ns, uint64_t *serving_ns) {
+void worker_busy(gd_worker *w, uint64_t *busy_ns, uint64_t *clock_ns) {
   uint64_t from = atomic_load(&w->serving_since_ns);
-  *busy_ns = *serving_ns = 0;
+  *busy_ns = *clock_ns = 0;
   if (!from) return;
   uint64_t seq, sum, since, now;
   for (;;) {
@@ -116,8 +116,8 @@ void worker_busy(gd_worker *w, uint64_t *busy_ns, uint64_t *serving_ns) {
     cpu_relax(); /* the worker is inside busy_mark: a few instructions */
   }
   *busy_ns = sum + (since && now > since ? now - since : 0);
-  *serving_ns = now > from ? now - from : 0;
-  if (*busy_ns > *serving_ns) *busy_ns = *serving_ns;
+  *clock_ns = now > from ? now - from : 0;
+  if (*busy_ns > *clock_ns) *busy_ns = *clock_ns;
 }
 
 /* Runs done callbacks until none is left. A callback may submit a job that

@@ -168,11 +168,11 @@ void worker_heartbeat(gd_worker *w);
 
 /* How long w has been at work since it began serving (*busy_ns: jobs, ring
  * work and its hooks, a spell still running counted up to now), and how
- * long it has served (*serving_ns), read at one instant: over an interval
+ * long it has served (*clock_ns), read at one instant: over an interval
  * the share of the time it was busy is the change in the one over the
- * change in the other, and *busy_ns <= *serving_ns. Both 0 before it
+ * change in the other, and *busy_ns <= *clock_ns. Both 0 before it
  * serves. Any thread; lock-free (it retries while the worker updates). */
-void worker_busy(gd_worker *w, uint64_t *busy_ns, uint64_t *serving_ns);
+void worker_busy(gd_worker *w, uint64_t *busy_ns, uint64_t *clock_ns);
 
 /* Asks each stuck worker (as worker_pool_stuck counts them) to write its
  * stack to the log. Loop thread. */

@@ -88,7 +88,7 @@ int main(void) {
   OFF(graphd_device_record, instances);
   OFF(graphd_device_record, graphs);
   OFF(graphd_device_record, worker_busy_ns);
-  OFF(graphd_device_record, worker_serving_ns);
+  OFF(graphd_device_record, worker_clock_ns);
   SIZE(graphd_capture_record);
   OFF(graphd_capture_record, instances);
   OFF(graphd_capture_record, info);

@@ -1,7 +1,7 @@
 /* The device worker's busy clock, end to end on the host backend, where a
  * replay's kernels run on the worker thread: Status reports per device the
  * worker's busy time and the time it has served (graphd_device_record's
- * worker_busy_ns over worker_serving_ns). An idle worker is barely busy,
+ * worker_busy_ns over worker_clock_ns). An idle worker is barely busy,
  * one running replays back to back mostly is, and one held in a long
  * replay is busy all the while, before the replay ends; the busy time
  * never passes the time served. */
@@ -27,7 +27,7 @@ static void teardown(void) {
 
 /* Device dev's worker figures, without waiting on a busy worker. */
 typedef struct busy_reading {
-  uint64_t busy_ns, serving_ns;
+  uint64_t busy_ns, clock_ns;
 } busy_reading;
 
 static busy_reading reading(graphd_client *ctl, uint32_t dev) {
@@ -36,17 +36,17 @@ static busy_reading reading(graphd_client *ctl, uint32_t dev) {
   graphd_device_record r;
   ck_assert_int_eq(graphd_daemon_status_device(st, dev, &r, sizeof r), GRAPHD_OK);
   graphd_daemon_status_free(st);
-  ck_assert_uint_ge(r.size, offsetof(graphd_device_record, worker_serving_ns) + 8);
-  ck_assert_uint_gt(r.worker_serving_ns, 0);
-  ck_assert_uint_le(r.worker_busy_ns, r.worker_serving_ns);
-  return (busy_reading){r.worker_busy_ns, r.worker_serving_ns};
+  ck_assert_uint_ge(r.size, offsetof(graphd_device_record, worker_clock_ns) + 8);
+  ck_assert_uint_gt(r.worker_clock_ns, 0);
+  ck_assert_uint_le(r.worker_busy_ns, r.worker_clock_ns);
+  return (busy_reading){r.worker_busy_ns, r.worker_clock_ns};
 }
 
 /* The share of the time between a and b the worker was busy. */
 static double share(busy_reading a, busy_reading b) {
   ck_assert_uint_ge(b.busy_ns, a.busy_ns);
-  ck_assert_uint_gt(b.serving_ns, a.serving_ns);
-  return (double)(b.busy_ns - a.busy_ns) / (double)(b.serving_ns - a.serving_ns);
+  ck_assert_uint_gt(b.clock_ns, a.clock_ns);
+  return (double)(b.busy_ns - a.busy_ns) / (double)(b.clock_ns - a.clock_ns);
 }
 
 /* A data session on device 1 replaying a host kernel that sleeps ms. */
@@ -109,8 +109,8 @@ START_TEST(test_worker_an_idle_worker_is_barely_busy) {
   busy_reading b = reading(ctl, 0);
   double s = share(a, b);
   printf("FIGURE idle worker: busy %.2f%% of %.0f ms\n", 100 * s,
-         (double)(b.serving_ns - a.serving_ns) / 1e6);
-  ck_assert_uint_ge(b.serving_ns - a.serving_ns, 250000000u);
+         (double)(b.clock_ns - a.clock_ns) / 1e6);
+  ck_assert_uint_ge(b.clock_ns - a.clock_ns, 250000000u);
   ck_assert_double_lt(s, 0.05);
   graphd_close(ctl);
 }
@@ -162,7 +162,7 @@ START_TEST(test_worker_held_in_a_long_replay_is_busy_all_the_while) {
   ck_assert_ptr_null(rc);
   double s = share(a, b);
   printf("FIGURE worker held in a 1.5 s replay: busy %.2f%% of %.0f ms\n", 100 * s,
-         (double)(b.serving_ns - a.serving_ns) / 1e6);
+         (double)(b.clock_ns - a.clock_ns) / 1e6);
   ck_assert_double_ge(s, 0.99);
   ck_assert_double_le(s, 1.0);
   busy_reading after = reading(ctl, 1);

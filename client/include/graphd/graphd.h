@@ -288,14 +288,15 @@ typedef struct graphd_device_record {
   uint64_t instances;
   uint64_t graphs;
   /* The device's worker thread at work (running jobs and ring replays, as
-   * against waiting for work) since it began serving, and how long it has
-   * served, read by the daemon at one instant when it answered: the share
+   * against waiting for work) since it began serving, and its clock (how
+   * long it has served), read by the daemon at one instant when it answered:
+   * the share
    * of an interval the worker was busy is the change in worker_busy_ns
-   * over the change in worker_serving_ns (near 1, the worker thread and
+   * over the change in worker_clock_ns (near 1, the worker thread and
    * not the device bounds the replay rate). Both 0 from a daemon that does
    * not report them. */
   uint64_t worker_busy_ns;
-  uint64_t worker_serving_ns;
+  uint64_t worker_clock_ns;
 } graphd_device_record;
 
 /* Copies device i of s into *out, a record of `size` bytes (the caller's

@@ -150,7 +150,7 @@ class graphd_device_record(ctypes.Structure):
                 ("work", graphd_device_work), ("launch_ns", _u64), ("figures_age_ms", _u64),
                 ("replay_latency", graphd_latency_histogram), ("staging_budget_bytes", _u64),
                 ("instances", _u64), ("graphs", _u64), ("worker_busy_ns", _u64),
-                ("worker_serving_ns", _u64)]
+                ("worker_clock_ns", _u64)]
 
 
 # The structures whose layout the tests compare with C (tests/abi_sizes.c).

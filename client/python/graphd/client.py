@@ -507,11 +507,10 @@ class Client:
         DaemonStatus
             version, uptime_ms, pid, sessions, modules, module_bytes,
             programs; devices (graphd_device_info's fields, uuid as bytes,
-            counters as a dict, figures_age_ms, work: replay_ns over
-            replays, of it launch_ns in the driver's graph launches, and
-            gpu_ns over gpu_replays sampled; and worker_busy_ns over
-            worker_serving_ns, the worker's busy time and its time base);
-            session_info.
+            counters as a dict, figures_age_ms, and work: replay_ns over
+            replays, of it launch_ns in the driver's graph launches,
+            gpu_ns over gpu_replays sampled, and busy_ns over clock_ns,
+            the worker's busy time and its time base); session_info.
         """
         l = lib()
         p = ctypes.POINTER(graphd_daemon_status)()
@@ -526,10 +525,9 @@ class Client:
                 r = graphd_device_record()
                 if l.graphd_daemon_status_device(p, i, ctypes.byref(r), ctypes.sizeof(r)):
                     raise GraphdError("INTERNAL", f"graphd_daemon_status_device refused device {i}")
-                devices.append(dict(struct_dict(r.info), figures_age_ms=r.figures_age_ms,
-                                    work=dict(struct_dict(r.work), launch_ns=r.launch_ns),
-                                    worker_busy_ns=r.worker_busy_ns,
-                                    worker_serving_ns=r.worker_serving_ns))
+                work = dict(struct_dict(r.work), launch_ns=r.launch_ns, busy_ns=r.worker_busy_ns,
+                            clock_ns=r.worker_clock_ns)
+                devices.append(dict(struct_dict(r.info), figures_age_ms=r.figures_age_ms, work=work))
             out["devices"] = devices
             out["session_info"] = [struct_dict(s.session_info[i]) for i in range(s.nsession_info)]
         finally:

@@ -53,13 +53,27 @@ class DeviceCounters(TypedDict):
 
 
 class DeviceWork(TypedDict):
-    """A device worker's time in the replay path (graphd_device_work, with
-    launch_ns from the device record)."""
+    """A device worker's time (graphd_device_work, with launch_ns,
+    worker_busy_ns as busy_ns and worker_clock_ns as clock_ns from the
+    device record).
+
+    ``replay_ns`` over ``replays`` is its time in the replay path, of it
+    ``launch_ns`` in the driver's graph launches; ``gpu_ns`` over
+    ``gpu_replays`` the sampled GPU time. ``busy_ns`` is the time the
+    worker thread has been at work (running jobs and ring replays, as
+    against waiting for work) since it began serving, and ``clock_ns`` its
+    clock, how long it has served, both read at one instant: between two
+    statuses, the change in the one over the change in the other is the
+    share of the time the worker was busy (near 1, the worker and not the
+    device bounds the replay rate). Both 0 from a daemon that does not
+    report them."""
     replay_ns: int
     replays: int
     gpu_ns: int
     gpu_replays: int
     launch_ns: int
+    busy_ns: int
+    clock_ns: int
 
 
 class DeviceInfo(TypedDict):
@@ -79,19 +93,9 @@ class DeviceInfo(TypedDict):
 
 class DeviceStatus(DeviceInfo):
     """A device in Client.status(): its info, how old its figures are, and
-    its worker's time.
-
-    ``worker_busy_ns`` is the time the device's worker thread has been at
-    work (running jobs and ring replays, as against waiting for work) since
-    it began serving, and ``worker_serving_ns`` how long it has served,
-    both read at one instant: between two statuses, the change in the one
-    over the change in the other is the share of the time the worker was
-    busy (near 1, the worker and not the device bounds the replay rate).
-    Both 0 from a daemon that does not report them."""
+    its worker's time."""
     figures_age_ms: int
     work: DeviceWork
-    worker_busy_ns: int
-    worker_serving_ns: int
 
 
 class SessionInfo(TypedDict):

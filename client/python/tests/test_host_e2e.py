@@ -97,12 +97,12 @@ class HostDaemonTest(unittest.TestCase):
         self.assertGreaterEqual(st["programs"], 1)
         self.assertGreaterEqual(st["modules"], 1)
         # The worker ran the replays: some of the time it served it was busy.
-        dev = st["devices"][0]
-        self.assertGreater(dev["worker_busy_ns"], 0)
-        self.assertLessEqual(dev["worker_busy_ns"], dev["worker_serving_ns"])
-        later = self.ctl.status(wait=False)["devices"][0]
-        self.assertGreater(later["worker_serving_ns"], dev["worker_serving_ns"])
-        self.assertGreaterEqual(later["worker_busy_ns"], dev["worker_busy_ns"])
+        w = st["devices"][0]["work"]
+        self.assertGreater(w["busy_ns"], 0)
+        self.assertLessEqual(w["busy_ns"], w["clock_ns"])
+        later = self.ctl.status(wait=False)["devices"][0]["work"]
+        self.assertGreater(later["clock_ns"], w["clock_ns"])
+        self.assertGreaterEqual(later["busy_ns"], w["busy_ns"])
         stream.detach()
         # A view still alive: free() refuses, and frees nothing.
         with self.assertRaises(graphd.FailedPrecondition):
