@@ -1,10 +1,10 @@
 /* The device worker's busy clock, end to end on the host backend, where a
  * replay's kernels run on the worker thread: Status reports per device the
- * worker's busy time and the time it has served (graphd_device_record's
- * worker_busy_ns over worker_clock_ns). An idle worker is barely busy,
- * one running replays back to back mostly is, and one held in a long
- * replay is busy all the while, before the replay ends; the busy time
- * never passes the time served. */
+ * worker's busy time and its clock, the time it has served
+ * (graphd_device_record's worker_busy_ns over worker_clock_ns). An idle
+ * worker is barely busy, one running replays back to back mostly is, and
+ * one held in a long replay is busy all the while, before the replay ends;
+ * the busy time never passes the clock. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <pthread.h>
@@ -25,11 +25,12 @@ static void teardown(void) {
   td_cleanup(&d);
 }
 
-/* Device dev's worker figures, without waiting on a busy worker. */
+/* One reading of a worker's busy time and its clock. */
 typedef struct busy_reading {
   uint64_t busy_ns, clock_ns;
 } busy_reading;
 
+/* Device dev's reading, without waiting on a busy worker. */
 static busy_reading reading(graphd_client *ctl, uint32_t dev) {
   graphd_daemon_status *st;
   ck_assert_int_eq(graphd_get_status_now(ctl, &st), GRAPHD_OK);
