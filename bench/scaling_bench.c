@@ -16,7 +16,8 @@
  * The devices are the daemon's CUDA devices, from its status, matched to
  * this process's devices by UUID. With each figure, the daemon's worker of
  * each device: its mean time per replay in the replay path over the timed
- * run, and the share of the run it spent there (from Status, read as the
+ * run, the share of the run it spent there, and the share it was busy at
+ * all (its busy time over its time served; from Status, read as the
  * clients start and after they end): a worker busy near 100% bounds the
  * rate; a rate that stays low with the worker mostly idle is bound
  * elsewhere (the GPU, the hand-offs).
@@ -61,10 +62,11 @@ typedef struct opts {
 
 enum { LAYOUT_PROCESSES = 1, LAYOUT_THREADS = 2 };
 
-/* The workers' time in the replay path and their replays, by the daemon's
- * device index (Status). */
+/* The workers' time in the replay path and their replays, and their busy
+ * time and time served, by the daemon's device index (Status). */
 typedef struct work {
   uint64_t ns[MAX_DEVICES], n[MAX_DEVICES];
+  uint64_t busy_ns[MAX_DEVICES], clock_ns[MAX_DEVICES];
 } work;
 
 /* Reads the workers' totals over a control session; 0, or -1 with a line on
@@ -90,6 +92,11 @@ static int read_work(const opts *o, work *w) {
   for (uint32_t i = 0; i < s->ndevices && i < MAX_DEVICES; i++) {
     w->ns[i] = s->work[i].replay_ns;
     w->n[i] = s->work[i].replays;
+    graphd_device_record r;
+    if (graphd_daemon_status_device(s, i, &r, sizeof r) == GRAPHD_OK) {
+      w->busy_ns[i] = r.worker_busy_ns;
+      w->clock_ns[i] = r.worker_clock_ns;
+    }
   }
   graphd_daemon_status_free(s);
   graphd_close(c);
@@ -371,11 +378,13 @@ static double report(const char *layout, const client *ks, int n, int ndev, cons
     for (int i = 0; i < n; i++)
       if (ks[i].ordinal == d) r += ks[i].replays;
     uint64_t ns = w1->ns[d] - w0->ns[d], reps = w1->n[d] - w0->n[d];
+    uint64_t served = w1->clock_ns[d] - w0->clock_ns[d];
     printf(
         "    device %d: %.0f replays/s; worker %.2f us a replay, in the replay path %.0f%% of "
-        "the run\n",
+        "the run, busy %.0f%%\n",
         d, (double)r / longest, reps ? (double)ns / 1e3 / (double)reps : 0.0,
-        100.0 * (double)ns / 1e9 / longest);
+        100.0 * (double)ns / 1e9 / longest,
+        served ? 100.0 * (double)(w1->busy_ns[d] - w0->busy_ns[d]) / (double)served : 0.0);
   }
   return rate;
 }

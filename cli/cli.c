@@ -44,3 +44,13 @@ void cli_human_bytes(uint64_t b, char *out, size_t n) {
   }
   snprintf(out, n, u ? "%.1f %s" : "%.0f %s", v, units[u]);
 }
+
+void cli_busy_share(char *out, size_t n, uint64_t busy0, uint64_t busy1, uint64_t clock0,
+                    uint64_t clock1) {
+  if (clock1 <= clock0 || busy1 < busy0) {
+    snprintf(out, n, "-");
+    return;
+  }
+  double share = (double)(busy1 - busy0) / (double)(clock1 - clock0);
+  snprintf(out, n, "%.1f%%", 100.0 * (share > 1 ? 1 : share));
+}

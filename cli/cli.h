@@ -1,6 +1,6 @@
 /* What graphctl's command files share: the exit codes, one-line usage
- * errors, the reading of a command's switches, the report of a failed call
- * and byte counts for people. */
+ * errors, the reading of a command's switches, the report of a failed call,
+ * and byte counts and busy shares for people. */
 #ifndef GRAPHD_CLI_H
 #define GRAPHD_CLI_H
 
@@ -31,5 +31,13 @@ int cli_call_failed(const graphd_client *c, const char *cmd, graphd_status st);
 /* Writes bytes b to out for people, in binary units with the unit named:
  * "512 B", "1.5 KiB", "3.0 GiB" (one decimal from KiB on). */
 void cli_human_bytes(uint64_t b, char *out, size_t n);
+
+/* Writes to out the share of the time a device's worker was busy between
+ * two readings of its busy time (busy0, busy1) and its time served
+ * (clock0, clock1), as a percentage with one decimal ("97.5%", at most
+ * "100.0%"), or "-" when the readings span no time or went back (a
+ * restarted daemon, or one that does not report them). */
+void cli_busy_share(char *out, size_t n, uint64_t busy0, uint64_t busy1, uint64_t clock0,
+                    uint64_t clock1);
 
 #endif

@@ -24,14 +24,16 @@ static void usage(FILE *f) {
           "  -t, --timeout MS   connect and command timeout (default 30000)\n"
           "commands:\n"
           "  status [--json]   daemon version, uptime, devices and counters\n"
-          "  list [--json]     one line per capture\n"
+          "  list [--json]     one line per capture: mode, staging, instances,\n"
+          "                    replays, idle time, processes and more\n"
           "  evict SELECTORS [--dry-run] [--json]\n"
           "                    free captures: --capture ID (as list shows it),\n"
           "                    --program HASH, --device N, --client PID,\n"
           "                    --session ID, --idle SECONDS, or --all\n"
           "  stats [--json | --prometheus]\n"
           "                    per device: captures, staging, replays, latency\n"
-          "                    percentiles, captures built, evictions, errors;\n"
+          "                    percentiles, the worker's busy share since it began\n"
+          "                    serving, captures built, evictions, errors;\n"
           "                    per client: sessions, regions and bytes\n"
 
           "  top [--interval SECONDS] [--count N]\n"
@@ -188,7 +190,8 @@ static const char *mode_name(uint32_t m) {
   return m == 0 ? "staged" : m == 1 ? "staged_ex" : m == 2 ? "direct" : "?";
 }
 
-static json_object *capture_json(const graphd_capture_info *ci) {
+static json_object *capture_json(const graphd_capture_record *r) {
+  const graphd_capture_info *ci = &r->info;
   char hex[65];
   graphd_id_hex(ci->program_id, hex);
   char id[48];
@@ -198,6 +201,7 @@ static json_object *capture_json(const graphd_capture_info *ci) {
   json_object_object_add(o, "program", json_object_new_string(hex));
   json_object_object_add(o, "device", json_object_new_int64(ci->device));
   json_object_object_add(o, "mode", json_object_new_string(mode_name(ci->mode)));
+  json_object_object_add(o, "instances", json_object_new_int64(r->instances));
   json_object_object_add(o, "staging_bytes", json_object_new_uint64(ci->staging_bytes));
   json_object_object_add(o, "nodes", json_object_new_int64(ci->nodes));
   json_object_object_add(o, "replays", json_object_new_uint64(ci->replays));
@@ -214,16 +218,18 @@ static json_object *capture_json(const graphd_capture_info *ci) {
   return o;
 }
 
-/* The columns of a capture's line, for list and evict. */
-#define CAPTURE_HEADER_FMT "%-16s %-9s %10s %6s %10s %9s %-5s %4s %6s %9s  %s\n"
-#define CAPTURE_ROW_FMT "%.12s@%-3u %-9s %10s %6u %10llu %9.1f %-5s %4u %6u %9llu  %s\n"
+/* The columns of a capture's line, for list and evict. STAGING and GRAPHS
+ * are over its INSTANCES. */
+#define CAPTURE_HEADER_FMT "%-16s %-9s %10s %6s %10s %9s %-5s %4s %9s %6s %9s  %s\n"
+#define CAPTURE_ROW_FMT "%.12s@%-3u %-9s %10s %6u %10llu %9.1f %-5s %4u %9u %6u %9llu  %s\n"
 
 static void print_capture_header(void) {
   printf(CAPTURE_HEADER_FMT, "CAPTURE", "MODE", "STAGING", "NODES", "REPLAYS", "IDLE s", "STATE",
-         "GEN", "GRAPHS", "REPOINTS", "PIDS");
+         "GEN", "INSTANCES", "GRAPHS", "REPOINTS", "PIDS");
 }
 
-static void print_capture(const graphd_capture_info *ci) {
+static void print_capture(const graphd_capture_record *r) {
+  const graphd_capture_info *ci = &r->info;
   char hex[65], sb[32], pids[128] = "";
   graphd_id_hex(ci->program_id, hex);
   cli_human_bytes(ci->staging_bytes, sb, sizeof sb);
@@ -232,7 +238,8 @@ static void print_capture(const graphd_capture_info *ci) {
     n += (size_t)snprintf(pids + n, sizeof pids - n, "%s%u", k ? "," : "", ci->pids[k]);
   printf(CAPTURE_ROW_FMT, hex, ci->device, mode_name(ci->mode), sb, ci->nodes,
          (unsigned long long)ci->replays, (double)ci->idle_ms / 1000.0, ci->busy ? "busy" : "idle",
-         ci->generation, ci->graphs, (unsigned long long)ci->repoints, n ? pids : "-");
+         ci->generation, r->instances, ci->graphs, (unsigned long long)ci->repoints,
+         n ? pids : "-");
 }
 
 /* Says on stderr which devices the daemon could not reach in time, and
@@ -254,9 +261,9 @@ static int cmd_list(graphd_client *c, int argc, char **argv) {
   bool json;
   if (cli_switches("list", argc, argv, switches, &json, 1) != EXIT_OK) return EXIT_USAGE;
   if (!c) return EXIT_OK;
-  graphd_capture_info *ci;
+  graphd_capture_record *ci;
   size_t n;
-  if (graphd_list_captures(c, &ci, &n) != GRAPHD_OK) {
+  if (graphd_list_capture_records(c, sizeof *ci, &ci, &n) != GRAPHD_OK) {
     fprintf(stderr, "graphctl: list: %s\n", graphd_last_error(c));
     return EXIT_DAEMON;
   }
@@ -271,7 +278,7 @@ static int cmd_list(graphd_client *c, int argc, char **argv) {
     for (size_t i = 0; i < n; i++) print_capture(&ci[i]);
     printf("%zu capture(s)\n", n);
   }
-  free(ci);
+  graphd_capture_records_free(ci);
   return EXIT_OK;
 }
 
@@ -335,10 +342,10 @@ static int cmd_evict(graphd_client *c, int argc, char **argv) {
         "evict: say what to evict: --capture, --program, --device, --client, --session, "
         "--idle SECONDS (more than 0) or --all");
   if (!c) return EXIT_OK;
-  graphd_capture_info *ci;
+  graphd_capture_record *ci;
   size_t n;
   uint64_t bytes;
-  if (graphd_evict(c, &o, &ci, &n, &bytes) != GRAPHD_OK) {
+  if (graphd_evict_records(c, &o, sizeof *ci, &ci, &n, &bytes) != GRAPHD_OK) {
     fprintf(stderr, "graphctl: evict: %s\n", graphd_last_error(c));
     return EXIT_DAEMON;
   }
@@ -363,7 +370,7 @@ static int cmd_evict(graphd_client *c, int argc, char **argv) {
     printf("%s %zu capture(s), %s of staging\n", o.dry_run ? "would evict" : "evicted", n, hb);
   }
   json_object_put(busy);
-  free(ci);
+  graphd_capture_records_free(ci);
   return EXIT_OK;
 }
 

@@ -50,6 +50,8 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
     add_u64(j, "worker_launch_ns", s->launch_ns[i]);
     add_u64(j, "gpu_replay_ns", s->work[i].gpu_ns);
     add_u64(j, "gpu_replays", s->work[i].gpu_replays);
+    add_u64(j, "worker_busy_ns", r.worker_busy_ns);
+    add_u64(j, "worker_clock_ns", r.worker_clock_ns);
     add_u64(j, "captures_built", c->captures_built);
     add_u64(j, "recaptures", c->recaptures);
     add_u64(j, "evictions", c->evictions);
@@ -81,12 +83,12 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
 static void us(char *out, size_t n, uint64_t ns) { snprintf(out, n, "%.1f", (double)ns / 1e3); }
 
 static void print_text(const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
-  printf("%-6s %8s %10s %10s %8s %8s %8s %8s %8s %8s %9s %9s %8s %6s\n", "DEVICE", "CAPTURES",
-         "STAGING", "REPLAYS", "P50 us", "P90 us", "P99 us", "MAX us", "WORK us", "GPU us",
+  printf("%-6s %8s %10s %10s %8s %8s %8s %8s %8s %8s %6s %9s %9s %8s %6s\n", "DEVICE", "CAPTURES",
+         "STAGING", "REPLAYS", "P50 us", "P90 us", "P99 us", "MAX us", "WORK us", "GPU us", "BUSY",
          "CAPTURED", "RECAPTURE", "EVICTED", "ERRORS");
   for (uint32_t i = 0; i < s->ndevices; i++) {
     const graphd_device_counters *c = &s->devices[i].counters;
-    char p50[32], p90[32], p99[32], mx[32], work[32], gpu[32], sb[32];
+    char p50[32], p90[32], p99[32], mx[32], work[32], gpu[32], sb[32], busy[32];
     cli_human_bytes(c->staging_bytes, sb, sizeof sb);
     const graphd_device_work *w = &s->work[i];
     us(work, sizeof work, w->replays ? w->replay_ns / w->replays : 0);
@@ -95,9 +97,14 @@ static void print_text(const graphd_daemon_status *s, const gd_client_row *cl, s
     us(p90, sizeof p90, c->replay_p90_ns);
     us(p99, sizeof p99, c->replay_p99_ns);
     us(mx, sizeof mx, c->replay_max_ns);
-    printf("%-6u %8llu %10s %10llu %8s %8s %8s %8s %8s %8s %9llu %9llu %8llu %6llu\n",
+    /* One reply has no interval of its own: the share since the worker
+     * began serving (graphctl top gives it over an interval). */
+    graphd_device_record r;
+    if (graphd_daemon_status_device(s, i, &r, sizeof r) != GRAPHD_OK) memset(&r, 0, sizeof r);
+    cli_busy_share(busy, sizeof busy, 0, r.worker_busy_ns, 0, r.worker_clock_ns);
+    printf("%-6u %8llu %10s %10llu %8s %8s %8s %8s %8s %8s %6s %9llu %9llu %8llu %6llu\n",
            s->devices[i].ordinal, (unsigned long long)c->captures, sb,
-           (unsigned long long)c->replays, p50, p90, p99, mx, work, gpu,
+           (unsigned long long)c->replays, p50, p90, p99, mx, work, gpu, busy,
            (unsigned long long)c->captures_built, (unsigned long long)c->recaptures,
            (unsigned long long)c->evictions, (unsigned long long)c->errors);
   }

@@ -1,9 +1,10 @@
 /* graphctl top [--interval SECONDS] [--count N]: per device, from two
  * Status replies an interval apart (graphd_get_status_now, so a busy
  * worker costs a refresh nothing): its state, replays a second, the
- * worker's busy share (its time in the replay path, worker_replay_ns,
- * over the wall time between the replies, by the daemon's clock), free
- * and total memory, captures and their staging, and errors a second.
+ * worker's busy share (the change in its busy time, worker_busy_ns, over
+ * the change in its time served, worker_clock_ns: the daemon reads both
+ * at one instant, a job still running counted), free and total memory,
+ * captures and their staging, and errors a second.
  *
  * On a terminal each refresh clears the screen; otherwise (a pipe, a
  * file, a test) refreshes follow one another, each with its header, with
@@ -78,11 +79,11 @@ static void frame(const graphd_daemon_status *then, const graphd_daemon_status *
       const graphd_device_info *p = &then->devices[k];
       rate(reps, sizeof reps, p->counters.replays, d->counters.replays, dt);
       rate(errs, sizeof errs, p->counters.errors, d->counters.errors, dt);
-      uint64_t w0 = then->work[k].replay_ns, w1 = now->work[i].replay_ns;
-      if (w1 >= w0) {
-        double share = (double)(w1 - w0) / (dt * 1e9);
-        snprintf(busy, sizeof busy, "%.1f%%", 100.0 * (share > 1 ? 1 : share));
-      }
+      graphd_device_record r0, r1;
+      if (graphd_daemon_status_device(then, (uint32_t)k, &r0, sizeof r0) == GRAPHD_OK &&
+          graphd_daemon_status_device(now, i, &r1, sizeof r1) == GRAPHD_OK)
+        cli_busy_share(busy, sizeof busy, r0.worker_busy_ns, r1.worker_busy_ns, r0.worker_clock_ns,
+                       r1.worker_clock_ns);
     }
     cli_human_bytes(d->free_memory, fre, sizeof fre);
     cli_human_bytes(d->total_memory, tot, sizeof tot);

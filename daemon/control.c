@@ -18,6 +18,18 @@ static const char *state_name(int st) {
   return st == GD_DEVICE_OK ? "ok" : st == GD_DEVICE_FAILED ? "failed" : "starting";
 }
 
+/* The worker's busy time and the time it has served (worker_busy). A
+ * reading taken while the worker ends a spell may be a little ahead of the
+ * next: the figure reported is the largest yet, so that it never goes back
+ * (a counter that goes back reads as a restart to Prometheus). */
+static void worker_figures(gd_daemon *d, int i, uint64_t *busy_ns, uint64_t *clock_ns) {
+  *busy_ns = *clock_ns = 0;
+  if (d->pool.workers && i < d->pool.n) worker_busy(daemon_worker(d, i), busy_ns, clock_ns);
+  gd_device_counters *c = &d->counters[i];
+  if (*busy_ns < c->last_busy_ns) *busy_ns = c->last_busy_ns;
+  c->last_busy_ns = *busy_ns;
+}
+
 void control_fill_device(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__DeviceInfo *di,
                          Graphd__Wire__DeviceCounters *dc) {
   const gd_device_facts *f = d->facts[i];
@@ -57,6 +69,7 @@ void control_fill_device(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__D
   dc->gpu_replays = c->gpu_replays;
   dc->instances = c->last_instances;
   dc->graphs = c->last_graphs;
+  worker_figures(d, i, &dc->worker_busy_ns, &dc->worker_clock_ns);
   dc->n_replay_latency_le_ns = dc->n_replay_latency_le_count = GD_HIST_LE_N;
   dc->replay_latency_le_ns = (uint64_t *)gd_hist_le_ns;
   dc->replay_latency_le_count = (uint64_t *)c->replay_latency.le;

@@ -61,6 +61,7 @@ typedef struct gd_device_counters {
   uint64_t last_free_memory;                   /* what the last Status job found (0 before any) */
   uint64_t answered_ns;                        /* when that job came back (0: never) */
   uint64_t last_instances, last_graphs; /* what it counted of the captures' instances and graphs */
+  uint64_t last_busy_ns; /* the worker's busy time last reported: it never goes back */
 } gd_device_counters;
 
 /* Counts n captures evicted (by request or by the budget), giving back their

@@ -80,6 +80,46 @@ static void sleep_for_events(gd_worker *w, int timeout_ms) {
   }
 }
 
+/* Starts (busy) or ends a busy spell and returns the time it did, which
+ * the caller uses as its own stamp. The clock is read inside the write so
+ * that a reader never sees a spell end before the time it counted it up
+ * to. Worker thread: the only writer (seqlock, as in worker.h). */
+static uint64_t busy_mark(gd_worker *w, bool busy) {
+  uint64_t seq = atomic_load_explicit(&w->busy_seq, memory_order_relaxed);
+  atomic_store_explicit(&w->busy_seq, seq + 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  uint64_t now = gd_now_ns();
+  uint64_t since = atomic_load_explicit(&w->busy_since_ns, memory_order_relaxed);
+  if (busy && !since) {
+    atomic_store_explicit(&w->busy_since_ns, now, memory_order_relaxed);
+  } else if (!busy && since) {
+    uint64_t sum = atomic_load_explicit(&w->busy_sum_ns, memory_order_relaxed);
+    atomic_store_explicit(&w->busy_sum_ns, sum + (now - since), memory_order_relaxed);
+    atomic_store_explicit(&w->busy_since_ns, 0, memory_order_relaxed);
+  }
+  atomic_store_explicit(&w->busy_seq, seq + 2, memory_order_release);
+  return now;
+}
+
+void worker_busy(gd_worker *w, uint64_t *busy_ns, uint64_t *clock_ns) {
+  uint64_t from = atomic_load(&w->serving_since_ns);
+  *busy_ns = *clock_ns = 0;
+  if (!from) return;
+  uint64_t seq, sum, since, now;
+  for (;;) {
+    seq = atomic_load_explicit(&w->busy_seq, memory_order_acquire);
+    sum = atomic_load_explicit(&w->busy_sum_ns, memory_order_relaxed);
+    since = atomic_load_explicit(&w->busy_since_ns, memory_order_relaxed);
+    now = gd_now_ns();
+    atomic_thread_fence(memory_order_acquire);
+    if (!(seq & 1) && atomic_load_explicit(&w->busy_seq, memory_order_relaxed) == seq) break;
+    cpu_relax(); /* the worker is inside busy_mark: a few instructions */
+  }
+  *busy_ns = sum + (since && now > since ? now - since : 0);
+  *clock_ns = now > from ? now - from : 0;
+  if (*busy_ns > *clock_ns) *busy_ns = *clock_ns;
+}
+
 /* Runs done callbacks until none is left. A callback may submit a job that
  * completes at once (a stopping worker refuses it): that completion is run
  * here too, since at shutdown no later wake-up comes for it. */
@@ -108,7 +148,9 @@ static void *worker_main(void *arg) {
   gd_log_set_thread_tag(tag);
   pthread_setname_np(pthread_self(), tag);
   (void)h->start(w->ctx); /* a failed start shows in h->refusal */
-  atomic_store(&w->heartbeat_ns, gd_now_ns());
+  uint64_t started = gd_now_ns();
+  atomic_store(&w->heartbeat_ns, started);
+  atomic_store(&w->serving_since_ns, started);
   pthread_mutex_lock(&p->start_lock);
   atomic_fetch_add(&p->started, 1);
   pthread_cond_broadcast(&p->start_cond);
@@ -118,8 +160,8 @@ static void *worker_main(void *arg) {
     /* Right after a job, the next request of a synchronous client is
      * usually a few tens of microseconds away, and an asynchronous client
      * may be filling its ring: spin briefly before sleeping, so that its
-     * hand-off costs no wake-up. */
-    uint64_t spin_from = gd_now_ns();
+     * hand-off costs no wake-up. Waiting for work ends a busy spell. */
+    uint64_t spin_from = busy_mark(w, false);
     for (unsigned i = 0; !atomic_load(&w->queued) && !h->pending(w->ctx); i++) {
       cpu_relax();
       if ((i & 63) == 0 && gd_now_ns() - spin_from > WORKER_SPIN_NS) break;
@@ -145,7 +187,7 @@ static void *worker_main(void *arg) {
     bool stopping = w->stopping;
     pthread_mutex_unlock(&w->lock);
     if (!j && stopping) break;
-    atomic_store(&w->heartbeat_ns, gd_now_ns());
+    atomic_store(&w->heartbeat_ns, busy_mark(w, true));
     if (j) {
       const char *why = stopping ? STOPPING_MSG : h->refusal(w->ctx);
       if (why) {

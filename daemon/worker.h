@@ -12,7 +12,9 @@
  * An idle worker spins a bounded time, then sleeps in epoll_wait on its
  * own eventfd (written by worker_submit and worker_pool_stop only while
  * the worker sleeps) and on the doorbells the hooks add to its wake set
- * (worker_wake_set), so that it wakes for either.
+ * (worker_wake_set), so that it wakes for either. From taking work to
+ * spinning again the worker is busy: it times each busy spell with the
+ * clock reads the loop makes anyway and publishes the sum (worker_busy).
  *
  * Locks: each worker's `lock` guards its queue, `stopping` and `sleeping`;
  * the pool's `lock` guards the completion list. Neither lock is held while
@@ -94,6 +96,14 @@ struct gd_worker {
   _Atomic uint64_t heartbeat_ns; /* last time the worker woke or finished a job */
   _Atomic bool busy;             /* a job is running */
   _Atomic int queued;            /* jobs in the queue, for the spin before sleeping */
+  /* The busy clock (worker_busy): the worker's time at work (jobs, ring
+   * work, its hooks) as against spinning or sleeping for work. Only the
+   * worker writes it, as a seqlock: busy_seq is odd while it updates the
+   * two figures, which any thread may read between. */
+  _Atomic uint64_t busy_seq;
+  _Atomic uint64_t busy_sum_ns;      /* the busy spells that ended */
+  _Atomic uint64_t busy_since_ns;    /* when the current spell began; 0: waiting for work */
+  _Atomic uint64_t serving_since_ns; /* when it began serving, after its start hook; 0: not yet */
 };
 
 struct gd_pool {
@@ -155,6 +165,14 @@ int worker_wake_set(gd_worker *w);
 static inline bool worker_jobs_waiting(gd_worker *w) { return atomic_load(&w->queued) > 0; }
 /* Marks w alive (a job that waits a long time calls it). */
 void worker_heartbeat(gd_worker *w);
+
+/* How long w has been at work since it began serving (*busy_ns: jobs, ring
+ * work and its hooks, a spell still running counted up to now), and how
+ * long it has served (*clock_ns), read at one instant: over an interval
+ * the share of the time it was busy is the change in the one over the
+ * change in the other, and *busy_ns <= *clock_ns. Both 0 before it
+ * serves. Any thread; lock-free (it retries while the worker updates). */
+void worker_busy(gd_worker *w, uint64_t *busy_ns, uint64_t *clock_ns);
 
 /* Asks each stuck worker (as worker_pool_stuck counts them) to write its
  * stack to the log. Loop thread. */

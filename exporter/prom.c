@@ -313,6 +313,15 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
     dev_labels(f, &s->devices[i]);
     fprintf(f, "} %.9f\n", (double)s->launch_ns[i] / 1e9);
   }
+  family(f, "graphd_worker_busy_seconds_total", "counter",
+         "The device worker thread's time at work (running jobs and ring replays, a job still "
+         "running counted) since it began serving, as against waiting for work: its rate is the "
+         "worker's busy share, near 1 when the worker, not the device, bounds the replay rate.");
+  for (uint32_t i = 0; i < s->ndevices; i++) {
+    fprintf(f, "graphd_worker_busy_seconds_total");
+    dev_labels(f, &s->devices[i]);
+    fprintf(f, "} %.9f\n", (double)record(s, i).worker_busy_ns / 1e9);
+  }
   family(f, "graphd_device_figures_age_seconds", "gauge",
          "How old the device's free memory and sampled GPU time are: 0 when its worker answered "
          "this scrape, else the time since it last did (a worker in a long job does not answer).");

@@ -87,6 +87,11 @@ int main(void) {
   OFF(graphd_device_record, staging_budget_bytes);
   OFF(graphd_device_record, instances);
   OFF(graphd_device_record, graphs);
+  OFF(graphd_device_record, worker_busy_ns);
+  OFF(graphd_device_record, worker_clock_ns);
+  SIZE(graphd_capture_record);
+  OFF(graphd_capture_record, instances);
+  OFF(graphd_capture_record, info);
   SIZE(graphd_evict_options);
   OFF(graphd_evict_options, device);
   OFF(graphd_evict_options, client_pid);

@@ -273,9 +273,10 @@ static double top_column(const char *frame, int dev, int col) {
   return strtod(row, NULL);
 }
 
-/* graphctl top's busy share is the worker's time in replays over the wall
- * time: near all of it on a device whose worker runs 50 ms replays back
- * to back, nothing on the idle one; replays a second follow. */
+/* graphctl top's busy share is the worker's busy time over the wall time:
+ * near all of it on a device whose worker runs 50 ms replays back to
+ * back, nothing on the idle one; replays a second follow. stats gives the
+ * share since the worker began serving, and the figures in its JSON. */
 START_TEST(test_graphctl_top_busy_share_and_rate) {
   gd_test_daemon d;
   td_start(&d, "--host-devices", "2", NULL);
@@ -298,12 +299,16 @@ START_TEST(test_graphctl_top_busy_share_and_rate) {
   pthread_t t;
   ck_assert_int_eq(pthread_create(&t, NULL, sleep_replays, &k), 0);
 
-  char out[16384];
+  char out[16384], stats[16384], json[65536];
   int rc = run(out, sizeof out, GRAPHCTL_BIN, "--socket", d.socket, "top", "--count", "2",
                "--interval", "1", NULL);
+  int rc_stats = run(stats, sizeof stats, GRAPHCTL_BIN, "--socket", d.socket, "stats", NULL);
+  int rc_json = run(json, sizeof json, GRAPHCTL_BIN, "--socket", d.socket, "stats", "--json", NULL);
   atomic_store(&k.stop, true);
   pthread_join(t, NULL);
   ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+  ck_assert_msg(rc_stats == 0, "exit %d: %s", rc_stats, stats);
+  ck_assert_msg(rc_json == 0, "exit %d: %s", rc_json, json);
   /* Two refreshes, a blank line between; the second is checked. */
   const char *second = strstr(out, "\n\ngraphd ");
   ck_assert_msg(second && !strstr(second + 2, "\n\n"), "not two refreshes: %s", out);
@@ -316,6 +321,25 @@ START_TEST(test_graphctl_top_busy_share_and_rate) {
   ck_assert_msg(rate1 >= 5 && rate1 <= 21, "device 1 at %.1f replays/s: %s", rate1, out);
   ck_assert_msg(busy0 == 0 && rate0 == 0, "device 0 is idle: %s", out);
   ck_assert_int_ge(k.replays, 10);
+
+  /* stats gives the share since the worker began serving (BUSY, column
+   * 11: the staging size takes two), and its JSON the figures behind it. */
+  ck_assert_msg(strstr(stats, " GPU us   BUSY "), "%s", stats);
+  double since1 = top_column(stats, 1, 11), since0 = top_column(stats, 0, 11);
+  ck_assert_msg(since1 > 20 && since1 <= 100, "device 1 busy %.1f%% since start: %s", since1,
+                stats);
+  ck_assert_msg(since0 < 5, "device 0 busy %.1f%% since start: %s", since0, stats);
+  json_object *o = json_tokener_parse(json), *devs, *dev1, *v;
+  ck_assert_ptr_nonnull(o);
+  ck_assert(json_object_object_get_ex(o, "devices", &devs));
+  dev1 = json_object_array_get_idx(devs, 1);
+  ck_assert(json_object_object_get_ex(dev1, "worker_busy_ns", &v));
+  uint64_t busy_ns = json_object_get_uint64(v);
+  ck_assert(json_object_object_get_ex(dev1, "worker_clock_ns", &v));
+  uint64_t clock_ns = json_object_get_uint64(v);
+  ck_assert_uint_gt(busy_ns, 0);
+  ck_assert_uint_le(busy_ns, clock_ns);
+  json_object_put(o);
 
   graphd_stream_detach(k.s);
   graphd_close(k.c);

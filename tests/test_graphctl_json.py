@@ -81,6 +81,7 @@ class GraphctlJsonTest(unittest.TestCase):
         self.assertEqual(len(caps), 1)
         self.assertEqual(caps[0]["generation"], 1)
         self.assertGreaterEqual(caps[0]["graphs"], 1)
+        self.assertEqual(caps[0]["instances"], 1)  # the demo replays from one stream
         stats = self.check("stats", "stats", "--json")
         self.assertEqual(stats["devices"][0]["captures"], 1)
 
@@ -94,13 +95,15 @@ class GraphctlJsonTest(unittest.TestCase):
         self.assertEqual(lst.returncode, 0, lst.stderr)
         lines = lst.stdout.splitlines()
         self.assertEqual(lines[0].split(), ["CAPTURE", "MODE", "STAGING", "NODES", "REPLAYS",
-                                            "IDLE", "s", "STATE", "GEN", "GRAPHS", "REPOINTS",
-                                            "PIDS"])
+                                            "IDLE", "s", "STATE", "GEN", "INSTANCES", "GRAPHS",
+                                            "REPOINTS", "PIDS"])
         row = lines[1].split()
         self.assertEqual(row[0], cap["capture"])
         self.assertEqual(" ".join(row[2:4]), want)
         self.assertEqual(int(row[4]), cap["nodes"])
         self.assertEqual(int(row[5]), cap["replays"])
+        self.assertEqual(int(row[9]), cap["instances"])
+        self.assertEqual(int(row[10]), cap["graphs"])
         st = self.ctl("stats")
         self.assertEqual(st.returncode, 0, st.stderr)
         self.assertEqual(st.stdout.split()[:3], ["DEVICE", "CAPTURES", "STAGING"])

@@ -6,6 +6,7 @@
  * would, so that a second stream finds the first instance busy. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +196,112 @@ START_TEST(test_instances_a_program_with_temporaries_runs_from_two_at_once) {
 }
 END_TEST
 
+/* The capture's one record from ListCaptures (graphd_list_capture_records). */
+static graphd_capture_record listed_record(void) {
+  graphd_client *ctl = td_control(&d);
+  graphd_capture_record *r;
+  size_t n;
+  ck_assert_int_eq(graphd_list_capture_records(ctl, sizeof *r, &r, &n), GRAPHD_OK);
+  ck_assert_uint_eq(n, 1);
+  graphd_capture_record one = r[0];
+  graphd_capture_records_free(r);
+  graphd_close(ctl);
+  ck_assert_uint_eq(one.size, sizeof one);
+  return one;
+}
+
+/* The value under column `name` of graphctl list's first capture. The
+ * header and the row split into words line up up to the columns asked for
+ * here: the header's "IDLE s" is two words, as the row's staging size
+ * (number and unit) is. */
+static long list_column(const char *out, const char *name) {
+  char head[512], row[512];
+  const char *nl = strchr(out, '\n');
+  ck_assert_msg(nl && sscanf(nl + 1, "%511[^\n]", row) == 1, "%s", out);
+  ck_assert(sscanf(out, "%511[^\n]", head) == 1);
+  int col = 0, words = 0;
+  bool found = false;
+  for (char *save, *w = strtok_r(head, " ", &save); w; w = strtok_r(NULL, " ", &save), words++) {
+    if (strcmp(w, name) == 0) {
+      col = words;
+      found = true;
+    }
+  }
+  ck_assert_msg(found, "no column %s in %s", name, out);
+  char *save, *w = strtok_r(row, " ", &save);
+  for (int k = 0; k < col && w; k++) w = strtok_r(NULL, " ", &save);
+  ck_assert_msg(w != NULL, "row too short: %s", out);
+  return strtol(w, NULL, 10);
+}
+
+/* A program replayed from two sessions at once shows its two instances,
+ * and the staging they hold together, wherever its capture is listed:
+ * libgraphd's records (and records of the first two members only, as a
+ * binary built against that much of the header would ask for), graphctl
+ * list and its JSON, and the records of what an eviction took. */
+START_TEST(test_instances_listings_show_a_captures_instances_and_their_staging) {
+  sess a, b;
+  ck_assert_int_eq(sess_open(&a, TWICE), GRAPHD_OK);
+  ck_assert_int_eq(sess_open(&b, TWICE), GRAPHD_OK);
+  ck_assert(replay_with(&a, 3.0f) == 6.0f);
+  graphd_capture_record one = listed_record();
+  ck_assert_uint_eq(one.instances, 1);
+  ck_assert(replay_with(&a, 4.0f) == 8.0f);  /* a's instance is busy again */
+  ck_assert(replay_with(&b, 5.0f) == 10.0f); /* so b gets one of its own */
+  graphd_capture_record two = listed_record();
+  ck_assert_uint_eq(two.instances, 2);
+  ck_assert_uint_eq(two.info.staging_bytes, 2 * one.info.staging_bytes);
+  ck_assert_uint_eq(two.info.graphs, 2);
+  ck_assert_uint_eq(counters().staging_bytes, two.info.staging_bytes);
+
+  graphd_client *ctl = td_control(&d);
+  struct {
+    uint32_t size, instances;
+  } * small;
+  size_t n;
+  ck_assert_int_eq(graphd_list_capture_records(ctl, sizeof *small, (void *)&small, &n), GRAPHD_OK);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_uint_eq(small[0].size, sizeof *small);
+  ck_assert_uint_eq(small[0].instances, 2);
+  graphd_capture_records_free((void *)small);
+  graphd_capture_record *none = (void *)1;
+  ck_assert_int_eq(graphd_list_capture_records(ctl, 4, &none, &n), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_ptr_null(none);
+  graphd_close(ctl);
+
+  /* graphctl list labels the column, and its JSON has the key. */
+  char out[8192];
+  char *argv[] = {GRAPHCTL_BIN, "--socket", d.socket, "list", NULL};
+  ck_assert_int_eq(td_run(argv, out, sizeof out, 10000), 0);
+  ck_assert_msg(strstr(out, " GEN INSTANCES GRAPHS "), "%s", out);
+  ck_assert_int_eq(list_column(out, "INSTANCES"), 2);
+  ck_assert_int_eq(list_column(out, "GRAPHS"), 2);
+  char *argj[] = {GRAPHCTL_BIN, "--socket", d.socket, "list", "--json", NULL};
+  ck_assert_int_eq(td_run(argj, out, sizeof out, 10000), 0);
+  ck_assert_msg(strstr(out, "\"instances\":2") || strstr(out, "\"instances\": 2"), "%s", out);
+  ck_assert_msg(
+      strstr(out, td_fmt("\"staging_bytes\": %llu", (unsigned long long)two.info.staging_bytes)) ||
+          strstr(out, td_fmt("\"staging_bytes\":%llu", (unsigned long long)two.info.staging_bytes)),
+      "%s", out);
+
+  /* What an eviction took, as records. */
+  ctl = td_control(&d);
+  graphd_evict_options o;
+  graphd_evict_options_init(&o);
+  o.all = 1;
+  graphd_capture_record *went;
+  uint64_t freed;
+  ck_assert_int_eq(graphd_evict_records(ctl, &o, sizeof *went, &went, &n, &freed), GRAPHD_OK);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_uint_eq(went[0].instances, 2);
+  ck_assert_uint_eq(went[0].info.staging_bytes, freed);
+  graphd_capture_records_free(went);
+  graphd_close(ctl);
+  sess_close(&a);
+  sess_close(&b);
+}
+END_TEST
+
 /* Two sessions replaying one program with state each see only their own:
  * a running sum per session, from zero, and a session that comes after one
  * ended starts from zero on the instance that one held. */
@@ -315,6 +422,7 @@ int main(void) {
   tcase_add_checked_fixture(tb, setup_busy, teardown);
   tcase_set_timeout(tb, 60);
   tcase_add_test(tb, test_instances_a_program_with_temporaries_runs_from_two_at_once);
+  tcase_add_test(tb, test_instances_listings_show_a_captures_instances_and_their_staging);
   suite_add_tcase(s, tb);
   TCase *tg = tcase_create("budget");
   tcase_add_checked_fixture(tg, setup_busy_budget, teardown);

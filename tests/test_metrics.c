@@ -254,6 +254,11 @@ START_TEST(test_metrics_follow_sessions_and_replays) {
   q = td_fmt("graphd_replay_worker_launch_seconds_total{device=\"1\",uuid=\"%s\"}", dev1.uuid_str);
   ck_assert_double_gt(sample(b, q), 0);
   ck_assert_double_le(sample(b, q), worker);
+  /* The worker's busy time holds its time in the replay path and more (the
+   * Status and upkeep jobs); it is never more than the daemon has run. */
+  double busy = sample(b, td_fmt("graphd_worker_busy_seconds_total{%s}", l1));
+  ck_assert_double_ge(busy, worker);
+  ck_assert_double_le(busy, sample(b, "graphd_uptime_seconds") + 0.001);
   /* The first replay was timed on the device; it is read when a later
    * sample begins, a millisecond on at least, so it may not be in yet. */
   q = td_fmt("graphd_replay_gpu_seconds_count{device=\"1\",uuid=\"%s\"}", dev1.uuid_str);
@@ -282,6 +287,7 @@ START_TEST(test_metrics_follow_sessions_and_replays) {
   ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_replays_total counter\n"));
   ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_replay_latency_seconds histogram\n"));
   ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_replay_latency_quantile_seconds summary\n"));
+  ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_worker_busy_seconds_total counter\n"));
   free(t1);
   free(t2);
   free(a);

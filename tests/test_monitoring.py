@@ -190,7 +190,8 @@ class MonitoringTest(unittest.TestCase):
                      "graphd_device_memory_total_bytes", "graphd_staging_budget_bytes",
                      "graphd_replay_latency_seconds_bucket", "graphd_replay_latency_seconds_sum",
                      "graphd_replay_latency_seconds_count", "graphd_device_figures_age_seconds",
-                     "graphd_replay_worker_seconds_sum", "graphd_errors_total"):
+                     "graphd_replay_worker_seconds_sum", "graphd_worker_busy_seconds_total",
+                     "graphd_errors_total"):
             self.assertIn(name, self.emitted)
 
     def test_the_name_check_catches_a_wrong_name(self):

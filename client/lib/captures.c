@@ -1,34 +1,55 @@
 /* libgraphd: listing and evicting captures. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-static graphd_status copy_infos(graphd_client *c, Graphd__Wire__CaptureInfo **w, size_t n,
-                                graphd_capture_info **out, size_t *nout) {
+static void copy_info(graphd_capture_info *ci, const Graphd__Wire__CaptureInfo *w) {
+  if (w->program_id.len == 32) memcpy(ci->program_id, w->program_id.data, 32);
+  ci->device = w->device;
+  ci->mode = w->mode;
+  ci->staging_bytes = w->staging_bytes;
+  ci->nodes = w->nodes;
+  ci->replays = w->replays;
+  ci->idle_ms = w->idle_ms;
+  ci->generation = w->generation;
+  ci->created_unix_ms = w->created_unix_ms;
+  ci->repoints = w->repoints;
+  ci->graphs = w->graphs;
+  ci->npids = (uint32_t)(w->n_pids < 16 ? w->n_pids : 16);
+  memcpy(ci->pids, w->pids, ci->npids * sizeof(uint32_t));
+  ci->busy = w->busy;
+}
+
+/* The smallest record size a caller may pass: the record's first two
+ * members. */
+#define RECORD_MIN offsetof(graphd_capture_record, info)
+
+/* The captures of a reply: an array of 0.1.0's infos (size 0), or of
+ * records of `size` bytes each, filled up to what both sides know. */
+static graphd_status copy_captures(graphd_client *c, Graphd__Wire__CaptureInfo **w, size_t n,
+                                   size_t size, void **out, size_t *nout) {
   *out = NULL;
   *nout = 0;
   if (!n) return GRAPHD_OK;
-  graphd_capture_info *ci = calloc(n, sizeof *ci);
-  if (!ci) return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+  size_t stride = size ? size : sizeof(graphd_capture_info);
+  char *a = calloc(n, stride);
+  if (!a) return gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < n; i++) {
-    if (w[i]->program_id.len == 32) memcpy(ci[i].program_id, w[i]->program_id.data, 32);
-    ci[i].device = w[i]->device;
-    ci[i].mode = w[i]->mode;
-    ci[i].staging_bytes = w[i]->staging_bytes;
-    ci[i].nodes = w[i]->nodes;
-    ci[i].replays = w[i]->replays;
-    ci[i].idle_ms = w[i]->idle_ms;
-    ci[i].generation = w[i]->generation;
-    ci[i].created_unix_ms = w[i]->created_unix_ms;
-    ci[i].repoints = w[i]->repoints;
-    ci[i].graphs = w[i]->graphs;
-    ci[i].npids = (uint32_t)(w[i]->n_pids < 16 ? w[i]->n_pids : 16);
-    memcpy(ci[i].pids, w[i]->pids, ci[i].npids * sizeof(uint32_t));
-    ci[i].busy = w[i]->busy;
+    if (!size) {
+      copy_info((graphd_capture_info *)(void *)(a + i * stride), w[i]);
+      continue;
+    }
+    graphd_capture_record r;
+    memset(&r, 0, sizeof r);
+    r.instances = w[i]->instances;
+    copy_info(&r.info, w[i]);
+    r.size = (uint32_t)(size < sizeof r ? size : sizeof r);
+    memcpy(a + i * stride, &r, r.size);
   }
-  *out = ci;
+  *out = a;
   *nout = n;
   return GRAPHD_OK;
 }
@@ -51,7 +72,7 @@ size_t graphd_busy_devices(graphd_client *c, uint32_t *devs, size_t max) {
   return n;
 }
 
-graphd_status graphd_list_captures(graphd_client *c, graphd_capture_info **out, size_t *n) {
+static graphd_status list_captures(graphd_client *c, size_t size, void **out, size_t *n) {
   GD_OWNED(c);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__ListCaptures m = GRAPHD__WIRE__LIST_CAPTURES__INIT;
@@ -65,10 +86,29 @@ graphd_status graphd_list_captures(graphd_client *c, graphd_capture_info **out, 
   keep_busy(c, NULL, 0);
   if (st == GRAPHD_OK && rep->body_case == GRAPHD__WIRE__REPLY__BODY_LIST_CAPTURES) {
     keep_busy(c, rep->list_captures->busy_devices, rep->list_captures->n_busy_devices);
-    st = copy_infos(c, rep->list_captures->captures, rep->list_captures->n_captures, out, n);
+    st = copy_captures(c, rep->list_captures->captures, rep->list_captures->n_captures, size, out,
+                       n);
   }
   if (rep) graphd__wire__reply__free_unpacked(rep, NULL);
   pthread_mutex_unlock(&c->lock);
+  return st;
+}
+
+graphd_status graphd_list_captures(graphd_client *c, graphd_capture_info **out, size_t *n) {
+  void *a = NULL;
+  graphd_status st = list_captures(c, 0, &a, n);
+  *out = a;
+  return st;
+}
+
+graphd_status graphd_list_capture_records(graphd_client *c, size_t size,
+                                          graphd_capture_record **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  if (size < RECORD_MIN) return GRAPHD_INVALID_ARGUMENT;
+  void *a = NULL;
+  graphd_status st = list_captures(c, size, &a, n);
+  *out = a;
   return st;
 }
 
@@ -79,8 +119,8 @@ void graphd_evict_options_init(graphd_evict_options *o) {
   o->device = -1;
 }
 
-graphd_status graphd_evict(graphd_client *c, const graphd_evict_options *o,
-                           graphd_capture_info **evicted, size_t *n, uint64_t *bytes) {
+static graphd_status evict(graphd_client *c, const graphd_evict_options *o, size_t size,
+                           void **evicted, size_t *n, uint64_t *bytes) {
   GD_OWNED(c);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
   Graphd__Wire__Evict m = GRAPHD__WIRE__EVICT__INIT;
@@ -108,7 +148,7 @@ graphd_status graphd_evict(graphd_client *c, const graphd_evict_options *o,
     if (bytes) *bytes = rep->evict->bytes;
     if (evicted) {
       size_t k;
-      st = copy_infos(c, rep->evict->evicted, rep->evict->n_evicted, evicted, &k);
+      st = copy_captures(c, rep->evict->evicted, rep->evict->n_evicted, size, evicted, &k);
       if (n) *n = k;
     } else if (n) {
       *n = rep->evict->n_evicted;
@@ -118,3 +158,25 @@ graphd_status graphd_evict(graphd_client *c, const graphd_evict_options *o,
   pthread_mutex_unlock(&c->lock);
   return st;
 }
+
+graphd_status graphd_evict(graphd_client *c, const graphd_evict_options *o,
+                           graphd_capture_info **evicted, size_t *n, uint64_t *bytes) {
+  void *a = NULL;
+  graphd_status st = evict(c, o, 0, evicted ? &a : NULL, n, bytes);
+  if (evicted) *evicted = a;
+  return st;
+}
+
+graphd_status graphd_evict_records(graphd_client *c, const graphd_evict_options *o, size_t size,
+                                   graphd_capture_record **evicted, size_t *n, uint64_t *bytes) {
+  if (evicted) *evicted = NULL;
+  if (n) *n = 0;
+  if (bytes) *bytes = 0;
+  if (size < RECORD_MIN) return GRAPHD_INVALID_ARGUMENT;
+  void *a = NULL;
+  graphd_status st = evict(c, o, size, evicted ? &a : NULL, n, bytes);
+  if (evicted) *evicted = a;
+  return st;
+}
+
+void graphd_capture_records_free(graphd_capture_record *list) { free(list); }

@@ -486,6 +486,8 @@ static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_st
       r->launch_ns = w->counters->worker_launch_ns;
       r->instances = w->counters->instances;
       r->graphs = w->counters->graphs;
+      r->worker_busy_ns = w->counters->worker_busy_ns;
+      r->worker_clock_ns = w->counters->worker_clock_ns;
       copy_latency(&r->replay_latency, w->counters);
     }
     /* The arrays of 0.1.0's layout. */

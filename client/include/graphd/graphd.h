@@ -287,6 +287,16 @@ typedef struct graphd_device_record {
    * worker last counted them (ListCaptures' figures, summed). */
   uint64_t instances;
   uint64_t graphs;
+  /* The device's worker thread at work (running jobs and ring replays, as
+   * against waiting for work) since it began serving, and its clock (how
+   * long it has served), read by the daemon at one instant when it answered:
+   * the share
+   * of an interval the worker was busy is the change in worker_busy_ns
+   * over the change in worker_clock_ns (near 1, the worker thread and
+   * not the device bounds the replay rate). Both 0 from a daemon that does
+   * not report them. */
+  uint64_t worker_busy_ns;
+  uint64_t worker_clock_ns;
 } graphd_device_record;
 
 /* Copies device i of s into *out, a record of `size` bytes (the caller's
@@ -563,6 +573,7 @@ typedef struct graphd_capture_info {
   uint32_t device; /* the daemon's device index */
   uint32_t
       mode; /* how it runs: GRAPHD_MODE_STAGED, _STAGED_EX or _DIRECT (auto shows its choice) */
+  /* The staging its instances hold, over all of them (temporaries included). */
   uint64_t staging_bytes;
   uint32_t nodes; /* graph nodes */
   uint64_t replays;
@@ -606,8 +617,41 @@ GRAPHD_EXPORT void graphd_evict_options_init(graphd_evict_options *o);
 GRAPHD_EXPORT graphd_status graphd_evict(graphd_client *c, const graphd_evict_options *o,
                                          graphd_capture_info **evicted, size_t *n, uint64_t *bytes);
 
-/* The devices that the last graphd_list_captures or graphd_evict on c
- * could not reach: their worker was inside a long job (a replay waiting
+/* One capture with every figure (see "Growing the ABI"): graphd_capture_info
+ * keeps 0.1.0's layout, and what later versions add comes here. `size` is
+ * the bytes of the record the library filled. */
+typedef struct graphd_capture_record {
+  uint32_t size;
+  /* Its instances (1 and up; 0 from a daemon that does not say): each with
+   * staging, executable graphs and an event of its own, one per stream that
+   * replays a program without state at once, or per session of a program
+   * with state. info.staging_bytes and info.graphs are over all of them. */
+  uint32_t instances;
+  graphd_capture_info info;
+} graphd_capture_record;
+
+/* graphd_list_captures as records: *out is an array of *n records of
+ * `size` bytes each (the caller's sizeof(graphd_capture_record), so that
+ * (*out)[i] is capture i), each filled as graphd_daemon_status_device fills
+ * a device record: what both sides know, the rest zeroed, its size set to
+ * the bytes filled. Free *out with graphd_capture_records_free().
+ * INVALID_ARGUMENT when size is smaller than the record's first two
+ * members. Thread-safe as graphd_list_captures. */
+GRAPHD_EXPORT graphd_status graphd_list_capture_records(graphd_client *c, size_t size,
+                                                        graphd_capture_record **out, size_t *n);
+
+/* graphd_evict with what went as records, as graphd_list_capture_records
+ * gives them (evicted may be NULL). */
+GRAPHD_EXPORT graphd_status graphd_evict_records(graphd_client *c, const graphd_evict_options *o,
+                                                 size_t size, graphd_capture_record **evicted,
+                                                 size_t *n, uint64_t *bytes);
+
+/* Frees an array from graphd_list_capture_records or graphd_evict_records.
+ * NULL is a no-op. */
+GRAPHD_EXPORT void graphd_capture_records_free(graphd_capture_record *list);
+
+/* The devices that the last graphd_list_captures or graphd_evict (or
+ * their _records forms) on c could not reach: their worker was inside a long job (a replay waiting
  * for a client's ready flag, say) past the daemon's bound of 500 ms. A
  * list lacks their captures; an eviction there still runs, in order, when
  * the worker is free, and shows in that device's evictions counter, but

@@ -136,6 +136,10 @@ class graphd_capture_info(ctypes.Structure):
                 ("graphs", _u32)]
 
 
+class graphd_capture_record(ctypes.Structure):
+    _fields_ = [("size", _u32), ("instances", _u32), ("info", graphd_capture_info)]
+
+
 class graphd_evict_options(ctypes.Structure):
     _fields_ = [("program", ctypes.c_char_p), ("device", _int), ("client_pid", _u32),
                 ("session", _u64), ("idle_ms", _u64), ("all", _int), ("dry_run", _int)]
@@ -145,7 +149,8 @@ class graphd_device_record(ctypes.Structure):
     _fields_ = [("size", _u32), ("index", _u32), ("info", graphd_device_info),
                 ("work", graphd_device_work), ("launch_ns", _u64), ("figures_age_ms", _u64),
                 ("replay_latency", graphd_latency_histogram), ("staging_budget_bytes", _u64),
-                ("instances", _u64), ("graphs", _u64)]
+                ("instances", _u64), ("graphs", _u64), ("worker_busy_ns", _u64),
+                ("worker_clock_ns", _u64)]
 
 
 # The structures whose layout the tests compare with C (tests/abi_sizes.c).
@@ -153,7 +158,7 @@ STRUCTS = {c.__name__: c for c in (
     graphd_connect_options, graphd_device_counters, graphd_device_info, graphd_session_info,
     graphd_device_work, graphd_latency_histogram, graphd_daemon_status, graphd_region_ref,
     graphd_binding, graphd_replay_info, graphd_prepare_info, graphd_capture_info,
-    graphd_evict_options, graphd_device_record)}
+    graphd_capture_record, graphd_evict_options, graphd_device_record)}
 
 _P = ctypes.c_void_p
 _ID = ctypes.POINTER(_u8)  # uint8_t[32]
@@ -224,6 +229,13 @@ _PROTOS = {
     "graphd_evict": (_int, [_P, ctypes.POINTER(graphd_evict_options),
                             ctypes.POINTER(ctypes.POINTER(graphd_capture_info)),
                             ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(_u64)]),
+    "graphd_list_capture_records": (_int, [_P, ctypes.c_size_t,
+                                           ctypes.POINTER(ctypes.POINTER(graphd_capture_record)),
+                                           ctypes.POINTER(ctypes.c_size_t)]),
+    "graphd_evict_records": (_int, [_P, ctypes.POINTER(graphd_evict_options), ctypes.c_size_t,
+                                    ctypes.POINTER(ctypes.POINTER(graphd_capture_record)),
+                                    ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(_u64)]),
+    "graphd_capture_records_free": (None, [ctypes.POINTER(graphd_capture_record)]),
     # The client-side registry (for the XLA handler).
     "graphd_registry_add_module": (_int, [_int, ctypes.c_char_p, ctypes.c_size_t, _ID]),
     "graphd_registry_add_program": (_int, [_ID, ctypes.c_char_p, ctypes.c_size_t]),
@@ -381,6 +393,12 @@ def struct_dict(s):
 def capture_info_free(ptr):
     """Frees a list of captures from libgraphd (graphd_capture_info_free)."""
     lib().graphd_capture_info_free(ptr)
+
+
+def capture_records_free(ptr):
+    """Frees a list of capture records from libgraphd
+    (graphd_capture_records_free)."""
+    lib().graphd_capture_records_free(ptr)
 
 
 class CProgram:

@@ -33,8 +33,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from . import _deprecated
 from ._bind import Binder
 from ._cuda import device_uuid as _cuda_device_uuid
-from ._lib import (ERRMAX, SESSION_CONTROL, SESSION_DATA, capture_info_free, graphd_binding,
-                   graphd_capture_info, graphd_connect_options, graphd_daemon_status,
+from ._lib import (ERRMAX, SESSION_CONTROL, SESSION_DATA, capture_records_free, graphd_binding,
+                   graphd_capture_record, graphd_connect_options, graphd_daemon_status,
                    graphd_device_info, graphd_device_record, graphd_evict_options, graphd_prepare_info,
                    graphd_region_ref, graphd_replay_info, id_arg, lib, struct_dict, uuid_parse)
 from .errors import FailedPrecondition, GraphdError, InvalidArgument, InvalidArgumentType
@@ -508,8 +508,9 @@ class Client:
             version, uptime_ms, pid, sessions, modules, module_bytes,
             programs; devices (graphd_device_info's fields, uuid as bytes,
             counters as a dict, figures_age_ms, and work: replay_ns over
-            replays, of it launch_ns in the driver's graph launches, and
-            gpu_ns over gpu_replays sampled); session_info.
+            replays, of it launch_ns in the driver's graph launches,
+            gpu_ns over gpu_replays sampled, and busy_ns over clock_ns,
+            the worker's busy time and its time base); session_info.
         """
         l = lib()
         p = ctypes.POINTER(graphd_daemon_status)()
@@ -524,8 +525,9 @@ class Client:
                 r = graphd_device_record()
                 if l.graphd_daemon_status_device(p, i, ctypes.byref(r), ctypes.sizeof(r)):
                     raise GraphdError("INTERNAL", f"graphd_daemon_status_device refused device {i}")
-                devices.append(dict(struct_dict(r.info), figures_age_ms=r.figures_age_ms,
-                                    work=dict(struct_dict(r.work), launch_ns=r.launch_ns)))
+                work = dict(struct_dict(r.work), launch_ns=r.launch_ns, busy_ns=r.worker_busy_ns,
+                            clock_ns=r.worker_clock_ns)
+                devices.append(dict(struct_dict(r.info), figures_age_ms=r.figures_age_ms, work=work))
             out["devices"] = devices
             out["session_info"] = [struct_dict(s.session_info[i]) for i in range(s.nsession_info)]
         finally:
@@ -920,18 +922,21 @@ class Client:
 
     @staticmethod
     def _captures(ptr: Any, n: int) -> List[CaptureInfo]:
+        """The records of graphd_list_capture_records or
+        graphd_evict_records as dicts; frees the array."""
         out: List[CaptureInfo] = []
         for i in range(n):
-            c = ptr[i]
+            r = ptr[i]
+            c = r.info
             out.append({"program": bytes(c.program_id).hex(), "device": c.device,
-                        "mode": _MODE_NAMES.get(c.mode, str(c.mode)),
+                        "mode": _MODE_NAMES.get(c.mode, str(c.mode)), "instances": r.instances,
                         "staging_bytes": c.staging_bytes, "nodes": c.nodes,
                         "replays": c.replays, "idle_ms": c.idle_ms,
                         "pids": list(c.pids[:c.npids]), "busy": bool(c.busy),
                         "generation": c.generation, "created_unix_ms": c.created_unix_ms,
                         "repoints": c.repoints, "graphs": c.graphs})
         if ptr:
-            capture_info_free(ptr)
+            capture_records_free(ptr)
         return out
 
     def list_captures(self) -> List[CaptureInfo]:
@@ -940,14 +945,16 @@ class Client:
         Returns
         -------
         list of CaptureInfo
-            program (hex id), device (the daemon's index), mode,
-            staging_bytes, nodes, replays, idle_ms, pids, busy, generation,
-            created_unix_ms, repoints, graphs. Devices whose worker was busy
-            past the daemon's bound are missing (busy_devices()).
+            program (hex id), device (the daemon's index), mode, instances,
+            staging_bytes (over its instances), nodes, replays, idle_ms,
+            pids, busy, generation, created_unix_ms, repoints, graphs.
+            Devices whose worker was busy past the daemon's bound are
+            missing (busy_devices()).
         """
-        ptr = ctypes.POINTER(graphd_capture_info)()
+        ptr = ctypes.POINTER(graphd_capture_record)()
         n = ctypes.c_size_t()
-        self._call("graphd_list_captures", ctypes.byref(ptr), ctypes.byref(n))
+        self._call("graphd_list_capture_records", ctypes.sizeof(graphd_capture_record),
+                   ctypes.byref(ptr), ctypes.byref(n))
         return self._captures(ptr, n.value)
 
     def evict(self, program: Optional[Union[bytes, str]] = None, device_index: Optional[int] = None,
@@ -1009,11 +1016,11 @@ class Client:
         o.idle_ms = int(idle_ms)
         o.all = 1 if all else 0
         o.dry_run = 1 if dry_run else 0
-        ptr = ctypes.POINTER(graphd_capture_info)()
+        ptr = ctypes.POINTER(graphd_capture_record)()
         n = ctypes.c_size_t()
         nbytes = ctypes.c_uint64()
-        self._call("graphd_evict", ctypes.byref(o), ctypes.byref(ptr), ctypes.byref(n),
-                   ctypes.byref(nbytes))
+        self._call("graphd_evict_records", ctypes.byref(o), ctypes.sizeof(graphd_capture_record),
+                   ctypes.byref(ptr), ctypes.byref(n), ctypes.byref(nbytes))
         gone = self._captures(ptr, n.value)
         if gone and not dry_run:
             log.info("graphd: evicted %d capture(s), %d staging bytes freed (%s)", len(gone),

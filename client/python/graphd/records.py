@@ -53,13 +53,27 @@ class DeviceCounters(TypedDict):
 
 
 class DeviceWork(TypedDict):
-    """A device worker's time in the replay path (graphd_device_work, with
-    launch_ns from the device record)."""
+    """A device worker's time (graphd_device_work, with launch_ns,
+    worker_busy_ns as busy_ns and worker_clock_ns as clock_ns from the
+    device record).
+
+    ``replay_ns`` over ``replays`` is its time in the replay path, of it
+    ``launch_ns`` in the driver's graph launches; ``gpu_ns`` over
+    ``gpu_replays`` the sampled GPU time. ``busy_ns`` is the time the
+    worker thread has been at work (running jobs and ring replays, as
+    against waiting for work) since it began serving, and ``clock_ns`` its
+    clock, how long it has served, both read at one instant: between two
+    statuses, the change in the one over the change in the other is the
+    share of the time the worker was busy (near 1, the worker and not the
+    device bounds the replay rate). Both 0 from a daemon that does not
+    report them."""
     replay_ns: int
     replays: int
     gpu_ns: int
     gpu_replays: int
     launch_ns: int
+    busy_ns: int
+    clock_ns: int
 
 
 class DeviceInfo(TypedDict):
@@ -131,10 +145,18 @@ class RegionRef(TypedDict):
 
 
 class CaptureInfo(TypedDict):
-    """One capture (graphd_capture_info; graphctl list's JSON records)."""
+    """One capture (graphd_capture_record: its info and instances; graphctl
+    list's JSON records).
+
+    ``instances`` is how many instances the capture has (each with staging,
+    executable graphs and an event of its own: one per stream replaying a
+    program without state at once, or per session of a program with
+    state); ``staging_bytes`` and ``graphs`` are over all of them, the
+    staging with the temporaries it holds."""
     program: str
     device: int
     mode: str
+    instances: int
     staging_bytes: int
     nodes: int
     replays: int

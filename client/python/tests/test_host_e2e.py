@@ -96,6 +96,13 @@ class HostDaemonTest(unittest.TestCase):
         st = self.ctl.status()
         self.assertGreaterEqual(st["programs"], 1)
         self.assertGreaterEqual(st["modules"], 1)
+        # The worker ran the replays: some of the time it served it was busy.
+        w = st["devices"][0]["work"]
+        self.assertGreater(w["busy_ns"], 0)
+        self.assertLessEqual(w["busy_ns"], w["clock_ns"])
+        later = self.ctl.status(wait=False)["devices"][0]["work"]
+        self.assertGreater(later["clock_ns"], w["clock_ns"])
+        self.assertGreaterEqual(later["busy_ns"], w["busy_ns"])
         stream.detach()
         # A view still alive: free() refuses, and frees nothing.
         with self.assertRaises(graphd.FailedPrecondition):
@@ -157,6 +164,7 @@ class HostDaemonTest(unittest.TestCase):
         self.assertEqual(len(caps), 1)
         self.assertEqual(caps[0]["replays"], 1)
         self.assertEqual((caps[0]["graphs"], caps[0]["repoints"]), (1, 0))
+        self.assertEqual(caps[0]["instances"], 1)
         self.assertIn(os.getpid(), caps[0]["pids"])
         self.assertEqual(self.c.busy_devices(), [])  # every worker answered
         # A dry run reports the capture and frees nothing.
@@ -165,6 +173,7 @@ class HostDaemonTest(unittest.TestCase):
         self.assertEqual(len(self.c.list_captures()), len(caps))
         went, nbytes = self.c.evict(program=pid)
         self.assertEqual(len(went), 1)
+        self.assertEqual(went[0]["instances"], 1)
         self.assertEqual(nbytes, went[0]["staging_bytes"])
         self.assertEqual([c for c in self.c.list_captures() if c["program"] == pid.hex()], [])
         self.assertEqual(self.counters()["evictions"], 1)
