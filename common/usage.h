@@ -1,5 +1,6 @@
-/* The one line a command prints for a usage error, the same for graphd,
- * graphctl and graphd-demo: "PROG: WHAT; try 'PROG --help'". The full
+/* The one line a command prints for a usage error, the same for graphd and
+ * graphctl: "PROG: WHAT; try 'PROG --help'" (graphd-demo, which uses
+ * libgraphd's public API alone, prints the same line itself). The full
  * usage is for --help only. Thread-safe (no state). */
 #ifndef GRAPHD_COMMON_USAGE_H
 #define GRAPHD_COMMON_USAGE_H

@@ -3,9 +3,10 @@
 # sudo when not root):
 #   build    build graphd and run it (scripts/demo.sh): the compiler, CMake,
 #            the libraries, check (the default build configures the tests,
-#            and the demo's host kernels are built there) and python3-pip
+#            and the demo's host kernels are built there), python3-pip
 #            (without a CUDA toolkit, pip fetches cuda.h; see
-#            scripts/fetch-cuda-headers.sh)
+#            scripts/fetch-cuda-headers.sh) and python3-venv (the wheel:
+#            scripts/wheel-test.sh builds it in a virtual environment)
 #   package  build, plus what the Debian package needs to be built, checked
 #            and tried (packaging/build-deb.sh, scripts/deb-test.sh)
 #   test     package, plus everything else scripts/test.sh uses: clang and
@@ -18,14 +19,13 @@ usage="usage: scripts/deps.sh [--print] [build|package|test]"
 BUILD=(build-essential cmake ninja-build pkg-config
        libuv1-dev libprotobuf-c-dev protobuf-c-compiler check
        libssl-dev libsystemd-dev libjson-c-dev libinih-dev uthash-dev libmicrohttpd-dev
-       python3 python3-pip)
+       python3 python3-pip python3-venv)
 PACKAGE=("${BUILD[@]}"
          dpkg-dev file lintian # build-deb.sh and lintian
          systemd man-db)       # deb-test.sh: systemd-analyze verify, man --warnings
 TEST=("${PACKAGE[@]}"
       git clang-format        # scripts/check-format.sh
       clang libclang-rt-dev   # scripts/fuzz.sh (libFuzzer)
-      python3-venv            # scripts/wheel-test.sh
       python3-jsonschema      # test_graphctl_json
       prometheus curl         # promtool and curl: /metrics, alert rules (test_metrics_promtool, test_monitoring)
       zsh)                    # the zsh half of test_completion

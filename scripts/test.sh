@@ -12,9 +12,12 @@
 #   ctest    every test (GPU tests skip with 77 where there is no GPU; on a
 #            GPU machine set GRAPHD_REQUIRE_GPU=1 to make a skip a failure;
 #            a Python test whose package is missing fails, saying which)
-#   wheel    the Python wheel built in a fresh virtual environment as
-#            `pip install ./client/python` builds it, and the Python tests
-#            against it (scripts/wheel-test.sh)
+#   wheel    the Python wheel, daemon and graphctl inside, built as
+#            `pip wheel ./client/python` builds it, made a manylinux wheel
+#            by auditwheel, installed into a fresh virtual environment with
+#            no compiler, its `graphd --backend host` answering its
+#            `graphctl status`, and the Python tests against it
+#            (scripts/wheel-test.sh)
 #   asan     the unit tests under ASan+UBSan
 #   tsan     the unit tests under ThreadSanitizer (any race fails the test
 #            whose process, client or graphd, saw it)
@@ -83,7 +86,7 @@ PHASES=(
   "format||C formatting and include layers"
   "build||graphd in build/ with -Werror"
   "ctest|build|every test in build/"
-  "wheel|build|the Python wheel in a fresh venv, and the Python tests against it"
+  "wheel|build|the manylinux wheel in a fresh venv: its graphd and graphctl, the Python tests"
   "asan||the unit tests under ASan+UBSan (build-asan/)"
   "tsan||the unit tests under ThreadSanitizer (build-tsan/)"
   "deb||the Debian package (build-deb/)"

@@ -3,23 +3,39 @@
  * counters shown. On a host device it uses the host test kernels; on a GPU,
  * the CUBIN the build made with nvcc.
  *   graphd-demo [--socket PATH] KERNEL_DIR
- *   graphd-demo --version | --help */
+ *   graphd-demo --version | --help
+ * It needs libgraphd's public API alone, so it builds against an installed
+ * libgraphd as any client does:
+ *   cc graphd_demo.c $(pkg-config --cflags --libs libgraphd) -o graphd-demo
+ * (and -ldl before glibc 2.34). On a GPU it takes its buffers from the CUDA
+ * driver, which it loads at run time as graphd does: building it needs no
+ * CUDA toolkit. */
+#include <dlfcn.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cuda_driver.h"
-#include "common/file.h"
-#include "common/usage.h"
-#include "graphd/graphd.h"
+#include <graphd/graphd.h>
 
 #define N 4096u
 
 static int fail(const char *what, graphd_client *c) {
   fprintf(stderr, "graphd-demo: %s: %s\n", what, c ? graphd_last_error(c) : "");
   return 1;
+}
+
+/* A usage error is one line on stderr and exit status 2. */
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("graphd-demo: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputs("; try 'graphd-demo --help'\n", stderr);
+  va_end(ap);
+  return 2;
 }
 
 static void usage(FILE *f) {
@@ -32,6 +48,71 @@ static void usage(FILE *f) {
           "build/tests/kernels in a build tree.\n"
           "  --socket PATH  the daemon's socket (default: $GRAPHD_SOCKET, else the\n"
           "                 default one)\n");
+}
+
+/* The whole file at path, malloc'd, or NULL. */
+static void *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  void *buf = NULL;
+  long n;
+  if (!f) return NULL;
+  if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET) != 0) goto exit;
+  buf = malloc((size_t)n);
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    buf = NULL;
+  }
+  *len = (size_t)n;
+exit:
+  fclose(f);
+  return buf;
+}
+
+/* The CUDA driver calls the GPU path makes, taken from libcuda.so.1 at run
+ * time. Their types are those of cuda.h (CUresult, CUdevice, CUdeviceptr,
+ * and handles for contexts and streams), spelled here so that no CUDA
+ * header is needed; the names are the driver's exported ones (cuda.h maps
+ * cuMemAlloc to cuMemAlloc_v2, and so on). */
+typedef unsigned long long cu_ptr;
+struct cuda {
+  int (*init)(unsigned flags);
+  int (*device_get)(int *dev, int ordinal);
+  int (*primary_ctx_retain)(void **ctx, int dev);
+  int (*ctx_set_current)(void *ctx);
+  int (*stream_create)(void **stream, unsigned flags);
+  int (*stream_synchronize)(void *stream);
+  int (*mem_alloc)(cu_ptr *ptr, size_t bytes);
+  int (*mem_free)(cu_ptr ptr);
+  int (*memcpy_htod)(cu_ptr dst, const void *src, size_t bytes);
+  int (*memcpy_dtoh)(void *dst, cu_ptr src, size_t bytes);
+};
+#define CUDA_STREAM_NON_BLOCKING 1u
+
+/* Loads the driver and initializes it; 0 or -1. */
+static int cuda_load(struct cuda *cu) {
+  const struct {
+    const char *name;
+    void *fn;
+  } syms[] = {
+      {"cuInit", &cu->init},
+      {"cuDeviceGet", &cu->device_get},
+      {"cuDevicePrimaryCtxRetain", &cu->primary_ctx_retain},
+      {"cuCtxSetCurrent", &cu->ctx_set_current},
+      {"cuStreamCreate", &cu->stream_create},
+      {"cuStreamSynchronize", &cu->stream_synchronize},
+      {"cuMemAlloc_v2", &cu->mem_alloc},
+      {"cuMemFree_v2", &cu->mem_free},
+      {"cuMemcpyHtoD_v2", &cu->memcpy_htod},
+      {"cuMemcpyDtoH_v2", &cu->memcpy_dtoh},
+  };
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return -1;
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    void *p = dlsym(lib, syms[i].name);
+    if (!p) return -1;
+    memcpy(syms[i].fn, &p, sizeof p);
+  }
+  return cu->init(0) == 0 ? 0 : -1;
 }
 
 int main(int argc, char **argv) {
@@ -49,18 +130,14 @@ int main(int argc, char **argv) {
       case 's': sock = optarg; break;
       case 'h': usage(stdout); return 0;
       case 'V': printf("graphd-demo %s\n", graphd_version()); return 0;
-      default: gd_getopt_error(stderr, "graphd-demo", argv, opts); return 2;
+      default:
+        if (optopt == 's') return usage_error("option --socket needs a value");
+        return usage_error("unknown option '%s'", argv[optind - 1]);
     }
   }
   if (optind < argc) kdir = argv[optind++];
-  if (!kdir) {
-    gd_usage_error(stderr, "graphd-demo", "no KERNEL_DIR given");
-    return 2;
-  }
-  if (optind < argc) {
-    gd_usage_error(stderr, "graphd-demo", "unexpected argument '%s'", argv[optind]);
-    return 2;
-  }
+  if (!kdir) return usage_error("no KERNEL_DIR given");
+  if (optind < argc) return usage_error("unexpected argument '%s'", argv[optind]);
   graphd_connect_options o;
   graphd_connect_options_init(&o);
   o.socket_path = sock;
@@ -88,7 +165,7 @@ int main(int argc, char **argv) {
   char path[1024];
   snprintf(path, sizeof path, "%s/%s", kdir, gpu ? "test_kernels.cubin" : "host_kernels.so");
   size_t len;
-  void *bytes = gd_read_file(path, &len);
+  void *bytes = read_file(path, &len);
   if (!bytes) {
     fprintf(stderr, "graphd-demo: cannot read %s (build the tests, and nvcc for GPUs)\n", path);
     return 1;
@@ -117,14 +194,13 @@ int main(int argc, char **argv) {
   graphd_id_hex(pid, hex);
   printf("demo: program %.12s registered (y = 3 x over %u floats)\n", hex, N);
 
-  const gd_cuda *cu = NULL;
-  CUstream cs = NULL;
+  struct cuda cu = {0};
+  void *cs = NULL; /* a CUstream */
   if (gpu) {
-    CUdevice d;
-    CUcontext cx;
-    if (gd_cuda_load(&cu, err, sizeof err) < 0 || cu->cuDeviceGet(&d, 0) ||
-        cu->cuDevicePrimaryCtxRetain(&cx, d) || cu->cuCtxSetCurrent(cx) ||
-        cu->cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING))
+    int d;
+    void *cx;
+    if (cuda_load(&cu) < 0 || cu.device_get(&d, 0) || cu.primary_ctx_retain(&cx, d) ||
+        cu.ctx_set_current(cx) || cu.stream_create(&cs, CUDA_STREAM_NON_BLOCKING))
       return fail("CUDA setup", NULL);
   }
   graphd_stream *gs;
@@ -136,9 +212,8 @@ int main(int argc, char **argv) {
     uint64_t dx, dy;
     void *px = NULL, *py = NULL;
     if (gpu) {
-      CUdeviceptr a1, a2;
-      if (cu->cuMemAlloc(&a1, N * 4) || cu->cuMemAlloc(&a2, N * 4) ||
-          cu->cuMemcpyHtoD(a1, hx, N * 4))
+      cu_ptr a1, a2;
+      if (cu.mem_alloc(&a1, N * 4) || cu.mem_alloc(&a2, N * 4) || cu.memcpy_htod(a1, hx, N * 4))
         return fail("CUDA buffers", NULL);
       dx = a1;
       dy = a2;
@@ -153,12 +228,12 @@ int main(int argc, char **argv) {
     graphd_replay_info info;
     if (graphd_replay(c, gs, pid, b, 2, &info) != GRAPHD_OK) return fail("replay", c);
     if (gpu) {
-      cu->cuStreamSynchronize(cs);
-      cu->cuMemcpyDtoH(hy, dy, N * 4);
+      cu.stream_synchronize(cs);
+      cu.memcpy_dtoh(hy, dy, N * 4);
       graphd_region_forget(c, dx); /* legacy memory: unregister, then free */
       graphd_region_forget(c, dy);
-      cu->cuMemFree(dx);
-      cu->cuMemFree(dy);
+      cu.mem_free(dx);
+      cu.mem_free(dy);
     } else {
       memcpy(hy, py, N * 4);
       graphd_host_free(c, px);
