@@ -229,21 +229,129 @@ START_TEST(test_xla_refuses_wrong_argument_counts_and_dtypes) {
 }
 END_TEST
 
-START_TEST(test_xla_only_runs_at_execution) {
-  frame f;
-  frame_init(&f, 2);
-  f.cf.stage = XLA_FFI_ExecutionStage_PREPARE;
-  ck_assert_ptr_null(graphd_xla_replay(&f.cf));
-  ck_assert_int_eq(errors_made, 0);
-}
-END_TEST
-
 /* A device named and a socket nobody listens on: a call that passes the
  * handler's checks ends in UNAVAILABLE when it connects. */
 static void no_daemon(void) {
   setenv("GRAPHD_XLA_DEVICE", "GPU-00112233-4455-6677-8899-aabbccddeeff", 1);
   setenv("GRAPHD_SOCKET", "/tmp/graphd-xla-nobody.sock", 1);
 }
+
+START_TEST(test_xla_only_runs_at_execution) {
+  frame f;
+  frame_init(&f, 2);
+  f.cf.stage = XLA_FFI_ExecutionStage_PREPARE;
+  ck_assert_ptr_null(graphd_xla_replay(&f.cf));
+  ck_assert_int_eq(errors_made, 0);
+  /* The instantiate stage with an API that keeps no state: nothing to do,
+   * and no error. */
+  frame_init(&f, 2);
+  f.cf.stage = XLA_FFI_ExecutionStage_INSTANTIATE;
+  ck_assert_ptr_null(graphd_xla_replay(&f.cf));
+  ck_assert_int_eq(errors_made, 0);
+}
+END_TEST
+
+/* XLA's state per executable, as the fake API keeps it: one registered
+ * type, the states set at the instantiate stage (each executable's), the
+ * one the next State_Get answers with (NULL: an error, as XLA answers an
+ * executable with none), and the errors the handler gave back. */
+static struct {
+  int registered;
+  char name[64];
+  void (*deleter)(void *);
+  int sets, gets, destroyed;
+  int64_t set_type, get_type;
+  XLA_FFI_ExecutionStage set_stage, get_stage;
+  void *set[4];
+  void *answer;
+} xs;
+
+static XLA_FFI_Error *fake_type_register(XLA_FFI_Type_Register_Args *a) {
+  ck_assert_int_eq(a->type_id->type_id, 0); /* XLA is to pick the id */
+  xs.registered++;
+  snprintf(xs.name, sizeof xs.name, "%.*s", (int)a->name.len, a->name.ptr);
+  xs.deleter = a->type_info->deleter;
+  a->type_id->type_id = 42;
+  return NULL;
+}
+
+static XLA_FFI_Error *fake_state_set(XLA_FFI_State_Set_Args *a) {
+  xs.set_type = a->type_id->type_id;
+  xs.set_stage = a->stage;
+  xs.set[xs.sets++] = a->state;
+  return NULL;
+}
+
+static XLA_FFI_Error *fake_state_get(XLA_FFI_State_Get_Args *a) {
+  xs.gets++;
+  xs.get_type = a->type_id->type_id;
+  xs.get_stage = a->stage;
+  a->state = xs.answer;
+  return xs.answer ? NULL : (XLA_FFI_Error *)(uintptr_t)0x2;
+}
+
+static void fake_error_destroy(XLA_FFI_Error_Destroy_Args *a) {
+  ck_assert_ptr_eq(a->error, (XLA_FFI_Error *)(uintptr_t)0x2);
+  xs.destroyed++;
+}
+
+static void state_api(void) {
+  api.XLA_FFI_Type_Register = fake_type_register;
+  api.XLA_FFI_State_Set = fake_state_set;
+  api.XLA_FFI_State_Get = fake_state_get;
+  api.XLA_FFI_Error_Destroy = fake_error_destroy;
+}
+
+/* At XLA's instantiate stage each executable gets a state of the handler's
+ * own type (registered once), with its own serial; XLA frees it with the
+ * type's deleter. An executed call reads its executable's state back. */
+START_TEST(test_xla_instantiate_gives_each_executable_a_state) {
+  no_daemon();
+  setenv("GRAPHD_XLA_STATS", "1", 1);
+  memset(&xs, 0, sizeof xs);
+  frame f;
+  for (int k = 0; k < 2; k++) {
+    frame_init(&f, 0); /* attributes, no buffers, no stream */
+    state_api();
+    f.cf.stage = XLA_FFI_ExecutionStage_INSTANTIATE;
+    f.cf.rets.size = 0;
+    ck_assert_ptr_null(graphd_xla_replay(&f.cf));
+    ck_assert_int_eq(errors_made, 0);
+  }
+  ck_assert_int_eq(xs.registered, 1);
+  ck_assert_str_eq(xs.name, "graphd_xla_executable");
+  ck_assert_ptr_nonnull(xs.deleter);
+  ck_assert_int_eq(xs.sets, 2);
+  ck_assert_int_eq(xs.set_type, 42);
+  ck_assert_int_eq(xs.set_stage, XLA_FFI_ExecutionStage_INSTANTIATE);
+  xla_exec *e1 = xs.set[0], *e2 = xs.set[1];
+  ck_assert(e1 && e2 && e1->serial && e2->serial && e1->serial != e2->serial);
+  /* A call of the first executable asks for its state. */
+  xs.answer = e1;
+  frame_init(&f, 2);
+  state_api();
+  expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
+  ck_assert_int_eq(xs.gets, 1);
+  ck_assert_int_eq(xs.get_type, 42);
+  ck_assert_int_eq(xs.get_stage, XLA_FFI_ExecutionStage_INSTANTIATE);
+  /* A call whose executable has none (XLA answers with an error, which the
+   * handler gives back) goes on without. */
+  xs.answer = NULL;
+  frame_init(&f, 2);
+  state_api();
+  expect_error(&f, GRAPHD_UNAVAILABLE, "is the daemon running?");
+  ck_assert_int_eq(xs.gets, 2);
+  ck_assert_int_eq(xs.destroyed, 1);
+  graphd_xla_stats st;
+  ck_assert_int_eq(graphd_xla_stats_read(&st, sizeof st), 1);
+  ck_assert_uint_eq(st.executables, 2);
+  ck_assert_uint_eq(st.calls, 2); /* instantiation is no call */
+  ck_assert_uint_eq(st.stateless, 1);
+  xs.deleter(e1);
+  xs.deleter(e2);
+  unsetenv("GRAPHD_XLA_STATS");
+}
+END_TEST
 
 START_TEST(test_xla_no_daemon_is_a_clean_unavailable_error) {
   no_daemon();
@@ -548,12 +656,12 @@ static float bufs[NBUF][NFLOAT];
 
 /* A call's start and end through the table, as the handler makes them:
  * the lock taken, copies added, the copies in; the copies out, unlocked. */
-static void begin_call(xla_bounce_table *t, const graphd_binding *b, const uint8_t *dir, int n,
-                       xla_bounce_call *call) {
+static void begin_call(xla_bounce_table *t, uint64_t exec, const graphd_binding *b,
+                       const uint8_t *dir, int n, xla_bounce_call *call) {
   char err[512] = "";
   pthread_mutex_lock(&t->lock);
   ck_assert_msg(xla_bounce_add(t, b, n, err, sizeof err) >= 0, "%s", err);
-  ck_assert_int_eq(xla_bounce_begin(t, b, dir, n, (CUstream)0x5eed, call, err, sizeof err),
+  ck_assert_int_eq(xla_bounce_begin(t, b, dir, n, (CUstream)0x5eed, exec, call, err, sizeof err),
                    GRAPHD_OK);
 }
 
@@ -579,7 +687,7 @@ static void bounce_call(xla_bounce_table *t, const int *idx, int n) {
     for (int k = 0; k < NFLOAT; k++) want[i][k] = bufs[idx[i]][k] + 1.0f;
   }
   xla_bounce_call call;
-  begin_call(t, b, dir, n, &call);
+  begin_call(t, 0, b, dir, n, &call);
   ck_assert(call.any);
   for (int i = 0; i < n; i++) {
     ck_assert_msg(call.use[i].ptr != b[i].ptr, "buffer %d is bound without a copy", idx[i]);
@@ -660,10 +768,11 @@ START_TEST(test_xla_copies_a_queued_call_uses_are_not_freed) {
 }
 END_TEST
 
-/* One call that binds buffers first..first+n-1 as operands only (as a
- * compiled module's constants are bound), each copy checked against its
- * buffer; *copies and *queries: what the call queued and asked. */
-static void constant_call(xla_bounce_table *t, int first, int n, uint64_t *copies,
+/* One call by executable exec (its serial; 0: none) that binds buffers
+ * first..first+n-1 as operands only (as a compiled module's constants are
+ * bound), each copy checked against its buffer; *copies and *queries: what
+ * the call queued and asked. */
+static void constant_call(xla_bounce_table *t, uint64_t exec, int first, int n, uint64_t *copies,
                           uint64_t *queries) {
   graphd_binding b[NBUF];
   uint8_t dir[NBUF];
@@ -673,7 +782,7 @@ static void constant_call(xla_bounce_table *t, int first, int n, uint64_t *copie
     dir[i] = XLA_DIR_IN;
   }
   xla_bounce_call call;
-  begin_call(t, b, dir, n, &call);
+  begin_call(t, exec, b, dir, n, &call);
   for (int i = 0; i < n; i++)
     ck_assert_msg(memcmp((void *)(uintptr_t)call.use[i].ptr, bufs[first + i], sizeof bufs[0]) == 0,
                   "buffer %d's copy does not hold it", first + i);
@@ -697,11 +806,11 @@ START_TEST(test_xla_constants_are_copied_once_and_checked_once_an_allocation) {
   uintptr_t lo = (uintptr_t)bufs[0] / 0x10000, hi = (uintptr_t)bufs[NC - 1] / 0x10000;
   uint64_t blocks = hi - lo + 1, copies, queries;
   for (int i = 0; i < NC; i++) bufs[i][0] = (float)i;
-  constant_call(&t, 0, NC, &copies, &queries);
+  constant_call(&t, 0, 0, NC, &copies, &queries);
   ck_assert_uint_eq(copies, NC);
   unsigned long long q0 = id_queries();
   for (int k = 0; k < 3; k++) {
-    constant_call(&t, 0, NC, &copies, &queries);
+    constant_call(&t, 0, 0, NC, &copies, &queries);
     ck_assert_uint_eq(copies, 0);
     ck_assert_msg(queries <= blocks, "%llu buffer id queries for %d constants in %llu allocations",
                   (unsigned long long)queries, NC, (unsigned long long)blocks);
@@ -710,18 +819,131 @@ START_TEST(test_xla_constants_are_copied_once_and_checked_once_an_allocation) {
   /* Each call records an event after its copies; calls that follow one
    * another record spare ones again rather than make new ones. */
   unsigned long long e0 = events_made();
-  for (int k = 0; k < 20; k++) constant_call(&t, 0, NC, &copies, &queries);
+  for (int k = 0; k < 20; k++) constant_call(&t, 0, 0, NC, &copies, &queries);
   ck_assert_uint_le(events_made() - e0, 2);
   /* Loaded again: new ids, new contents; every copy made again. */
   for (int i = 0; i < NC; i++) bufs[i][0] = 1000.0f + (float)i;
   reload();
-  constant_call(&t, 0, NC, &copies, &queries);
+  constant_call(&t, 0, 0, NC, &copies, &queries);
   ck_assert_uint_eq(copies, NC);
-  constant_call(&t, 0, NC, &copies, &queries);
+  constant_call(&t, 0, 0, NC, &copies, &queries);
   ck_assert_uint_eq(copies, 0);
   xla_bounce_close(&t);
   module_ranges(0);
   ck_assert_int_eq(live_allocs(), 0);
+}
+END_TEST
+
+/* An executable's calls check its constants' copies once on a device, on
+ * its first call, and never again while it lives: its constants keep
+ * their addresses and contents. Each constant lies in an allocation of its
+ * own, as XLA's do, so a check is a driver query per constant. */
+START_TEST(test_xla_constants_are_checked_once_an_executable) {
+  enum { NC = 40 };
+  fake_driver();
+  xla_bounce_table t;
+  xla_bounce_init(&t, 256);
+  xla_exec *e1 = xla_exec_new(), *e2 = xla_exec_new();
+  ck_assert(e1 && e2 && e1->serial && e2->serial && e1->serial != e2->serial);
+  uint64_t copies, queries;
+  for (int i = 0; i < NC; i++) bufs[i][0] = (float)i;
+  constant_call(&t, e1->serial, 0, NC, &copies, &queries);
+  ck_assert_uint_eq(copies, NC);
+  unsigned long long q0 = id_queries();
+  for (int k = 0; k < 5; k++) {
+    constant_call(&t, e1->serial, 0, NC, &copies, &queries);
+    ck_assert_uint_eq(copies, 0);
+    ck_assert_uint_eq(queries, 0);
+  }
+  ck_assert_uint_eq(id_queries(), q0);
+  /* Another call site binding the same constants (MJX evaluates its step
+   * twice in a scan): one check of each, then none, and the first site's
+   * calls still make none. */
+  constant_call(&t, e2->serial, 0, NC, &copies, &queries);
+  ck_assert_uint_eq(copies, 0);
+  ck_assert_uint_eq(queries, NC);
+  for (int k = 0; k < 3; k++) {
+    constant_call(&t, e2->serial, 0, NC, &copies, &queries);
+    ck_assert_uint_eq(queries, 0);
+    constant_call(&t, e1->serial, 0, NC, &copies, &queries);
+    ck_assert_uint_eq(queries, 0);
+    ck_assert_uint_eq(copies, 0);
+  }
+  /* A call that names no executable (the handler registered without its
+   * instantiate stage) checks every time. */
+  for (int k = 0; k < 2; k++) {
+    constant_call(&t, 0, 0, NC, &copies, &queries);
+    ck_assert_uint_eq(copies, 0);
+    ck_assert_uint_eq(queries, NC);
+  }
+  ck_assert_uint_eq(id_queries() - q0, 3 * NC);
+  xla_exec_free(e1);
+  xla_exec_free(e2);
+  xla_bounce_close(&t);
+  ck_assert_int_eq(live_allocs(), 0);
+}
+END_TEST
+
+/* XLA frees an executable, and another is loaded with its constants at the
+ * same addresses but other contents. The new executable's state may well
+ * sit where the old one's did; it has another serial, so its first call
+ * checks the copies, finds other allocations there and copies them
+ * afresh. */
+START_TEST(test_xla_a_freed_executables_constants_reused_are_copied_again) {
+  enum { NC = 40 };
+  fake_driver();
+  xla_bounce_table t;
+  xla_bounce_init(&t, 256);
+  uint64_t copies, queries;
+  for (int i = 0; i < NC; i++) bufs[i][0] = (float)i;
+  xla_exec *e = xla_exec_new();
+  constant_call(&t, e->serial, 0, NC, &copies, &queries);
+  ck_assert_uint_eq(copies, NC);
+  constant_call(&t, e->serial, 0, NC, &copies, &queries);
+  ck_assert_uint_eq(copies + queries, 0);
+  uint64_t old = e->serial;
+  xla_exec_free(e);
+  reload();
+  for (int i = 0; i < NC; i++) bufs[i][0] = 1000.0f + (float)i;
+  e = xla_exec_new();
+  ck_assert_uint_ne(e->serial, old);
+  /* constant_call fails unless every copy holds the new contents. */
+  constant_call(&t, e->serial, 0, NC, &copies, &queries);
+  ck_assert_uint_eq(copies, NC);
+  constant_call(&t, e->serial, 0, NC, &copies, &queries);
+  ck_assert_uint_eq(copies + queries, 0);
+  /* A call of the freed executable's serial would have been wrong to
+   * skip its check: nothing notes it any more. */
+  constant_call(&t, old, 0, NC, &copies, &queries);
+  ck_assert_uint_eq(queries, NC);
+  xla_exec_free(e);
+  xla_bounce_close(&t);
+  ck_assert_int_eq(live_allocs(), 0);
+}
+END_TEST
+
+/* Module memory that a call binds to be written (a fixed binding) is no
+ * constant there: once written through, its copy is filled and checked
+ * afresh when next bound as a constant, even by an executable that had
+ * seen it hold. */
+START_TEST(test_xla_a_constant_bound_for_writing_is_checked_again) {
+  fake_driver();
+  xla_bounce_table t;
+  xla_bounce_init(&t, 256);
+  xla_exec *e = xla_exec_new();
+  uint64_t copies, queries;
+  bufs[0][0] = 1.0f;
+  constant_call(&t, e->serial, 0, 1, &copies, &queries);
+  ck_assert_uint_eq(copies, 1);
+  bounce_call(&t, (int[]){0}, 1); /* read and written: adds 1 */
+  ck_assert(bufs[0][0] == 2.0f);
+  constant_call(&t, e->serial, 0, 1, &copies, &queries);
+  ck_assert_uint_eq(copies, 1);
+  ck_assert_uint_gt(queries, 0);
+  constant_call(&t, e->serial, 0, 1, &copies, &queries);
+  ck_assert_uint_eq(copies + queries, 0);
+  xla_exec_free(e);
+  xla_bounce_close(&t);
 }
 END_TEST
 
@@ -735,6 +957,7 @@ int main(void) {
   tcase_add_test(tc, test_xla_fixed_bindings);
   tcase_add_test(tc, test_xla_refuses_wrong_argument_counts_and_dtypes);
   tcase_add_test(tc, test_xla_only_runs_at_execution);
+  tcase_add_test(tc, test_xla_instantiate_gives_each_executable_a_state);
   tcase_add_test(tc, test_xla_no_daemon_is_a_clean_unavailable_error);
   tcase_add_test(tc, test_xla_stats_are_read_only_when_counted);
   tcase_add_test(tc, test_xla_stats_count_calls_bindings_and_host_time);
@@ -744,6 +967,9 @@ int main(void) {
   tcase_add_test(tc, test_xla_copies_past_the_cap_free_the_least_recently_used);
   tcase_add_test(tc, test_xla_copies_a_queued_call_uses_are_not_freed);
   tcase_add_test(tc, test_xla_constants_are_copied_once_and_checked_once_an_allocation);
+  tcase_add_test(tc, test_xla_constants_are_checked_once_an_executable);
+  tcase_add_test(tc, test_xla_a_freed_executables_constants_reused_are_copied_again);
+  tcase_add_test(tc, test_xla_a_constant_bound_for_writing_is_checked_again);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }

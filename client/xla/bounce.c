@@ -6,6 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The last serial given to an xla_exec: 64 bits never wrap in a
+ * process's life. */
+static uint64_t exec_serials;
+
+xla_exec *xla_exec_new(void) {
+  xla_exec *e = calloc(1, sizeof *e);
+  if (e) e->serial = __atomic_add_fetch(&exec_serials, 1, __ATOMIC_RELAXED);
+  return e;
+}
+
+void xla_exec_free(void *exec) { free(exec); }
+
 void xla_bounce_init(xla_bounce_table *t, int cap) {
   memset(t, 0, sizeof *t);
   pthread_mutex_init(&t->lock, NULL);
@@ -305,7 +317,7 @@ static bool constant_holds(const gd_cuda *cu, xla_bounce_call *call, const xla_b
 }
 
 /* Notes which allocation holds constant x now, before its copy is filled
- * from it. */
+ * from it. No executable has shown the new fill yet. */
 static void constant_learn(const gd_cuda *cu, xla_bounce_call *call, xla_bounce *x) {
   CUdeviceptr base;
   size_t size;
@@ -314,6 +326,24 @@ static void constant_learn(const gd_cuda *cu, xla_bounce_call *call, xla_bounce 
   x->src_id = gd_cuda_buffer_id(cu, base);
   call->id_queries++;
   x->filled = x->src_id != 0;
+  memset(x->shown, 0, sizeof x->shown);
+}
+
+/* Whether a call of executable exec has shown that x holds its constant
+ * (bounce.h says why that holds for all its later calls). */
+static bool shown_by(const xla_bounce *x, uint64_t exec) {
+  if (!exec) return false;
+  for (int k = 0; k < XLA_SHOWN; k++)
+    if (x->shown[k] == exec) return true;
+  return false;
+}
+
+/* Notes that a call of exec has shown x to hold its constant: first in
+ * the list, the one least recently noted dropped. */
+static void show(xla_bounce *x, uint64_t exec) {
+  if (!exec || shown_by(x, exec)) return;
+  memmove(&x->shown[1], &x->shown[0], (XLA_SHOWN - 1) * sizeof x->shown[0]);
+  x->shown[0] = exec;
 }
 
 /* Queues the copies of the bindings that have one: the operands into their
@@ -324,28 +354,40 @@ static graphd_status copy_way(const gd_cuda *cu, xla_bounce_call *call, const gr
   for (int64_t i = 0; i < nb; i++) {
     xla_bounce *x = call->x[i];
     if (!x || !(dir[i] & (in ? XLA_DIR_IN : XLA_DIR_OUT))) continue;
-    if (in && x->constant && dir[i] == XLA_DIR_IN) {
-      /* A constant: its copy holds it while the allocation is the same. */
-      if (constant_holds(cu, call, x)) continue;
+    bool constant = in && x->constant && dir[i] == XLA_DIR_IN;
+    if (constant) {
+      /* A constant: its copy holds it for every call of an executable that
+       * has seen it do so, and for any call while the allocation is the
+       * same one. */
+      if (shown_by(x, call->exec)) continue;
+      if (constant_holds(cu, call, x)) {
+        show(x, call->exec);
+        continue;
+      }
       constant_learn(cu, call, x);
     }
     call->copies++;
     CUresult r = in ? cu->cuMemcpyDtoDAsync(x->copy, (CUdeviceptr)x->src, x->bytes, call->stream)
                     : cu->cuMemcpyDtoDAsync((CUdeviceptr)x->src, x->copy, x->bytes, call->stream);
     if (r != CUDA_SUCCESS) {
+      if (constant) x->filled = false; /* the fill never happened */
       snprintf(err, errlen, "cannot queue the copy of slot %u's unmappable buffer", b[i].slot);
       return GRAPHD_INTERNAL;
     }
+    /* Queued on the stream, the fill comes before anything a later call
+     * queues (on another stream, after a wait for this call's event). */
+    if (constant) show(x, call->exec);
   }
   return GRAPHD_OK;
 }
 
 graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, const uint8_t *dir,
-                               int64_t nb, CUstream stream, xla_bounce_call *call, char *err,
-                               size_t errlen) {
+                               int64_t nb, CUstream stream, uint64_t exec, xla_bounce_call *call,
+                               char *err, size_t errlen) {
   memset(call, 0, sizeof *call);
   call->use = b;
   call->stream = stream;
+  call->exec = exec;
   call->stamp = ++t->stamp;
   if (t->n == 0) return GRAPHD_OK;
   const gd_cuda *cu;
@@ -362,6 +404,12 @@ graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, con
     if (!x) continue;
     call->any = true;
     x->last_call = call->stamp;
+    /* Module memory bound to be written (a fixed binding) is no constant
+     * of this call: its copy is filled afresh when next bound as one. */
+    if (x->constant && (dir[i] & XLA_DIR_OUT)) {
+      x->filled = false;
+      memset(x->shown, 0, sizeof x->shown);
+    }
     /* Used last on another stream: this one waits for that call, so this
      * call's event covers both (and the two never race on the copy). */
     if (x->use && x->stream != stream &&

@@ -12,6 +12,31 @@
  * new one first frees the least recently used copy that no queued call
  * still uses; when every copy is still in use, the table grows.
  *
+ * A constant's copy is checked against its buffer once per executable, not
+ * once per call. XLA runs the handler's instantiate stage once for each
+ * call site of the handler in an executable, and the handler keeps an
+ * xla_exec there, which each of the site's calls names by its serial
+ * (several sites of one executable are several xla_execs; the argument
+ * holds for each). XLA loads an executable's constants on a device once,
+ * and they keep their address and contents there until the executable is
+ * destroyed; no other live memory shares that address meanwhile. (A call
+ * is handed module memory only as its own executable's constants:
+ * parameters and results come from XLA's allocator, and a fixed binding,
+ * which may name other memory, is read and written, never taken for a
+ * constant.) So once a call of executable E on a device has filled a copy
+ * from its buffer, or seen that the buffer is still the allocation the
+ * copy was filled from, the copy holds E's constant for every later call
+ * of E on that device (its table): E is alive while it calls, so its
+ * constant has neither moved nor changed. The copy notes E's serial
+ * (xla_bounce.shown) and later calls of E skip the check. A serial, not
+ * the state's address, because XLA may free one executable's state and
+ * make another's at the same address: serials come from a process-wide
+ * count and are never given twice. An executable freed and another loaded
+ * with constants at the same addresses has another serial, so its first
+ * call checks the copy (a driver query) and fills it afresh when the
+ * allocation there changed. Calls that name no xla_exec (the handler
+ * registered without its instantiate stage) check on every call.
+ *
  * A copy is "still in use" while the last call that bound it has not
  * finished on the GPU. Each call that binds copies records one event on
  * its stream after everything it queued (the copies in, the replay's wait
@@ -52,6 +77,26 @@ typedef struct xla_bounce_use {
 /* Copies share blocks 256-byte aligned, as cuMemAlloc would align them. */
 #define XLA_COPY_ALIGN 256u
 
+/* The handler's state for one executable's call site of the handler (the
+ * state of XLA's instantiate stage): a serial that no other xla_exec of
+ * this process has had or will have. */
+typedef struct xla_exec {
+  uint64_t serial;
+} xla_exec;
+
+/* A new xla_exec, with the next serial; NULL when out of memory.
+ * Thread-safe. */
+xla_exec *xla_exec_new(void);
+
+/* Frees an xla_exec (XLA's deleter for the state, called when the
+ * executable is destroyed). Thread-safe. */
+void xla_exec_free(void *exec);
+
+/* Executables a constant's copy remembers having shown that it holds
+ * their constant; more than one when several call sites bind the same
+ * constant (MJX's step evaluated twice in one scan). */
+#define XLA_SHOWN 4
+
 /* One allocation holding the copies one call made of one kind. */
 typedef struct xla_block {
   CUdeviceptr base;
@@ -69,8 +114,13 @@ typedef struct xla_bounce {
   unsigned long long src_id;
   /* The allocation that held src when src_id was taken (the driver's
    * range; src alone where it gives none). Its id is asked at its base,
-   * once a call for every constant that lies in it. */
+   * once a call for every constant that lies in it, by calls of an
+   * executable not in shown. */
   CUdeviceptr alloc;
+  /* Serials of executables whose calls filled the copy or saw src_id
+   * still at alloc; 0 for none. Emptied when the copy is filled again or
+   * bound as anything but an input. */
+  uint64_t shown[XLA_SHOWN];
   uint64_t last_call;  /* the stamp of the last call that bound it */
   CUstream stream;     /* ... and its stream */
   xla_bounce_use *use; /* ... and its event; NULL: no call queued yet */
@@ -102,6 +152,7 @@ typedef struct xla_bounce_call {
   const graphd_binding *use; /* what to replay: own, or the caller's */
   CUstream stream;
   uint64_t stamp;
+  uint64_t exec;       /* the serial of the call's executable; 0: none */
   uint64_t copies;     /* device-to-device copies queued */
   uint64_t id_queries; /* buffer ids asked of the driver */
   struct {
@@ -126,13 +177,14 @@ void xla_bounce_close(xla_bounce_table *t);
 int xla_bounce_add(xla_bounce_table *t, const graphd_binding *b, int64_t nb, char *err,
                    size_t errlen);
 
-/* Starts a call on stream: looks up each binding's copy and queues the
- * copies of operands into them. call->use is the bindings to replay (the
- * caller's b when none has a copy). Lock held; xla_bounce_end must follow
- * whatever this returns. */
+/* Starts a call on stream by the executable whose serial is exec (0: one
+ * with no xla_exec): looks up each binding's copy and queues the copies of
+ * operands into them. call->use is the bindings to replay (the caller's b
+ * when none has a copy). Lock held; xla_bounce_end must follow whatever
+ * this returns. */
 graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, const uint8_t *dir,
-                               int64_t nb, CUstream stream, xla_bounce_call *call, char *err,
-                               size_t errlen);
+                               int64_t nb, CUstream stream, uint64_t exec, xla_bounce_call *call,
+                               char *err, size_t errlen);
 
 /* Ends the call: when replayed, queues the copies of results out of their
  * copies; then records the call's event for its copies, and frees call's

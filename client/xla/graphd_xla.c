@@ -18,7 +18,10 @@
  *            on the same device, or by graphd_xla_collect().
  * It answers XLA's metadata query with traits = 0, which keeps it out of
  * XLA's command buffers (they would replay the GPU work without the socket
- * request).
+ * request). Registered for XLA's instantiate stage too (the same
+ * function), it keeps a state per executable's call site there, which its
+ * calls name to the copies of constants (bounce.h); registered for the
+ * execute stage alone, it works as well, checking those copies every call.
  *
  * DESIGN: XLA calls handlers from several threads at once (one per device
  * under shard_map or pmap). The session table is guarded by table_lock;
@@ -34,6 +37,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,17 +185,19 @@ static void print_stats(void) {
   fprintf(stderr,
           "graphd_xla: %llu calls (%llu synchronous), %llu buffers bound, %llu in-out operands "
           "copied into results XLA did not alias, %llu calls binding copies of unmappable "
-          "buffers (%llu copies queued, %llu driver queries for constants' allocations); a call: "
+          "buffers (%llu copies queued, %llu driver queries checking constants' copies); a call: "
           "%.2f us of host time in the handler, of which "
           "%.2f us in libgraphd's replay call, of which %.2f us waiting for room in the ring, and "
           "%.2f us on the copies of unmappable buffers; "
-          "the handler's and libgraphd's own work: %.2f us\n",
+          "the handler's and libgraphd's own work: %.2f us; %llu executables given the "
+          "handler's state, %llu calls without it\n",
           (unsigned long long)n, (unsigned long long)stats.sync_calls,
           (unsigned long long)stats.buffers, (unsigned long long)stats.unaliased,
           (unsigned long long)stats.bounced, (unsigned long long)stats.bounce_copies,
           (unsigned long long)stats.id_queries, (double)stats.handler_ns * per,
           (double)stats.replay_ns * per, (double)stats.wait_ns * per, (double)stats.bounce_ns * per,
-          (double)(stats.handler_ns - stats.wait_ns) * per);
+          (double)(stats.handler_ns - stats.wait_ns) * per, (unsigned long long)stats.executables,
+          (unsigned long long)stats.stateless);
 }
 
 static void read_env(void) {
@@ -351,6 +357,132 @@ static graphd_stream *stream_for(dev_session *d, void *cu_stream, char *err, siz
   d->streams[d->nstreams].cu_stream = cu_stream;
   d->streams[d->nstreams++].s = s;
   return s;
+}
+
+/* --- State per executable -------------------------------------------------
+ * XLA calls the handler at its instantiate stage once for each call site
+ * of it in an executable, when the executable is made, with the
+ * attributes but no buffers or stream. The handler keeps an xla_exec there
+ * as XLA's state of a type of its own (XLA_FFI_State_Set), which XLA frees
+ * with the type's deleter when it destroys the executable, and which each
+ * executed call reads back (XLA_FFI_State_Get) to name its executable to
+ * the copies of constants (bounce.h says why that is safe). Each XLA FFI
+ * implementation keeps its own type registry (a PJRT plugin carries one),
+ * so the type is registered once per XLA_FFI_Api a call comes with.
+ * Without it (no instantiate stage, an older XLA, a refused registration)
+ * a call names no executable and its constants are checked every call. */
+
+#define MAX_APIS 4
+#define EXEC_TYPE_NAME "graphd_xla_executable"
+
+/* Whether api has the table entry fn, and it is set. */
+#define API_HAS(api, fn)                                                                           \
+  ((api)->struct_size >= offsetof(XLA_FFI_Api, fn) + sizeof(void *) && (api)->fn != NULL)
+
+static pthread_mutex_t type_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Each API's id of the state type: entries written under type_lock, then
+ * published by a release store of ntypes, so that calls read them without
+ * the lock. */
+static struct {
+  const XLA_FFI_Api *api;
+  int64_t id;
+} exec_types[MAX_APIS];
+static int ntypes;
+
+static void drop_error(const XLA_FFI_Api *api, XLA_FFI_Error *e) {
+  if (!e || !API_HAS(api, XLA_FFI_Error_Destroy)) return;
+  XLA_FFI_Error_Destroy_Args a;
+  memset(&a, 0, sizeof a);
+  a.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
+  a.error = e;
+  api->XLA_FFI_Error_Destroy(&a);
+}
+
+/* The id api gave the state type, or 0 while it has given none. */
+static int64_t exec_type_known(const XLA_FFI_Api *api) {
+  int n = __atomic_load_n(&ntypes, __ATOMIC_ACQUIRE);
+  for (int i = 0; i < n; i++)
+    if (exec_types[i].api == api) return exec_types[i].id;
+  return 0;
+}
+
+/* The id of the state type in api, registered on first use; 0 when api
+ * cannot register it. */
+static int64_t exec_type(const XLA_FFI_Api *api) {
+  int64_t id = exec_type_known(api);
+  if (id) return id;
+  pthread_mutex_lock(&type_lock);
+  id = exec_type_known(api);
+  if (!id && ntypes < MAX_APIS && API_HAS(api, XLA_FFI_Type_Register)) {
+    static const XLA_FFI_TypeInfo info = {.struct_size = XLA_FFI_TypeInfo_STRUCT_SIZE,
+                                          .deleter = xla_exec_free};
+    XLA_FFI_TypeId tid;
+    memset(&tid, 0, sizeof tid); /* unknown: XLA assigns one */
+    XLA_FFI_Type_Register_Args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = XLA_FFI_Type_Register_Args_STRUCT_SIZE;
+    a.name.ptr = EXEC_TYPE_NAME;
+    a.name.len = sizeof EXEC_TYPE_NAME - 1;
+    a.type_id = &tid;
+    a.type_info = &info;
+    XLA_FFI_Error *e = api->XLA_FFI_Type_Register(&a);
+    if (e) {
+      drop_error(api, e);
+    } else if (tid.type_id > 0) {
+      exec_types[ntypes].api = api;
+      exec_types[ntypes].id = id = tid.type_id;
+      __atomic_store_n(&ntypes, ntypes + 1, __ATOMIC_RELEASE);
+    }
+  }
+  pthread_mutex_unlock(&type_lock);
+  return id;
+}
+
+/* The instantiate stage: a new executable's call site gets its xla_exec.
+ * What cannot be set up is no error: its calls then check every time. */
+static XLA_FFI_Error *instantiate(XLA_FFI_CallFrame *cf) {
+  const XLA_FFI_Api *api = cf->api;
+  int64_t type = api ? exec_type(api) : 0;
+  if (!type || !API_HAS(api, XLA_FFI_State_Set)) return NULL;
+  xla_exec *e = xla_exec_new();
+  if (!e) return fail(api, GRAPHD_RESOURCE_EXHAUSTED, "out of memory for an executable's state");
+  XLA_FFI_TypeId tid = {.type_id = type};
+  XLA_FFI_State_Set_Args a;
+  memset(&a, 0, sizeof a);
+  a.struct_size = XLA_FFI_State_Set_Args_STRUCT_SIZE;
+  a.ctx = cf->ctx;
+  a.stage = XLA_FFI_ExecutionStage_INSTANTIATE;
+  a.type_id = &tid;
+  a.state = e;
+  XLA_FFI_Error *xe = api->XLA_FFI_State_Set(&a);
+  if (xe) {
+    drop_error(api, xe);
+    xla_exec_free(e);
+    return NULL;
+  }
+  count(&stats.executables, 1);
+  return NULL;
+}
+
+/* The serial of the executable making an executed call, from the state
+ * its instantiate stage set; 0 when it has none. */
+static uint64_t exec_serial(const XLA_FFI_CallFrame *cf) {
+  const XLA_FFI_Api *api = cf->api;
+  int64_t type = exec_type_known(api);
+  if (!type || !API_HAS(api, XLA_FFI_State_Get)) return 0;
+  XLA_FFI_TypeId tid = {.type_id = type};
+  XLA_FFI_State_Get_Args a;
+  memset(&a, 0, sizeof a);
+  a.struct_size = XLA_FFI_State_Get_Args_STRUCT_SIZE;
+  a.ctx = cf->ctx;
+  a.stage = XLA_FFI_ExecutionStage_INSTANTIATE;
+  a.type_id = &tid;
+  XLA_FFI_Error *e = api->XLA_FFI_State_Get(&a);
+  if (e) {
+    drop_error(api, e);
+    return 0;
+  }
+  return a.state ? ((const xla_exec *)a.state)->serial : 0;
 }
 
 static XLA_FFI_Error *metadata(XLA_FFI_CallFrame *cf) {
@@ -523,7 +655,7 @@ static graphd_status copy_unaliased(const graphd_binding *b, const uint64_t *fro
 /* One replay of the call's bindings, with its bounce copies; add: first
  * gives the buffers graphd cannot map copies (when none is added, the
  * replay was refused for something else and that answer stands). */
-static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stream,
+static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stream, uint64_t exec,
                                  const uint8_t pid[32], const graphd_binding *b, const uint8_t *dir,
                                  int64_t nb, bool sync, bool add, uint64_t *seq, char *err,
                                  size_t errlen) {
@@ -541,7 +673,7 @@ static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stre
     }
   }
   xla_bounce_call call;
-  st = xla_bounce_begin(t, b, dir, nb, (CUstream)cu_stream, &call, err, errlen);
+  st = xla_bounce_begin(t, b, dir, nb, (CUstream)cu_stream, exec, &call, err, errlen);
   bool replayed = false;
   if (st == GRAPHD_OK) {
     if (call.any) count(&stats.bounced, 1);
@@ -629,8 +761,9 @@ XLA_FFI_Error *graphd_xla_replay(XLA_FFI_CallFrame *cf) {
   /* The metadata query comes first, and its api may be NULL. */
   if (cf->extension_start && cf->extension_start->type == XLA_FFI_Extension_Metadata)
     return metadata(cf);
-  if (cf->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   pthread_once(&env_once, read_env);
+  if (cf->stage == XLA_FFI_ExecutionStage_INSTANTIATE) return instantiate(cf);
+  if (cf->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   uint64_t t0 = env_stats ? now_ns() : 0;
   XLA_FFI_Error *xe = replay_call(cf);
   if (env_stats) {
@@ -687,6 +820,8 @@ static XLA_FFI_Error *replay_call(XLA_FFI_CallFrame *cf) {
   if (xe) return xe;
   count(&stats.buffers, (uint64_t)nb);
 
+  uint64_t exec = exec_serial(cf);
+  if (!exec) count(&stats.stateless, 1);
   XLA_FFI_Stream_Get_Args sa;
   memset(&sa, 0, sizeof sa);
   sa.struct_size = XLA_FFI_Stream_Get_Args_STRUCT_SIZE;
@@ -726,11 +861,11 @@ static XLA_FFI_Error *replay_call(XLA_FFI_CallFrame *cf) {
   if (s) st = copy_unaliased(b, from, nb, sa.stream, err, sizeof err);
   if (s && st == GRAPHD_OK) {
     uint64_t seq = 0;
-    st = replay_once(d, s, sa.stream, pid, b, dir, nb, sync, false, &seq, err, sizeof err);
+    st = replay_once(d, s, sa.stream, exec, pid, b, dir, nb, sync, false, &seq, err, sizeof err);
     /* Refused before anything was queued because of memory graphd cannot
      * map: once more, with copies of those buffers. */
     if (st == GRAPHD_FAILED_PRECONDITION)
-      st = replay_once(d, s, sa.stream, pid, b, dir, nb, sync, true, &seq, err, sizeof err);
+      st = replay_once(d, s, sa.stream, exec, pid, b, dir, nb, sync, true, &seq, err, sizeof err);
     if (seq) {
       pthread_mutex_lock(&table_lock);
       for (int i = 0; i < d->nstreams; i++)

@@ -61,12 +61,18 @@ typedef struct graphd_xla_stats {
   uint64_t unaliased;     /* in-out operands copied into results XLA did not alias */
   uint64_t bounced;       /* calls that bound copies of buffers graphd cannot map */
   uint64_t bounce_copies; /* the copies those calls queued */
-  uint64_t id_queries;    /* driver queries that checked the constants' allocations */
+  uint64_t id_queries;    /* driver queries that checked the constants' copies: a constant's
+                             first call by each executable, or every call by one without
+                             the handler's state (stateless) */
   uint64_t handler_ns;    /* host time in the handler */
   uint64_t replay_ns;     /* of it, in libgraphd's replay call */
   uint64_t wait_ns;       /* of that, waiting for room in the submission ring */
   uint64_t bounce_ns;     /* of handler_ns, on the copies of buffers graphd cannot map:
                              finding them, checking constants, queueing the copies */
+  uint64_t executables;   /* executables' call sites given the handler's state at XLA's
+                             instantiate stage */
+  uint64_t stateless;     /* executed calls whose executable has no such state (the
+                             handler registered without the instantiate stage) */
 } graphd_xla_stats;
 
 /* Copies the counts into *out (size: sizeof *out, for the fields the
