@@ -236,8 +236,11 @@ def xla_lib() -> ctypes.CDLL:
 
 def register_target(name: str = "graphd_replay", platform: str = "CUDA") -> None:
     """Registers graphd_xla_replay as an FFI target, once per process and
-    (name, platform). program_callable() does this for CUDA; other
-    platforms are for tests that only lower.
+    (name, platform), for XLA's instantiate stage as well as execution: the
+    handler keeps a state per executable there, so that a call checks the
+    copies of its executable's constants on its first run only.
+    program_callable() does this for CUDA; other platforms are for tests
+    that only lower.
 
     Parameters
     ----------
@@ -258,7 +261,9 @@ def register_target(name: str = "graphd_replay", platform: str = "CUDA") -> None
     with _lock:
         if key in _targets:
             return
-        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(fn), platform=platform)
+        handler = jax.ffi.pycapsule(fn)
+        jax.ffi.register_ffi_target(name, {"instantiate": handler, "execute": handler},
+                                    platform=platform)
         _targets.add(key)
 
 
@@ -355,7 +360,8 @@ def last_replays(program_ids: Iterable[Union[BytesLike, str]]) -> List[int]:
 
 
 _STATS_FIELDS = ("calls", "sync_calls", "buffers", "unaliased", "bounced", "bounce_copies",
-                 "id_queries", "handler_ns", "replay_ns", "wait_ns", "bounce_ns")
+                 "id_queries", "handler_ns", "replay_ns", "wait_ns", "bounce_ns", "executables",
+                 "stateless")
 
 
 class _XlaStats(ctypes.Structure):
@@ -371,13 +377,16 @@ def xla_stats() -> Optional[Dict[str, int]]:
     dict of str to int, or None
         calls (sync_calls of them with a round trip), buffers bound,
         unaliased in-out operands copied, bounced calls and their
-        bounce_copies, id_queries, and the host time in ns spent in the
-        handler (handler_ns), of it in libgraphd's replay call
-        (replay_ns), of that waiting for room in the submission ring
-        (wait_ns), and of handler_ns the part on the copies of buffers
-        graphd cannot map (bounce_ns). None unless GRAPHD_XLA_STATS=1 was
-        in the environment when the process made its first call: set it
-        before then.
+        bounce_copies, id_queries (the driver queries that checked
+        constants' copies: on an executable's first call), the host time
+        in ns spent in the handler (handler_ns), of it in libgraphd's
+        replay call (replay_ns), of that waiting for room in the
+        submission ring (wait_ns), and of handler_ns the part on the
+        copies of buffers graphd cannot map (bounce_ns); executables
+        given the handler's state, and stateless calls (their executable
+        has none: they check every call). None unless GRAPHD_XLA_STATS=1
+        was in the environment when the process made its first call: set
+        it before then.
 
     Raises
     ------

@@ -248,8 +248,9 @@ class TestJaxLowering(unittest.TestCase):
         # a process of its own.
         code = "import graphd.jax as gj; s = gj.xla_stats(); print(s and sorted(s.items()))"
         for value, want in (("1", "[('bounce_copies', 0), ('bounce_ns', 0), ('bounced', 0), ('buffers', 0), "
-                                  "('calls', 0), ('handler_ns', 0), ('id_queries', 0), ('replay_ns', 0), "
-                                  "('sync_calls', 0), ('unaliased', 0), ('wait_ns', 0)]"),
+                                  "('calls', 0), ('executables', 0), ('handler_ns', 0), ('id_queries', 0), "
+                                  "('replay_ns', 0), ('stateless', 0), ('sync_calls', 0), ('unaliased', 0), "
+                                  "('wait_ns', 0)]"),
                             (None, "None"), ("0", "None")):
             env = dict(os.environ)
             env.pop("GRAPHD_XLA_STATS", None)

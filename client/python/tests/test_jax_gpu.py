@@ -190,10 +190,33 @@ class JaxGpuTest(GpuTestCase):
         g = jax.jit(lambda k: f(const) + k)
         for k in range(20):
             np.testing.assert_array_equal(np.asarray(g(float(k))), 2 * np.asarray(const) + k)
+        # The copy is checked on the executable's first call only (the
+        # handler's state from XLA's instantiate stage): none of the calls
+        # after it asks the driver anything about it.
+        before = self.gj.xla_stats()
+        for k in range(20):
+            np.testing.assert_array_equal(np.asarray(g(float(k))), 2 * np.asarray(const) + k)
+        d = {k: v - before[k] for k, v in self.gj.xla_stats().items()}
+        self.assertEqual(d["calls"], 20, d)
+        self.assertEqual(d["id_queries"], 0, d)
+        self.assertEqual(d["stateless"], 0, d)
+        self.assertGreater(self.gj.xla_stats()["executables"], 0)
         # A folded constant that changes from one program to the next.
         h = jax.jit(lambda: jax.lax.scan(lambda c, _: (f(c), None), const, None, length=5)[0])
         np.testing.assert_array_equal(np.asarray(h()), 32 * np.asarray(const))
-        print("FIGURE a closed-over constant bound through a copy: 20 calls and a scan of 5, exact")
+        # Executables made and freed one after another, each closing over a
+        # constant of the same size with other contents: XLA may load one's
+        # constant where a freed one's was, and each must still see its own.
+        for j in range(12):
+            c = jnp.full((N + 3,), float(j), dtype=jnp.float32)
+            gj_ = jax.jit(lambda k, c=c: f(c) + k)
+            for k in range(2):
+                np.testing.assert_array_equal(np.asarray(gj_(float(k))),
+                                              np.full(N + 3, 2.0 * j + k, dtype=np.float32))
+            del gj_, c
+            jax.clear_caches()
+        print("FIGURE a closed-over constant bound through a copy: 40 calls, no driver query after "
+              "the first; a scan of 5; 12 executables made and freed in turn, exact")
 
     def test_rl_style_scan_of_1000_steps_matches_pure_jax(self):
         for sync in (False, True):
