@@ -947,6 +947,37 @@ START_TEST(test_xla_a_constant_bound_for_writing_is_checked_again) {
 }
 END_TEST
 
+/* A call's bindings that have no copy are replayed at their own address,
+ * whether they lie below, between or above the buffers that have one;
+ * those that have one are replayed at their copy. */
+START_TEST(test_xla_bindings_without_copies_keep_their_address) {
+  fake_driver();
+  xla_bounce_table t;
+  xla_bounce_init(&t, 256);
+  bounce_call(&t, (int[]){1, 3}, 2);
+  graphd_binding b[5];
+  uint8_t dir[5];
+  for (int i = 0; i < 5; i++) {
+    b[i] = (graphd_binding){
+        .slot = (uint32_t)i, .ptr = (uint64_t)(uintptr_t)bufs[i], .bytes = sizeof bufs[0]};
+    dir[i] = XLA_DIR_IN | XLA_DIR_OUT;
+  }
+  /* Begun without adding copies: 0, 2 and 4 have none. */
+  char err[256] = "";
+  xla_bounce_call call;
+  pthread_mutex_lock(&t.lock);
+  ck_assert_int_eq(xla_bounce_begin(&t, b, dir, 5, (CUstream)0x5eed, 0, &call, err, sizeof err),
+                   GRAPHD_OK);
+  for (int i = 0; i < 5; i++)
+    if (i % 2)
+      ck_assert_uint_eq(call.use[i].ptr, xla_bounce_find(&t, b[i].ptr, b[i].bytes)->copy);
+    else
+      ck_assert_uint_eq(call.use[i].ptr, b[i].ptr);
+  end_call(&t, &call, b, dir, 5);
+  xla_bounce_close(&t);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("xla");
   TCase *tc = tcase_create("xla");
@@ -970,6 +1001,7 @@ int main(void) {
   tcase_add_test(tc, test_xla_constants_are_checked_once_an_executable);
   tcase_add_test(tc, test_xla_a_freed_executables_constants_reused_are_copied_again);
   tcase_add_test(tc, test_xla_a_constant_bound_for_writing_is_checked_again);
+  tcase_add_test(tc, test_xla_bindings_without_copies_keep_their_address);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }

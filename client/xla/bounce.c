@@ -103,6 +103,7 @@ void xla_bounce_close(xla_bounce_table *t) {
     }
   free(t->v);
   free(t->blocks);
+  free(t->scratch);
   pthread_mutex_destroy(&t->lock);
   memset(t, 0, sizeof *t);
 }
@@ -381,6 +382,21 @@ static graphd_status copy_way(const gd_cuda *cu, xla_bounce_call *call, const gr
   return GRAPHD_OK;
 }
 
+/* The call's per-binding arrays, from the table's scratch; false when
+ * out of memory. */
+static bool call_arrays(xla_bounce_table *t, int64_t nb, xla_bounce_call *call) {
+  size_t need = (size_t)(nb ? nb : 1) * (sizeof *call->own + sizeof *call->x);
+  if (need > t->scratch_bytes) {
+    void *m = realloc(t->scratch, need);
+    if (!m) return false;
+    t->scratch = m;
+    t->scratch_bytes = need;
+  }
+  call->own = t->scratch;
+  call->x = (xla_bounce **)(call->own + nb);
+  return true;
+}
+
 graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, const uint8_t *dir,
                                int64_t nb, CUstream stream, uint64_t exec, xla_bounce_call *call,
                                char *err, size_t errlen) {
@@ -392,15 +408,17 @@ graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, con
   if (t->n == 0) return GRAPHD_OK;
   const gd_cuda *cu;
   if (gd_cuda_load(&cu, NULL, 0) < 0) return GRAPHD_OK; /* then nothing was added either */
-  /* Each binding looked up once; the call goes on with its own bindings
-   * when none of them has a copy. */
-  if (!(call->own = malloc((size_t)(nb ? nb : 1) * (sizeof *call->own + sizeof *call->x)))) {
+  if (!call_arrays(t, nb, call)) {
     snprintf(err, errlen, "out of memory");
     return GRAPHD_RESOURCE_EXHAUSTED;
   }
-  call->x = (xla_bounce **)(call->own + nb);
+  /* Each binding looked up once: by binary search, after a test against
+   * the copies' lowest and highest addresses, which most of a call's
+   * buffers (in XLA's allocations, away from its modules') fail. */
+  uint64_t lo = t->v[0].src, hi = t->v[t->n - 1].src;
   for (int64_t i = 0; i < nb; i++) {
-    xla_bounce *x = call->x[i] = xla_bounce_find(t, b[i].ptr, b[i].bytes);
+    xla_bounce *x = call->x[i] =
+        b[i].ptr < lo || b[i].ptr > hi ? NULL : xla_bounce_find(t, b[i].ptr, b[i].bytes);
     if (!x) continue;
     call->any = true;
     x->last_call = call->stamp;
@@ -410,16 +428,23 @@ graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, con
       x->filled = false;
       memset(x->shown, 0, sizeof x->shown);
     }
-    /* Used last on another stream: this one waits for that call, so this
-     * call's event covers both (and the two never race on the copy). */
-    if (x->use && x->stream != stream &&
+  }
+  /* The call goes on with its own bindings when none has a copy. */
+  if (!call->any) {
+    call->x = NULL;
+    return GRAPHD_OK;
+  }
+  /* A copy used last on another stream: this one waits for that call, so
+   * this call's event covers both (and the two never race on the copy). */
+  for (int64_t i = 0; i < nb; i++) {
+    xla_bounce *x = call->x[i];
+    if (x && x->use && x->stream != stream &&
         cu->cuStreamWaitEvent(stream, x->use->ev, 0) != CUDA_SUCCESS) {
       snprintf(err, errlen, "cannot order slot %u's copy after its use on another stream",
                b[i].slot);
       return GRAPHD_INTERNAL;
     }
   }
-  if (!call->any) return GRAPHD_OK;
   memcpy(call->own, b, (size_t)nb * sizeof *call->own);
   for (int64_t i = 0; i < nb; i++)
     if (call->x[i]) call->own[i].ptr = (uint64_t)call->x[i]->copy;
@@ -448,7 +473,6 @@ graphd_status xla_bounce_end(xla_bounce_table *t, xla_bounce_call *call, const g
     if (u) u->refs++;
   }
 exit:
-  free(call->own);
   call->own = NULL;
   call->x = NULL;
   return st;

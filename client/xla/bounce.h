@@ -135,6 +135,10 @@ typedef struct xla_bounce_table {
   int nblocks, blocks_alloc;
   uint64_t stamp; /* of the latest call; guarded by lock */
   uint64_t freed; /* copies freed to make room, for tests; guarded by lock */
+  /* A call's per-binding arrays (xla_bounce_call's x and own), kept from
+   * call to call instead of allocated for each; guarded by lock. */
+  void *scratch;
+  size_t scratch_bytes;
   /* Events no copy names any more, kept to record again rather than made
    * anew each call (re-recording an event still pending is allowed: a
    * query then asks about the new record); guarded by lock. */
@@ -147,8 +151,8 @@ typedef struct xla_bounce_table {
 
 /* One call's copies, between xla_bounce_begin and xla_bounce_end. */
 typedef struct xla_bounce_call {
-  xla_bounce **x;            /* per binding: its copy, or NULL */
-  graphd_binding *own;       /* the bindings with the copies in */
+  xla_bounce **x;            /* per binding: its copy, or NULL; NULL when none has one */
+  graphd_binding *own;       /* the bindings with the copies in (the table's scratch) */
   const graphd_binding *use; /* what to replay: own, or the caller's */
   CUstream stream;
   uint64_t stamp;
@@ -187,9 +191,8 @@ graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, con
                                char *err, size_t errlen);
 
 /* Ends the call: when replayed, queues the copies of results out of their
- * copies; then records the call's event for its copies, and frees call's
- * memory. Returns the first failure (err says why), else GRAPHD_OK. Lock
- * held. */
+ * copies; then records the call's event for its copies. Returns the first
+ * failure (err says why), else GRAPHD_OK. Lock held. */
 graphd_status xla_bounce_end(xla_bounce_table *t, xla_bounce_call *call, const graphd_binding *b,
                              const uint8_t *dir, int64_t nb, bool replayed, char *err,
                              size_t errlen);
