@@ -656,13 +656,20 @@ static float bufs[NBUF][NFLOAT];
 
 /* A call's start and end through the table, as the handler makes them:
  * the lock taken, copies added, the copies in; the copies out, unlocked. */
-static void begin_call(xla_bounce_table *t, uint64_t exec, const graphd_binding *b,
-                       const uint8_t *dir, int n, xla_bounce_call *call) {
+static void begin_call_from(xla_bounce_table *t, uint64_t exec, const graphd_binding *b,
+                            const uint64_t *from, const uint8_t *dir, int n,
+                            xla_bounce_call *call) {
   char err[512] = "";
   pthread_mutex_lock(&t->lock);
   ck_assert_msg(xla_bounce_add(t, b, n, err, sizeof err) >= 0, "%s", err);
-  ck_assert_int_eq(xla_bounce_begin(t, b, dir, n, (CUstream)0x5eed, exec, call, err, sizeof err),
-                   GRAPHD_OK);
+  ck_assert_int_eq(
+      xla_bounce_begin(t, b, from, dir, n, (CUstream)0x5eed, exec, call, err, sizeof err),
+      GRAPHD_OK);
+}
+
+static void begin_call(xla_bounce_table *t, uint64_t exec, const graphd_binding *b,
+                       const uint8_t *dir, int n, xla_bounce_call *call) {
+  begin_call_from(t, exec, b, NULL, dir, n, call);
 }
 
 static void end_call(xla_bounce_table *t, xla_bounce_call *call, const graphd_binding *b,
@@ -966,14 +973,49 @@ START_TEST(test_xla_bindings_without_copies_keep_their_address) {
   char err[256] = "";
   xla_bounce_call call;
   pthread_mutex_lock(&t.lock);
-  ck_assert_int_eq(xla_bounce_begin(&t, b, dir, 5, (CUstream)0x5eed, 0, &call, err, sizeof err),
-                   GRAPHD_OK);
+  ck_assert_int_eq(
+      xla_bounce_begin(&t, b, NULL, dir, 5, (CUstream)0x5eed, 0, &call, err, sizeof err),
+      GRAPHD_OK);
   for (int i = 0; i < 5; i++)
     if (i % 2)
       ck_assert_uint_eq(call.use[i].ptr, xla_bounce_find(&t, b[i].ptr, b[i].bytes)->copy);
     else
       ck_assert_uint_eq(call.use[i].ptr, b[i].ptr);
   end_call(&t, &call, b, dir, 5);
+  xla_bounce_close(&t);
+}
+END_TEST
+
+/* An in-out slot whose result XLA gave a buffer of its own that graphd
+ * cannot map: the result's copy is filled from the operand straight, not
+ * through the result's buffer, so the call makes two copies (in and out),
+ * not three; the operand is left as it was. */
+START_TEST(test_xla_an_unaliased_operand_goes_straight_into_the_results_copy) {
+  fake_driver();
+  xla_bounce_table t;
+  xla_bounce_init(&t, 256);
+  for (int k = 0; k < NFLOAT; k++) {
+    bufs[1][k] = -1.0f;        /* the result's buffer, as XLA left it */
+    bufs[2][k] = (float)k + 1; /* the operand */
+  }
+  graphd_binding b = {.slot = 0, .ptr = (uint64_t)(uintptr_t)bufs[1], .bytes = sizeof bufs[0]};
+  uint64_t from = (uint64_t)(uintptr_t)bufs[2];
+  uint8_t dir = XLA_DIR_IN | XLA_DIR_OUT;
+  xla_bounce_call call;
+  begin_call_from(&t, 0, &b, &from, &dir, 1, &call);
+  ck_assert(call.any);
+  float *copy = (float *)(uintptr_t)call.use[0].ptr;
+  ck_assert_ptr_ne(copy, bufs[1]);
+  for (int k = 0; k < NFLOAT; k++) {
+    ck_assert(copy[k] == (float)k + 1);
+    copy[k] *= 10.0f; /* the replay */
+  }
+  end_call(&t, &call, &b, &dir, 1);
+  ck_assert_uint_eq(call.copies, 2);
+  for (int k = 0; k < NFLOAT; k++) {
+    ck_assert(bufs[1][k] == 10.0f * ((float)k + 1));
+    ck_assert(bufs[2][k] == (float)k + 1);
+  }
   xla_bounce_close(&t);
 }
 END_TEST
@@ -1002,6 +1044,7 @@ int main(void) {
   tcase_add_test(tc, test_xla_a_freed_executables_constants_reused_are_copied_again);
   tcase_add_test(tc, test_xla_a_constant_bound_for_writing_is_checked_again);
   tcase_add_test(tc, test_xla_bindings_without_copies_keep_their_address);
+  tcase_add_test(tc, test_xla_an_unaliased_operand_goes_straight_into_the_results_copy);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }

@@ -348,10 +348,11 @@ static void show(xla_bounce *x, uint64_t exec) {
 }
 
 /* Queues the copies of the bindings that have one: the operands into their
- * copies (in: before the replay; a constant's copy only once), or the
- * copies out to the results (after it). */
+ * copies (in: before the replay, from from[i] where set; a constant's
+ * copy only once), or the copies out to the results (after it). */
 static graphd_status copy_way(const gd_cuda *cu, xla_bounce_call *call, const graphd_binding *b,
-                              const uint8_t *dir, int64_t nb, bool in, char *err, size_t errlen) {
+                              const uint64_t *from, const uint8_t *dir, int64_t nb, bool in,
+                              char *err, size_t errlen) {
   for (int64_t i = 0; i < nb; i++) {
     xla_bounce *x = call->x[i];
     if (!x || !(dir[i] & (in ? XLA_DIR_IN : XLA_DIR_OUT))) continue;
@@ -368,7 +369,8 @@ static graphd_status copy_way(const gd_cuda *cu, xla_bounce_call *call, const gr
       constant_learn(cu, call, x);
     }
     call->copies++;
-    CUresult r = in ? cu->cuMemcpyDtoDAsync(x->copy, (CUdeviceptr)x->src, x->bytes, call->stream)
+    CUdeviceptr src = (CUdeviceptr)(from && from[i] ? from[i] : x->src);
+    CUresult r = in ? cu->cuMemcpyDtoDAsync(x->copy, src, x->bytes, call->stream)
                     : cu->cuMemcpyDtoDAsync((CUdeviceptr)x->src, x->copy, x->bytes, call->stream);
     if (r != CUDA_SUCCESS) {
       if (constant) x->filled = false; /* the fill never happened */
@@ -397,9 +399,9 @@ static bool call_arrays(xla_bounce_table *t, int64_t nb, xla_bounce_call *call) 
   return true;
 }
 
-graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, const uint8_t *dir,
-                               int64_t nb, CUstream stream, uint64_t exec, xla_bounce_call *call,
-                               char *err, size_t errlen) {
+graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, const uint64_t *from,
+                               const uint8_t *dir, int64_t nb, CUstream stream, uint64_t exec,
+                               xla_bounce_call *call, char *err, size_t errlen) {
   memset(call, 0, sizeof *call);
   call->use = b;
   call->stream = stream;
@@ -449,7 +451,7 @@ graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, con
   for (int64_t i = 0; i < nb; i++)
     if (call->x[i]) call->own[i].ptr = (uint64_t)call->x[i]->copy;
   call->use = call->own;
-  return copy_way(cu, call, b, dir, nb, true, err, errlen);
+  return copy_way(cu, call, b, from, dir, nb, true, err, errlen);
 }
 
 graphd_status xla_bounce_end(xla_bounce_table *t, xla_bounce_call *call, const graphd_binding *b,
@@ -458,7 +460,7 @@ graphd_status xla_bounce_end(xla_bounce_table *t, xla_bounce_call *call, const g
   graphd_status st = GRAPHD_OK;
   const gd_cuda *cu;
   if (!call->any || gd_cuda_load(&cu, NULL, 0) < 0) goto exit;
-  if (replayed) st = copy_way(cu, call, b, dir, nb, false, err, errlen);
+  if (replayed) st = copy_way(cu, call, b, NULL, dir, nb, false, err, errlen);
   /* The call's event, after everything it queued: its copies are free to
    * go once it completes. Without one, the call is waited for here, and
    * its copies are idle at once. */

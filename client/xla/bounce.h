@@ -183,12 +183,15 @@ int xla_bounce_add(xla_bounce_table *t, const graphd_binding *b, int64_t nb, cha
 
 /* Starts a call on stream by the executable whose serial is exec (0: one
  * with no xla_exec): looks up each binding's copy and queues the copies of
- * operands into them. call->use is the bindings to replay (the caller's b
- * when none has a copy). Lock held; xla_bounce_end must follow whatever
- * this returns. */
-graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, const uint8_t *dir,
-                               int64_t nb, CUstream stream, uint64_t exec, xla_bounce_call *call,
-                               char *err, size_t errlen);
+ * operands into them. An operand comes from from[i] where that is nonzero
+ * (an in-out operand XLA did not alias to its result, whose buffer b[i]
+ * is: the copy takes the operand straight, and the result gets the copy's
+ * contents after the replay), else from b[i]; from may be NULL.
+ * call->use is the bindings to replay (the caller's b when none has a
+ * copy). Lock held; xla_bounce_end must follow whatever this returns. */
+graphd_status xla_bounce_begin(xla_bounce_table *t, const graphd_binding *b, const uint64_t *from,
+                               const uint8_t *dir, int64_t nb, CUstream stream, uint64_t exec,
+                               xla_bounce_call *call, char *err, size_t errlen);
 
 /* Ends the call: when replayed, queues the copies of results out of their
  * copies; then records the call's event for its copies. Returns the first

@@ -502,7 +502,8 @@ static XLA_FFI_Error *metadata(XLA_FFI_CallFrame *cf) {
  * the operand's, the result's buffer is bound and from[] holds the
  * operand's address, to be copied into it first (the operand is left as it
  * is). *out is malloc'd (the caller frees it) and holds the n bindings,
- * then from[] and dir[] (XLA_DIR_IN and XLA_DIR_OUT) for each. NULL or the error. */
+ * then from[] and dir[] (XLA_DIR_IN and XLA_DIR_OUT) for each; *from is
+ * NULL when XLA aliased every in-out result. NULL or the error. */
 static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFrame *cf,
                                    const int64_t *slot, int64_t nargs, int64_t nrets,
                                    const int64_t *fixed, int64_t nfixed, graphd_binding **out,
@@ -522,7 +523,7 @@ static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFra
     return fail(api, GRAPHD_RESOURCE_EXHAUSTED, "out of memory for %lld bindings", (long long)n);
   }
   memset(at, 0xff, cap * sizeof *at);
-  int64_t nb = 0;
+  int64_t nb = 0, nfrom = 0;
   XLA_FFI_Error *e = NULL;
   for (int64_t i = 0; i < n && !e; i++) {
     if (i >= nargs + nrets) {
@@ -599,6 +600,7 @@ static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFra
         }
         f[j] = b[j].ptr;
         b[j].ptr = ptr;
+        nfrom++;
       }
       d[j] |= is_arg ? XLA_DIR_IN : XLA_DIR_OUT;
       continue;
@@ -616,8 +618,9 @@ static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFra
     free(b);
     return e;
   }
+  count(&stats.unaliased, (uint64_t)nfrom);
   *out = b;
-  *from = f;
+  *from = nfrom ? f : NULL;
   *dir = d;
   *nout = nb;
   return NULL;
@@ -634,13 +637,15 @@ static XLA_FFI_Error *bind_buffers(const XLA_FFI_Api *api, const XLA_FFI_CallFra
  * nothing here. */
 
 /* Copies, on the stream, each in-out operand that XLA did not alias into
- * its result's buffer (bind_buffers' from[]). */
-static graphd_status copy_unaliased(const graphd_binding *b, const uint64_t *from, int64_t nb,
-                                    CUstream st, char *err, size_t errlen) {
+ * its result's buffer (bind_buffers' from[]), but for those whose result
+ * has a copy (x[i]: xla_bounce_begin filled the copy from the operand
+ * straight, and the result gets the copy's contents after the replay). */
+static graphd_status copy_unaliased(const graphd_binding *b, const uint64_t *from,
+                                    xla_bounce *const *x, int64_t nb, CUstream st, char *err,
+                                    size_t errlen) {
   const gd_cuda *cu = NULL;
   for (int64_t i = 0; i < nb; i++) {
-    if (!from[i]) continue;
-    count(&stats.unaliased, 1);
+    if (!from[i] || (x && x[i])) continue;
     if ((!cu && gd_cuda_load(&cu, NULL, 0) < 0) ||
         cu->cuMemcpyDtoDAsync((CUdeviceptr)b[i].ptr, (CUdeviceptr)from[i], b[i].bytes, st) !=
             CUDA_SUCCESS) {
@@ -656,9 +661,9 @@ static graphd_status copy_unaliased(const graphd_binding *b, const uint64_t *fro
  * gives the buffers graphd cannot map copies (when none is added, the
  * replay was refused for something else and that answer stands). */
 static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stream, uint64_t exec,
-                                 const uint8_t pid[32], const graphd_binding *b, const uint8_t *dir,
-                                 int64_t nb, bool sync, bool add, uint64_t *seq, char *err,
-                                 size_t errlen) {
+                                 const uint8_t pid[32], const graphd_binding *b,
+                                 const uint64_t *from, const uint8_t *dir, int64_t nb, bool sync,
+                                 bool add, uint64_t *seq, char *err, size_t errlen) {
   xla_bounce_table *t = &d->bounces;
   graphd_status st = GRAPHD_OK;
   uint64_t b0 = env_stats ? now_ns() : 0, t0 = 0, t1 = 0;
@@ -673,7 +678,9 @@ static graphd_status replay_once(dev_session *d, graphd_stream *s, void *cu_stre
     }
   }
   xla_bounce_call call;
-  st = xla_bounce_begin(t, b, dir, nb, (CUstream)cu_stream, exec, &call, err, errlen);
+  st = xla_bounce_begin(t, b, from, dir, nb, (CUstream)cu_stream, exec, &call, err, errlen);
+  if (st == GRAPHD_OK && from)
+    st = copy_unaliased(b, from, call.x, nb, (CUstream)cu_stream, err, errlen);
   bool replayed = false;
   if (st == GRAPHD_OK) {
     if (call.any) count(&stats.bounced, 1);
@@ -858,14 +865,15 @@ static XLA_FFI_Error *replay_call(XLA_FFI_CallFrame *cf) {
     s = stream_for(d, sa.stream, err, sizeof err, &st);
     pthread_mutex_unlock(&table_lock);
   }
-  if (s) st = copy_unaliased(b, from, nb, sa.stream, err, sizeof err);
-  if (s && st == GRAPHD_OK) {
+  if (s) {
     uint64_t seq = 0;
-    st = replay_once(d, s, sa.stream, exec, pid, b, dir, nb, sync, false, &seq, err, sizeof err);
+    st = replay_once(d, s, sa.stream, exec, pid, b, from, dir, nb, sync, false, &seq, err,
+                     sizeof err);
     /* Refused before anything was queued because of memory graphd cannot
      * map: once more, with copies of those buffers. */
     if (st == GRAPHD_FAILED_PRECONDITION)
-      st = replay_once(d, s, sa.stream, exec, pid, b, dir, nb, sync, true, &seq, err, sizeof err);
+      st = replay_once(d, s, sa.stream, exec, pid, b, from, dir, nb, sync, true, &seq, err,
+                       sizeof err);
     if (seq) {
       pthread_mutex_lock(&table_lock);
       for (int i = 0; i < d->nstreams; i++)

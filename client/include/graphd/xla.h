@@ -67,8 +67,9 @@ typedef struct graphd_xla_stats {
   uint64_t handler_ns;    /* host time in the handler */
   uint64_t replay_ns;     /* of it, in libgraphd's replay call */
   uint64_t wait_ns;       /* of that, waiting for room in the submission ring */
-  uint64_t bounce_ns;     /* of handler_ns, on the copies of buffers graphd cannot map:
-                             finding them, checking constants, queueing the copies */
+  uint64_t bounce_ns;     /* of handler_ns, on the copies of buffers graphd cannot map
+                             (finding them, checking constants, queueing the copies) and
+                             of in-out operands XLA did not alias */
   uint64_t executables;   /* executables' call sites given the handler's state at XLA's
                              instantiate stage */
   uint64_t stateless;     /* executed calls whose executable has no such state (the
