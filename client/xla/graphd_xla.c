@@ -33,7 +33,11 @@
  * replay the old daemon never ran again; a call that still fails with
  * UNAVAILABLE (a replay cut off, no daemon within the reconnect bound)
  * drops its session from the table, so the next call connects afresh; the
- * last call still using it closes it. */
+ * last call still using it closes it. XLA may instantiate executables on
+ * its compile threads while others run: the state type's id per API is
+ * written under type_lock and read by calls without it (published by a
+ * release store); an executable's state is never written after it is
+ * made. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -445,7 +449,7 @@ static XLA_FFI_Error *instantiate(XLA_FFI_CallFrame *cf) {
   int64_t type = api ? exec_type(api) : 0;
   if (!type || !API_HAS(api, XLA_FFI_State_Set)) return NULL;
   xla_exec *e = xla_exec_new();
-  if (!e) return fail(api, GRAPHD_RESOURCE_EXHAUSTED, "out of memory for an executable's state");
+  if (!e) return NULL;
   XLA_FFI_TypeId tid = {.type_id = type};
   XLA_FFI_State_Set_Args a;
   memset(&a, 0, sizeof a);
