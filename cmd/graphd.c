@@ -15,16 +15,16 @@
 #include <uv.h>
 
 #include "common/uuid.h"
-#include "daemon/backend.h"
-#include "daemon/crash.h"
+#include "daemon/backend/backend.h"
+#include "daemon/base/crash.h"
 #include "graphd/status.h"
 #include "common/log.h"
 #include "common/usage.h"
 #include "exporter/metrics.h"
 #include "daemon/notify.h"
-#include "daemon/options.h"
+#include "daemon/base/options.h"
 #include "daemon/devices.h"
-#include "daemon/dsession.h"
+#include "daemon/sessions/dsession.h"
 #include "daemon/server.h"
 #include "version.h"
 

@@ -3,11 +3,11 @@
 
 #include <stdlib.h>
 
-#include "dsession.h"
+#include "daemon/sessions/dsession.h"
 #include "graphd/status.h"
 #include "common/log.h"
-#include "ring.h"
-#include "upkeep.h"
+#include "daemon/replay/ring.h"
+#include "daemon/device/upkeep.h"
 
 static void tag_hook(const void *ctx, char *tag, size_t len) { device_tag(ctx, tag, len); }
 

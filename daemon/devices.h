@@ -6,7 +6,7 @@
 #ifndef GRAPHD_DEVICES_H
 #define GRAPHD_DEVICES_H
 
-#include "daemon.h"
+#include "daemon/sessions/daemon.h"
 
 /* Makes d->devices for the backend devices idx[0..n) and starts their
  * workers, waiting until each has opened its device (or failed to).

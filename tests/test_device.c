@@ -9,14 +9,14 @@
 
 #include "common/file.h"
 #include "common/memfd.h"
-#include "../daemon/backend.h"
-#include "../daemon/capture.h"
-#include "../daemon/device.h"
-#include "../daemon/dstream.h"
-#include "../daemon/evict.h"
-#include "../daemon/modcache.h"
-#include "../daemon/registry.h"
-#include "../daemon/upkeep.h"
+#include "daemon/backend/backend.h"
+#include "daemon/device/capture.h"
+#include "daemon/device/device.h"
+#include "daemon/device/dstream.h"
+#include "daemon/device/evict.h"
+#include "daemon/device/modcache.h"
+#include "daemon/base/registry.h"
+#include "daemon/device/upkeep.h"
 #include "graphd/program.h"
 
 #define N 1024u /* floats per slot */

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../daemon/device.h"
-#include "../daemon/dstream.h"
-#include "../daemon/holwatch.h"
+#include "daemon/device/device.h"
+#include "daemon/device/dstream.h"
+#include "daemon/device/holwatch.h"
 #include "graphd/protocol.h"
 
 #define SLOTS 4

@@ -58,10 +58,10 @@
 #include <uv.h>
 
 #include "common/file.h"
-#include "../../daemon/daemon.h"
-#include "../../daemon/devices.h"
-#include "../../daemon/router.h"
-#include "../../daemon/dsession.h"
+#include "daemon/sessions/daemon.h"
+#include "daemon/devices.h"
+#include "daemon/requests/router.h"
+#include "daemon/sessions/dsession.h"
 #include "common/log.h"
 #include "graphd/frame.h"
 #include "graphd.pb-c.h"

@@ -1,0 +1,109 @@
+/* A data session's submission ring on its device, and the worker's view of
+ * the session's regions that ring entries are resolved against.
+ *
+ * The ring (graphd/protocol.h, "The submission ring") is a sealed memfd
+ * that the client fills with replay entries and the device's worker reads
+ * itself, without the loop thread and without protobuf; its doorbell is an
+ * eventfd in the worker's wake set. Everything the client can write there
+ * is read once into the worker's own memory and checked before use.
+ *
+ * DESIGN: worker thread only. The region view is filled by the import jobs
+ * and emptied by the release jobs and the session's end, so the worker
+ * never reads the loop's region table. */
+#ifndef GRAPHD_DRING_H
+#define GRAPHD_DRING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uthash.h>
+
+#include "daemon/backend/backend.h"
+#include "device.h"
+#include "graphd/protocol.h"
+#include "daemon/base/registry.h"
+
+/* One region of a session as the worker knows it. */
+typedef struct gd_dregion {
+  uint32_t id;
+  gd_region_map map;
+  UT_hash_handle hh;
+} gd_dregion;
+
+typedef struct gd_dring {
+  volatile graphd_ring_header *hdr;
+  volatile graphd_ring_sqe *sq;
+  volatile graphd_ring_cqe *cq;
+  uint32_t entries;
+  uint64_t bytes; /* mapped */
+  int doorbell;   /* eventfd, in the worker's wake set epfd */
+  int epfd;
+  uint64_t head;             /* the next entry to take */
+  bool broken;               /* indices that cannot be: the ring is no longer read */
+  bool warned;               /* ... and the log said so */
+  bool hung, hung_told;      /* ring.c: held others up; read no more, told to the loop */
+  bool ready_held_told;      /* ring.c: the log said its entries wait for their ready writes */
+  uint64_t ready_held_since; /* ring.c: when its head entry began to wait for its ready write;
+                                0 once an entry leaves the head (take_one) */
+  const gd_regprog **progs;  /* by handle (RingProgram), held by the session */
+  uint32_t nprogs, progs_cap;
+  double ready_timeout_s; /* the daemon's settings, for entries */
+  uint32_t max_inflight;
+  uint32_t client_pid, client_uid;
+  uint64_t order_group; /* the header's, read once at the map; 0: none */
+  uint32_t peers;       /* other rings of the device in its order group, and ... */
+  uint32_t rings;       /* ... the device's rings, this one included, ... */
+  uint64_t counted_gen; /* ... as counted at this dstream_rings_gen (ring.c) */
+  /* Counted since the loop last heard (ring_take_stats). */
+  gd_replay_tally tally;
+  uint64_t taken_ns; /* when they were last taken */
+} gd_dring;
+
+/* --- the region view ---------------------------------------------------- */
+
+/* A binding as a replay's request carries it: a slot, and a range of one
+ * of the session's regions (24 bytes, no padding: compared whole). */
+typedef struct gd_bind_req {
+  uint32_t slot;
+  uint32_t region_id;
+  uint64_t offset;
+  uint64_t bytes;
+} gd_bind_req;
+
+/* A slot bound to client memory for one replay. */
+typedef struct gd_bound {
+  bool bound;
+  uint64_t addr; /* device address of the client's bytes */
+  uint64_t bytes;
+} gd_bound;
+
+/* Adds region `id` (the loop's id for it) with its mapping. 0, or
+ * -GRAPHD_RESOURCE_EXHAUSTED. */
+int dring_region_add(gd_dregion **view, uint32_t id, const gd_region_map *m);
+/* Forgets region id (nothing when absent). */
+void dring_region_remove(gd_dregion **view, uint32_t id);
+const gd_region_map *dring_region_find(gd_dregion *const *view, uint32_t id);
+void dring_region_clear(gd_dregion **view);
+
+/* --- the ring ----------------------------------------------------------- */
+
+/* Checks and maps a ring of `entries` entries from memfd `fd` (sealed
+ * against shrinking and growing, large enough, its header written by the
+ * client) with eventfd `doorbell`, which joins epfd (the worker's wake
+ * set) and is owned by the ring from then on, even on failure; fd is not
+ * closed. Returns 0 or a negated status with err saying why. */
+int dring_map(int fd, int doorbell, uint32_t entries, int epfd, gd_dring **out, char *err,
+              size_t errlen);
+
+/* Takes the doorbell out of the wake set, closes it and unmaps the ring. */
+void dring_unmap(gd_dring *r);
+
+/* Gives program p handle h (the loop picks handles densely). 0 or
+ * -GRAPHD_RESOURCE_EXHAUSTED. */
+int dring_set_program(gd_dring *r, uint32_t h, const gd_regprog *p);
+
+/* The number of entries published and not yet taken; false (and the ring
+ * marked broken) when the client's tail cannot be. */
+bool dring_avail(gd_dring *r, uint64_t *n);
+
+#endif
