@@ -23,8 +23,8 @@
 #include "exporter/metrics.h"
 #include "daemon/notify.h"
 #include "daemon/base/options.h"
-#include "daemon/devices.h"
-#include "daemon/sessions/dsession.h"
+#include "daemon/device_table.h"
+#include "daemon/sessions/data_session.h"
 #include "daemon/server.h"
 #include "version.h"
 

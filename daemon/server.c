@@ -21,7 +21,7 @@
 #include "common/log.h"
 #include "daemon/base/check.h"
 #include "daemon/requests/router.h"
-#include "daemon/sessions/dsession.h"
+#include "daemon/sessions/data_session.h"
 #include "daemon/requests/replay.h"
 #include "daemon/sessions/session.h"
 

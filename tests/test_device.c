@@ -12,7 +12,7 @@
 #include "daemon/backend/backend.h"
 #include "daemon/device/capture.h"
 #include "daemon/device/device.h"
-#include "daemon/device/dstream.h"
+#include "daemon/device/session_stream.h"
 #include "daemon/device/evict.h"
 #include "daemon/device/modcache.h"
 #include "daemon/base/registry.h"

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "daemon/device/device.h"
-#include "daemon/device/dstream.h"
+#include "daemon/device/session_stream.h"
 #include "daemon/device/holwatch.h"
 #include "graphd/protocol.h"
 

@@ -26,7 +26,7 @@
 
 #include "daemon/backend/backend.h"
 #include "device.h"
-#include "dring.h"
+#include "submit_ring.h"
 #include "daemon/base/registry.h"
 
 #define GD_CAPTURE_PIDS 16

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "device.h"
-#include "dstream.h"
+#include "session_stream.h"
 
 /* A replay of `key` was queued on ds's stream behind "ready[slot] >= seq":
  * marks other sessions' watched waits on the same key as blocking it, and

@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "capture.h"
-#include "dstream.h"
+#include "session_stream.h"
 #include "graphd/status.h"
 #include "holwatch.h"
 #include "common/log.h"

@@ -19,7 +19,7 @@
 
 #include "daemon/device/capture.h"
 #include "daemon/device/device.h"
-#include "daemon/device/dstream.h"
+#include "daemon/device/session_stream.h"
 #include "daemon/base/registry.h"
 #include "daemon/device/worker.h"
 

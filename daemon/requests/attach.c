@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include "daemon/sessions/daemon.h"
-#include "daemon/sessions/dsession.h"
+#include "daemon/sessions/data_session.h"
 #include "graphd/status.h"
 #include "common/log.h"
-#include "daemon/replay/ring.h"
+#include "daemon/replay/ring_replay.h"
 
 /* --- RegisterFlags --------------------------------------------------------- */
 

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "daemon/device/capture.h"
-#include "daemon/sessions/dsession.h"
+#include "daemon/sessions/data_session.h"
 #include "daemon/device/evict.h"
 #include "graphd/status.h"
 #include "graphd/hex.h"

@@ -10,7 +10,7 @@
 #include "common/uuid.h"
 #include "control.h"
 #include "daemon/sessions/daemon.h"
-#include "daemon/sessions/dsession.h"
+#include "daemon/sessions/data_session.h"
 #include "graphd/status.h"
 #include "common/log.h"
 #include "version.h"

@@ -8,11 +8,11 @@
 #include "daemon/device/capture.h"
 #include "daemon/base/check.h"
 #include "daemon/sessions/daemon.h"
-#include "daemon/sessions/dsession.h"
+#include "daemon/sessions/data_session.h"
 #include "daemon/replay/execute.h"
 #include "graphd/status.h"
 #include "common/log.h"
-#include "daemon/replay/ring.h"
+#include "daemon/replay/ring_replay.h"
 
 /* One Replay: read on the loop, run on the worker's one replay path. */
 typedef struct replay_job {

@@ -8,7 +8,7 @@
 #include "attach.h"
 #include "control.h"
 #include "daemon/sessions/daemon.h"
-#include "daemon/sessions/dsession.h"
+#include "daemon/sessions/data_session.h"
 #include "graphd/status.h"
 #include "hello.h"
 #include "reclaim.h"

@@ -59,9 +59,9 @@
 
 #include "common/file.h"
 #include "daemon/sessions/daemon.h"
-#include "daemon/devices.h"
+#include "daemon/device_table.h"
 #include "daemon/requests/router.h"
-#include "daemon/sessions/dsession.h"
+#include "daemon/sessions/data_session.h"
 #include "common/log.h"
 #include "graphd/frame.h"
 #include "graphd.pb-c.h"

@@ -1,6 +1,6 @@
 /* See dring.h. Worker thread. */
 #define _GNU_SOURCE
-#include "dring.h"
+#include "submit_ring.h"
 
 #include <stdio.h>
 #include <stdlib.h>

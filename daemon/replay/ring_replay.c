@@ -1,5 +1,5 @@
 /* See ring.h. Worker thread. */
-#include "ring.h"
+#include "ring_replay.h"
 
 #include <stdio.h>
 #include <stdlib.h>

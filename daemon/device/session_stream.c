@@ -1,6 +1,6 @@
 /* See dstream.h. Worker thread, but for dstream_new, dstream_release and
  * dstream_inflight. */
-#include "dstream.h"
+#include "session_stream.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "daemon/device/device.h"
-#include "daemon/device/dstream.h"
+#include "daemon/device/session_stream.h"
 #include "execute.h"
 #include "daemon/base/registry.h"
 #include "daemon/device/worker.h"

@@ -1,12 +1,12 @@
 /* See devices.h. */
-#include "devices.h"
+#include "device_table.h"
 
 #include <stdlib.h>
 
-#include "daemon/sessions/dsession.h"
+#include "daemon/sessions/data_session.h"
 #include "graphd/status.h"
 #include "common/log.h"
-#include "daemon/replay/ring.h"
+#include "daemon/replay/ring_replay.h"
 #include "daemon/device/upkeep.h"
 
 static void tag_hook(const void *ctx, char *tag, size_t len) { device_tag(ctx, tag, len); }

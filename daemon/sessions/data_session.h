@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "daemon.h"
-#include "daemon/device/dstream.h"
+#include "daemon/device/session_stream.h"
 #include "graphd.pb-c.h"
 #include "region.h"
 #include "session.h"

@@ -1,6 +1,6 @@
 /* See dsession.h. Loop thread, except the jobs' run functions (worker). */
 #define _GNU_SOURCE
-#include "dsession.h"
+#include "data_session.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 #include "graphd/status.h"
 #include "daemon/device/holwatch.h"
 #include "common/log.h"
-#include "daemon/replay/ring.h"
+#include "daemon/replay/ring_replay.h"
 #include "daemon/base/share.h"
 
 /* --- mappings of client memory ---------------------------------------------

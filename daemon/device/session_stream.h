@@ -20,7 +20,7 @@
 
 #include "daemon/backend/backend.h"
 #include "device.h"
-#include "dring.h"
+#include "submit_ring.h"
 #include "graphd/protocol.h"
 
 typedef struct gd_dstream {
