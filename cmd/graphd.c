@@ -390,7 +390,7 @@ int main(int argc, char **argv) {
     goto exit_loop;
   }
   gd_log_set_thread_tag("loop");
-  dsession_maps_init(&srv);
+  data_session_maps_init(&srv);
   if (devices_start(&srv, &loop, idx, n, opt.device_budget) < 0) {
     GD_LOG(GD_ERROR, "main", "no device could be opened; exiting");
     worker_pool_stop(&srv.pool, 0);
@@ -429,7 +429,7 @@ exit:
   worker_pool_free(&srv.pool);
   devices_free(&srv);
   registry_close(&srv.reg);
-  dsession_maps_free(&srv);
+  data_session_maps_free(&srv);
   allowlist_free(&srv.host_allow);
   free(srv.facts);
   free(srv.counters);

@@ -56,9 +56,9 @@ typedef struct news_job {
 static void news_done(gd_job *j) {
   news_job *nj = gd_container_of(j, news_job, job);
   if (nj->reset)
-    dsession_device_reset(nj->d, nj->dev);
+    data_session_device_reset(nj->d, nj->dev);
   else
-    dsession_cut_off(nj->d, nj->session_id);
+    data_session_cut_off(nj->d, nj->session_id);
   free(nj);
 }
 

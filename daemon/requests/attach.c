@@ -30,9 +30,9 @@ static void flags_run(gd_job *j, void *ctx) {
 static void flags_done(gd_job *j) {
   flags_job *fj = gd_container_of(j, flags_job, rq.job);
   gd_session *s = fj->rq.s;
-  gd_dsession *x = dsession_of(s);
+  gd_data_session *x = data_session_of(s);
   close(fj->fd);
-  if (j->status < 0) dsession_maps_give(daemon_of(s), s->uid, 1); /* else the end lets it go */
+  if (j->status < 0) data_session_maps_give(daemon_of(s), s->uid, 1); /* else the end lets it go */
   if (!s->closing) {
     if (j->status < 0) {
       session_reply_error(s, fj->rq.request_id, j->status, "RegisterFlags: %s", j->msg);
@@ -58,7 +58,7 @@ void attach_handle_register_flags(gd_session *s, Graphd__Wire__Request *req, int
   uint64_t request_id = req->request_id;
   const Graphd__Wire__RegisterFlags *m = req->register_flags;
   int fd = fds[0]; /* taken */
-  gd_dsession *x = dsession_of(s);
+  gd_data_session *x = data_session_of(s);
   const char *why = NULL;
   char over[512];
   int code = GRAPHD_INVALID_ARGUMENT;
@@ -69,7 +69,7 @@ void attach_handle_register_flags(gd_session *s, Graphd__Wire__Request *req, int
     why = "RegisterFlags carries the flag page's memfd (one fd)";
   } else if (m->slots == 0 || m->slots > GRAPHD_MAX_FLAG_SLOTS) {
     why = "RegisterFlags.slots must be 1 to 1024";
-  } else if (!dsession_maps_fit(daemon_of(s), s->uid, false, over, sizeof over)) {
+  } else if (!data_session_maps_fit(daemon_of(s), s->uid, false, over, sizeof over)) {
     why = over;
     code = GRAPHD_RESOURCE_EXHAUSTED;
   }
@@ -79,7 +79,7 @@ void attach_handle_register_flags(gd_session *s, Graphd__Wire__Request *req, int
     return;
   }
   flags_job *fj = calloc(1, sizeof *fj);
-  if (!fj || dsession_maps_take(daemon_of(s), s->uid) < 0) {
+  if (!fj || data_session_maps_take(daemon_of(s), s->uid) < 0) {
     free(fj);
     close(fd);
     session_reply_error(s, request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
@@ -124,7 +124,7 @@ static void import_run(gd_job *j, void *ctx) {
 static void uid_regions(gd_daemon *d, uid_t uid, uint64_t *n, uint64_t *bytes) {
   *n = *bytes = 0;
   for (gd_session *y = d->sessions.head; y; y = y->next) {
-    const gd_dsession *yx = y->uid == uid ? dsession_of(y) : NULL;
+    const gd_data_session *yx = y->uid == uid ? data_session_of(y) : NULL;
     if (!yx) continue;
     *n += yx->regions.n;
     *bytes += yx->regions.bytes;
@@ -136,7 +136,7 @@ static void uid_regions(gd_daemon *d, uid_t uid, uint64_t *n, uint64_t *bytes) {
 static bool region_fits(gd_session *s, uint64_t more, char *err, size_t errlen) {
   gd_daemon *d = daemon_of(s);
   const gd_options *o = d->opt;
-  const gd_region_table *t = &dsession_of(s)->regions;
+  const gd_region_table *t = &data_session_of(s)->regions;
   if (t->n >= o->max_regions_per_session) {
     snprintf(err, errlen,
              "this session holds %llu regions, the most --max-regions-per-session %u allows; "
@@ -181,7 +181,7 @@ static void import_done(gd_job *j) {
   if (ij->in.fd >= 0) close(ij->in.fd); /* never ran */
   if (j->status < 0) {
     free(ij->release); /* nothing was mapped */
-    dsession_maps_give(d, s->uid, 1);
+    data_session_maps_give(d, s->uid, 1);
     if (!s->closing)
       session_reply_error(s, ij->rq.request_id, j->status, "RegisterRegion: %s", j->msg);
     goto exit;
@@ -189,21 +189,21 @@ static void import_done(gd_job *j) {
   if (s->closing) {
     /* The session's end ran or comes first: it stops the ring and frees
      * the view; only the mapping is left. */
-    dsession_release_map(ij->release, d, s->device, &ij->out, NULL, 0, s->uid);
+    data_session_release_map(ij->release, d, s->device, &ij->out, NULL, 0, s->uid);
     goto exit;
   }
-  gd_dsession *x = dsession_of(s);
+  gd_data_session *x = data_session_of(s);
   char over[256];
   /* The mapping may be larger than asked (granularity): check what it is. */
   if (!region_fits(s, ij->out.size, over, sizeof over)) {
-    dsession_release_map(ij->release, d, s->device, &ij->out, x->ds, ij->id, s->uid);
+    data_session_release_map(ij->release, d, s->device, &ij->out, x->ds, ij->id, s->uid);
     session_reply_error(s, ij->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "RegisterRegion: %s",
                         over);
     goto exit;
   }
   gd_region *r = region_add_as(&x->regions, ij->id, &ij->out, ij->client_base);
   if (!r) {
-    dsession_release_map(ij->release, d, s->device, &ij->out, x->ds, ij->id, s->uid);
+    data_session_release_map(ij->release, d, s->device, &ij->out, x->ds, ij->id, s->uid);
     session_reply_error(s, ij->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
   }
@@ -230,7 +230,7 @@ void attach_handle_register_region(gd_session *s, Graphd__Wire__Request *req, in
   uint64_t request_id = req->request_id;
   const Graphd__Wire__RegisterRegion *m = req->register_region;
   int fd = fds[0]; /* taken */
-  gd_dsession *x = dsession_of(s);
+  gd_data_session *x = data_session_of(s);
   const char *why = NULL;
   char over[512];
   int code = GRAPHD_INVALID_ARGUMENT;
@@ -249,7 +249,7 @@ void attach_handle_register_region(gd_session *s, Graphd__Wire__Request *req, in
              m->ipc_handle.len != 64) {
     why = "RegisterRegion.ipc_handle must be 64 bytes (a CUipcMemHandle)";
   } else if (!region_fits(s, m->size, over, sizeof over) ||
-             !dsession_maps_fit(daemon_of(s), s->uid, true, over, sizeof over)) {
+             !data_session_maps_fit(daemon_of(s), s->uid, true, over, sizeof over)) {
     why = over;
     code = GRAPHD_RESOURCE_EXHAUSTED;
   }
@@ -261,7 +261,7 @@ void attach_handle_register_region(gd_session *s, Graphd__Wire__Request *req, in
   /* What letting it go needs, now: its release job and its place in the
    * session's end. */
   import_job *ij = calloc(1, sizeof *ij);
-  struct release_job *rel = ij ? dsession_release_new() : NULL;
+  struct release_job *rel = ij ? data_session_release_new() : NULL;
   if (rel && x->end_maps_cap < x->regions.n + 1) {
     size_t cap = x->end_maps_cap ? 2 * x->end_maps_cap : 16;
     gd_region_map *m2 = realloc(x->end_maps, cap * sizeof *m2);
@@ -270,7 +270,8 @@ void attach_handle_register_region(gd_session *s, Graphd__Wire__Request *req, in
       x->end_maps_cap = cap;
     }
   }
-  if (!rel || x->end_maps_cap < x->regions.n + 1 || dsession_maps_take(daemon_of(s), s->uid) < 0) {
+  if (!rel || x->end_maps_cap < x->regions.n + 1 ||
+      data_session_maps_take(daemon_of(s), s->uid) < 0) {
     free(ij);
     free(rel);
     if (fd >= 0) close(fd);
@@ -294,7 +295,7 @@ void attach_handle_unregister_region(gd_session *s, Graphd__Wire__Request *req, 
   uint64_t request_id = req->request_id;
   const Graphd__Wire__UnregisterRegion *m = req->unregister_region;
   gd_daemon *d = daemon_of(s);
-  gd_dsession *x = dsession_of(s);
+  gd_data_session *x = data_session_of(s);
   gd_region *r = x ? region_find(&x->regions, m->region_id) : NULL;
   if (!r) {
     session_reply_error(s, request_id, GRAPHD_NOT_FOUND,
@@ -303,7 +304,7 @@ void attach_handle_unregister_region(gd_session *s, Graphd__Wire__Request *req, 
   }
   d->counters[s->device].regions--;
   d->counters[s->device].region_bytes -= r->map.size;
-  dsession_release_map(r->release, d, s->device, &r->map, x->ds, r->id, s->uid);
+  data_session_release_map(r->release, d, s->device, &r->map, x->ds, r->id, s->uid);
   region_remove(&x->regions, r);
   Graphd__Wire__Reply rep = GRAPHD__WIRE__REPLY__INIT;
   Graphd__Wire__UnregisterRegionReply ur = GRAPHD__WIRE__UNREGISTER_REGION_REPLY__INIT;
@@ -332,10 +333,10 @@ static void ring_run(gd_job *j, void *ctx) {
 static void ring_done(gd_job *j) {
   ring_job *rj = gd_container_of(j, ring_job, rq.job);
   gd_session *s = rj->rq.s;
-  gd_dsession *x = dsession_of(s);
+  gd_data_session *x = data_session_of(s);
   close(rj->fd);
-  if (rj->doorbell >= 0) close(rj->doorbell);                     /* never ran */
-  if (j->status < 0) dsession_maps_give(daemon_of(s), s->uid, 1); /* else the end lets it go */
+  if (rj->doorbell >= 0) close(rj->doorbell);                         /* never ran */
+  if (j->status < 0) data_session_maps_give(daemon_of(s), s->uid, 1); /* else the end lets it go */
   if (x) x->ring_pending = false;
   if (!s->closing) {
     if (j->status < 0) {
@@ -359,7 +360,7 @@ void attach_handle_register_ring(gd_session *s, Graphd__Wire__Request *req, int 
   uint64_t request_id = req->request_id;
   const Graphd__Wire__RegisterRing *m = req->register_ring; /* both fds taken */
   gd_daemon *d = daemon_of(s);
-  gd_dsession *x = dsession_of(s);
+  gd_data_session *x = data_session_of(s);
   const char *why = NULL;
   char over[512];
   int code = GRAPHD_INVALID_ARGUMENT;
@@ -374,12 +375,12 @@ void attach_handle_register_ring(gd_session *s, Graphd__Wire__Request *req, int 
   } else if (m->entries < GRAPHD_RING_MIN_ENTRIES || m->entries > GRAPHD_RING_MAX_ENTRIES ||
              (m->entries & (m->entries - 1))) {
     why = "RegisterRing.entries must be a power of two from 2 to 4096";
-  } else if (!dsession_maps_fit(d, s->uid, false, over, sizeof over)) {
+  } else if (!data_session_maps_fit(d, s->uid, false, over, sizeof over)) {
     why = over;
     code = GRAPHD_RESOURCE_EXHAUSTED;
   }
   ring_job *rj = why ? NULL : calloc(1, sizeof *rj);
-  if (!why && (!rj || dsession_maps_take(d, s->uid) < 0)) {
+  if (!why && (!rj || data_session_maps_take(d, s->uid) < 0)) {
     free(rj);
     rj = NULL;
     why = "out of memory";
@@ -429,7 +430,7 @@ static void reply_handle(gd_session *s, uint64_t request_id, uint32_t handle) {
 static void ring_prog_done(gd_job *j) {
   ring_prog_job *pj = gd_container_of(j, ring_prog_job, rq.job);
   gd_session *s = pj->rq.s;
-  gd_dsession *x = dsession_of(s);
+  gd_data_session *x = data_session_of(s);
   if (!s->closing) {
     if (j->status < 0) {
       if (x) x->ring_progs[pj->handle] = NULL; /* asked again, it is given again */
@@ -447,7 +448,7 @@ void attach_handle_ring_program(gd_session *s, Graphd__Wire__Request *req, int *
   uint64_t request_id = req->request_id;
   const Graphd__Wire__RingProgram *m = req->ring_program;
   gd_daemon *d = daemon_of(s);
-  gd_dsession *x = dsession_of(s);
+  gd_data_session *x = data_session_of(s);
   if (!x || !x->has_ring) {
     session_reply_error(s, request_id, GRAPHD_FAILED_PRECONDITION,
                         "RingProgram: the session has no ring; RegisterRing first");

@@ -2,7 +2,7 @@
  * (RegisterFlags), its regions (RegisterRegion, UnregisterRegion), its
  * submission ring (RegisterRing) and the ring's program handles
  * (RingProgram). The session's life (its open and end, cut-off and device
- * reset) is dsession.c's.
+ * reset) is data_session.c's.
  *
  * DESIGN: loop thread only; the jobs' run functions run on the device's
  * worker. */

@@ -210,7 +210,7 @@ static void reply_status(fanout *g) {
                      : GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_UNSPECIFIED;
     si[k].device = x->device;
     si[k].client_name = x->client_name;
-    const gd_dsession *dx = dsession_of(x);
+    const gd_data_session *dx = data_session_of(x);
     si[k].regions = dx ? dx->regions.n : 0;
     si[k].region_bytes = dx ? dx->regions.bytes : 0;
     sp[k] = &si[k];

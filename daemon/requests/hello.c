@@ -141,7 +141,7 @@ void hello_handle_hello(gd_session *s, Graphd__Wire__Request *req, int *fds) {
       session_close_after_flush(s);
       return;
     }
-    if (dsession_open(s, dev) < 0) {
+    if (data_session_open(s, dev) < 0) {
       session_reply_error(s, req->request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
       session_close_after_flush(s);
       return;

@@ -117,7 +117,7 @@ static void replay_done(gd_job *j) {
 
 /* The session's replays taken on its device and not done, by the worker's
  * count of what it took and the done words of the flag page. */
-static uint64_t session_inflight(const gd_dsession *x) {
+static uint64_t session_inflight(const gd_data_session *x) {
   return x->flag_slots ? dstream_inflight(x->ds) : 0;
 }
 
@@ -133,7 +133,7 @@ static void wait_cb(uv_timer_t *t) {
   for (replay_job **pp = &d->held_replays; *pp;) {
     replay_job *rj = *pp;
     gd_session *s = rj->rq.s;
-    gd_dsession *x = s->closing ? NULL : dsession_of(s);
+    gd_data_session *x = s->closing ? NULL : data_session_of(s);
     double waited = (double)(now - rj->held_ns) / 1e9;
     if (x && session_inflight(x) >= d->opt->max_inflight_replays &&
         (d->opt->ready_timeout_s <= 0 || waited < d->opt->ready_timeout_s)) {
@@ -185,7 +185,7 @@ void replay_handle(gd_session *s, Graphd__Wire__Request *req, int *fds) {
   int rc = 0;
   replay_job *rj = NULL;
   gd_daemon *d = daemon_of(s);
-  gd_dsession *x = dsession_of(s);
+  gd_data_session *x = data_session_of(s);
   if (m->program_id.len != GD_ID_LEN)
     REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, refuse, "Replay.program_id must be %d bytes", GD_ID_LEN);
   gd_regprog *prog = registry_find_program(&d->reg, m->program_id.data);

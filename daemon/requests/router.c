@@ -113,5 +113,5 @@ void router_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int nfd
 void router_session_closed(gd_session *s) {
   control_session_closed(s);
   registry_release(&daemon_of(s)->reg, &s->holds);
-  dsession_close(s);
+  data_session_close(s);
 }

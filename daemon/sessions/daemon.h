@@ -105,7 +105,7 @@ typedef struct gd_daemon {
   gd_allowlist host_allow;       /* host modules non-admins may register */
   gd_session_set sessions;
   /* Client memory graphd has mapped, or is mapping: regions, flag pages
-   * and rings, one mapping each (dsession.c), within max_host_maps (from
+   * and rings, one mapping each (data_session.c), within max_host_maps (from
    * the kernel's vm.max_map_count, kernel_max_maps; 0: no bound); and per
    * uid (uthash), for the fair shares, with how many uids have any. */
   uint64_t host_maps, max_host_maps, kernel_max_maps;

@@ -1,4 +1,4 @@
-/* See dsession.h. Loop thread, except the jobs' run functions (worker). */
+/* See data_session.h. Loop thread, except the jobs' run functions (worker). */
 #define _GNU_SOURCE
 #include "data_session.h"
 
@@ -40,7 +40,7 @@ static gd_uid_maps *uid_maps_find(gd_daemon *d, uid_t uid) {
   return u;
 }
 
-int dsession_maps_take(gd_daemon *d, uid_t uid) {
+int data_session_maps_take(gd_daemon *d, uid_t uid) {
   gd_uid_maps *u = uid_maps_find(d, uid);
   if (!u) {
     if (!(u = calloc(1, sizeof *u))) return -1;
@@ -53,7 +53,7 @@ int dsession_maps_take(gd_daemon *d, uid_t uid) {
   return 0;
 }
 
-void dsession_maps_give(gd_daemon *d, uid_t uid, uint64_t n) {
+void data_session_maps_give(gd_daemon *d, uid_t uid, uint64_t n) {
   d->host_maps -= n;
   gd_uid_maps *u = uid_maps_find(d, uid);
   if (!u) return;
@@ -64,7 +64,7 @@ void dsession_maps_give(gd_daemon *d, uid_t uid, uint64_t n) {
   d->map_users--;
 }
 
-void dsession_maps_free(gd_daemon *d) {
+void data_session_maps_free(gd_daemon *d) {
   gd_uid_maps *u, *tmp;
   HASH_ITER(hh, d->uid_maps, u, tmp) {
     HASH_DEL(d->uid_maps, u);
@@ -73,7 +73,7 @@ void dsession_maps_free(gd_daemon *d) {
   d->map_users = 0;
 }
 
-void dsession_maps_init(gd_daemon *d) {
+void data_session_maps_init(gd_daemon *d) {
   uint64_t kernel = 65530; /* the kernel's default, when /proc says nothing */
   FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
   unsigned long long v;
@@ -142,7 +142,7 @@ static bool share_fits(gd_daemon *d, uid_t uid, bool region, uint64_t cap, char 
   return false;
 }
 
-bool dsession_maps_fit(gd_daemon *d, uid_t uid, bool region, char *err, size_t errlen) {
+bool data_session_maps_fit(gd_daemon *d, uid_t uid, bool region, char *err, size_t errlen) {
   uint64_t max = d->max_host_maps;
   uint64_t cap = region ? max - max / 8 : max;
   if (!max) return true;
@@ -176,9 +176,9 @@ typedef struct end_job {
   uid_t uid;         /* whose they were */
 } end_job;
 
-int dsession_open(gd_session *s, int dev) {
+int data_session_open(gd_session *s, int dev) {
   gd_daemon *d = daemon_of(s);
-  gd_dsession *x = calloc(1, sizeof *x);
+  gd_data_session *x = calloc(1, sizeof *x);
   if (!x || !(x->end = calloc(1, sizeof *x->end)) || !(x->ds = dstream_new(s->id))) {
     if (x) free(x->end);
     free(x);
@@ -210,15 +210,15 @@ static void end_run(gd_job *j, void *ctx) {
 
 static void end_done(gd_job *j) {
   end_job *ej = gd_container_of(j, end_job, job);
-  dsession_maps_give(ej->d, ej->uid, ej->unmapped);
+  data_session_maps_give(ej->d, ej->uid, ej->unmapped);
   dstream_drop(ej->ds); /* only when the end was refused and nothing ran */
   free(ej->maps);
   free(ej);
 }
 
-void dsession_close(gd_session *s) {
+void data_session_close(gd_session *s) {
   gd_daemon *d = daemon_of(s);
-  gd_dsession *x = dsession_of(s);
+  gd_data_session *x = data_session_of(s);
   if (!x) return;
   gd_device_counters *c = &d->counters[s->device];
   c->sessions--;
@@ -279,16 +279,16 @@ static void release_run(gd_job *j, void *ctx) {
 
 static void release_done(gd_job *j) {
   release_job *rj = gd_container_of(j, release_job, job);
-  dsession_maps_give(rj->d, rj->uid, 1);
+  data_session_maps_give(rj->d, rj->uid, 1);
   free(rj);
 }
 
-struct release_job *dsession_release_new(void) {
+struct release_job *data_session_release_new(void) {
   return calloc(1, sizeof(release_job));
 }
 
-void dsession_release_map(release_job *rj, gd_daemon *d, int dev, const gd_region_map *map,
-                          gd_dstream *ds, uint32_t id, uid_t uid) {
+void data_session_release_map(release_job *rj, gd_daemon *d, int dev, const gd_region_map *map,
+                              gd_dstream *ds, uint32_t id, uid_t uid) {
   rj->d = d;
   rj->uid = uid;
   rj->map = *map;
@@ -301,7 +301,7 @@ void dsession_release_map(release_job *rj, gd_daemon *d, int dev, const gd_regio
 
 /* --- ends forced by a worker ----------------------------------------------- */
 
-void dsession_cut_off(gd_daemon *d, uint64_t session_id) {
+void data_session_cut_off(gd_daemon *d, uint64_t session_id) {
   for (gd_session *s = d->sessions.head; s; s = s->next) {
     if (s->id != session_id) continue;
     GD_LOG(GD_WARN, "dsession",
@@ -314,7 +314,7 @@ void dsession_cut_off(gd_daemon *d, uint64_t session_id) {
   }
 }
 
-void dsession_device_reset(gd_daemon *d, int dev) {
+void data_session_device_reset(gd_daemon *d, int dev) {
   gd_device_counters *c = &d->counters[dev];
   c->errors++;
   /* The worker dropped every capture with the old context. */
@@ -323,7 +323,7 @@ void dsession_device_reset(gd_daemon *d, int dev) {
   gd_session *next;
   for (gd_session *s = d->sessions.head; s; s = next) {
     next = s->next;
-    gd_dsession *x = dsession_of(s);
+    gd_data_session *x = data_session_of(s);
     if (!x || s->device != dev || s->closing) continue;
     /* Whatever its stream waits for from the old context will not come:
      * write every done value from the host, so no client stream waits

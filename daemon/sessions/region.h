@@ -2,7 +2,7 @@
  * per session, by the id the daemon gave it.
  *
  * DESIGN: loop thread only. The imports and releases themselves run on
- * the device's worker (dsession.c queues them), so a release queued after
+ * the device's worker (data_session.c queues them), so a release queued after
  * a job that uses the region runs after it (the worker's queue is FIFO),
  * and a release first drains the session's stream: that is how a region
  * outlives the in-flight work that uses it. Replay jobs carry resolved
@@ -21,7 +21,7 @@ typedef struct gd_region {
   uint32_t id;
   gd_region_map map;
   uint64_t client_base;
-  void *release; /* dsession.c: the job that lets it go, made with it */
+  void *release; /* data_session.c: the job that lets it go, made with it */
   UT_hash_handle hh;
 } gd_region;
 

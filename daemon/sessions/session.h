@@ -1,6 +1,6 @@
 /* One client connection: credentials, framing, the reply queue, and the
  * life of a request that goes to a worker. What a data session adds
- * (regions, flags, its stream) hangs off `data` (dsession.c).
+ * (regions, flags, its stream) hangs off `data` (data_session.c).
  *
  * DESIGN: the loop thread owns a session, with two exceptions: a worker
  * may pack a reply (session_pack_reply) and send it straight to the
@@ -76,14 +76,15 @@ struct gd_session {
   bool busy;                      /* a request is in flight */
   bool closing;                   /* written under send_lock */
   bool close_after_flush;
-  bool stopped_reading;       /* shutdown: the socket is shut for reading */
-  int refs;                   /* the poll handle + jobs in flight */
-  void *data;                 /* a data session's state (dsession.c), NULL once closed */
-  struct gd_reg_holds *holds; /* registry entries it holds (registration.c, replay.c, dsession.c) */
-  void *control;              /* its Status, List or Evict in flight (control.c), or NULL */
-  const void *last_held;      /* the program it held last, to skip the lookup */
-  uint64_t opened_ns;         /* accepted */
-  uint64_t active_ns;         /* its last request came in or ended */
+  bool stopped_reading; /* shutdown: the socket is shut for reading */
+  int refs;             /* the poll handle + jobs in flight */
+  void *data;           /* a data session's state (data_session.c), NULL once closed */
+  struct gd_reg_holds
+      *holds;            /* registry entries it holds (registration.c, replay.c, data_session.c) */
+  void *control;         /* its Status, List or Evict in flight (control.c), or NULL */
+  const void *last_held; /* the program it held last, to skip the lookup */
+  uint64_t opened_ns;    /* accepted */
+  uint64_t active_ns;    /* its last request came in or ended */
   /* The request in flight whose job was not started because graphd is
    * stopping: its error reply says so (Reply.not_started). 0: none. */
   uint64_t unrun_request_id;

@@ -230,7 +230,7 @@ static void daemon_down(harness *h) {
   worker_pool_free(&d->pool);
   devices_free(d);
   registry_close(&d->reg);
-  dsession_maps_free(d); /* what sessions whose end the stopped workers refused still counted */
+  data_session_maps_free(d); /* what sessions whose end the stopped workers refused still counted */
   free(d->facts);
   free(d->counters);
   d->be->ops->destroy(d->be);
