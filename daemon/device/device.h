@@ -34,23 +34,24 @@ typedef struct gd_device {
   gd_backend *be;
   int backend_index;
   gd_backend_dev *dev;
-  _Atomic int state;               /* enum gd_device_state; any thread reads it */
-  _Atomic uint64_t epoch;          /* bumped at each reset; any thread reads it */
-  char fail_msg[320];              /* written before state becomes FAILED; then read-only */
-  uint64_t budget;                 /* staging bytes captures may hold; 0 = no limit */
-  bool fair_shares;                /* a uid past its share of the budget gets no more instances */
-  uint32_t gpu_sample_every;       /* time one replay in this many (gpusample.h); 0 = none */
-  uint32_t ready_hold_rings;       /* rings served above which ready writes are awaited here */
-  struct gd_modcache *mods;        /* modcache.c */
-  struct gd_capture_set *caps;     /* capture.c */
-  struct gd_holwatch *hol;         /* holwatch.c */
-  struct gd_live_import *imports;  /* live region imports (uthash, by serial) */
-  struct gd_dstream_set *dstreams; /* dstream.c: sessions' halves with a flag page mapped */
-  uint64_t import_serial;          /* the last serial given */
-  bool watching;                   /* upkeep.c: ready waits are watched */
-  bool maybe_busy;                 /* upkeep.c: a replay may still run on the device */
+  _Atomic int state;              /* enum gd_device_state; any thread reads it */
+  _Atomic uint64_t epoch;         /* bumped at each reset; any thread reads it */
+  char fail_msg[320];             /* written before state becomes FAILED; then read-only */
+  uint64_t budget;                /* staging bytes captures may hold; 0 = no limit */
+  bool fair_shares;               /* a uid past its share of the budget gets no more instances */
+  uint32_t gpu_sample_every;      /* time one replay in this many (gpusample.h); 0 = none */
+  uint32_t ready_hold_rings;      /* rings served above which ready writes are awaited here */
+  struct gd_modcache *mods;       /* modcache.c */
+  struct gd_capture_set *caps;    /* capture.c */
+  struct gd_holwatch *hol;        /* holwatch.c */
+  struct gd_live_import *imports; /* live region imports (uthash, by serial) */
+  /* session_stream.c: the sessions' halves with a flag page mapped. */
+  struct gd_session_stream_set *session_streams;
+  uint64_t import_serial; /* the last serial given */
+  bool watching;          /* upkeep.c: ready waits are watched */
+  bool maybe_busy;        /* upkeep.c: a replay may still run on the device */
   /* Why the device must be reset though its context did not fault (a
-   * session stream that would not drain, dstream.c); device_faulted
+   * session stream that would not drain, session_stream.c); device_faulted
    * reports it once. Worker thread only. */
   char wedged[256];
 } gd_device;

@@ -8,7 +8,7 @@
 #include "common/log.h"
 
 typedef struct gd_watch {
-  gd_dstream *ds;
+  gd_session_stream *ds;
   uint32_t slot;
   uint64_t seq;
   uint64_t since_ns;
@@ -22,10 +22,10 @@ typedef struct gd_watch {
  * comparison, not a scan of the list on every add. */
 typedef struct gd_wkey {
   const void *key;
-  const gd_dstream *last_ds; /* the session of the last add */
-  uint64_t last;             /* its add count */
-  uint64_t other;            /* the last add by a session other than last_ds (0: none) */
-  uint32_t watches;          /* watches on the list with this key */
+  const gd_session_stream *last_ds; /* the session of the last add */
+  uint64_t last;                    /* its add count */
+  uint64_t other;                   /* the last add by a session other than last_ds (0: none) */
+  uint32_t watches;                 /* watches on the list with this key */
 } gd_wkey;
 
 /* Sessions cut off while the worker itself waited on the device
@@ -50,7 +50,8 @@ struct gd_holwatch {
 
 static bool met(const gd_watch *x) {
   return graphd_seq_reached(
-      __atomic_load_n(dstream_word(x->ds, x->slot, GRAPHD_FLAG_WORD_READY), __ATOMIC_ACQUIRE),
+      __atomic_load_n(session_stream_word(x->ds, x->slot, GRAPHD_FLAG_WORD_READY),
+                      __ATOMIC_ACQUIRE),
       x->seq);
 }
 
@@ -73,8 +74,8 @@ static void unwatch(struct gd_holwatch *h, const void *key) {
   if (k && --k->watches == 0) *k = h->k[--h->nk];
 }
 
-void holwatch_add(gd_device *d, gd_dstream *ds, uint32_t slot, uint64_t seq, double timeout_s,
-                  const void *key) {
+void holwatch_add(gd_device *d, gd_session_stream *ds, uint32_t slot, uint64_t seq,
+                  double timeout_s, const void *key) {
   struct gd_holwatch *h = d->hol;
   if (!h && !(h = d->hol = calloc(1, sizeof *h))) return; /* unwatched: only the timeout is lost */
   uint64_t add = ++h->adds;
@@ -118,7 +119,7 @@ void holwatch_add(gd_device *d, gd_dstream *ds, uint32_t slot, uint64_t seq, dou
   k->watches++;
 }
 
-void holwatch_drop_stream(gd_device *d, const gd_dstream *ds) {
+void holwatch_drop_stream(gd_device *d, const gd_session_stream *ds) {
   struct gd_holwatch *h = d->hol;
   uint32_t k = 0;
   for (uint32_t i = 0; h && i < h->n; i++)
@@ -164,11 +165,11 @@ static int cut_hung(gd_device *d, uint64_t now, bool any, uint64_t *cut, int ncu
     if (!any && !blocking(h, x)) continue; /* slow, but in nobody's way */
     /* Hung: let its replay run now (its outputs are undefined) so the ones
      * behind it can, and have the loop close its session. */
-    gd_dstream *ds = x->ds;
+    gd_session_stream *ds = x->ds;
     ds->cut_off = true;
     for (uint32_t j = 0; j < h->n; j++)
       if (h->w[j].ds == ds) {
-        volatile uint64_t *r = dstream_word(ds, h->w[j].slot, GRAPHD_FLAG_WORD_READY);
+        volatile uint64_t *r = session_stream_word(ds, h->w[j].slot, GRAPHD_FLAG_WORD_READY);
         if (!graphd_seq_reached(__atomic_load_n(r, __ATOMIC_ACQUIRE), h->w[j].seq))
           __atomic_store_n(r, h->w[j].seq, __ATOMIC_RELEASE);
       }
@@ -227,19 +228,19 @@ void holwatch_wait_event(gd_device *d, gd_event ev) {
   }
 }
 
-void holwatch_sync_stream(gd_device *d, gd_dstream *ds) {
+void holwatch_sync_stream(gd_device *d, gd_session_stream *ds) {
   if (!ds || !ds->has_stream || ds->epoch != atomic_load(&d->epoch)) return;
   const gd_backend_ops *ops = d->be->ops;
   gd_event ev;
   char e[256];
   if (ops->event_create(d->be, d->dev, &ev, e, sizeof e) < 0) {
-    dstream_sync(d, ds);
+    session_stream_sync(d, ds);
     return;
   }
   if (ops->event_record(d->be, d->dev, ev, ds->stream, e, sizeof e) == 0)
     holwatch_wait_event(d, ev);
   else
-    dstream_sync(d, ds);
+    session_stream_sync(d, ds);
   ops->event_destroy(d->be, d->dev, ev);
 }
 

@@ -24,8 +24,8 @@
  * marks other sessions' watched waits on the same key as blocking it, and
  * watches this one unless it is met already, timeout_s is 0 (never), or
  * the session was cut off. */
-void holwatch_add(gd_device *d, gd_dstream *ds, uint32_t slot, uint64_t seq, double timeout_s,
-                  const void *key);
+void holwatch_add(gd_device *d, gd_session_stream *ds, uint32_t slot, uint64_t seq,
+                  double timeout_s, const void *key);
 
 /* Drops the waits that were met, releases the hung ones as above and
  * writes their sessions' ids to cut[] (at most ncut). Returns how many;
@@ -46,10 +46,10 @@ void holwatch_wait_event(gd_device *d, gd_event ev);
 
 /* The same for everything queued on ds's stream so far (nothing when ds is
  * NULL, or its stream went with a reset). */
-void holwatch_sync_stream(gd_device *d, gd_dstream *ds);
+void holwatch_sync_stream(gd_device *d, gd_session_stream *ds);
 
 /* Forgets the waits of a session (it is ending) or of a key (evicted). */
-void holwatch_drop_stream(gd_device *d, const gd_dstream *ds);
+void holwatch_drop_stream(gd_device *d, const gd_session_stream *ds);
 void holwatch_drop_key(gd_device *d, const void *key);
 
 /* Frees the list. */

@@ -1,5 +1,5 @@
-/* See dstream.h. Worker thread, but for dstream_new, dstream_release and
- * dstream_inflight. */
+/* See session_stream.h. Worker thread, but for session_stream_new, session_stream_release and
+ * session_stream_inflight. */
 #include "session_stream.h"
 
 #include <stdio.h>
@@ -14,13 +14,13 @@
 #define BE d->be, d->dev
 
 /* The device's sessions with a flag page mapped, made on the first. */
-struct gd_dstream_set {
-  gd_dstream *head;
+struct gd_session_stream_set {
+  gd_session_stream *head;
   uint64_t rings_gen; /* counts rings mapped and unmapped */
 };
 
-gd_dstream *dstream_new(uint64_t session_id) {
-  gd_dstream *ds = calloc(1, sizeof *ds);
+gd_session_stream *session_stream_new(uint64_t session_id) {
+  gd_session_stream *ds = calloc(1, sizeof *ds);
   if (ds) {
     ds->session_id = session_id;
     atomic_init(&ds->holders, 1);
@@ -28,7 +28,7 @@ gd_dstream *dstream_new(uint64_t session_id) {
   return ds;
 }
 
-void dstream_drop(gd_dstream *ds) {
+void session_stream_drop(gd_session_stream *ds) {
   if (!ds || atomic_fetch_sub(&ds->holders, 1) != 1) return;
   dring_region_clear(&ds->regions);
   free(ds->seen);
@@ -39,25 +39,29 @@ void dstream_drop(gd_dstream *ds) {
   free(ds);
 }
 
-gd_dstream *dstream_first(gd_device *d) { return d->dstreams ? d->dstreams->head : NULL; }
-
-uint64_t dstream_rings_gen(gd_device *d) { return d->dstreams ? d->dstreams->rings_gen : 0; }
-
-void dstream_rings_changed(gd_device *d) {
-  if (d->dstreams) d->dstreams->rings_gen++;
+gd_session_stream *session_stream_first(gd_device *d) {
+  return d->session_streams ? d->session_streams->head : NULL;
 }
 
-int dstream_region_add(gd_dstream *ds, uint32_t id, const gd_region_map *m) {
+uint64_t session_stream_rings_gen(gd_device *d) {
+  return d->session_streams ? d->session_streams->rings_gen : 0;
+}
+
+void session_stream_rings_changed(gd_device *d) {
+  if (d->session_streams) d->session_streams->rings_gen++;
+}
+
+int session_stream_region_add(gd_session_stream *ds, uint32_t id, const gd_region_map *m) {
   ds->regions_gen++;
   return dring_region_add(&ds->regions, id, m);
 }
 
-void dstream_region_remove(gd_dstream *ds, uint32_t id) {
+void session_stream_region_remove(gd_session_stream *ds, uint32_t id) {
   ds->regions_gen++;
   dring_region_remove(&ds->regions, id);
 }
 
-bool dstream_reserve(void **buf, uint32_t *cap, uint32_t n, size_t size) {
+bool session_stream_reserve(void **buf, uint32_t *cap, uint32_t n, size_t size) {
   if (n <= *cap) return true;
   uint32_t want = n < 16 ? 16 : n;
   void *p = realloc(*buf, (size_t)want * size);
@@ -69,13 +73,13 @@ bool dstream_reserve(void **buf, uint32_t *cap, uint32_t n, size_t size) {
 
 /* The worker is the only writer of seen, used and nused; the loop reads
  * them for its count of replays in flight, hence the atomic stores. */
-bool dstream_seq_next(const gd_dstream *ds, uint32_t slot, uint64_t seq) {
+bool session_stream_seq_next(const gd_session_stream *ds, uint32_t slot, uint64_t seq) {
   if (!ds->seen || slot >= ds->nslots || seq == 0) return false;
   uint64_t last = ds->seen[slot];
   return !last || seq - last - 1 < GRAPHD_SEQ_MAX_STEP;
 }
 
-void dstream_saw(gd_dstream *ds, uint32_t slot, uint64_t seq) {
+void session_stream_saw(gd_session_stream *ds, uint32_t slot, uint64_t seq) {
   if (!ds->seen || slot >= ds->nslots || !seq) return;
   if (!ds->seen[slot]) {
     ds->used[ds->nused] = slot;
@@ -84,20 +88,20 @@ void dstream_saw(gd_dstream *ds, uint32_t slot, uint64_t seq) {
   __atomic_store_n(&ds->seen[slot], seq, __ATOMIC_RELAXED);
 }
 
-uint64_t dstream_inflight(const gd_dstream *ds) {
+uint64_t session_stream_inflight(const gd_session_stream *ds) {
   uint64_t n = 0;
   uint32_t nused = __atomic_load_n(&ds->nused, __ATOMIC_ACQUIRE);
   for (uint32_t i = 0; i < nused; i++) {
     uint32_t slot = ds->used[i];
     uint64_t seen = __atomic_load_n(&ds->seen[slot], __ATOMIC_RELAXED);
     uint64_t done =
-        __atomic_load_n(dstream_word(ds, slot, GRAPHD_FLAG_WORD_DONE), __ATOMIC_ACQUIRE);
+        __atomic_load_n(session_stream_word(ds, slot, GRAPHD_FLAG_WORD_DONE), __ATOMIC_ACQUIRE);
     if ((int64_t)(seen - done) > 0) n += seen - done;
   }
   return n;
 }
 
-static int ensure_stream(gd_device *d, gd_dstream *ds, char *err, size_t errlen) {
+static int ensure_stream(gd_device *d, gd_session_stream *ds, char *err, size_t errlen) {
   if (ds->has_stream) return 0;
   int rc = OPS->stream_create(BE, &ds->stream, err, errlen);
   ds->has_stream = rc == 0;
@@ -105,13 +109,13 @@ static int ensure_stream(gd_device *d, gd_dstream *ds, char *err, size_t errlen)
   return rc;
 }
 
-int dstream_map_flags(gd_device *d, gd_dstream *ds, int fd, uint32_t slots, char *err,
-                      size_t errlen) {
+int session_stream_map_flags(gd_device *d, gd_session_stream *ds, int fd, uint32_t slots, char *err,
+                             size_t errlen) {
   if (ds->has_flags) {
     snprintf(err, errlen, "this session already registered its flags");
     return -GRAPHD_ALREADY_EXISTS;
   }
-  if (!d->dstreams && !(d->dstreams = calloc(1, sizeof *d->dstreams))) {
+  if (!d->session_streams && !(d->session_streams = calloc(1, sizeof *d->session_streams))) {
     snprintf(err, errlen, "out of memory");
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
@@ -133,42 +137,42 @@ int dstream_map_flags(gd_device *d, gd_dstream *ds, int fd, uint32_t slots, char
   atomic_fetch_add(&ds->holders, 1);
   ds->nslots = slots;
   ds->prev = NULL;
-  ds->next = d->dstreams->head;
+  ds->next = d->session_streams->head;
   if (ds->next) ds->next->prev = ds;
-  d->dstreams->head = ds;
+  d->session_streams->head = ds;
   return 0;
 }
 
 /* Unmaps the flag page and takes ds off the device's list, which lets go
  * of it: ds may be freed on return. */
-static void unmap_flags(gd_device *d, gd_dstream *ds) {
+static void unmap_flags(gd_device *d, gd_session_stream *ds) {
   if (!ds->has_flags) return;
   if (ds->prev)
     ds->prev->next = ds->next;
   else
-    d->dstreams->head = ds->next;
+    d->session_streams->head = ds->next;
   if (ds->next) ds->next->prev = ds->prev;
   ds->prev = ds->next = NULL;
-  if (ds->ring) dstream_rings_changed(d);
+  if (ds->ring) session_stream_rings_changed(d);
   dring_unmap(ds->ring);
   ds->ring = NULL;
   OPS->flags_unmap(BE, &ds->flags);
   ds->has_flags = false;
-  dstream_drop(ds);
+  session_stream_drop(ds);
 }
 
-static void destroy_stream(gd_device *d, gd_dstream *ds) {
+static void destroy_stream(gd_device *d, gd_session_stream *ds) {
   if (ds->has_stream && ds->epoch == atomic_load(&d->epoch)) OPS->stream_destroy(BE, ds->stream);
   ds->has_stream = false;
 }
 
 /* Writes values[i] into one word of each of the session's flag slots. */
-static void write_words(gd_dstream *ds, uint32_t word, const uint64_t *values) {
+static void write_words(gd_session_stream *ds, uint32_t word, const uint64_t *values) {
   for (uint32_t i = 0; ds->has_flags && i < ds->nslots; i++)
-    __atomic_store_n(dstream_word(ds, i, word), values[i], __ATOMIC_RELEASE);
+    __atomic_store_n(session_stream_word(ds, i, word), values[i], __ATOMIC_RELEASE);
 }
 
-void dstream_release(gd_dstream *ds, uint32_t word, uint64_t *written) {
+void session_stream_release(gd_session_stream *ds, uint32_t word, uint64_t *written) {
   /* Stream waits compare cyclically (graphd_seq_reached). The session
    * stream waits on the ready word for seqs the worker took, none above
    * the slot's last (seen), so that value releases them all, whatever the
@@ -178,7 +182,7 @@ void dstream_release(gd_dstream *ds, uint32_t word, uint64_t *written) {
   uint64_t own[GRAPHD_MAX_FLAG_SLOTS];
   uint64_t *v = written ? written : own;
   for (uint32_t i = 0; ds->has_flags && i < ds->nslots; i++) {
-    uint64_t now = __atomic_load_n(dstream_word(ds, i, word), __ATOMIC_ACQUIRE);
+    uint64_t now = __atomic_load_n(session_stream_word(ds, i, word), __ATOMIC_ACQUIRE);
     uint64_t last = ds->seen ? __atomic_load_n(&ds->seen[i], __ATOMIC_RELAXED) : 0;
     if (word != GRAPHD_FLAG_WORD_READY)
       v[i] = now + (1ull << 62);
@@ -188,7 +192,7 @@ void dstream_release(gd_dstream *ds, uint32_t word, uint64_t *written) {
   write_words(ds, word, v);
 }
 
-void dstream_sync(gd_device *d, gd_dstream *ds) {
+void session_stream_sync(gd_device *d, gd_session_stream *ds) {
   /* A stream from before a reset is gone with its context. */
   if (!ds || !ds->has_stream || ds->epoch != atomic_load(&d->epoch)) return;
   char e[256];
@@ -207,9 +211,9 @@ void dstream_sync(gd_device *d, gd_dstream *ds) {
  * sync would hang the worker, so the device is marked wedged instead, and
  * the worker resets it (device_faulted). Returns false then. */
 #define DRAIN_REWRITE_NS 2000000000ull
-static bool release_and_drain(gd_device *d, gd_dstream *ds) {
+static bool release_and_drain(gd_device *d, gd_session_stream *ds) {
   uint64_t target[GRAPHD_MAX_FLAG_SLOTS];
-  dstream_release(ds, GRAPHD_FLAG_WORD_READY, target);
+  session_stream_release(ds, GRAPHD_FLAG_WORD_READY, target);
   gd_event ev;
   char e[256];
   bool drained = true;
@@ -232,11 +236,11 @@ static bool release_and_drain(gd_device *d, gd_dstream *ds) {
              (unsigned long long)ds->session_id, DRAIN_REWRITE_NS / 1e9);
     return false;
   }
-  dstream_sync(d, ds);
+  session_stream_sync(d, ds);
   return true;
 }
 
-int dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps) {
+int session_stream_end(gd_device *d, gd_session_stream *ds, gd_region_map *maps, size_t nmaps) {
   bool drained = !ds || release_and_drain(d, ds);
   /* Work still queued may use the imports: the reset releases them. */
   for (size_t i = 0; drained && i < nmaps; i++) device_release_import(d, &maps[i]);
@@ -245,16 +249,16 @@ int dstream_end(gd_device *d, gd_dstream *ds, gd_region_map *maps, size_t nmaps)
    * context (unregistering fails, harmlessly) but the mapping is ours. */
   if (drained) destroy_stream(d, ds);
   unmap_flags(d, ds);
-  dstream_drop(ds);
+  session_stream_drop(ds);
   return drained ? 0 : -GRAPHD_UNAVAILABLE;
 }
 
-void dstream_close_all(gd_device *d) {
-  while (d->dstreams && d->dstreams->head) {
-    gd_dstream *ds = d->dstreams->head;
+void session_stream_close_all(gd_device *d) {
+  while (d->session_streams && d->session_streams->head) {
+    gd_session_stream *ds = d->session_streams->head;
     destroy_stream(d, ds);
     unmap_flags(d, ds);
   }
-  free(d->dstreams);
-  d->dstreams = NULL;
+  free(d->session_streams);
+  d->session_streams = NULL;
 }

@@ -53,7 +53,7 @@ typedef struct gd_dring {
   uint64_t order_group; /* the header's, read once at the map; 0: none */
   uint32_t peers;       /* other rings of the device in its order group, and ... */
   uint32_t rings;       /* ... the device's rings, this one included, ... */
-  uint64_t counted_gen; /* ... as counted at this dstream_rings_gen (ring.c) */
+  uint64_t counted_gen; /* ... as counted at this session_stream_rings_gen (ring.c) */
   /* Counted since the loop last heard (ring_take_stats). */
   gd_replay_tally tally;
   uint64_t taken_ns; /* when they were last taken */

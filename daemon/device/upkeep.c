@@ -78,7 +78,7 @@ void upkeep_close(gd_device *d) {
   capture_close_all(d);
   modcache_close(d);
   /* What sessions whose end was refused at shutdown still hold. */
-  dstream_close_all(d);
+  session_stream_close_all(d);
   device_release_imports(d);
   device_detach(d);
 }

@@ -16,7 +16,7 @@
 typedef struct give_up_ctx {
   gd_device *d;
   gd_worker *w;
-  gd_dstream *ds;
+  gd_session_stream *ds;
   gd_others_waiting_fn others_waiting;
   uint64_t start_ns;
   double timeout_s;
@@ -90,11 +90,11 @@ static int get_capture(gd_device *d, gd_replay_exec *ex, gd_capture **out, char 
 int exec_run(gd_device *d, gd_worker *w, gd_replay_exec *ex, bool *not_started, char *err,
              size_t errlen) {
   const gd_backend_ops *ops = d->be->ops;
-  gd_dstream *ds = ex->ds;
-  volatile uint64_t *ready = dstream_word(ds, ex->stream_slot, GRAPHD_FLAG_WORD_READY);
-  volatile uint64_t *done = dstream_word(ds, ex->stream_slot, GRAPHD_FLAG_WORD_DONE);
-  uint64_t ready_dev = dstream_word_dev(ds, ex->stream_slot, GRAPHD_FLAG_WORD_READY);
-  uint64_t done_dev = dstream_word_dev(ds, ex->stream_slot, GRAPHD_FLAG_WORD_DONE);
+  gd_session_stream *ds = ex->ds;
+  volatile uint64_t *ready = session_stream_word(ds, ex->stream_slot, GRAPHD_FLAG_WORD_READY);
+  volatile uint64_t *done = session_stream_word(ds, ex->stream_slot, GRAPHD_FLAG_WORD_DONE);
+  uint64_t ready_dev = session_stream_word_dev(ds, ex->stream_slot, GRAPHD_FLAG_WORD_READY);
+  uint64_t done_dev = session_stream_word_dev(ds, ex->stream_slot, GRAPHD_FLAG_WORD_DONE);
   int rc;
   uint64_t loaded, load_ns;
   char why[192];
@@ -166,12 +166,12 @@ finish:
   return rc;
 }
 
-void exec_write_done(gd_device *d, gd_dstream *ds, uint32_t slot, uint64_t seq) {
-  volatile uint64_t *done = dstream_word(ds, slot, GRAPHD_FLAG_WORD_DONE);
+void exec_write_done(gd_device *d, gd_session_stream *ds, uint32_t slot, uint64_t seq) {
+  volatile uint64_t *done = session_stream_word(ds, slot, GRAPHD_FLAG_WORD_DONE);
   char e[256];
   if (!ds->has_stream || ds->epoch != atomic_load(&d->epoch) ||
       d->be->ops->write_value(d->be, d->dev, ds->stream, done,
-                              dstream_word_dev(ds, slot, GRAPHD_FLAG_WORD_DONE), seq, e,
+                              session_stream_word_dev(ds, slot, GRAPHD_FLAG_WORD_DONE), seq, e,
                               sizeof e) < 0)
     __atomic_store_n(done, seq, __ATOMIC_RELEASE);
 }
@@ -240,7 +240,7 @@ static const gd_region_map *view_find(void *table, uint32_t id) {
  * resolved it changed since: the same program (its id as well, in case
  * another took its place), the same bindings, the region view and the
  * device epoch as they were. */
-static bool same_as_last(const gd_dstream *ds, const gd_replay_req *rq, uint64_t epoch) {
+static bool same_as_last(const gd_session_stream *ds, const gd_replay_req *rq, uint64_t epoch) {
   return ds->last.prog == rq->prog && ds->last.regions_gen == ds->regions_gen &&
          ds->last.epoch == epoch && ds->last.n == rq->nbindings &&
          memcmp(ds->last.prog->id, rq->prog->id, GD_ID_LEN) == 0 &&
@@ -252,15 +252,16 @@ static bool same_as_last(const gd_dstream *ds, const gd_replay_req *rq, uint64_t
  * kept in ds->last so that the next replay naming the same ones does no
  * work per binding: a loop over the same buffers costs one comparison.
  * NULL with *rc and err set when refused. */
-static gd_bound *resolve(gd_device *d, gd_dstream *ds, const gd_replay_req *rq, uint64_t epoch,
-                         int *rc, char *err, size_t errlen) {
+static gd_bound *resolve(gd_device *d, gd_session_stream *ds, const gd_replay_req *rq,
+                         uint64_t epoch, int *rc, char *err, size_t errlen) {
   if (same_as_last(ds, rq, epoch)) return ds->last.bind;
   const gd_program *p = rq->prog->program;
   uint32_t nslots = p->nslots ? p->nslots : 1;
   ds->last.prog = NULL;
-  if (!dstream_reserve((void **)&ds->last.bind, &ds->last.bind_cap, nslots, sizeof(gd_bound)) ||
-      !dstream_reserve((void **)&ds->last.b, &ds->last.b_cap, rq->nbindings ? rq->nbindings : 1,
-                       sizeof(gd_bind_req))) {
+  if (!session_stream_reserve((void **)&ds->last.bind, &ds->last.bind_cap, nslots,
+                              sizeof(gd_bound)) ||
+      !session_stream_reserve((void **)&ds->last.b, &ds->last.b_cap,
+                              rq->nbindings ? rq->nbindings : 1, sizeof(gd_bind_req))) {
     snprintf(err, errlen, "out of memory");
     *rc = -GRAPHD_RESOURCE_EXHAUSTED;
     return NULL;
@@ -293,7 +294,7 @@ static void tally(gd_replay_tally *t, const gd_replay_exec *ex, int rc) {
     t->replays++;
 }
 
-int exec_replay(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_replay_req *rq,
+int exec_replay(gd_device *d, gd_worker *w, gd_session_stream *ds, const gd_replay_req *rq,
                 gd_replay_tally *t, gd_replay_exec *ran_out, bool *not_started, char *err,
                 size_t errlen) {
   int rc = 0;
@@ -309,7 +310,7 @@ int exec_replay(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_replay_req 
   if (rq->stream_slot >= ds->nslots)
     REFUSE_GOTO(GRAPHD_OUT_OF_RANGE, finish, "stream slot %u is out of range: the flag page has %u",
                 rq->stream_slot, ds->nslots);
-  if (!dstream_seq_next(ds, rq->stream_slot, rq->seq))
+  if (!session_stream_seq_next(ds, rq->stream_slot, rq->seq))
     REFUSE_GOTO(GRAPHD_INVALID_ARGUMENT, finish,
                 "seq %llu on stream slot %u must be above the last one, %llu, by at most %llu "
                 "(a slot's first seq: any but 0)",
@@ -317,7 +318,7 @@ int exec_replay(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_replay_req 
                 (unsigned long long)ds->seen[rq->stream_slot],
                 (unsigned long long)GRAPHD_SEQ_MAX_STEP);
   flags_known = true;
-  dstream_saw(ds, rq->stream_slot, rq->seq);
+  session_stream_saw(ds, rq->stream_slot, rq->seq);
   if (rq->refused) REFUSE_GOTO(rq->refused, finish, "%s", rq->refusal);
   uint64_t epoch = atomic_load(&d->epoch);
   if (!(bind = resolve(d, ds, rq, epoch, &rc, err, errlen))) goto finish;

@@ -26,12 +26,12 @@
 /* Whether a session other than ds has ring entries the worker could run:
  * the host backend's give-up of a ready flag asks it (ring_others_waiting,
  * passed in so that this layer stays below the ring). */
-typedef bool (*gd_others_waiting_fn)(gd_device *d, const gd_dstream *ds);
+typedef bool (*gd_others_waiting_fn)(gd_device *d, const gd_session_stream *ds);
 
 /* One replay, resolved. */
 typedef struct gd_replay_exec {
   const gd_regprog *prog;
-  gd_dstream *ds;
+  gd_session_stream *ds;
   uint32_t stream_slot;
   uint64_t seq;
   double ready_timeout_s;
@@ -77,7 +77,7 @@ typedef struct gd_replay_req {
  * started because graphd is stopping (*not_started). Counts the outcome in
  * *t; *ran_out (may be NULL) gets what exec_run set (captured, its time).
  * Returns 0 or a negated status with err saying why. */
-int exec_replay(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_replay_req *rq,
+int exec_replay(gd_device *d, gd_worker *w, gd_session_stream *ds, const gd_replay_req *rq,
                 gd_replay_tally *t, gd_replay_exec *ran_out, bool *not_started, char *err,
                 size_t errlen);
 
@@ -94,7 +94,7 @@ int exec_run(gd_device *d, gd_worker *w, gd_replay_exec *ex, bool *not_started, 
 /* done = seq on slot of ds, in stream order (from the host when the
  * stream cannot take it): a replay refused after its flags were known
  * releases what the client's stream waits for. */
-void exec_write_done(gd_device *d, gd_dstream *ds, uint32_t slot, uint64_t seq);
+void exec_write_done(gd_device *d, gd_session_stream *ds, uint32_t slot, uint64_t seq);
 
 /* Looks a session's region up by id; NULL when it has none. */
 typedef const gd_region_map *(*gd_region_lookup)(void *table, uint32_t id);

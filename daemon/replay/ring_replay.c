@@ -16,7 +16,7 @@
 /* Rounds of one entry from each ring before ring_poll returns. */
 #define RING_BATCH 32
 
-int ring_attach(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_ring_params *pr, int fd,
+int ring_attach(gd_device *d, gd_worker *w, gd_session_stream *ds, const gd_ring_params *pr, int fd,
                 int doorbell, char *err, size_t errlen) {
   if (!ds->has_flags || ds->ring) {
     close(doorbell);
@@ -33,11 +33,12 @@ int ring_attach(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_ring_params
   r->client_pid = pr->client_pid;
   r->client_uid = pr->client_uid;
   ds->ring = r;
-  dstream_rings_changed(d);
+  session_stream_rings_changed(d);
   return 0;
 }
 
-int ring_set_program(gd_dstream *ds, uint32_t h, const gd_regprog *p, char *err, size_t errlen) {
+int ring_set_program(gd_session_stream *ds, uint32_t h, const gd_regprog *p, char *err,
+                     size_t errlen) {
   if (!ds->ring) {
     snprintf(err, errlen, "the session has no ring; RegisterRing first");
     return -GRAPHD_FAILED_PRECONDITION;
@@ -101,13 +102,13 @@ static void entry_bindings(const gd_dring *r, const graphd_ring_sqe *e, gd_bind_
 
 /* ds held others up past the ready timeout: its ring is read no more, and
  * ring_take_hung hands it to the loop, which closes the session. */
-static void mark_hung(gd_dstream *ds) {
+static void mark_hung(gd_session_stream *ds) {
   if (ds->ring) ds->ring->hung = true;
 }
 
 /* Reads the entry at the ring's head into a request, runs it on the one
  * replay path, and completes it. */
-static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
+static int take_one(gd_device *d, gd_worker *w, gd_session_stream *ds, gd_dring *r) {
   graphd_ring_sqe e;
   r->ready_held_since = 0; /* the head moves on, by whichever path took it */
   /* One copy: the client may write the shared entry at any time. */
@@ -142,8 +143,8 @@ static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
     rq.refused = GRAPHD_INVALID_ARGUMENT;
     snprintf(why, sizeof why, "%u bindings: a ring entry carries at most %u", e.nbindings,
              GD_MAX_SLOTS);
-  } else if (!dstream_reserve((void **)&ds->entry_b, &ds->entry_b_cap,
-                              e.nbindings ? e.nbindings : 1, sizeof(gd_bind_req))) {
+  } else if (!session_stream_reserve((void **)&ds->entry_b, &ds->entry_b_cap,
+                                     e.nbindings ? e.nbindings : 1, sizeof(gd_bind_req))) {
     rq.refused = GRAPHD_RESOURCE_EXHAUSTED;
     snprintf(why, sizeof why, "out of memory");
   } else {
@@ -164,7 +165,7 @@ static int take_one(gd_device *d, gd_worker *w, gd_dstream *ds, gd_dring *r) {
 }
 
 /* Whether ds's ring has entries, and whether they may run now. */
-static bool has_entries(gd_dstream *ds, bool *held) {
+static bool has_entries(gd_session_stream *ds, bool *held) {
   gd_dring *r = ds->ring;
   uint64_t n;
   *held = false;
@@ -178,7 +179,7 @@ static bool has_entries(gd_dstream *ds, bool *held) {
     return false;
   }
   if (!n) return false;
-  *held = dstream_inflight(ds) >= r->max_inflight;
+  *held = session_stream_inflight(ds) >= r->max_inflight;
   return true;
 }
 
@@ -204,13 +205,13 @@ static uint32_t head_order(const gd_dring *r) {
  * numbered after all we saw, so the third look agrees with the second.
  * The numbers are the client's word, a hint only: a client that rewrites
  * them gets some order of its own entries after GROUP_LOOKS looks. */
-static gd_dstream *group_first(gd_device *d, gd_dstream *ds) {
-  gd_dstream *best = ds;
+static gd_session_stream *group_first(gd_device *d, gd_session_stream *ds) {
+  gd_session_stream *best = ds;
   for (int look = 0;; look++) {
-    gd_dstream *first = NULL;
+    gd_session_stream *first = NULL;
     uint32_t first_order = 0;
     bool held;
-    for (gd_dstream *o = dstream_first(d); o; o = o->next) {
+    for (gd_session_stream *o = session_stream_first(d); o; o = o->next) {
       if (o != ds && (!o->ring || !same_group(o->ring, ds->ring))) continue;
       if (!has_entries(o, &held)) continue;
       uint32_t ord = head_order(o->ring);
@@ -227,12 +228,12 @@ static gd_dstream *group_first(gd_device *d, gd_dstream *ds) {
 /* Counts the device's rings, and those of ds's order group besides ds's,
  * again only when the set of rings changed: a ring alone in its group (a
  * process with one session on the device) costs no scan. */
-static void count_rings(gd_device *d, gd_dstream *ds) {
+static void count_rings(gd_device *d, gd_session_stream *ds) {
   gd_dring *r = ds->ring;
-  uint64_t gen = dstream_rings_gen(d);
+  uint64_t gen = session_stream_rings_gen(d);
   if (r->counted_gen == gen) return;
   r->rings = r->peers = 0;
-  for (gd_dstream *o = dstream_first(d); o; o = o->next) {
+  for (gd_session_stream *o = session_stream_first(d); o; o = o->next) {
     if (!o->ring) continue;
     r->rings++;
     if (o != ds && same_group(o->ring, r)) r->peers++;
@@ -241,7 +242,7 @@ static void count_rings(gd_device *d, gd_dstream *ds) {
 }
 
 /* Whether ds's ring shares its order group with another ring of d. */
-static bool has_peers(gd_device *d, gd_dstream *ds) {
+static bool has_peers(gd_device *d, gd_session_stream *ds) {
   count_rings(d, ds);
   return ds->ring->peers > 0;
 }
@@ -249,17 +250,17 @@ static bool has_peers(gd_device *d, gd_dstream *ds) {
 /* The session whose head entry runs next for ds's sake: ds, or for a ring
  * in an order group the group's first; NULL when ds has no entries.
  * *held: that entry waits for --max-inflight-replays. */
-static gd_dstream *next_for(gd_device *d, gd_dstream *ds, bool *held) {
+static gd_session_stream *next_for(gd_device *d, gd_session_stream *ds, bool *held) {
   if (!has_entries(ds, held)) return NULL;
   if (!ds->ring->order_group || !has_peers(d, ds)) return ds;
-  gd_dstream *t = group_first(d, ds);
+  gd_session_stream *t = group_first(d, ds);
   if (t && t != ds) has_entries(t, held);
   return t;
 }
 
-bool ring_others_waiting(gd_device *d, const gd_dstream *ds) {
+bool ring_others_waiting(gd_device *d, const gd_session_stream *ds) {
   bool held;
-  for (gd_dstream *o = dstream_first(d); o; o = o->next) {
+  for (gd_session_stream *o = session_stream_first(d); o; o = o->next) {
     if (o == ds || !o->ring || (ds->ring && same_group(o->ring, ds->ring))) continue;
     if (next_for(d, o, &held) && !held) return true;
   }
@@ -268,9 +269,9 @@ bool ring_others_waiting(gd_device *d, const gd_dstream *ds) {
 
 /* Slots published and not taken in ds's ring and in the rings of its
  * order group: what a drain may take at most. */
-static uint64_t published(gd_device *d, gd_dstream *ds) {
+static uint64_t published(gd_device *d, gd_session_stream *ds) {
   uint64_t n, sum = 0;
-  for (gd_dstream *o = dstream_first(d); o; o = o->next)
+  for (gd_session_stream *o = session_stream_first(d); o; o = o->next)
     if (o->ring && (o == ds || same_group(o->ring, ds->ring)) && dring_avail(o->ring, &n)) sum += n;
   return sum;
 }
@@ -281,7 +282,7 @@ static uint64_t published(gd_device *d, gd_dstream *ds) {
 /* Whether a drain that waits for t's held entry gives up: the client has
  * gone, graphd is stopping, or (the session then marked hung) the entry
  * stayed held for the ready timeout while other work waited behind it. */
-static bool held_give_up(gd_device *d, gd_worker *w, gd_dstream *t, uint64_t since_ns) {
+static bool held_give_up(gd_device *d, gd_worker *w, gd_session_stream *t, uint64_t since_ns) {
   worker_heartbeat(w); /* waiting is work: not a hang for the watchdog */
   if (atomic_load(&t->client_gone) || worker_stopping(w)) return true;
   double timeout = t->ring->ready_timeout_s;
@@ -295,7 +296,7 @@ static bool held_give_up(gd_device *d, gd_worker *w, gd_dstream *t, uint64_t sin
   return true;
 }
 
-void ring_drain(gd_device *d, gd_worker *w, gd_dstream *ds) {
+void ring_drain(gd_device *d, gd_worker *w, gd_session_stream *ds) {
   if (!ds || !ds->ring) return;
   /* Only what the client had published when the job began, in ds's ring
    * (up to its tail then) and in its group's: a client that keeps its
@@ -307,7 +308,7 @@ void ring_drain(gd_device *d, gd_worker *w, gd_dstream *ds) {
   uint64_t budget = published(d, ds);
   uint64_t held_since = 0;
   bool held;
-  gd_dstream *t;
+  gd_session_stream *t;
   while (budget && ds->ring && (int64_t)(end - ds->ring->head) > 0 &&
          (t = next_for(d, ds, &held))) {
     if (held) {
@@ -331,7 +332,7 @@ void ring_drain(gd_device *d, gd_worker *w, gd_dstream *ds) {
 
 int ring_take_hung(gd_device *d, uint64_t *ids, int n) {
   int k = 0;
-  for (gd_dstream *ds = dstream_first(d); ds && k < n; ds = ds->next)
+  for (gd_session_stream *ds = session_stream_first(d); ds && k < n; ds = ds->next)
     if (ds->ring && ds->ring->hung && !ds->ring->hung_told) {
       ds->ring->hung_told = true;
       ids[k++] = ds->session_id;
@@ -341,14 +342,14 @@ int ring_take_hung(gd_device *d, uint64_t *ids, int n) {
 
 bool ring_pending(gd_device *d) {
   bool held;
-  for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next)
+  for (gd_session_stream *ds = session_stream_first(d); ds; ds = ds->next)
     if (next_for(d, ds, &held) && !held) return true;
   return false;
 }
 
 bool ring_held(gd_device *d) {
   bool held;
-  for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next)
+  for (gd_session_stream *ds = session_stream_first(d); ds; ds = ds->next)
     if (next_for(d, ds, &held) && held) return true;
   return false;
 }
@@ -368,7 +369,7 @@ bool ring_held(gd_device *d) {
  * what it must at once. Never a ring of an order group with others on the
  * device: its head holds the whole group back, so held, one stream's late
  * ready write would stop the group's other streams as well. */
-static bool ready_held(gd_device *d, gd_dstream *t) {
+static bool ready_held(gd_device *d, gd_session_stream *t) {
   gd_dring *r = t->ring;
   if (d->be->waits_on_worker) return false;
   count_rings(d, t);
@@ -378,7 +379,8 @@ static bool ready_held(gd_device *d, gd_dstream *t) {
   uint64_t seq = e->seq;
   if (slot >= t->nslots ||
       graphd_seq_reached(
-          __atomic_load_n(dstream_word(t, slot, GRAPHD_FLAG_WORD_READY), __ATOMIC_ACQUIRE), seq))
+          __atomic_load_n(session_stream_word(t, slot, GRAPHD_FLAG_WORD_READY), __ATOMIC_ACQUIRE),
+          seq))
     return false;
   uint64_t now = gd_now_ns();
   if (!r->ready_held_told) {
@@ -405,8 +407,8 @@ int ring_poll(gd_device *d, gd_worker *w) {
   bool held;
   for (int k = 0; k < RING_BATCH; k++) {
     bool took = false;
-    for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next) {
-      gd_dstream *t = next_for(d, ds, &held);
+    for (gd_session_stream *ds = session_stream_first(d); ds; ds = ds->next) {
+      gd_session_stream *t = next_for(d, ds, &held);
       if (!t || held || ready_held(d, t)) continue;
       int rc = take_one(d, w, t, t->ring);
       took = true;
@@ -420,7 +422,7 @@ int ring_poll(gd_device *d, gd_worker *w) {
 
 bool ring_sleep(gd_device *d, bool asleep) {
   bool any = false;
-  for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next) {
+  for (gd_session_stream *ds = session_stream_first(d); ds; ds = ds->next) {
     if (!ds->ring) continue;
     /* The flag before the last look at the tails (sequentially consistent,
      * as dring_avail's load of the tail); the client publishes its tail
@@ -436,7 +438,7 @@ bool ring_sleep(gd_device *d, bool asleep) {
 #define STATS_PERIOD_NS 1000000u
 
 bool ring_has_stats(gd_device *d) {
-  for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next)
+  for (gd_session_stream *ds = session_stream_first(d); ds; ds = ds->next)
     if (ds->ring && (ds->ring->tally.replays || ds->ring->tally.errors)) return true;
   return false;
 }
@@ -445,7 +447,7 @@ bool ring_take_stats(gd_device *d, bool all, gd_replay_tally *st) {
   memset(st, 0, sizeof *st);
   bool any = false;
   uint64_t now = gd_now_ns();
-  for (gd_dstream *ds = dstream_first(d); ds; ds = ds->next) {
+  for (gd_session_stream *ds = session_stream_first(d); ds; ds = ds->next) {
     gd_dring *r = ds->ring;
     if (!r || !(r->tally.replays || r->tally.errors)) continue;
     if (!all && now - r->taken_ns < STATS_PERIOD_NS) continue;

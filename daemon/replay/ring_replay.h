@@ -38,11 +38,12 @@ typedef struct gd_ring_params {
 /* RegisterRing on the worker: maps the ring (memfd fd, not closed here)
  * and adds its doorbell (owned from here on) to w's wake set. 0 or a
  * negated status with err saying why. */
-int ring_attach(gd_device *d, gd_worker *w, gd_dstream *ds, const gd_ring_params *pr, int fd,
+int ring_attach(gd_device *d, gd_worker *w, gd_session_stream *ds, const gd_ring_params *pr, int fd,
                 int doorbell, char *err, size_t errlen);
 
 /* RingProgram on the worker: program p gets handle h in ds's ring. */
-int ring_set_program(gd_dstream *ds, uint32_t h, const gd_regprog *p, char *err, size_t errlen);
+int ring_set_program(gd_session_stream *ds, uint32_t h, const gd_regprog *p, char *err,
+                     size_t errlen);
 
 /* Runs the entries ds's client had published when the job began (before
  * a job of its session), and those its order group numbered before them:
@@ -51,11 +52,11 @@ int ring_set_program(gd_dstream *ds, uint32_t h, const gd_regprog *p, char *err,
  * the poll would; past the ready timeout while other work waits, its
  * session is marked hung (ring_take_hung) and the drain stops. ds may be
  * NULL. */
-void ring_drain(gd_device *d, gd_worker *w, gd_dstream *ds);
+void ring_drain(gd_device *d, gd_worker *w, gd_session_stream *ds);
 
 /* Whether another session's ring (not ds's order group) has an entry that
  * may run now: ds's ready wait holds it up (the host backend's give-up). */
-bool ring_others_waiting(gd_device *d, const gd_dstream *ds);
+bool ring_others_waiting(gd_device *d, const gd_session_stream *ds);
 
 /* Sessions whose ring was marked hung since they were last asked (an
  * entry's ready flag, or a drain's held entry, did not come within the

@@ -17,14 +17,14 @@
 
 typedef struct flags_job {
   gd_request rq;
-  gd_dstream *ds;
+  gd_session_stream *ds;
   int fd;
   uint32_t slots;
 } flags_job;
 
 static void flags_run(gd_job *j, void *ctx) {
   flags_job *fj = gd_container_of(j, flags_job, rq.job);
-  j->status = dstream_map_flags(ctx, fj->ds, fj->fd, fj->slots, j->msg, sizeof j->msg);
+  j->status = session_stream_map_flags(ctx, fj->ds, fj->fd, fj->slots, j->msg, sizeof j->msg);
 }
 
 static void flags_done(gd_job *j) {
@@ -98,8 +98,8 @@ typedef struct import_job {
   gd_request rq;
   struct release_job *release; /* made with the request: what lets the region go */
   gd_region_import in;
-  uint32_t id;    /* the region's id, given before the import */
-  gd_dstream *ds; /* whose region view learns it */
+  uint32_t id;           /* the region's id, given before the import */
+  gd_session_stream *ds; /* whose region view learns it */
   uint64_t client_base;
   gd_region_map out;
   uint64_t ns;
@@ -109,7 +109,7 @@ static void import_run(gd_job *j, void *ctx) {
   import_job *ij = gd_container_of(j, import_job, rq.job);
   uint64_t t0 = gd_now_ns();
   j->status = device_import(ctx, &ij->in, &ij->out, j->msg, sizeof j->msg);
-  if (j->status == 0 && dstream_region_add(ij->ds, ij->id, &ij->out) < 0) {
+  if (j->status == 0 && session_stream_region_add(ij->ds, ij->id, &ij->out) < 0) {
     device_release_import(ctx, &ij->out);
     snprintf(j->msg, sizeof j->msg, "out of memory");
     j->status = -GRAPHD_RESOURCE_EXHAUSTED;
@@ -318,7 +318,7 @@ void attach_handle_unregister_region(gd_session *s, Graphd__Wire__Request *req, 
 
 typedef struct ring_job {
   gd_request rq;
-  gd_dstream *ds;
+  gd_session_stream *ds;
   gd_ring_params params;
   int fd, doorbell;
 } ring_job;
@@ -406,7 +406,7 @@ void attach_handle_register_ring(gd_session *s, Graphd__Wire__Request *req, int 
 
 typedef struct ring_prog_job {
   gd_request rq;
-  gd_dstream *ds;
+  gd_session_stream *ds;
   const gd_regprog *prog;
   uint32_t handle;
 } ring_prog_job;

@@ -21,7 +21,7 @@ typedef struct replay_job {
   uint64_t latency_ns; /* from t0 until the reply was ready */
   uint64_t server_ns;
   bool replied; /* the worker sent the reply itself */
-  gd_dstream *ds;
+  gd_session_stream *ds;
   gd_replay_req req; /* req.bindings is b[] */
   gd_replay_tally tally;
   gd_replay_exec ran;           /* what exec_replay ran (captured, its time) */
@@ -118,7 +118,7 @@ static void replay_done(gd_job *j) {
 /* The session's replays taken on its device and not done, by the worker's
  * count of what it took and the done words of the flag page. */
 static uint64_t session_inflight(const gd_data_session *x) {
-  return x->flag_slots ? dstream_inflight(x->ds) : 0;
+  return x->flag_slots ? session_stream_inflight(x->ds) : 0;
 }
 
 static void fail_held(replay_job *rj, int code, const char *msg) {

@@ -169,7 +169,7 @@ bool data_session_maps_fit(gd_daemon *d, uid_t uid, bool region, char *err, size
 typedef struct end_job {
   gd_job job;
   gd_daemon *d;
-  gd_dstream *ds;
+  gd_session_stream *ds;
   gd_region_map *maps;
   size_t nmaps;
   uint64_t unmapped; /* mappings of client memory the worker let go */
@@ -179,7 +179,7 @@ typedef struct end_job {
 int data_session_open(gd_session *s, int dev) {
   gd_daemon *d = daemon_of(s);
   gd_data_session *x = calloc(1, sizeof *x);
-  if (!x || !(x->end = calloc(1, sizeof *x->end)) || !(x->ds = dstream_new(s->id))) {
+  if (!x || !(x->end = calloc(1, sizeof *x->end)) || !(x->ds = session_stream_new(s->id))) {
     if (x) free(x->end);
     free(x);
     return -GRAPHD_RESOURCE_EXHAUSTED;
@@ -204,14 +204,14 @@ static void end_run(gd_job *j, void *ctx) {
     capture_forget_memory(dev, ej->maps[i].ptr, ej->maps[i].size);
   /* A stream that would not drain fails the job, so that the worker asks
    * device_faulted next and resets the device. */
-  j->status = dstream_end(dev, ej->ds, ej->maps, ej->nmaps);
+  j->status = session_stream_end(dev, ej->ds, ej->maps, ej->nmaps);
   ej->ds = NULL;
 }
 
 static void end_done(gd_job *j) {
   end_job *ej = gd_container_of(j, end_job, job);
   data_session_maps_give(ej->d, ej->uid, ej->unmapped);
-  dstream_drop(ej->ds); /* only when the end was refused and nothing ran */
+  session_stream_drop(ej->ds); /* only when the end was refused and nothing ran */
   free(ej->maps);
   free(ej);
 }
@@ -258,7 +258,7 @@ typedef struct release_job {
   /* The session's half, NULL once it ended: the ring entries published
    * before the release run first, the region leaves the worker's view,
    * and the stream drains before unmapping. */
-  gd_dstream *ds;
+  gd_session_stream *ds;
   uint32_t id;
   uid_t uid; /* whose mapping it is */
 } release_job;
@@ -267,7 +267,7 @@ static void release_run(gd_job *j, void *ctx) {
   release_job *rj = gd_container_of(j, release_job, job);
   if (rj->ds) {
     ring_drain(ctx, j->worker, rj->ds);
-    dstream_region_remove(rj->ds, rj->id);
+    session_stream_region_remove(rj->ds, rj->id);
   }
   /* GPU work of this session's replays may still read or write it. A
    * replay of its own still waiting for a ready write that does not come
@@ -288,7 +288,7 @@ struct release_job *data_session_release_new(void) {
 }
 
 void data_session_release_map(release_job *rj, gd_daemon *d, int dev, const gd_region_map *map,
-                              gd_dstream *ds, uint32_t id, uid_t uid) {
+                              gd_session_stream *ds, uint32_t id, uid_t uid) {
   rj->d = d;
   rj->uid = uid;
   rj->map = *map;
@@ -329,7 +329,7 @@ void data_session_device_reset(gd_daemon *d, int dev) {
      * write every done value from the host, so no client stream waits
      * forever. The worker's last write to the page came before the reset,
      * whose news comes through the completion queue. */
-    dstream_release(x->ds, GRAPHD_FLAG_WORD_DONE, NULL);
+    session_stream_release(x->ds, GRAPHD_FLAG_WORD_DONE, NULL);
     GD_LOG(GD_WARN, "dsession",
            "session %llu (pid %d): device %d was reset after a GPU fault; "
            "closing the session (the client reconnects)",

@@ -3,7 +3,7 @@
  * (the head-of-line policy), or when its device is reset after a fault.
  * What it attaches meanwhile (its flag page, regions and ring) comes
  * through attach.c, within the bound on mappings of client memory kept
- * here. Its half on the device is a gd_dstream (dstream.c); its replays
+ * here. Its half on the device is a gd_session_stream (session_stream.c); its replays
  * are replay.c's.
  *
  * DESIGN: loop thread only; the jobs' run functions run on the device's
@@ -20,7 +20,7 @@
 #include "session.h"
 
 typedef struct gd_data_session {
-  gd_dstream *ds; /* the device's half; the worker's from the end job on */
+  gd_session_stream *ds; /* the device's half; the worker's from the end job on */
   gd_region_table regions;
   uint32_t flag_slots; /* 0 until RegisterFlags */
   uint64_t *last_seq;  /* per flag slot: the last replay's seq */
@@ -85,7 +85,8 @@ struct release_job *data_session_release_new(void);
  * ended), the stream drains, then the import is let go, and with it one
  * of uid's mappings. */
 void data_session_release_map(struct release_job *rj, gd_daemon *d, int dev,
-                              const gd_region_map *map, gd_dstream *ds, uint32_t id, uid_t uid);
+                              const gd_region_map *map, gd_session_stream *ds, uint32_t id,
+                              uid_t uid);
 
 /* A worker released a hung client's waits: close its session, so that its
  * later requests fail. */

@@ -156,7 +156,7 @@ static void *mutate(void *arg) {
 /* The client's stream: writes each slot's ready word up to the seq the
  * worker took there last, until told to stop. */
 typedef struct readier {
-  gd_dstream *ds;
+  gd_session_stream *ds;
   volatile uint64_t *flags;
   atomic_bool stop;
 } readier;
@@ -183,13 +183,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t init = body_len < sq_bytes ? body_len : sq_bytes;
 
   /* The session's half: its flag page and regions. */
-  gd_dstream *ds = dstream_new(1);
+  gd_session_stream *ds = session_stream_new(1);
   int flags_fd = gd_memfd_new_shared("fuzz-flags", 4096);
   if (!ds || flags_fd < 0) die("session", "out of memory");
   volatile uint64_t *flags = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, flags_fd, 0);
   if (flags == MAP_FAILED) die("flag page", "cannot map");
-  if (dstream_map_flags(&g.d, ds, flags_fd, FLAG_SLOTS, err, sizeof err) < 0)
-    die("dstream_map_flags", err);
+  if (session_stream_map_flags(&g.d, ds, flags_fd, FLAG_SLOTS, err, sizeof err) < 0)
+    die("session_stream_map_flags", err);
   close(flags_fd);
   readier rd = {.ds = ds, .flags = flags};
   pthread_t rt;
@@ -205,7 +205,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                        .mapped = REGION_BYTES,
                        .kind = GRAPHD_REGION_HOST_MEMFD,
                        .epoch = epoch};
-    if (dstream_region_add(ds, i + 1, &m) < 0) die("region", "out of memory");
+    if (session_stream_region_add(ds, i + 1, &m) < 0) die("region", "out of memory");
   }
 
   /* The ring, written as the input says, then handed to the worker. */
@@ -297,7 +297,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* The session's end, as its end job runs it. */
   for (uint32_t i = 0; i < NREGIONS; i++)
     capture_forget_memory(&g.d, (uint64_t)(uintptr_t)(mem[i] + GUARD), REGION_BYTES);
-  dstream_end(&g.d, ds, NULL, 0);
+  session_stream_end(&g.d, ds, NULL, 0);
   munmap(ring, ring_bytes);
   munmap((void *)flags, 4096);
   for (uint32_t i = 0; i < NREGIONS; i++) free(mem[i]);
