@@ -26,7 +26,7 @@
 
 #include "daemon/backend/backend.h"
 #include "device.h"
-#include "submit_ring.h"
+#include "binding.h"
 #include "daemon/base/registry.h"
 
 #define GD_CAPTURE_PIDS 16

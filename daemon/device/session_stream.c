@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <uthash.h>
 
 #include "daemon/base/clock.h"
 #include "graphd/status.h"
@@ -19,6 +20,15 @@ struct gd_session_stream_set {
   uint64_t rings_gen; /* counts rings mapped and unmapped */
 };
 
+/* One region of the session as the worker knows it. The view is filled by
+ * the import jobs and emptied by the release jobs and the session's end,
+ * so the worker never reads the loop's region table. */
+struct gd_stream_region {
+  uint32_t id;
+  gd_region_map map;
+  UT_hash_handle hh;
+};
+
 gd_session_stream *session_stream_new(uint64_t session_id) {
   gd_session_stream *ds = calloc(1, sizeof *ds);
   if (ds) {
@@ -30,7 +40,11 @@ gd_session_stream *session_stream_new(uint64_t session_id) {
 
 void session_stream_drop(gd_session_stream *ds) {
   if (!ds || atomic_fetch_sub(&ds->holders, 1) != 1) return;
-  dring_region_clear(&ds->regions);
+  struct gd_stream_region *r, *tmp;
+  HASH_ITER(hh, ds->regions, r, tmp) {
+    HASH_DEL(ds->regions, r);
+    free(r);
+  }
   free(ds->seen);
   free(ds->used);
   free(ds->last.b);
@@ -53,12 +67,27 @@ void session_stream_rings_changed(gd_device *d) {
 
 int session_stream_region_add(gd_session_stream *ds, uint32_t id, const gd_region_map *m) {
   ds->regions_gen++;
-  return dring_region_add(&ds->regions, id, m);
+  struct gd_stream_region *r = calloc(1, sizeof *r);
+  if (!r) return -GRAPHD_RESOURCE_EXHAUSTED;
+  r->id = id;
+  r->map = *m;
+  HASH_ADD(hh, ds->regions, id, sizeof r->id, r);
+  return 0;
 }
 
 void session_stream_region_remove(gd_session_stream *ds, uint32_t id) {
   ds->regions_gen++;
-  dring_region_remove(&ds->regions, id);
+  struct gd_stream_region *r;
+  HASH_FIND(hh, ds->regions, &id, sizeof id, r);
+  if (!r) return;
+  HASH_DEL(ds->regions, r);
+  free(r);
+}
+
+const gd_region_map *session_stream_region_find(const gd_session_stream *ds, uint32_t id) {
+  struct gd_stream_region *r;
+  HASH_FIND(hh, ds->regions, &id, sizeof id, r);
+  return r ? &r->map : NULL;
 }
 
 bool session_stream_reserve(void **buf, uint32_t *cap, uint32_t n, size_t size) {

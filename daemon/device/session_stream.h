@@ -20,6 +20,7 @@
 
 #include "daemon/backend/backend.h"
 #include "device.h"
+#include "binding.h"
 #include "submit_ring.h"
 #include "graphd/protocol.h"
 
@@ -36,11 +37,12 @@ typedef struct gd_session_stream {
   /* In the device's session streams while its flag page is mapped. */
   struct gd_session_stream *prev, *next;
   atomic_int holders; /* the session, and the device's list while mapped */
-  /* The worker's own view of the session, for its submission ring: */
-  gd_dregion *regions; /* the regions imported, by the loop's ids */
-  gd_dring *ring;      /* NULL until RegisterRing; unmapped with the flag page */
-  uint64_t *seen;      /* per flag slot: the highest seq the worker took */
-  uint32_t *used;      /* the slots with a seq seen, for the in-flight count */
+  /* The worker's own view of the session, which both front ends of the replay
+   * path are checked against: */
+  struct gd_stream_region *regions; /* the regions imported, by the loop's ids (uthash) */
+  gd_dring *ring;                   /* NULL until RegisterRing; unmapped with the flag page */
+  uint64_t *seen;                   /* per flag slot: the highest seq the worker took */
+  uint32_t *used;                   /* the slots with a seq seen, for the in-flight count */
   uint32_t nused;
   uint64_t regions_gen; /* bumped whenever `regions` changes */
   /* The last replay's bindings, as sent and as resolved: the next replay
@@ -85,6 +87,9 @@ void session_stream_rings_changed(gd_device *d);
  * resolution. */
 int session_stream_region_add(gd_session_stream *ds, uint32_t id, const gd_region_map *m);
 void session_stream_region_remove(gd_session_stream *ds, uint32_t id);
+
+/* The mapping of region id in ds's view; NULL when it has none. */
+const gd_region_map *session_stream_region_find(const gd_session_stream *ds, uint32_t id);
 
 /* At least n entries of *buf (of *cap); false when out of memory (*buf is
  * kept). */

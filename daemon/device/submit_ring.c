@@ -12,37 +12,6 @@
 #include "common/memfd.h"
 #include "graphd/status.h"
 
-int dring_region_add(gd_dregion **view, uint32_t id, const gd_region_map *m) {
-  gd_dregion *r = calloc(1, sizeof *r);
-  if (!r) return -GRAPHD_RESOURCE_EXHAUSTED;
-  r->id = id;
-  r->map = *m;
-  HASH_ADD(hh, *view, id, sizeof r->id, r);
-  return 0;
-}
-
-void dring_region_remove(gd_dregion **view, uint32_t id) {
-  gd_dregion *r;
-  HASH_FIND(hh, *view, &id, sizeof id, r);
-  if (!r) return;
-  HASH_DEL(*view, r);
-  free(r);
-}
-
-const gd_region_map *dring_region_find(gd_dregion *const *view, uint32_t id) {
-  gd_dregion *r;
-  HASH_FIND(hh, *view, &id, sizeof id, r);
-  return r ? &r->map : NULL;
-}
-
-void dring_region_clear(gd_dregion **view) {
-  gd_dregion *r, *tmp;
-  HASH_ITER(hh, *view, r, tmp) {
-    HASH_DEL(*view, r);
-    free(r);
-  }
-}
-
 /* An eventfd shows in /proc as "anon_inode:[eventfd]"; nothing else that a
  * client may send reads the same. The worker never reads a doorbell (see
  * worker_wake_set), but only an eventfd signals each write as one edge. */

@@ -1,5 +1,6 @@
-/* A data session's submission ring on its device, and the worker's view of
- * the session's regions that ring entries are resolved against.
+/* A data session's submission ring on its device: the shared memory
+ * mapped and checked, its doorbell, the program handles, and what the
+ * worker keeps of it between entries.
  *
  * The ring (graphd/protocol.h, "The submission ring") is a sealed memfd
  * that the client fills with replay entries and the device's worker reads
@@ -7,28 +8,17 @@
  * eventfd in the worker's wake set. Everything the client can write there
  * is read once into the worker's own memory and checked before use.
  *
- * DESIGN: worker thread only. The region view is filled by the import jobs
- * and emptied by the release jobs and the session's end, so the worker
- * never reads the loop's region table. */
+ * DESIGN: worker thread only. */
 #ifndef GRAPHD_DRING_H
 #define GRAPHD_DRING_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <uthash.h>
 
-#include "daemon/backend/backend.h"
 #include "device.h"
 #include "graphd/protocol.h"
 #include "daemon/base/registry.h"
-
-/* One region of a session as the worker knows it. */
-typedef struct gd_dregion {
-  uint32_t id;
-  gd_region_map map;
-  UT_hash_handle hh;
-} gd_dregion;
 
 typedef struct gd_dring {
   volatile graphd_ring_header *hdr;
@@ -58,34 +48,6 @@ typedef struct gd_dring {
   gd_replay_tally tally;
   uint64_t taken_ns; /* when they were last taken */
 } gd_dring;
-
-/* --- the region view ---------------------------------------------------- */
-
-/* A binding as a replay's request carries it: a slot, and a range of one
- * of the session's regions (24 bytes, no padding: compared whole). */
-typedef struct gd_bind_req {
-  uint32_t slot;
-  uint32_t region_id;
-  uint64_t offset;
-  uint64_t bytes;
-} gd_bind_req;
-
-/* A slot bound to client memory for one replay. */
-typedef struct gd_bound {
-  bool bound;
-  uint64_t addr; /* device address of the client's bytes */
-  uint64_t bytes;
-} gd_bound;
-
-/* Adds region `id` (the loop's id for it) with its mapping. 0, or
- * -GRAPHD_RESOURCE_EXHAUSTED. */
-int dring_region_add(gd_dregion **view, uint32_t id, const gd_region_map *m);
-/* Forgets region id (nothing when absent). */
-void dring_region_remove(gd_dregion **view, uint32_t id);
-const gd_region_map *dring_region_find(gd_dregion *const *view, uint32_t id);
-void dring_region_clear(gd_dregion **view);
-
-/* --- the ring ----------------------------------------------------------- */
 
 /* Checks and maps a ring of `entries` entries from memfd `fd` (sealed
  * against shrinking and growing, large enough, its header written by the

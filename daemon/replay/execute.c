@@ -233,7 +233,7 @@ out:
 }
 
 static const gd_region_map *view_find(void *table, uint32_t id) {
-  return dring_region_find(table, id);
+  return session_stream_region_find(table, id);
 }
 
 /* Whether rq names what the last replay on ds named, with nothing that
@@ -267,7 +267,7 @@ static gd_bound *resolve(gd_device *d, gd_session_stream *ds, const gd_replay_re
     return NULL;
   }
   memset(ds->last.bind, 0, (size_t)nslots * sizeof(gd_bound));
-  if ((*rc = exec_bind(p, view_find, &ds->regions, epoch, d->index, rq->bindings, rq->nbindings,
+  if ((*rc = exec_bind(p, view_find, ds, epoch, d->index, rq->bindings, rq->nbindings,
                        ds->last.bind, err, errlen)) < 0)
     return NULL;
   if (rq->nbindings) memcpy(ds->last.b, rq->bindings, (size_t)rq->nbindings * sizeof *rq->bindings);
