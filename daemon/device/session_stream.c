@@ -183,7 +183,7 @@ static void unmap_flags(gd_device *d, gd_session_stream *ds) {
   if (ds->next) ds->next->prev = ds->prev;
   ds->prev = ds->next = NULL;
   if (ds->ring) session_stream_rings_changed(d);
-  dring_unmap(ds->ring);
+  submit_ring_unmap(ds->ring);
   ds->ring = NULL;
   OPS->flags_unmap(BE, &ds->flags);
   ds->has_flags = false;

@@ -40,7 +40,7 @@ typedef struct gd_session_stream {
   /* The worker's own view of the session, which both front ends of the replay
    * path are checked against: */
   struct gd_stream_region *regions; /* the regions imported, by the loop's ids (uthash) */
-  gd_dring *ring;                   /* NULL until RegisterRing; unmapped with the flag page */
+  gd_submit_ring *ring;             /* NULL until RegisterRing; unmapped with the flag page */
   uint64_t *seen;                   /* per flag slot: the highest seq the worker took */
   uint32_t *used;                   /* the slots with a seq seen, for the in-flight count */
   uint32_t nused;

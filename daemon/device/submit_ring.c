@@ -1,4 +1,4 @@
-/* See dring.h. Worker thread. */
+/* See submit_ring.h. Worker thread. */
 #define _GNU_SOURCE
 #include "submit_ring.h"
 
@@ -24,10 +24,10 @@ static bool is_eventfd(int fd) {
   return strcmp(link, "anon_inode:[eventfd]") == 0;
 }
 
-int dring_map(int fd, int doorbell, uint32_t entries, int epfd, gd_dring **out, char *err,
-              size_t errlen) {
+int submit_ring_map(int fd, int doorbell, uint32_t entries, int epfd, gd_submit_ring **out,
+                    char *err, size_t errlen) {
   int rc = -GRAPHD_INVALID_ARGUMENT;
-  gd_dring *r = NULL;
+  gd_submit_ring *r = NULL;
   void *p = MAP_FAILED;
   uint64_t bytes = GRAPHD_RING_BYTES(entries);
   *out = NULL;
@@ -84,7 +84,7 @@ fail:
   return rc;
 }
 
-void dring_unmap(gd_dring *r) {
+void submit_ring_unmap(gd_submit_ring *r) {
   if (!r) return;
   epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->doorbell, NULL);
   close(r->doorbell);
@@ -93,7 +93,7 @@ void dring_unmap(gd_dring *r) {
   free(r);
 }
 
-int dring_set_program(gd_dring *r, uint32_t h, const gd_regprog *p) {
+int submit_ring_set_program(gd_submit_ring *r, uint32_t h, const gd_regprog *p) {
   if (h >= r->progs_cap) {
     uint32_t cap = r->progs_cap ? r->progs_cap * 2 : 16;
     while (cap <= h) cap *= 2;
@@ -108,7 +108,7 @@ int dring_set_program(gd_dring *r, uint32_t h, const gd_regprog *p) {
   return 0;
 }
 
-bool dring_avail(gd_dring *r, uint64_t *n) {
+bool submit_ring_avail(gd_submit_ring *r, uint64_t *n) {
   *n = 0;
   if (r->broken) return false;
   /* Sequentially consistent: see ring_sleep. */

@@ -9,8 +9,8 @@
  * is read once into the worker's own memory and checked before use.
  *
  * DESIGN: worker thread only. */
-#ifndef GRAPHD_DRING_H
-#define GRAPHD_DRING_H
+#ifndef GRAPHD_SUBMIT_RING_H
+#define GRAPHD_SUBMIT_RING_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -20,7 +20,7 @@
 #include "graphd/protocol.h"
 #include "daemon/base/registry.h"
 
-typedef struct gd_dring {
+typedef struct gd_submit_ring {
   volatile graphd_ring_header *hdr;
   volatile graphd_ring_sqe *sq;
   volatile graphd_ring_cqe *cq;
@@ -47,25 +47,25 @@ typedef struct gd_dring {
   /* Counted since the loop last heard (ring_take_stats). */
   gd_replay_tally tally;
   uint64_t taken_ns; /* when they were last taken */
-} gd_dring;
+} gd_submit_ring;
 
 /* Checks and maps a ring of `entries` entries from memfd `fd` (sealed
  * against shrinking and growing, large enough, its header written by the
  * client) with eventfd `doorbell`, which joins epfd (the worker's wake
  * set) and is owned by the ring from then on, even on failure; fd is not
  * closed. Returns 0 or a negated status with err saying why. */
-int dring_map(int fd, int doorbell, uint32_t entries, int epfd, gd_dring **out, char *err,
-              size_t errlen);
+int submit_ring_map(int fd, int doorbell, uint32_t entries, int epfd, gd_submit_ring **out,
+                    char *err, size_t errlen);
 
 /* Takes the doorbell out of the wake set, closes it and unmaps the ring. */
-void dring_unmap(gd_dring *r);
+void submit_ring_unmap(gd_submit_ring *r);
 
 /* Gives program p handle h (the loop picks handles densely). 0 or
  * -GRAPHD_RESOURCE_EXHAUSTED. */
-int dring_set_program(gd_dring *r, uint32_t h, const gd_regprog *p);
+int submit_ring_set_program(gd_submit_ring *r, uint32_t h, const gd_regprog *p);
 
 /* The number of entries published and not yet taken; false (and the ring
  * marked broken) when the client's tail cannot be. */
-bool dring_avail(gd_dring *r, uint64_t *n);
+bool submit_ring_avail(gd_submit_ring *r, uint64_t *n);
 
 #endif

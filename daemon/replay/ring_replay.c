@@ -25,8 +25,8 @@ int ring_attach(gd_device *d, gd_worker *w, gd_session_stream *ds, const gd_ring
                       : "the session has no flag page; RegisterFlags first");
     return ds->ring ? -GRAPHD_ALREADY_EXISTS : -GRAPHD_FAILED_PRECONDITION;
   }
-  gd_dring *r;
-  int rc = dring_map(fd, doorbell, pr->entries, worker_wake_set(w), &r, err, errlen);
+  gd_submit_ring *r;
+  int rc = submit_ring_map(fd, doorbell, pr->entries, worker_wake_set(w), &r, err, errlen);
   if (rc < 0) return rc;
   r->ready_timeout_s = pr->ready_timeout_s;
   r->max_inflight = pr->max_inflight;
@@ -43,7 +43,7 @@ int ring_set_program(gd_session_stream *ds, uint32_t h, const gd_regprog *p, cha
     snprintf(err, errlen, "the session has no ring; RegisterRing first");
     return -GRAPHD_FAILED_PRECONDITION;
   }
-  if (dring_set_program(ds->ring, h, p) < 0) {
+  if (submit_ring_set_program(ds->ring, h, p) < 0) {
     snprintf(err, errlen, "out of memory");
     return -GRAPHD_RESOURCE_EXHAUSTED;
   }
@@ -52,7 +52,7 @@ int ring_set_program(gd_session_stream *ds, uint32_t h, const gd_regprog *p, cha
 
 /* Tells the client how entry e (its slots) ended: its completion, and the
  * text of the first failure it has not read yet. */
-static void complete(gd_dring *r, const graphd_ring_sqe *e, uint32_t slots, int rc,
+static void complete(gd_submit_ring *r, const graphd_ring_sqe *e, uint32_t slots, int rc,
                      const char *err) {
   /* Its continuation slots' completions first: seq 0, status 0. */
   for (uint32_t k = 1; k < slots; k++) {
@@ -81,7 +81,7 @@ static void complete(gd_dring *r, const graphd_ring_sqe *e, uint32_t slots, int 
 
 /* Copies the bindings of entry e, whose first slot is at the ring's head,
  * into b: its own, then those of the slots after it. */
-static void entry_bindings(const gd_dring *r, const graphd_ring_sqe *e, gd_bind_req *b) {
+static void entry_bindings(const gd_submit_ring *r, const graphd_ring_sqe *e, gd_bind_req *b) {
   uint32_t n = e->nbindings, i = 0;
   const graphd_ring_binding *src = e->bindings;
   uint32_t here = n < GRAPHD_RING_MAX_BINDINGS ? n : GRAPHD_RING_MAX_BINDINGS;
@@ -108,7 +108,7 @@ static void mark_hung(gd_session_stream *ds) {
 
 /* Reads the entry at the ring's head into a request, runs it on the one
  * replay path, and completes it. */
-static int take_one(gd_device *d, gd_worker *w, gd_session_stream *ds, gd_dring *r) {
+static int take_one(gd_device *d, gd_worker *w, gd_session_stream *ds, gd_submit_ring *r) {
   graphd_ring_sqe e;
   r->ready_held_since = 0; /* the head moves on, by whichever path took it */
   /* One copy: the client may write the shared entry at any time. */
@@ -117,7 +117,7 @@ static int take_one(gd_device *d, gd_worker *w, gd_session_stream *ds, gd_dring 
    * trusted any longer (as for a tail out of range). */
   uint32_t slots = GRAPHD_RING_ENTRY_SLOTS(e.nbindings);
   uint64_t avail = 0;
-  if (!dring_avail(r, &avail) || slots > avail) {
+  if (!submit_ring_avail(r, &avail) || slots > avail) {
     r->broken = true;
     GD_LOG(GD_WARN, "ring",
            "session %llu: an entry of %u bindings needs %u slots, but %llu are published; the "
@@ -166,11 +166,11 @@ static int take_one(gd_device *d, gd_worker *w, gd_session_stream *ds, gd_dring 
 
 /* Whether ds's ring has entries, and whether they may run now. */
 static bool has_entries(gd_session_stream *ds, bool *held) {
-  gd_dring *r = ds->ring;
+  gd_submit_ring *r = ds->ring;
   uint64_t n;
   *held = false;
   if (!r || r->hung || ds->cut_off || atomic_load(&ds->client_gone)) return false;
-  if (!dring_avail(r, &n)) {
+  if (!submit_ring_avail(r, &n)) {
     if (r->broken && !r->warned) {
       GD_LOG(GD_WARN, "ring", "session %llu: its ring's tail is not within its entries; not read",
              (unsigned long long)ds->session_id);
@@ -185,11 +185,11 @@ static bool has_entries(gd_session_stream *ds, bool *held) {
 
 /* Whether rings a and b number their entries together: the same process
  * (as the kernel names it) and the same nonzero group. */
-static bool same_group(const gd_dring *a, const gd_dring *b) {
+static bool same_group(const gd_submit_ring *a, const gd_submit_ring *b) {
   return a->order_group && a->order_group == b->order_group && a->client_pid == b->client_pid;
 }
 
-static uint32_t head_order(const gd_dring *r) {
+static uint32_t head_order(const gd_submit_ring *r) {
   return __atomic_load_n(&r->sq[r->head & (r->entries - 1)].order, __ATOMIC_RELAXED);
 }
 
@@ -229,7 +229,7 @@ static gd_session_stream *group_first(gd_device *d, gd_session_stream *ds) {
  * again only when the set of rings changed: a ring alone in its group (a
  * process with one session on the device) costs no scan. */
 static void count_rings(gd_device *d, gd_session_stream *ds) {
-  gd_dring *r = ds->ring;
+  gd_submit_ring *r = ds->ring;
   uint64_t gen = session_stream_rings_gen(d);
   if (r->counted_gen == gen) return;
   r->rings = r->peers = 0;
@@ -272,7 +272,8 @@ bool ring_others_waiting(gd_device *d, const gd_session_stream *ds) {
 static uint64_t published(gd_device *d, gd_session_stream *ds) {
   uint64_t n, sum = 0;
   for (gd_session_stream *o = session_stream_first(d); o; o = o->next)
-    if (o->ring && (o == ds || same_group(o->ring, ds->ring)) && dring_avail(o->ring, &n)) sum += n;
+    if (o->ring && (o == ds || same_group(o->ring, ds->ring)) && submit_ring_avail(o->ring, &n))
+      sum += n;
   return sum;
 }
 
@@ -303,7 +304,7 @@ void ring_drain(gd_device *d, gd_worker *w, gd_session_stream *ds) {
    * ring full cannot hold the worker, and entries published after the
    * request are the poll's. */
   uint64_t avail;
-  if (!dring_avail(ds->ring, &avail)) return;
+  if (!submit_ring_avail(ds->ring, &avail)) return;
   uint64_t end = ds->ring->head + avail;
   uint64_t budget = published(d, ds);
   uint64_t held_since = 0;
@@ -370,7 +371,7 @@ bool ring_held(gd_device *d) {
  * device: its head holds the whole group back, so held, one stream's late
  * ready write would stop the group's other streams as well. */
 static bool ready_held(gd_device *d, gd_session_stream *t) {
-  gd_dring *r = t->ring;
+  gd_submit_ring *r = t->ring;
   if (d->be->waits_on_worker) return false;
   count_rings(d, t);
   if (r->peers || r->rings <= d->ready_hold_rings) return false;
@@ -425,7 +426,7 @@ bool ring_sleep(gd_device *d, bool asleep) {
   for (gd_session_stream *ds = session_stream_first(d); ds; ds = ds->next) {
     if (!ds->ring) continue;
     /* The flag before the last look at the tails (sequentially consistent,
-     * as dring_avail's load of the tail); the client publishes its tail
+     * as submit_ring_avail's load of the tail); the client publishes its tail
      * before it looks at the flag. */
     __atomic_store_n(&ds->ring->hdr->flags, asleep ? GRAPHD_RING_NEED_WAKEUP : 0u,
                      __ATOMIC_SEQ_CST);
@@ -448,7 +449,7 @@ bool ring_take_stats(gd_device *d, bool all, gd_replay_tally *st) {
   bool any = false;
   uint64_t now = gd_now_ns();
   for (gd_session_stream *ds = session_stream_first(d); ds; ds = ds->next) {
-    gd_dring *r = ds->ring;
+    gd_submit_ring *r = ds->ring;
     if (!r || !(r->tally.replays || r->tally.errors)) continue;
     if (!all && now - r->taken_ns < STATS_PERIOD_NS) continue;
     r->taken_ns = now;

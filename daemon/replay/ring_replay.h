@@ -1,5 +1,5 @@
 /* Asynchronous replays on the worker: the entries of each session's
- * submission ring (dring.h, graphd/protocol.h), read by the device's
+ * submission ring (submit_ring.h, graphd/protocol.h), read by the device's
  * worker itself between jobs, each read into a request for the one
  * replay path a Replay request also takes (execute.h: checked against the
  * worker's view of the session, its flag slots and regions, and run in

@@ -1,5 +1,5 @@
 /* libFuzzer harness: a session's submission ring as the device's worker
- * reads it (ring.c, dring.c, execute.c on a host device), with its entries
+ * reads it (ring.c, submit_ring.c, execute.c on a host device), with its entries
  * and continuation slots written by a second thread while the worker
  * reads them, as a client may do to its shared memory at any time.
  *
