@@ -21,14 +21,14 @@ static const char *refusal_hook(void *ctx) {
 /* Ticks also while a ring is held back by --max-inflight-replays: its
  * entries may run once the device has caught up. */
 static bool tick_hook(void *ctx) {
-  return upkeep_wants_tick(ctx) || ring_held(ctx) || ring_has_stats(ctx);
+  return upkeep_wants_tick(ctx) || ring_replay_held(ctx) || ring_replay_has_stats(ctx);
 }
 
-static bool pending_hook(void *ctx) { return ring_pending(ctx); }
+static bool pending_hook(void *ctx) { return ring_replay_pending(ctx); }
 
-static int poll_hook(void *ctx, gd_worker *w) { return ring_poll(ctx, w); }
+static int poll_hook(void *ctx, gd_worker *w) { return ring_replay_poll(ctx, w); }
 
-static bool sleep_hook(void *ctx, bool asleep) { return ring_sleep(ctx, asleep); }
+static bool sleep_hook(void *ctx, bool asleep) { return ring_replay_sleep(ctx, asleep); }
 
 /* The loop's side of what the rings ran: the device's counters. */
 typedef struct ring_stats_job {
@@ -81,7 +81,7 @@ static void after_hook(void *ctx, gd_worker *w, bool had_job, bool ran, int stat
   gd_upkeep_news news;
   upkeep_after(dev, had_job, ran, status, &news);
   gd_replay_tally st;
-  if (ring_take_stats(dev, !had_job, &st)) {
+  if (ring_replay_take_stats(dev, !had_job, &st)) {
     ring_stats_job *sj = calloc(1, sizeof *sj);
     if (sj) {
       sj->d = gd_container_of(w->pool, gd_daemon, pool);
@@ -95,7 +95,7 @@ static void after_hook(void *ctx, gd_worker *w, bool had_job, bool ran, int stat
   for (int i = 0; i < news.ncut; i++) post_news(w, dev, false, news.cut[i]);
   /* Sessions whose ring held others up past the ready timeout. */
   uint64_t hung[GD_UPKEEP_MAX_CUTS];
-  int nhung = ring_take_hung(dev, hung, GD_UPKEEP_MAX_CUTS);
+  int nhung = ring_replay_take_hung(dev, hung, GD_UPKEEP_MAX_CUTS);
   for (int i = 0; i < nhung; i++) post_news(w, dev, false, hung[i]);
 }
 

@@ -26,7 +26,7 @@ enum gd_device_state { GD_DEVICE_STARTING = 0, GD_DEVICE_OK = 1, GD_DEVICE_FAILE
 
 /* --ready-hold-rings' default: while a device serves more submission
  * rings than this, replays whose ready write is behind wait for it on the
- * worker rather than on the GPU (ring.c). */
+ * worker rather than on the GPU (ring_replay.c). */
 #define GD_READY_HOLD_RINGS_DEFAULT 2
 
 typedef struct gd_device {

@@ -78,7 +78,7 @@ int session_stream_map_flags(gd_device *d, gd_session_stream *ds, int fd, uint32
 gd_session_stream *session_stream_first(gd_device *d);
 
 /* A count that changes whenever a session of d maps or unmaps its ring
- * (ring.c keeps what it derives from the set of rings until it does). */
+ * (ring_replay.c keeps what it derives from the set of rings until it does). */
 uint64_t session_stream_rings_gen(gd_device *d);
 void session_stream_rings_changed(gd_device *d);
 

@@ -111,7 +111,7 @@ int submit_ring_set_program(gd_submit_ring *r, uint32_t h, const gd_regprog *p) 
 bool submit_ring_avail(gd_submit_ring *r, uint64_t *n) {
   *n = 0;
   if (r->broken) return false;
-  /* Sequentially consistent: see ring_sleep. */
+  /* Sequentially consistent: see ring_replay_sleep. */
   uint64_t tail = __atomic_load_n(&r->hdr->sq_tail, __ATOMIC_SEQ_CST);
   if (tail - r->head > r->entries) {
     r->broken = true;

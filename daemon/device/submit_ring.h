@@ -28,14 +28,15 @@ typedef struct gd_submit_ring {
   uint64_t bytes; /* mapped */
   int doorbell;   /* eventfd, in the worker's wake set epfd */
   int epfd;
-  uint64_t head;             /* the next entry to take */
-  bool broken;               /* indices that cannot be: the ring is no longer read */
-  bool warned;               /* ... and the log said so */
-  bool hung, hung_told;      /* ring.c: held others up; read no more, told to the loop */
-  bool ready_held_told;      /* ring.c: the log said its entries wait for their ready writes */
-  uint64_t ready_held_since; /* ring.c: when its head entry began to wait for its ready write;
+  uint64_t head;        /* the next entry to take */
+  bool broken;          /* indices that cannot be: the ring is no longer read */
+  bool warned;          /* ... and the log said so */
+  bool hung, hung_told; /* ring_replay.c: held others up; read no more, told to the loop */
+  bool ready_held_told; /* ring_replay.c: the log said its entries wait for their ready writes */
+  uint64_t
+      ready_held_since;     /* ring_replay.c: when its head entry began to wait for its ready write;
                                 0 once an entry leaves the head (take_one) */
-  const gd_regprog **progs;  /* by handle (RingProgram), held by the session */
+  const gd_regprog **progs; /* by handle (RingProgram), held by the session */
   uint32_t nprogs, progs_cap;
   double ready_timeout_s; /* the daemon's settings, for entries */
   uint32_t max_inflight;
@@ -43,8 +44,8 @@ typedef struct gd_submit_ring {
   uint64_t order_group; /* the header's, read once at the map; 0: none */
   uint32_t peers;       /* other rings of the device in its order group, and ... */
   uint32_t rings;       /* ... the device's rings, this one included, ... */
-  uint64_t counted_gen; /* ... as counted at this session_stream_rings_gen (ring.c) */
-  /* Counted since the loop last heard (ring_take_stats). */
+  uint64_t counted_gen; /* ... as counted at this session_stream_rings_gen (ring_replay.c) */
+  /* Counted since the loop last heard (ring_replay_take_stats). */
   gd_replay_tally tally;
   uint64_t taken_ns; /* when they were last taken */
 } gd_submit_ring;

@@ -1,6 +1,6 @@
 /* The one replay path on the device's worker, with two front ends: a
  * Replay request (replay.c, through the loop) and an entry of the
- * session's submission ring (ring.c, read by the worker itself). Each
+ * session's submission ring (ring_replay.c, read by the worker itself). Each
  * front end reads its request into a gd_replay_req; exec_replay checks it
  * against the worker's view of the session (flag slot, the seq taken on
  * it, the regions), resolves its bindings and runs it in the order that
@@ -24,7 +24,7 @@
 #include "daemon/device/worker.h"
 
 /* Whether a session other than ds has ring entries the worker could run:
- * the host backend's give-up of a ready flag asks it (ring_others_waiting,
+ * the host backend's give-up of a ready flag asks it (ring_replay_others_waiting,
  * passed in so that this layer stays below the ring). */
 typedef bool (*gd_others_waiting_fn)(gd_device *d, const gd_session_stream *ds);
 

@@ -1,4 +1,4 @@
-/* See ring.h. Worker thread. */
+/* See ring_replay.h. Worker thread. */
 #include "ring_replay.h"
 
 #include <stdio.h>
@@ -13,11 +13,11 @@
 #include "graphd/status.h"
 #include "common/log.h"
 
-/* Rounds of one entry from each ring before ring_poll returns. */
+/* Rounds of one entry from each ring before ring_replay_poll returns. */
 #define RING_BATCH 32
 
-int ring_attach(gd_device *d, gd_worker *w, gd_session_stream *ds, const gd_ring_params *pr, int fd,
-                int doorbell, char *err, size_t errlen) {
+int ring_replay_attach(gd_device *d, gd_worker *w, gd_session_stream *ds, const gd_ring_params *pr,
+                       int fd, int doorbell, char *err, size_t errlen) {
   if (!ds->has_flags || ds->ring) {
     close(doorbell);
     snprintf(err, errlen,
@@ -37,8 +37,8 @@ int ring_attach(gd_device *d, gd_worker *w, gd_session_stream *ds, const gd_ring
   return 0;
 }
 
-int ring_set_program(gd_session_stream *ds, uint32_t h, const gd_regprog *p, char *err,
-                     size_t errlen) {
+int ring_replay_set_program(gd_session_stream *ds, uint32_t h, const gd_regprog *p, char *err,
+                            size_t errlen) {
   if (!ds->ring) {
     snprintf(err, errlen, "the session has no ring; RegisterRing first");
     return -GRAPHD_FAILED_PRECONDITION;
@@ -101,7 +101,7 @@ static void entry_bindings(const gd_submit_ring *r, const graphd_ring_sqe *e, gd
 }
 
 /* ds held others up past the ready timeout: its ring is read no more, and
- * ring_take_hung hands it to the loop, which closes the session. */
+ * ring_replay_take_hung hands it to the loop, which closes the session. */
 static void mark_hung(gd_session_stream *ds) {
   if (ds->ring) ds->ring->hung = true;
 }
@@ -133,7 +133,7 @@ static int take_one(gd_device *d, gd_worker *w, gd_session_stream *ds, gd_submit
                       .ready_timeout_s = r->ready_timeout_s,
                       .client_pid = r->client_pid,
                       .client_uid = r->client_uid,
-                      .others_waiting = ring_others_waiting,
+                      .others_waiting = ring_replay_others_waiting,
                       .refusal = why};
   if (e.program >= r->nprogs || !(rq.prog = r->progs[e.program])) {
     rq.refused = GRAPHD_NOT_FOUND;
@@ -258,7 +258,7 @@ static gd_session_stream *next_for(gd_device *d, gd_session_stream *ds, bool *he
   return t;
 }
 
-bool ring_others_waiting(gd_device *d, const gd_session_stream *ds) {
+bool ring_replay_others_waiting(gd_device *d, const gd_session_stream *ds) {
   bool held;
   for (gd_session_stream *o = session_stream_first(d); o; o = o->next) {
     if (o == ds || !o->ring || (ds->ring && same_group(o->ring, ds->ring))) continue;
@@ -288,7 +288,7 @@ static bool held_give_up(gd_device *d, gd_worker *w, gd_session_stream *t, uint6
   if (atomic_load(&t->client_gone) || worker_stopping(w)) return true;
   double timeout = t->ring->ready_timeout_s;
   if (timeout <= 0 || (double)(gd_now_ns() - since_ns) < timeout * 1e9) return false;
-  if (!worker_has_queued(w) && !ring_others_waiting(d, t)) return false;
+  if (!worker_has_queued(w) && !ring_replay_others_waiting(d, t)) return false;
   GD_LOG(GD_WARN, "ring",
          "session %llu: its entries stayed held back by --max-inflight-replays %u for the ready "
          "timeout (%.1f s) while other work waited; cutting it off",
@@ -297,7 +297,7 @@ static bool held_give_up(gd_device *d, gd_worker *w, gd_session_stream *t, uint6
   return true;
 }
 
-void ring_drain(gd_device *d, gd_worker *w, gd_session_stream *ds) {
+void ring_replay_drain(gd_device *d, gd_worker *w, gd_session_stream *ds) {
   if (!ds || !ds->ring) return;
   /* Only what the client had published when the job began, in ds's ring
    * (up to its tail then) and in its group's: a client that keeps its
@@ -331,7 +331,7 @@ void ring_drain(gd_device *d, gd_worker *w, gd_session_stream *ds) {
   }
 }
 
-int ring_take_hung(gd_device *d, uint64_t *ids, int n) {
+int ring_replay_take_hung(gd_device *d, uint64_t *ids, int n) {
   int k = 0;
   for (gd_session_stream *ds = session_stream_first(d); ds && k < n; ds = ds->next)
     if (ds->ring && ds->ring->hung && !ds->ring->hung_told) {
@@ -341,14 +341,14 @@ int ring_take_hung(gd_device *d, uint64_t *ids, int n) {
   return k;
 }
 
-bool ring_pending(gd_device *d) {
+bool ring_replay_pending(gd_device *d) {
   bool held;
   for (gd_session_stream *ds = session_stream_first(d); ds; ds = ds->next)
     if (next_for(d, ds, &held) && !held) return true;
   return false;
 }
 
-bool ring_held(gd_device *d) {
+bool ring_replay_held(gd_device *d) {
   bool held;
   for (gd_session_stream *ds = session_stream_first(d); ds; ds = ds->next)
     if (next_for(d, ds, &held) && held) return true;
@@ -403,7 +403,7 @@ static bool ready_held(gd_device *d, gd_session_stream *t) {
  * entry that waits for its ready write (ready_held) is left at its ring's
  * head and looked at again on the next poll: the ring stays pending, so
  * the worker comes back at once rather than sleep. */
-int ring_poll(gd_device *d, gd_worker *w) {
+int ring_replay_poll(gd_device *d, gd_worker *w) {
   int first = 0;
   bool held;
   for (int k = 0; k < RING_BATCH; k++) {
@@ -421,7 +421,7 @@ int ring_poll(gd_device *d, gd_worker *w) {
   return first;
 }
 
-bool ring_sleep(gd_device *d, bool asleep) {
+bool ring_replay_sleep(gd_device *d, bool asleep) {
   bool any = false;
   for (gd_session_stream *ds = session_stream_first(d); ds; ds = ds->next) {
     if (!ds->ring) continue;
@@ -433,18 +433,18 @@ bool ring_sleep(gd_device *d, bool asleep) {
     any = true;
   }
   if (!asleep || !any) return false;
-  return ring_pending(d);
+  return ring_replay_pending(d);
 }
 
 #define STATS_PERIOD_NS 1000000u
 
-bool ring_has_stats(gd_device *d) {
+bool ring_replay_has_stats(gd_device *d) {
   for (gd_session_stream *ds = session_stream_first(d); ds; ds = ds->next)
     if (ds->ring && (ds->ring->tally.replays || ds->ring->tally.errors)) return true;
   return false;
 }
 
-bool ring_take_stats(gd_device *d, bool all, gd_replay_tally *st) {
+bool ring_replay_take_stats(gd_device *d, bool all, gd_replay_tally *st) {
   memset(st, 0, sizeof *st);
   bool any = false;
   uint64_t now = gd_now_ns();

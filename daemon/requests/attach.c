@@ -325,8 +325,8 @@ typedef struct ring_job {
 
 static void ring_run(gd_job *j, void *ctx) {
   ring_job *rj = gd_container_of(j, ring_job, rq.job);
-  j->status =
-      ring_attach(ctx, j->worker, rj->ds, &rj->params, rj->fd, rj->doorbell, j->msg, sizeof j->msg);
+  j->status = ring_replay_attach(ctx, j->worker, rj->ds, &rj->params, rj->fd, rj->doorbell, j->msg,
+                                 sizeof j->msg);
   rj->doorbell = -1; /* the ring's, or closed */
 }
 
@@ -414,7 +414,7 @@ typedef struct ring_prog_job {
 static void ring_prog_run(gd_job *j, void *ctx) {
   (void)ctx;
   ring_prog_job *pj = gd_container_of(j, ring_prog_job, rq.job);
-  j->status = ring_set_program(pj->ds, pj->handle, pj->prog, j->msg, sizeof j->msg);
+  j->status = ring_replay_set_program(pj->ds, pj->handle, pj->prog, j->msg, sizeof j->msg);
 }
 
 static void reply_handle(gd_session *s, uint64_t request_id, uint32_t handle) {

@@ -53,7 +53,7 @@ static void replay_run(gd_job *j, void *ctx) {
   replay_job *rj = gd_container_of(j, replay_job, rq.job);
   uint64_t t0 = gd_now_ns();
   /* Ring entries the client published before sending this go first. */
-  ring_drain(ctx, j->worker, rj->ds);
+  ring_replay_drain(ctx, j->worker, rj->ds);
   j->status = exec_replay(ctx, j->worker, rj->ds, &rj->req, &rj->tally, &rj->ran, &j->not_started,
                           j->msg, sizeof j->msg);
   uint64_t t1 = gd_now_ns();
@@ -219,7 +219,7 @@ void replay_handle(gd_session *s, Graphd__Wire__Request *req, int *fds) {
                             .ready_timeout_s = d->opt->ready_timeout_s,
                             .client_pid = (uint32_t)s->pid,
                             .client_uid = (uint32_t)s->uid,
-                            .others_waiting = ring_others_waiting};
+                            .others_waiting = ring_replay_others_waiting};
   d->counters[s->device].inflight++;
   if (session_inflight(x) >= d->opt->max_inflight_replays) {
     rj->rq.s = s;

@@ -266,7 +266,7 @@ typedef struct release_job {
 static void release_run(gd_job *j, void *ctx) {
   release_job *rj = gd_container_of(j, release_job, job);
   if (rj->ds) {
-    ring_drain(ctx, j->worker, rj->ds);
+    ring_replay_drain(ctx, j->worker, rj->ds);
     session_stream_region_remove(rj->ds, rj->id);
   }
   /* GPU work of this session's replays may still read or write it. A

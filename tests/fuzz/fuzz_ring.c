@@ -1,5 +1,5 @@
 /* libFuzzer harness: a session's submission ring as the device's worker
- * reads it (ring.c, submit_ring.c, execute.c on a host device), with its entries
+ * reads it (ring_replay.c, submit_ring.c, execute.c on a host device), with its entries
  * and continuation slots written by a second thread while the worker
  * reads them, as a client may do to its shared memory at any time.
  *
@@ -227,11 +227,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                            .max_inflight = 1u << 20,
                            .client_pid = 1,
                            .client_uid = 1};
-  if (ring_attach(&g.d, &g.w, ds, &params, ring_fd, bell, err, sizeof err) < 0)
-    die("ring_attach", err);
+  if (ring_replay_attach(&g.d, &g.w, ds, &params, ring_fd, bell, err, sizeof err) < 0)
+    die("ring_replay_attach", err);
   close(ring_fd);
   for (uint32_t h = 0; h < 2; h++)
-    if (ring_set_program(ds, h, g.prog[h], err, sizeof err) < 0) die("ring_set_program", err);
+    if (ring_replay_set_program(ds, h, g.prog[h], err, sizeof err) < 0)
+      die("ring_replay_set_program", err);
   __atomic_store_n(&hdr->sq_tail, tail, __ATOMIC_SEQ_CST);
 
   mutator m = {.sq = ring + GRAPHD_RING_HEADER_BYTES,
@@ -249,13 +250,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int round = 0; round < ROUNDS; round++) {
     uint64_t head = __atomic_load_n(&hdr->sq_head, __ATOMIC_ACQUIRE);
     uint64_t published = __atomic_load_n(&hdr->sq_tail, __ATOMIC_SEQ_CST);
-    if (ring_pending(&g.d)) (void)ring_poll(&g.d, &g.w);
-    if (round & 1) ring_drain(&g.d, &g.w, ds);
-    (void)ring_sleep(&g.d, true);
-    (void)ring_sleep(&g.d, false);
-    (void)ring_take_stats(&g.d, true, &st);
-    (void)ring_take_hung(&g.d, hung, 4);
-    (void)ring_held(&g.d);
+    if (ring_replay_pending(&g.d)) (void)ring_replay_poll(&g.d, &g.w);
+    if (round & 1) ring_replay_drain(&g.d, &g.w, ds);
+    (void)ring_replay_sleep(&g.d, true);
+    (void)ring_replay_sleep(&g.d, false);
+    (void)ring_replay_take_stats(&g.d, true, &st);
+    (void)ring_replay_take_hung(&g.d, hung, 4);
+    (void)ring_replay_held(&g.d);
     /* Without the mutator the worker takes at most what was published,
      * an entry's continuation slots included. */
     uint64_t now = __atomic_load_n(&hdr->sq_head, __ATOMIC_ACQUIRE);
