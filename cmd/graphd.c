@@ -391,7 +391,7 @@ int main(int argc, char **argv) {
   }
   gd_log_set_thread_tag("loop");
   data_session_maps_init(&srv);
-  if (devices_start(&srv, &loop, idx, n, opt.device_budget) < 0) {
+  if (device_table_start(&srv, &loop, idx, n, opt.device_budget) < 0) {
     GD_LOG(GD_ERROR, "main", "no device could be opened; exiting");
     worker_pool_stop(&srv.pool, 0);
     worker_pool_close(&srv.pool);
@@ -427,7 +427,7 @@ exit_loop:
   if (uv_loop_close(&loop) != 0) GD_LOG(GD_WARN, "main", "loop closed with handles open");
 exit:
   worker_pool_free(&srv.pool);
-  devices_free(&srv);
+  device_table_free(&srv);
   registry_close(&srv.reg);
   data_session_maps_free(&srv);
   allowlist_free(&srv.host_allow);

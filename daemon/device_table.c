@@ -1,4 +1,4 @@
-/* See devices.h. */
+/* See device_table.h. */
 #include "device_table.h"
 
 #include <stdlib.h>
@@ -113,7 +113,7 @@ static const gd_worker_hooks device_hooks = {
     .sleep = sleep_hook,
 };
 
-int devices_start(gd_daemon *d, uv_loop_t *loop, const int *idx, int n, uint64_t budget) {
+int device_table_start(gd_daemon *d, uv_loop_t *loop, const int *idx, int n, uint64_t budget) {
   d->devices = calloc((size_t)n, sizeof *d->devices);
   void **ctx = calloc((size_t)n, sizeof *ctx);
   if (!d->devices || !ctx) {
@@ -135,7 +135,7 @@ int devices_start(gd_daemon *d, uv_loop_t *loop, const int *idx, int n, uint64_t
   return ok > 0 ? 0 : -GRAPHD_UNAVAILABLE;
 }
 
-void devices_free(gd_daemon *d) {
+void device_table_free(gd_daemon *d) {
   free(d->devices);
   d->devices = NULL;
 }

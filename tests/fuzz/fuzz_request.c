@@ -185,7 +185,7 @@ static void daemon_up(harness *h, uint8_t header) {
     idx[i] = i;
     d->facts[i] = &d->be->devices[i];
   }
-  if (devices_start(d, &h->loop, idx, NDEV, h->opt.device_budget) < 0) abort();
+  if (device_table_start(d, &h->loop, idx, NDEV, h->opt.device_budget) < 0) abort();
   d->start_ns = gd_now_ns();
   d->sessions.loop = &h->loop;
   d->sessions.max_frame = h->opt.max_frame;
@@ -228,7 +228,7 @@ static void daemon_down(harness *h) {
     abort();
   }
   worker_pool_free(&d->pool);
-  devices_free(d);
+  device_table_free(d);
   registry_close(&d->reg);
   data_session_maps_free(d); /* what sessions whose end the stopped workers refused still counted */
   free(d->facts);
