@@ -67,7 +67,7 @@ gd_reg_user registry_user(gd_registry *r, uint32_t uid) {
   return u ? *u : z;
 }
 
-static bool owned_by(const gd_reg_use *u, uint32_t uid) {
+static bool owned_by(const gd_reg_usage *u, uint32_t uid) {
   for (uint32_t i = 0; i < u->nowners; i++)
     if (u->owners[i] == uid) return true;
   return false;
@@ -114,10 +114,10 @@ static void unlink_module(gd_registry *r, gd_module *m) {
 static bool unused_program(const gd_regprog *p) { return p->use.holders == 0; }
 static bool unused_module(const gd_module *m) { return m->use.holders == 0 && !m->nlaunches; }
 
-bool registry_owns(const gd_reg_use *u, uint32_t uid) { return owned_by(u, uid); }
+bool registry_owns(const gd_reg_usage *u, uint32_t uid) { return owned_by(u, uid); }
 
 /* uid's place among the owners, or -1. */
-static int owner_index(const gd_reg_use *u, uint32_t uid) {
+static int owner_index(const gd_reg_usage *u, uint32_t uid) {
   for (uint32_t i = 0; i < u->nowners; i++)
     if (u->owners[i] == uid) return (int)i;
   return -1;
@@ -125,7 +125,7 @@ static int owner_index(const gd_reg_use *u, uint32_t uid) {
 
 /* Whether uid may let go of an entry in use: another user owns it too,
  * and no session of uid holds it. */
-static bool shared_away(const gd_reg_use *u, uint32_t uid) {
+static bool shared_away(const gd_reg_usage *u, uint32_t uid) {
   int i = owner_index(u, uid);
   return u->nowners > 1 && i >= 0 && u->owner_holds[i] == 0;
 }
@@ -233,7 +233,7 @@ static gd_reg_pin *pin_find(const gd_reg_user *u, const void *entry) {
  * is the first or last user to pin it) the registry's counts follow. */
 static void pin_count(gd_registry *r, gd_reg_user *u, bool program, void *entry, int sign) {
   uint64_t bytes = program ? ((gd_regprog *)entry)->bytes : ((gd_module *)entry)->len;
-  gd_reg_use *use = program ? &((gd_regprog *)entry)->use : &((gd_module *)entry)->use;
+  gd_reg_usage *use = program ? &((gd_regprog *)entry)->use : &((gd_module *)entry)->use;
   gd_reg_pinned *up = &u->pinned, *rp = &r->pinned;
   bool first_user = sign > 0 ? use->pinners++ == 0 : --use->pinners == 0;
   if (program) {
@@ -438,7 +438,7 @@ void registry_set_limits(gd_registry *r, const gd_reg_limits *l) { r->limits = *
  * to make room (the one whose modules are being claimed). */
 static int claim(gd_registry *r, uint32_t uid, bool program, void *entry, const void *keep,
                  char *err, size_t errlen) {
-  gd_reg_use *use = program ? &((gd_regprog *)entry)->use : &((gd_module *)entry)->use;
+  gd_reg_usage *use = program ? &((gd_regprog *)entry)->use : &((gd_module *)entry)->use;
   uint64_t bytes = program ? ((gd_regprog *)entry)->bytes : ((gd_module *)entry)->len;
   if (owned_by(use, uid)) return 0;
   uint64_t limit = program ? r->limits.max_programs_per_uid : r->limits.max_module_bytes_per_uid;
@@ -494,7 +494,7 @@ static int claim(gd_registry *r, uint32_t uid, bool program, void *entry, const 
     }
     /* The user lets go of its least recently used unused entry; it goes
      * when nobody else owns it. */
-    gd_reg_use *vu = vprog ? &((gd_regprog *)v)->use : &((gd_module *)v)->use;
+    gd_reg_usage *vu = vprog ? &((gd_regprog *)v)->use : &((gd_module *)v)->use;
     int vi = owner_index(vu, uid);
     if (vi >= 0) {
       vu->nowners--;
@@ -556,7 +556,7 @@ struct gd_reg_holds {
 
 int registry_hold(gd_registry *r, gd_reg_holds **h, uint32_t uid, bool program, void *entry,
                   char *err, size_t errlen) {
-  gd_reg_use *use = program ? &((gd_regprog *)entry)->use : &((gd_module *)entry)->use;
+  gd_reg_usage *use = program ? &((gd_regprog *)entry)->use : &((gd_module *)entry)->use;
   use->used_ns = gd_now_ns();
   if (!*h && !(*h = calloc(1, sizeof **h))) goto oom;
   held *x = NULL;
@@ -595,7 +595,7 @@ void registry_release(gd_registry *r, gd_reg_holds **h) {
   uint64_t now = gd_now_ns();
   held *x, *tmp;
   HASH_ITER(hh, (*h)->set, x, tmp) {
-    gd_reg_use *use = x->program ? &((gd_regprog *)x->entry)->use : &((gd_module *)x->entry)->use;
+    gd_reg_usage *use = x->program ? &((gd_regprog *)x->entry)->use : &((gd_module *)x->entry)->use;
     gd_reg_user *u = user_get(r, x->uid, false);
     if (u) {
       unpin(r, u, x->program, x->entry, x->program ? ((gd_regprog *)x->entry)->program->nsteps : 0);

@@ -48,14 +48,14 @@
 #define GD_REGISTRY_MAX_PROGRAM_BYTES (8ull << 30)
 
 /* Who owns and holds an entry, and when it was last used (see above). */
-typedef struct gd_reg_use {
+typedef struct gd_reg_usage {
   uint64_t used_ns;
   uint32_t holders; /* open sessions holding it */
   uint32_t nowners, owners_cap;
   uint32_t *owners;      /* uids charged for it */
   uint32_t *owner_holds; /* per owner: its sessions that hold it */
   uint32_t pinners;      /* users that pin it (gd_reg_user.pins) */
-} gd_reg_use;
+} gd_reg_usage;
 
 typedef struct gd_module {
   uint8_t id[GD_ID_LEN];
@@ -66,7 +66,7 @@ typedef struct gd_module {
   uint32_t index;     /* dense index, for per-device tables */
   uint32_t nlaunches; /* launch steps of registered programs that use it */
   uint64_t mark;      /* registry_hold counts it once per hold (gd_registry.mark) */
-  gd_reg_use use;
+  gd_reg_usage use;
   struct gd_module *next_dead;
   UT_hash_handle hh;
 } gd_module;
@@ -77,7 +77,7 @@ typedef struct gd_regprog {
   gd_module **step_module; /* per step: the launch's module, NULL otherwise */
   uint64_t bytes;          /* what it takes in memory (registry_program_bytes) */
   uint32_t index;          /* dense index, for per-device tables */
-  gd_reg_use use;
+  gd_reg_usage use;
   struct gd_regprog *next_dead;
   UT_hash_handle hh;
 } gd_regprog;
@@ -221,10 +221,10 @@ int registry_hold(gd_registry *r, gd_reg_holds **h, uint32_t uid, bool program, 
                   char *err, size_t errlen);
 
 /* Whether uid is charged for (owns) the entry: who may see its id. */
-bool registry_owns(const gd_reg_use *u, uint32_t uid);
+bool registry_owns(const gd_reg_usage *u, uint32_t uid);
 
 /* The entry is used now (a replay). */
-static inline void registry_touch(gd_reg_use *u, uint64_t now_ns) { u->used_ns = now_ns; }
+static inline void registry_touch(gd_reg_usage *u, uint64_t now_ns) { u->used_ns = now_ns; }
 
 /* The session closed: it holds nothing any more; frees *h. */
 void registry_release(gd_registry *r, gd_reg_holds **h);
