@@ -36,12 +36,8 @@ static void flags_done(gd_job *j) {
   if (!s->closing) {
     if (j->status < 0) {
       session_reply_error(s, fj->rq.request_id, j->status, "RegisterFlags: %s", j->msg);
-    } else if (!(x->last_seq = calloc(fj->slots, sizeof *x->last_seq)) ||
-               !(x->used_slots = calloc(fj->slots, sizeof *x->used_slots))) {
-      session_reply_error(s, fj->rq.request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     } else {
       x->flag_slots = fj->slots;
-      x->flags_host = fj->ds->flags.host;
       Graphd__Wire__Reply r = GRAPHD__WIRE__REPLY__INIT;
       Graphd__Wire__RegisterFlagsReply fr = GRAPHD__WIRE__REGISTER_FLAGS_REPLY__INIT;
       r.request_id = fj->rq.request_id;

@@ -242,8 +242,6 @@ void data_session_close(gd_session *s) {
   ej->job.run = end_run;
   ej->job.done = end_done;
   worker_submit(daemon_worker(d, s->device), &ej->job);
-  free(x->last_seq);
-  free(x->used_slots);
   free(x->ring_progs);
   free(x);
   s->data = NULL;

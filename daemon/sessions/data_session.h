@@ -22,13 +22,7 @@
 typedef struct gd_data_session {
   gd_session_stream *ds; /* the device's half; the worker's from the end job on */
   gd_region_table regions;
-  uint32_t flag_slots; /* 0 until RegisterFlags */
-  uint64_t *last_seq;  /* per flag slot: the last replay's seq */
-  /* What --max-inflight-replays counts: the slots replayed on, and the
-   * flag page as the daemon maps it (to read their done words). */
-  uint32_t *used_slots;
-  uint32_t nused_slots;
-  const volatile uint64_t *flags_host;
+  uint32_t flag_slots;           /* 0 until RegisterFlags */
   bool has_ring;                 /* RegisterRing answered OK */
   bool ring_pending;             /* RegisterRing is with the worker */
   const gd_regprog **ring_progs; /* by handle: the programs RingProgram named */
