@@ -161,7 +161,7 @@ static int cut_hung(gd_device *d, uint64_t now, bool any, uint64_t *cut, int ncu
   int n = 0;
   for (uint32_t i = 0; i < h->n && n < ncut; i++) {
     gd_watch *x = &h->w[i];
-    if ((double)(now - x->since_ns) < x->timeout_s * 1e9 || x->ds->cut_off) continue;
+    if (!gd_ready_overdue(x->since_ns, now, x->timeout_s) || x->ds->cut_off) continue;
     if (!any && !blocking(h, x)) continue; /* slow, but in nobody's way */
     /* Hung: let its replay run now (its outputs are undefined) so the ones
      * behind it can, and have the loop close its session. */

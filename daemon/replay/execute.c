@@ -23,24 +23,25 @@ typedef struct give_up_ctx {
   bool stopping; /* gave up because graphd is stopping */
 } give_up_ctx;
 
-/* The head-of-line policy where the worker itself waits for the ready flag
- * (host backend): a client whose flag does not come is cut off only when
- * it blocks someone else, that is, when another job waits on the worker
- * or another session's ring has an entry to run. */
+int exec_wait_verdict(gd_device *d, gd_worker *w, const gd_session_stream *ds, uint64_t since_ns,
+                      double timeout_s, gd_others_waiting_fn others_waiting) {
+  /* Waiting is work: keep the watchdog from taking it for a hang. */
+  worker_heartbeat(w);
+  if (atomic_load(&ds->client_gone)) return GD_GIVE_UP_GONE;
+  if (worker_stopping(w)) return GD_GIVE_UP_STOPPING;
+  if (!gd_ready_overdue(since_ns, gd_now_ns(), timeout_s)) return 0;
+  bool others = worker_has_queued(w) || (others_waiting && others_waiting(d, ds));
+  return others ? GD_GIVE_UP_HUNG : 0;
+}
+
+/* The backend's give-up while the worker itself waits for a ready flag
+ * (host backend). */
 static int give_up(void *arg) {
   give_up_ctx *g = arg;
-  /* Waiting is work: keep the watchdog from taking it for a hang. */
-  worker_heartbeat(g->w);
-  if (atomic_load(&g->ds->client_gone)) return GD_GIVE_UP_GONE;
-  if (worker_stopping(g->w)) {
-    /* Nothing of the replay has run: it is the next daemon's to run. */
-    g->stopping = true;
-    return GD_GIVE_UP_STOPPING;
-  }
-  if (g->timeout_s <= 0) return 0;
-  if ((double)(gd_now_ns() - g->start_ns) < g->timeout_s * 1e9) return 0;
-  bool others = worker_has_queued(g->w) || (g->others_waiting && g->others_waiting(g->d, g->ds));
-  return others ? GD_GIVE_UP_HUNG : 0;
+  int why = exec_wait_verdict(g->d, g->w, g->ds, g->start_ns, g->timeout_s, g->others_waiting);
+  /* Nothing of the replay has run: it is the next daemon's to run. */
+  if (why == GD_GIVE_UP_STOPPING) g->stopping = true;
+  return why;
 }
 
 /* The capture of the job's program on d, built (and made room for) on the

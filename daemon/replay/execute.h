@@ -28,6 +28,18 @@
  * passed in so that this layer stays below the ring). */
 typedef bool (*gd_others_waiting_fn)(gd_device *d, const gd_session_stream *ds);
 
+/* The head-of-line policy where the worker itself waits for a client of
+ * ds (its ready write on the host backend, or entries of its ring held
+ * back by --max-inflight-replays), a wait begun at since_ns: whether to
+ * stop. GD_GIVE_UP_GONE when the client has gone, GD_GIVE_UP_STOPPING
+ * when graphd is stopping, GD_GIVE_UP_HUNG once the wait is past
+ * timeout_s (gd_ready_overdue) while it blocks someone else: another job
+ * waits on the worker, or others_waiting (may be NULL) finds another
+ * session's ring entry to run; else 0, to go on waiting. A slow client in
+ * nobody's way is left alone. Marks the worker alive. Worker thread. */
+int exec_wait_verdict(gd_device *d, gd_worker *w, const gd_session_stream *ds, uint64_t since_ns,
+                      double timeout_s, gd_others_waiting_fn others_waiting);
+
 /* One replay, resolved. */
 typedef struct gd_replay_exec {
   const gd_regprog *prog;

@@ -282,13 +282,12 @@ static uint64_t published(gd_device *d, gd_session_stream *ds) {
 
 /* Whether a drain that waits for t's held entry gives up: the client has
  * gone, graphd is stopping, or (the session then marked hung) the entry
- * stayed held for the ready timeout while other work waited behind it. */
+ * stayed held for the ready timeout while other work waited behind it, as
+ * exec_wait_verdict rules for a ready wait too. */
 static bool held_give_up(gd_device *d, gd_worker *w, gd_session_stream *t, uint64_t since_ns) {
-  worker_heartbeat(w); /* waiting is work: not a hang for the watchdog */
-  if (atomic_load(&t->client_gone) || worker_stopping(w)) return true;
   double timeout = t->ring->ready_timeout_s;
-  if (timeout <= 0 || (double)(gd_now_ns() - since_ns) < timeout * 1e9) return false;
-  if (!worker_has_queued(w) && !ring_replay_others_waiting(d, t)) return false;
+  int why = exec_wait_verdict(d, w, t, since_ns, timeout, ring_replay_others_waiting);
+  if (why != GD_GIVE_UP_HUNG) return why != 0;
   GD_LOG(GD_WARN, "ring",
          "session %llu: its entries stayed held back by --max-inflight-replays %u for the ready "
          "timeout (%.1f s) while other work waited; cutting it off",

@@ -136,7 +136,7 @@ static void wait_cb(uv_timer_t *t) {
     gd_data_session *x = s->closing ? NULL : data_session_of(s);
     double waited = (double)(now - rj->held_ns) / 1e9;
     if (x && session_inflight(x) >= d->opt->max_inflight_replays &&
-        (d->opt->ready_timeout_s <= 0 || waited < d->opt->ready_timeout_s)) {
+        !gd_ready_overdue(rj->held_ns, now, d->opt->ready_timeout_s)) {
       pp = &rj->next_held;
       continue;
     }
