@@ -22,9 +22,4 @@ void control_handle_evict(gd_session *s, Graphd__Wire__Request *req, int *fds);
  * unanswered; its Evict jobs still run. */
 void control_session_closed(gd_session *s);
 
-/* Fills di (and dc, which it points at) for device i, with free_mem as its
- * free memory (0: unknown). */
-void control_fill_device(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__DeviceInfo *di,
-                         Graphd__Wire__DeviceCounters *dc);
-
 #endif

@@ -8,8 +8,8 @@
 #include <sys/socket.h>
 
 #include "common/uuid.h"
-#include "control.h"
 #include "daemon/sessions/daemon.h"
+#include "device_info.h"
 #include "daemon/sessions/data_session.h"
 #include "graphd/status.h"
 #include "common/log.h"
@@ -170,7 +170,7 @@ void hello_handle_hello(gd_session *s, Graphd__Wire__Request *req, int *fds) {
   hr.admin = s->admin;
   hr.max_frame = d->opt->max_frame;
   if (dev >= 0) {
-    control_fill_device(d, dev, 0, &di, &dc);
+    device_info_fill(d, dev, 0, &di, &dc);
     hr.device = &di;
   }
   GD_LOG(GD_INFO, "session", "session %llu: %s session for pid %d uid %u (%s)%s%s",

@@ -1,0 +1,54 @@
+/* See device_info.h. Loop thread. */
+#include "device_info.h"
+
+static const char *state_name(int st) {
+  return st == GD_DEVICE_OK ? "ok" : st == GD_DEVICE_FAILED ? "failed" : "starting";
+}
+
+void device_info_fill(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__DeviceInfo *di,
+                      Graphd__Wire__DeviceCounters *dc) {
+  const gd_device_facts *f = d->facts[i];
+  const gd_device_counters *c = &d->counters[i];
+  gd_device *dev = &d->devices[i];
+  graphd__wire__device_info__init(di);
+  graphd__wire__device_counters__init(dc);
+  di->ordinal = (uint32_t)i;
+  di->name = (char *)f->name;
+  di->uuid.data = (uint8_t *)f->uuid;
+  di->uuid.len = 16;
+  di->total_memory = f->total_memory;
+  di->free_memory = free_mem;
+  di->backend = (char *)d->be->name;
+  di->epoch = atomic_load(&dev->epoch);
+  di->mps_enabled = f->mps_enabled != 0;
+  di->state = (char *)state_name(atomic_load(&dev->state));
+  dc->sessions = c->sessions;
+  dc->regions = c->regions;
+  dc->region_bytes = c->region_bytes;
+  dc->captures = c->captures;
+  dc->replays = c->replays;
+  dc->errors = c->errors;
+  dc->recaptures = c->recaptures;
+  dc->inflight = c->inflight;
+  dc->captures_built = c->captures_built;
+  dc->staging_bytes = c->staging_bytes;
+  dc->evictions = c->evictions;
+  dc->replay_p50_ns = gd_hist_quantile(&c->replay_latency, 0.50);
+  dc->replay_p90_ns = gd_hist_quantile(&c->replay_latency, 0.90);
+  dc->replay_p99_ns = gd_hist_quantile(&c->replay_latency, 0.99);
+  dc->replay_max_ns = c->replay_latency.max;
+  dc->worker_replay_ns = c->worker_replay_ns;
+  dc->worker_replays = c->worker_replays;
+  dc->worker_launch_ns = c->worker_launch_ns;
+  dc->gpu_replay_ns = c->gpu_replay_ns;
+  dc->gpu_replays = c->gpu_replays;
+  dc->instances = c->last_instances;
+  dc->graphs = c->last_graphs;
+  dc->n_replay_latency_le_ns = dc->n_replay_latency_le_count = GD_HIST_LE_N;
+  dc->replay_latency_le_ns = (uint64_t *)gd_hist_le_ns;
+  dc->replay_latency_le_count = (uint64_t *)c->replay_latency.le;
+  dc->replay_latency_count = c->replay_latency.count;
+  dc->replay_latency_sum_ns = c->replay_latency.sum;
+  di->staging_budget_bytes = dev->budget;
+  di->counters = dc;
+}
