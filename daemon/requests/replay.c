@@ -175,7 +175,7 @@ void replay_release_held(gd_daemon *d) {
   if (d->wait_timer.loop) uv_timer_stop(&d->wait_timer);
 }
 
-void replay_handle(gd_session *s, Graphd__Wire__Request *req, int *fds) {
+void replay_handle_replay(gd_session *s, Graphd__Wire__Request *req, int *fds) {
   (void)fds;
   uint64_t request_id = req->request_id;
   const Graphd__Wire__Replay *m = req->replay;

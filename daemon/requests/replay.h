@@ -20,7 +20,9 @@
 
 #include "daemon/sessions/daemon.h"
 
-void replay_handle(gd_session *s, Graphd__Wire__Request *req, int *fds);
+/* The Replay request's handler, as the router calls them (router.h): it
+ * takes no fds. */
+void replay_handle_replay(gd_session *s, Graphd__Wire__Request *req, int *fds);
 
 /* Shutdown: the replays held back by --max-inflight-replays fail with
  * UNAVAILABLE, not run. */

@@ -43,7 +43,7 @@ static const gd_route routes[] = {
     ROUTE(UNREGISTER_REGION, "UnregisterRegion", 0, false, true, attach_handle_unregister_region),
     ROUTE(REGISTER_RING, "RegisterRing", 2, true, true, attach_handle_register_ring),
     ROUTE(RING_PROGRAM, "RingProgram", 0, false, true, attach_handle_ring_program),
-    ROUTE(REPLAY, "Replay", 0, false, true, replay_handle),
+    ROUTE(REPLAY, "Replay", 0, false, true, replay_handle_replay),
 };
 
 static const gd_route *route_of(Graphd__Wire__Request__BodyCase body) {
