@@ -76,28 +76,23 @@ static long name_fault(const char *name, const char **what) {
   return -1;
 }
 
-void hello_handle_hello(gd_session *s, Graphd__Wire__Request *req, int *fds) {
-  (void)fds;
-  gd_daemon *d = daemon_of(s);
-  Graphd__Wire__Hello *h = req->hello;
-  if (s->kind != GD_SESSION_NONE) {
-    session_reply_error(s, req->request_id, GRAPHD_FAILED_PRECONDITION,
-                        "Hello was already sent on this session");
-    return;
-  }
+/* Hello's protocol version and client name; false (the refusal answered
+ * and the session closing after it) when either will not do. */
+static bool hello_acceptable(gd_session *s, const Graphd__Wire__Request *req) {
+  const Graphd__Wire__Hello *h = req->hello;
   if (h->protocol_version != GRAPHD_PROTOCOL_VERSION) {
     session_reply_error(s, req->request_id, GRAPHD_FAILED_PRECONDITION,
                         "protocol version %u is not supported: this daemon speaks version %u",
                         h->protocol_version, GRAPHD_PROTOCOL_VERSION);
     session_close_after_flush(s);
-    return;
+    return false;
   }
   if (h->client_name && strlen(h->client_name) > GD_CLIENT_NAME_MAX) {
     session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
                         "Hello.client_name is %zu bytes, over the limit of %d",
                         strlen(h->client_name), GD_CLIENT_NAME_MAX);
     session_close_after_flush(s);
-    return;
+    return false;
   }
   const char *what = NULL;
   long at = h->client_name ? name_fault(h->client_name, &what) : -1;
@@ -107,45 +102,68 @@ void hello_handle_hello(gd_session *s, Graphd__Wire__Request *req, int *fds) {
                         "control characters",
                         what, at, (unsigned char)h->client_name[at]);
     session_close_after_flush(s);
+    return false;
+  }
+  return true;
+}
+
+/* Makes s a data session on the device whose UUID Hello names. Returns
+ * the device's index, or -1 (the refusal answered and the session closing
+ * after it) when no usable device has that UUID or memory runs out. */
+static int open_data_session(gd_session *s, const Graphd__Wire__Request *req) {
+  gd_daemon *d = daemon_of(s);
+  const Graphd__Wire__Hello *h = req->hello;
+  int dev = -1;
+  if (h->device_uuid.len != GD_UUID_LEN) {
+    session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
+                        "Hello.device_uuid must be %d bytes, got %zu", GD_UUID_LEN,
+                        h->device_uuid.len);
+    session_close_after_flush(s);
+    return -1;
+  }
+  for (int i = 0; i < d->ndevices; i++)
+    if (memcmp(d->facts[i]->uuid, h->device_uuid.data, GD_UUID_LEN) == 0) dev = i;
+  if (dev < 0) {
+    char want[48], have[512] = "";
+    size_t n = 0;
+    gd_uuid_format(h->device_uuid.data, "", want);
+    for (int i = 0; i < d->ndevices && n < sizeof have; i++)
+      n +=
+          (size_t)snprintf(have + n, sizeof have - n, "%s%s", i ? ", " : "", d->facts[i]->uuid_str);
+    session_reply_error(s, req->request_id, GRAPHD_NOT_FOUND,
+                        "no device with UUID %s is served by this daemon (it serves: %s)", want,
+                        have);
+    session_close_after_flush(s);
+    return -1;
+  }
+  gd_device *device = &d->devices[dev];
+  if (!device_ok(device)) {
+    session_reply_error(s, req->request_id, GRAPHD_UNAVAILABLE, "device %d (%s) is not usable: %s",
+                        dev, d->facts[dev]->uuid_str, device->fail_msg);
+    session_close_after_flush(s);
+    return -1;
+  }
+  if (data_session_open(s, dev) < 0) {
+    session_reply_error(s, req->request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
+    session_close_after_flush(s);
+    return -1;
+  }
+  return dev;
+}
+
+void hello_handle_hello(gd_session *s, Graphd__Wire__Request *req, int *fds) {
+  (void)fds;
+  gd_daemon *d = daemon_of(s);
+  Graphd__Wire__Hello *h = req->hello;
+  if (s->kind != GD_SESSION_NONE) {
+    session_reply_error(s, req->request_id, GRAPHD_FAILED_PRECONDITION,
+                        "Hello was already sent on this session");
     return;
   }
+  if (!hello_acceptable(s, req)) return;
   int dev = -1;
   if (h->kind == GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA) {
-    if (h->device_uuid.len != GD_UUID_LEN) {
-      session_reply_error(s, req->request_id, GRAPHD_INVALID_ARGUMENT,
-                          "Hello.device_uuid must be %d bytes, got %zu", GD_UUID_LEN,
-                          h->device_uuid.len);
-      session_close_after_flush(s);
-      return;
-    }
-    for (int i = 0; i < d->ndevices; i++)
-      if (memcmp(d->facts[i]->uuid, h->device_uuid.data, GD_UUID_LEN) == 0) dev = i;
-    if (dev < 0) {
-      char want[48], have[512] = "";
-      size_t n = 0;
-      gd_uuid_format(h->device_uuid.data, "", want);
-      for (int i = 0; i < d->ndevices && n < sizeof have; i++)
-        n += (size_t)snprintf(have + n, sizeof have - n, "%s%s", i ? ", " : "",
-                              d->facts[i]->uuid_str);
-      session_reply_error(s, req->request_id, GRAPHD_NOT_FOUND,
-                          "no device with UUID %s is served by this daemon (it serves: %s)", want,
-                          have);
-      session_close_after_flush(s);
-      return;
-    }
-    gd_device *device = &d->devices[dev];
-    if (!device_ok(device)) {
-      session_reply_error(s, req->request_id, GRAPHD_UNAVAILABLE,
-                          "device %d (%s) is not usable: %s", dev, d->facts[dev]->uuid_str,
-                          device->fail_msg);
-      session_close_after_flush(s);
-      return;
-    }
-    if (data_session_open(s, dev) < 0) {
-      session_reply_error(s, req->request_id, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
-      session_close_after_flush(s);
-      return;
-    }
+    if ((dev = open_data_session(s, req)) < 0) return;
   } else if (h->kind == GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL) {
     s->kind = GD_SESSION_CONTROL;
   } else {
