@@ -14,7 +14,7 @@
  * totals (replays, users, last use); eviction takes all of them.
  *
  * This file builds, queues and frees captures; the order a replay follows
- * around them (ready flag, capture, done flag) is replay.c's, and which
+ * around them (ready flag, capture, done flag) is execute.c's, and which
  * captures to free is evict.c's.
  *
  * DESIGN: worker thread only. */

@@ -33,9 +33,9 @@ typedef struct gd_submit_ring {
   bool warned;          /* ... and the log said so */
   bool hung, hung_told; /* ring_replay.c: held others up; read no more, told to the loop */
   bool ready_held_told; /* ring_replay.c: the log said its entries wait for their ready writes */
-  uint64_t
-      ready_held_since;     /* ring_replay.c: when its head entry began to wait for its ready write;
-                                0 once an entry leaves the head (take_one) */
+  /* ring_replay.c: when its head entry began to wait for its ready write;
+   * 0 once an entry leaves the head (take_one). */
+  uint64_t ready_held_since;
   const gd_regprog **progs; /* by handle (RingProgram), held by the session */
   uint32_t nprogs, progs_cap;
   double ready_timeout_s; /* the daemon's settings, for entries */

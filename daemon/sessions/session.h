@@ -79,8 +79,8 @@ struct gd_session {
   bool stopped_reading; /* shutdown: the socket is shut for reading */
   int refs;             /* the poll handle + jobs in flight */
   void *data;           /* a data session's state (data_session.c), NULL once closed */
-  struct gd_reg_holds
-      *holds;            /* registry entries it holds (registration.c, replay.c, data_session.c) */
+  /* Registry entries it holds (registration.c, replay.c, data_session.c). */
+  struct gd_reg_holds *holds;
   void *control;         /* its Status, List or Evict in flight (control.c), or NULL */
   const void *last_held; /* the program it held last, to skip the lookup */
   uint64_t opened_ns;    /* accepted */
