@@ -1,5 +1,5 @@
-/* See session_stream.h. Worker thread, but for session_stream_new, session_stream_release and
- * session_stream_inflight. */
+/* See session_stream.h. Worker thread, but for session_stream_new,
+ * session_stream_release and session_stream_inflight. */
 #include "session_stream.h"
 
 #include <stdio.h>
