@@ -15,16 +15,16 @@
 #include <uv.h>
 
 #include "common/uuid.h"
-#include "daemon/backend.h"
-#include "daemon/crash.h"
+#include "daemon/backend/backend.h"
+#include "daemon/base/crash.h"
 #include "graphd/status.h"
 #include "common/log.h"
 #include "common/usage.h"
 #include "exporter/metrics.h"
 #include "daemon/notify.h"
-#include "daemon/options.h"
-#include "daemon/devices.h"
-#include "daemon/dsession.h"
+#include "daemon/base/options.h"
+#include "daemon/device_table.h"
+#include "daemon/sessions/data_session.h"
 #include "daemon/server.h"
 #include "version.h"
 
@@ -390,8 +390,8 @@ int main(int argc, char **argv) {
     goto exit_loop;
   }
   gd_log_set_thread_tag("loop");
-  dsession_maps_init(&srv);
-  if (devices_start(&srv, &loop, idx, n, opt.device_budget) < 0) {
+  data_session_maps_init(&srv);
+  if (device_table_start(&srv, &loop, idx, n, opt.device_budget) < 0) {
     GD_LOG(GD_ERROR, "main", "no device could be opened; exiting");
     worker_pool_stop(&srv.pool, 0);
     worker_pool_close(&srv.pool);
@@ -427,9 +427,9 @@ exit_loop:
   if (uv_loop_close(&loop) != 0) GD_LOG(GD_WARN, "main", "loop closed with handles open");
 exit:
   worker_pool_free(&srv.pool);
-  devices_free(&srv);
+  device_table_free(&srv);
   registry_close(&srv.reg);
-  dsession_maps_free(&srv);
+  data_session_maps_free(&srv);
   allowlist_free(&srv.host_allow);
   free(srv.facts);
   free(srv.counters);

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <systemd/sd-daemon.h>
 
-#include "check.h"
+#include "daemon/base/check.h"
 #include "graphd/status.h"
 #include "common/log.h"
 

@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "daemon.h"
+#include "daemon/sessions/daemon.h"
 
 typedef struct gd_notify {
   gd_daemon *srv;

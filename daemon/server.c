@@ -19,11 +19,11 @@
 
 #include "graphd/status.h"
 #include "common/log.h"
-#include "check.h"
-#include "router.h"
-#include "dsession.h"
-#include "replay.h"
-#include "session.h"
+#include "daemon/base/check.h"
+#include "daemon/requests/router.h"
+#include "daemon/sessions/data_session.h"
+#include "daemon/requests/replay.h"
+#include "daemon/sessions/session.h"
 
 static int set_nonblock_cloexec(int fd) {
   int fl = fcntl(fd, F_GETFL);

@@ -13,8 +13,8 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "daemon.h"
-#include "options.h"
+#include "daemon/sessions/daemon.h"
+#include "daemon/base/options.h"
 
 /* Opens or adopts the listening socket. Main thread, before the loop runs.
  * A socket of its own is made under an exclusive flock on "<socket>.lock"

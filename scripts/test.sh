@@ -5,7 +5,8 @@
 # packages of scripts/py-deps.sh (jax, warp-lang, MuJoCo and MJX) under
 # build/. Then, each a phase with a banner and its time:
 #   format   the C formatting (.clang-format) and that every include points
-#            down the tree's layers (scripts/check-layers.py)
+#            down the tree's layers and the daemon's (scripts/check-layers.py,
+#            first checked against planted offences with --self-test)
 #   build    graphd with warnings as errors, with the XLA handler (jaxlib's
 #            header, downloaded once; without it the handler and its tests
 #            are left out, with a message)
@@ -44,6 +45,7 @@ p_deps() { scripts/deps.sh test; }
 p_pydeps() { scripts/py-deps.sh build; }
 p_format() {
   scripts/check-format.sh
+  scripts/check-layers.py --self-test
   scripts/check-layers.py
 }
 p_build() {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/cuda_driver.h"
-#include "../daemon/backend.h"
+#include "daemon/backend/backend.h"
 #include "graphd/protocol.h"
 #include "graphd/status.h"
 #include "harness.h"

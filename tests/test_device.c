@@ -9,14 +9,14 @@
 
 #include "common/file.h"
 #include "common/memfd.h"
-#include "../daemon/backend.h"
-#include "../daemon/capture.h"
-#include "../daemon/device.h"
-#include "../daemon/dstream.h"
-#include "../daemon/evict.h"
-#include "../daemon/modcache.h"
-#include "../daemon/registry.h"
-#include "../daemon/upkeep.h"
+#include "daemon/backend/backend.h"
+#include "daemon/device/capture.h"
+#include "daemon/device/device.h"
+#include "daemon/device/session_stream.h"
+#include "daemon/device/evict.h"
+#include "daemon/device/modcache.h"
+#include "daemon/base/registry.h"
+#include "daemon/device/upkeep.h"
 #include "graphd/program.h"
 
 #define N 1024u /* floats per slot */
@@ -767,7 +767,7 @@ static int mapped(const char *name) {
 }
 
 /* A session whose end job is refused because graphd is shutting down
- * never runs dstream_end: the worker's teardown still unmaps its flag page
+ * never runs session_stream_end: the worker's teardown still unmaps its flag page
  * and releases its region imports. */
 START_TEST(test_device_teardown_releases_what_unended_sessions_hold) {
   char err[512];
@@ -780,8 +780,8 @@ START_TEST(test_device_teardown_releases_what_unended_sessions_hold) {
   int rfd = gd_memfd_new_shared("test-device-region", 8192);
   ck_assert_int_ge(ffd, 0);
   ck_assert_int_ge(rfd, 0);
-  gd_dstream *ds = dstream_new(1);
-  ck_assert_int_eq(dstream_map_flags(&d, ds, ffd, 4, err, sizeof err), 0);
+  gd_session_stream *ds = session_stream_new(1);
+  ck_assert_int_eq(session_stream_map_flags(&d, ds, ffd, 4, err, sizeof err), 0);
   gd_region_import in = {.kind = GRAPHD_REGION_HOST_MEMFD, .fd = rfd, .size = 8192};
   gd_region_map map;
   ck_assert_int_eq(device_import(&d, &in, &map, err, sizeof err), 0);
@@ -789,10 +789,10 @@ START_TEST(test_device_teardown_releases_what_unended_sessions_hold) {
   close(rfd);
   ck_assert_int_eq(mapped("test-device-flags"), 1);
   ck_assert_int_eq(mapped("test-device-region"), 1);
-  upkeep_close(&d); /* no dstream_end: its job was refused */
+  upkeep_close(&d); /* no session_stream_end: its job was refused */
   ck_assert_int_eq(mapped("test-device-flags"), 0);
   ck_assert_int_eq(mapped("test-device-region"), 0);
-  dstream_drop(ds); /* as the refused end job's completion does */
+  session_stream_drop(ds); /* as the refused end job's completion does */
   be->ops->destroy(be);
 }
 END_TEST

@@ -5,7 +5,7 @@
 #include <check.h>
 #include <string.h>
 
-#include "../daemon/hist.h"
+#include "daemon/base/hist.h"
 #include "harness.h"
 
 static gd_hist h;

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../daemon/device.h"
-#include "../daemon/dstream.h"
-#include "../daemon/holwatch.h"
+#include "daemon/device/device.h"
+#include "daemon/device/session_stream.h"
+#include "daemon/device/holwatch.h"
 #include "graphd/protocol.h"
 
 #define SLOTS 4
@@ -17,7 +17,7 @@
 #define TIMEOUT 0.1 /* seconds */
 
 typedef struct sess {
-  gd_dstream ds;
+  gd_session_stream ds;
   uint64_t words[SLOTS * GRAPHD_FLAG_WORDS_PER_SLOT];
 } sess;
 
@@ -30,11 +30,11 @@ static void sess_init(sess *s, uint64_t id) {
 }
 
 static uint64_t ready(sess *s, uint32_t slot) {
-  return *dstream_word(&s->ds, slot, GRAPHD_FLAG_WORD_READY);
+  return *session_stream_word(&s->ds, slot, GRAPHD_FLAG_WORD_READY);
 }
 
 static void set_ready(sess *s, uint32_t slot, uint64_t v) {
-  *dstream_word(&s->ds, slot, GRAPHD_FLAG_WORD_READY) = v;
+  *session_stream_word(&s->ds, slot, GRAPHD_FLAG_WORD_READY) = v;
 }
 
 /* Past the timeout, and past the watch's own pause between full checks. */
@@ -226,7 +226,7 @@ END_TEST
 
 /* What the worker accepts as a slot's next seq, and what the release at a
  * session's end writes into its ready words. */
-START_TEST(test_dstream_seq_steps_and_release) {
+START_TEST(test_session_stream_seq_steps_and_release) {
   static sess a;
   sess_init(&a, 1);
   uint64_t seen[SLOTS] = {0};
@@ -234,37 +234,38 @@ START_TEST(test_dstream_seq_steps_and_release) {
   a.ds.seen = seen;
   a.ds.used = used;
   /* A slot's first seq: any but 0. */
-  ck_assert(!dstream_seq_next(&a.ds, 0, 0));
-  ck_assert(dstream_seq_next(&a.ds, 0, UINT64_MAX - 1));
-  ck_assert(!dstream_seq_next(&a.ds, SLOTS, 1)); /* no such slot */
-  dstream_saw(&a.ds, 0, UINT64_MAX - 1);
+  ck_assert(!session_stream_seq_next(&a.ds, 0, 0));
+  ck_assert(session_stream_seq_next(&a.ds, 0, UINT64_MAX - 1));
+  ck_assert(!session_stream_seq_next(&a.ds, SLOTS, 1)); /* no such slot */
+  session_stream_saw(&a.ds, 0, UINT64_MAX - 1);
   /* Later ones: above the last, by at most GRAPHD_SEQ_MAX_STEP, cyclically
    * (through the wrap, skipping 0). */
-  ck_assert(!dstream_seq_next(&a.ds, 0, UINT64_MAX - 1));
-  ck_assert(!dstream_seq_next(&a.ds, 0, UINT64_MAX - 2));
-  ck_assert(dstream_seq_next(&a.ds, 0, UINT64_MAX));
-  ck_assert(!dstream_seq_next(&a.ds, 0, 0));
-  ck_assert(dstream_seq_next(&a.ds, 0, 5));
-  ck_assert(!dstream_seq_next(&a.ds, 0, UINT64_MAX - 1 + (1ull << 63)));
-  ck_assert(dstream_seq_next(&a.ds, 0, UINT64_MAX - 1 + GRAPHD_SEQ_MAX_STEP));
-  ck_assert(!dstream_seq_next(&a.ds, 0, UINT64_MAX + GRAPHD_SEQ_MAX_STEP));
-  dstream_saw(&a.ds, 0, 5);
-  dstream_saw(&a.ds, 2, 100);
+  ck_assert(!session_stream_seq_next(&a.ds, 0, UINT64_MAX - 1));
+  ck_assert(!session_stream_seq_next(&a.ds, 0, UINT64_MAX - 2));
+  ck_assert(session_stream_seq_next(&a.ds, 0, UINT64_MAX));
+  ck_assert(!session_stream_seq_next(&a.ds, 0, 0));
+  ck_assert(session_stream_seq_next(&a.ds, 0, 5));
+  ck_assert(!session_stream_seq_next(&a.ds, 0, UINT64_MAX - 1 + (1ull << 63)));
+  ck_assert(session_stream_seq_next(&a.ds, 0, UINT64_MAX - 1 + GRAPHD_SEQ_MAX_STEP));
+  ck_assert(!session_stream_seq_next(&a.ds, 0, UINT64_MAX + GRAPHD_SEQ_MAX_STEP));
+  session_stream_saw(&a.ds, 0, 5);
+  session_stream_saw(&a.ds, 2, 100);
   /* The client left slot 0's word 2^63 ahead (behind, for the GPU) and
    * slot 2's past its last seq; slot 1 was never used. */
   set_ready(&a, 0, 5 + (1ull << 63));
   set_ready(&a, 1, 7);
   set_ready(&a, 2, 101);
   uint64_t written[SLOTS];
-  dstream_release(&a.ds, GRAPHD_FLAG_WORD_READY, written);
+  session_stream_release(&a.ds, GRAPHD_FLAG_WORD_READY, written);
   ck_assert_uint_eq(ready(&a, 0), 5);
   ck_assert_uint_eq(ready(&a, 1), 7);
   ck_assert_uint_eq(ready(&a, 2), 101);
   ck_assert_uint_eq(written[0], 5);
   /* The done word, which the client's own streams wait on, jumps ahead. */
-  *dstream_word(&a.ds, 3, GRAPHD_FLAG_WORD_DONE) = 9;
-  dstream_release(&a.ds, GRAPHD_FLAG_WORD_DONE, NULL);
-  ck_assert(graphd_seq_reached(*dstream_word(&a.ds, 3, GRAPHD_FLAG_WORD_DONE), 9 + (1ull << 61)));
+  *session_stream_word(&a.ds, 3, GRAPHD_FLAG_WORD_DONE) = 9;
+  session_stream_release(&a.ds, GRAPHD_FLAG_WORD_DONE, NULL);
+  ck_assert(
+      graphd_seq_reached(*session_stream_word(&a.ds, 3, GRAPHD_FLAG_WORD_DONE), 9 + (1ull << 61)));
 }
 END_TEST
 
@@ -278,7 +279,7 @@ int main(void) {
   tcase_add_test(tc, test_holwatch_never_watches_what_cannot_hang);
   tcase_add_test(tc, test_holwatch_watches_a_ready_word_two_to_the_63_ahead);
   tcase_add_test(tc, test_holwatch_takes_a_wrapped_ready_word_as_met);
-  tcase_add_test(tc, test_dstream_seq_steps_and_release);
+  tcase_add_test(tc, test_session_stream_seq_steps_and_release);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

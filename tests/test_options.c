@@ -7,7 +7,7 @@
 
 #include "graphd/status.h"
 #include "harness.h"
-#include "../daemon/options.h"
+#include "daemon/base/options.h"
 
 static const char *write_tmp(const char *text) {
   static char path[64];

@@ -12,9 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../daemon/region.h"
-#include "../daemon/execute.h"
-#include "../daemon/replay.h"
+#include "daemon/sessions/region.h"
+#include "daemon/replay/execute.h"
+#include "daemon/requests/replay.h"
 #include "common/memfd.h"
 #include "harness.h"
 #include "graphd/wire.h"

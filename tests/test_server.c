@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "../daemon/options.h"
-#include "../daemon/server.h"
+#include "daemon/base/options.h"
+#include "daemon/server.h"
 
 static char dir[48], path[90];
 

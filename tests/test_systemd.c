@@ -19,9 +19,9 @@
 
 #include "graphd/graphd.h"
 #include "harness.h"
-#include "../daemon/notify.h"
-#include "../daemon/server.h"
-#include "../daemon/worker.h"
+#include "daemon/notify.h"
+#include "daemon/server.h"
+#include "daemon/device/worker.h"
 
 static long long ms_now(void) {
   struct timespec ts;

@@ -24,9 +24,9 @@
 #include <unistd.h>
 
 #include "common/memfd.h"
-#include "../../daemon/backend.h"
-#include "../../daemon/region.h"
-#include "../../daemon/execute.h"
+#include "daemon/backend/backend.h"
+#include "daemon/sessions/region.h"
+#include "daemon/replay/execute.h"
 #include "graphd/status.h"
 #include "graphd/encoding.h"
 

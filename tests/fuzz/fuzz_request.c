@@ -58,10 +58,10 @@
 #include <uv.h>
 
 #include "common/file.h"
-#include "../../daemon/daemon.h"
-#include "../../daemon/devices.h"
-#include "../../daemon/router.h"
-#include "../../daemon/dsession.h"
+#include "daemon/sessions/daemon.h"
+#include "daemon/device_table.h"
+#include "daemon/requests/router.h"
+#include "daemon/sessions/data_session.h"
 #include "common/log.h"
 #include "graphd/frame.h"
 #include "graphd.pb-c.h"
@@ -185,7 +185,7 @@ static void daemon_up(harness *h, uint8_t header) {
     idx[i] = i;
     d->facts[i] = &d->be->devices[i];
   }
-  if (devices_start(d, &h->loop, idx, NDEV, h->opt.device_budget) < 0) abort();
+  if (device_table_start(d, &h->loop, idx, NDEV, h->opt.device_budget) < 0) abort();
   d->start_ns = gd_now_ns();
   d->sessions.loop = &h->loop;
   d->sessions.max_frame = h->opt.max_frame;
@@ -228,9 +228,9 @@ static void daemon_down(harness *h) {
     abort();
   }
   worker_pool_free(&d->pool);
-  devices_free(d);
+  device_table_free(d);
   registry_close(&d->reg);
-  dsession_maps_free(d); /* what sessions whose end the stopped workers refused still counted */
+  data_session_maps_free(d); /* what sessions whose end the stopped workers refused still counted */
   free(d->facts);
   free(d->counters);
   d->be->ops->destroy(d->be);

@@ -1,5 +1,5 @@
 /* libFuzzer harness: a session's submission ring as the device's worker
- * reads it (ring.c, dring.c, execute.c on a host device), with its entries
+ * reads it (ring_replay.c, submit_ring.c, execute.c on a host device), with its entries
  * and continuation slots written by a second thread while the worker
  * reads them, as a client may do to its shared memory at any time.
  *
@@ -40,14 +40,14 @@
 #include <unistd.h>
 
 #include "common/memfd.h"
-#include "../../daemon/backend.h"
-#include "../../daemon/capture.h"
-#include "../../daemon/device.h"
-#include "../../daemon/dstream.h"
+#include "daemon/backend/backend.h"
+#include "daemon/device/capture.h"
+#include "daemon/device/device.h"
+#include "daemon/device/session_stream.h"
 #include "common/log.h"
-#include "../../daemon/registry.h"
-#include "../../daemon/ring.h"
-#include "../../daemon/worker.h"
+#include "daemon/base/registry.h"
+#include "daemon/replay/ring_replay.h"
+#include "daemon/device/worker.h"
 #include "graphd/protocol.h"
 #include "graphd/status.h"
 #include "graphd/encoding.h"
@@ -156,7 +156,7 @@ static void *mutate(void *arg) {
 /* The client's stream: writes each slot's ready word up to the seq the
  * worker took there last, until told to stop. */
 typedef struct readier {
-  gd_dstream *ds;
+  gd_session_stream *ds;
   volatile uint64_t *flags;
   atomic_bool stop;
 } readier;
@@ -183,13 +183,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t init = body_len < sq_bytes ? body_len : sq_bytes;
 
   /* The session's half: its flag page and regions. */
-  gd_dstream *ds = dstream_new(1);
+  gd_session_stream *ds = session_stream_new(1);
   int flags_fd = gd_memfd_new_shared("fuzz-flags", 4096);
   if (!ds || flags_fd < 0) die("session", "out of memory");
   volatile uint64_t *flags = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, flags_fd, 0);
   if (flags == MAP_FAILED) die("flag page", "cannot map");
-  if (dstream_map_flags(&g.d, ds, flags_fd, FLAG_SLOTS, err, sizeof err) < 0)
-    die("dstream_map_flags", err);
+  if (session_stream_map_flags(&g.d, ds, flags_fd, FLAG_SLOTS, err, sizeof err) < 0)
+    die("session_stream_map_flags", err);
   close(flags_fd);
   readier rd = {.ds = ds, .flags = flags};
   pthread_t rt;
@@ -205,7 +205,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                        .mapped = REGION_BYTES,
                        .kind = GRAPHD_REGION_HOST_MEMFD,
                        .epoch = epoch};
-    if (dstream_region_add(ds, i + 1, &m) < 0) die("region", "out of memory");
+    if (session_stream_region_add(ds, i + 1, &m) < 0) die("region", "out of memory");
   }
 
   /* The ring, written as the input says, then handed to the worker. */
@@ -227,11 +227,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                            .max_inflight = 1u << 20,
                            .client_pid = 1,
                            .client_uid = 1};
-  if (ring_attach(&g.d, &g.w, ds, &params, ring_fd, bell, err, sizeof err) < 0)
-    die("ring_attach", err);
+  if (ring_replay_attach(&g.d, &g.w, ds, &params, ring_fd, bell, err, sizeof err) < 0)
+    die("ring_replay_attach", err);
   close(ring_fd);
   for (uint32_t h = 0; h < 2; h++)
-    if (ring_set_program(ds, h, g.prog[h], err, sizeof err) < 0) die("ring_set_program", err);
+    if (ring_replay_set_program(ds, h, g.prog[h], err, sizeof err) < 0)
+      die("ring_replay_set_program", err);
   __atomic_store_n(&hdr->sq_tail, tail, __ATOMIC_SEQ_CST);
 
   mutator m = {.sq = ring + GRAPHD_RING_HEADER_BYTES,
@@ -249,13 +250,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int round = 0; round < ROUNDS; round++) {
     uint64_t head = __atomic_load_n(&hdr->sq_head, __ATOMIC_ACQUIRE);
     uint64_t published = __atomic_load_n(&hdr->sq_tail, __ATOMIC_SEQ_CST);
-    if (ring_pending(&g.d)) (void)ring_poll(&g.d, &g.w);
-    if (round & 1) ring_drain(&g.d, &g.w, ds);
-    (void)ring_sleep(&g.d, true);
-    (void)ring_sleep(&g.d, false);
-    (void)ring_take_stats(&g.d, true, &st);
-    (void)ring_take_hung(&g.d, hung, 4);
-    (void)ring_held(&g.d);
+    if (ring_replay_pending(&g.d)) (void)ring_replay_poll(&g.d, &g.w);
+    if (round & 1) ring_replay_drain(&g.d, &g.w, ds);
+    (void)ring_replay_sleep(&g.d, true);
+    (void)ring_replay_sleep(&g.d, false);
+    (void)ring_replay_take_stats(&g.d, true, &st);
+    (void)ring_replay_take_hung(&g.d, hung, 4);
+    (void)ring_replay_held(&g.d);
     /* Without the mutator the worker takes at most what was published,
      * an entry's continuation slots included. */
     uint64_t now = __atomic_load_n(&hdr->sq_head, __ATOMIC_ACQUIRE);
@@ -297,7 +298,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* The session's end, as its end job runs it. */
   for (uint32_t i = 0; i < NREGIONS; i++)
     capture_forget_memory(&g.d, (uint64_t)(uintptr_t)(mem[i] + GUARD), REGION_BYTES);
-  dstream_end(&g.d, ds, NULL, 0);
+  session_stream_end(&g.d, ds, NULL, 0);
   munmap(ring, ring_bytes);
   munmap((void *)flags, 4096);
   for (uint32_t i = 0; i < NREGIONS; i++) free(mem[i]);
