@@ -127,6 +127,36 @@ class BenchReport(unittest.TestCase):
                 md = f.read()
             self.assertIn("| async chain per dependent replay | 13.00 us | in-process staged chain", md)
 
+    def test_processes_against_their_anchors(self):
+        # Under MPS graphd's aggregate must reach Warp alone's at every
+        # count; without MPS it is reported; the JAX step is reported
+        # against pure XLA either way.
+        procs = ("RESULT procs_mps={} procs_contacts_warp_1=1000 procs_contacts_graphd_1=1100 "
+                 "procs_contacts_warp_4=3000 procs_contacts_graphd_4=1000 "
+                 "procs_jax_pure_4=500 procs_jax_graphd_4=400\n")
+        with tempfile.TemporaryDirectory() as out:
+            for run_name, mps in (("mps", 1), ("nomps", 0)):
+                with open(os.path.join(out, f"procs-{run_name}.log"), "w") as f:
+                    f.write(procs.format(mps))
+            p = run(out)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(os.path.join(out, "bench.json")) as f:
+                rep = json.load(f)
+            for run_name in ("mps", "nomps"):
+                rows = {t["figure"]: t for t in rep["targets"][run_name]}
+                one, four = rows["1 processes, contacts, aggregate steps/s"], rows["4 processes, contacts, aggregate steps/s"]
+                self.assertAlmostEqual(four["ratio"], 1000 / 3000)
+                self.assertEqual(one["anchor"], "Warp alone, 1 processes")
+                jax = rows["4 processes, jax, aggregate steps/s"]
+                self.assertIsNone(jax["met"])
+                self.assertAlmostEqual(jax["ratio"], 0.8)
+                if run_name == "mps":
+                    self.assertTrue(one["met"])
+                    self.assertFalse(four["met"])
+                else:
+                    self.assertIsNone(one["met"])
+                    self.assertIsNone(four["met"])
+
     def test_a_run_without_figures_fails(self):
         with tempfile.TemporaryDirectory() as out:
             with open(os.path.join(out, "bench-mps.log"), "w") as f:
