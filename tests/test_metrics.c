@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -308,6 +309,55 @@ START_TEST(test_metrics_follow_sessions_and_replays) {
 }
 END_TEST
 
+/* The SigBlk mask of thread tid of process pid, from /proc; false when
+ * the thread is gone. */
+static bool thread_blocked(pid_t pid, const char *tid, unsigned long long *mask) {
+  char path[320], line[256];
+  snprintf(path, sizeof path, "/proc/%d/task/%s/status", (int)pid, tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return false;
+  bool found = false;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "SigBlk: %llx", mask) == 1) found = true;
+  fclose(f);
+  return found;
+}
+
+START_TEST(test_metrics_stop_signals_reach_the_loop_thread_alone) {
+  /* SIGTERM and SIGINT are blocked in every thread of the daemon but the
+   * loop's (the main thread), so the kernel hands them to the thread that
+   * handles them: workers, libuv's pool and the exporter (with the
+   * libgraphd it asks, after a scrape) never hold one. The teardown's stop
+   * then checks that SIGTERM stops the daemon. */
+  char *a = http("GET", "/metrics");
+  ck_assert_msg(strstr(a, " 200 ") != NULL, "%s", a);
+  free(a);
+  pid_t pid = td_daemon_pid(&d);
+  char dir[64];
+  snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+  DIR *tasks = opendir(dir);
+  ck_assert_ptr_nonnull(tasks);
+  const unsigned long long stop = (1ull << (SIGTERM - 1)) | (1ull << (SIGINT - 1));
+  int others = 0, loop = 0;
+  for (struct dirent *e; (e = readdir(tasks));) {
+    if (e->d_name[0] == '.') continue;
+    unsigned long long mask;
+    if (!thread_blocked(pid, e->d_name, &mask)) continue;
+    if (atoi(e->d_name) == pid) {
+      loop++;
+      ck_assert_msg((mask & stop) == 0, "the loop thread blocks the stop signals (SigBlk %llx)", mask);
+    } else {
+      others++;
+      ck_assert_msg((mask & stop) == stop, "thread %s takes the stop signals (SigBlk %llx)",
+                    e->d_name, mask);
+    }
+  }
+  closedir(tasks);
+  ck_assert_int_eq(loop, 1);
+  ck_assert_int_ge(others, 8); /* two workers, the exporter's, libuv's pool of 4 */
+}
+END_TEST
+
 START_TEST(test_metrics_refuses_other_paths_and_methods) {
   char *a = http("GET", "/");
   ck_assert_msg(strstr(a, " 404 ") != NULL, "%s", a);
@@ -584,6 +634,7 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_metrics_follow_sessions_and_replays);
   tcase_add_test(tc, test_metrics_refuses_other_paths_and_methods);
+  tcase_add_test(tc, test_metrics_stop_signals_reach_the_loop_thread_alone);
   tcase_add_test(tc, test_metrics_ask_again_after_the_daemon_closed_the_session);
   tcase_add_test(tc, test_metrics_bad_or_taken_addresses_stop_graphd);
   tcase_add_test(tc, test_metrics_answer_at_once_while_a_worker_is_busy);
