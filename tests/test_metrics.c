@@ -345,7 +345,8 @@ START_TEST(test_metrics_stop_signals_reach_the_loop_thread_alone) {
     if (!thread_blocked(pid, e->d_name, &mask)) continue;
     if (atoi(e->d_name) == pid) {
       loop++;
-      ck_assert_msg((mask & stop) == 0, "the loop thread blocks the stop signals (SigBlk %llx)", mask);
+      ck_assert_msg((mask & stop) == 0, "the loop thread blocks the stop signals (SigBlk %llx)",
+                    mask);
     } else {
       others++;
       ck_assert_msg((mask & stop) == stop, "thread %s takes the stop signals (SigBlk %llx)",
