@@ -352,22 +352,28 @@ graphd_status graphd_connect(const graphd_connect_options *opts, graphd_client *
   return GRAPHD_OK;
 }
 
+/* The handle's own memory and socket, once its page, ring and regions are
+ * dealt with; its locks too, unless a parent's thread may have held them
+ * at the fork (they are never destroyed in a child, whose memory is freed
+ * all the same). */
+static void free_handle(graphd_client *c, bool destroy_locks) {
+  free(c->synced);
+  free(c->busy);
+  if (c->fd >= 0) close(c->fd);
+  gd_frame_reader_close(&c->rd);
+  if (destroy_locks) {
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->err_lock);
+  }
+  free(c);
+}
+
 void graphd_forget(graphd_client *c) {
   if (!c) return;
   bool foreign = gd_client_foreign(c);
   gd_client_replay_forget(c);
   gd_client_regions_forget(c);
-  free(c->synced);
-  free(c->busy);
-  if (c->fd >= 0) close(c->fd);
-  gd_frame_reader_close(&c->rd);
-  /* A parent's thread may have held them at the fork: never destroyed in
-   * a child (its memory is freed all the same). */
-  if (!foreign) {
-    pthread_mutex_destroy(&c->lock);
-    pthread_mutex_destroy(&c->err_lock);
-  }
-  free(c);
+  free_handle(c, !foreign);
 }
 
 void graphd_close(graphd_client *c) {
@@ -380,13 +386,7 @@ void graphd_close(graphd_client *c) {
   }
   gd_client_replay_close(c);
   gd_client_regions_close(c);
-  free(c->synced);
-  free(c->busy);
-  if (c->fd >= 0) close(c->fd);
-  gd_frame_reader_close(&c->rd);
-  pthread_mutex_destroy(&c->lock);
-  pthread_mutex_destroy(&c->err_lock);
-  free(c);
+  free_handle(c, true);
 }
 
 uint64_t graphd_session_id(const graphd_client *c) { return c->session_id; }

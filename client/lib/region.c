@@ -488,13 +488,6 @@ void gd_client_regions_forget(graphd_client *c) {
 }
 
 void gd_client_regions_close(graphd_client *c) {
-  for (uint32_t i = 0; i < c->nhost; i++) {
-    munmap(c->host[i].ptr, c->host[i].size);
-    close(c->host[i].fd);
-  }
-  free(c->host);
-  free(c->regions);
-  c->host = NULL;
-  c->regions = NULL;
-  c->nhost = c->nregions = 0;
+  for (uint32_t i = 0; i < c->nhost; i++) munmap(c->host[i].ptr, c->host[i].size);
+  gd_client_regions_forget(c);
 }

@@ -167,7 +167,7 @@ void gd_client_replay_close(graphd_client *c) {
   if (passed) free_page(c, f);
 }
 
-/* --- streams and replays ------------------------------------------------------ */
+/* --- streams ------------------------------------------------------------------ */
 
 graphd_status graphd_stream_attach(graphd_client *c, void *cuda_stream, graphd_stream **out) {
   GD_OWNED(c);
@@ -222,10 +222,115 @@ void graphd_stream_detach(graphd_stream *s) {
   free(s);
 }
 
-/* One attempt at a replay, lock held. *unrun says, on a failure, that the
- * daemon certainly did not run it (it went away before the request
- * reached it, or answered that it had not started it), so it may be sent
- * to the next daemon. */
+/* --- one call's part in the flag protocol ------------------------------------- */
+
+/* The flag words one replay touches, sync or async (docs/design.md, "A
+ * replay, step by step"): its stream writes ready = seq, waits for done >=
+ * seq, and last writes passed = seq. Where the request or the ring entry
+ * goes between them is the caller's; the order of the words is this. */
+enum {
+  FLAG_READY = 1u << GRAPHD_FLAG_WORD_READY,
+  FLAG_DONE = 1u << GRAPHD_FLAG_WORD_DONE,
+  FLAG_PASSED = 1u << GRAPHD_FLAG_WORD_PASSED,
+};
+
+typedef struct flag_call {
+  gd_flag_page *f;
+  const gd_cuda *cu; /* NULL on a host device, whose stream is the caller */
+  CUstream stream;
+  uint32_t slot;
+  uint64_t seq;
+} flag_call;
+
+/* Takes the next seq of s; writes nothing. False when a GPU session
+ * cannot load the driver. Lock held. */
+static bool flag_call_begin(graphd_client *c, const graphd_stream *s, flag_call *fc) {
+  *fc = (flag_call){
+      .f = c->flags, .stream = (CUstream)s->cu_stream, .slot = s->slot, .seq = s->seq + 1};
+  return !fc->f->cuda || gd_cuda_load(&fc->cu, NULL, 0) == 0;
+}
+
+/* Counts the seq as issued on its slot. From here the daemon may write
+ * done = seq, so the watcher's release must cover it. Lock held. */
+static void flag_call_issue(graphd_stream *s, const flag_call *fc) {
+  atomic_store(&fc->f->issued[fc->slot], fc->seq);
+  s->seq = fc->seq;
+}
+
+/* Stores the call's word of kind `word` (GRAPHD_FLAG_WORD_*) from the host. */
+static void flag_store(const flag_call *fc, int word) {
+  __atomic_store_n(gd_flag_word(fc->f, fc->slot, word), fc->seq, __ATOMIC_RELEASE);
+}
+
+/* A host device's caller is the stream: the writes are stores, and the
+ * wait spins until done, or until the daemon is seen gone (the watcher
+ * then releases the word itself). */
+static void flag_ops_host(graphd_client *c, const flag_call *fc, unsigned ops) {
+  if (ops & FLAG_READY) flag_store(fc, GRAPHD_FLAG_WORD_READY);
+  if (ops & FLAG_DONE) {
+    volatile uint64_t *done = gd_flag_word(fc->f, fc->slot, GRAPHD_FLAG_WORD_DONE);
+    while (!graphd_seq_reached(__atomic_load_n(done, __ATOMIC_ACQUIRE), fc->seq) &&
+           !atomic_load(&c->dead)) {
+    }
+  }
+  if (ops & FLAG_PASSED) flag_store(fc, GRAPHD_FLAG_WORD_PASSED);
+}
+
+/* On the GPU the steps are one driver call: one step through its own
+ * entry point, several as one batch, so either all are queued or none is
+ * (false then). */
+static bool flag_ops_gpu(const flag_call *fc, unsigned ops) {
+  CUstreamBatchMemOpParams op[3];
+  unsigned k = 0;
+  memset(op, 0, sizeof op);
+  for (int word = GRAPHD_FLAG_WORD_READY; word <= GRAPHD_FLAG_WORD_PASSED; word++) {
+    if (!(ops & (1u << word))) continue;
+    if (word == GRAPHD_FLAG_WORD_DONE) {
+      op[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+      op[k].waitValue.address = gd_flag_word_dev(fc->f, fc->slot, word);
+      op[k].waitValue.value64 = fc->seq;
+      op[k++].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    } else {
+      op[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+      op[k].writeValue.address = gd_flag_word_dev(fc->f, fc->slot, word);
+      op[k++].writeValue.value64 = fc->seq;
+    }
+  }
+  if (k == 0) return true;
+  if (k > 1) return fc->cu->cuStreamBatchMemOp(fc->stream, k, op, 0) == CUDA_SUCCESS;
+  if (op[0].operation == CU_STREAM_MEM_OP_WAIT_VALUE_64)
+    return fc->cu->cuStreamWaitValue64(fc->stream, op[0].waitValue.address, fc->seq,
+                                       CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS;
+  return fc->cu->cuStreamWriteValue64(fc->stream, op[0].writeValue.address, fc->seq, 0) ==
+         CUDA_SUCCESS;
+}
+
+/* Puts the steps `ops` (FLAG_*) of the call on its stream, in the
+ * protocol's order: ready, the wait for done, passed. False when the
+ * driver refused them (none is queued then); a host device never does. */
+static bool flag_call_ops(graphd_client *c, const flag_call *fc, unsigned ops) {
+  if (fc->cu) return flag_ops_gpu(fc, ops);
+  flag_ops_host(c, fc, ops);
+  return true;
+}
+
+/* --- replays --------------------------------------------------------------------- */
+
+/* What every replay starts with, lock held: the stream must be the
+ * handle's, a daemon that went away since the last call is replaced by a
+ * new session, and an asynchronous replay's failure is this call's
+ * answer. */
+static graphd_status replay_begin(graphd_client *c, const graphd_stream *s) {
+  if (!s || s->c != c || !c->flags)
+    return gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT,
+                             "the stream does not belong to this handle");
+  graphd_status st;
+  if (atomic_load(&c->dead) && c->reconnect_ms > 0 && (st = c->reconnect(c)) != GRAPHD_OK)
+    return st;
+  gd_ring_reap(c);
+  return gd_ring_take_error(c);
+}
+
 /* The region of binding b, registered or found in the cache, as the
  * daemon is sent it (both ways of replaying). On failure the error names
  * the slot. Lock held. */
@@ -243,6 +348,75 @@ static graphd_status resolve_binding(graphd_client *c, const graphd_binding *b,
   return GRAPHD_OK;
 }
 
+/* Says in c's error what a failed Replay request means for replay seq of
+ * slot, and notes on the page what a reconnect must know of it. *unrun:
+ * the daemon certainly did not run it. Lock held. */
+static void replay_failed(graphd_client *c, uint32_t slot, uint64_t seq, graphd_status st,
+                          bool *unrun) {
+  gd_flag_page *f = c->flags;
+  char e[GRAPHD_ERRMAX];
+  snprintf(e, sizeof e, "%s", c->err);
+  if (st == GRAPHD_UNAVAILABLE && (c->fail == GD_FAIL_UNSENT || c->fail == GD_FAIL_NOT_STARTED)) {
+    /* The daemon did not run it and never writes done = seq: the seq is
+     * left unused (a retry takes the next one), and a reconnect does not
+     * count it as cut off. */
+    *unrun = true;
+    f->unrun[slot] = seq;
+    gd_client_set_err(c, st, "%s; this replay (seq %llu) did not run", e, (unsigned long long)seq);
+  } else if (st == GRAPHD_UNAVAILABLE && c->fail == GD_FAIL_LOST) {
+    /* It may have run, in part: never sent again, reported here once. */
+    f->reported[slot] = seq;
+    gd_client_set_err(c, st,
+                      "%s; graphd went away after taking this replay (seq %llu), which may "
+                      "have run in part: it is not sent again",
+                      e, (unsigned long long)seq);
+  }
+  if (st == GRAPHD_DEADLINE_EXCEEDED) {
+    /* No answer in time: the session is broken; release our own wait
+     * from the host, and say what that means for the outputs. (A daemon
+     * that went away was handled in the call already.) */
+    __atomic_store_n(gd_flag_word(f, slot, GRAPHD_FLAG_WORD_DONE), seq, __ATOMIC_RELEASE);
+    gd_client_set_err(c, st, "%s; the outputs of this replay are undefined", e);
+  }
+  gd_client_debug(c, "replay seq %llu on slot %u failed: %s: %s", (unsigned long long)seq, slot,
+                  graphd_status_name(st), c->err);
+}
+
+/* The Replay request of call fc, its bindings resolved. Lock held. */
+static graphd_status send_replay(graphd_client *c, const flag_call *fc,
+                                 const uint8_t program_id[32], Graphd__Wire__Binding **wp, size_t n,
+                                 graphd_replay_info *info, bool *unrun) {
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__Replay m = GRAPHD__WIRE__REPLAY__INIT;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_REPLAY;
+  req.replay = &m;
+  m.program_id.data = (uint8_t *)program_id;
+  m.program_id.len = 32;
+  m.stream_slot = fc->slot;
+  m.seq = fc->seq;
+  m.n_bindings = n;
+  m.bindings = wp;
+  Graphd__Wire__Reply *rep = NULL;
+  graphd_status st = gd_client_call(c, &req, NULL, 0, &rep);
+  if (st != GRAPHD_OK) {
+    replay_failed(c, fc->slot, fc->seq, st, unrun);
+    return st;
+  }
+  if (info && rep->body_case == GRAPHD__WIRE__REPLY__BODY_REPLAY) {
+    info->captured = rep->replay->captured;
+    info->capture_ns = rep->replay->capture_ns;
+    info->server_ns = rep->replay->server_ns;
+  }
+  graphd__wire__reply__free_unpacked(rep, NULL);
+  return GRAPHD_OK;
+}
+
+/* One attempt at a synchronous replay, lock held: ready on the stream, the
+ * request, then (answered OK) the wait for done, and passed in any case
+ * once ready is queued. *unrun says, on a failure, that the daemon
+ * certainly did not run it (it went away before the request reached it,
+ * or answered that it had not started it), so it may be sent to the next
+ * daemon. */
 static graphd_status replay_once(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
                                  const graphd_binding *b, size_t n, graphd_replay_info *info,
                                  bool *unrun) {
@@ -276,95 +450,21 @@ static graphd_status replay_once(graphd_client *c, graphd_stream *s, const uint8
     wb[i].bytes = r.bytes;
     wp[i] = &wb[i];
   }
-  gd_flag_page *f = c->flags;
-  uint64_t seq = s->seq + 1;
-  volatile uint64_t *ready = gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_READY);
-  uint64_t ready_dev = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_READY);
-  const gd_cuda *cu = NULL;
-  if (f->cuda) {
-    if (gd_cuda_load(&cu, NULL, 0) < 0 ||
-        cu->cuStreamWriteValue64((CUstream)s->cu_stream, ready_dev, seq, 0) != CUDA_SUCCESS) {
-      st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the ready write on the stream");
-      goto exit;
-    }
-  } else {
-    __atomic_store_n(ready, seq, __ATOMIC_RELEASE);
+  flag_call fc;
+  if (!flag_call_begin(c, s, &fc) || !flag_call_ops(c, &fc, FLAG_READY)) {
+    st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the ready write on the stream");
+    goto exit;
   }
-  /* From here the daemon may write done = seq; the watcher must know. */
-  atomic_store(&f->issued[s->slot], seq);
-  s->seq = seq;
-  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
-  Graphd__Wire__Replay m = GRAPHD__WIRE__REPLAY__INIT;
-  req.body_case = GRAPHD__WIRE__REQUEST__BODY_REPLAY;
-  req.replay = &m;
-  m.program_id.data = (uint8_t *)program_id;
-  m.program_id.len = 32;
-  m.stream_slot = s->slot;
-  m.seq = seq;
-  m.n_bindings = n;
-  m.bindings = wp;
-  Graphd__Wire__Reply *rep = NULL;
-  st = gd_client_call(c, &req, NULL, 0, &rep);
-  if (st != GRAPHD_OK) {
-    if (st == GRAPHD_UNAVAILABLE && (c->fail == GD_FAIL_UNSENT || c->fail == GD_FAIL_NOT_STARTED)) {
-      /* The daemon did not run it and never writes done = seq: the seq is
-       * left unused (a retry takes the next one), and a reconnect does not
-       * count it as cut off. */
-      *unrun = true;
-      f->unrun[s->slot] = seq;
-      char e[GRAPHD_ERRMAX];
-      snprintf(e, sizeof e, "%s", c->err);
-      gd_client_set_err(c, st, "%s; this replay (seq %llu) did not run", e,
-                        (unsigned long long)seq);
-    } else if (st == GRAPHD_UNAVAILABLE && c->fail == GD_FAIL_LOST) {
-      /* It may have run, in part: never sent again, reported here once. */
-      f->reported[s->slot] = seq;
-      char e[GRAPHD_ERRMAX];
-      snprintf(e, sizeof e, "%s", c->err);
-      gd_client_set_err(c, st,
-                        "%s; graphd went away after taking this replay (seq %llu), which may "
-                        "have run in part: it is not sent again",
-                        e, (unsigned long long)seq);
-    }
-    if (st == GRAPHD_DEADLINE_EXCEEDED) {
-      /* No answer in time: the session is broken; release our own wait
-       * from the host, and say what that means for the outputs. (A daemon
-       * that went away was handled in the call already.) */
-      __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_DONE), seq, __ATOMIC_RELEASE);
-      char e[GRAPHD_ERRMAX];
-      snprintf(e, sizeof e, "%s", c->err);
-      gd_client_set_err(c, st, "%s; the outputs of this replay are undefined", e);
-    }
-    gd_client_debug(c, "replay seq %llu on slot %u failed: %s: %s", (unsigned long long)seq,
-                    s->slot, graphd_status_name(st), c->err);
-    goto passed; /* the ready write is queued all the same */
-  }
-  if (info && rep->body_case == GRAPHD__WIRE__REPLY__BODY_REPLAY) {
-    info->captured = rep->replay->captured;
-    info->capture_ns = rep->replay->capture_ns;
-    info->server_ns = rep->replay->server_ns;
-  }
-  graphd__wire__reply__free_unpacked(rep, NULL);
-  volatile uint64_t *done = gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_DONE);
-  if (f->cuda) {
-    if (cu->cuStreamWaitValue64((CUstream)s->cu_stream,
-                                gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_DONE), seq,
-                                CU_STREAM_WAIT_VALUE_GEQ) != CUDA_SUCCESS)
-      st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the wait for done on the stream");
-  } else {
-    /* The host device ran the replay before it replied. */
-    while (!graphd_seq_reached(__atomic_load_n(done, __ATOMIC_ACQUIRE), seq) &&
-           !atomic_load(&c->dead)) {
-    }
-  }
-passed:
+  flag_call_issue(s, &fc);
+  /* After a failed request the ready write stays queued, and no wait for
+   * done follows it: only passed. On a host device the daemon ran the
+   * replay before it replied, so the wait for done returns at once. */
+  st = send_replay(c, &fc, program_id, wp, n, info, unrun);
+  if (st == GRAPHD_OK && !flag_call_ops(c, &fc, FLAG_DONE))
+    st = gd_client_set_err(c, GRAPHD_INTERNAL, "cannot enqueue the wait for done on the stream");
   /* The stream's last touch of the page for this seq (graphd_close). If
    * this cannot be queued, close finds the slot behind and keeps the page. */
-  if (f->cuda)
-    (void)cu->cuStreamWriteValue64((CUstream)s->cu_stream,
-                                   gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, 0);
-  else
-    __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
+  (void)flag_call_ops(c, &fc, FLAG_PASSED);
 exit:
   free(wb);
   free(wp);
@@ -376,16 +476,7 @@ graphd_status graphd_replay(graphd_client *c, graphd_stream *s, const uint8_t pr
   GD_OWNED(c);
   graphd_status st;
   pthread_mutex_lock(&c->lock);
-  if (!s || s->c != c || !c->flags) {
-    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "the stream does not belong to this handle");
-    goto exit;
-  }
-  /* The daemon went away since the last call: a new session first. */
-  if (atomic_load(&c->dead) && c->reconnect_ms > 0 && (st = c->reconnect(c)) != GRAPHD_OK)
-    goto exit;
-  /* An asynchronous replay's failure is this call's answer. */
-  gd_ring_reap(c);
-  if ((st = gd_ring_take_error(c)) != GRAPHD_OK) goto exit;
+  if ((st = replay_begin(c, s)) != GRAPHD_OK) goto exit;
   bool unrun;
   st = replay_once(c, s, program_id, b, n, info, &unrun);
   if (st != GRAPHD_OK && unrun && c->reconnect_ms > 0) {
@@ -403,9 +494,11 @@ exit:
 
 /* --- asynchronous replays ------------------------------------------------------ */
 
-/* One asynchronous replay, lock held: the ring entry, then the ready
- * write, the wait for done and the passed write that replay_once queues
- * around its request, in one batch of stream memory operations. */
+/* One asynchronous replay, lock held: the ring entry, with the same flag
+ * steps as replay_once around it. On the GPU the stream's part comes after
+ * the entry, in one batch (the worker's ready wait may be queued already,
+ * which is fine: it waits on the GPU); a host device's caller writes ready
+ * before the entry and does not wait for done. */
 static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_t program_id[32],
                                 const graphd_binding *b, size_t n, uint64_t *seq_out) {
   graphd_status st;
@@ -427,60 +520,33 @@ static graphd_status async_once(graphd_client *c, graphd_stream *s, const uint8_
                    ->bindings[k % GRAPHD_RING_CONT_BINDINGS];
     if ((st = resolve_binding(c, &b[i], to)) != GRAPHD_OK) return st;
   }
-  gd_flag_page *f = c->flags;
-  uint64_t seq = s->seq + 1;
-  e.seq = seq;
-  e.stream_slot = s->slot;
-  const gd_cuda *cu = NULL;
-  if (f->cuda && gd_cuda_load(&cu, NULL, 0) < 0)
+  flag_call fc;
+  if (!flag_call_begin(c, s, &fc))
     return gd_client_set_err(c, GRAPHD_INTERNAL, "cannot load the CUDA driver");
+  e.seq = fc.seq;
+  e.stream_slot = fc.slot;
   /* From the publish to the last stream operation, in this process's
    * order on the GPU, which the worker follows across its handles. */
   e.order = gd_order_begin(c);
-  /* A host device's stream is the caller: ready before the entry. */
-  if (!f->cuda)
-    __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_READY), seq, __ATOMIC_RELEASE);
-  /* From here the daemon may write done = seq; the watcher must know. */
-  atomic_store(&f->issued[s->slot], seq);
-  s->seq = seq;
+  if (!fc.cu) (void)flag_call_ops(c, &fc, FLAG_READY); /* the caller is the stream */
+  flag_call_issue(s, &fc);
   gd_ring_publish(c, &e, nslots);
-  s->ring_seq = seq;
+  s->ring_seq = fc.seq;
   s->ring_tail = c->ring->tail;
   s->ring_gen = c->ring->gen;
-  if (f->cuda) {
-    /* One driver call for the stream's part: ready = seq and the wait for
-     * done (the worker's ready wait may be queued already, which is fine:
-     * it waits on the GPU), then passed = seq, the stream's last touch of
-     * the page for this seq. */
-    CUstreamBatchMemOpParams op[3];
-    unsigned k = 0;
-    memset(op, 0, sizeof op);
-    op[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-    op[k].writeValue.address = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_READY);
-    op[k++].writeValue.value64 = seq;
-    op[k].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
-    op[k].waitValue.address = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_DONE);
-    op[k].waitValue.value64 = seq;
-    op[k++].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
-    op[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
-    op[k].writeValue.address = gd_flag_word_dev(f, s->slot, GRAPHD_FLAG_WORD_PASSED);
-    op[k++].writeValue.value64 = seq;
-    if (cu->cuStreamBatchMemOp((CUstream)s->cu_stream, k, op, 0) != CUDA_SUCCESS) {
-      /* The daemon's stream must not wait for a ready write that never
-       * comes, nor the watcher for a passed one: both from the host. The
-       * replay then runs unordered with the stream, which the error says. */
-      __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_READY), seq, __ATOMIC_RELEASE);
-      __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
-      st = gd_client_set_err(c, GRAPHD_INTERNAL,
-                             "cannot enqueue the flag operations on the stream; replay seq "
-                             "%llu ran without waiting for the stream's earlier work",
-                             (unsigned long long)seq);
-    }
-  } else {
-    __atomic_store_n(gd_flag_word(f, s->slot, GRAPHD_FLAG_WORD_PASSED), seq, __ATOMIC_RELEASE);
+  if (!flag_call_ops(c, &fc, fc.cu ? FLAG_READY | FLAG_DONE | FLAG_PASSED : FLAG_PASSED)) {
+    /* The daemon's stream must not wait for a ready write that never
+     * comes, nor the watcher for a passed one: both from the host. The
+     * replay then runs unordered with the stream, which the error says. */
+    flag_store(&fc, GRAPHD_FLAG_WORD_READY);
+    flag_store(&fc, GRAPHD_FLAG_WORD_PASSED);
+    st = gd_client_set_err(c, GRAPHD_INTERNAL,
+                           "cannot enqueue the flag operations on the stream; replay seq "
+                           "%llu ran without waiting for the stream's earlier work",
+                           (unsigned long long)fc.seq);
   }
   gd_order_end(c);
-  if (st == GRAPHD_OK && seq_out) *seq_out = seq;
+  if (st == GRAPHD_OK && seq_out) *seq_out = fc.seq;
   return st;
 }
 
@@ -489,14 +555,7 @@ graphd_status graphd_replay_async(graphd_client *c, graphd_stream *s, const uint
   GD_OWNED(c);
   graphd_status st;
   pthread_mutex_lock(&c->lock);
-  if (!s || s->c != c || !c->flags) {
-    st = gd_client_set_err(c, GRAPHD_INVALID_ARGUMENT, "the stream does not belong to this handle");
-    goto exit;
-  }
-  if (atomic_load(&c->dead) && c->reconnect_ms > 0 && (st = c->reconnect(c)) != GRAPHD_OK)
-    goto exit;
-  gd_ring_reap(c);
-  if ((st = gd_ring_take_error(c)) != GRAPHD_OK) goto exit;
+  if ((st = replay_begin(c, s)) != GRAPHD_OK) goto exit;
   /* The ring outlives the daemon in our memory: nothing would read it. */
   if (atomic_load(&c->dead)) {
     st = gd_client_set_err(c, GRAPHD_UNAVAILABLE, "graphd went away; the replay was not sent");

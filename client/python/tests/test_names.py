@@ -20,7 +20,7 @@ BUILTINS = frozenset(n for n in dir(builtins) if not n.startswith("_"))
 
 # (module, function, parameter): why the name stays.
 ALLOWED = {
-    ("graphd.warp", "clear_jax_callable_graph_cache", "callable"):
+    ("graphd.warp._install", "clear_jax_callable_graph_cache", "callable"):
         "Warp's keyword: install() puts this function in place of Warp's, whose callers pass callable=",
     ("graphd.client", "Client.evict", "all"):
         "the selector graphd_evict_options.all (graphctl evict --all), passed as all=True",

@@ -39,6 +39,7 @@ ARCH = 90
 
 if HAVE_WARP:
     import graphd.warp as gw
+    from graphd.warp import _captures as gw_captures  # where a dropped program is evicted
     from graphd.warp._core import FuncSpec, Function
 
     @wp.struct
@@ -1244,8 +1245,8 @@ class JaxTest(unittest.TestCase):
         # its oldest graph. clear() (Warp's clear_jax_callable_graph_cache)
         # evicts them all.
         evicted = []
-        orig = gw.evict_captures
-        gw.evict_captures = lambda ids, socket=None: evicted.extend(ids)
+        orig = gw_captures.evict_captures
+        gw_captures.evict_captures = lambda ids, socket=None: evicted.extend(ids)
         try:
             f = gw.jax_callable(scale_fn, num_outputs=1, device=90, graph_cache_max=2, mode="direct")
             ids = []
@@ -1265,7 +1266,7 @@ class JaxTest(unittest.TestCase):
             wp.clear_jax_callable_graph_cache(f)
             self.assertEqual((f.graph_cache_size, evicted), (0, ids + [ids[0]]))
         finally:
-            gw.evict_captures = orig
+            gw_captures.evict_captures = orig
 
     def test_replays_after_clearing_count_again(self):
         # A compiled call replays without passing through Python; after
@@ -1276,8 +1277,8 @@ class JaxTest(unittest.TestCase):
         # graph it captures again. Replays before the clearing do not count.
         from graphd import jax as gj
         evicted, replays = [], {}
-        orig_evict, orig_last = gw.evict_captures, gj.last_replays
-        gw.evict_captures = lambda ids, socket=None: evicted.extend(ids)
+        orig_evict, orig_last = gw_captures.evict_captures, gj.last_replays
+        gw_captures.evict_captures = lambda ids, socket=None: evicted.extend(ids)
         gj.last_replays = lambda ids: [replays.get(i, 0) for i in ids]
         try:
             f = gw.jax_callable(scale_fn, num_outputs=1, device=90, graph_cache_max=2, mode="direct",
@@ -1294,7 +1295,7 @@ class JaxTest(unittest.TestCase):
             self.assertEqual((f.graph_cache_size, list(f.captures)), (2, [c, b]))
             self.assertEqual(evicted[-1], a)
         finally:
-            gw.evict_captures, gj.last_replays = orig_evict, orig_last
+            gw_captures.evict_captures, gj.last_replays = orig_evict, orig_last
 
     def test_graph_cache_counts_gpu_lowerings_only(self):
         # A call lowered for the CPU is Warp's own: its program, traced in
@@ -1456,12 +1457,12 @@ class JaxTest(unittest.TestCase):
             g = gw.jax_callable(scale_fn, num_outputs=1, device=90, mode="staged")
             (c,) = custom_calls(self.lower(g, jnp.zeros(7, jnp.float32)))
             self.assertEqual(list(g.captures), [c[0]])
-            evicted, evict = [], gw.evict_captures
-            gw.evict_captures = lambda ids, socket=None: evicted.extend(ids)
+            evicted, evict = [], gw_captures.evict_captures
+            gw_captures.evict_captures = lambda ids, socket=None: evicted.extend(ids)
             try:
                 warp.clear_jax_callable_graph_cache()
             finally:
-                gw.evict_captures = evict
+                gw_captures.evict_captures = evict
             self.assertEqual(g.graph_cache_size, 0)
             self.assertIn(c[0], evicted)
         finally:
