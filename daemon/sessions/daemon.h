@@ -37,22 +37,11 @@ enum gd_control_shared { GD_CONTROL_STATUS = 0, GD_CONTROL_LIST = 1, GD_CONTROL_
 
 /* Counters per device kept by the loop thread. */
 typedef struct gd_device_counters {
-  uint64_t sessions;
-  uint64_t regions;
-  uint64_t region_bytes;
-  uint64_t captures;
-  uint64_t replays;
-  uint64_t errors;
-  uint64_t recaptures;
-  uint64_t inflight;
-  uint64_t captures_built;
-  uint64_t staging_bytes;
-  uint64_t evictions;
-  uint64_t worker_replay_ns; /* the workers' time in the replay path (gd_replay_tally) */
-  uint64_t worker_replays;
-  uint64_t worker_launch_ns; /* of worker_replay_ns, in the driver's graph launches */
-  uint64_t gpu_replay_ns;    /* the GPU time of the sampled replays (gd_replay_tally) */
-  uint64_t gpu_replays;
+  /* A field for each counter of device_counters.def that the loop holds
+   * (source TALLY or KEPT), by the counter's name; Status reads the others
+   * (READ) when it answers (device_info.c). */
+#define GRAPHD_DEVICE_COUNTER(name, field, kind, unit, source, ...) GD_HELD_##source(name)
+#include "graphd/device_counters.def"
   gd_hist replay_latency; /* request read to reply, successful replays (ns) */
   /* Status and ListCaptures ask each worker with one job of each kind
    * that has not started, whoever asks: a worker in a long job, or wedged,
@@ -72,21 +61,17 @@ static inline void gd_counters_evicted(gd_device_counters *c, uint64_t n, uint64
   c->evictions += n;
 }
 
-/* Adds what replays did (the ring's, or one Replay's) to the counters. */
+/* Adds what replays did (the ring's, or one Replay's) to the counters:
+ * each counter of the list that replays count, then the captures they
+ * built and their staging, and what the budget evicted. */
 static inline void gd_counters_add_tally(gd_device_counters *c, const gd_replay_tally *t) {
-  c->replays += t->replays;
-  c->errors += t->errors;
+#define GRAPHD_DEVICE_COUNTER(name, field, kind, unit, source, ...) GD_ADD_##source(c, t, name)
+#include "graphd/device_counters.def"
   c->captures += t->captures;
   c->captures_built += t->captures;
-  c->recaptures += t->recaptures;
   c->staging_bytes += t->staging_bytes;
   c->staging_bytes -= t->trimmed_bytes;
   gd_counters_evicted(c, t->evicted, t->evicted_bytes);
-  c->worker_replay_ns += t->worker_ns;
-  c->worker_replays += t->worker_replays;
-  c->worker_launch_ns += t->launch_ns;
-  c->gpu_replay_ns += t->gpu_ns;
-  c->gpu_replays += t->gpu_replays;
 }
 
 /* graphd's exit status after a device faulted and could not be reset in
