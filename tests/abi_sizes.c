@@ -89,6 +89,14 @@ int main(void) {
   OFF(graphd_device_record, graphs);
   OFF(graphd_device_record, worker_busy_ns);
   OFF(graphd_device_record, worker_clock_ns);
+  SIZE(graphd_metric_info);
+  OFF(graphd_metric_info, field);
+  OFF(graphd_metric_info, offset);
+  OFF(graphd_metric_info, kind);
+  OFF(graphd_metric_info, unit);
+  OFF(graphd_metric_info, prometheus);
+  OFF(graphd_metric_info, prometheus_own);
+  OFF(graphd_metric_info, help);
   SIZE(graphd_capture_record);
   OFF(graphd_capture_record, instances);
   OFF(graphd_capture_record, info);

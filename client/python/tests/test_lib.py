@@ -328,7 +328,11 @@ class AbiTest(unittest.TestCase):
         for line in out.splitlines():
             name, what, n = line.split()
             n = int(n)
-            if what == "size":
+            if what == "size" and name == "graphd_device_record":
+                # Room for the counters a later library appends, read by
+                # their offsets (_lib.record_metrics).
+                self.assertGreaterEqual(ctypes_sizeof(_lib.STRUCTS[name]), n, name)
+            elif what == "size":
                 self.assertEqual(ctypes_sizeof(_lib.STRUCTS[name]), n, name)
             else:
                 sname, field = name.split(".")

@@ -1,0 +1,94 @@
+/* The counters Status reports, end to end on the host backend: every
+ * device counter of the list (graphd/device_counters.def) reaches
+ * libgraphd's graphd_device_record at the place graphd_device_metric
+ * gives, and a record filled with fewer bytes reads 0 past them. */
+#define _GNU_SOURCE
+#include <check.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+static gd_test_daemon d;
+
+static void setup(void) { td_start(&d, "--host-devices", "2", NULL); }
+
+static void teardown(void) {
+  if (d.pid > 0) ck_assert_int_eq(td_stop(&d), 0);
+  td_cleanup(&d);
+}
+
+/* Device dev's whole record, filled with `size` bytes of it. */
+static graphd_device_record record(graphd_client *ctl, uint32_t dev, size_t size) {
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  graphd_device_record r;
+  ck_assert_int_eq(graphd_daemon_status_device(st, dev, &r, size), GRAPHD_OK);
+  graphd_daemon_status_free(st);
+  return r;
+}
+
+static const graphd_metric_info *metric(const char *name) {
+  const graphd_metric_info *m;
+  for (uint32_t i = 0; (m = graphd_device_metric(i)); i++)
+    if (strcmp(m->name, name) == 0) return m;
+  ck_abort_msg("no device counter %s", name);
+  return NULL;
+}
+
+START_TEST(test_counters_every_device_counter_is_read_at_its_offset) {
+  graphd_client *data = td_data(&d, 1);
+  graphd_client *ctl = td_control(&d);
+  graphd_device_record r = record(ctl, 1, sizeof r);
+  ck_assert_uint_eq(r.size, sizeof r);
+  /* The list: names and field numbers once each, every place inside the
+   * record, its kind and unit among the known. */
+  uint32_t n = 0;
+  const graphd_metric_info *m;
+  for (; (m = graphd_device_metric(n)); n++) {
+    ck_assert_uint_le(m->offset + sizeof(uint64_t), sizeof r);
+    ck_assert_msg(strcmp(m->kind, "counter") == 0 || strcmp(m->kind, "gauge") == 0, "%s", m->name);
+    ck_assert_msg(strcmp(m->unit, "ns") == 0 || strcmp(m->unit, "bytes") == 0 ||
+                      strcmp(m->unit, "count") == 0,
+                  "%s", m->name);
+    ck_assert_msg(m->help[0] != '\0', "%s", m->name);
+    ck_assert_msg(!m->prometheus_own || m->prometheus[0] != '\0', "%s", m->name);
+    for (uint32_t k = 0; k < n; k++) {
+      ck_assert_str_ne(graphd_device_metric(k)->name, m->name);
+      ck_assert_uint_ne(graphd_device_metric(k)->field, m->field);
+      ck_assert_uint_ne(graphd_device_metric(k)->offset, m->offset);
+    }
+  }
+  ck_assert_uint_ge(n, 26);
+  /* Each read where graphd.h names it. */
+  ck_assert_uint_eq(graphd_device_record_value(&r, metric("sessions")), 1);
+  ck_assert_uint_eq(r.info.counters.sessions, 1);
+  ck_assert_uint_gt(r.worker_clock_ns, 0);
+  ck_assert_uint_eq(graphd_device_record_value(&r, metric("worker_clock_ns")), r.worker_clock_ns);
+  ck_assert_uint_eq(graphd_device_record_value(&r, metric("worker_busy_ns")), r.worker_busy_ns);
+  ck_assert_uint_eq(graphd_device_record_value(&r, metric("worker_launch_ns")), r.launch_ns);
+  ck_assert_uint_eq(graphd_device_record_value(&r, metric("worker_replays")), r.work.replays);
+  ck_assert_uint_eq(graphd_device_record_value(&r, metric("replay_latency_count")),
+                    r.replay_latency.count);
+  /* A record of an older size holds no counter past it. */
+  size_t older = offsetof(graphd_device_record, worker_busy_ns);
+  graphd_device_record o = record(ctl, 1, older);
+  ck_assert_uint_eq(o.size, older);
+  ck_assert_uint_eq(graphd_device_record_value(&o, metric("worker_clock_ns")), 0);
+  ck_assert_uint_eq(graphd_device_record_value(&o, metric("sessions")), 1);
+  graphd_close(ctl);
+  graphd_close(data);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("counters");
+  TCase *tc = tcase_create("status");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_counters_every_device_counter_is_read_at_its_offset);
+  suite_add_tcase(s, tc);
+  return td_run_suite(s);
+}
