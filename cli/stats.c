@@ -31,34 +31,18 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
     json_object_object_add(j, "uuid", json_object_new_string(d->uuid_str));
     json_object_object_add(j, "state", json_object_new_string(d->state));
     add_u64(j, "figures_age_ms", s->figures_age_ms[i]);
-    add_u64(j, "captures", c->captures);
-    graphd_device_record r;
-    if (graphd_daemon_status_device(s, i, &r, sizeof r) != GRAPHD_OK) memset(&r, 0, sizeof r);
-    add_u64(j, "instances", r.instances);
-    add_u64(j, "graphs", r.graphs);
-    add_u64(j, "staging_bytes", c->staging_bytes);
-    add_u64(j, "replays", c->replays);
-    add_u64(j, "inflight", c->inflight);
     json_object *lat = json_object_new_object();
     add_u64(lat, "p50", c->replay_p50_ns);
     add_u64(lat, "p90", c->replay_p90_ns);
     add_u64(lat, "p99", c->replay_p99_ns);
     add_u64(lat, "max", c->replay_max_ns);
     json_object_object_add(j, "replay_latency_ns", lat);
-    add_u64(j, "worker_replay_ns", s->work[i].replay_ns);
-    add_u64(j, "worker_replays", s->work[i].replays);
-    add_u64(j, "worker_launch_ns", s->launch_ns[i]);
-    add_u64(j, "gpu_replay_ns", s->work[i].gpu_ns);
-    add_u64(j, "gpu_replays", s->work[i].gpu_replays);
-    add_u64(j, "worker_busy_ns", r.worker_busy_ns);
-    add_u64(j, "worker_clock_ns", r.worker_clock_ns);
-    add_u64(j, "captures_built", c->captures_built);
-    add_u64(j, "recaptures", c->recaptures);
-    add_u64(j, "evictions", c->evictions);
-    add_u64(j, "errors", c->errors);
-    add_u64(j, "sessions", c->sessions);
-    add_u64(j, "regions", c->regions);
-    add_u64(j, "region_bytes", c->region_bytes);
+    /* Every device counter of the list, under its name on the wire. */
+    graphd_device_record r;
+    if (graphd_daemon_status_device(s, i, &r, sizeof r) != GRAPHD_OK) memset(&r, 0, sizeof r);
+    const graphd_metric_info *m;
+    for (uint32_t k = 0; (m = graphd_device_metric(k)); k++)
+      add_u64(j, m->name, graphd_device_record_value(&r, m));
     json_object_array_add(devs, j);
   }
   json_object_object_add(o, "devices", devs);

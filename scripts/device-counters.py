@@ -10,10 +10,14 @@ against what must follow it outside the C code:
   (graphd_ first, a counter's ending in _total, seconds and bytes named);
 - docs/operator.md: the table between its "device counters" markers is the
   one this script writes from the list;
+- docs/schemas/graphctl-stats.schema.json: a device's properties hold one
+  integer per entry, described by its help, beside the keys graphctl
+  writes itself (HAND_KEYS), and require them all.
 
 Usage: scripts/device-counters.py [check | write] [--root DIR]
   check   prints each disagreement and exits 1; exits 0 when there is none
-  write   rewrites the operator guide's table from the list, then checks
+  write   rewrites the operator guide's table and the schema from the
+          list, then checks
 --root names the tree (default: this script's). Standard library only."""
 import json
 import os
@@ -23,7 +27,8 @@ import sys
 DEF = "proto/include/graphd/device_counters.def"
 PROTO = "proto/graphd.proto"
 GUIDE = "docs/operator.md"
-FILES = [DEF, PROTO, GUIDE]
+SCHEMA = "docs/schemas/graphctl-stats.schema.json"
+FILES = [DEF, PROTO, GUIDE, SCHEMA]
 
 COLUMNS = ["name", "field", "kind", "unit", "source", "place", "path", "form", "prometheus",
            "help"]
@@ -31,6 +36,10 @@ TOKENS = {"kind": {"COUNTER", "GAUGE"}, "unit": {"NS", "BYTES", "COUNT"},
           "source": {"TALLY", "KEPT", "READ"}, "place": {"OLD", "TAIL"},
           "form": {"LINE", "PART", "NONE"}}
 UNIT_WORD = {"NS": "ns", "BYTES": "bytes", "COUNT": "count"}
+
+# A device's keys in graphctl stats --json that are not counters of the
+# list: graphctl writes them itself.
+HAND_KEYS = ["device", "uuid", "state", "figures_age_ms", "replay_latency_ns"]
 
 BEGIN = "<!-- device counters: written by scripts/device-counters.py from device_counters.def -->"
 END = "<!-- end of device counters -->"
@@ -186,6 +195,19 @@ def guide_with_table(text, entries):
     return text[:b + len(BEGIN)] + "\n" + guide_table(entries) + "\n" + text[e:]
 
 
+def schema_with_counters(text, entries):
+    s = json.loads(text)
+    item = s["properties"]["devices"]["items"]
+    props = item["properties"]
+    new = {k: props[k] for k in HAND_KEYS if k in props}
+    for e in entries:
+        unit = {"NS": " In nanoseconds.", "BYTES": " In bytes."}.get(e["unit"], "")
+        new[e["name"]] = {"type": "integer", "minimum": 0, "description": e["help"] + unit}
+    item["properties"] = new
+    item["required"] = [k for k in HAND_KEYS if k in props] + [e["name"] for e in entries]
+    return json.dumps(s, indent=2, ensure_ascii=False) + "\n"
+
+
 def check(root):
     entries = parse_list(read(root, DEF))
     bad = check_entries(entries) + check_proto(entries, proto_fields(read(root, PROTO)))
@@ -196,12 +218,16 @@ def check(root):
                        "(scripts/device-counters.py write)")
     except ValueError as err:
         bad.append(str(err))
+    schema = read(root, SCHEMA)
+    if schema_with_counters(schema, entries) != schema:
+        bad.append(f"{SCHEMA}: a device's counters are not the list's "
+                   "(scripts/device-counters.py write)")
     return bad
 
 
 def write(root):
     entries = parse_list(read(root, DEF))
-    for rel, make in ((GUIDE, guide_with_table),):
+    for rel, make in ((GUIDE, guide_with_table), (SCHEMA, schema_with_counters)):
         old = read(root, rel)
         new = make(old, entries)
         if new != old:
@@ -230,7 +256,7 @@ def main(argv):
         print(f"device-counters: {b}")
     if not bad:
         print(f"device-counters: {len(parse_list(read(root, DEF)))} counters agree with "
-              f"{PROTO} and {GUIDE}")
+              f"{PROTO}, {GUIDE} and {SCHEMA}")
     return 1 if bad else 0
 
 

@@ -1,7 +1,7 @@
 """scripts/device-counters.py: the per-device counters' list
 (proto/include/graphd/device_counters.def) agrees with DeviceCounters in
-proto/graphd.proto (names, field numbers, uint64) and with the tables
-written from it; and the check finds the drifts it is there for, planted
+proto/graphd.proto (names, field numbers, uint64) and with the operator
+guide's table and graphctl stats' JSON schema, both written from it; and the check finds the drifts it is there for, planted
 in a copy of the tree. Standard library only.
 Usage: test_device_counters.py SOURCE_DIR"""
 
@@ -77,6 +77,10 @@ class DeviceCountersTest(unittest.TestCase):
     def test_a_stale_table_is_named(self):
         self.edit(dc.GUIDE, "| `replays` | 5 |", "| `replays` | 6 |")
         self.fails_with("the device counters' table is not the list's")
+
+    def test_a_stale_schema_is_named(self):
+        self.edit(dc.SCHEMA, '"replays": {', '"replays_run": {')
+        self.fails_with("a device's counters are not the list's")
 
     def test_prometheus_names_follow_the_rules(self):
         self.edit(dc.DEF, '"graphd_replays_total"', '"graphd_replays"')

@@ -100,6 +100,13 @@ class HostDaemonTest(unittest.TestCase):
         w = st["devices"][0]["work"]
         self.assertGreater(w["busy_ns"], 0)
         self.assertLessEqual(w["busy_ns"], w["clock_ns"])
+        # Every counter of the list by its name, the same figures.
+        m = st["devices"][0]["metrics"]
+        self.assertEqual(list(m), [x["name"] for x in graphd._lib.device_metrics()])
+        self.assertEqual((m["captures"], m["replays"], m["errors"]), (1, replays, 0))
+        self.assertEqual((m["worker_busy_ns"], m["worker_clock_ns"]), (w["busy_ns"], w["clock_ns"]))
+        self.assertEqual(m["worker_replays"], w["replays"])
+        self.assertEqual(m["replay_latency_count"], replays)
         later = self.ctl.status(wait=False)["devices"][0]["work"]
         self.assertGreater(later["clock_ns"], w["clock_ns"])
         self.assertGreaterEqual(later["busy_ns"], w["busy_ns"])
