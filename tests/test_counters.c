@@ -1,15 +1,21 @@
 /* The counters Status reports, end to end on the host backend: every
  * device counter of the list (graphd/device_counters.def) reaches
  * libgraphd's graphd_device_record at the place graphd_device_metric
- * gives, and a record filled with fewer bytes reads 0 past them. */
+ * gives, and a record filled with fewer bytes reads 0 past them; the
+ * replays a ring carried are counted apart from those of Replay
+ * requests. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
+#include "program3.h"
+
+#define N 256u
 
 static gd_test_daemon d;
 
@@ -83,12 +89,59 @@ START_TEST(test_counters_every_device_counter_is_read_at_its_offset) {
 }
 END_TEST
 
+/* Device dev's record once its ring_replays reaches want (the ring's
+ * tally reaches the loop just after the entries ran), or after 5 s. */
+static graphd_device_record record_when(graphd_client *ctl, uint32_t dev, uint64_t want) {
+  graphd_device_record r;
+  double deadline = td_now_s() + 5;
+  do r = record(ctl, dev, sizeof r);
+  while (r.ring_replays < want && td_now_s() < deadline && usleep(2000) == 0);
+  return r;
+}
+
+START_TEST(test_counters_ring_replays_are_counted_apart) {
+  graphd_client *c = td_data(&d, 1);
+  size_t plen;
+  uint8_t *plugin = td_read_file(HOST_KERNELS_SO, &plen);
+  uint8_t mod[32], pid[32];
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plen, mod), GRAPHD_OK);
+  free(plugin);
+  ck_assert_int_eq(program3_register(c, mod, GRAPHD_MODE_STAGED, N, pid), GRAPHD_OK);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  float *x, *cc, *y;
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&x), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&cc), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&y), GRAPHD_OK);
+  graphd_binding bd[3] = {{0, (uint64_t)(uintptr_t)x, N * 4},
+                          {3, (uint64_t)(uintptr_t)y, N * 4},
+                          {1, (uint64_t)(uintptr_t)cc, N * 4}};
+  /* Three through the socket, five through the ring. */
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(graphd_replay(c, s, pid, bd, 3, NULL), GRAPHD_OK);
+  uint64_t last = 0;
+  for (int i = 0; i < 5; i++)
+    ck_assert_int_eq(graphd_replay_async(c, s, pid, bd, 3, &last), GRAPHD_OK);
+  ck_assert_int_eq(graphd_stream_wait(s, last, -1), GRAPHD_OK);
+  graphd_client *ctl = td_control(&d);
+  graphd_device_record r = record_when(ctl, 1, 5);
+  ck_assert_uint_eq(r.ring_replays, 5);
+  ck_assert_uint_eq(r.work.replays, 8);
+  ck_assert_uint_eq(r.info.counters.replays, 8);
+  /* The other device took none. */
+  ck_assert_uint_eq(record(ctl, 0, sizeof r).ring_replays, 0);
+  graphd_close(ctl);
+  graphd_stream_detach(s);
+  graphd_close(c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("counters");
   TCase *tc = tcase_create("status");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_counters_every_device_counter_is_read_at_its_offset);
+  tcase_add_test(tc, test_counters_ring_replays_are_counted_apart);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }
