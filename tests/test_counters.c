@@ -3,9 +3,13 @@
  * libgraphd's graphd_device_record at the place graphd_device_metric
  * gives, and a record filled with fewer bytes reads 0 past them; the
  * replays a ring carried are counted apart from those of Replay
- * requests. */
+ * requests. And each kind of request has its row of counters (the
+ * router's): its calls, those answered with a status other than OK
+ * (refused by the table, by the handler, or by the worker that answered
+ * itself), and the loop's time in the handler. */
 #define _GNU_SOURCE
 #include <check.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +139,102 @@ START_TEST(test_counters_ring_replays_are_counted_apart) {
 }
 END_TEST
 
+/* A kind of request's counters, as a Status on the raw control session fd
+ * reports them. */
+typedef struct row {
+  uint64_t calls, errors, handler_ns;
+} row;
+
+static row request_row(int fd, const char *name) {
+  static uint64_t id = 100;
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__StatusRequest sreq = GRAPHD__WIRE__STATUS_REQUEST__INIT;
+  req.request_id = ++id;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_STATUS;
+  req.status = &sreq;
+  td_raw_send_request(fd, &req, NULL, 0);
+  Graphd__Wire__Reply *r = td_raw_recv(fd, 5000);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_int_eq(r->body_case, GRAPHD__WIRE__REPLY__BODY_STATUS);
+  row out = {0};
+  size_t found = 0;
+  for (size_t i = 0; i < r->status->n_requests; i++) {
+    const Graphd__Wire__RequestCounters *c = r->status->requests[i];
+    if (strcmp(c->request, name) != 0) continue;
+    out = (row){c->calls, c->errors, c->handler_ns};
+    found++;
+  }
+  ck_assert_msg(found == 1, "%zu rows named %s", found, name);
+  graphd__wire__reply__free_unpacked(r, NULL);
+  return out;
+}
+
+START_TEST(test_counters_each_request_kind_counts_calls_errors_and_time) {
+  int raw = td_raw_connect(&d);
+  td_raw_hello(raw);
+  graphd_client *ctl = td_control(&d);
+  /* Pings that are answered: calls, no errors, some time in the handler. */
+  row p0 = request_row(raw, "Ping");
+  for (int i = 0; i < 7; i++) ck_assert_int_eq(graphd_ping(ctl, "x", 1), GRAPHD_OK);
+  row p1 = request_row(raw, "Ping");
+  ck_assert_uint_eq(p1.calls - p0.calls, 7);
+  ck_assert_uint_eq(p1.errors, p0.errors);
+  ck_assert_uint_gt(p1.handler_ns, p0.handler_ns);
+  /* A Ping the table refuses (it takes no fds): a call and an error. */
+  Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
+  Graphd__Wire__Ping ping = GRAPHD__WIRE__PING__INIT;
+  req.request_id = 7;
+  req.body_case = GRAPHD__WIRE__REQUEST__BODY_PING;
+  req.ping = &ping;
+  req.nfds = 1;
+  int devnull = open("/dev/null", O_RDONLY);
+  td_raw_send_request(raw, &req, &devnull, 1);
+  close(devnull);
+  td_expect_reply(td_raw_recv(raw, 5000), GRAPHD_INVALID_ARGUMENT, "takes no file descriptors");
+  row p2 = request_row(raw, "Ping");
+  ck_assert_uint_eq(p2.calls - p1.calls, 1);
+  ck_assert_uint_eq(p2.errors - p1.errors, 1);
+  /* Status counts itself, one call per ask. */
+  row s0 = request_row(raw, "Status"), s1 = request_row(raw, "Status");
+  ck_assert_uint_eq(s1.calls - s0.calls, 1);
+  ck_assert_uint_eq(s1.errors, 0);
+  /* A Replay the worker refuses and answers itself (a binding a byte too
+   * short), and one the handler refuses (no such program). */
+  row r0 = request_row(raw, "Replay");
+  graphd_client *c = td_data(&d, 0);
+  size_t plen;
+  uint8_t *plugin = td_read_file(HOST_KERNELS_SO, &plen);
+  uint8_t mod[32], pid[32], none[32] = {1};
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plen, mod), GRAPHD_OK);
+  free(plugin);
+  ck_assert_int_eq(program3_register(c, mod, GRAPHD_MODE_STAGED, N, pid), GRAPHD_OK);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  float *x, *cc, *y;
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&x), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&cc), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&y), GRAPHD_OK);
+  graphd_binding bd[3] = {{0, (uint64_t)(uintptr_t)x, N * 4},
+                          {3, (uint64_t)(uintptr_t)y, N * 4},
+                          {1, (uint64_t)(uintptr_t)cc, N * 4}};
+  ck_assert_int_eq(graphd_replay(c, s, pid, bd, 3, NULL), GRAPHD_OK);
+  bd[1].bytes = N * 4 - 1;
+  ck_assert_int_eq(graphd_replay(c, s, pid, bd, 3, NULL), GRAPHD_INVALID_ARGUMENT);
+  bd[1].bytes = N * 4;
+  ck_assert_int_eq(graphd_replay(c, s, none, bd, 3, NULL), GRAPHD_NOT_FOUND);
+  ck_assert_int_eq(graphd_replay(c, s, pid, bd, 3, NULL), GRAPHD_OK);
+  row r1 = request_row(raw, "Replay");
+  ck_assert_uint_eq(r1.calls - r0.calls, 4);
+  ck_assert_uint_eq(r1.errors - r0.errors, 2);
+  /* Every row of the table is there, those never called too. */
+  ck_assert_uint_eq(request_row(raw, "UnregisterRegion").calls, 0);
+  graphd_stream_detach(s);
+  graphd_close(c);
+  graphd_close(ctl);
+  close(raw);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("counters");
   TCase *tc = tcase_create("status");
@@ -142,6 +242,7 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_counters_every_device_counter_is_read_at_its_offset);
   tcase_add_test(tc, test_counters_ring_replays_are_counted_apart);
+  tcase_add_test(tc, test_counters_each_request_kind_counts_calls_errors_and_time);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }

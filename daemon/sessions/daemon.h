@@ -74,6 +74,18 @@ static inline void gd_counters_add_tally(gd_device_counters *c, const gd_replay_
   gd_counters_evicted(c, t->evicted, t->evicted_bytes);
 }
 
+/* What the router counts of each kind of request, a row of its table
+ * each (router.c), as redis counts its commands. Loop thread. */
+typedef struct gd_request_counters {
+  const char *name;    /* the request's name ("Ping"), from the router's table */
+  uint64_t calls;      /* read and routed, those the table refused among them */
+  uint64_t errors;     /* of them, answered with a status other than OK */
+  uint64_t handler_ns; /* the loop thread's time in their handler */
+} gd_request_counters;
+
+/* Rows of the request table the counters have room for. */
+#define GD_REQUEST_KINDS_MAX 32
+
 /* graphd's exit status after a device faulted and could not be reset in
  * this process: the service manager restarts it. */
 #define GD_EXIT_FAULT 3
@@ -90,6 +102,8 @@ typedef struct gd_daemon {
   gd_registry reg;               /* modules and programs */
   gd_allowlist host_allow;       /* host modules non-admins may register */
   gd_session_set sessions;
+  gd_request_counters requests[GD_REQUEST_KINDS_MAX]; /* per kind of request (router_attach) */
+  uint32_t nrequest_kinds;                            /* the rows of requests in use */
   /* Client memory graphd has mapped, or is mapping: regions, flag pages
    * and rings, one mapping each (data_session.c), within max_host_maps (from
    * the kernel's vm.max_map_count, kernel_max_maps; 0: no bound); and per
