@@ -97,6 +97,11 @@ int main(void) {
   OFF(graphd_metric_info, prometheus);
   OFF(graphd_metric_info, prometheus_own);
   OFF(graphd_metric_info, help);
+  SIZE(graphd_request_record);
+  OFF(graphd_request_record, request);
+  OFF(graphd_request_record, calls);
+  OFF(graphd_request_record, errors);
+  OFF(graphd_request_record, handler_ns);
   SIZE(graphd_capture_record);
   OFF(graphd_capture_record, instances);
   OFF(graphd_capture_record, info);

@@ -235,6 +235,48 @@ START_TEST(test_counters_each_request_kind_counts_calls_errors_and_time) {
 }
 END_TEST
 
+/* Kind `name`'s record from records of `size` bytes each. */
+static const graphd_request_record *find_record(const graphd_request_record *a, size_t n,
+                                                size_t size, const char *name) {
+  for (size_t i = 0; i < n; i++) {
+    const graphd_request_record *r = (const void *)((const char *)a + i * size);
+    if (strcmp(r->request, name) == 0) return r;
+  }
+  ck_abort_msg("no request record %s", name);
+  return NULL;
+}
+
+START_TEST(test_counters_request_records_come_sized) {
+  graphd_client *ctl = td_control(&d);
+  for (int i = 0; i < 3; i++) ck_assert_int_eq(graphd_ping(ctl, NULL, 0), GRAPHD_OK);
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  graphd_request_record *a;
+  size_t n;
+  ck_assert_int_eq(graphd_daemon_status_requests(st, sizeof *a, &a, &n), GRAPHD_OK);
+  ck_assert_uint_ge(n, 14); /* a row per request kind, Hello to Replay */
+  const graphd_request_record *ping = find_record(a, n, sizeof *a, "Ping");
+  ck_assert_uint_eq(ping->size, sizeof *a);
+  ck_assert_uint_eq(ping->calls, 3);
+  ck_assert_uint_eq(ping->errors, 0);
+  ck_assert_uint_gt(ping->handler_ns, 0);
+  ck_assert_uint_ge(find_record(a, n, sizeof *a, "Hello")->calls, 1);
+  ck_assert_uint_eq(find_record(a, n, sizeof *a, "Status")->calls, 1);
+  graphd_request_records_free(a);
+  /* Records of an older, shorter size: what fits, at that stride. */
+  size_t older = offsetof(graphd_request_record, errors);
+  ck_assert_int_eq(graphd_daemon_status_requests(st, older, &a, &n), GRAPHD_OK);
+  ping = find_record(a, n, older, "Ping");
+  ck_assert_uint_eq(ping->size, older);
+  ck_assert_uint_eq(ping->calls, 3);
+  graphd_request_records_free(a);
+  ck_assert_int_eq(graphd_daemon_status_requests(st, 4, &a, &n), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_ptr_null(a);
+  graphd_daemon_status_free(st);
+  graphd_close(ctl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("counters");
   TCase *tc = tcase_create("status");
@@ -243,6 +285,7 @@ int main(void) {
   tcase_add_test(tc, test_counters_every_device_counter_is_read_at_its_offset);
   tcase_add_test(tc, test_counters_ring_replays_are_counted_apart);
   tcase_add_test(tc, test_counters_each_request_kind_counts_calls_errors_and_time);
+  tcase_add_test(tc, test_counters_request_records_come_sized);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }

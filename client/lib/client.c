@@ -418,13 +418,6 @@ static void copy_latency(graphd_latency_histogram *h, const Graphd__Wire__Device
   h->nbounds = k;
 }
 
-/* A status as the library allocates it: what 0.1.0's callers see, then
- * every device's whole record (graphd_daemon_status_device). */
-typedef struct status_priv {
-  graphd_daemon_status pub;
-  graphd_device_record *rec; /* ndevices entries */
-} status_priv;
-
 static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_status **out) {
   GD_OWNED(c);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
@@ -442,7 +435,7 @@ static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_st
     goto exit;
   }
   Graphd__Wire__StatusReply *sr = rep->status;
-  status_priv *p = calloc(1, sizeof *p);
+  gd_status_priv *p = calloc(1, sizeof *p);
   graphd_daemon_status *s = p ? &p->pub : NULL;
   if (!s ||
       (sr->n_devices && (!(s->devices = calloc(sr->n_devices, sizeof *s->devices)) ||
@@ -480,8 +473,9 @@ static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_st
   s->modules = sr->modules;
   s->module_bytes = sr->module_bytes;
   s->programs = sr->programs;
-  if (sr->n_session_list &&
-      !(s->session_info = calloc(sr->n_session_list, sizeof *s->session_info))) {
+  if (gd_status_requests(p, sr) != GRAPHD_OK ||
+      (sr->n_session_list &&
+       !(s->session_info = calloc(sr->n_session_list, sizeof *s->session_info)))) {
     graphd_daemon_status_free(s);
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
@@ -508,13 +502,14 @@ exit:
 
 void graphd_daemon_status_free(graphd_daemon_status *s) {
   if (!s) return;
-  status_priv *p = (status_priv *)s; /* pub is its first member */
+  gd_status_priv *p = (gd_status_priv *)s; /* pub is its first member */
   free(s->session_info);
   free(s->devices);
   free(s->work);
   free(s->launch_ns);
   free(s->figures_age_ms);
   free(p->rec);
+  free(p->req);
   free(p);
 }
 
@@ -522,7 +517,7 @@ graphd_status graphd_daemon_status_device(const graphd_daemon_status *s, uint32_
                                           graphd_device_record *out, size_t size) {
   if (!s || !out || i >= s->ndevices || size < offsetof(graphd_device_record, info))
     return GRAPHD_INVALID_ARGUMENT;
-  const status_priv *p = (const status_priv *)s; /* pub is its first member */
+  const gd_status_priv *p = (const gd_status_priv *)s; /* pub is its first member */
   size_t n = size < sizeof p->rec[i] ? size : sizeof p->rec[i];
   memset(out, 0, size);
   memcpy(out, &p->rec[i], n);

@@ -346,6 +346,31 @@ GRAPHD_EXPORT uint64_t graphd_device_record_value(const graphd_device_record *r,
 GRAPHD_EXPORT graphd_status graphd_daemon_status_device(const graphd_daemon_status *s, uint32_t i,
                                                         graphd_device_record *out, size_t size);
 
+/* What the daemon counted of one kind of request since it started (a row
+ * of its request table), as a sized record (see "Growing the ABI"):
+ * `size` is the bytes the library filled. */
+typedef struct graphd_request_record {
+  uint32_t size;
+  char request[32];    /* the request's name: "Hello", "Ping", "Replay", ... */
+  uint64_t calls;      /* requests of this kind read, those the daemon refused among them */
+  uint64_t errors;     /* of them, answered with a status other than OK */
+  uint64_t handler_ns; /* the daemon's loop thread's time in their handler (not a worker's) */
+} graphd_request_record;
+
+/* The request counters of status s: *out is an array of *n records of
+ * `size` bytes each (the caller's sizeof(graphd_request_record), so that
+ * (*out)[i] is kind i), one per kind of request the daemon knows, each
+ * filled as graphd_daemon_status_device fills a device record. *n is 0
+ * and *out NULL from a daemon that does not report them. Free *out with
+ * graphd_request_records_free(). INVALID_ARGUMENT when size is smaller
+ * than the record's first two members. Thread-safe. */
+GRAPHD_EXPORT graphd_status graphd_daemon_status_requests(const graphd_daemon_status *s,
+                                                          size_t size, graphd_request_record **out,
+                                                          size_t *n);
+
+/* Frees an array from graphd_daemon_status_requests. NULL is a no-op. */
+GRAPHD_EXPORT void graphd_request_records_free(graphd_request_record *list);
+
 /* Asks the daemon for its status. A device whose worker is in a long job
  * is waited for up to 500 ms, then reported with state "busy" and its last
  * figures. On success *out must be released with

@@ -167,12 +167,18 @@ class graphd_metric_info(ctypes.Structure):
                 ("help", ctypes.c_char_p)]
 
 
+class graphd_request_record(ctypes.Structure):
+    _fields_ = [("size", _u32), ("request", ctypes.c_char * 32), ("calls", _u64),
+                ("errors", _u64), ("handler_ns", _u64)]
+
+
 # The structures whose layout the tests compare with C (tests/abi_sizes.c).
 STRUCTS = {c.__name__: c for c in (
     graphd_connect_options, graphd_device_counters, graphd_device_info, graphd_session_info,
     graphd_device_work, graphd_latency_histogram, graphd_daemon_status, graphd_region_ref,
     graphd_binding, graphd_replay_info, graphd_prepare_info, graphd_capture_info,
-    graphd_capture_record, graphd_evict_options, graphd_device_record, graphd_metric_info)}
+    graphd_capture_record, graphd_evict_options, graphd_device_record, graphd_metric_info,
+    graphd_request_record)}
 
 _P = ctypes.c_void_p
 _ID = ctypes.POINTER(_u8)  # uint8_t[32]
@@ -187,6 +193,10 @@ _PROTOS = {
                                            ctypes.POINTER(graphd_device_record), ctypes.c_size_t]),
     "graphd_capture_info_free": (None, [ctypes.POINTER(graphd_capture_info)]),
     "graphd_device_metric": (ctypes.POINTER(graphd_metric_info), [_u32]),
+    "graphd_daemon_status_requests": (_int, [ctypes.POINTER(graphd_daemon_status), ctypes.c_size_t,
+                                             ctypes.POINTER(ctypes.POINTER(graphd_request_record)),
+                                             ctypes.POINTER(ctypes.c_size_t)]),
+    "graphd_request_records_free": (None, [ctypes.POINTER(graphd_request_record)]),
     "graphd_status_name": (ctypes.c_char_p, [_int]),
     "graphd_strerror": (ctypes.c_char_p, [_int]),
     "graphd_connect_options_init": (None, [ctypes.POINTER(graphd_connect_options)]),
@@ -430,6 +440,23 @@ def record_metrics(r):
     raw = ctypes.string_at(ctypes.addressof(r), min(r.size, ctypes.sizeof(r)))
     return {m["name"]: _u64.from_buffer_copy(raw, m["offset"]).value
             for m in device_metrics() if m["offset"] + 8 <= len(raw)}
+
+
+def status_requests(p):
+    """The request counters of a status from libgraphd (a pointer to
+    graphd_daemon_status), as dicts of graphd_request_record's fields."""
+    l = lib()
+    recs = ctypes.POINTER(graphd_request_record)()
+    n = ctypes.c_size_t()
+    st = l.graphd_daemon_status_requests(p, ctypes.sizeof(graphd_request_record), ctypes.byref(recs),
+                                         ctypes.byref(n))
+    if st:
+        raise GraphdError(status_name(st), "graphd_daemon_status_requests failed")
+    try:
+        return [{k: v for k, v in struct_dict(recs[i]).items() if k != "size"}
+                for i in range(n.value)]
+    finally:
+        l.graphd_request_records_free(recs)
 
 
 def capture_info_free(ptr):

@@ -115,8 +115,18 @@ class SessionInfo(TypedDict):
     region_bytes: int
 
 
+class RequestCounters(TypedDict):
+    """graphd_request_record: what the daemon counted of one kind of
+    request since it started."""
+    request: str
+    calls: int
+    errors: int
+    handler_ns: int
+
+
 class DaemonStatus(TypedDict):
-    """Client.status(): the daemon, its devices and its sessions."""
+    """Client.status(): the daemon, its devices, its sessions and its
+    request counters."""
     version: str
     uptime_ms: int
     pid: int
@@ -126,6 +136,7 @@ class DaemonStatus(TypedDict):
     programs: int
     devices: List[DeviceStatus]
     session_info: List[SessionInfo]
+    requests: List[RequestCounters]
 
 
 class ReplayInfo(TypedDict):
@@ -175,5 +186,5 @@ class CaptureInfo(TypedDict):
 
 
 __all__ = ["Mode", "Role", "ModuleKind", "SessionKind", "VmapMethod", "DeviceCounters", "DeviceWork",
-           "DeviceInfo", "DeviceStatus", "SessionInfo", "DaemonStatus", "ReplayInfo", "PrepareInfo",
-           "RegionRef", "CaptureInfo"]
+           "DeviceInfo", "DeviceStatus", "SessionInfo", "RequestCounters", "DaemonStatus", "ReplayInfo",
+           "PrepareInfo", "RegionRef", "CaptureInfo"]

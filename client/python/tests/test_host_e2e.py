@@ -226,6 +226,29 @@ class HostDaemonTest(unittest.TestCase):
             self.c.register_program(enc, bytes(32))
         self.assertEqual(cm.exception.code, "INVALID_ARGUMENT")
 
+    def test_request_counters_move(self):
+        def row(name):
+            rows = [r for r in self.ctl.status()["requests"] if r["request"] == name]
+            self.assertEqual(len(rows), 1, name)
+            return rows[0]
+        before = row("Ping")
+        for _ in range(5):
+            self.ctl.ping(b"x")
+        after = row("Ping")
+        self.assertEqual(after["calls"] - before["calls"], 5)
+        self.assertEqual(after["errors"], before["errors"])
+        self.assertGreater(after["handler_ns"], before["handler_ns"])
+        # A Replay of a program the daemon does not know: a call, an error.
+        r0 = row("Replay")
+        stream = self.c.stream_attach()
+        x = self.c.host_alloc(4 * N)
+        with self.assertRaises(graphd.NotFound):
+            self.c.replay_bindings(stream, bytes(32), [(0, x, 4 * N)])
+        r1 = row("Replay")
+        self.assertEqual((r1["calls"] - r0["calls"], r1["errors"] - r0["errors"]), (1, 1))
+        stream.detach()
+        x.free()
+
     def test_errors_carry_the_status_and_the_daemons_message(self):
         s = self.c.stream_attach()
         buf = self.c.host_alloc(4 * N)
