@@ -1,5 +1,7 @@
 /* graphctl stats: per-device and per-client figures from one Status reply,
- * as text, JSON (json-c) or the Prometheus text exposition format. */
+ * as text, JSON (json-c) or the Prometheus text exposition format; with
+ * --requests, the daemon's counters per kind of request as text (JSON and
+ * Prometheus carry them always). */
 #define _GNU_SOURCE
 #include "stats.h"
 
@@ -15,6 +17,24 @@
 
 static void add_u64(json_object *o, const char *k, uint64_t v) {
   json_object_object_add(o, k, json_object_new_uint64(v));
+}
+
+/* The request counters: an object per kind of request. */
+static json_object *requests_json(const graphd_daemon_status *s) {
+  json_object *reqs = json_object_new_array();
+  graphd_request_record *a = NULL;
+  size_t n = 0;
+  if (graphd_daemon_status_requests(s, sizeof *a, &a, &n) != GRAPHD_OK) n = 0;
+  for (size_t i = 0; i < n; i++) {
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "request", json_object_new_string(a[i].request));
+    add_u64(j, "calls", a[i].calls);
+    add_u64(j, "errors", a[i].errors);
+    add_u64(j, "handler_ns", a[i].handler_ns);
+    json_object_array_add(reqs, j);
+  }
+  graphd_request_records_free(a);
+  return reqs;
 }
 
 static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
@@ -59,6 +79,7 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
     json_object_array_add(cls, j);
   }
   json_object_object_add(o, "clients", cls);
+  json_object_object_add(o, "requests", requests_json(s));
   printf("%s\n", json_object_to_json_string_ext(
                      o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
   json_object_put(o);
@@ -103,12 +124,30 @@ static void print_text(const graphd_daemon_status *s, const gd_client_row *cl, s
   if (!ncl) printf("(no clients)\n");
 }
 
+/* The request counters: per kind of request, its calls, errors, the
+ * daemon loop's time in its handler and that time's mean per call. */
+static void print_requests(const graphd_daemon_status *s) {
+  graphd_request_record *a = NULL;
+  size_t n = 0;
+  if (graphd_daemon_status_requests(s, sizeof *a, &a, &n) != GRAPHD_OK) n = 0;
+  printf("%-18s %12s %10s %12s %9s\n", "REQUEST", "CALLS", "ERRORS", "HANDLER ms", "MEAN us");
+  for (size_t i = 0; i < n; i++) {
+    char mean[32];
+    us(mean, sizeof mean, a[i].calls ? a[i].handler_ns / a[i].calls : 0);
+    printf("%-18.18s %12llu %10llu %12.3f %9s\n", a[i].request, (unsigned long long)a[i].calls,
+           (unsigned long long)a[i].errors, (double)a[i].handler_ns / 1e6, mean);
+  }
+  if (!n) printf("(the daemon does not count its requests)\n");
+  graphd_request_records_free(a);
+}
+
 int cmd_stats(graphd_client *c, int argc, char **argv) {
-  static const char *const switches[] = {"--json", "--prometheus"};
-  bool on[2];
-  if (cli_switches("stats", argc, argv, switches, on, 2) != EXIT_OK) return EXIT_USAGE;
-  bool json = on[0], prom = on[1];
-  if (json && prom) return cli_usage_error("stats: --json and --prometheus are exclusive");
+  static const char *const switches[] = {"--json", "--prometheus", "--requests"};
+  bool on[3];
+  if (cli_switches("stats", argc, argv, switches, on, 3) != EXIT_OK) return EXIT_USAGE;
+  bool json = on[0], prom = on[1], requests = on[2];
+  if (json + prom + requests > 1)
+    return cli_usage_error("stats: --json, --prometheus and --requests are exclusive");
   if (!c) return EXIT_OK;
   graphd_daemon_status *s;
   graphd_status st = graphd_get_status(c, &s);
@@ -117,6 +156,8 @@ int cmd_stats(graphd_client *c, int argc, char **argv) {
   size_t ncl = gd_client_rows(s, (uint32_t)getpid(), &cl);
   if (json)
     print_json(s, cl, ncl);
+  else if (requests)
+    print_requests(s);
   else if (prom)
     gd_prom_write(stdout, s, cl, ncl);
   else

@@ -224,6 +224,38 @@ static void latency_histogram(FILE *f, const graphd_daemon_status *s) {
   }
 }
 
+/* The request counters, a series per kind of request the daemon knows
+ * (none from a daemon that does not report them). */
+static void request_families(FILE *f, const graphd_daemon_status *s) {
+  static const struct {
+    const char *name, *help;
+  } fams[] = {
+      {"graphd_requests_total",
+       "Requests of each kind the daemon read, those it refused among them."},
+      {"graphd_request_errors_total",
+       "Requests of each kind answered with a status other than OK (refused by the request table, "
+       "the handler or the device's worker)."},
+      {"graphd_request_seconds_total",
+       "The daemon's loop thread's time in the handler of each kind of request (what the "
+       "handler hands to a worker or the thread pool not counted)."},
+  };
+  graphd_request_record *a = NULL;
+  size_t n = 0;
+  if (graphd_daemon_status_requests(s, sizeof *a, &a, &n) != GRAPHD_OK) n = 0;
+  for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++) {
+    family(f, fams[k].name, "counter", fams[k].help);
+    for (size_t i = 0; i < n; i++) {
+      fprintf(f, "%s{request=\"", fams[k].name);
+      label_value(f, a[i].request);
+      if (k == 2)
+        fprintf(f, "\"} %.9f\n", (double)a[i].handler_ns / 1e9);
+      else
+        fprintf(f, "\"} %llu\n", (unsigned long long)(k == 0 ? a[i].calls : a[i].errors));
+    }
+  }
+  graphd_request_records_free(a);
+}
+
 void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
   family(f, "graphd_build_info", "gauge", "1, labelled with the daemon's version.");
   fprintf(f, "graphd_build_info{version=\"");
@@ -273,6 +305,7 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
                "over the replays sampled: one in 16 per device, or one a millisecond when fewer "
                "come.",
                true);
+  request_families(f, s);
   static const char *const cnames[] = {"graphd_client_sessions", "graphd_client_regions",
                                        "graphd_client_region_bytes"};
   static const char *const chelp[] = {"Sessions the client process has open.",
