@@ -1,5 +1,7 @@
 /* graphctl stats: per-device and per-client figures from one Status reply,
- * as text, JSON (json-c) or the Prometheus text exposition format. */
+ * as text, JSON (json-c) or the Prometheus text exposition format; with
+ * --requests, the daemon's counters per kind of request as text (JSON and
+ * Prometheus carry them always). */
 #define _GNU_SOURCE
 #include "stats.h"
 
@@ -17,6 +19,24 @@ static void add_u64(json_object *o, const char *k, uint64_t v) {
   json_object_object_add(o, k, json_object_new_uint64(v));
 }
 
+/* The request counters: an object per kind of request. */
+static json_object *requests_json(const graphd_daemon_status *s) {
+  json_object *reqs = json_object_new_array();
+  graphd_request_record *a = NULL;
+  size_t n = 0;
+  if (graphd_daemon_status_requests(s, sizeof *a, &a, &n) != GRAPHD_OK) n = 0;
+  for (size_t i = 0; i < n; i++) {
+    json_object *j = json_object_new_object();
+    json_object_object_add(j, "request", json_object_new_string(a[i].request));
+    add_u64(j, "calls", a[i].calls);
+    add_u64(j, "errors", a[i].errors);
+    add_u64(j, "handler_ns", a[i].handler_ns);
+    json_object_array_add(reqs, j);
+  }
+  graphd_request_records_free(a);
+  return reqs;
+}
+
 static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
   json_object *o = json_object_new_object();
   add_u64(o, "uptime_ms", s->uptime_ms);
@@ -31,34 +51,18 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
     json_object_object_add(j, "uuid", json_object_new_string(d->uuid_str));
     json_object_object_add(j, "state", json_object_new_string(d->state));
     add_u64(j, "figures_age_ms", s->figures_age_ms[i]);
-    add_u64(j, "captures", c->captures);
-    graphd_device_record r;
-    if (graphd_daemon_status_device(s, i, &r, sizeof r) != GRAPHD_OK) memset(&r, 0, sizeof r);
-    add_u64(j, "instances", r.instances);
-    add_u64(j, "graphs", r.graphs);
-    add_u64(j, "staging_bytes", c->staging_bytes);
-    add_u64(j, "replays", c->replays);
-    add_u64(j, "inflight", c->inflight);
     json_object *lat = json_object_new_object();
     add_u64(lat, "p50", c->replay_p50_ns);
     add_u64(lat, "p90", c->replay_p90_ns);
     add_u64(lat, "p99", c->replay_p99_ns);
     add_u64(lat, "max", c->replay_max_ns);
     json_object_object_add(j, "replay_latency_ns", lat);
-    add_u64(j, "worker_replay_ns", s->work[i].replay_ns);
-    add_u64(j, "worker_replays", s->work[i].replays);
-    add_u64(j, "worker_launch_ns", s->launch_ns[i]);
-    add_u64(j, "gpu_replay_ns", s->work[i].gpu_ns);
-    add_u64(j, "gpu_replays", s->work[i].gpu_replays);
-    add_u64(j, "worker_busy_ns", r.worker_busy_ns);
-    add_u64(j, "worker_clock_ns", r.worker_clock_ns);
-    add_u64(j, "captures_built", c->captures_built);
-    add_u64(j, "recaptures", c->recaptures);
-    add_u64(j, "evictions", c->evictions);
-    add_u64(j, "errors", c->errors);
-    add_u64(j, "sessions", c->sessions);
-    add_u64(j, "regions", c->regions);
-    add_u64(j, "region_bytes", c->region_bytes);
+    /* Every device counter of the list, under its name on the wire. */
+    graphd_device_record r;
+    if (graphd_daemon_status_device(s, i, &r, sizeof r) != GRAPHD_OK) memset(&r, 0, sizeof r);
+    const graphd_metric_info *m;
+    for (uint32_t k = 0; (m = graphd_device_metric(k)); k++)
+      add_u64(j, m->name, graphd_device_record_value(&r, m));
     json_object_array_add(devs, j);
   }
   json_object_object_add(o, "devices", devs);
@@ -75,6 +79,7 @@ static void print_json(const graphd_daemon_status *s, const gd_client_row *cl, s
     json_object_array_add(cls, j);
   }
   json_object_object_add(o, "clients", cls);
+  json_object_object_add(o, "requests", requests_json(s));
   printf("%s\n", json_object_to_json_string_ext(
                      o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
   json_object_put(o);
@@ -119,12 +124,30 @@ static void print_text(const graphd_daemon_status *s, const gd_client_row *cl, s
   if (!ncl) printf("(no clients)\n");
 }
 
+/* The request counters: per kind of request, its calls, errors, the
+ * daemon loop's time in its handler and that time's mean per call. */
+static void print_requests(const graphd_daemon_status *s) {
+  graphd_request_record *a = NULL;
+  size_t n = 0;
+  if (graphd_daemon_status_requests(s, sizeof *a, &a, &n) != GRAPHD_OK) n = 0;
+  printf("%-18s %12s %10s %12s %9s\n", "REQUEST", "CALLS", "ERRORS", "HANDLER ms", "MEAN us");
+  for (size_t i = 0; i < n; i++) {
+    char mean[32];
+    us(mean, sizeof mean, a[i].calls ? a[i].handler_ns / a[i].calls : 0);
+    printf("%-18.18s %12llu %10llu %12.3f %9s\n", a[i].request, (unsigned long long)a[i].calls,
+           (unsigned long long)a[i].errors, (double)a[i].handler_ns / 1e6, mean);
+  }
+  if (!n) printf("(the daemon does not count its requests)\n");
+  graphd_request_records_free(a);
+}
+
 int cmd_stats(graphd_client *c, int argc, char **argv) {
-  static const char *const switches[] = {"--json", "--prometheus"};
-  bool on[2];
-  if (cli_switches("stats", argc, argv, switches, on, 2) != EXIT_OK) return EXIT_USAGE;
-  bool json = on[0], prom = on[1];
-  if (json && prom) return cli_usage_error("stats: --json and --prometheus are exclusive");
+  static const char *const switches[] = {"--json", "--prometheus", "--requests"};
+  bool on[3];
+  if (cli_switches("stats", argc, argv, switches, on, 3) != EXIT_OK) return EXIT_USAGE;
+  bool json = on[0], prom = on[1], requests = on[2];
+  if (json + prom + requests > 1)
+    return cli_usage_error("stats: --json, --prometheus and --requests are exclusive");
   if (!c) return EXIT_OK;
   graphd_daemon_status *s;
   graphd_status st = graphd_get_status(c, &s);
@@ -133,6 +156,8 @@ int cmd_stats(graphd_client *c, int argc, char **argv) {
   size_t ncl = gd_client_rows(s, (uint32_t)getpid(), &cl);
   if (json)
     print_json(s, cl, ncl);
+  else if (requests)
+    print_requests(s);
   else if (prom)
     gd_prom_write(stdout, s, cl, ncl);
   else

@@ -1,5 +1,5 @@
-/* graphctl stats [--json | --prometheus]: per-device and per-client
- * figures from one Status reply. */
+/* graphctl stats [--json | --prometheus | --requests]: per-device and
+ * per-client figures from one Status reply, or its request counters. */
 #ifndef GRAPHD_CLI_STATS_H
 #define GRAPHD_CLI_STATS_H
 

@@ -373,8 +373,7 @@ int server_start(gd_daemon *s, uv_loop_t *loop) {
   s->start_ns = gd_now_ns();
   s->sessions.loop = loop;
   s->sessions.max_frame = s->opt->max_frame;
-  s->sessions.on_request = router_request;
-  s->sessions.on_close = router_session_closed;
+  router_attach(s);
   UV_CHECK_GOTO(uv_poll_init(loop, &s->listen_poll, s->listen_fd), GRAPHD_INTERNAL, exit);
   s->listen_poll.data = s;
   UV_CHECK_GOTO(uv_timer_init(loop, &s->accept_timer), GRAPHD_INTERNAL, exit);

@@ -50,54 +50,6 @@ static void family(FILE *f, const char *name, const char *type, const char *help
   fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-typedef enum {
-  DEV_CAPTURES,
-  DEV_STAGING,
-  DEV_REPLAYS,
-  DEV_INFLIGHT,
-  DEV_BUILT,
-  DEV_RECAPTURES,
-  DEV_EVICTIONS,
-  DEV_ERRORS,
-  DEV_SESSIONS,
-  DEV_REGIONS,
-  DEV_REGION_BYTES,
-  DEV_N
-} dev_metric;
-
-static const struct {
-  const char *name, *type, *help;
-} dev_metrics[DEV_N] = {
-    {"graphd_captures", "gauge", "Captures held now."},
-    {"graphd_staging_bytes", "gauge", "Staging bytes the captures hold."},
-    {"graphd_replays_total", "counter", "Replays that ran."},
-    {"graphd_replays_inflight", "gauge", "Replays with the device's worker now."},
-    {"graphd_captures_built_total", "counter", "Captures built since start."},
-    {"graphd_recaptures_total", "counter", "Captures built again after an eviction."},
-    {"graphd_evictions_total", "counter", "Captures evicted (by request or budget)."},
-    {"graphd_errors_total", "counter", "Requests on the device that failed."},
-    {"graphd_sessions", "gauge", "Data sessions bound to the device."},
-    {"graphd_regions", "gauge", "Client memory regions imported on the device."},
-    {"graphd_region_bytes", "gauge", "Bytes of the imported regions."},
-};
-
-static uint64_t dev_value(const graphd_device_counters *c, dev_metric m) {
-  switch (m) {
-    case DEV_CAPTURES: return c->captures;
-    case DEV_STAGING: return c->staging_bytes;
-    case DEV_REPLAYS: return c->replays;
-    case DEV_INFLIGHT: return c->inflight;
-    case DEV_BUILT: return c->captures_built;
-    case DEV_RECAPTURES: return c->recaptures;
-    case DEV_EVICTIONS: return c->evictions;
-    case DEV_ERRORS: return c->errors;
-    case DEV_SESSIONS: return c->sessions;
-    case DEV_REGIONS: return c->regions;
-    case DEV_REGION_BYTES: return c->region_bytes;
-    default: return 0;
-  }
-}
-
 static void dev_labels(FILE *f, const graphd_device_info *d) {
   fprintf(f, "{device=\"%u\",uuid=\"", d->ordinal);
   label_value(f, d->uuid_str);
@@ -145,10 +97,6 @@ static graphd_device_record record(const graphd_daemon_status *s, uint32_t i) {
   return r;
 }
 
-static uint64_t graphs(const graphd_daemon_status *s, uint32_t i) { return record(s, i).graphs; }
-static uint64_t instances(const graphd_daemon_status *s, uint32_t i) {
-  return record(s, i).instances;
-}
 static uint64_t budget(const graphd_daemon_status *s, uint32_t i) {
   return record(s, i).staging_budget_bytes;
 }
@@ -224,15 +172,29 @@ static void device_health(FILE *f, const graphd_daemon_status *s) {
   dev_gauge(f, s, "graphd_staging_budget_bytes",
             "The staging bytes captures may hold on the device (--device-budget); 0: no limit.",
             budget);
-  dev_gauge(f, s, "graphd_capture_instances",
-            "Instances of the captures held now (each with staging, graphs and event of its own: "
-            "one per stream replaying a program at once, or per session of a program with "
-            "state), as the device's worker last counted them.",
-            instances);
-  dev_gauge(f, s, "graphd_graphs",
-            "Executable graphs held now, over the captures' instances (graphctl list's graphs, "
-            "summed), as the device's worker last counted them.",
-            graphs);
+}
+
+/* Every device counter of the list (graphd_device_metric) with a family
+ * of its own: its kind, its help, a sample per device, nanoseconds
+ * written as seconds. A counter added to the list comes out here with no
+ * change to this file. */
+static void own_families(FILE *f, const graphd_daemon_status *s) {
+  const graphd_metric_info *m;
+  for (uint32_t k = 0; (m = graphd_device_metric(k)); k++) {
+    if (!m->prometheus_own) continue;
+    bool ns = strcmp(m->unit, "ns") == 0;
+    family(f, m->prometheus, m->kind, m->help);
+    for (uint32_t i = 0; i < s->ndevices; i++) {
+      graphd_device_record r = record(s, i);
+      uint64_t v = graphd_device_record_value(&r, m);
+      fprintf(f, "%s", m->prometheus);
+      dev_labels(f, &s->devices[i]);
+      if (ns)
+        fprintf(f, "} %.9f\n", (double)v / 1e9);
+      else
+        fprintf(f, "} %llu\n", (unsigned long long)v);
+    }
+  }
 }
 
 /* The replay latency per device as a histogram, with the daemon's bounds. */
@@ -262,6 +224,38 @@ static void latency_histogram(FILE *f, const graphd_daemon_status *s) {
   }
 }
 
+/* The request counters, a series per kind of request the daemon knows
+ * (none from a daemon that does not report them). */
+static void request_families(FILE *f, const graphd_daemon_status *s) {
+  static const struct {
+    const char *name, *help;
+  } fams[] = {
+      {"graphd_requests_total",
+       "Requests of each kind the daemon read, those it refused among them."},
+      {"graphd_request_errors_total",
+       "Requests of each kind answered with a status other than OK (refused by the request table, "
+       "the handler or the device's worker)."},
+      {"graphd_request_seconds_total",
+       "The daemon's loop thread's time in the handler of each kind of request (what the "
+       "handler hands to a worker or the thread pool not counted)."},
+  };
+  graphd_request_record *a = NULL;
+  size_t n = 0;
+  if (graphd_daemon_status_requests(s, sizeof *a, &a, &n) != GRAPHD_OK) n = 0;
+  for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++) {
+    family(f, fams[k].name, "counter", fams[k].help);
+    for (size_t i = 0; i < n; i++) {
+      fprintf(f, "%s{request=\"", fams[k].name);
+      label_value(f, a[i].request);
+      if (k == 2)
+        fprintf(f, "\"} %.9f\n", (double)a[i].handler_ns / 1e9);
+      else
+        fprintf(f, "\"} %llu\n", (unsigned long long)(k == 0 ? a[i].calls : a[i].errors));
+    }
+  }
+  graphd_request_records_free(a);
+}
+
 void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
   family(f, "graphd_build_info", "gauge", "1, labelled with the daemon's version.");
   fprintf(f, "graphd_build_info{version=\"");
@@ -274,14 +268,7 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
   family(f, "graphd_programs", "gauge", "Registered programs.");
   fprintf(f, "graphd_programs %llu\n", (unsigned long long)s->programs);
   device_health(f, s);
-  for (int m = 0; m < DEV_N; m++) {
-    family(f, dev_metrics[m].name, dev_metrics[m].type, dev_metrics[m].help);
-    for (uint32_t i = 0; i < s->ndevices; i++) {
-      fprintf(f, "%s", dev_metrics[m].name);
-      dev_labels(f, &s->devices[i]);
-      fprintf(f, "} %llu\n", (unsigned long long)dev_value(&s->devices[i].counters, (dev_metric)m));
-    }
-  }
+  own_families(f, s);
   latency_histogram(f, s);
   family(f, "graphd_replay_latency_quantile_seconds", "summary",
          "Replay latency in the daemon, request read to reply ready, at a quantile "
@@ -305,23 +292,6 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
                "The device worker's time per replay: checks, binding resolution, the capture on "
                "first use and queueing (on a host device the run too), over the replays it took.",
                false);
-  family(f, "graphd_replay_worker_launch_seconds_total", "counter",
-         "Of the device worker's time in the replay path, the seconds in the driver's launches of "
-         "the replays' graphs, which block while the device's queue is full.");
-  for (uint32_t i = 0; i < s->ndevices; i++) {
-    fprintf(f, "graphd_replay_worker_launch_seconds_total");
-    dev_labels(f, &s->devices[i]);
-    fprintf(f, "} %.9f\n", (double)s->launch_ns[i] / 1e9);
-  }
-  family(f, "graphd_worker_busy_seconds_total", "counter",
-         "The device worker thread's time at work (running jobs and ring replays, a job still "
-         "running counted) since it began serving, as against waiting for work: its rate is the "
-         "worker's busy share, near 1 when the worker, not the device, bounds the replay rate.");
-  for (uint32_t i = 0; i < s->ndevices; i++) {
-    fprintf(f, "graphd_worker_busy_seconds_total");
-    dev_labels(f, &s->devices[i]);
-    fprintf(f, "} %.9f\n", (double)record(s, i).worker_busy_ns / 1e9);
-  }
   family(f, "graphd_device_figures_age_seconds", "gauge",
          "How old the device's free memory and sampled GPU time are: 0 when its worker answered "
          "this scrape, else the time since it last did (a worker in a long job does not answer).");
@@ -335,6 +305,7 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
                "over the replays sampled: one in 16 per device, or one a millisecond when fewer "
                "come.",
                true);
+  request_families(f, s);
   static const char *const cnames[] = {"graphd_client_sessions", "graphd_client_regions",
                                        "graphd_client_region_bytes"};
   static const char *const chelp[] = {"Sessions the client process has open.",

@@ -25,10 +25,12 @@ typedef struct gd_client_row {
 size_t gd_client_rows(const graphd_daemon_status *s, uint32_t self, gd_client_row **out);
 
 /* Writes s to f: the daemon's build info and totals; each device's health
- * (info, up, state, MPS, memory, staging budget), counters, replay latency
- * as a histogram and as quantiles, and the workers' time (labels device
- * and uuid); and the client rows cl (from gd_client_rows) with their
- * sessions and regions (labels pid, uid and name). */
+ * (info, up, state, MPS, memory, staging budget), every counter of the
+ * device counters' list with a family of its own (graphd_device_metric),
+ * replay latency as a histogram and as quantiles, and the workers' time
+ * (labels device and uuid); the request counters (label request); and the
+ * client rows cl (from gd_client_rows) with their sessions and regions
+ * (labels pid, uid and name). */
 void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl);
 
 #endif

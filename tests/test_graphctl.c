@@ -95,6 +95,7 @@ START_TEST(test_graphctl_usage_errors_are_one_line) {
       {"status", "--yaml"},
       {"list", "--all"},
       {"stats", "--json", "--prometheus"},
+      {"stats", "--requests", "--json"},
       {"ping", "extra"},
       {"evict"}, /* no selector: was exit 1 from the daemon */
       {"evict", "--json"},
@@ -221,6 +222,17 @@ START_TEST(test_graphctl_status_text_json_and_ping) {
   ck_assert_int_eq(ctl(out, sizeof out, d.socket, "status", "--yaml"), 2);
   ck_assert_int_eq(ctl(out, sizeof out, d.socket, "ping", NULL), 0);
   ck_assert_msg(strstr(out, "pong"), "%s", out);
+
+  /* stats --requests: a row per kind of request; the ping above, and
+   * status --yaml's none (refused before it connected). */
+  ck_assert_int_eq(ctl(out, sizeof out, d.socket, "stats", "--requests"), 0);
+  ck_assert_msg(strncmp(out, "REQUEST ", 8) == 0 && strstr(out, " HANDLER ms "), "%s", out);
+  unsigned long long calls = 0, errors = 9;
+  const char *ping = strstr(out, "\nPing ");
+  ck_assert_msg(ping && sscanf(ping, "\nPing %llu %llu", &calls, &errors) == 2, "%s", out);
+  ck_assert_uint_eq(calls, 1);
+  ck_assert_uint_eq(errors, 0);
+  ck_assert_msg(strstr(out, "\nReplay "), "%s", out);
   td_stop(&d);
   td_cleanup(&d);
 }

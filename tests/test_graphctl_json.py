@@ -84,6 +84,11 @@ class GraphctlJsonTest(unittest.TestCase):
         self.assertEqual(caps[0]["instances"], 1)  # the demo replays from one stream
         stats = self.check("stats", "stats", "--json")
         self.assertEqual(stats["devices"][0]["captures"], 1)
+        # A row per kind of request; the demo's replay among them.
+        reqs = {r["request"]: r for r in stats["requests"]}
+        self.assertGreaterEqual(reqs["Replay"]["calls"], 1)
+        self.assertGreaterEqual(reqs["Hello"]["calls"], 2)
+        self.assertIn("UnregisterRegion", reqs)
 
     def test_text_sizes_in_the_same_units(self):
         # list and stats (and status) print sizes alike, in binary units

@@ -45,6 +45,7 @@ want -x "$sbindir/graphd" "$bindir/graphctl"
 want -f "$libdir/libgraphd.so.0" "$libdir/pkgconfig/libgraphd.pc" \
   "$includedir/graphd/graphd.h" "$includedir/graphd/status.h" "$includedir/graphd/protocol.h" \
   "$includedir/graphd/program.h" "$includedir/graphd/host_kernel.h" "$includedir/graphd/version.h" \
+  "$includedir/graphd/device_counters.def" \
   "$libdir/cmake/graphd/graphdConfig.cmake" "$libdir/cmake/graphd/graphdConfigVersion.cmake" \
   "$libdir/cmake/graphd/graphdTargets.cmake" \
   "$unitdir/graphd.service" "$unitdir/graphd.socket" "$unitdir/graphd-mps.service" \

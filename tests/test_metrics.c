@@ -264,6 +264,13 @@ START_TEST(test_metrics_follow_sessions_and_replays) {
    * sample begins, a millisecond on at least, so it may not be in yet. */
   q = td_fmt("graphd_replay_gpu_seconds_count{device=\"1\",uuid=\"%s\"}", dev1.uuid_str);
   ck_assert_double_le(sample(b, q), 5);
+  /* The request counters: the five Replays, answered OK, and some loop
+   * time in their handler; a row for every kind, Evict's too. */
+  ck_assert_double_eq(sample(b, "graphd_requests_total{request=\"Replay\"}"), 5);
+  ck_assert_double_eq(sample(b, "graphd_request_errors_total{request=\"Replay\"}"), 0);
+  ck_assert_double_gt(sample(b, "graphd_request_seconds_total{request=\"Replay\"}"), 0);
+  ck_assert_double_eq(sample(b, "graphd_requests_total{request=\"Evict\"}"), 0);
+  ck_assert_double_ge(sample(b, "graphd_requests_total{request=\"Status\"}"), 2);
   /* The scraper's own session is not a client of the figures. */
   ck_assert_ptr_null(strstr(b, "graphd-metrics"));
 
@@ -289,6 +296,10 @@ START_TEST(test_metrics_follow_sessions_and_replays) {
   ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_replay_latency_seconds histogram\n"));
   ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_replay_latency_quantile_seconds summary\n"));
   ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_worker_busy_seconds_total counter\n"));
+  ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_ring_replays_total counter\n"));
+  ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_requests_total counter\n"));
+  ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_request_errors_total counter\n"));
+  ck_assert_ptr_nonnull(strstr(t1, "# TYPE graphd_request_seconds_total counter\n"));
   free(t1);
   free(t2);
   free(a);

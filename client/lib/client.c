@@ -74,21 +74,11 @@ static void copy_device(graphd_device_info *d, const Graphd__Wire__DeviceInfo *w
   d->mps_enabled = w->mps_enabled;
   snprintf(d->state, sizeof d->state, "%s", w->state ? w->state : "");
   if (w->counters) {
-    d->counters.sessions = w->counters->sessions;
-    d->counters.regions = w->counters->regions;
-    d->counters.region_bytes = w->counters->region_bytes;
-    d->counters.captures = w->counters->captures;
-    d->counters.replays = w->counters->replays;
-    d->counters.errors = w->counters->errors;
-    d->counters.recaptures = w->counters->recaptures;
-    d->counters.inflight = w->counters->inflight;
-    d->counters.captures_built = w->counters->captures_built;
-    d->counters.staging_bytes = w->counters->staging_bytes;
-    d->counters.evictions = w->counters->evictions;
-    d->counters.replay_p50_ns = w->counters->replay_p50_ns;
-    d->counters.replay_p90_ns = w->counters->replay_p90_ns;
-    d->counters.replay_p99_ns = w->counters->replay_p99_ns;
-    d->counters.replay_max_ns = w->counters->replay_max_ns;
+    /* Through a whole record, whose info.counters holds 0.1.0's counters. */
+    graphd_device_record r;
+    memset(&r, 0, sizeof r);
+    gd_record_counters(&r, w->counters);
+    d->counters = r.info.counters;
   }
 }
 
@@ -412,8 +402,9 @@ graphd_status graphd_ping(graphd_client *c, const void *payload, size_t len) {
   return st;
 }
 
-/* The latency histogram of w: its bounds as sent while they ascend and
- * have a count each, at most GRAPHD_LATENCY_BOUNDS. */
+/* The latency histogram's bounds of w, as sent while they ascend and have
+ * a count each, at most GRAPHD_LATENCY_BOUNDS (its count and sum are in
+ * the counters' list). */
 static void copy_latency(graphd_latency_histogram *h, const Graphd__Wire__DeviceCounters *w) {
   size_t n = w->n_replay_latency_le_ns < w->n_replay_latency_le_count
                  ? w->n_replay_latency_le_ns
@@ -425,16 +416,7 @@ static void copy_latency(graphd_latency_histogram *h, const Graphd__Wire__Device
     h->le_count[k] = w->replay_latency_le_count[k];
   }
   h->nbounds = k;
-  h->count = w->replay_latency_count;
-  h->sum_ns = w->replay_latency_sum_ns;
 }
-
-/* A status as the library allocates it: what 0.1.0's callers see, then
- * every device's whole record (graphd_daemon_status_device). */
-typedef struct status_priv {
-  graphd_daemon_status pub;
-  graphd_device_record *rec; /* ndevices entries */
-} status_priv;
 
 static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_status **out) {
   GD_OWNED(c);
@@ -453,7 +435,7 @@ static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_st
     goto exit;
   }
   Graphd__Wire__StatusReply *sr = rep->status;
-  status_priv *p = calloc(1, sizeof *p);
+  gd_status_priv *p = calloc(1, sizeof *p);
   graphd_daemon_status *s = p ? &p->pub : NULL;
   if (!s ||
       (sr->n_devices && (!(s->devices = calloc(sr->n_devices, sizeof *s->devices)) ||
@@ -479,15 +461,7 @@ static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_st
     r->figures_age_ms = w->figures_age_ms;
     r->staging_budget_bytes = w->staging_budget_bytes;
     if (w->counters) {
-      r->work.replay_ns = w->counters->worker_replay_ns;
-      r->work.gpu_ns = w->counters->gpu_replay_ns;
-      r->work.gpu_replays = w->counters->gpu_replays;
-      r->work.replays = w->counters->worker_replays;
-      r->launch_ns = w->counters->worker_launch_ns;
-      r->instances = w->counters->instances;
-      r->graphs = w->counters->graphs;
-      r->worker_busy_ns = w->counters->worker_busy_ns;
-      r->worker_clock_ns = w->counters->worker_clock_ns;
+      gd_record_counters(r, w->counters);
       copy_latency(&r->replay_latency, w->counters);
     }
     /* The arrays of 0.1.0's layout. */
@@ -499,8 +473,9 @@ static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_st
   s->modules = sr->modules;
   s->module_bytes = sr->module_bytes;
   s->programs = sr->programs;
-  if (sr->n_session_list &&
-      !(s->session_info = calloc(sr->n_session_list, sizeof *s->session_info))) {
+  if (gd_status_requests(p, sr) != GRAPHD_OK ||
+      (sr->n_session_list &&
+       !(s->session_info = calloc(sr->n_session_list, sizeof *s->session_info)))) {
     graphd_daemon_status_free(s);
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
@@ -527,13 +502,14 @@ exit:
 
 void graphd_daemon_status_free(graphd_daemon_status *s) {
   if (!s) return;
-  status_priv *p = (status_priv *)s; /* pub is its first member */
+  gd_status_priv *p = (gd_status_priv *)s; /* pub is its first member */
   free(s->session_info);
   free(s->devices);
   free(s->work);
   free(s->launch_ns);
   free(s->figures_age_ms);
   free(p->rec);
+  free(p->req);
   free(p);
 }
 
@@ -541,7 +517,7 @@ graphd_status graphd_daemon_status_device(const graphd_daemon_status *s, uint32_
                                           graphd_device_record *out, size_t size) {
   if (!s || !out || i >= s->ndevices || size < offsetof(graphd_device_record, info))
     return GRAPHD_INVALID_ARGUMENT;
-  const status_priv *p = (const status_priv *)s; /* pub is its first member */
+  const gd_status_priv *p = (const gd_status_priv *)s; /* pub is its first member */
   size_t n = size < sizeof p->rec[i] ? size : sizeof p->rec[i];
   memset(out, 0, size);
   memcpy(out, &p->rec[i], n);

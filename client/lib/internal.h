@@ -197,8 +197,9 @@ struct graphd_client {
  *   ring.c     the submission ring of asynchronous replays
  *   replay.c   streams, replays and the flag page
  *   client.c   connect and close; ping and status
- * registry.c and captures.c stand on call.c; program.c on none; client.c,
- * which reconnects, on all of them. */
+ * registry.c and captures.c stand on call.c; program.c and metrics.c (the
+ * device counters' list) on none; client.c, which reconnects, on all of
+ * them. */
 
 /* trace.c: CLOCK_MONOTONIC in microseconds and in milliseconds. */
 int64_t gd_mono_us(void);
@@ -358,6 +359,24 @@ void gd_client_replay_close(graphd_client *c);
  * written it far ahead), and the watcher watches the new socket. Lock
  * held. */
 graphd_status gd_client_flags_again(graphd_client *c);
+
+/* A status as the library allocates it: what 0.1.0's callers see, then
+ * every device's whole record (graphd_daemon_status_device) and the
+ * request counters (graphd_daemon_status_requests). client.c makes it. */
+typedef struct gd_status_priv {
+  graphd_daemon_status pub;
+  graphd_device_record *rec;  /* ndevices entries */
+  graphd_request_record *req; /* nreq entries */
+  size_t nreq;
+} gd_status_priv;
+
+/* metrics.c: copies every counter of the device counters' list from w
+ * into its place in r (info.counters among them). */
+void gd_record_counters(graphd_device_record *r, const Graphd__Wire__DeviceCounters *w);
+
+/* metrics.c: the request counters of a Status reply into p (none when it
+ * has none). Returns GRAPHD_OK, or RESOURCE_EXHAUSTED. */
+graphd_status gd_status_requests(gd_status_priv *p, const Graphd__Wire__StatusReply *sr);
 
 /* registry.c: registers again, from the client-side registry, every
  * program graphd_registry_sync gave the handle (a new session after a

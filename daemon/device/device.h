@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "daemon/backend/backend.h"
+#include "daemon/base/counters.h"
 
 enum gd_device_state { GD_DEVICE_STARTING = 0, GD_DEVICE_OK = 1, GD_DEVICE_FAILED = 2 };
 
@@ -60,27 +61,25 @@ typedef struct gd_device {
  * request until the loop adds it to the device's counters
  * (gd_counters_add_tally). */
 typedef struct gd_replay_tally {
-  uint64_t replays, errors, captures, recaptures, staging_bytes, evicted, evicted_bytes;
-  uint64_t worker_ns, worker_replays; /* the worker's time in the replay path, and for how many */
-  uint64_t launch_ns;           /* of worker_ns, in graph launches (capture_take_launch_time) */
-  uint64_t trimmed_bytes;       /* staging of idle instances freed for room (capture_trim) */
-  uint64_t gpu_ns, gpu_replays; /* sampled replays' GPU time (capture_take_gpu_time) */
+  /* A field for each device counter that replays count (source TALLY in
+   * device_counters.def), by the counter's name: exec_replay counts them
+   * (the GPU and launch times through capture_take_gpu_time and
+   * capture_take_launch_time). */
+#define GRAPHD_DEVICE_COUNTER(name, field, kind, unit, source, ...) GD_TALLIED_##source(name)
+#include "graphd/device_counters.def"
+  /* What the loop adds in its own way (gd_counters_add_tally). */
+  uint64_t captures, staging_bytes, evicted, evicted_bytes;
+  uint64_t trimmed_bytes; /* staging of idle instances freed for room (capture_trim) */
 } gd_replay_tally;
 
 static inline void gd_tally_add(gd_replay_tally *to, const gd_replay_tally *from) {
-  to->replays += from->replays;
-  to->errors += from->errors;
+#define GRAPHD_DEVICE_COUNTER(name, field, kind, unit, source, ...) GD_ADD_##source(to, from, name)
+#include "graphd/device_counters.def"
   to->captures += from->captures;
-  to->recaptures += from->recaptures;
   to->staging_bytes += from->staging_bytes;
   to->evicted += from->evicted;
   to->evicted_bytes += from->evicted_bytes;
-  to->worker_ns += from->worker_ns;
-  to->worker_replays += from->worker_replays;
-  to->launch_ns += from->launch_ns;
   to->trimmed_bytes += from->trimmed_bytes;
-  to->gpu_ns += from->gpu_ns;
-  to->gpu_replays += from->gpu_replays;
 }
 
 /* Prepares d for device `backend_index` of be (any thread, before its

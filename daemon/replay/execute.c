@@ -338,10 +338,10 @@ int exec_replay(gd_device *d, gd_worker *w, gd_session_stream *ds, const gd_repl
 finish:
   if (rc < 0 && flags_known && !ran) exec_write_done(d, ds, rq->stream_slot, rq->seq);
   tally(t, &ex, rc);
-  capture_take_gpu_time(d, &t->gpu_ns, &t->gpu_replays);
-  capture_take_launch_time(d, &t->launch_ns);
+  capture_take_gpu_time(d, &t->gpu_replay_ns, &t->gpu_replays);
+  capture_take_launch_time(d, &t->worker_launch_ns);
   capture_take_trimmed(d, &t->trimmed_bytes);
-  t->worker_ns += gd_now_ns() - t0;
+  t->worker_replay_ns += gd_now_ns() - t0;
   t->worker_replays++;
   ex.bind = NULL;
   if (ran_out) *ran_out = ex;

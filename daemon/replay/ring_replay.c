@@ -153,6 +153,7 @@ static int take_one(gd_device *d, gd_worker *w, gd_session_stream *ds, gd_submit
   }
   bool not_started;
   int rc = exec_replay(d, w, ds, &rq, &r->tally, NULL, &not_started, err, sizeof err);
+  r->tally.ring_replays++;
   /* A ready flag that did not come while others waited (the host
    * backend's give-up): the entry failed with its done written, and the
    * session is read no more and reported, to be cut off. */

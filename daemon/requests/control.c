@@ -105,6 +105,21 @@ static void dev_run(gd_job *j, void *ctx) {
   }
 }
 
+/* The request counters, a row per kind of request (rq and rp hold
+ * d->nrequest_kinds entries). */
+static void fill_requests(const gd_daemon *d, Graphd__Wire__RequestCounters *rq,
+                          Graphd__Wire__RequestCounters **rp) {
+  for (uint32_t i = 0; i < d->nrequest_kinds; i++) {
+    const gd_request_counters *c = &d->requests[i];
+    graphd__wire__request_counters__init(&rq[i]);
+    rq[i].request = (char *)c->name;
+    rq[i].calls = c->calls;
+    rq[i].errors = c->errors;
+    rq[i].handler_ns = c->handler_ns;
+    rp[i] = &rq[i];
+  }
+}
+
 static void reply_status(fanout *g) {
   gd_session *s = g->s;
   gd_daemon *d = daemon_of(s);
@@ -117,7 +132,10 @@ static void reply_status(fanout *g) {
   size_t ns = (size_t)d->sessions.n;
   Graphd__Wire__SessionInfo *si = calloc(ns + 1, sizeof *si);
   Graphd__Wire__SessionInfo **sp = calloc(ns + 1, sizeof *sp);
-  if (!di || !dc || !dp || !si || !sp) {
+  size_t nr = d->nrequest_kinds;
+  Graphd__Wire__RequestCounters *rq = calloc(nr + 1, sizeof *rq);
+  Graphd__Wire__RequestCounters **rp = calloc(nr + 1, sizeof *rp);
+  if (!di || !dc || !dp || !si || !sp || !rq || !rp) {
     session_reply_error(s, g->request_id, GRAPHD_RESOURCE_EXHAUSTED,
                         "out of memory building the status reply");
     goto exit;
@@ -168,8 +186,13 @@ static void reply_status(fanout *g) {
   sr.modules = d->reg.nmodules;
   sr.module_bytes = d->reg.module_bytes;
   sr.programs = d->reg.nprograms;
+  fill_requests(d, rq, rp);
+  sr.n_requests = nr;
+  sr.requests = rp;
   session_reply(s, &r);
 exit:
+  free(rq);
+  free(rp);
   free(si);
   free(sp);
   free(di);

@@ -19,6 +19,34 @@ static void worker_figures(gd_daemon *d, int i, uint64_t *busy_ns, uint64_t *clo
   c->last_busy_ns = *busy_ns;
 }
 
+/* The counters Status reads as it answers (source READ in the list), each
+ * by its name. */
+#define READ_FIELD_TALLY(name)
+#define READ_FIELD_KEPT(name)
+#define READ_FIELD_READ(name) uint64_t name;
+typedef struct reading {
+#define GRAPHD_DEVICE_COUNTER(name, field, kind, unit, source, ...) READ_FIELD_##source(name)
+#include "graphd/device_counters.def"
+} reading;
+
+static void read_figures(gd_daemon *d, int i, reading *rd) {
+  const gd_device_counters *c = &d->counters[i];
+  rd->replay_p50_ns = gd_hist_quantile(&c->replay_latency, 0.50);
+  rd->replay_p90_ns = gd_hist_quantile(&c->replay_latency, 0.90);
+  rd->replay_p99_ns = gd_hist_quantile(&c->replay_latency, 0.99);
+  rd->replay_max_ns = c->replay_latency.max;
+  rd->replay_latency_count = c->replay_latency.count;
+  rd->replay_latency_sum_ns = c->replay_latency.sum;
+  rd->instances = c->last_instances;
+  rd->graphs = c->last_graphs;
+  worker_figures(d, i, &rd->worker_busy_ns, &rd->worker_clock_ns);
+}
+
+/* A counter's value by its source: the loop's counters, or the reading. */
+#define VALUE_TALLY(c, rd, name) (c)->name
+#define VALUE_KEPT(c, rd, name) (c)->name
+#define VALUE_READ(c, rd, name) (rd)->name
+
 void device_info_fill(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__DeviceInfo *di,
                       Graphd__Wire__DeviceCounters *dc) {
   const gd_device_facts *f = d->facts[i];
@@ -36,34 +64,17 @@ void device_info_fill(gd_daemon *d, int i, uint64_t free_mem, Graphd__Wire__Devi
   di->epoch = atomic_load(&dev->epoch);
   di->mps_enabled = f->mps_enabled != 0;
   di->state = (char *)state_name(atomic_load(&dev->state));
-  dc->sessions = c->sessions;
-  dc->regions = c->regions;
-  dc->region_bytes = c->region_bytes;
-  dc->captures = c->captures;
-  dc->replays = c->replays;
-  dc->errors = c->errors;
-  dc->recaptures = c->recaptures;
-  dc->inflight = c->inflight;
-  dc->captures_built = c->captures_built;
-  dc->staging_bytes = c->staging_bytes;
-  dc->evictions = c->evictions;
-  dc->replay_p50_ns = gd_hist_quantile(&c->replay_latency, 0.50);
-  dc->replay_p90_ns = gd_hist_quantile(&c->replay_latency, 0.90);
-  dc->replay_p99_ns = gd_hist_quantile(&c->replay_latency, 0.99);
-  dc->replay_max_ns = c->replay_latency.max;
-  dc->worker_replay_ns = c->worker_replay_ns;
-  dc->worker_replays = c->worker_replays;
-  dc->worker_launch_ns = c->worker_launch_ns;
-  dc->gpu_replay_ns = c->gpu_replay_ns;
-  dc->gpu_replays = c->gpu_replays;
-  dc->instances = c->last_instances;
-  dc->graphs = c->last_graphs;
-  worker_figures(d, i, &dc->worker_busy_ns, &dc->worker_clock_ns);
+  reading rd;
+  read_figures(d, i, &rd);
+  /* Every counter of the list, under its name on the wire. */
+#define GRAPHD_DEVICE_COUNTER(name, field, kind, unit, source, ...)                                \
+  dc->name = VALUE_##source(c, &rd, name);
+#include "graphd/device_counters.def"
+  /* The latency histogram's bounds and counts (its count and sum are in
+   * the list). */
   dc->n_replay_latency_le_ns = dc->n_replay_latency_le_count = GD_HIST_LE_N;
   dc->replay_latency_le_ns = (uint64_t *)gd_hist_le_ns;
   dc->replay_latency_le_count = (uint64_t *)c->replay_latency.le;
-  dc->replay_latency_count = c->replay_latency.count;
-  dc->replay_latency_sum_ns = c->replay_latency.sum;
   di->staging_budget_bytes = dev->budget;
   di->counters = dc;
 }

@@ -101,6 +101,8 @@ static void replay_done(gd_job *j) {
       fill_reply(rj, &r, &rr, msg, sizeof msg);
       session_reply(s, &r);
     }
+  } else if (rj->replied && j->status < 0) {
+    session_request_failed(s); /* the worker sent the failure itself */
   }
   session_end_request(s);
   free(rj);

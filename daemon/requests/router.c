@@ -46,8 +46,11 @@ static const gd_route routes[] = {
     ROUTE(REPLAY, "Replay", 0, false, true, replay_handle_replay),
 };
 
+#define NROUTES (sizeof routes / sizeof routes[0])
+_Static_assert(NROUTES <= GD_REQUEST_KINDS_MAX, "the request counters have a row per route");
+
 static const gd_route *route_of(Graphd__Wire__Request__BodyCase body) {
-  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+  for (size_t i = 0; i < NROUTES; i++)
     if (routes[i].body == body) return &routes[i];
   return NULL;
 }
@@ -101,13 +104,36 @@ void router_request(gd_session *s, Graphd__Wire__Request *req, int *fds, int nfd
   const gd_route *r = route_of(req->body_case);
   int two[2] = {nfds >= 1 ? fds[0] : -1, nfds >= 2 ? fds[1] : -1};
   bool kept = false;
+  /* The row's counters: a call now, an error when a reply other than OK
+   * goes out for it (request_failed, through the session, whether now or
+   * from a worker's job), and the loop's time in the handler. A request
+   * the table does not know has no row. */
+  gd_request_counters *rc = r ? &daemon_of(s)->requests[r - routes] : NULL;
+  s->request_kind = r ? (int)(r - routes) : -1;
+  s->request_failed = false;
+  if (rc) rc->calls++;
   if (admitted(s, req, r, nfds)) {
+    uint64_t t0 = gd_now_ns();
     r->handle(s, req, two);
+    rc->handler_ns += gd_now_ns() - t0;
     kept = r->keeps_fds;
   }
+  /* Answered here and now: later replies (the shutdown's to what was not
+   * read) are not this request's. */
+  if (!s->busy) s->request_kind = -1;
   for (int i = 0; i < nfds && !kept; i++) close(fds[i]);
   graphd__wire__request__free_unpacked(req, NULL);
   reclaim_flush(daemon_of(s)); /* what a registration made room by */
+}
+
+static void request_failed(gd_session *s) { daemon_of(s)->requests[s->request_kind].errors++; }
+
+void router_attach(gd_daemon *d) {
+  d->sessions.on_request = router_request;
+  d->sessions.on_close = router_session_closed;
+  d->sessions.on_failed = request_failed;
+  for (size_t i = 0; i < NROUTES; i++) d->requests[i].name = routes[i].name;
+  d->nrequest_kinds = (uint32_t)NROUTES;
 }
 
 void router_session_closed(gd_session *s) {

@@ -37,22 +37,11 @@ enum gd_control_shared { GD_CONTROL_STATUS = 0, GD_CONTROL_LIST = 1, GD_CONTROL_
 
 /* Counters per device kept by the loop thread. */
 typedef struct gd_device_counters {
-  uint64_t sessions;
-  uint64_t regions;
-  uint64_t region_bytes;
-  uint64_t captures;
-  uint64_t replays;
-  uint64_t errors;
-  uint64_t recaptures;
-  uint64_t inflight;
-  uint64_t captures_built;
-  uint64_t staging_bytes;
-  uint64_t evictions;
-  uint64_t worker_replay_ns; /* the workers' time in the replay path (gd_replay_tally) */
-  uint64_t worker_replays;
-  uint64_t worker_launch_ns; /* of worker_replay_ns, in the driver's graph launches */
-  uint64_t gpu_replay_ns;    /* the GPU time of the sampled replays (gd_replay_tally) */
-  uint64_t gpu_replays;
+  /* A field for each counter of device_counters.def that the loop holds
+   * (source TALLY or KEPT), by the counter's name; Status reads the others
+   * (READ) when it answers (device_info.c). */
+#define GRAPHD_DEVICE_COUNTER(name, field, kind, unit, source, ...) GD_HELD_##source(name)
+#include "graphd/device_counters.def"
   gd_hist replay_latency; /* request read to reply, successful replays (ns) */
   /* Status and ListCaptures ask each worker with one job of each kind
    * that has not started, whoever asks: a worker in a long job, or wedged,
@@ -72,22 +61,30 @@ static inline void gd_counters_evicted(gd_device_counters *c, uint64_t n, uint64
   c->evictions += n;
 }
 
-/* Adds what replays did (the ring's, or one Replay's) to the counters. */
+/* Adds what replays did (the ring's, or one Replay's) to the counters:
+ * each counter of the list that replays count, then the captures they
+ * built and their staging, and what the budget evicted. */
 static inline void gd_counters_add_tally(gd_device_counters *c, const gd_replay_tally *t) {
-  c->replays += t->replays;
-  c->errors += t->errors;
+#define GRAPHD_DEVICE_COUNTER(name, field, kind, unit, source, ...) GD_ADD_##source(c, t, name)
+#include "graphd/device_counters.def"
   c->captures += t->captures;
   c->captures_built += t->captures;
-  c->recaptures += t->recaptures;
   c->staging_bytes += t->staging_bytes;
   c->staging_bytes -= t->trimmed_bytes;
   gd_counters_evicted(c, t->evicted, t->evicted_bytes);
-  c->worker_replay_ns += t->worker_ns;
-  c->worker_replays += t->worker_replays;
-  c->worker_launch_ns += t->launch_ns;
-  c->gpu_replay_ns += t->gpu_ns;
-  c->gpu_replays += t->gpu_replays;
 }
+
+/* What the router counts of each kind of request, a row of its table
+ * each (router.c), as redis counts its commands. Loop thread. */
+typedef struct gd_request_counters {
+  const char *name;    /* the request's name ("Ping"), from the router's table */
+  uint64_t calls;      /* read and routed, those the table refused among them */
+  uint64_t errors;     /* of them, answered with a status other than OK */
+  uint64_t handler_ns; /* the loop thread's time in their handler */
+} gd_request_counters;
+
+/* Rows of the request table the counters have room for. */
+#define GD_REQUEST_KINDS_MAX 32
 
 /* graphd's exit status after a device faulted and could not be reset in
  * this process: the service manager restarts it. */
@@ -105,6 +102,8 @@ typedef struct gd_daemon {
   gd_registry reg;               /* modules and programs */
   gd_allowlist host_allow;       /* host modules non-admins may register */
   gd_session_set sessions;
+  gd_request_counters requests[GD_REQUEST_KINDS_MAX]; /* per kind of request (router_attach) */
+  uint32_t nrequest_kinds;                            /* the rows of requests in use */
   /* Client memory graphd has mapped, or is mapping: regions, flag pages
    * and rings, one mapping each (data_session.c), within max_host_maps (from
    * the kernel's vm.max_map_count, kernel_max_maps; 0: no bound); and per

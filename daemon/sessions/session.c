@@ -215,7 +215,15 @@ int session_pack_reply(gd_session *s, Graphd__Wire__Reply *r, uint8_t **frame, s
   return rc;
 }
 
+void session_request_failed(gd_session *s) {
+  if (s->request_kind < 0 || s->request_failed) return;
+  s->request_failed = true;
+  if (s->set->on_failed) s->set->on_failed(s);
+}
+
 void session_reply(gd_session *s, Graphd__Wire__Reply *r) {
+  /* Counted though the client may be gone: the request failed all the same. */
+  if (r->code != GRAPHD_OK) session_request_failed(s);
   if (s->closing) return;
   if (r->code != GRAPHD_OK && r->request_id && r->request_id == s->unrun_request_id)
     r->not_started = true;
@@ -408,6 +416,7 @@ void session_submit(gd_session *s, uint64_t request_id, gd_request *rq, gd_worke
 void session_end_request(gd_session *s) {
   s->active_ns = gd_now_ns();
   s->unrun_request_id = 0;
+  s->request_kind = -1;
   request_done(s);
   session_unref(s);
 }
@@ -454,6 +463,7 @@ int session_new(gd_session_set *set, int fd, gd_session **out) {
   s->gid = cred.gid;
   s->pid = cred.pid;
   s->device = -1;
+  s->request_kind = -1;
   s->refs = 1;
   s->id = ++set->next_id;
   s->opened_ns = s->active_ns = gd_now_ns();

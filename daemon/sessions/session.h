@@ -42,6 +42,9 @@ typedef struct gd_session_set {
   void (*on_request)(gd_session *s, Graphd__Wire__Request *req, int *fds, int nfds);
   /* The session is closing (once); its data is let go here. */
   void (*on_close)(gd_session *s);
+  /* The request being handled was answered with a status other than OK
+   * (once per request; may be NULL): the router counts it. */
+  void (*on_failed)(gd_session *s);
 } gd_session_set;
 
 enum gd_session_kind { GD_SESSION_NONE = 0, GD_SESSION_DATA = 1, GD_SESSION_CONTROL = 2 };
@@ -88,6 +91,11 @@ struct gd_session {
   /* The request in flight whose job was not started because graphd is
    * stopping: its error reply says so (Reply.not_started). 0: none. */
   uint64_t unrun_request_id;
+  /* The request being handled as the set's on_request names it (its kind,
+   * an index of the router's; -1 between requests) and whether a reply
+   * other than OK went out for it: what on_failed counts. */
+  int request_kind;
+  bool request_failed;
 };
 
 /* Adopts an accepted socket. Returns 0 or a negated status (fd closed). */
@@ -98,6 +106,12 @@ int session_new(gd_session_set *set, int fd, gd_session **out);
 void session_reply(gd_session *s, Graphd__Wire__Reply *r);
 void session_reply_error(gd_session *s, uint64_t request_id, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* The request being handled failed: a reply other than OK went out for it.
+ * session_reply says so of the replies it sends; a handler whose worker
+ * sent the reply itself (session_send_direct) says so on the loop. Calls
+ * the set's on_failed once per request, and never between requests. */
+void session_request_failed(gd_session *s);
 
 /* A request that goes to a worker: its job, and whom to answer. */
 typedef struct gd_request {
@@ -110,7 +124,8 @@ typedef struct gd_request {
 /* The session's request in flight begins: nothing more is read from the
  * session, and it stays allocated, until session_end_request(). */
 void session_begin_request(gd_session *s);
-/* It ended (replied or not): reading resumes; drops the reference. */
+/* It ended (replied or not): reading resumes, the request is no longer
+ * the one being handled; drops the reference. */
 void session_end_request(gd_session *s);
 
 /* Begins the request and hands rq to worker w, which runs `run`; `done`

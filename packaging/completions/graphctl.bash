@@ -11,7 +11,7 @@ _graphctl_switches() {
   case $1 in
     status | list) echo "--json" ;;
     evict) echo "--capture --program --device --client --session --idle --all --dry-run --json" ;;
-    stats) echo "--json --prometheus" ;;
+    stats) echo "--json --prometheus --requests" ;;
     top) echo "--interval --count" ;;
   esac
 }

@@ -189,8 +189,7 @@ static void daemon_up(harness *h, uint8_t header) {
   d->start_ns = gd_now_ns();
   d->sessions.loop = &h->loop;
   d->sessions.max_frame = h->opt.max_frame;
-  d->sessions.on_request = router_request;
-  d->sessions.on_close = router_session_closed;
+  router_attach(d);
   bool known;
   if (registry_add_module(&d->reg, mod_id, GD_MODULE_HOST_ELF, mod_bytes, mod_len, -1, &known, err,
                           sizeof err) < 0 ||

@@ -297,7 +297,47 @@ typedef struct graphd_device_record {
    * not report them. */
   uint64_t worker_busy_ns;
   uint64_t worker_clock_ns;
+  /* Every device counter added since, a uint64_t each, named as on the
+   * wire: the TAIL entries of graphd/device_counters.def, in its order,
+   * where each says what it counts. graphd_device_metric lists all of
+   * them, those above included. */
+#define GRAPHD_RECORD_OLD_(path)
+#define GRAPHD_RECORD_TAIL_(path) uint64_t path;
+#define GRAPHD_DEVICE_COUNTER(name, field, kind, unit, source, place, path, ...)                   \
+  GRAPHD_RECORD_##place##_(path)
+#include "graphd/device_counters.def"
+#undef GRAPHD_RECORD_OLD_
+#undef GRAPHD_RECORD_TAIL_
 } graphd_device_record;
+
+/* One device counter as this library knows it (graphd/device_counters.def),
+ * for programs that show every counter without naming each: graphctl
+ * stats --json, the Prometheus exporter, Python's Client.status(). The
+ * library hands them out one at a time from static storage: a later
+ * version may add members at the end. */
+typedef struct graphd_metric_info {
+  const char *name; /* DeviceCounters' field, and the key in stats --json and Python */
+  uint32_t field;   /* its field number in DeviceCounters */
+  uint32_t offset;  /* of its uint64_t in graphd_device_record */
+  const char *kind; /* "counter" (never goes down while the daemon runs) or "gauge" */
+  const char *unit; /* "ns", "bytes" or "count" */
+  /* The /metrics family that carries it ("" if none), and whether that
+   * family is its own, one sample per device (else it is a part of a
+   * summary or histogram that the exporter writes whole). */
+  const char *prometheus;
+  int prometheus_own;
+  const char *help; /* one sentence */
+} graphd_metric_info;
+
+/* Device counter i of this library's list (0 up), or NULL past its last.
+ * Thread-safe. */
+GRAPHD_EXPORT const graphd_metric_info *graphd_device_metric(uint32_t i);
+
+/* The value of counter m in record r (filled by graphd_daemon_status_device):
+ * 0 when r was filled with fewer bytes than hold it, and when the daemon
+ * does not report it. Thread-safe. */
+GRAPHD_EXPORT uint64_t graphd_device_record_value(const graphd_device_record *r,
+                                                  const graphd_metric_info *m);
 
 /* Copies device i of s into *out, a record of `size` bytes (the caller's
  * sizeof *out): what both sides know is filled, the rest zeroed, and
@@ -305,6 +345,31 @@ typedef struct graphd_device_record {
  * s->ndevices or size is smaller than the record's first two members. */
 GRAPHD_EXPORT graphd_status graphd_daemon_status_device(const graphd_daemon_status *s, uint32_t i,
                                                         graphd_device_record *out, size_t size);
+
+/* What the daemon counted of one kind of request since it started (a row
+ * of its request table), as a sized record (see "Growing the ABI"):
+ * `size` is the bytes the library filled. */
+typedef struct graphd_request_record {
+  uint32_t size;
+  char request[32];    /* the request's name: "Hello", "Ping", "Replay", ... */
+  uint64_t calls;      /* requests of this kind read, those the daemon refused among them */
+  uint64_t errors;     /* of them, answered with a status other than OK */
+  uint64_t handler_ns; /* the daemon's loop thread's time in their handler (not a worker's) */
+} graphd_request_record;
+
+/* The request counters of status s: *out is an array of *n records of
+ * `size` bytes each (the caller's sizeof(graphd_request_record), so that
+ * (*out)[i] is kind i), one per kind of request the daemon knows, each
+ * filled as graphd_daemon_status_device fills a device record. *n is 0
+ * and *out NULL from a daemon that does not report them. Free *out with
+ * graphd_request_records_free(). INVALID_ARGUMENT when size is smaller
+ * than the record's first two members. Thread-safe. */
+GRAPHD_EXPORT graphd_status graphd_daemon_status_requests(const graphd_daemon_status *s,
+                                                          size_t size, graphd_request_record **out,
+                                                          size_t *n);
+
+/* Frees an array from graphd_daemon_status_requests. NULL is a no-op. */
+GRAPHD_EXPORT void graphd_request_records_free(graphd_request_record *list);
 
 /* Asks the daemon for its status. A device whose worker is in a long job
  * is waited for up to 500 ms, then reported with state "busy" and its last

@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import os
 import threading
+from typing import Any, Dict, List
 
 from ._version import __version__
 from .errors import GraphdError, LibraryError, status_name
@@ -145,12 +146,30 @@ class graphd_evict_options(ctypes.Structure):
                 ("session", _u64), ("idle_ms", _u64), ("all", _int), ("dry_run", _int)]
 
 
+# Room past the fields named below for the counters a later libgraphd
+# appends to graphd_device_record: they are read by their offsets in
+# graphd_device_metric's list (device_metrics), never by name here.
+RECORD_TAIL_ROOM = 64
+
+
 class graphd_device_record(ctypes.Structure):
     _fields_ = [("size", _u32), ("index", _u32), ("info", graphd_device_info),
                 ("work", graphd_device_work), ("launch_ns", _u64), ("figures_age_ms", _u64),
                 ("replay_latency", graphd_latency_histogram), ("staging_budget_bytes", _u64),
                 ("instances", _u64), ("graphs", _u64), ("worker_busy_ns", _u64),
-                ("worker_clock_ns", _u64)]
+                ("worker_clock_ns", _u64), ("tail", _u64 * RECORD_TAIL_ROOM)]
+
+
+class graphd_metric_info(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("field", _u32), ("offset", _u32),
+                ("kind", ctypes.c_char_p), ("unit", ctypes.c_char_p),
+                ("prometheus", ctypes.c_char_p), ("prometheus_own", _int),
+                ("help", ctypes.c_char_p)]
+
+
+class graphd_request_record(ctypes.Structure):
+    _fields_ = [("size", _u32), ("request", ctypes.c_char * 32), ("calls", _u64),
+                ("errors", _u64), ("handler_ns", _u64)]
 
 
 # The structures whose layout the tests compare with C (tests/abi_sizes.c).
@@ -158,7 +177,8 @@ STRUCTS = {c.__name__: c for c in (
     graphd_connect_options, graphd_device_counters, graphd_device_info, graphd_session_info,
     graphd_device_work, graphd_latency_histogram, graphd_daemon_status, graphd_region_ref,
     graphd_binding, graphd_replay_info, graphd_prepare_info, graphd_capture_info,
-    graphd_capture_record, graphd_evict_options, graphd_device_record)}
+    graphd_capture_record, graphd_evict_options, graphd_device_record, graphd_metric_info,
+    graphd_request_record)}
 
 _P = ctypes.c_void_p
 _ID = ctypes.POINTER(_u8)  # uint8_t[32]
@@ -172,6 +192,11 @@ _PROTOS = {
     "graphd_daemon_status_device": (_int, [ctypes.POINTER(graphd_daemon_status), _u32,
                                            ctypes.POINTER(graphd_device_record), ctypes.c_size_t]),
     "graphd_capture_info_free": (None, [ctypes.POINTER(graphd_capture_info)]),
+    "graphd_device_metric": (ctypes.POINTER(graphd_metric_info), [_u32]),
+    "graphd_daemon_status_requests": (_int, [ctypes.POINTER(graphd_daemon_status), ctypes.c_size_t,
+                                             ctypes.POINTER(ctypes.POINTER(graphd_request_record)),
+                                             ctypes.POINTER(ctypes.c_size_t)]),
+    "graphd_request_records_free": (None, [ctypes.POINTER(graphd_request_record)]),
     "graphd_status_name": (ctypes.c_char_p, [_int]),
     "graphd_strerror": (ctypes.c_char_p, [_int]),
     "graphd_connect_options_init": (None, [ctypes.POINTER(graphd_connect_options)]),
@@ -388,6 +413,50 @@ def struct_dict(s):
             v = bytes(v)
         out[name] = v
     return out
+
+
+_metrics_cache: List[Dict[str, Any]] = []
+
+
+def device_metrics():
+    """The device counters this libgraphd knows (graphd_device_metric), as
+    dicts of graphd_metric_info's fields, in the list's order."""
+    if not _metrics_cache:
+        out, i = [], 0
+        while (p := lib().graphd_device_metric(i)):
+            m = p.contents
+            out.append({"name": m.name.decode(), "field": m.field, "offset": m.offset,
+                        "kind": m.kind.decode(), "unit": m.unit.decode(),
+                        "prometheus": m.prometheus.decode(), "prometheus_own": bool(m.prometheus_own),
+                        "help": m.help.decode()})
+            i += 1
+        _metrics_cache[:] = out
+    return list(_metrics_cache)
+
+
+def record_metrics(r):
+    """Every device counter of a graphd_device_record the library filled, by
+    name: those past the bytes it filled are not in it."""
+    raw = ctypes.string_at(ctypes.addressof(r), min(r.size, ctypes.sizeof(r)))
+    return {m["name"]: _u64.from_buffer_copy(raw, m["offset"]).value
+            for m in device_metrics() if m["offset"] + 8 <= len(raw)}
+
+
+def status_requests(p):
+    """The request counters of a status from libgraphd (a pointer to
+    graphd_daemon_status), as dicts of graphd_request_record's fields."""
+    l = lib()
+    recs = ctypes.POINTER(graphd_request_record)()
+    n = ctypes.c_size_t()
+    st = l.graphd_daemon_status_requests(p, ctypes.sizeof(graphd_request_record), ctypes.byref(recs),
+                                         ctypes.byref(n))
+    if st:
+        raise GraphdError(status_name(st), "graphd_daemon_status_requests failed")
+    try:
+        return [{k: v for k, v in struct_dict(recs[i]).items() if k != "size"}
+                for i in range(n.value)]
+    finally:
+        l.graphd_request_records_free(recs)
 
 
 def capture_info_free(ptr):

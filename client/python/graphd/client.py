@@ -36,7 +36,8 @@ from ._cuda import device_uuid as _cuda_device_uuid
 from ._lib import (ERRMAX, SESSION_CONTROL, SESSION_DATA, capture_records_free, graphd_binding,
                    graphd_capture_record, graphd_connect_options, graphd_daemon_status,
                    graphd_device_info, graphd_device_record, graphd_evict_options, graphd_prepare_info,
-                   graphd_region_ref, graphd_replay_info, id_arg, lib, struct_dict, uuid_parse)
+                   graphd_region_ref, graphd_replay_info, id_arg, lib, record_metrics, status_requests,
+                   struct_dict, uuid_parse)
 from .errors import FailedPrecondition, GraphdError, InvalidArgument, InvalidArgumentType
 from .program import ID_LEN, MODES, MODULE_KINDS, Program
 from .records import (CaptureInfo, DaemonStatus, DeviceInfo, ModuleKind, PrepareInfo, RegionRef,
@@ -507,10 +508,16 @@ class Client:
         DaemonStatus
             version, uptime_ms, pid, sessions, modules, module_bytes,
             programs; devices (graphd_device_info's fields, uuid as bytes,
-            counters as a dict, figures_age_ms, and work: replay_ns over
+            counters as a dict, figures_age_ms, work: replay_ns over
             replays, of it launch_ns in the driver's graph launches,
             gpu_ns over gpu_replays sampled, and busy_ns over clock_ns,
-            the worker's busy time and its time base); session_info.
+            the worker's busy time and its time base; and metrics, every
+            device counter of graphd's list by its name, as graphctl
+            stats --json has them: the library's graphd_device_metric);
+            session_info; requests, one per kind of request the daemon
+            knows: its name (request), calls, errors (answered with a
+            status other than OK) and handler_ns (the daemon's loop
+            thread's time in their handler).
         """
         l = lib()
         p = ctypes.POINTER(graphd_daemon_status)()
@@ -527,9 +534,11 @@ class Client:
                     raise GraphdError("INTERNAL", f"graphd_daemon_status_device refused device {i}")
                 work = dict(struct_dict(r.work), launch_ns=r.launch_ns, busy_ns=r.worker_busy_ns,
                             clock_ns=r.worker_clock_ns)
-                devices.append(dict(struct_dict(r.info), figures_age_ms=r.figures_age_ms, work=work))
+                devices.append(dict(struct_dict(r.info), figures_age_ms=r.figures_age_ms, work=work,
+                                    metrics=record_metrics(r)))
             out["devices"] = devices
             out["session_info"] = [struct_dict(s.session_info[i]) for i in range(s.nsession_info)]
+            out["requests"] = status_requests(p)
         finally:
             l.graphd_daemon_status_free(p)
         return out  # type: ignore[return-value]

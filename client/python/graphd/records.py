@@ -19,7 +19,7 @@ Vocabulary (the same in Python, C, graphctl's JSON and the docs):
   ``reconnect_ms``, ``idle_ms``, ``capture_ns``.
 """
 
-from typing import List, Literal, TypedDict
+from typing import Dict, List, Literal, TypedDict
 
 #: How replays move data (graphd_mode).
 Mode = Literal["staged", "staged_ex", "direct", "auto"]
@@ -92,10 +92,15 @@ class DeviceInfo(TypedDict):
 
 
 class DeviceStatus(DeviceInfo):
-    """A device in Client.status(): its info, how old its figures are, and
-    its worker's time."""
+    """A device in Client.status(): its info, how old its figures are, its
+    worker's time, and ``metrics``: every device counter of graphd's one
+    list (proto/include/graphd/device_counters.def, as libgraphd's
+    graphd_device_metric gives it) by its name, the keys of a device in
+    ``graphctl stats --json``; a counter the list gains appears here with
+    no change to this package."""
     figures_age_ms: int
     work: DeviceWork
+    metrics: Dict[str, int]
 
 
 class SessionInfo(TypedDict):
@@ -110,8 +115,18 @@ class SessionInfo(TypedDict):
     region_bytes: int
 
 
+class RequestCounters(TypedDict):
+    """graphd_request_record: what the daemon counted of one kind of
+    request since it started."""
+    request: str
+    calls: int
+    errors: int
+    handler_ns: int
+
+
 class DaemonStatus(TypedDict):
-    """Client.status(): the daemon, its devices and its sessions."""
+    """Client.status(): the daemon, its devices, its sessions and its
+    request counters."""
     version: str
     uptime_ms: int
     pid: int
@@ -121,6 +136,7 @@ class DaemonStatus(TypedDict):
     programs: int
     devices: List[DeviceStatus]
     session_info: List[SessionInfo]
+    requests: List[RequestCounters]
 
 
 class ReplayInfo(TypedDict):
@@ -170,5 +186,5 @@ class CaptureInfo(TypedDict):
 
 
 __all__ = ["Mode", "Role", "ModuleKind", "SessionKind", "VmapMethod", "DeviceCounters", "DeviceWork",
-           "DeviceInfo", "DeviceStatus", "SessionInfo", "DaemonStatus", "ReplayInfo", "PrepareInfo",
-           "RegionRef", "CaptureInfo"]
+           "DeviceInfo", "DeviceStatus", "SessionInfo", "RequestCounters", "DaemonStatus", "ReplayInfo",
+           "PrepareInfo", "RegionRef", "CaptureInfo"]

@@ -100,6 +100,13 @@ class HostDaemonTest(unittest.TestCase):
         w = st["devices"][0]["work"]
         self.assertGreater(w["busy_ns"], 0)
         self.assertLessEqual(w["busy_ns"], w["clock_ns"])
+        # Every counter of the list by its name, the same figures.
+        m = st["devices"][0]["metrics"]
+        self.assertEqual(list(m), [x["name"] for x in graphd._lib.device_metrics()])
+        self.assertEqual((m["captures"], m["replays"], m["errors"]), (1, replays, 0))
+        self.assertEqual((m["worker_busy_ns"], m["worker_clock_ns"]), (w["busy_ns"], w["clock_ns"]))
+        self.assertEqual(m["worker_replays"], w["replays"])
+        self.assertEqual(m["replay_latency_count"], replays)
         later = self.ctl.status(wait=False)["devices"][0]["work"]
         self.assertGreater(later["clock_ns"], w["clock_ns"])
         self.assertGreaterEqual(later["busy_ns"], w["busy_ns"])
@@ -218,6 +225,29 @@ class HostDaemonTest(unittest.TestCase):
         with self.assertRaises(GraphdError) as cm:
             self.c.register_program(enc, bytes(32))
         self.assertEqual(cm.exception.code, "INVALID_ARGUMENT")
+
+    def test_request_counters_move(self):
+        def row(name):
+            rows = [r for r in self.ctl.status()["requests"] if r["request"] == name]
+            self.assertEqual(len(rows), 1, name)
+            return rows[0]
+        before = row("Ping")
+        for _ in range(5):
+            self.ctl.ping(b"x")
+        after = row("Ping")
+        self.assertEqual(after["calls"] - before["calls"], 5)
+        self.assertEqual(after["errors"], before["errors"])
+        self.assertGreater(after["handler_ns"], before["handler_ns"])
+        # A Replay of a program the daemon does not know: a call, an error.
+        r0 = row("Replay")
+        stream = self.c.stream_attach()
+        x = self.c.host_alloc(4 * N)
+        with self.assertRaises(graphd.NotFound):
+            self.c.replay_bindings(stream, bytes(32), [(0, x, 4 * N)])
+        r1 = row("Replay")
+        self.assertEqual((r1["calls"] - r0["calls"], r1["errors"] - r0["errors"]), (1, 1))
+        stream.detach()
+        x.free()
 
     def test_errors_carry_the_status_and_the_daemons_message(self):
         s = self.c.stream_attach()

@@ -1,6 +1,8 @@
 """The Python builder against libgraphd's C builder (same bytes, same ids,
 same refusals), and the ctypes structures against the C layout."""
 
+import importlib.util
+import os
 import random
 import struct
 import subprocess
@@ -328,7 +330,11 @@ class AbiTest(unittest.TestCase):
         for line in out.splitlines():
             name, what, n = line.split()
             n = int(n)
-            if what == "size":
+            if what == "size" and name == "graphd_device_record":
+                # Room for the counters a later library appends, read by
+                # their offsets (_lib.record_metrics).
+                self.assertGreaterEqual(ctypes_sizeof(_lib.STRUCTS[name]), n, name)
+            elif what == "size":
                 self.assertEqual(ctypes_sizeof(_lib.STRUCTS[name]), n, name)
             else:
                 sname, field = name.split(".")
@@ -338,6 +344,33 @@ class AbiTest(unittest.TestCase):
         # Every structure the bindings define is checked.
         sized = {l.split()[0] for l in out.splitlines() if l.split()[1] == "size"}
         self.assertEqual(sized, set(_lib.STRUCTS))
+
+
+# The source tree's list of device counters and the script that reads it.
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..")
+COUNTERS_SCRIPT = os.path.join(ROOT, "scripts", "device-counters.py")
+
+
+class DeviceMetricsTest(unittest.TestCase):
+    def test_the_library_lists_the_device_counters_of_the_list(self):
+        # graphd_device_metric, which Client.status() reads its metrics by,
+        # is device_counters.def entry for entry.
+        _env.path(self, "GRAPHD_LIB")
+        if not os.path.exists(COUNTERS_SCRIPT):
+            self.skipTest("no source tree beside the tests")
+        spec = importlib.util.spec_from_file_location("device_counters", COUNTERS_SCRIPT)
+        dc = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(dc)
+        with open(os.path.join(ROOT, dc.DEF), encoding="utf-8") as f:
+            listed = dc.parse_list(f.read())
+        got = _lib.device_metrics()
+        self.assertEqual([m["name"] for m in got], [e["name"] for e in listed])
+        for m, e in zip(got, listed):
+            self.assertEqual((m["field"], m["kind"], m["unit"], m["prometheus"], m["help"]),
+                             (e["field"], e["kind"].lower(), dc.UNIT_WORD[e["unit"]],
+                              e["prometheus"], e["help"]), m["name"])
+            self.assertEqual(m["prometheus_own"], e["form"] == "LINE", m["name"])
+            self.assertLessEqual(m["offset"] + 8, ctypes_sizeof(_lib.graphd_device_record))
 
 
 def ctypes_sizeof(t):
