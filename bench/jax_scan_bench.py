@@ -28,7 +28,7 @@ import numpy as np
 
 import graphd
 import graphd.jax as gj
-from graphd import Slot, f32, u32
+from scale_program import doubler
 
 
 def main():
@@ -41,18 +41,6 @@ def main():
     a = ap.parse_args()
     if a.socket:
         os.environ["GRAPHD_SOCKET"] = a.socket
-    with open(os.path.join(os.environ["GRAPHD_CUDA_KERNELS"], "test_kernels.cubin"), "rb") as f:
-        cubin = f.read()
-    mod = graphd.module_id("cubin", cubin)
-
-    def build(x, *, mode):
-        n, nb = x.size, x.size * 4
-        p = graphd.Program(mode)
-        xs, ys = p.add_slot("input", nb), p.add_slot("output", nb)
-        p.launch(mod, "scale", grid=(n + 255) // 256, block=256,
-                 args=[Slot(xs), Slot(ys), f32(2.0), u32(n)])
-        return gj.Spec(p, results=[x], operand_slots=[xs], result_slots=[ys],
-                       modules=[("cubin", cubin)])
 
     def scan_of(double):
         def step(s, _):
@@ -89,7 +77,7 @@ def main():
         for sync in (True, False):
             how = "sync" if sync else "async"
             us, got, (recaptures, captures) = per_step_us(
-                scan_of(gj.program_callable(build, mode=mode, sync=sync)), s0)
+                scan_of(doubler(mode, sync)), s0)
             gj.collect()
             same = np.array_equal(np.asarray(got), np.asarray(ref))
             print(f"FIGURE jax scan, graphd {mode} {how}: {us:.2f} us/step, overhead {us - ref_us:.2f} "
