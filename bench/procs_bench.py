@@ -118,7 +118,7 @@ def say(**msg):
     sys.stdout.flush()
 
 
-def mjx_stepper(a, scene, how):
+def mjx_stepper(a, scene):
     """(run, state, steps a run): run(state) -> state after a scan of
     --length MJX steps of --worlds worlds."""
     import mjx_scan_bench as mb
@@ -176,7 +176,7 @@ def child(a):
             if scene == "jax":
                 run, state, per_run = jax_stepper(a, a.how)
             else:
-                run, state, per_run = mjx_stepper(a, scene, a.how)
+                run, state, per_run = mjx_stepper(a, scene)
             for _ in range(2):  # compile, capture
                 state = run(state)
             jax.block_until_ready(state)
@@ -191,14 +191,13 @@ def child(a):
         while time.monotonic() < start:
             time.sleep(min(0.001, max(0.0, start - time.monotonic())))
         end = start + a.seconds
-        steps, last = 0, start
+        steps = 0
         while True:
             state = run(state)
             jax.block_until_ready(state)
-            now = time.monotonic()
             steps += per_run
-            last = now
-            if now >= end:
+            last = time.monotonic()
+            if last >= end:
                 break
         say(kind="done", scene=scene, steps=steps, seconds=last - start, finite=bool(finite(state)))
     return 0
