@@ -120,6 +120,32 @@ static void fill_requests(const gd_daemon *d, Graphd__Wire__RequestCounters *rq,
   }
 }
 
+/* Milliseconds from t to now (0 when t is not before now). */
+static uint64_t ms_since(uint64_t t, uint64_t now) { return now > t ? (now - t) / 1000000u : 0; }
+
+/* One session of the status as the loop knows it now; w points into x. */
+static void fill_session(Graphd__Wire__SessionInfo *w, gd_session *x, uint64_t now) {
+  graphd__wire__session_info__init(w);
+  w->id = x->id;
+  w->pid = (uint32_t)x->pid;
+  w->uid = (uint32_t)x->uid;
+  w->gid = (uint32_t)x->gid;
+  w->kind = x->kind == GD_SESSION_DATA      ? GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA
+            : x->kind == GD_SESSION_CONTROL ? GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL
+                                            : GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_UNSPECIFIED;
+  w->device = x->device;
+  w->client_name = x->client_name;
+  w->age_ms = ms_since(x->opened_ns, now);
+  w->idle_ms = ms_since(x->active_ns, now);
+  w->admin = x->admin;
+  w->busy = x->busy;
+  const gd_data_session *dx = data_session_of(x);
+  w->regions = dx ? dx->regions.n : 0;
+  w->region_bytes = dx ? dx->regions.bytes : 0;
+  w->has_ring = dx && dx->has_ring;
+  w->flag_slots = dx ? dx->flag_slots : 0;
+}
+
 static void reply_status(fanout *g) {
   gd_session *s = g->s;
   gd_daemon *d = daemon_of(s);
@@ -166,19 +192,7 @@ static void reply_status(fanout *g) {
   sr.sessions = d->sessions.n;
   size_t k = 0;
   for (gd_session *x = d->sessions.head; x && k < ns; x = x->next, k++) {
-    graphd__wire__session_info__init(&si[k]);
-    si[k].id = x->id;
-    si[k].pid = (uint32_t)x->pid;
-    si[k].uid = (uint32_t)x->uid;
-    si[k].kind = x->kind == GD_SESSION_DATA ? GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA
-                 : x->kind == GD_SESSION_CONTROL
-                     ? GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_CONTROL
-                     : GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_UNSPECIFIED;
-    si[k].device = x->device;
-    si[k].client_name = x->client_name;
-    const gd_data_session *dx = data_session_of(x);
-    si[k].regions = dx ? dx->regions.n : 0;
-    si[k].region_bytes = dx ? dx->regions.bytes : 0;
+    fill_session(&si[k], x, now);
     sp[k] = &si[k];
   }
   sr.n_session_list = k;
