@@ -89,6 +89,16 @@ int main(void) {
   OFF(graphd_device_record, graphs);
   OFF(graphd_device_record, worker_busy_ns);
   OFF(graphd_device_record, worker_clock_ns);
+  SIZE(graphd_session_record);
+  OFF(graphd_session_record, index);
+  OFF(graphd_session_record, info);
+  OFF(graphd_session_record, age_ms);
+  OFF(graphd_session_record, idle_ms);
+  OFF(graphd_session_record, gid);
+  OFF(graphd_session_record, flag_slots);
+  OFF(graphd_session_record, admin);
+  OFF(graphd_session_record, busy);
+  OFF(graphd_session_record, has_ring);
   SIZE(graphd_metric_info);
   OFF(graphd_metric_info, field);
   OFF(graphd_metric_info, offset);

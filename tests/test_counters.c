@@ -6,7 +6,10 @@
  * requests. And each kind of request has its row of counters (the
  * router's): its calls, those answered with a status other than OK
  * (refused by the table, by the handler, or by the worker that answered
- * itself), and the loop's time in the handler. */
+ * itself), and the loop's time in the handler. And each session's
+ * graphd_session_record: the peer's gid and admin right, its age and
+ * idle time as they pass, whether it is busy, its flag page and ring
+ * once it has them, at every record size. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
@@ -14,8 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "graphd/protocol.h"
 #include "harness.h"
 #include "program3.h"
 
@@ -23,7 +28,10 @@
 
 static gd_test_daemon d;
 
-static void setup(void) { td_start(&d, "--host-devices", "2", NULL); }
+static void setup(void) {
+  td_start(&d, "--host-devices", "2", "--socket-mode", "0666", NULL);
+  ck_assert_int_eq(chmod(d.dir, 0755), 0); /* for uid 65534's client */
+}
 
 static void teardown(void) {
   if (d.pid > 0) ck_assert_int_eq(td_stop(&d), 0);
@@ -277,6 +285,171 @@ START_TEST(test_counters_request_records_come_sized) {
 }
 END_TEST
 
+/* The record of session id in st into *r, checked against session_info
+ * at its index; false when st has no such session. */
+static bool session_record(const graphd_daemon_status *st, uint64_t id, graphd_session_record *r) {
+  for (uint32_t i = 0; i < st->nsession_info; i++) {
+    if (st->session_info[i].id != id) continue;
+    ck_assert_int_eq(graphd_daemon_status_session(st, i, r, sizeof *r), GRAPHD_OK);
+    ck_assert_uint_eq(r->size, sizeof *r);
+    ck_assert_uint_eq(r->index, i);
+    ck_assert_mem_eq(&r->info, &st->session_info[i], sizeof r->info);
+    return true;
+  }
+  return false;
+}
+
+/* Session id's record in a new status asked on ctl. */
+static graphd_session_record session_now(graphd_client *ctl, uint64_t id) {
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  graphd_session_record r;
+  ck_assert_msg(session_record(st, id, &r), "no session %llu in the status",
+                (unsigned long long)id);
+  graphd_daemon_status_free(st);
+  return r;
+}
+
+START_TEST(test_counters_session_records_follow_the_session) {
+  graphd_client *ctl = td_control(&d);
+  graphd_client *c = td_data(&d, 1);
+  graphd_session_record r = session_now(ctl, graphd_session_id(c));
+  ck_assert_int_eq(r.info.data, 1);
+  ck_assert_int_eq(r.info.device, 1);
+  ck_assert_uint_eq(r.info.uid, getuid());
+  ck_assert_uint_eq(r.gid, getgid());
+  ck_assert_int_eq(r.admin, 1); /* the daemon's own user */
+  ck_assert_int_eq(r.busy, 0);
+  ck_assert_uint_eq(r.flag_slots, 0);
+  ck_assert_int_eq(r.has_ring, 0);
+  ck_assert_uint_ge(r.age_ms, r.idle_ms);
+  /* The asker is busy with its own Status, and a control session. */
+  graphd_session_record me = session_now(ctl, graphd_session_id(ctl));
+  ck_assert_int_eq(me.info.data, 0);
+  ck_assert_int_eq(me.info.device, -1);
+  ck_assert_int_eq(me.busy, 1);
+  ck_assert_uint_eq(me.gid, getgid());
+  /* Left alone, the data session idles and ages by the time slept. */
+  graphd_session_record before = session_now(ctl, graphd_session_id(c));
+  usleep(400 * 1000);
+  graphd_session_record after = session_now(ctl, graphd_session_id(c));
+  ck_assert_uint_ge(after.idle_ms, before.idle_ms + 390);
+  ck_assert_uint_ge(after.age_ms, before.age_ms + 390);
+  ck_assert_uint_ge(after.age_ms, after.idle_ms);
+  /* A request of its own starts its idle time again; its age goes on. */
+  ck_assert_int_eq(graphd_ping(c, NULL, 0), GRAPHD_OK);
+  r = session_now(ctl, graphd_session_id(c));
+  ck_assert_uint_lt(r.idle_ms, after.idle_ms);
+  ck_assert_uint_ge(r.age_ms, after.age_ms);
+  /* A stream gives it the flag page, an asynchronous replay its ring. */
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  r = session_now(ctl, graphd_session_id(c));
+  ck_assert_uint_eq(r.flag_slots, 4096 / GRAPHD_FLAG_STRIDE); /* libgraphd's page */
+  ck_assert_int_eq(r.has_ring, 0);
+  size_t plen;
+  uint8_t *plugin = td_read_file(HOST_KERNELS_SO, &plen);
+  uint8_t mod[32], pid[32];
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plen, mod), GRAPHD_OK);
+  free(plugin);
+  ck_assert_int_eq(program3_register(c, mod, GRAPHD_MODE_STAGED, N, pid), GRAPHD_OK);
+  float *x, *cc, *y;
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&x), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&cc), GRAPHD_OK);
+  ck_assert_int_eq(graphd_host_alloc(c, N * 4, (void **)&y), GRAPHD_OK);
+  graphd_binding bd[3] = {{0, (uint64_t)(uintptr_t)x, N * 4},
+                          {3, (uint64_t)(uintptr_t)y, N * 4},
+                          {1, (uint64_t)(uintptr_t)cc, N * 4}};
+  uint64_t last = 0;
+  ck_assert_int_eq(graphd_replay_async(c, s, pid, bd, 3, &last), GRAPHD_OK);
+  ck_assert_int_eq(graphd_stream_wait(s, last, -1), GRAPHD_OK);
+  r = session_now(ctl, graphd_session_id(c));
+  ck_assert_int_eq(r.has_ring, 1);
+  ck_assert_uint_eq(r.info.regions, 3);
+  graphd_stream_detach(s);
+  graphd_close(c);
+  graphd_close(ctl);
+}
+END_TEST
+
+START_TEST(test_counters_session_records_come_sized) {
+  graphd_client *ctl = td_control(&d);
+  graphd_daemon_status *st;
+  ck_assert_int_eq(graphd_get_status(ctl, &st), GRAPHD_OK);
+  ck_assert_uint_eq(st->nsession_info, 1);
+  graphd_session_record full;
+  ck_assert(session_record(st, graphd_session_id(ctl), &full));
+  /* A record of 0.1.0's figures only (an older header's): those, and not
+   * a byte past them. */
+  size_t older = offsetof(graphd_session_record, age_ms);
+  graphd_session_record r;
+  memset(&r, 0xa5, sizeof r);
+  ck_assert_int_eq(graphd_daemon_status_session(st, 0, &r, older), GRAPHD_OK);
+  ck_assert_uint_eq(r.size, older);
+  ck_assert_uint_eq(r.index, 0);
+  ck_assert_mem_eq(&r.info, &st->session_info[0], sizeof r.info);
+  for (size_t k = older; k < sizeof r; k++) ck_assert_uint_eq(((uint8_t *)&r)[k], 0xa5);
+  /* A newer header's larger record: what this library knows, the rest
+   * zeroed. */
+  uint8_t big[sizeof r + 16];
+  memset(big, 0xa5, sizeof big);
+  ck_assert_int_eq(graphd_daemon_status_session(st, 0, (graphd_session_record *)big, sizeof big),
+                   GRAPHD_OK);
+  ck_assert_mem_eq(big + sizeof(uint32_t), (uint8_t *)&full + sizeof(uint32_t),
+                   sizeof r - sizeof(uint32_t));
+  uint32_t size;
+  memcpy(&size, big, sizeof size);
+  ck_assert_uint_eq(size, sizeof r);
+  for (size_t k = sizeof r; k < sizeof big; k++) ck_assert_uint_eq(big[k], 0);
+  /* Refused: too small for size and index, no such session, no status. */
+  size_t least = offsetof(graphd_session_record, info);
+  ck_assert_int_eq(graphd_daemon_status_session(st, 0, &r, least), GRAPHD_OK);
+  ck_assert_uint_eq(r.size, least);
+  ck_assert_int_eq(graphd_daemon_status_session(st, 0, &r, least - 1), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_int_eq(graphd_daemon_status_session(st, 1, &r, sizeof r), GRAPHD_INVALID_ARGUMENT);
+  ck_assert_int_eq(graphd_daemon_status_session(NULL, 0, &r, sizeof r), GRAPHD_INVALID_ARGUMENT);
+  graphd_daemon_status_free(st);
+  graphd_close(ctl);
+}
+END_TEST
+
+/* In a child as nobody: its own session is nobody's, and no admin's. */
+static int nobody_sees_itself(const void *arg) {
+  const gd_test_daemon *td = arg;
+  graphd_connect_options o;
+  graphd_connect_options_init(&o);
+  o.socket_path = td->socket;
+  graphd_client *c;
+  if (graphd_connect(&o, &c, NULL, 0) != GRAPHD_OK) return 20;
+  graphd_daemon_status *st;
+  if (graphd_get_status(c, &st) != GRAPHD_OK) return 21;
+  int rc = 22;
+  for (uint32_t i = 0; i < st->nsession_info; i++) {
+    graphd_session_record r;
+    if (st->session_info[i].id != graphd_session_id(c)) continue;
+    if (graphd_daemon_status_session(st, i, &r, sizeof r) != GRAPHD_OK)
+      rc = 23;
+    else if (r.info.uid != 65534 || r.gid != 65534)
+      rc = 24;
+    else if (r.admin)
+      rc = 25;
+    else
+      rc = 0;
+  }
+  graphd_daemon_status_free(st);
+  graphd_close(c);
+  return rc;
+}
+
+START_TEST(test_counters_session_records_name_the_peer) {
+  if (geteuid() != 0) {
+    fprintf(stderr, "not root: another user's session is not seen here\n");
+    return;
+  }
+  ck_assert_int_eq(td_as_nobody(nobody_sees_itself, &d), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("counters");
   TCase *tc = tcase_create("status");
@@ -286,6 +459,9 @@ int main(void) {
   tcase_add_test(tc, test_counters_ring_replays_are_counted_apart);
   tcase_add_test(tc, test_counters_each_request_kind_counts_calls_errors_and_time);
   tcase_add_test(tc, test_counters_request_records_come_sized);
+  tcase_add_test(tc, test_counters_session_records_follow_the_session);
+  tcase_add_test(tc, test_counters_session_records_come_sized);
+  tcase_add_test(tc, test_counters_session_records_name_the_peer);
   suite_add_tcase(s, tc);
   return td_run_suite(s);
 }

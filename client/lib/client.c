@@ -418,6 +418,41 @@ static void copy_latency(graphd_latency_histogram *h, const Graphd__Wire__Device
   h->nbounds = k;
 }
 
+/* The sessions of a Status reply into p: their records, and 0.1.0's
+ * session_info array from them. Returns GRAPHD_OK, or RESOURCE_EXHAUSTED. */
+static graphd_status copy_sessions(gd_status_priv *p, const Graphd__Wire__StatusReply *sr) {
+  graphd_daemon_status *s = &p->pub;
+  size_t n = sr->n_session_list;
+  if (n && (!(s->session_info = calloc(n, sizeof *s->session_info)) ||
+            !(p->ses = calloc(n, sizeof *p->ses))))
+    return GRAPHD_RESOURCE_EXHAUSTED;
+  s->nsession_info = (uint32_t)n;
+  for (size_t i = 0; i < n; i++) {
+    const Graphd__Wire__SessionInfo *w = sr->session_list[i];
+    graphd_session_record *r = &p->ses[i];
+    graphd_session_info *x = &r->info;
+    r->size = sizeof *r;
+    r->index = (uint32_t)i;
+    x->id = w->id;
+    x->pid = w->pid;
+    x->uid = w->uid;
+    x->data = w->kind == GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
+    x->device = w->device;
+    snprintf(x->client_name, sizeof x->client_name, "%s", w->client_name ? w->client_name : "");
+    x->regions = w->regions;
+    x->region_bytes = w->region_bytes;
+    r->age_ms = w->age_ms;
+    r->idle_ms = w->idle_ms;
+    r->gid = w->gid;
+    r->flag_slots = w->flag_slots;
+    r->admin = w->admin;
+    r->busy = w->busy;
+    r->has_ring = w->has_ring;
+    s->session_info[i] = *x; /* 0.1.0's layout */
+  }
+  return GRAPHD_OK;
+}
+
 static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_status **out) {
   GD_OWNED(c);
   Graphd__Wire__Request req = GRAPHD__WIRE__REQUEST__INIT;
@@ -473,25 +508,10 @@ static graphd_status get_status(graphd_client *c, bool no_wait, graphd_daemon_st
   s->modules = sr->modules;
   s->module_bytes = sr->module_bytes;
   s->programs = sr->programs;
-  if (gd_status_requests(p, sr) != GRAPHD_OK ||
-      (sr->n_session_list &&
-       !(s->session_info = calloc(sr->n_session_list, sizeof *s->session_info)))) {
+  if (gd_status_requests(p, sr) != GRAPHD_OK || copy_sessions(p, sr) != GRAPHD_OK) {
     graphd_daemon_status_free(s);
     st = gd_client_set_err(c, GRAPHD_RESOURCE_EXHAUSTED, "out of memory");
     goto exit;
-  }
-  s->nsession_info = (uint32_t)sr->n_session_list;
-  for (size_t i = 0; i < sr->n_session_list; i++) {
-    const Graphd__Wire__SessionInfo *w = sr->session_list[i];
-    graphd_session_info *x = &s->session_info[i];
-    x->id = w->id;
-    x->pid = w->pid;
-    x->uid = w->uid;
-    x->data = w->kind == GRAPHD__WIRE__SESSION_KIND__SESSION_KIND_DATA;
-    x->device = w->device;
-    snprintf(x->client_name, sizeof x->client_name, "%s", w->client_name ? w->client_name : "");
-    x->regions = w->regions;
-    x->region_bytes = w->region_bytes;
   }
   *out = s;
 exit:
@@ -509,6 +529,7 @@ void graphd_daemon_status_free(graphd_daemon_status *s) {
   free(s->launch_ns);
   free(s->figures_age_ms);
   free(p->rec);
+  free(p->ses);
   free(p->req);
   free(p);
 }
@@ -521,6 +542,18 @@ graphd_status graphd_daemon_status_device(const graphd_daemon_status *s, uint32_
   size_t n = size < sizeof p->rec[i] ? size : sizeof p->rec[i];
   memset(out, 0, size);
   memcpy(out, &p->rec[i], n);
+  out->size = (uint32_t)n;
+  return GRAPHD_OK;
+}
+
+graphd_status graphd_daemon_status_session(const graphd_daemon_status *s, uint32_t i,
+                                           graphd_session_record *out, size_t size) {
+  if (!s || !out || i >= s->nsession_info || size < offsetof(graphd_session_record, info))
+    return GRAPHD_INVALID_ARGUMENT;
+  const gd_status_priv *p = (const gd_status_priv *)s; /* pub is its first member */
+  size_t n = size < sizeof p->ses[i] ? size : sizeof p->ses[i];
+  memset(out, 0, size);
+  memcpy(out, &p->ses[i], n);
   out->size = (uint32_t)n;
   return GRAPHD_OK;
 }

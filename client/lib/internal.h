@@ -366,6 +366,7 @@ graphd_status gd_client_flags_again(graphd_client *c);
 typedef struct gd_status_priv {
   graphd_daemon_status pub;
   graphd_device_record *rec;  /* ndevices entries */
+  graphd_session_record *ses; /* nsession_info entries */
   graphd_request_record *req; /* nreq entries */
   size_t nreq;
 } gd_status_priv;

@@ -58,11 +58,11 @@ extern "C" {
  * The structures below that existed in 0.1.0 keep their layout: binaries
  * built against that header allocate them or index arrays of them. What a
  * later version adds to a record goes into a record with a `size` member
- * that the library fills (graphd_device_record: the caller passes its
- * sizeof; the library fills what both know, zeroes the rest and sets size
- * to what it filled; a field is there when offsetof(field) < size), never
- * into a parallel array again. Every array the library returns has its own
- * free function. */
+ * that the library fills (graphd_device_record, graphd_session_record:
+ * the caller passes its sizeof; the library fills what both know, zeroes
+ * the rest and sets size to what it filled; a field is there when
+ * offsetof(field) < size), never into a parallel array again. Every
+ * array the library returns has its own free function. */
 
 typedef struct graphd_client graphd_client;
 
@@ -262,7 +262,8 @@ typedef struct graphd_daemon_status {
   uint64_t *figures_age_ms;
   /* work, launch_ns and figures_age_ms stay for binaries built against
    * 0.1.0; every per-device figure, those and any later one, is in
-   * graphd_daemon_status_device's record. */
+   * graphd_daemon_status_device's record, and every per-session figure,
+   * session_info's and any later one, in graphd_daemon_status_session's. */
 } graphd_daemon_status;
 
 /* One device of a status, with every per-device figure. `size` is the
@@ -345,6 +346,39 @@ GRAPHD_EXPORT uint64_t graphd_device_record_value(const graphd_device_record *r,
  * s->ndevices or size is smaller than the record's first two members. */
 GRAPHD_EXPORT graphd_status graphd_daemon_status_device(const graphd_daemon_status *s, uint32_t i,
                                                         graphd_device_record *out, size_t size);
+
+/* One open session of a status (session_info[index] and what 0.1.0's
+ * graphd_session_info has no room for), as a sized record: `size` is the
+ * bytes the library filled (see "Growing the ABI"). Every figure is the
+ * daemon's loop thread's when it answered; a daemon that does not report
+ * one gives 0. */
+typedef struct graphd_session_record {
+  uint32_t size;
+  uint32_t index; /* its place in session_info[] */
+  graphd_session_info info;
+  uint64_t age_ms; /* since the daemon accepted its connection */
+  /* Since its last request came in or was answered; while busy, since the
+   * request being handled came in (the daemon's --idle-timeout closes a
+   * session that is not busy once this passes it). */
+  uint64_t idle_ms;
+  uint32_t gid; /* the peer's gid, from the kernel as info.pid and info.uid are */
+  /* A data session's flag page slots (libgraphd gives 128 at its first
+   * graphd_stream_attach); 0 before. */
+  uint32_t flag_slots;
+  int admin; /* 1: it may use admin-only requests (evict others' captures, list every id) */
+  /* 1: a request of it is with a device's worker, held back, or waiting on
+   * the devices (a status's asker is busy with that status). */
+  int busy;
+  int has_ring; /* 1: a data session with a submission ring (graphd_replay_async) */
+} graphd_session_record;
+
+/* Copies session i of s into *out, a record of `size` bytes (the caller's
+ * sizeof *out), as graphd_daemon_status_device copies a device: what both
+ * sides know is filled, the rest zeroed, and out->size set to the bytes
+ * filled. INVALID_ARGUMENT when i is not below s->nsession_info or size is
+ * smaller than the record's first two members. Thread-safe. */
+GRAPHD_EXPORT graphd_status graphd_daemon_status_session(const graphd_daemon_status *s, uint32_t i,
+                                                         graphd_session_record *out, size_t size);
 
 /* What the daemon counted of one kind of request since it started (a row
  * of its request table), as a sized record (see "Growing the ABI"):

@@ -160,6 +160,12 @@ class graphd_device_record(ctypes.Structure):
                 ("worker_clock_ns", _u64), ("tail", _u64 * RECORD_TAIL_ROOM)]
 
 
+class graphd_session_record(ctypes.Structure):
+    _fields_ = [("size", _u32), ("index", _u32), ("info", graphd_session_info), ("age_ms", _u64),
+                ("idle_ms", _u64), ("gid", _u32), ("flag_slots", _u32), ("admin", _int),
+                ("busy", _int), ("has_ring", _int)]
+
+
 class graphd_metric_info(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("field", _u32), ("offset", _u32),
                 ("kind", ctypes.c_char_p), ("unit", ctypes.c_char_p),
@@ -177,8 +183,8 @@ STRUCTS = {c.__name__: c for c in (
     graphd_connect_options, graphd_device_counters, graphd_device_info, graphd_session_info,
     graphd_device_work, graphd_latency_histogram, graphd_daemon_status, graphd_region_ref,
     graphd_binding, graphd_replay_info, graphd_prepare_info, graphd_capture_info,
-    graphd_capture_record, graphd_evict_options, graphd_device_record, graphd_metric_info,
-    graphd_request_record)}
+    graphd_capture_record, graphd_evict_options, graphd_device_record, graphd_session_record,
+    graphd_metric_info, graphd_request_record)}
 
 _P = ctypes.c_void_p
 _ID = ctypes.POINTER(_u8)  # uint8_t[32]
@@ -191,6 +197,8 @@ _PROTOS = {
     "graphd_last_error_r": (_int, [_P, ctypes.c_char_p, ctypes.c_size_t]),
     "graphd_daemon_status_device": (_int, [ctypes.POINTER(graphd_daemon_status), _u32,
                                            ctypes.POINTER(graphd_device_record), ctypes.c_size_t]),
+    "graphd_daemon_status_session": (_int, [ctypes.POINTER(graphd_daemon_status), _u32,
+                                            ctypes.POINTER(graphd_session_record), ctypes.c_size_t]),
     "graphd_capture_info_free": (None, [ctypes.POINTER(graphd_capture_info)]),
     "graphd_device_metric": (ctypes.POINTER(graphd_metric_info), [_u32]),
     "graphd_daemon_status_requests": (_int, [ctypes.POINTER(graphd_daemon_status), ctypes.c_size_t,
