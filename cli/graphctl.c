@@ -23,7 +23,8 @@ static void usage(FILE *f) {
           "                     caller's or the system's default)\n"
           "  -t, --timeout MS   connect and command timeout (default 30000)\n"
           "commands:\n"
-          "  status [--json]   daemon version, uptime, devices and counters\n"
+          "  status [--json]   daemon version, uptime, devices, counters and data\n"
+          "                    sessions (their age, idle time, flag slots, ring)\n"
           "  list [--json]     one line per capture: mode, staging, instances,\n"
           "                    replays, idle time, processes and more\n"
           "  evict SELECTORS [--dry-run] [--json]\n"
@@ -77,6 +78,27 @@ static json_object *device_json(const graphd_device_info *d) {
   return o;
 }
 
+static json_object *session_json(const graphd_session_record *r) {
+  const graphd_session_info *x = &r->info;
+  json_object *j = json_object_new_object();
+  json_object_object_add(j, "id", json_object_new_uint64(x->id));
+  json_object_object_add(j, "pid", json_object_new_int64(x->pid));
+  json_object_object_add(j, "uid", json_object_new_int64(x->uid));
+  json_object_object_add(j, "gid", json_object_new_int64(r->gid));
+  json_object_object_add(j, "kind", json_object_new_string(x->data ? "data" : "control"));
+  json_object_object_add(j, "device", json_object_new_int(x->device));
+  json_object_object_add(j, "client_name", json_object_new_string(x->client_name));
+  json_object_object_add(j, "admin", json_object_new_boolean(r->admin));
+  json_object_object_add(j, "age_ms", json_object_new_uint64(r->age_ms));
+  json_object_object_add(j, "idle_ms", json_object_new_uint64(r->idle_ms));
+  json_object_object_add(j, "busy", json_object_new_boolean(r->busy));
+  json_object_object_add(j, "regions", json_object_new_uint64(x->regions));
+  json_object_object_add(j, "region_bytes", json_object_new_uint64(x->region_bytes));
+  json_object_object_add(j, "flag_slots", json_object_new_int64(r->flag_slots));
+  json_object_object_add(j, "has_ring", json_object_new_boolean(r->has_ring));
+  return j;
+}
+
 static void print_status_json(const graphd_daemon_status *s) {
   json_object *o = json_object_new_object();
   json_object_object_add(o, "version", json_object_new_string(s->version));
@@ -92,22 +114,28 @@ static void print_status_json(const graphd_daemon_status *s) {
   json_object_object_add(o, "programs", json_object_new_uint64(s->programs));
   json_object *sess = json_object_new_array();
   for (uint32_t i = 0; i < s->nsession_info; i++) {
-    const graphd_session_info *x = &s->session_info[i];
-    json_object *j = json_object_new_object();
-    json_object_object_add(j, "id", json_object_new_uint64(x->id));
-    json_object_object_add(j, "pid", json_object_new_int64(x->pid));
-    json_object_object_add(j, "uid", json_object_new_int64(x->uid));
-    json_object_object_add(j, "kind", json_object_new_string(x->data ? "data" : "control"));
-    json_object_object_add(j, "device", json_object_new_int(x->device));
-    json_object_object_add(j, "client_name", json_object_new_string(x->client_name));
-    json_object_object_add(j, "regions", json_object_new_uint64(x->regions));
-    json_object_object_add(j, "region_bytes", json_object_new_uint64(x->region_bytes));
-    json_object_array_add(sess, j);
+    graphd_session_record r;
+    if (graphd_daemon_status_session(s, i, &r, sizeof r) == GRAPHD_OK)
+      json_object_array_add(sess, session_json(&r));
   }
   json_object_object_add(o, "session_list", sess);
   printf("%s\n", json_object_to_json_string_ext(
                      o, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE));
   json_object_put(o);
+}
+
+/* A data session's line: who, where, what it holds, how old and how idle. */
+static void print_session_text(const graphd_session_record *r) {
+  const graphd_session_info *x = &r->info;
+  char rb[32];
+  cli_human_bytes(x->region_bytes, rb, sizeof rb);
+  printf(
+      "session %llu: pid %u uid %u gid %u%s%s%s, device %d, regions %llu (%s), flag slots %u, "
+      "ring %s, up %.1f s, idle %.1f s%s\n",
+      (unsigned long long)x->id, x->pid, x->uid, r->gid, r->admin ? " (admin)" : "",
+      x->client_name[0] ? ", " : "", x->client_name, x->device, (unsigned long long)x->regions, rb,
+      r->flag_slots, r->has_ring ? "yes" : "no", (double)r->age_ms / 1000.0,
+      (double)r->idle_ms / 1000.0, r->busy ? ", busy" : "");
 }
 
 static void print_status_text(const graphd_daemon_status *s) {
@@ -140,13 +168,9 @@ static void print_status_text(const graphd_daemon_status *s) {
   printf("registered: %llu module(s) (%s), %llu program(s)\n", (unsigned long long)s->modules, mb,
          (unsigned long long)s->programs);
   for (uint32_t i = 0; i < s->nsession_info; i++) {
-    const graphd_session_info *x = &s->session_info[i];
-    if (!x->data) continue;
-    char rb[32];
-    cli_human_bytes(x->region_bytes, rb, sizeof rb);
-    printf("session %llu: pid %u uid %u%s%s, device %d, regions %llu (%s)\n",
-           (unsigned long long)x->id, x->pid, x->uid, x->client_name[0] ? ", " : "", x->client_name,
-           x->device, (unsigned long long)x->regions, rb);
+    graphd_session_record r;
+    if (graphd_daemon_status_session(s, i, &r, sizeof r) == GRAPHD_OK && r.info.data)
+      print_session_text(&r);
   }
   if (mps_off)
     printf(

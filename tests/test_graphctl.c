@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "graphd/graphd.h"
 #include "harness.h"
@@ -202,6 +203,29 @@ START_TEST(test_graphctl_status_text_json_and_ping) {
   ck_assert_msg(strstr(out, "device 1: graphd host device 1 HOST-"), "%s", out);
   ck_assert_msg(strstr(out, "backend host, state ok"), "%s", out);
   ck_assert_msg(strstr(out, "memory 1.0 GiB total"), "%s", out);
+  ck_assert_msg(!strstr(out, "\nsession "), "control sessions are not listed: %s", out);
+
+  /* A data session with a stream, idle while graphctl asks: its line. */
+  graphd_client *c = td_data(&d, 1);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  usleep(300 * 1000);
+  ck_assert_int_eq(ctl(out, sizeof out, d.socket, "status", NULL), 0);
+  char want[256];
+  snprintf(want, sizeof want, "\nsession %llu: pid %d uid %u gid %u (admin), test-data, device 1, ",
+           (unsigned long long)graphd_session_id(c), (int)getpid(), (unsigned)getuid(),
+           (unsigned)getgid());
+  const char *line = strstr(out, want);
+  ck_assert_msg(line, "no '%s' in: %s", want + 1, out);
+  double up = -1, idle = -1;
+  const char *figs = strstr(line, ", flag slots 128, ring no, up ");
+  ck_assert_msg(
+      figs && sscanf(figs, ", flag slots 128, ring no, up %lf s, idle %lf s", &up, &idle) == 2,
+      "%s", line);
+  ck_assert_msg(idle >= 0.3 && up >= idle, "up %g s, idle %g s", up, idle);
+  /* The daemon's line, 4 per device, the registry's, and the session's
+   * alone: graphctl's own control session is not listed. */
+  ck_assert_msg(lines(out) == 11, "%s", out);
 
   ck_assert_int_eq(ctl(out, sizeof out, d.socket, "status", "--json"), 0);
   json_object *o = json_tokener_parse(out);
@@ -217,7 +241,39 @@ START_TEST(test_graphctl_status_text_json_and_ping) {
   ck_assert(json_object_object_get_ex(dev0, "counters", &v));
   ck_assert(json_object_object_get_ex(o, "pid", &v));
   ck_assert_int_eq(json_object_get_int(v), d.pid);
+  /* The data session and graphctl's own (busy asking; an earlier
+   * graphctl's may linger until graphd sees it hang up), with every figure
+   * of theirs. */
+  json_object *sess;
+  ck_assert(json_object_object_get_ex(o, "session_list", &sess));
+  int ndata = 0, nbusy = 0;
+  for (size_t i = 0; i < json_object_array_length(sess); i++) {
+    json_object *x = json_object_array_get_idx(sess, i), *kind, *f;
+    ck_assert(json_object_object_get_ex(x, "kind", &kind));
+    bool data = strcmp(json_object_get_string(kind), "data") == 0;
+    ndata += data;
+    ck_assert(json_object_object_get_ex(x, "gid", &f));
+    ck_assert_uint_eq(json_object_get_uint64(f), getgid());
+    ck_assert(json_object_object_get_ex(x, "admin", &f));
+    ck_assert(json_object_get_boolean(f));
+    ck_assert(json_object_object_get_ex(x, "busy", &f));
+    nbusy += json_object_get_boolean(f);
+    ck_assert(!data || !json_object_get_boolean(f));
+    ck_assert(json_object_object_get_ex(x, "flag_slots", &f));
+    ck_assert_uint_eq(json_object_get_uint64(f), data ? 128 : 0);
+    ck_assert(json_object_object_get_ex(x, "has_ring", &f));
+    ck_assert(!json_object_get_boolean(f));
+    ck_assert(json_object_object_get_ex(x, "idle_ms", &f));
+    uint64_t idle_ms = json_object_get_uint64(f);
+    ck_assert(json_object_object_get_ex(x, "age_ms", &f));
+    ck_assert_uint_ge(json_object_get_uint64(f), idle_ms);
+    if (data) ck_assert_uint_ge(idle_ms, 300);
+  }
+  ck_assert_int_eq(ndata, 1);
+  ck_assert_int_eq(nbusy, 1);
   json_object_put(o);
+  graphd_stream_detach(s);
+  graphd_close(c);
 
   ck_assert_int_eq(ctl(out, sizeof out, d.socket, "status", "--yaml"), 2);
   ck_assert_int_eq(ctl(out, sizeof out, d.socket, "ping", NULL), 0);

@@ -75,6 +75,17 @@ class GraphctlJsonTest(unittest.TestCase):
         doc = self.check("status", "status", "--json")
         self.assertEqual(len(doc["devices"]), 2)
         self.assertEqual(doc["programs"], 1)
+        # graphctl's own session: the one busy asking for this status (an
+        # earlier graphctl's may linger until graphd sees it hang up), with
+        # a control session's figures.
+        [me] = [x for x in doc["session_list"] if x["busy"]]
+        self.assertEqual((me["kind"], me["client_name"], me["device"]), ("control", "graphctl", -1))
+        self.assertEqual((me["uid"], me["gid"]), (os.getuid(), os.getgid()))
+        self.assertIs(me["admin"], True)  # the daemon's own user
+        self.assertIs(me["has_ring"], False)
+        self.assertEqual(me["flag_slots"], 0)
+        self.assertGreaterEqual(me["age_ms"], me["idle_ms"])
+        self.assertLessEqual(me["age_ms"], doc["uptime_ms"])
 
     def test_list_and_stats(self):
         caps = self.check("list", "list", "--json")
@@ -129,6 +140,11 @@ class GraphctlJsonTest(unittest.TestCase):
         # behind the output silently.
         doc = self.check("status", "status", "--json")
         doc["surprise"] = 1
+        with self.assertRaises(jsonschema.ValidationError):
+            jsonschema.validate(doc, schema("status"), cls=jsonschema.Draft202012Validator)
+        # And a session without a figure the schema requires.
+        doc = self.check("status", "status", "--json")
+        del doc["session_list"][0]["idle_ms"]
         with self.assertRaises(jsonschema.ValidationError):
             jsonschema.validate(doc, schema("status"), cls=jsonschema.Draft202012Validator)
 
