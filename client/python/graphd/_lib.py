@@ -450,6 +450,24 @@ def record_metrics(r):
             for m in device_metrics() if m["offset"] + 8 <= len(raw)}
 
 
+def status_sessions(p):
+    """The sessions of a status from libgraphd (a pointer to
+    graphd_daemon_status), each as a dict of graphd_session_record's
+    figures: its graphd_session_info's fields and those past it."""
+    l = lib()
+    out = []
+    for i in range(p.contents.nsession_info):
+        r = graphd_session_record()
+        st = l.graphd_daemon_status_session(p, i, ctypes.byref(r), ctypes.sizeof(r))
+        if st:
+            raise GraphdError(status_name(st), f"graphd_daemon_status_session refused session {i}")
+        d = struct_dict(r)
+        info = d.pop("info")
+        del d["size"], d["index"]
+        out.append(dict(info, **d))
+    return out
+
+
 def status_requests(p):
     """The request counters of a status from libgraphd (a pointer to
     graphd_daemon_status), as dicts of graphd_request_record's fields."""

@@ -37,7 +37,7 @@ from ._lib import (ERRMAX, SESSION_CONTROL, SESSION_DATA, capture_records_free, 
                    graphd_capture_record, graphd_connect_options, graphd_daemon_status,
                    graphd_device_info, graphd_device_record, graphd_evict_options, graphd_prepare_info,
                    graphd_region_ref, graphd_replay_info, id_arg, lib, record_metrics, status_requests,
-                   struct_dict, uuid_parse)
+                   status_sessions, struct_dict, uuid_parse)
 from .errors import FailedPrecondition, GraphdError, InvalidArgument, InvalidArgumentType
 from .program import ID_LEN, MODES, MODULE_KINDS, Program
 from .records import (CaptureInfo, DaemonStatus, DeviceInfo, ModuleKind, PrepareInfo, RegionRef,
@@ -514,10 +514,12 @@ class Client:
             the worker's busy time and its time base; and metrics, every
             device counter of graphd's list by its name, as graphctl
             stats --json has them: the library's graphd_device_metric);
-            session_info; requests, one per kind of request the daemon
-            knows: its name (request), calls, errors (answered with a
-            status other than OK) and handler_ns (the daemon's loop
-            thread's time in their handler).
+            session_info, one per open session (graphd_session_info's
+            fields with the record's gid, age_ms, idle_ms, admin, busy,
+            flag_slots and has_ring: see SessionInfo); requests, one per
+            kind of request the daemon knows: its name (request), calls,
+            errors (answered with a status other than OK) and handler_ns
+            (the daemon's loop thread's time in their handler).
         """
         l = lib()
         p = ctypes.POINTER(graphd_daemon_status)()
@@ -537,7 +539,7 @@ class Client:
                 devices.append(dict(struct_dict(r.info), figures_age_ms=r.figures_age_ms, work=work,
                                     metrics=record_metrics(r)))
             out["devices"] = devices
-            out["session_info"] = [struct_dict(s.session_info[i]) for i in range(s.nsession_info)]
+            out["session_info"] = status_sessions(p)
             out["requests"] = status_requests(p)
         finally:
             l.graphd_daemon_status_free(p)

@@ -104,15 +104,34 @@ class DeviceStatus(DeviceInfo):
 
 
 class SessionInfo(TypedDict):
-    """graphd_session_info: one open session."""
+    """One open session: graphd_session_info's fields, and those of
+    graphd_session_record past it, as the daemon's loop knew them when it
+    answered (0 from a daemon that does not report them).
+
+    ``gid`` is the peer's, from the kernel as ``pid`` and ``uid`` are.
+    ``age_ms`` is the time since graphd accepted the connection;
+    ``idle_ms`` since its last request came in or was answered (while
+    ``busy``, since the request being handled came in). ``admin`` (0 or 1):
+    it may use admin-only requests. ``busy`` (0 or 1): a request of it is
+    with a device's worker, held back, or waiting on the devices (the
+    asker's own session is, asking for this status). ``flag_slots``: a data
+    session's flag page slots, 0 before its first stream; ``has_ring`` (0
+    or 1): a data session with a submission ring (asynchronous replays)."""
     id: int
     pid: int
     uid: int
+    gid: int
     data: int
     device: int
     client_name: str
     regions: int
     region_bytes: int
+    age_ms: int
+    idle_ms: int
+    admin: int
+    busy: int
+    flag_slots: int
+    has_ring: int
 
 
 class RequestCounters(TypedDict):

@@ -249,6 +249,31 @@ class HostDaemonTest(unittest.TestCase):
         stream.detach()
         x.free()
 
+    def test_sessions_carry_their_records_figures(self):
+        def mine(client):
+            rows = [x for x in self.ctl.status()["session_info"] if x["id"] == client.session_id]
+            self.assertEqual(len(rows), 1)
+            return rows[0]
+        data = mine(self.c)
+        # Every key SessionInfo declares, and no other.
+        self.assertEqual(set(data), set(graphd.records.SessionInfo.__annotations__))
+        self.assertEqual((data["data"], data["pid"], data["uid"], data["gid"]),
+                         (1, os.getpid(), os.getuid(), os.getgid()))
+        self.assertEqual((data["admin"], data["busy"], data["flag_slots"], data["has_ring"]),
+                         (1, 0, 0, 0))
+        self.assertGreaterEqual(data["age_ms"], data["idle_ms"])
+        self.assertEqual(mine(self.ctl)["busy"], 1)  # asking for this status
+        # Left alone, it idles and ages; a stream gives it its flag page.
+        time.sleep(0.3)
+        later = mine(self.c)
+        self.assertGreaterEqual(later["idle_ms"], data["idle_ms"] + 290)
+        self.assertGreaterEqual(later["age_ms"], data["age_ms"] + 290)
+        stream = self.c.stream_attach()
+        now = mine(self.c)
+        self.assertEqual(now["flag_slots"], 128)
+        self.assertLess(now["idle_ms"], later["idle_ms"])
+        stream.detach()
+
     def test_errors_carry_the_status_and_the_daemons_message(self):
         s = self.c.stream_attach()
         buf = self.c.host_alloc(4 * N)
