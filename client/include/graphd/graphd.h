@@ -365,7 +365,9 @@ typedef struct graphd_session_record {
   /* A data session's flag page slots (libgraphd gives 128 at its first
    * graphd_stream_attach); 0 before. */
   uint32_t flag_slots;
-  int admin; /* 1: it may use admin-only requests (evict others' captures, list every id) */
+  /* 1: it may use admin-only requests (evict any capture, list every
+   * program id, register host modules). */
+  int admin;
   /* 1: a request of it is with a device's worker, held back, or waiting on
    * the devices (a status's asker is busy with that status). */
   int busy;
