@@ -637,6 +637,35 @@ static void other_process_end(pid_t p, int in) {
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the other client process ended badly");
 }
 
+/* Device 0's hold counters: entries held on the worker for their ready
+ * writes, the time they waited, and those held to the bound, once the
+ * rings' tallies are folded in (they are within ms: read until two
+ * answers agree). */
+typedef struct holds {
+  uint64_t n, ns, expired;
+} holds;
+
+static holds read_holds(void) {
+  graphd_client *ctl = td_control(&d);
+  holds h = {0}, last = {UINT64_MAX, 0, 0};
+  for (int tries = 0; tries < 50; tries++) {
+    graphd_daemon_status *s;
+    ck_assert_int_eq(graphd_get_status(ctl, &s), GRAPHD_OK);
+    graphd_device_record r;
+    ck_assert_int_eq(graphd_daemon_status_device(s, 0, &r, sizeof r), GRAPHD_OK);
+    graphd_daemon_status_free(s);
+    h = (holds){r.ready_holds, r.ready_hold_ns, r.ready_holds_expired};
+    if (h.n == last.n && h.ns == last.ns && h.expired == last.expired) break;
+    last = h;
+    usleep(20000);
+  }
+  graphd_close(ctl);
+  printf("FIGURE ready holds: %llu, %.1f us each on the mean, %llu to the bound\n",
+         (unsigned long long)h.n, h.n ? (double)h.ns / (double)h.n / 1e3 : 0.0,
+         (unsigned long long)h.expired);
+  return h;
+}
+
 /* A fresh daemon whose worker holds ring entries for their ready writes
  * as soon as a device serves more than one ring (--ready-hold-rings 1). */
 static void restart_holding_past_one_ring(void) {
@@ -670,6 +699,10 @@ START_TEST(test_gpu_async_replays_wait_on_the_worker_while_another_stream_waits_
                 "the other session's replays were not held for their ready writes");
   release_checked(&a, flag, 77);
   other_process_end(other, in);
+  /* Counted: some held, none longer than the time they waited. */
+  holds h = read_holds();
+  ck_assert_uint_ge(h.n, 1);
+  ck_assert_uint_le(h.expired, h.n);
   fixture_down(&a);
 }
 END_TEST
@@ -698,6 +731,12 @@ START_TEST(test_gpu_async_a_ready_write_held_past_the_bound_still_runs) {
   release_checked(&f, flag, 9);
   copies_checked(&f, 20, 50);
   other_process_end(other, in);
+  /* The held stream's next entry waited to the bound (200 us) and went on
+   * the GPU all the same: counted as expired, with its time. */
+  holds h = read_holds();
+  ck_assert_uint_ge(h.expired, 1);
+  ck_assert_uint_ge(h.n, h.expired);
+  ck_assert_uint_ge(h.ns, 200000u * h.expired);
   fixture_down(&f);
 }
 END_TEST
@@ -724,6 +763,7 @@ START_TEST(test_gpu_async_rings_of_one_order_group_are_never_held) {
   ck_assert_msg(!td_log_contains(&d, "wait on the worker for their ready writes"),
                 "a ring of an order group with another ring waited on the worker");
   release_checked(&a, flag, 31);
+  ck_assert_uint_eq(read_holds().n, 0);
   fixture_down(&a);
   fixture_down(&b);
 }

@@ -106,10 +106,21 @@ static void mark_hung(gd_session_stream *ds) {
   if (ds->ring) ds->ring->hung = true;
 }
 
+/* How long a ring's head entry waits on the worker for its ready write
+ * (ready_held) before its wait goes on the GPU all the same. */
+#define READY_HOLD_NS 200000u
+
 /* Reads the entry at the ring's head into a request, runs it on the one
  * replay path, and completes it. */
 static int take_one(gd_device *d, gd_worker *w, gd_session_stream *ds, gd_submit_ring *r) {
   graphd_ring_sqe e;
+  if (r->ready_held_since) {
+    /* The head was held for its ready write: how long, and whether to the
+     * bound. */
+    uint64_t held = gd_now_ns() - r->ready_held_since;
+    r->tally.ready_hold_ns += held;
+    r->tally.ready_holds_expired += held >= READY_HOLD_NS;
+  }
   r->ready_held_since = 0; /* the head moves on, by whichever path took it */
   /* One copy: the client may write the shared entry at any time. */
   memcpy(&e, (const void *)&r->sq[r->head & (r->entries - 1)], sizeof e);
@@ -355,10 +366,6 @@ bool ring_replay_held(gd_device *d) {
   return false;
 }
 
-/* How long a ring's head entry waits on the worker for its ready write
- * (ready_held) before its wait goes on the GPU all the same. */
-#define READY_HOLD_NS 200000u
-
 /* Whether t's head entry waits on the worker for now: its client's stream
  * has not written its ready word yet and the device serves more rings
  * than --ready-hold-rings. A session stream's wait on the GPU polls host
@@ -391,7 +398,10 @@ static bool ready_held(gd_device *d, gd_session_stream *t) {
            (unsigned long long)t->session_id, r->rings, d->ready_hold_rings);
     r->ready_held_told = true;
   }
-  if (!r->ready_held_since) r->ready_held_since = now;
+  if (!r->ready_held_since) {
+    r->ready_held_since = now;
+    r->tally.ready_holds++;
+  }
   return now - r->ready_held_since < READY_HOLD_NS;
 }
 
