@@ -205,9 +205,18 @@ def child(a):
 
 # --------------------------------------------------------------- the parent
 
+# The device counters read around a graphd measurement: the worker's busy
+# time and clock, its time in the replay path and the replays it took (of
+# that, the time in graph launches), and the ring entries it held for their
+# ready writes (--ready-hold-rings), with their wait and those held to the
+# bound.
+WORK_COUNTERS = ("worker_busy_ns", "worker_clock_ns", "worker_replay_ns", "worker_replays",
+                 "worker_launch_ns", "ready_holds", "ready_hold_ns", "ready_holds_expired")
+
+
 def workers_busy(socket):
-    """Per device (busy ns, clock ns) of the daemon's workers where Status
-    reports them, else None."""
+    """Per device, the WORK_COUNTERS that Status reports (a dict; a counter
+    the daemon does not report is left out), else None."""
     if not socket:
         return None
     try:
@@ -218,18 +227,44 @@ def workers_busy(socket):
         return None
     out = []
     for d in devs:
-        w = d.get("work") or {}
-        if "busy_ns" not in w or "clock_ns" not in w:
-            return None
-        out.append((w["busy_ns"], w["clock_ns"]))
+        m = d.get("metrics") or {}
+        out.append({k: m[k] for k in WORK_COUNTERS if k in m})
     return out
 
 
 def busy_share(before, after):
+    """The busiest device worker's share of the interval, or None."""
     if not before or not after or len(before) != len(after):
         return None
-    shares = [(b1 - b0) / (c1 - c0) for (b0, c0), (b1, c1) in zip(before, after) if c1 > c0]
+    shares = [(b["worker_busy_ns"] - a["worker_busy_ns"]) / (b["worker_clock_ns"] - a["worker_clock_ns"])
+              for a, b in zip(before, after)
+              if "worker_busy_ns" in a and "worker_busy_ns" in b
+              and b.get("worker_clock_ns", 0) > a.get("worker_clock_ns", 0)]
     return max(shares) if shares else None
+
+
+def work_note(before, after):
+    """What the workers did over the interval, summed over devices: their
+    time a replay (and of it in launches), and the ready holds, as text
+    for a FIGURE line ("" when Status reports none of it)."""
+    if not before or not after or len(before) != len(after):
+        return ""
+
+    def delta(k):
+        return sum(b.get(k, 0) - a.get(k, 0) for a, b in zip(before, after))
+
+    replays = delta("worker_replays")
+    parts = []
+    if replays > 0:
+        parts.append(f"worker {delta('worker_replay_ns') / replays / 1e3:.1f} us a replay "
+                     f"({delta('worker_launch_ns') / replays / 1e3:.1f} in launches, "
+                     f"{replays:,} replays)")
+    if all("ready_holds" in a for a in before):
+        holds = delta("ready_holds")
+        mean = delta("ready_hold_ns") / holds / 1e3 if holds else 0.0
+        parts.append(f"ready holds {holds:,} (mean {mean:.1f} us, {delta('ready_holds_expired'):,} "
+                     f"to the bound)")
+    return ", ".join(parts)
 
 
 class Group:
@@ -319,6 +354,7 @@ def measure(a, how, n, scenes, results, ok):
             print(f"FIGURE procs {scene} {how} N={n}: {agg:,.0f} {unit} aggregate, per process mean "
                   f"{agg / n:,.0f} (least {min(rates):,.0f}, most {max(rates):,.0f})"
                   + (f", worker busy {busy * 100:.0f}%" if busy is not None else "")
+                  + (f", {note}" if (note := work_note(before, after)) else "")
                   + ("" if fin else ", RESULT NOT FINITE"), flush=True)
             if not fin and scene == "jax":
                 ok[0] = False
