@@ -39,7 +39,10 @@
 # step at once, through graphd and without it; $GRAPHD_PROCS_FLAGS go to it
 # (for example "--procs 4 --seconds 5"), $GRAPHD_PROCS_LIMIT bounds it
 # (590 s by default), and the compiled scans are kept in
-# $JAX_COMPILATION_CACHE_DIR (default OUT_DIR/jax-cache). Log: procs-RUN.log.
+# $JAX_COMPILATION_CACHE_DIR (default OUT_DIR/jax-cache). The daemon runs
+# with $GRAPHD_PROCS_DAEMON_FLAGS (none by default; for example
+# "--ready-hold-rings 65536" to leave every ready wait on the GPU).
+# Log: procs-RUN.log.
 # GRAPHD_WARP_RUNS picks the runs ("nomps mps" by default);
 # GRAPHD_WARP_STEPS the steps ("test bench" by default); extra arguments go
 # to the bench (for example --steps 1000 --repeats 7 --n 65536).
@@ -173,7 +176,7 @@ run() {
   if [[ $steps == *" procs "* ]]; then
     # shellcheck disable=SC2086 # the flags are words
     # The daemon's default sampling of GPU time: throughput is measured.
-    daemon_flags="" GRAPHD_CUDA_KERNELS="$build/tests/kernels" \
+    daemon_flags="${GRAPHD_PROCS_DAEMON_FLAGS:-}" GRAPHD_CUDA_KERNELS="$build/tests/kernels" \
       JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-$out/jax-cache}" \
       bench procs_bench "${GRAPHD_PROCS_LIMIT:-590}" ${GRAPHD_PROCS_FLAGS:-} || return
     mv "$out/procs-bench-$name.log" "$out/procs-$name.log"
