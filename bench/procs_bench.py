@@ -15,8 +15,12 @@ N fresh processes are started for each pair. Each builds every scene of
 --scenes in turn; for each it compiles the scan, runs it twice (the
 captures), says it is ready and waits; when all N are ready the parent
 gives a common start a moment ahead, and each process then runs scans of
---length steps back to back, each from the last one's result and waited
-for, until --seconds have passed since the start. A process's rate is the
+--length steps back to back, each from the scene's start and waited for,
+until --seconds have passed since the start. (From the start, not from the
+last scan's result: chained that way for 5 s on an H100, pendula and
+contacts ended in a state that was not finite, with Warp alone and through
+graphd alike, and a step over NaN need not cost what the scene's steps
+cost.) A process's rate is the
 steps of its finished scans over the time to the end of its last one; the
 aggregate is the sum of the processes' rates.
 
@@ -177,6 +181,7 @@ def child(a):
                 run, state, per_run = jax_stepper(a, a.how)
             else:
                 run, state, per_run = mjx_stepper(a, scene)
+            first = state
             for _ in range(2):  # compile, capture
                 state = run(state)
             jax.block_until_ready(state)
@@ -193,7 +198,7 @@ def child(a):
         end = start + a.seconds
         steps = 0
         while True:
-            state = run(state)
+            state = run(first)
             jax.block_until_ready(state)
             steps += per_run
             last = time.monotonic()
