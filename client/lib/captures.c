@@ -46,8 +46,7 @@ static graphd_status copy_captures(graphd_client *c, Graphd__Wire__CaptureInfo *
     memset(&r, 0, sizeof r);
     r.instances = w[i]->instances;
     copy_info(&r.info, w[i]);
-    r.size = (uint32_t)(size < sizeof r ? size : sizeof r);
-    memcpy(a + i * stride, &r, r.size);
+    gd_record_fill(a + i * stride, stride, &r, sizeof r);
   }
   *out = a;
   *nout = n;

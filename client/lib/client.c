@@ -539,10 +539,7 @@ graphd_status graphd_daemon_status_device(const graphd_daemon_status *s, uint32_
   if (!s || !out || i >= s->ndevices || size < offsetof(graphd_device_record, info))
     return GRAPHD_INVALID_ARGUMENT;
   const gd_status_priv *p = (const gd_status_priv *)s; /* pub is its first member */
-  size_t n = size < sizeof p->rec[i] ? size : sizeof p->rec[i];
-  memset(out, 0, size);
-  memcpy(out, &p->rec[i], n);
-  out->size = (uint32_t)n;
+  gd_record_fill(out, size, &p->rec[i], sizeof p->rec[i]);
   return GRAPHD_OK;
 }
 
@@ -551,10 +548,7 @@ graphd_status graphd_daemon_status_session(const graphd_daemon_status *s, uint32
   if (!s || !out || i >= s->nsession_info || size < offsetof(graphd_session_record, info))
     return GRAPHD_INVALID_ARGUMENT;
   const gd_status_priv *p = (const gd_status_priv *)s; /* pub is its first member */
-  size_t n = size < sizeof p->ses[i] ? size : sizeof p->ses[i];
-  memset(out, 0, size);
-  memcpy(out, &p->ses[i], n);
-  out->size = (uint32_t)n;
+  gd_record_fill(out, size, &p->ses[i], sizeof p->ses[i]);
   return GRAPHD_OK;
 }
 

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "graphd/frame.h"
@@ -73,6 +74,18 @@ typedef struct gd_flag_page {
   uint8_t lost_next[GD_CLIENT_FLAG_SLOTS];
   _Atomic bool any_lost; /* set with the first range: until then a wait takes no lock */
 } gd_flag_page;
+
+/* Fills a sized record (see "Growing the ABI" in graphd.h) of `size` bytes
+ * at out from the library's full record rec of rec_size bytes: what both
+ * know copied, the rest zeroed, and its leading uint32_t size member set
+ * to the bytes filled, which it returns. size is at least 4. */
+static inline uint32_t gd_record_fill(void *out, size_t size, const void *rec, size_t rec_size) {
+  uint32_t filled = (uint32_t)(size < rec_size ? size : rec_size);
+  memset(out, 0, size);
+  memcpy(out, rec, filled);
+  memcpy(out, &filled, sizeof filled);
+  return filled;
+}
 
 /* Word `word` (GRAPHD_FLAG_WORD_*) of flag slot `slot`: its address on the
  * host, and as the device sees it. */

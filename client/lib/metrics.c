@@ -85,13 +85,10 @@ graphd_status graphd_daemon_status_requests(const graphd_daemon_status *s, size_
   if (!s || !out || !n || size < REQUEST_RECORD_MIN) return GRAPHD_INVALID_ARGUMENT;
   const gd_status_priv *p = (const gd_status_priv *)s; /* pub is its first member */
   if (!p->nreq) return GRAPHD_OK;
-  char *a = calloc(p->nreq, size);
+  char *a = malloc(p->nreq * size);
   if (!a) return GRAPHD_RESOURCE_EXHAUSTED;
-  size_t filled = size < sizeof *p->req ? size : sizeof *p->req;
-  for (size_t i = 0; i < p->nreq; i++) {
-    memcpy(a + i * size, &p->req[i], filled);
-    ((graphd_request_record *)(void *)(a + i * size))->size = (uint32_t)filled;
-  }
+  for (size_t i = 0; i < p->nreq; i++)
+    gd_record_fill(a + i * size, size, &p->req[i], sizeof *p->req);
   *out = (graphd_request_record *)(void *)a;
   *n = p->nreq;
   return GRAPHD_OK;
