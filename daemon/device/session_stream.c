@@ -226,7 +226,7 @@ void session_stream_sync(gd_device *d, gd_session_stream *ds) {
   if (!ds || !ds->has_stream || ds->epoch != atomic_load(&d->epoch)) return;
   char e[256];
   if (OPS->stream_sync(BE, ds->stream, e, sizeof e) < 0)
-    GD_LOG(GD_WARN, "dstream", "session %llu: stream sync failed: %s",
+    GD_LOG(GD_WARN, "session_stream", "session %llu: stream sync failed: %s",
            (unsigned long long)ds->session_id, e);
 }
 

@@ -206,7 +206,7 @@ static void import_done(gd_job *j) {
   r->release = ij->release;
   d->counters[s->device].regions++;
   d->counters[s->device].region_bytes += r->map.size;
-  GD_LOG(GD_DEBUG, "dsession", "session %llu: region %u, %llu bytes, imported in %.1f us",
+  GD_LOG(GD_DEBUG, "data_session", "session %llu: region %u, %llu bytes, imported in %.1f us",
          (unsigned long long)s->id, r->id, (unsigned long long)r->map.size, (double)ij->ns / 1e3);
   Graphd__Wire__Reply rep = GRAPHD__WIRE__REPLY__INIT;
   Graphd__Wire__RegisterRegionReply rr = GRAPHD__WIRE__REGISTER_REGION_REPLY__INIT;

@@ -84,7 +84,7 @@ void data_session_maps_init(gd_daemon *d) {
   uint64_t bound = kernel - kernel / 4;
   uint64_t asked = d->opt->max_host_maps;
   if (asked > bound)
-    GD_LOG(GD_WARN, "dsession",
+    GD_LOG(GD_WARN, "data_session",
            "--max-host-maps %llu is more than 3/4 of the kernel's vm.max_map_count (%llu): "
            "using %llu",
            (unsigned long long)asked, (unsigned long long)kernel, (unsigned long long)bound);
@@ -92,7 +92,7 @@ void data_session_maps_init(gd_daemon *d) {
     bound = asked;
   d->max_host_maps = bound ? bound : 1;
   d->kernel_max_maps = kernel;
-  GD_LOG(GD_INFO, "dsession",
+  GD_LOG(GD_INFO, "data_session",
          "at most %llu mappings of client memory (regions, flag pages, rings); "
          "vm.max_map_count is %llu",
          (unsigned long long)d->max_host_maps, (unsigned long long)kernel);
@@ -302,7 +302,7 @@ void data_session_release_map(release_job *rj, gd_daemon *d, int dev, const gd_r
 void data_session_cut_off(gd_daemon *d, uint64_t session_id) {
   for (gd_session *s = d->sessions.head; s; s = s->next) {
     if (s->id != session_id) continue;
-    GD_LOG(GD_WARN, "dsession",
+    GD_LOG(GD_WARN, "data_session",
            "session %llu (pid %d) is hung: its ready flag did not come "
            "within --ready-timeout while another session waited behind it; closing it",
            (unsigned long long)s->id, (int)s->pid);
@@ -328,7 +328,7 @@ void data_session_device_reset(gd_daemon *d, int dev) {
      * forever. The worker's last write to the page came before the reset,
      * whose news comes through the completion queue. */
     session_stream_release(x->ds, GRAPHD_FLAG_WORD_DONE, NULL);
-    GD_LOG(GD_WARN, "dsession",
+    GD_LOG(GD_WARN, "data_session",
            "session %llu (pid %d): device %d was reset after a GPU fault; "
            "closing the session (the client reconnects)",
            (unsigned long long)s->id, (int)s->pid, dev);
@@ -340,7 +340,7 @@ void data_session_device_reset(gd_daemon *d, int dev) {
    * process whose context took a sticky fault. Only a new process brings
    * the GPU back, so stop cleanly and let the service manager start one;
    * every client reconnects. */
-  GD_LOG(GD_ERROR, "dsession",
+  GD_LOG(GD_ERROR, "data_session",
          "%s; exiting with status %d so that the service manager restarts "
          "graphd (clients of every device reconnect)",
          device->fail_msg, GD_EXIT_FAULT);
