@@ -718,11 +718,13 @@ START_TEST(test_async_a_sync_replay_below_a_ring_entrys_seq_is_refused) {
 }
 END_TEST
 
-/* The worker keeps the last replay's bindings as resolved, to take them
- * as they are when the next names the same: a region let go in between
- * is not among them any more. Entries written by hand name the same
- * region ids each time: run twice, exact; once the output's region is
- * unregistered, the same entry is refused NOT_FOUND and writes nothing. */
+/* The worker keeps the last few replays' bindings as resolved, to take
+ * them as they are when a later one names the same: a region let go in
+ * between is not among them any more. Entries written by hand name the
+ * same region ids each time, with another pair's replay between them (so
+ * that theirs is not the latest kept): run twice, exact; once the
+ * output's region is unregistered, the same entry is refused NOT_FOUND
+ * and writes nothing. */
 START_TEST(test_async_same_bindings_after_their_region_went_are_refused) {
   client k;
   client_open(&k, 8, 14);
@@ -754,6 +756,7 @@ START_TEST(test_async_same_bindings_after_their_region_went_are_refused) {
         ck_assert_int_lt(tries, 100);
       }
     }
+    ck_assert_int_eq(issue(&k, 1, false, round == 0), GRAPHD_OK);
     uint64_t seq = publish_entry(&k, 2, 1, b);
     graphd_status st = graphd_stream_wait(k.s, seq, 5000);
     if (round < 2) {
@@ -770,6 +773,69 @@ START_TEST(test_async_same_bindings_after_their_region_went_are_refused) {
   for (int i = 0; i < 8; i++) ck_assert_int_eq(issue(&k, i % PAIRS, i % 2 == 0, false), GRAPHD_OK);
   for (int i = 0; i < PAIRS; i++) check_pair(&k, i);
   client_close(&k);
+}
+END_TEST
+
+/* Two programs replayed in turn, each over two sets of buffers in turn (a
+ * period of four, as a scan step of two calls over a carry of two
+ * buffers): the worker takes each replay's bindings from what it keeps of
+ * the last few, and each output is that program's of its own inputs. */
+#define TURN_K1 3u
+#define TURN_K2 5u
+START_TEST(test_async_programs_and_buffers_in_turn_are_exact) {
+  graphd_client *c = td_data(&d, 0);
+  uint8_t mod[32], pid[2][32];
+  ck_assert_int_eq(graphd_register_module(c, GRAPHD_MODULE_HOST_ELF, plugin, plugin_len, mod),
+                   GRAPHD_OK);
+  const uint32_t ks[2] = {TURN_K1, TURN_K2};
+  for (int p = 0; p < 2; p++)
+    ck_assert_int_eq(wide_program_register(c, mod, GRAPHD_MODE_DIRECT, ks[p], WIDE_N, pid[p]),
+                     GRAPHD_OK);
+  graphd_stream *s;
+  ck_assert_int_eq(graphd_stream_attach(c, NULL, &s), GRAPHD_OK);
+  float *buf[2][2][2 * TURN_K2]; /* [program][set][slot] */
+  graphd_binding bd[2][2][2 * TURN_K2];
+  for (int p = 0; p < 2; p++)
+    for (int set = 0; set < 2; set++)
+      for (uint32_t j = 0; j < 2 * ks[p]; j++) {
+        ck_assert_int_eq(graphd_host_alloc(c, WIDE_N * 4, (void **)&buf[p][set][j]), GRAPHD_OK);
+        bd[p][set][j] = (graphd_binding){
+            .slot = j, .ptr = (uint64_t)(uintptr_t)buf[p][set][j], .bytes = WIDE_N * 4};
+      }
+  unsigned rng = 11;
+  for (int r = 0; r < 200; r++) {
+    int p = r % 2, set = (r / 2) % 2;
+    for (uint32_t i = 0; i < ks[p]; i++)
+      for (uint32_t j = 0; j < WIDE_N; j++) {
+        buf[p][set][2 * i][j] = (float)(rand_r(&rng) % 1000);
+        buf[p][set][2 * i + 1][j] = -1.0f;
+      }
+    uint64_t seq = 0;
+    graphd_status st = graphd_replay_async(c, s, pid[p], bd[p][set], 2 * ks[p], &seq);
+    ck_assert_msg(st == GRAPHD_OK, "replay %d: %s", r, graphd_last_error(c));
+    ck_assert_int_eq(graphd_stream_wait(s, seq, -1), GRAPHD_OK);
+    for (uint32_t i = 0; i < ks[p]; i++)
+      for (uint32_t j = 0; j < WIDE_N; j++)
+        if (buf[p][set][2 * i + 1][j] != (float)(i + 1) * buf[p][set][2 * i][j])
+          ck_abort_msg("replay %d (program %d, set %d): y_%u[%u] = %g, want %g", r, p, set, i, j,
+                       (double)buf[p][set][2 * i + 1][j],
+                       (double)((float)(i + 1) * buf[p][set][2 * i][j]));
+  }
+  /* A third program of the first one's slots at twice the size: the same
+   * bindings, just resolved for the first, are checked for it afresh and
+   * refused. */
+  uint8_t big[32];
+  ck_assert_int_eq(wide_program_register(c, mod, GRAPHD_MODE_DIRECT, TURN_K1, 2 * WIDE_N, big),
+                   GRAPHD_OK);
+  uint64_t seq = 0;
+  ck_assert_int_eq(graphd_replay_async(c, s, pid[0], bd[0][0], 2 * TURN_K1, &seq), GRAPHD_OK);
+  ck_assert_int_eq(graphd_stream_wait(s, seq, -1), GRAPHD_OK);
+  graphd_status st = graphd_replay_async(c, s, big, bd[0][0], 2 * TURN_K1, &seq);
+  if (st == GRAPHD_OK) st = graphd_stream_wait(s, seq, -1);
+  ck_assert_int_eq(st, GRAPHD_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(graphd_last_error(c), "but its binding covers"), "%s", graphd_last_error(c));
+  graphd_stream_detach(s);
+  graphd_close(c);
 }
 END_TEST
 
@@ -1019,6 +1085,7 @@ int main(void) {
   tcase_add_test(tc, test_async_long_entries_written_by_hand_are_refused);
   tcase_add_test(tc, test_async_a_sync_replay_below_a_ring_entrys_seq_is_refused);
   tcase_add_test(tc, test_async_same_bindings_after_their_region_went_are_refused);
+  tcase_add_test(tc, test_async_programs_and_buffers_in_turn_are_exact);
   tcase_add_test(tc, test_async_ring_size_is_checked);
   tcase_add_test(tc, test_async_a_doorbell_the_client_made_blocking_does_not_wedge_the_worker);
   tcase_add_test(tc, test_async_a_semaphore_doorbell_does_not_keep_the_worker_busy);

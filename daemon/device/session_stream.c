@@ -47,8 +47,10 @@ void session_stream_drop(gd_session_stream *ds) {
   }
   free(ds->seen);
   free(ds->used);
-  free(ds->last.b);
-  free(ds->last.bind);
+  for (int i = 0; i < GD_RESOLVED_KEPT; i++) {
+    free(ds->resolved[i].b);
+    free(ds->resolved[i].bind);
+  }
   free(ds->entry_b);
   free(ds);
 }

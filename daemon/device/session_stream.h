@@ -24,6 +24,19 @@
 #include "submit_ring.h"
 #include "graphd/protocol.h"
 
+/* Replays' bindings kept as sent and as resolved (see gd_session_stream's
+ * `resolved`). */
+#define GD_RESOLVED_KEPT 4
+typedef struct gd_resolved {
+  const gd_regprog *prog; /* NULL: nothing kept */
+  uint64_t regions_gen, epoch;
+  uint64_t used; /* the stream's resolved_clock at its last use */
+  gd_bind_req *b;
+  uint32_t n, b_cap;
+  gd_bound *bind;
+  uint32_t bind_cap;
+} gd_resolved;
+
 typedef struct gd_session_stream {
   uint64_t session_id;
   gd_stream stream;
@@ -45,19 +58,15 @@ typedef struct gd_session_stream {
   uint32_t *used;                   /* the slots with a seq seen, for the in-flight count */
   uint32_t nused;
   uint64_t regions_gen; /* bumped whenever `regions` changes */
-  /* The last replay's bindings, as sent and as resolved: the next replay
-   * of the same program that names the same ranges of the same regions,
+  /* The last few replays' bindings, as sent and as resolved: a replay of
+   * one of their programs that names the same ranges of the same regions,
    * with the view and the device epoch unchanged, takes them as they are
-   * (execute.c). */
-  struct {
-    const gd_regprog *prog; /* NULL: nothing kept */
-    uint64_t regions_gen, epoch;
-    gd_bind_req *b;
-    uint32_t n, b_cap;
-    gd_bound *bind;
-    uint32_t bind_cap;
-  } last;
-  gd_bind_req *entry_b; /* the ring's bindings of the entry at hand */
+   * (execute.c). A few, not one: a step that calls two programs in turn
+   * (MJX's scan step), or one over two sets of buffers in turn (a scan's
+   * carry), repeats with a period of two to four. */
+  gd_resolved resolved[GD_RESOLVED_KEPT];
+  uint64_t resolved_clock; /* stamps their use, for the least recently used */
+  gd_bind_req *entry_b;    /* the ring's bindings of the entry at hand */
   uint32_t entry_b_cap;
 } gd_session_stream;
 

@@ -237,46 +237,55 @@ static const gd_region_map *view_find(void *table, uint32_t id) {
   return session_stream_region_find(table, id);
 }
 
-/* Whether rq names what the last replay on ds named, with nothing that
- * resolved it changed since: the same program (its id as well, in case
- * another took its place), the same bindings, the region view and the
- * device epoch as they were. */
-static bool same_as_last(const gd_session_stream *ds, const gd_replay_req *rq, uint64_t epoch) {
-  return ds->last.prog == rq->prog && ds->last.regions_gen == ds->regions_gen &&
-         ds->last.epoch == epoch && ds->last.n == rq->nbindings &&
-         memcmp(ds->last.prog->id, rq->prog->id, GD_ID_LEN) == 0 &&
+/* Whether rq names what r was resolved from, with nothing that resolved it
+ * changed since: the same program (its id as well, in case another took
+ * its place), the same bindings, the region view and the device epoch as
+ * they were. */
+static bool same_as(const gd_resolved *r, const gd_session_stream *ds, const gd_replay_req *rq,
+                    uint64_t epoch) {
+  return r->prog == rq->prog && r->regions_gen == ds->regions_gen && r->epoch == epoch &&
+         r->n == rq->nbindings && memcmp(r->prog->id, rq->prog->id, GD_ID_LEN) == 0 &&
          (!rq->nbindings ||
-          memcmp(ds->last.b, rq->bindings, (size_t)rq->nbindings * sizeof *rq->bindings) == 0);
+          memcmp(r->b, rq->bindings, (size_t)rq->nbindings * sizeof *rq->bindings) == 0);
 }
 
 /* rq's bindings resolved against ds's view of its regions (exec_bind),
- * kept in ds->last so that the next replay naming the same ones does no
- * work per binding: a loop over the same buffers costs one comparison.
- * NULL with *rc and err set when refused. */
+ * kept in one of ds->resolved (the least recently used goes) so that a
+ * later replay naming the same ones does no work per binding: a loop over
+ * the same buffers, or a step of a few programs or buffer sets in turn,
+ * costs a comparison or a few. NULL with *rc and err set when refused. */
 static gd_bound *resolve(gd_device *d, gd_session_stream *ds, const gd_replay_req *rq,
                          uint64_t epoch, int *rc, char *err, size_t errlen) {
-  if (same_as_last(ds, rq, epoch)) return ds->last.bind;
+  gd_resolved *r = &ds->resolved[0];
+  for (int i = 0; i < GD_RESOLVED_KEPT; i++) {
+    gd_resolved *x = &ds->resolved[i];
+    if (x->prog && same_as(x, ds, rq, epoch)) {
+      x->used = ++ds->resolved_clock;
+      return x->bind;
+    }
+    if (!x->prog ? r->prog != NULL : r->prog && x->used < r->used) r = x;
+  }
   const gd_program *p = rq->prog->program;
   uint32_t nslots = p->nslots ? p->nslots : 1;
-  ds->last.prog = NULL;
-  if (!session_stream_reserve((void **)&ds->last.bind, &ds->last.bind_cap, nslots,
-                              sizeof(gd_bound)) ||
-      !session_stream_reserve((void **)&ds->last.b, &ds->last.b_cap,
-                              rq->nbindings ? rq->nbindings : 1, sizeof(gd_bind_req))) {
+  r->prog = NULL;
+  if (!session_stream_reserve((void **)&r->bind, &r->bind_cap, nslots, sizeof(gd_bound)) ||
+      !session_stream_reserve((void **)&r->b, &r->b_cap, rq->nbindings ? rq->nbindings : 1,
+                              sizeof(gd_bind_req))) {
     snprintf(err, errlen, "out of memory");
     *rc = -GRAPHD_RESOURCE_EXHAUSTED;
     return NULL;
   }
-  memset(ds->last.bind, 0, (size_t)nslots * sizeof(gd_bound));
-  if ((*rc = exec_bind(p, view_find, ds, epoch, d->index, rq->bindings, rq->nbindings,
-                       ds->last.bind, err, errlen)) < 0)
+  memset(r->bind, 0, (size_t)nslots * sizeof(gd_bound));
+  if ((*rc = exec_bind(p, view_find, ds, epoch, d->index, rq->bindings, rq->nbindings, r->bind, err,
+                       errlen)) < 0)
     return NULL;
-  if (rq->nbindings) memcpy(ds->last.b, rq->bindings, (size_t)rq->nbindings * sizeof *rq->bindings);
-  ds->last.n = rq->nbindings;
-  ds->last.regions_gen = ds->regions_gen;
-  ds->last.epoch = epoch;
-  ds->last.prog = rq->prog;
-  return ds->last.bind;
+  if (rq->nbindings) memcpy(r->b, rq->bindings, (size_t)rq->nbindings * sizeof *rq->bindings);
+  r->n = rq->nbindings;
+  r->regions_gen = ds->regions_gen;
+  r->epoch = epoch;
+  r->prog = rq->prog;
+  r->used = ++ds->resolved_clock;
+  return r->bind;
 }
 
 /* What one replay did, counted. */
