@@ -13,7 +13,8 @@
  *
  * Each against the same daemon, the worker's mean time a replay over the
  * order's replays from Status (worker_replay_ns over worker_replays), and
- * the ratio to the anchor's. The host kernels run on the worker and count
+ * the ratio to the anchor's, and of it the time running the kernels
+ * (worker_launch_ns: on a host device the launch is the run) and the rest. The host kernels run on the worker and count
  * in its time alike in every order; what differs is the work per binding
  * the worker does again when a replay does not name what it resolved
  * lately. Prints FIGURE lines and a RESULT line; asserts nothing. Exit 1
@@ -42,8 +43,7 @@ typedef struct order {
   int programs, sets; /* in turn */
 } order;
 
-static const order ORDERS[] = {
-    {"one", 1, 1}, {"programs", 2, 1}, {"sets", 1, 2}, {"both", 2, 2}};
+static const order ORDERS[] = {{"one", 1, 1}, {"programs", 2, 1}, {"sets", 1, 2}, {"both", 2, 2}};
 #define NORDERS (sizeof ORDERS / sizeof ORDERS[0])
 
 static int fail(graphd_client *c, const char *what) {
@@ -51,8 +51,9 @@ static int fail(graphd_client *c, const char *what) {
   return 1;
 }
 
-/* Device 0's worker time in the replay path and its replays, from Status. */
-static int worker_figures(graphd_client *c, uint64_t *ns, uint64_t *replays) {
+/* Device 0's worker time in the replay path, of it in launches (on a host
+ * device, the kernels' run), and its replays, from Status. */
+static int worker_figures(graphd_client *c, uint64_t *ns, uint64_t *launch, uint64_t *replays) {
   graphd_daemon_status *s;
   if (graphd_get_status(c, &s) != GRAPHD_OK) return fail(c, "status");
   graphd_device_record r;
@@ -60,6 +61,7 @@ static int worker_figures(graphd_client *c, uint64_t *ns, uint64_t *replays) {
   graphd_daemon_status_free(s);
   if (st != GRAPHD_OK) return fail(NULL, "status: no device 0");
   *ns = r.work.replay_ns;
+  *launch = r.launch_ns;
   *replays = r.work.replays;
   return 0;
 }
@@ -68,12 +70,10 @@ int main(int argc, char **argv) {
   const char *sock = NULL, *kdir = GRAPHD_BENCH_KERNEL_DIR;
   unsigned k = 175; /* launches: 350 bindings, MJX's step has 351 slots */
   double seconds = 2.0;
-  static const struct option longopts[] = {{"socket", required_argument, NULL, 's'},
-                                           {"kernels", required_argument, NULL, 'k'},
-                                           {"launches", required_argument, NULL, 'l'},
-                                           {"seconds", required_argument, NULL, 't'},
-                                           {"help", no_argument, NULL, 'h'},
-                                           {NULL, 0, NULL, 0}};
+  static const struct option longopts[] = {
+      {"socket", required_argument, NULL, 's'},   {"kernels", required_argument, NULL, 'k'},
+      {"launches", required_argument, NULL, 'l'}, {"seconds", required_argument, NULL, 't'},
+      {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
   for (int ch; (ch = getopt_long(argc, argv, "", longopts, NULL)) != -1;) {
     switch (ch) {
       case 's': sock = optarg; break;
@@ -149,17 +149,18 @@ int main(int argc, char **argv) {
         void *m;
         if (graphd_host_alloc(c, FLOATS * 4, &m) != GRAPHD_OK) return fail(c, "host_alloc");
         memset(m, 0, FLOATS * 4);
-        bd[p][set][j] = (graphd_binding){
-            .slot = j, .ptr = (uint64_t)(uintptr_t)m, .bytes = FLOATS * 4};
+        bd[p][set][j] =
+            (graphd_binding){.slot = j, .ptr = (uint64_t)(uintptr_t)m, .bytes = FLOATS * 4};
       }
     }
-  printf("turns_bench: %u launches, %u bindings a replay, direct mode, host device; %.1f s an "
-         "order\n",
-         k, 2 * k, seconds);
+  printf(
+      "turns_bench: %u launches, %u bindings a replay, direct mode, host device; %.1f s an "
+      "order\n",
+      k, 2 * k, seconds);
   double us[NORDERS];
   for (size_t i = 0; i < NORDERS; i++) {
     const order *w = &ORDERS[i];
-    uint64_t seq = 0, ns0, n0, ns1, n1;
+    uint64_t seq = 0, ns0, l0, n0, ns1, l1, n1;
     /* Every buffer set of the order once (captures, regions) before the
      * measurement. */
     for (int r = 0; r < 4; r++) {
@@ -168,7 +169,7 @@ int main(int argc, char **argv) {
         return fail(c, "replay");
     }
     if (graphd_stream_wait(s, seq, -1) != GRAPHD_OK) return fail(c, "wait");
-    if (worker_figures(ctl, &ns0, &n0)) return 1;
+    if (worker_figures(ctl, &ns0, &l0, &n0)) return 1;
     double t0 = bench_now_us(), t;
     long done = 0;
     do {
@@ -182,15 +183,19 @@ int main(int argc, char **argv) {
     } while (t - t0 < seconds * 1e6);
     /* The rings' tallies reach Status within a few ms. */
     for (int tries = 0; tries < 100; tries++) {
-      if (worker_figures(ctl, &ns1, &n1)) return 1;
+      if (worker_figures(ctl, &ns1, &l1, &n1)) return 1;
       if (n1 - n0 >= (uint64_t)done) break;
       struct timespec ts = {0, 10 * 1000 * 1000};
       nanosleep(&ts, NULL);
     }
-    us[i] = n1 > n0 ? (double)(ns1 - ns0) / (double)(n1 - n0) / 1e3 : 0.0;
-    printf("FIGURE turns %s: the worker %.2f us a replay, %.2fx the anchor's (%ld replays, "
-           "%.0f a second)\n",
-           w->name, us[i], us[0] > 0 ? us[i] / us[0] : 0.0, done, (double)done / (t - t0) * 1e6);
+    double n = n1 > n0 ? (double)(n1 - n0) : 1.0;
+    us[i] = (double)(ns1 - ns0) / n / 1e3;
+    double run = (double)(l1 - l0) / n / 1e3;
+    printf(
+        "FIGURE turns %s: the worker %.2f us a replay, %.2fx the anchor's; %.2f us of it "
+        "running the kernels, %.2f the rest (%ld replays, %.0f a second)\n",
+        w->name, us[i], us[0] > 0 ? us[i] / us[0] : 0.0, run, us[i] - run, done,
+        (double)done / (t - t0) * 1e6);
   }
   printf("RESULT turns_launches=%u", k);
   for (size_t i = 0; i < NORDERS; i++) printf(" turns_%s_us=%.2f", ORDERS[i].name, us[i]);

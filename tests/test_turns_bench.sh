@@ -17,7 +17,7 @@ rc=$?
 echo "$out"
 [ $rc -eq 0 ] || { echo "FAIL: turns_bench exited $rc"; cat "$dir/log"; exit 1; }
 for o in one programs sets both; do
-  echo "$out" | grep -Eq "^FIGURE turns $o: the worker [0-9.]+ us a replay, [0-9.]+x the anchor's \([1-9][0-9]* replays" ||
+  echo "$out" | grep -Eq "^FIGURE turns $o: the worker [0-9.]+ us a replay, [0-9.]+x the anchor's; [0-9.]+ us of it running the kernels, -?[0-9.]+ the rest \([1-9][0-9]* replays" ||
     { echo "FAIL: no figure for $o"; exit 1; }
 done
 echo "$out" | grep -Eq '^RESULT turns_launches=8 turns_one_us=[0-9.]+ turns_programs_us=[0-9.]+ turns_sets_us=[0-9.]+ turns_both_us=[0-9.]+$' ||
