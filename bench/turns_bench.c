@@ -203,5 +203,7 @@ int main(int argc, char **argv) {
   graphd_stream_detach(s);
   graphd_close(c);
   graphd_close(ctl);
+  for (int p = 0; p < 2; p++)
+    for (int set = 0; set < 2; set++) free(bd[p][set]);
   return 0;
 }
