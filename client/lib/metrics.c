@@ -85,7 +85,7 @@ graphd_status graphd_daemon_status_requests(const graphd_daemon_status *s, size_
   if (!s || !out || !n || size < REQUEST_RECORD_MIN) return GRAPHD_INVALID_ARGUMENT;
   const gd_status_priv *p = (const gd_status_priv *)s; /* pub is its first member */
   if (!p->nreq) return GRAPHD_OK;
-  char *a = malloc(p->nreq * size);
+  char *a = calloc(p->nreq, size); /* calloc: the product is checked */
   if (!a) return GRAPHD_RESOURCE_EXHAUSTED;
   for (size_t i = 0; i < p->nreq; i++)
     gd_record_fill(a + i * size, size, &p->req[i], sizeof *p->req);
