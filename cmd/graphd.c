@@ -104,6 +104,9 @@ static void usage(FILE *f) {
           "                        an async replay whose ready write is behind waits\n"
           "                        for it on the worker (200 us at most) rather than\n"
           "                        on the GPU (default 2; 0 = even a ring alone)\n"
+          "  --ready-hold-max-us N only for programs the worker queues in N us or less\n"
+          "                        (a moving mean); a costlier launch is better queued\n"
+          "                        ahead, its wait on the GPU (default 10; 0 = none)\n"
           "  --host-module-allow FILE\n"
           "                        host module ids (64 hex digits a line) that clients\n"
           "                        who are not admins may register\n"
@@ -165,6 +168,7 @@ static struct option long_opts[] = {
     {"fair-shares", required_argument, NULL, 0},
     {"gpu-time-sample", required_argument, NULL, 0},
     {"ready-hold-rings", required_argument, NULL, 0},
+    {"ready-hold-max-us", required_argument, NULL, 0},
     {"idle-timeout", required_argument, NULL, 0},
     {"max-connections", required_argument, NULL, 0},
     {"max-connections-per-uid", required_argument, NULL, 0},

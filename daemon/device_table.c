@@ -125,6 +125,7 @@ int device_table_start(gd_daemon *d, uv_loop_t *loop, const int *idx, int n, uin
     if (d->opt) {
       d->devices[i].gpu_sample_every = d->opt->gpu_time_sample;
       d->devices[i].ready_hold_rings = d->opt->ready_hold_rings;
+      d->devices[i].ready_hold_max_ns = d->opt->ready_hold_max_us * 1000ull;
       d->devices[i].fair_shares = d->opt->fair_shares != 0;
     }
     ctx[i] = &d->devices[i];

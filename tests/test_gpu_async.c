@@ -10,7 +10,8 @@
  * replay timed on the GPU with --gpu-time-sample 1 while the worker runs
  * far ahead, and replays of another process that wait on the worker for
  * their ready writes while a stream waits on the GPU (--ready-hold-rings),
- * never those of one process's order group. Exits 77 without a GPU. */
+ * never those of one process's order group nor of a program the worker
+ * takes longer to queue than --ready-hold-max-us. Exits 77 without a GPU. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
@@ -667,11 +668,17 @@ static holds read_holds(void) {
 }
 
 /* A fresh daemon whose worker holds ring entries for their ready writes
- * as soon as a device serves more than one ring (--ready-hold-rings 1). */
-static void restart_holding_past_one_ring(void) {
+ * as soon as a device serves more than one ring (--ready-hold-rings 1),
+ * of programs it queues within max_us on the mean (--ready-hold-max-us:
+ * the tests of how holds run allow any program; the copy program takes a
+ * few us on an H100). */
+static void restart_holding_past_one_ring_within(const char *max_us) {
   ck_assert_int_eq(td_stop(&d), 0);
-  td_start_again(&d, "--backend", "cuda", "--ready-hold-rings", "1", NULL);
+  td_start_again(&d, "--backend", "cuda", "--ready-hold-rings", "1", "--ready-hold-max-us", max_us,
+                 NULL);
 }
+
+static void restart_holding_past_one_ring(void) { restart_holding_past_one_ring_within("1000000"); }
 
 /* --ready-hold-rings 1. A stream held (its ready write not coming) has
  * its replay's ready wait on the GPU: its session's ring is then the
@@ -769,6 +776,32 @@ START_TEST(test_gpu_async_rings_of_one_order_group_are_never_held) {
 }
 END_TEST
 
+/* --ready-hold-rings 1 with --ready-hold-max-us 0: every program costs
+ * the worker more than 0 us to queue, so with two processes' rings on the
+ * device no entry waits on the worker: another process's replays queue
+ * their ready waits on the GPU ahead of their writes, all exact, while
+ * this process's stream is held, and the log says why, once. */
+START_TEST(test_gpu_async_a_program_costlier_than_the_bound_is_never_held) {
+  restart_holding_past_one_ring_within("0");
+  fixture a;
+  fixture_up(&a);
+  copy_program(&a);
+  copies_checked(&a, 20, 3);
+  volatile uint64_t *flag = held_copy(&a, 41);
+  usleep(100000);
+  int in;
+  pid_t other = other_process_async(200, &in);
+  ck_assert_msg(!td_log_contains(&d, "wait on the worker for their ready writes"),
+                "a replay of a program over --ready-hold-max-us waited on the worker");
+  ck_assert_msg(td_log_contains(&d, "us to queue a replay"),
+                "the log does not say why the replays were not held");
+  release_checked(&a, flag, 41);
+  other_process_end(other, in);
+  ck_assert_uint_eq(read_holds().n, 0);
+  fixture_down(&a);
+}
+END_TEST
+
 int main(void) {
   td_gpu_or_skip();
   td_gpu_kernels_or_skip();
@@ -790,6 +823,7 @@ int main(void) {
                  test_gpu_async_replays_wait_on_the_worker_while_another_stream_waits_on_the_gpu);
   tcase_add_test(tc, test_gpu_async_a_ready_write_held_past_the_bound_still_runs);
   tcase_add_test(tc, test_gpu_async_rings_of_one_order_group_are_never_held);
+  tcase_add_test(tc, test_gpu_async_a_program_costlier_than_the_bound_is_never_held);
   suite_add_tcase(su, tc);
   return td_run_suite(su);
 }

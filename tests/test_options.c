@@ -108,6 +108,15 @@ START_TEST(test_options_limits_take_their_ranges) {
                    -GRAPHD_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(err, "from 0 to 65536 (0 = even a ring alone on its device)"));
   ck_assert_uint_eq(o.ready_hold_rings, 0);
+  ck_assert_uint_eq(o.ready_hold_max_us, 10);
+  ck_assert_int_eq(options_set(&o, "ready-hold-max-us", "0", err, sizeof err), 0);
+  ck_assert_uint_eq(o.ready_hold_max_us, 0);
+  ck_assert_int_eq(options_set(&o, "ready-hold-max-us", "250", err, sizeof err), 0);
+  ck_assert_uint_eq(o.ready_hold_max_us, 250);
+  ck_assert_int_eq(options_set(&o, "ready-hold-max-us", "1000001", err, sizeof err),
+                   -GRAPHD_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(err, "from 0 to 1000000 (0 = hold no replay)"));
+  ck_assert_uint_eq(o.ready_hold_max_us, 250);
   ck_assert_int_eq(o.fair_shares, 1);
   ck_assert_int_eq(options_set(&o, "fair-shares", "no", err, sizeof err), 0);
   ck_assert_int_eq(o.fair_shares, 0);

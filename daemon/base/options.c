@@ -42,8 +42,9 @@ void options_defaults(gd_options *o) {
   o->max_program_bytes = 4ull << 30;
   o->max_program_bytes_per_uid = 1ull << 30;
   o->max_inflight_replays = 1024;
-  o->gpu_time_sample = 16; /* GD_GPU_SAMPLE_DEFAULT */
-  o->ready_hold_rings = 2; /* GD_READY_HOLD_RINGS_DEFAULT */
+  o->gpu_time_sample = 16;   /* GD_GPU_SAMPLE_DEFAULT */
+  o->ready_hold_rings = 2;   /* GD_READY_HOLD_RINGS_DEFAULT */
+  o->ready_hold_max_us = 10; /* GD_READY_HOLD_MAX_US_DEFAULT */
   o->metrics_header_timeout_s = 5;
   o->metrics_per_address = 4;
   o->fair_shares = 1;
@@ -69,6 +70,7 @@ static const count_limit count_limits[] = {
     {"max-host-maps", offsetof(gd_options, max_host_maps), 0, 1 << 30},
     {"gpu-time-sample", offsetof(gd_options, gpu_time_sample), 0, 1 << 20},
     {"ready-hold-rings", offsetof(gd_options, ready_hold_rings), 0, 1 << 16},
+    {"ready-hold-max-us", offsetof(gd_options, ready_hold_max_us), 0, 1000000},
 };
 
 /* The limits that are a size, as count_limit. */
@@ -96,11 +98,12 @@ static int set_limit(gd_options *o, const char *key, const char *v, char *err, s
     long n;
     if (parse_int(v, l->min, l->max, &n) < 0) {
       snprintf(err, errlen, "%s: '%s' is not a number from %ld to %ld%s", key, v, l->min, l->max,
-               l->min                                 ? ""
-               : strcmp(key, "max-host-maps") == 0    ? " (0 = from vm.max_map_count)"
-               : strcmp(key, "gpu-time-sample") == 0  ? " (1 = every replay, 0 = none)"
-               : strcmp(key, "ready-hold-rings") == 0 ? " (0 = even a ring alone on its device)"
-                                                      : " (0 = no limit)");
+               l->min                                  ? ""
+               : strcmp(key, "max-host-maps") == 0     ? " (0 = from vm.max_map_count)"
+               : strcmp(key, "gpu-time-sample") == 0   ? " (1 = every replay, 0 = none)"
+               : strcmp(key, "ready-hold-rings") == 0  ? " (0 = even a ring alone on its device)"
+               : strcmp(key, "ready-hold-max-us") == 0 ? " (0 = hold no replay)"
+                                                       : " (0 = no limit)");
       return -GRAPHD_INVALID_ARGUMENT;
     }
     *(uint32_t *)((char *)o + l->off) = (uint32_t)n;

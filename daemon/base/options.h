@@ -40,6 +40,7 @@ typedef struct gd_options {
   uint32_t max_inflight_replays;         /* replays queued on a session's stream, not done */
   uint32_t gpu_time_sample;              /* time one replay in this many on the GPU; 0 = none */
   uint32_t ready_hold_rings;             /* past this many rings, ready writes wait on the worker */
+  uint32_t ready_hold_max_us;            /* ... for programs queued within this many us */
   uint32_t max_host_maps;                /* client mappings in all; 0: from vm.max_map_count */
   int fair_shares; /* 1 (default): a uid past its fair share of a tight pool is refused */
   char host_module_allow[256];     /* file of host module ids non-admins may register */

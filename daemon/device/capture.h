@@ -103,6 +103,12 @@ typedef struct gd_capture {
   uint32_t last_uid;
   uint32_t uid;     /* the user it was built for: its staging counts to that user's share */
   uint64_t replays; /* the first instance: over all of them */
+  /* The first instance: the worker's time to queue one replay of it
+   * (capture_enqueue), a moving mean over all instances (0 before the
+   * first); and whether the log said its replays are too costly to hold
+   * for their ready writes (ring_replay.c). */
+  uint64_t queue_ns;
+  bool hold_cost_told;
   uint32_t nodes;
   uint64_t last_queued_ns;
   uint32_t pids[GD_CAPTURE_PIDS];     /* the first client processes that replayed it */

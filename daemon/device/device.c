@@ -24,6 +24,7 @@ void device_init(gd_device *d, int index, gd_backend *be, int backend_index, uin
   d->budget = budget;
   d->gpu_sample_every = GD_GPU_SAMPLE_DEFAULT;
   d->ready_hold_rings = GD_READY_HOLD_RINGS_DEFAULT;
+  d->ready_hold_max_ns = GD_READY_HOLD_MAX_US_DEFAULT * 1000ull;
   atomic_init(&d->state, GD_DEVICE_STARTING);
   atomic_init(&d->epoch, 0);
 }

@@ -29,6 +29,7 @@ enum gd_device_state { GD_DEVICE_STARTING = 0, GD_DEVICE_OK = 1, GD_DEVICE_FAILE
  * rings than this, replays whose ready write is behind wait for it on the
  * worker rather than on the GPU (ring_replay.c). */
 #define GD_READY_HOLD_RINGS_DEFAULT 2
+#define GD_READY_HOLD_MAX_US_DEFAULT 10
 
 typedef struct gd_device {
   int index; /* graphd's device index */
@@ -42,6 +43,7 @@ typedef struct gd_device {
   bool fair_shares;               /* a uid past its share of the budget gets no more instances */
   uint32_t gpu_sample_every;      /* time one replay in this many (gpusample.h); 0 = none */
   uint32_t ready_hold_rings;      /* rings served above which ready writes are awaited here */
+  uint64_t ready_hold_max_ns;     /* ... for programs the worker queues within this time */
   struct gd_modcache *mods;       /* modcache.c */
   struct gd_capture_set *caps;    /* capture.c */
   struct gd_holwatch *hol;        /* holwatch.c */

@@ -9,6 +9,7 @@
 
 #include "graphd/encoding.h"
 #include "daemon/base/clock.h"
+#include "daemon/device/capture.h"
 #include "execute.h"
 #include "graphd/status.h"
 #include "common/log.h"
@@ -366,17 +367,45 @@ bool ring_replay_held(gd_device *d) {
   return false;
 }
 
+/* Whether a replay of the program with handle h in r may wait on the
+ * worker for its ready write: one already captured on d, whose replays
+ * the worker queues within --ready-hold-max-us on the mean. A held replay
+ * is queued only once its write lands, so the worker's queueing of it
+ * (above all the graph's launch) comes after the client's work rather
+ * than during it: for a program of many kernels, tens of microseconds on
+ * every call, against the little a wait on the GPU costs beside such a
+ * replay (docs/design.md, "Ready waits"). */
+static bool cheap_to_hold(gd_device *d, const gd_session_stream *t, const gd_submit_ring *r,
+                          uint32_t h) {
+  gd_capture *c = h < r->nprogs && r->progs[h] ? capture_find(d, r->progs[h]) : NULL;
+  if (!c || !c->queue_ns) return false;
+  if (c->queue_ns <= d->ready_hold_max_ns) return true;
+  if (!c->hold_cost_told) {
+    char hex[2 * GD_ID_LEN + 1];
+    gd_id_hex(c->prog->id, 1, hex);
+    GD_LOG(GD_INFO, "ring",
+           "session %llu: program %s takes the worker %.1f us to queue a replay, so its replays "
+           "queue their ready waits on the GPU ahead of the client's work (--ready-hold-max-us "
+           "%llu)",
+           (unsigned long long)t->session_id, hex, (double)c->queue_ns / 1e3,
+           (unsigned long long)(d->ready_hold_max_ns / 1000));
+    c->hold_cost_told = true;
+  }
+  return false;
+}
+
 /* Whether t's head entry waits on the worker for now: its client's stream
- * has not written its ready word yet and the device serves more rings
- * than --ready-hold-rings. A session stream's wait on the GPU polls host
- * memory, and many at once slow every hand-off of the device
- * (docs/design.md, "Ready waits"); a few are the quickest hand-off there
- * is. An entry held here is queued as soon as its write lands, its wait
- * then passing at once, or after READY_HOLD_NS with its wait on the GPU
- * as any other. The poll only: a drain for a synchronous request takes
- * what it must at once. Never a ring of an order group with others on the
- * device: its head holds the whole group back, so held, one stream's late
- * ready write would stop the group's other streams as well. */
+ * has not written its ready word yet, the device serves more rings than
+ * --ready-hold-rings, and its program is cheap to queue (cheap_to_hold).
+ * A session stream's wait on the GPU polls host memory, and many at once
+ * slow every hand-off of the device (docs/design.md, "Ready waits"); a
+ * few are the quickest hand-off there is. An entry held here is queued as
+ * soon as its write lands, its wait then passing at once, or after
+ * READY_HOLD_NS with its wait on the GPU as any other. The poll only: a
+ * drain for a synchronous request takes what it must at once. Never a
+ * ring of an order group with others on the device: its head holds the
+ * whole group back, so held, one stream's late ready write would stop the
+ * group's other streams as well. */
 static bool ready_held(gd_device *d, gd_session_stream *t) {
   gd_submit_ring *r = t->ring;
   if (d->be->waits_on_worker) return false;
@@ -385,10 +414,12 @@ static bool ready_held(gd_device *d, gd_session_stream *t) {
   const volatile graphd_ring_sqe *e = &r->sq[r->head & (r->entries - 1)];
   uint32_t slot = e->stream_slot;
   uint64_t seq = e->seq;
+  uint32_t prog = e->program;
   if (slot >= t->nslots ||
       graphd_seq_reached(
           __atomic_load_n(session_stream_word(t, slot, GRAPHD_FLAG_WORD_READY), __ATOMIC_ACQUIRE),
-          seq))
+          seq) ||
+      !cheap_to_hold(d, t, r, prog))
     return false;
   uint64_t now = gd_now_ns();
   if (!r->ready_held_told) {

@@ -10,7 +10,7 @@ _graphd_options="--socket --socket-mode --socket-group --backend --host-devices 
   --max-regions-per-uid --max-programs --max-programs-per-uid --max-module-bytes
   --max-module-bytes-per-uid --max-program-bytes --max-program-bytes-per-uid
   --max-inflight-replays --max-host-maps --fair-shares --gpu-time-sample --ready-hold-rings
-  --host-module-allow --metrics-listen --metrics-header-timeout
+  --ready-hold-max-us --host-module-allow --metrics-listen --metrics-header-timeout
   --metrics-connections-per-address --log-level --config --check-config --version --help"
 
 _graphd() {
