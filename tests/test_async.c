@@ -1057,6 +1057,37 @@ START_TEST(test_async_a_semaphore_doorbell_does_not_keep_the_worker_busy) {
 }
 END_TEST
 
+/* --idle-timeout closes sessions that send nothing, never one whose
+ * client keeps its ring busy: a program that replays through the ring
+ * for longer than the timeout, sending no request, keeps its session,
+ * its regions and its stream, and every replay is exact. */
+START_TEST(test_async_a_session_busy_on_its_ring_is_not_idle) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_start_again(&d, "--host-devices", "1", "--idle-timeout", "0.5", NULL);
+  client k;
+  client_open(&k, 8, 9);
+  uint64_t id = graphd_session_id(k.c);
+  double t0 = td_now_s();
+  int i = 0;
+  for (; td_now_s() - t0 < 1.5; i++) {
+    graphd_status st = issue(&k, i % PAIRS, false, i == 0);
+    ck_assert_msg(st == GRAPHD_OK, "replay %d: %s", i, graphd_last_error(k.c));
+  }
+  for (int j = 0; j < PAIRS; j++) check_pair(&k, j);
+  ck_assert_uint_eq(graphd_session_id(k.c), id);
+  ck_assert_msg(!td_log_contains(&d, "(--idle-timeout); closing"),
+                "a session replaying through its ring was closed as idle");
+  graphd_async_info info;
+  ck_assert_int_eq(graphd_replay_collect(k.c, &info), GRAPHD_OK);
+  ck_assert_uint_eq(info.failed, 0);
+  ck_assert_uint_eq(info.completed, (uint64_t)i);
+  /* Once it stops, it is idle like any other, and closed. */
+  usleep(2600 * 1000);
+  ck_assert(td_log_contains(&d, "(--idle-timeout); closing"));
+  client_close(&k);
+}
+END_TEST
+
 START_TEST(test_async_ring_size_is_checked) {
   graphd_client *c = td_data(&d, 0);
   ck_assert_int_eq(graphd_set_ring_entries(c, 3), GRAPHD_INVALID_ARGUMENT);
@@ -1073,6 +1104,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_async_thousands_of_replays_wrap_a_small_ring_exactly);
+  tcase_add_test(tc, test_async_a_session_busy_on_its_ring_is_not_idle);
   tcase_add_test(tc, test_async_and_sync_replays_on_one_stream_keep_their_order);
   tcase_add_test(tc, test_async_error_comes_back_on_the_next_call_and_releases_the_stream);
   tcase_add_test(tc, test_async_full_ring_blocks_the_call_until_the_worker_takes_an_entry);

@@ -216,6 +216,18 @@ static void end_done(gd_job *j) {
   free(ej);
 }
 
+void data_session_note_ring(gd_session *s, uint64_t now) {
+  gd_data_session *x = data_session_of(s);
+  /* ds->ring was set on the worker before RegisterRing's answer, and
+   * stays until the end job, which runs after the session has closed. */
+  if (!x || !x->has_ring || !x->ds || !x->ds->ring) return;
+  volatile graphd_ring_header *h = x->ds->ring->hdr;
+  uint64_t tail = __atomic_load_n(&h->sq_tail, __ATOMIC_RELAXED);
+  uint64_t head = __atomic_load_n(&h->sq_head, __ATOMIC_RELAXED);
+  if (tail != x->ring_tail_seen || tail != head) s->active_ns = now;
+  x->ring_tail_seen = tail;
+}
+
 void data_session_close(gd_session *s) {
   gd_daemon *d = daemon_of(s);
   gd_data_session *x = data_session_of(s);

@@ -24,6 +24,7 @@ typedef struct gd_data_session {
   gd_region_table regions;
   uint32_t flag_slots;           /* 0 until RegisterFlags */
   bool has_ring;                 /* RegisterRing answered OK */
+  uint64_t ring_tail_seen;       /* the ring's sq_tail at the last data_session_note_ring */
   bool ring_pending;             /* RegisterRing is with the worker */
   const gd_regprog **ring_progs; /* by handle: the programs RingProgram named */
   uint32_t nring_progs, ring_progs_cap;
@@ -47,6 +48,13 @@ int data_session_open(gd_session *s, int dev);
  * session queued (a dead client's ready waits are released, the stream
  * drains, then its regions and flags are let go). Allocates nothing. */
 void data_session_close(gd_session *s);
+
+/* A client that replays through its ring sends no request: counts it as
+ * active (s->active_ns = now) when it published entries since the last
+ * look, or has entries the worker has not taken. The loop's sweep looks
+ * about once a second, so --idle-timeout and a session's idle time in
+ * Status see ring work within that. */
+void data_session_note_ring(gd_session *s, uint64_t now);
 
 /* Reads the kernel's vm.max_map_count and sets the bound on client
  * mappings (d->max_host_maps): --max-host-maps, at most three quarters of
