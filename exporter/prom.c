@@ -2,6 +2,7 @@
 #include "prom.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,15 +16,24 @@ size_t gd_client_rows(const graphd_daemon_status *s, uint32_t self, gd_client_ro
   for (uint32_t i = 0; i < s->nsession_info; i++) {
     const graphd_session_info *x = &s->session_info[i];
     if ((x->pid == self && !x->data) || x->pid == s->pid) continue;
+    graphd_session_record rec;
+    bool timed = graphd_daemon_status_session(s, i, &rec, sizeof rec) == GRAPHD_OK &&
+                 rec.size > offsetof(graphd_session_record, idle_ms);
     size_t k = 0;
     while (k < n && r[k].pid != x->pid) k++;
     if (k == n) {
       r[n].pid = x->pid;
       r[n].uid = x->uid;
       r[n].name = x->client_name;
+      r[n].idle_ms = UINT64_MAX;
       n++;
     } else if (x->data && !r[k].data_sessions) {
       r[k].name = x->client_name; /* a data session's name says more */
+    }
+    if (timed) {
+      r[k].timed = true;
+      if (rec.age_ms > r[k].age_ms) r[k].age_ms = rec.age_ms;
+      if (rec.idle_ms < r[k].idle_ms) r[k].idle_ms = rec.idle_ms;
     }
     r[k].sessions++;
     r[k].data_sessions += x->data != 0;
@@ -256,6 +266,13 @@ static void request_families(FILE *f, const graphd_daemon_status *s) {
   graphd_request_records_free(a);
 }
 
+/* A client row's series name and labels. */
+static void client_labels(FILE *f, const char *name, const gd_client_row *c) {
+  fprintf(f, "%s{pid=\"%u\",uid=\"%u\",name=\"", name, c->pid, c->uid);
+  label_value(f, c->name);
+  fprintf(f, "\"}");
+}
+
 void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl) {
   family(f, "graphd_build_info", "gauge", "1, labelled with the daemon's version.");
   fprintf(f, "graphd_build_info{version=\"");
@@ -315,9 +332,21 @@ void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *
     family(f, cnames[m], "gauge", chelp[m]);
     for (size_t i = 0; i < ncl; i++) {
       uint64_t v = m == 0 ? cl[i].sessions : m == 1 ? cl[i].regions : cl[i].region_bytes;
-      fprintf(f, "%s{pid=\"%u\",uid=\"%u\",name=\"", cnames[m], cl[i].pid, cl[i].uid);
-      label_value(f, cl[i].name);
-      fprintf(f, "\"} %llu\n", (unsigned long long)v);
+      client_labels(f, cnames[m], &cl[i]);
+      fprintf(f, " %llu\n", (unsigned long long)v);
+    }
+  }
+  static const char *const tnames[] = {"graphd_client_idle_seconds", "graphd_client_age_seconds"};
+  static const char *const thelp[] = {
+      "Seconds since the client process's most recent request or ring entry, over its sessions "
+      "(within about a second for ring entries).",
+      "Seconds since the client process's oldest open session connected."};
+  for (int m = 0; m < 2; m++) {
+    family(f, tnames[m], "gauge", thelp[m]);
+    for (size_t i = 0; i < ncl; i++) {
+      if (!cl[i].timed) continue;
+      client_labels(f, tnames[m], &cl[i]);
+      fprintf(f, " %.3f\n", (double)(m == 0 ? cl[i].idle_ms : cl[i].age_ms) / 1e3);
     }
   }
 }

@@ -4,6 +4,7 @@
 #ifndef GRAPHD_EXPORTER_PROM_H
 #define GRAPHD_EXPORTER_PROM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -15,6 +16,10 @@ typedef struct gd_client_row {
   uint32_t pid, uid;
   const char *name;
   uint64_t sessions, data_sessions, regions, region_bytes;
+  /* Over its sessions: the oldest one's age and the least idle time
+   * (graphd_session_record); timed: the status had them. */
+  uint64_t age_ms, idle_ms;
+  bool timed;
 } gd_client_row;
 
 /* The client processes of s in first-seen order, each named after its
@@ -29,8 +34,8 @@ size_t gd_client_rows(const graphd_daemon_status *s, uint32_t self, gd_client_ro
  * device counters' list with a family of its own (graphd_device_metric),
  * replay latency as a histogram and as quantiles, and the workers' time
  * (labels device and uuid); the request counters (label request); and the
- * client rows cl (from gd_client_rows) with their sessions and regions
- * (labels pid, uid and name). */
+ * client rows cl (from gd_client_rows) with their sessions, regions, idle
+ * time and age (labels pid, uid and name). */
 void gd_prom_write(FILE *f, const graphd_daemon_status *s, const gd_client_row *cl, size_t ncl);
 
 #endif

@@ -195,6 +195,7 @@ START_TEST(test_metrics_follow_sessions_and_replays) {
     ck_assert_int_eq(graphd_replay(c, s, pid, bd, 3, NULL), GRAPHD_OK);
     for (uint32_t i = 0; i < N; i++) ck_assert_float_eq(y[i], (2.0f * x[i] + cc[i]) * 2.0f + 1.0f);
   }
+  usleep(300000); /* the client's idle time, below */
 
   a = http("GET", "/metrics");
   b = body_of(a);
@@ -288,6 +289,18 @@ START_TEST(test_metrics_follow_sessions_and_replays) {
       sample(b, td_fmt("graphd_client_regions{pid=\"%d\",uid=\"%d\",name=\"metrics-test\"}",
                        (int)getpid(), (int)getuid())),
       3);
+  /* Its idle time (since the last replay, 300 ms ago) and age, the
+   * same in graphctl's. */
+  char who[128];
+  snprintf(who, sizeof who, "{pid=\"%d\",uid=\"%d\",name=\"metrics-test\"}", (int)getpid(),
+           (int)getuid());
+  double idle = sample(b, td_fmt("graphd_client_idle_seconds%s", who));
+  double age = sample(b, td_fmt("graphd_client_age_seconds%s", who));
+  ck_assert_double_ge(idle, 0.29);
+  ck_assert_double_le(idle, 60);
+  ck_assert_double_ge(age, idle);
+  ck_assert_double_ge(sample(out, td_fmt("graphd_client_idle_seconds%s", who)), idle);
+  ck_assert_double_ge(sample(out, td_fmt("graphd_client_age_seconds%s", who)), age);
   /* graphctl leaves out the daemon's scraper as well. */
   ck_assert_ptr_null(strstr(out, "graphd-metrics"));
   char *t1 = types_of(b), *t2 = types_of(out);
