@@ -282,7 +282,7 @@ static void sweep_cb(uv_timer_t *t) {
   for (gd_session *x = s->sessions.head, *next; x; x = next) {
     next = x->next;
     if (x->closing || x->close_after_flush || x->busy) continue;
-    data_session_note_ring(x, now);
+    data_session_note_work(x, now);
     if (x->kind == GD_SESSION_NONE && o->hello_timeout_s > 0 &&
         (double)(now - x->opened_ns) > o->hello_timeout_s * 1e9) {
       session_reply_error(x, 0, GRAPHD_DEADLINE_EXCEEDED,

@@ -11,7 +11,9 @@
  * far ahead, and replays of another process that wait on the worker for
  * their ready writes while a stream waits on the GPU (--ready-hold-rings),
  * never those of one process's order group nor of a program the worker
- * takes longer to queue than --ready-hold-max-us. Exits 77 without a GPU. */
+ * takes longer to queue than --ready-hold-max-us; and a session whose
+ * replay waits on the GPU past --idle-timeout is not idle. Exits 77
+ * without a GPU. */
 #define _GNU_SOURCE
 #include <check.h>
 #include <fcntl.h>
@@ -802,6 +804,28 @@ START_TEST(test_gpu_async_a_program_costlier_than_the_bound_is_never_held) {
 }
 END_TEST
 
+/* --idle-timeout 0.5: a session whose only replay waits on the GPU (its
+ * stream held) for four times that sends nothing meanwhile, yet is not
+ * idle: it keeps its session, and the replay runs, exact, once the stream
+ * goes. */
+START_TEST(test_gpu_async_a_session_with_a_replay_running_is_not_idle) {
+  ck_assert_int_eq(td_stop(&d), 0);
+  td_start_again(&d, "--backend", "cuda", "--idle-timeout", "0.5", NULL);
+  fixture a;
+  fixture_up(&a);
+  copy_program(&a);
+  copies_checked(&a, 5, 8);
+  uint64_t id = graphd_session_id(a.c);
+  volatile uint64_t *flag = held_copy(&a, 61);
+  usleep(2000000);
+  ck_assert_msg(!td_log_contains(&d, "(--idle-timeout); closing"),
+                "a session with a replay queued on the GPU was closed as idle");
+  release_checked(&a, flag, 61);
+  ck_assert_uint_eq(graphd_session_id(a.c), id);
+  fixture_down(&a);
+}
+END_TEST
+
 int main(void) {
   td_gpu_or_skip();
   td_gpu_kernels_or_skip();
@@ -824,6 +848,7 @@ int main(void) {
   tcase_add_test(tc, test_gpu_async_a_ready_write_held_past_the_bound_still_runs);
   tcase_add_test(tc, test_gpu_async_rings_of_one_order_group_are_never_held);
   tcase_add_test(tc, test_gpu_async_a_program_costlier_than_the_bound_is_never_held);
+  tcase_add_test(tc, test_gpu_async_a_session_with_a_replay_running_is_not_idle);
   suite_add_tcase(su, tc);
   return td_run_suite(su);
 }

@@ -216,11 +216,13 @@ static void end_done(gd_job *j) {
   free(ej);
 }
 
-void data_session_note_ring(gd_session *s, uint64_t now) {
+void data_session_note_work(gd_session *s, uint64_t now) {
   gd_data_session *x = data_session_of(s);
+  if (!x || !x->ds) return;
+  if (x->flag_slots && session_stream_inflight(x->ds) > 0) s->active_ns = now;
   /* ds->ring was set on the worker before RegisterRing's answer, and
    * stays until the end job, which runs after the session has closed. */
-  if (!x || !x->has_ring || !x->ds || !x->ds->ring) return;
+  if (!x->has_ring || !x->ds->ring) return;
   volatile graphd_ring_header *h = x->ds->ring->hdr;
   uint64_t tail = __atomic_load_n(&h->sq_tail, __ATOMIC_RELAXED);
   uint64_t head = __atomic_load_n(&h->sq_head, __ATOMIC_RELAXED);

@@ -24,7 +24,7 @@ typedef struct gd_data_session {
   gd_region_table regions;
   uint32_t flag_slots;           /* 0 until RegisterFlags */
   bool has_ring;                 /* RegisterRing answered OK */
-  uint64_t ring_tail_seen;       /* the ring's sq_tail at the last data_session_note_ring */
+  uint64_t ring_tail_seen;       /* the ring's sq_tail at the last data_session_note_work */
   bool ring_pending;             /* RegisterRing is with the worker */
   const gd_regprog **ring_progs; /* by handle: the programs RingProgram named */
   uint32_t nring_progs, ring_progs_cap;
@@ -49,12 +49,14 @@ int data_session_open(gd_session *s, int dev);
  * drains, then its regions and flags are let go). Allocates nothing. */
 void data_session_close(gd_session *s);
 
-/* A client that replays through its ring sends no request: counts it as
- * active (s->active_ns = now) when it published entries since the last
- * look, or has entries the worker has not taken. The loop's sweep looks
- * about once a second, so --idle-timeout and a session's idle time in
- * Status see ring work within that. */
-void data_session_note_ring(gd_session *s, uint64_t now);
+/* A client that replays through its ring sends no request, and one whose
+ * replays run long on the GPU sends none meanwhile: counts the session as
+ * active (s->active_ns = now) when it published ring entries since the
+ * last look, has entries the worker has not taken, or has replays queued
+ * and not done. The loop's sweep looks about once a second, so
+ * --idle-timeout and a session's idle time in Status see such work
+ * within that. */
+void data_session_note_work(gd_session *s, uint64_t now);
 
 /* Reads the kernel's vm.max_map_count and sets the bound on client
  * mappings (d->max_host_maps): --max-host-maps, at most three quarters of

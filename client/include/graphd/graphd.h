@@ -357,10 +357,11 @@ typedef struct graphd_session_record {
   uint32_t index; /* its place in session_info[] */
   graphd_session_info info;
   uint64_t age_ms; /* since the daemon accepted its connection */
-  /* Since its last request came in or was answered, or its ring was seen
-   * with new or untaken entries (within about a second); while busy, since the
-   * request being handled came in (the daemon's --idle-timeout closes a
-   * session that is not busy once this passes it). */
+  /* Since its last request came in or was answered, or it was seen with
+   * new or untaken ring entries or replays still running (within about a
+   * second); while busy, since the request being handled came in (the
+   * daemon's --idle-timeout closes a session that is not busy once this
+   * passes it). */
   uint64_t idle_ms;
   uint32_t gid; /* the peer's gid, from the kernel as info.pid and info.uid are */
   /* A data session's flag page slots (libgraphd gives 128 at its first

@@ -110,9 +110,9 @@ class SessionInfo(TypedDict):
 
     ``gid`` is the peer's, from the kernel as ``pid`` and ``uid`` are.
     ``age_ms`` is the time since graphd accepted the connection;
-    ``idle_ms`` since its last request came in or was answered, or its
-    submission ring was seen with new or untaken entries (while ``busy``,
-    since the request being handled came in). ``admin`` (0 or 1):
+    ``idle_ms`` since its last request came in or was answered, or it was
+    seen with new or untaken ring entries or replays still running (while
+    ``busy``, since the request being handled came in). ``admin`` (0 or 1):
     it may use admin-only requests. ``busy`` (0 or 1): a request of it is
     with a device's worker, held back, or waiting on the devices (the
     asker's own session is, asking for this status). ``flag_slots``: a data
