@@ -1132,10 +1132,14 @@ int capture_enqueue(gd_device *d, gd_capture *c, gd_stream st, const gd_bound *b
   uint64_t t0 = gd_now_ns();
   int rc = enqueue_on(d, x, st, bind, first && x == c, uid, err, errlen);
   if (rc < 0) return rc;
-  /* A mean over the last eight or so: the first replay of an instance
-   * (its zeroing, its unstaged inputs) counts as one among them. */
-  uint64_t took = gd_now_ns() - t0;
-  c->queue_ns = c->queue_ns ? c->queue_ns - c->queue_ns / 8 + took / 8 : (took ? took : 1);
+  /* A mean over the last eight or so, each replay's time counted as at
+   * most four times the mean: a worker preempted in a launch, or the
+   * first replay of an instance (its zeroing, its unstaged inputs), moves
+   * it by three eighths at most, while a program that really costs more raises it
+   * by more than a third a replay. */
+  uint64_t took = gd_now_ns() - t0, q = c->queue_ns;
+  if (q && took > 4 * q) took = 4 * q;
+  c->queue_ns = q ? q - q / 8 + took / 8 : (took ? took : 1);
   c->replays++;
   c->last_queued_ns = x->last_queued_ns;
   uint32_t k = 0;
