@@ -237,6 +237,7 @@ static json_object *capture_json(const graphd_capture_record *r) {
   json_object_object_add(o, "created_unix_ms", json_object_new_uint64(ci->created_unix_ms));
   json_object_object_add(o, "repoints", json_object_new_uint64(ci->repoints));
   json_object_object_add(o, "graphs", json_object_new_int64(ci->graphs));
+  json_object_object_add(o, "queue_ns", json_object_new_uint64(r->queue_ns));
   json_object *pids = json_object_new_array();
   for (uint32_t k = 0; k < ci->npids; k++)
     json_object_array_add(pids, json_object_new_int64(ci->pids[k]));
@@ -246,12 +247,12 @@ static json_object *capture_json(const graphd_capture_record *r) {
 
 /* The columns of a capture's line, for list and evict. STAGING and GRAPHS
  * are over its INSTANCES. */
-#define CAPTURE_HEADER_FMT "%-16s %-9s %10s %6s %10s %9s %-5s %4s %9s %6s %9s  %s\n"
-#define CAPTURE_ROW_FMT "%.12s@%-3u %-9s %10s %6u %10llu %9.1f %-5s %4u %9u %6u %9llu  %s\n"
+#define CAPTURE_HEADER_FMT "%-16s %-9s %10s %6s %10s %9s %-5s %4s %9s %6s %9s %8s  %s\n"
+#define CAPTURE_ROW_FMT "%.12s@%-3u %-9s %10s %6u %10llu %9.1f %-5s %4u %9u %6u %9llu %8.1f  %s\n"
 
 static void print_capture_header(void) {
   printf(CAPTURE_HEADER_FMT, "CAPTURE", "MODE", "STAGING", "NODES", "REPLAYS", "IDLE s", "STATE",
-         "GEN", "INSTANCES", "GRAPHS", "REPOINTS", "PIDS");
+         "GEN", "INSTANCES", "GRAPHS", "REPOINTS", "QUEUE us", "PIDS");
 }
 
 static void print_capture(const graphd_capture_record *r) {
@@ -265,7 +266,7 @@ static void print_capture(const graphd_capture_record *r) {
   printf(CAPTURE_ROW_FMT, hex, ci->device, mode_name(ci->mode), sb, ci->nodes,
          (unsigned long long)ci->replays, (double)ci->idle_ms / 1000.0, ci->busy ? "busy" : "idle",
          ci->generation, r->instances, ci->graphs, (unsigned long long)ci->repoints,
-         n ? pids : "-");
+         (double)r->queue_ns / 1e3, n ? pids : "-");
 }
 
 /* Says on stderr which devices the daemon could not reach in time, and

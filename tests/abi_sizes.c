@@ -115,6 +115,7 @@ int main(void) {
   SIZE(graphd_capture_record);
   OFF(graphd_capture_record, instances);
   OFF(graphd_capture_record, info);
+  OFF(graphd_capture_record, queue_ns);
   SIZE(graphd_evict_options);
   OFF(graphd_evict_options, device);
   OFF(graphd_evict_options, client_pid);

@@ -93,6 +93,7 @@ class GraphctlJsonTest(unittest.TestCase):
         self.assertEqual(caps[0]["generation"], 1)
         self.assertGreaterEqual(caps[0]["graphs"], 1)
         self.assertEqual(caps[0]["instances"], 1)  # the demo replays from one stream
+        self.assertGreater(caps[0]["queue_ns"], 0)  # the worker's time to queue (and run) one
         stats = self.check("stats", "stats", "--json")
         self.assertEqual(stats["devices"][0]["captures"], 1)
         # A row per kind of request; the demo's replay among them.
@@ -112,7 +113,7 @@ class GraphctlJsonTest(unittest.TestCase):
         lines = lst.stdout.splitlines()
         self.assertEqual(lines[0].split(), ["CAPTURE", "MODE", "STAGING", "NODES", "REPLAYS",
                                             "IDLE", "s", "STATE", "GEN", "INSTANCES", "GRAPHS",
-                                            "REPOINTS", "PIDS"])
+                                            "REPOINTS", "QUEUE", "us", "PIDS"])
         row = lines[1].split()
         self.assertEqual(row[0], cap["capture"])
         self.assertEqual(" ".join(row[2:4]), want)
@@ -120,6 +121,7 @@ class GraphctlJsonTest(unittest.TestCase):
         self.assertEqual(int(row[5]), cap["replays"])
         self.assertEqual(int(row[9]), cap["instances"])
         self.assertEqual(int(row[10]), cap["graphs"])
+        self.assertAlmostEqual(float(row[12]), cap["queue_ns"] / 1e3, delta=0.051)
         st = self.ctl("stats")
         self.assertEqual(st.returncode, 0, st.stderr)
         self.assertEqual(st.stdout.split()[:3], ["DEVICE", "CAPTURES", "STAGING"])

@@ -246,6 +246,11 @@ START_TEST(test_instances_listings_show_a_captures_instances_and_their_staging) 
   ck_assert(replay_with(&a, 3.0f) == 6.0f);
   graphd_capture_record one = listed_record();
   ck_assert_uint_eq(one.instances, 1);
+  /* The worker's time to queue a replay: on a host device its run too,
+   * some microseconds at least, and far below a second. */
+  ck_assert_uint_eq(one.size, sizeof one);
+  ck_assert_uint_gt(one.queue_ns, 100);
+  ck_assert_uint_lt(one.queue_ns, 1000000000u);
   ck_assert(replay_with(&a, 4.0f) == 8.0f);  /* a's instance is busy again */
   ck_assert(replay_with(&b, 5.0f) == 10.0f); /* so b gets one of its own */
   graphd_capture_record two = listed_record();

@@ -45,6 +45,7 @@ static graphd_status copy_captures(graphd_client *c, Graphd__Wire__CaptureInfo *
     graphd_capture_record r;
     memset(&r, 0, sizeof r);
     r.instances = w[i]->instances;
+    r.queue_ns = w[i]->queue_ns;
     copy_info(&r.info, w[i]);
     gd_record_fill(a + i * stride, stride, &r, sizeof r);
   }

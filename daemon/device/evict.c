@@ -78,6 +78,7 @@ static void info_of(gd_device *d, const gd_capture *c, gd_capture_info *ci) {
   ci->repoints = c->repoints;
   ci->graphs = capture_graphs(c);
   ci->instances = capture_instances(c);
+  ci->queue_ns = c->queue_ns;
   for (uint32_t i = 0; i < c->nmore; i++) ci->repoints += c->more[i]->repoints;
   ci->idle_ms = c->last_queued_ns ? (gd_now_ns() - c->last_queued_ns) / 1000000u : 0;
   memcpy(ci->pids, c->pids, sizeof ci->pids);

@@ -31,6 +31,7 @@ typedef struct gd_capture_info {
   uint64_t repoints;  /* node parameters updated for moved buffers */
   uint32_t graphs;    /* executable graphs over its instances */
   uint32_t instances; /* its instances (1 and up) */
+  uint64_t queue_ns;  /* the worker's time to queue a replay, a moving mean */
 } gd_capture_info;
 
 /* Which captures an eviction takes (every selector given must match). */

@@ -229,6 +229,7 @@ static void fill_info(Graphd__Wire__CaptureInfo *w, const gd_capture_info *c) {
   w->repoints = c->repoints;
   w->graphs = c->graphs;
   w->instances = c->instances;
+  w->queue_ns = c->queue_ns;
   w->n_pids = c->npids;
   w->pids = (uint32_t *)c->pids;
   w->busy = c->busy;

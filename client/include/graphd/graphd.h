@@ -731,6 +731,11 @@ typedef struct graphd_capture_record {
    * with state. info.staging_bytes and info.graphs are over all of them. */
   uint32_t instances;
   graphd_capture_info info;
+  /* The worker's time to queue one replay of it (the graph's launch, its
+   * copies and node updates), a moving mean over its recent replays, in
+   * ns; 0 before the first. The daemon holds a replay for its ready write
+   * only below --ready-hold-max-us. */
+  uint64_t queue_ns;
 } graphd_capture_record;
 
 /* graphd_list_captures as records: *out is an array of *n records of

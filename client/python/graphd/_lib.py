@@ -138,7 +138,8 @@ class graphd_capture_info(ctypes.Structure):
 
 
 class graphd_capture_record(ctypes.Structure):
-    _fields_ = [("size", _u32), ("instances", _u32), ("info", graphd_capture_info)]
+    _fields_ = [("size", _u32), ("instances", _u32), ("info", graphd_capture_info),
+                ("queue_ns", _u64)]
 
 
 class graphd_evict_options(ctypes.Structure):

@@ -945,7 +945,7 @@ class Client:
                         "replays": c.replays, "idle_ms": c.idle_ms,
                         "pids": list(c.pids[:c.npids]), "busy": bool(c.busy),
                         "generation": c.generation, "created_unix_ms": c.created_unix_ms,
-                        "repoints": c.repoints, "graphs": c.graphs})
+                        "repoints": c.repoints, "graphs": c.graphs, "queue_ns": r.queue_ns})
         if ptr:
             capture_records_free(ptr)
         return out

@@ -188,7 +188,9 @@ class CaptureInfo(TypedDict):
     executable graphs and an event of its own: one per stream replaying a
     program without state at once, or per session of a program with
     state); ``staging_bytes`` and ``graphs`` are over all of them, the
-    staging with the temporaries it holds."""
+    staging with the temporaries it holds. ``queue_ns`` is the worker's
+    time to queue one replay of it (launch, copies, node updates), a
+    moving mean, 0 before the first."""
     program: str
     device: int
     mode: str
@@ -203,6 +205,7 @@ class CaptureInfo(TypedDict):
     created_unix_ms: int
     repoints: int
     graphs: int
+    queue_ns: int
 
 
 __all__ = ["Mode", "Role", "ModuleKind", "SessionKind", "VmapMethod", "DeviceCounters", "DeviceWork",

@@ -172,6 +172,7 @@ class HostDaemonTest(unittest.TestCase):
         self.assertEqual(caps[0]["replays"], 1)
         self.assertEqual((caps[0]["graphs"], caps[0]["repoints"]), (1, 0))
         self.assertEqual(caps[0]["instances"], 1)
+        self.assertGreater(caps[0]["queue_ns"], 0)
         self.assertIn(os.getpid(), caps[0]["pids"])
         self.assertEqual(self.c.busy_devices(), [])  # every worker answered
         # A dry run reports the capture and frees nothing.
