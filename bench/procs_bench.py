@@ -37,7 +37,8 @@ the anchor's (Warp alone, or pure XLA for jax), and a RESULT line of
 key=value pairs for scripts/bench-report.py: procs_SCENE_WAY_N (aggregate a
 second) for every measurement. With a daemon, Status is read around every
 graphd measurement and the device workers' busy share of the run is
-printed beside it where the daemon reports it.
+printed beside it where the daemon reports it, then a FIGURE line of the
+daemon's captures with the worker's mean time to queue one replay of each.
 
 Needs a GPU, jax with CUDA, graphd's Python package, libgraphd and
 libgraphd_xla ($GRAPHD_LIB, $GRAPHD_XLA_LIB), a running daemon for the
@@ -272,6 +273,22 @@ def work_note(before, after):
     return ", ".join(parts)
 
 
+def captures_note(socket):
+    """The daemon's captures as text for a FIGURE line: per capture its
+    program (12 hex digits), the worker's mean time to queue one replay,
+    its instances and repoints ("" when the list cannot be read)."""
+    if not socket:
+        return ""
+    try:
+        import graphd
+        with graphd.Client.connect(socket) as c:
+            caps = c.list_captures()
+    except Exception:  # noqa: BLE001: the figure is optional
+        return ""
+    return "; ".join(f"{c['program'][:12]} queue {c.get('queue_ns', 0) / 1e3:.1f} us, "
+                     f"{c['instances']} instances, {c['repoints']:,} repoints" for c in caps)
+
+
 class Group:
     """N child processes of one way."""
 
@@ -361,6 +378,8 @@ def measure(a, how, n, scenes, results, ok):
                   + (f", worker busy {busy * 100:.0f}%" if busy is not None else "")
                   + (f", {note}" if (note := work_note(before, after)) else "")
                   + ("" if fin else ", RESULT NOT FINITE"), flush=True)
+            if how == "graphd" and (caps := captures_note(a.socket)):
+                print(f"FIGURE procs {scene} graphd N={n} captures: {caps}", flush=True)
             if not fin and scene == "jax":
                 ok[0] = False
     except RuntimeError as e:
