@@ -2,7 +2,11 @@
  * makes for each replay: a graph launch by the graph's size, the same
  * launches from several threads of one context at once (each with its own
  * stream and executable graph), and the stream operations around a launch
- * (an event record, a write and a wait of a host-pinned word).
+ * (an event record, a write and a wait of a host-pinned word). With
+ * graphd's own kernels in the build, also a graph shaped as graphd builds
+ * a loop: a condition kernel, then a while node whose body is a chain of
+ * nodes and the condition kernel again (the condition word is 0, so the
+ * body never runs: the launch is what is timed).
  *
  * Every call is timed alone on an idle stream: the stream is synchronized
  * after each, untimed, so no call waits for room in a full queue. The
@@ -14,6 +18,7 @@
  * Usage: launch_probe [-k KERNEL_DIR] [-r ROUNDS] [-n NODES,...] [-t THREADS,...] */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,10 +29,15 @@
 #include "common/cuda_driver.h"
 #include "common/file.h"
 
+/* graphd's own kernels (the daemon's build embeds them; empty without
+ * nvcc). */
+extern const unsigned char gd_kernels_fatbin[];
+extern const size_t gd_kernels_fatbin_len;
+
 static const gd_cuda *cu;
 static CUcontext ctx;
-static CUfunction fn;
-static CUdeviceptr buf;
+static CUfunction fn, set_fn;      /* scale; graphd_set_condition (NULL: none) */
+static CUdeviceptr buf, cond_word; /* cond_word: a condition word, 0 */
 static long rounds = 400;
 
 #define FLOATS 256u
@@ -40,25 +50,56 @@ static void check(CUresult r, const char *what) {
 }
 #define CK(call) check(cu->call, #call)
 
-/* A chain of n `scale` nodes over buf, instantiated and uploaded on st. */
-static CUgraphExec chain(unsigned n, CUstream st) {
-  CUgraph g;
-  CK(cuGraphCreate(&g, 0));
-  CUgraphNode prev = NULL;
+/* Adds a kernel node of f (one block of `threads`) after *prev, if any;
+ * *prev becomes it. */
+static void add_kernel(CUgraph g, CUgraphNode *prev, CUfunction f, unsigned threads,
+                       void **params) {
+  CUDA_KERNEL_NODE_PARAMS kp;
+  memset(&kp, 0, sizeof kp);
+  kp.func = f;
+  kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
+  kp.blockDimX = threads;
+  kp.blockDimY = kp.blockDimZ = 1;
+  kp.kernelParams = params;
+  CUgraphNode node;
+  CK(cuGraphAddKernelNode(&node, g, *prev ? prev : NULL, *prev ? 1 : 0, &kp));
+  *prev = node;
+}
+
+/* Adds a chain of n `scale` nodes over buf to g after *prev. */
+static void add_chain(CUgraph g, CUgraphNode *prev, unsigned n) {
   float a = 1.0f;
   unsigned cnt = FLOATS;
   void *params[] = {&buf, &buf, &a, &cnt};
-  CUDA_KERNEL_NODE_PARAMS kp;
-  memset(&kp, 0, sizeof kp);
-  kp.func = fn;
-  kp.gridDimX = kp.gridDimY = kp.gridDimZ = 1;
-  kp.blockDimX = FLOATS;
-  kp.blockDimY = kp.blockDimZ = 1;
-  kp.kernelParams = params;
-  for (unsigned i = 0; i < n; i++) {
-    CUgraphNode node;
-    CK(cuGraphAddKernelNode(&node, g, prev ? &prev : NULL, prev ? 1 : 0, &kp));
-    prev = node;
+  for (unsigned i = 0; i < n; i++) add_kernel(g, prev, fn, FLOATS, params);
+}
+
+/* A chain of n `scale` nodes over buf, or (looped) a loop as graphd
+ * builds one around such a chain, instantiated and uploaded on st. */
+static CUgraphExec chain(unsigned n, bool looped, CUstream st) {
+  CUgraph g;
+  CK(cuGraphCreate(&g, 0));
+  CUgraphNode prev = NULL;
+  if (!looped) {
+    add_chain(g, &prev, n);
+  } else {
+    CUgraphConditionalHandle h;
+    CK(cuGraphConditionalHandleCreate(&h, g, ctx, 0, 0));
+    void *params[] = {&h, &cond_word};
+    add_kernel(g, &prev, set_fn, 1, params);
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+    p.conditional.handle = h;
+    p.conditional.type = CU_GRAPH_COND_TYPE_WHILE;
+    p.conditional.size = 1;
+    p.conditional.ctx = ctx;
+    CUgraphNode loop;
+    CK(cuGraphAddNode(&loop, g, &prev, NULL, 1, &p));
+    CUgraph body = p.conditional.phGraph_out[0];
+    CUgraphNode in = NULL;
+    add_chain(body, &in, n);
+    add_kernel(body, &in, set_fn, 1, params);
   }
   CUgraphExec e;
   CK(cuGraphInstantiateWithFlags(&e, g, 0));
@@ -89,7 +130,7 @@ static void *launch_loop(void *arg) {
   CK(cuCtxSetCurrent(ctx));
   CUstream st;
   CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
-  CUgraphExec e = chain(l->nodes, st);
+  CUgraphExec e = chain(l->nodes, false, st);
   for (int i = 0; i < 20; i++) CK(cuGraphLaunch(e, st));
   CK(cuStreamSynchronize(st));
   pthread_barrier_wait(l->go);
@@ -183,6 +224,31 @@ static void stream_ops(void) {
   CK(cuStreamDestroy(st));
 }
 
+/* The launch of graphd's shape of loop around a chain of n nodes. */
+static void looped_launch(unsigned n) {
+  CUstream st;
+  CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+  CUgraphExec e = chain(n, true, st);
+  double *v = calloc((size_t)rounds, sizeof *v);
+  if (!v) exit(1);
+  for (long i = -20; i < rounds; i++) {
+    double t0 = bench_now_us();
+    CK(cuGraphLaunch(e, st));
+    if (i >= 0) v[i] = bench_now_us() - t0;
+    CK(cuStreamSynchronize(st));
+  }
+  double p50, p90;
+  quantiles(v, rounds, &p50, &p90);
+  printf(
+      "FIGURE launch of a graph of a condition kernel and a while node over %u kernel nodes "
+      "(not run): p50 %.2f us, p90 %.2f us a call\n",
+      n, p50, p90);
+  fflush(stdout);
+  free(v);
+  CK(cuGraphExecDestroy(e));
+  CK(cuStreamDestroy(st));
+}
+
 /* A comma-separated list of positive numbers into v (at most max). */
 static int parse_list(const char *s, unsigned *v, int max) {
   int n = 0;
@@ -239,12 +305,24 @@ int main(int argc, char **argv) {
   free(bytes);
   CK(cuModuleGetFunction(&fn, mod, "scale"));
   CK(cuMemAlloc(&buf, FLOATS * 4));
+  CK(cuMemAlloc(&cond_word, 4));
+  CK(cuMemsetD32Async(cond_word, 0, 1, NULL));
+  CK(cuCtxSynchronize());
+  CUmodule own = NULL;
+  if (gd_kernels_fatbin_len) {
+    CK(cuModuleLoadData(&own, gd_kernels_fatbin));
+    CK(cuModuleGetFunction(&set_fn, own, "graphd_set_condition"));
+  }
   printf("launch_probe: %ld calls a figure, MPS %s\n", rounds,
          getenv("CUDA_MPS_PIPE_DIRECTORY") ? "asked for" : "not asked for");
   stream_ops();
   for (int i = 0; i < nn; i++) launches(nodes[i], 1);
+  for (int i = 0; i < nn && set_fn; i++) looped_launch(nodes[i]);
+  if (!set_fn) printf("launch_probe: no graphd kernels in this build (no nvcc): no loop figures\n");
   for (int i = 0; i < nt; i++)
     if (threads[i] > 1) launches(100, threads[i]);
+  if (own) CK(cuModuleUnload(own));
+  CK(cuMemFree(cond_word));
   CK(cuMemFree(buf));
   CK(cuModuleUnload(mod));
   CK(cuDevicePrimaryCtxRelease(dev));
