@@ -57,6 +57,7 @@ typedef struct opts {
   int per_device;
   int async;    /* graphd_replay_async: no round trip per replay */
   int blocking; /* clients' contexts sleep in stream syncs instead of spinning */
+  int direct;   /* the program in direct mode: the kernel on the clients' buffers, no copies */
   int layouts;  /* LAYOUT_PROCESSES | LAYOUT_THREADS */
 } opts;
 
@@ -205,7 +206,7 @@ static void run_client(client *k) {
   }
   uint8_t mod[32], pid[32];
   GD(c, graphd_register_module(c, GRAPHD_MODULE_CUBIN, k->cubin, k->cubin_len, mod));
-  p = graphd_program_new(GRAPHD_MODE_STAGED);
+  p = graphd_program_new(k->o->direct ? GRAPHD_MODE_DIRECT : GRAPHD_MODE_STAGED);
   uint32_t grid[3] = {NF / 256, 1, 1}, block[3] = {256, 1, 1}, n = NF;
   float a = A;
   graphd_program_add_slot(p, GRAPHD_SLOT_INPUT, NB, 1);
@@ -393,13 +394,15 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: scaling_bench [--socket PATH] [--kernels DIR] [--seconds S] "
           "[--clients-per-device K] [--async] [--blocking-sync]\n"
-          "       [--layout both|processes|threads]\n"
+          "       [--layout both|processes|threads] [--mode staged|direct]\n"
           "  Replays/s with one process driving every GPU the daemon serves (a thread\n"
           "  per device and client) against one process per device and client.\n"
           "  --seconds S (default 3, 0.1 to 600), --clients-per-device K (default 1, 1 to 32)\n"
           "  --async: replays through the submission ring (graphd_replay_async), no round\n"
           "  trip each; the stream is synchronized every %d replays either way\n"
           "  --layout: run one of the two layouts only (default both)\n"
+          "  --mode: the program staged (default: a copy in, the kernel, a copy out) or\n"
+          "  direct (the kernel alone, on the client's buffers)\n"
           "  --blocking-sync: the clients' contexts block in stream syncs\n"
           "  (CU_CTX_SCHED_BLOCKING_SYNC) instead of spinning; for more clients than\n"
           "  cores, where spinning clients take the CPU the daemon needs\n",
@@ -418,6 +421,7 @@ int main(int argc, char **argv) {
                                            {"async", no_argument, NULL, 'a'},
                                            {"blocking-sync", no_argument, NULL, 'b'},
                                            {"layout", required_argument, NULL, 'l'},
+                                           {"mode", required_argument, NULL, 'm'},
                                            {"help", no_argument, NULL, 'h'},
                                            {NULL, 0, NULL, 0}};
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -454,6 +458,14 @@ int main(int argc, char **argv) {
           o.layouts = LAYOUT_THREADS;
         else {
           fprintf(stderr, "scaling_bench: --layout %s: want both, processes or threads\n", optarg);
+          return 2;
+        }
+        break;
+      case 'm':
+        if (strcmp(optarg, "staged") == 0 || strcmp(optarg, "direct") == 0) {
+          o.direct = optarg[0] == 'd';
+        } else {
+          fprintf(stderr, "scaling_bench: --mode %s: want staged or direct\n", optarg);
           return 2;
         }
         break;
@@ -509,8 +521,9 @@ int main(int argc, char **argv) {
     printf("scaling_bench: the daemon serves no CUDA device: skipped\n");
     return 77;
   }
-  printf("replays: %s, %d client(s) per device, %.1f s\n",
-         o.async ? "async (graphd_replay_async)" : "sync (graphd_replay)", o.per_device, o.seconds);
+  printf("replays: %s, %s, %d client(s) per device, %.1f s\n",
+         o.async ? "async (graphd_replay_async)" : "sync (graphd_replay)",
+         o.direct ? "direct" : "staged", o.per_device, o.seconds);
   client saved[MAX_CLIENTS];
   memcpy(saved, ks, sizeof(client) * (size_t)n);
 
@@ -532,7 +545,8 @@ int main(int argc, char **argv) {
   }
   free(cubin);
   if (rc < 0 || procs < 0 || threads < 0) return 1;
-  const char *how = o.async ? "async" : "sync";
+  const char *how =
+      o.direct ? (o.async ? "async_direct" : "sync_direct") : (o.async ? "async" : "sync");
   printf("RESULT scaling_%s_devices=%d scaling_%s_clients=%d", how, ndev, how, n);
   if (procs > 0) printf(" scaling_%s_procs_rps=%.0f", how, procs);
   if (threads > 0) printf(" scaling_%s_threads_rps=%.0f", how, threads);
