@@ -42,21 +42,25 @@ stop_daemon() {
 # after it is an MPS client). A control daemon left there by a run that
 # was killed is asked to quit first: a new one would refuse to start.
 # stop_mps: quits it and unsets the variables.
+# The MPS control daemon's processes. The kernel keeps 15 characters of a
+# process's name, so pgrep matches the executable's path, not the name.
+mps_pids() { pgrep -d, -f '(^|/)nvidia-cuda-mps-control( |$)'; }
+
 start_mps() {
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  if pgrep -x nvidia-cuda-mps-control >/dev/null; then
-    echo "an MPS control daemon is running already (pid $(pgrep -d, -x nvidia-cuda-mps-control)):" \
+  if [[ -n $(mps_pids) ]]; then
+    echo "an MPS control daemon is running already (pid $(mps_pids)):" \
       "asking it to quit"
     echo quit | timeout 30 nvidia-cuda-mps-control
     for _ in $(seq 100); do
-      pgrep -x nvidia-cuda-mps-control >/dev/null || break
+      [[ -n $(mps_pids) ]] || break
       sleep 0.2
     done
   fi
   if ! timeout 30 nvidia-cuda-mps-control -d -M; then
     echo "nvidia-cuda-mps-control -d -M failed"
-    pgrep -a -x nvidia-cuda-mps-control
+    pgrep -a -f '(^|/)nvidia-cuda-mps-control( |$)'
     unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
     return 1
   fi
