@@ -41,7 +41,8 @@
 # (590 s by default), and the compiled scans are kept in
 # $JAX_COMPILATION_CACHE_DIR (default OUT_DIR/jax-cache). The daemon runs
 # with $GRAPHD_PROCS_DAEMON_FLAGS (none by default; for example
-# "--ready-hold-rings 65536" to leave every ready wait on the GPU).
+# "--ready-hold-rings 65536" to leave every ready wait on the GPU, or
+# "--ready-hold-max-us 1000000" to hold every program's replays).
 # Log: procs-RUN.log.
 # GRAPHD_WARP_RUNS picks the runs ("nomps mps" by default);
 # GRAPHD_WARP_STEPS the steps ("test bench" by default); extra arguments go
