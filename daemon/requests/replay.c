@@ -117,12 +117,6 @@ static void replay_done(gd_job *j) {
  * until the count drops: the client waits in its call, as a launch into a
  * full queue waits in-process. */
 
-/* The session's replays taken on its device and not done, by the worker's
- * count of what it took and the done words of the flag page. */
-static uint64_t session_inflight(const gd_data_session *x) {
-  return x->flag_slots ? session_stream_inflight(x->ds) : 0;
-}
-
 static void fail_held(replay_job *rj, int code, const char *msg) {
   rj->rq.job.status = -code;
   snprintf(rj->rq.job.msg, sizeof rj->rq.job.msg, "%s", msg);
@@ -137,7 +131,7 @@ static void wait_cb(uv_timer_t *t) {
     gd_session *s = rj->rq.s;
     gd_data_session *x = s->closing ? NULL : data_session_of(s);
     double waited = (double)(now - rj->held_ns) / 1e9;
-    if (x && session_inflight(x) >= d->opt->max_inflight_replays &&
+    if (x && data_session_inflight(x) >= d->opt->max_inflight_replays &&
         !gd_ready_overdue(rj->held_ns, now, d->opt->ready_timeout_s)) {
       pp = &rj->next_held;
       continue;
@@ -146,7 +140,7 @@ static void wait_cb(uv_timer_t *t) {
     char msg[256];
     if (!x) {
       fail_held(rj, GRAPHD_UNAVAILABLE, "the session closed while the replay waited");
-    } else if (session_inflight(x) >= d->opt->max_inflight_replays) {
+    } else if (data_session_inflight(x) >= d->opt->max_inflight_replays) {
       snprintf(msg, sizeof msg,
                "over --max-inflight-replays %u: the session's earlier replays did not finish "
                "within the ready timeout (%.1f s)",
@@ -223,7 +217,7 @@ void replay_handle_replay(gd_session *s, Graphd__Wire__Request *req, int *fds) {
                             .client_uid = (uint32_t)s->uid,
                             .others_waiting = ring_replay_others_waiting};
   d->counters[s->device].inflight++;
-  if (session_inflight(x) >= d->opt->max_inflight_replays) {
+  if (data_session_inflight(x) >= d->opt->max_inflight_replays) {
     rj->rq.s = s;
     rj->rq.request_id = request_id;
     rj->rq.job.run = replay_run;

@@ -219,7 +219,7 @@ static void end_done(gd_job *j) {
 void data_session_note_work(gd_session *s, uint64_t now) {
   gd_data_session *x = data_session_of(s);
   if (!x || !x->ds) return;
-  if (x->flag_slots && session_stream_inflight(x->ds) > 0) s->active_ns = now;
+  if (data_session_inflight(x) > 0) s->active_ns = now;
   /* ds->ring was set on the worker before RegisterRing's answer, and
    * stays until the end job, which runs after the session has closed. */
   if (!x->has_ring || !x->ds->ring) return;

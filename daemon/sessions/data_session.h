@@ -40,6 +40,12 @@ typedef struct gd_data_session {
 /* The data session's state; NULL for a control session or once closed. */
 static inline gd_data_session *data_session_of(gd_session *s) { return s->data; }
 
+/* The session's replays taken on its device and not done, by the worker's
+ * count of what it took and the done words of the flag page. */
+static inline uint64_t data_session_inflight(const gd_data_session *x) {
+  return x->flag_slots ? session_stream_inflight(x->ds) : 0;
+}
+
 /* Makes s a data session on device dev (Hello). Returns 0 or a negated
  * status. */
 int data_session_open(gd_session *s, int dev);
