@@ -119,6 +119,7 @@ static void quantiles(double *v, long n, double *p50, double *p90) {
 /* One thread's launches of its own graph on its own stream. */
 typedef struct launcher {
   unsigned nodes;
+  bool looped; /* the chain inside graphd's shape of loop */
   long rounds;
   pthread_barrier_t *go;
   double *took; /* rounds samples, us */
@@ -130,7 +131,7 @@ static void *launch_loop(void *arg) {
   CK(cuCtxSetCurrent(ctx));
   CUstream st;
   CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
-  CUgraphExec e = chain(l->nodes, false, st);
+  CUgraphExec e = chain(l->nodes, l->looped, st);
   for (int i = 0; i < 20; i++) CK(cuGraphLaunch(e, st));
   CK(cuStreamSynchronize(st));
   pthread_barrier_wait(l->go);
@@ -147,8 +148,9 @@ static void *launch_loop(void *arg) {
   return NULL;
 }
 
-/* threads threads, each launching a chain of `nodes` rounds times. */
-static void launches(unsigned nodes, unsigned threads) {
+/* threads threads, each launching a chain of `nodes` (looped: inside
+ * graphd's shape of loop) rounds times. */
+static void launches(unsigned nodes, bool looped, unsigned threads) {
   launcher *l = calloc(threads, sizeof *l);
   pthread_t *t = calloc(threads, sizeof *t);
   double *all = calloc((size_t)threads * (size_t)rounds, sizeof *all);
@@ -158,7 +160,8 @@ static void launches(unsigned nodes, unsigned threads) {
     exit(1);
   }
   for (unsigned k = 0; k < threads; k++) {
-    l[k] = (launcher){.nodes = nodes, .rounds = rounds, .go = &go, .took = all + k * rounds};
+    l[k] = (launcher){
+        .nodes = nodes, .looped = looped, .rounds = rounds, .go = &go, .took = all + k * rounds};
     if (pthread_create(&t[k], NULL, launch_loop, &l[k])) {
       fprintf(stderr, "launch_probe: cannot start a thread\n");
       exit(1);
@@ -173,9 +176,10 @@ static void launches(unsigned nodes, unsigned threads) {
   double p50, p90;
   quantiles(all, (long)threads * rounds, &p50, &p90);
   printf(
-      "FIGURE launch of a graph of %u kernel nodes, %u thread(s) of one context: p50 %.2f us, "
+      "FIGURE launch of a graph of %s%u kernel nodes%s, %u thread(s) of one context: p50 %.2f us, "
       "p90 %.2f us a call; %.0f launches a second over all threads (each synchronized)\n",
-      nodes, threads, p50, p90, (double)threads * (double)rounds / ((last - first) / 1e6));
+      looped ? "a condition kernel and a while node over " : "", nodes, looped ? " (not run)" : "",
+      threads, p50, p90, (double)threads * (double)rounds / ((last - first) / 1e6));
   fflush(stdout);
   pthread_barrier_destroy(&go);
   free(all);
@@ -221,31 +225,6 @@ static void stream_ops(void) {
   CK(cuMemHostUnregister(word));
   free(word);
   CK(cuEventDestroy(ev));
-  CK(cuStreamDestroy(st));
-}
-
-/* The launch of graphd's shape of loop around a chain of n nodes. */
-static void looped_launch(unsigned n) {
-  CUstream st;
-  CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
-  CUgraphExec e = chain(n, true, st);
-  double *v = calloc((size_t)rounds, sizeof *v);
-  if (!v) exit(1);
-  for (long i = -20; i < rounds; i++) {
-    double t0 = bench_now_us();
-    CK(cuGraphLaunch(e, st));
-    if (i >= 0) v[i] = bench_now_us() - t0;
-    CK(cuStreamSynchronize(st));
-  }
-  double p50, p90;
-  quantiles(v, rounds, &p50, &p90);
-  printf(
-      "FIGURE launch of a graph of a condition kernel and a while node over %u kernel nodes "
-      "(not run): p50 %.2f us, p90 %.2f us a call\n",
-      n, p50, p90);
-  fflush(stdout);
-  free(v);
-  CK(cuGraphExecDestroy(e));
   CK(cuStreamDestroy(st));
 }
 
@@ -316,11 +295,11 @@ int main(int argc, char **argv) {
   printf("launch_probe: %ld calls a figure, MPS %s\n", rounds,
          getenv("CUDA_MPS_PIPE_DIRECTORY") ? "asked for" : "not asked for");
   stream_ops();
-  for (int i = 0; i < nn; i++) launches(nodes[i], 1);
-  for (int i = 0; i < nn && set_fn; i++) looped_launch(nodes[i]);
+  for (int i = 0; i < nn; i++) launches(nodes[i], false, 1);
+  for (int i = 0; i < nn && set_fn; i++) launches(nodes[i], true, 1);
   if (!set_fn) printf("launch_probe: no graphd kernels in this build (no nvcc): no loop figures\n");
   for (int i = 0; i < nt; i++)
-    if (threads[i] > 1) launches(100, threads[i]);
+    if (threads[i] > 1) launches(100, false, threads[i]);
   if (own) CK(cuModuleUnload(own));
   CK(cuMemFree(cond_word));
   CK(cuMemFree(buf));
