@@ -6,12 +6,9 @@ set -u
 graphd=$1 demo=$2 kdir=$3
 dir=$(mktemp -d /tmp/graphd-demo-XXXXXX)
 trap 'kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
-# No `timeout` wrapper here: its pid would get our SIGTERM, not graphd's
-# (CTest's TIMEOUT bounds the test).
-"$graphd" --backend host --socket "$dir/s" 2>"$dir/log" &
-pid=$!
-i=0
-while [ ! -S "$dir/s" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+# shellcheck source=tests/host_daemon.sh
+. "$(dirname "$0")/host_daemon.sh"
+start_host_daemon "$graphd" "$dir/s" "$dir/log"
 out=$(timeout 30 "$demo" --socket "$dir/s" "$kdir" 2>&1)
 rc=$?
 echo "$out"

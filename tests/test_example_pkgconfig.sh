@@ -41,10 +41,9 @@ san=
 cc $san -Wall -Wextra -Werror -o "$tmp/graphd-demo" \
   "$src/client/examples/graphd_demo.c" $flags || { echo "FAIL: the example does not build"; exit 1; }
 
-"$graphd" --backend host --socket "$tmp/s" 2>"$tmp/log" &
-pid=$!
-i=0
-while [ ! -S "$tmp/s" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+# shellcheck source=tests/host_daemon.sh
+. "$(dirname "$0")/host_daemon.sh"
+start_host_daemon "$graphd" "$tmp/s" "$tmp/log"
 out=$(LD_LIBRARY_PATH=$(pkg-config --variable=libdir libgraphd) \
   timeout 30 "$tmp/graphd-demo" --socket "$tmp/s" "$kdir" 2>&1)
 rc=$?

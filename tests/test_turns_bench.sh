@@ -8,10 +8,9 @@ set -u
 graphd=$1 bench=$2 kdir=$3
 dir=$(mktemp -d /tmp/graphd-turns-XXXXXX)
 trap 'kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
-"$graphd" --backend host --socket "$dir/s" 2>"$dir/log" &
-pid=$!
-i=0
-while [ ! -S "$dir/s" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+# shellcheck source=tests/host_daemon.sh
+. "$(dirname "$0")/host_daemon.sh"
+start_host_daemon "$graphd" "$dir/s" "$dir/log"
 out=$(timeout 60 "$bench" --socket "$dir/s" --kernels "$kdir" --launches 8 --seconds 0.2 2>&1)
 rc=$?
 echo "$out"
